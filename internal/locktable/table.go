@@ -187,6 +187,7 @@ func (t *Table) Release(key, holder string, now Time) (bool, error) {
 	}
 	t.settle(e, now)
 	if !e.held || !e.lease.Alive(now) || e.lease.Holder != holder {
+		t.tidy(e) // settle may have emptied it
 		return false, nil
 	}
 	t.emit(Event{Kind: EventReleased, Key: key, Holder: holder, Token: e.lease.Token, At: now, Since: e.lease.Granted, Expiry: e.lease.Expiry})
@@ -224,6 +225,7 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 	}
 	t.settle(e, now)
 	if !e.held || !e.lease.Alive(now) || e.lease.Holder != holder || e.lease.Token != token {
+		t.tidy(e) // settle may have emptied it
 		return Lease{}, ErrNotHeld
 	}
 	e.lease.Expiry = now + Time(ttl)
