@@ -1,0 +1,90 @@
+package locktable
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Limits on input. They bound memory per lease and the size of a snapshot.
+const (
+	MaxKeyLen    = 1024 // bytes
+	MaxHolderLen = 256  // bytes
+)
+
+var (
+	// ErrInvalidKey: the key is empty or longer than MaxKeyLen.
+	ErrInvalidKey = errors.New("locktable: invalid key")
+	// ErrInvalidHolder: the holder is empty or longer than MaxHolderLen.
+	ErrInvalidHolder = errors.New("locktable: invalid holder")
+	// ErrInvalidTTL: ttl <= 0, or now+ttl does not fit the clock.
+	ErrInvalidTTL = errors.New("locktable: invalid ttl")
+	// ErrHeld: a different holder has a live lease on the key.
+	ErrHeld = errors.New("locktable: held by another holder")
+	// ErrNotHeld: the (holder, token) pair is not the key's live grant.
+	ErrNotHeld = errors.New("locktable: not the live holder")
+	// ErrCorrupt: a snapshot could not be decoded.
+	ErrCorrupt = errors.New("locktable: corrupt snapshot")
+)
+
+// InputError is a refused argument. It matches ErrInvalidKey,
+// ErrInvalidHolder or ErrInvalidTTL with errors.Is.
+type InputError struct {
+	Field  string // "key", "holder" or "ttl"
+	Reason string
+	kind   error
+}
+
+func (e *InputError) Error() string {
+	return fmt.Sprintf("locktable: invalid %s: %s", e.Field, e.Reason)
+}
+
+func (e *InputError) Unwrap() error { return e.kind }
+
+// HeldError is Acquire's refusal. It carries the lease that stands in the
+// way, and matches ErrHeld with errors.Is.
+type HeldError struct {
+	Lease Lease
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("locktable: %q is held by %q until %d", e.Lease.Key, e.Lease.Holder, e.Lease.Expiry)
+}
+
+func (e *HeldError) Unwrap() error { return ErrHeld }
+
+func validateKey(key string) error {
+	switch {
+	case key == "":
+		return &InputError{Field: "key", Reason: "empty", kind: ErrInvalidKey}
+	case len(key) > MaxKeyLen:
+		return &InputError{Field: "key", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(key), MaxKeyLen), kind: ErrInvalidKey}
+	}
+	return nil
+}
+
+func validateHolder(holder string) error {
+	switch {
+	case holder == "":
+		return &InputError{Field: "holder", Reason: "empty", kind: ErrInvalidHolder}
+	case len(holder) > MaxHolderLen:
+		return &InputError{Field: "holder", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(holder), MaxHolderLen), kind: ErrInvalidHolder}
+	}
+	return nil
+}
+
+func validateTTL(now Time, ttl Duration) error {
+	switch {
+	case ttl <= 0:
+		return &InputError{Field: "ttl", Reason: fmt.Sprintf("%d must be > 0", ttl), kind: ErrInvalidTTL}
+	case now > 0 && Time(ttl) > maxTime-now:
+		return &InputError{Field: "ttl", Reason: "now+ttl overflows the clock", kind: ErrInvalidTTL}
+	}
+	return nil
+}
+
+func validate(key, holder string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	return validateHolder(holder)
+}

@@ -1,0 +1,473 @@
+package locktable
+
+import (
+	"container/heap"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Time is an instant on the caller's clock, in nanoseconds. The table never
+// reads a clock: every call that depends on time is given one.
+type Time int64
+
+// Duration is a span of Time, in nanoseconds.
+type Duration int64
+
+// Common durations, so callers need not import package time to write one.
+const (
+	Millisecond Duration = 1e6
+	Second      Duration = 1e9
+)
+
+const maxTime = Time(math.MaxInt64)
+
+// NoDeadline is a waiter deadline that never passes.
+const NoDeadline = maxTime
+
+// Lease is one grant: who holds key, under which token, until when.
+type Lease struct {
+	Key     string
+	Holder  string
+	Token   uint64
+	Granted Time     // when this token was issued
+	Expiry  Time     // alive while now < Expiry
+	TTL     Duration // the ttl of the grant or of the last Extend
+}
+
+// Alive reports whether the lease is alive at now.
+func (l Lease) Alive(now Time) bool { return now < l.Expiry }
+
+// Remaining is how long the lease has left at now (0 once expired).
+func (l Lease) Remaining(now Time) Duration {
+	if now >= l.Expiry {
+		return 0
+	}
+	return Duration(l.Expiry - now)
+}
+
+type waiter struct {
+	holder   string
+	ttl      Duration
+	since    Time // when it joined the queue
+	deadline Time // it leaves the queue at now >= deadline
+}
+
+// entry is everything the table knows about one key. It exists while the
+// key has a lease record or a waiter.
+type entry struct {
+	key     string
+	lease   Lease
+	held    bool // lease is meaningful
+	heapIdx int  // position in Table.expiries, -1 when not held
+	waiters []waiter
+}
+
+// Table is the lock table. The zero value is not ready; use New.
+type Table struct {
+	entries  map[string]*entry
+	expiries expiryHeap
+	waiting  map[string]*entry // entries with at least one waiter
+	last     uint64            // the last token issued; 0 before the first
+	maxNow   Time              // the largest now ever passed in
+	observe  func(Event)
+}
+
+// New returns an empty table whose first grant will carry token 1.
+func New() *Table {
+	return &Table{entries: map[string]*entry{}, waiting: map[string]*entry{}}
+}
+
+// SetObserver registers fn to be called, synchronously and in order, with
+// every event the table produces (grants, releases, expiries, dropped
+// waiters). It replaces any earlier observer; nil removes it.
+func (t *Table) SetObserver(fn func(Event)) { t.observe = fn }
+
+// LastToken is the last token issued (0 if none): the next grant carries
+// LastToken()+1.
+func (t *Table) LastToken() uint64 { return t.last }
+
+// MaxNow is the largest now any call has passed in, including through a
+// restored snapshot. A replicated caller resumes its clock from here.
+func (t *Table) MaxNow() Time { return t.maxNow }
+
+// Len is the number of keys with a lease record or a waiter.
+func (t *Table) Len() int { return len(t.entries) }
+
+// Acquire grants key to holder for ttl when the key is free, its lease has
+// expired, or holder already holds it (a renewal, which issues a new token).
+// A refusal returns a *HeldError and changes nothing.
+func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, error) {
+	if err := validate(key, holder); err != nil {
+		return Lease{}, err
+	}
+	if err := validateTTL(now, ttl); err != nil {
+		return Lease{}, err
+	}
+	t.see(now)
+	e := t.entries[key]
+	if e != nil {
+		t.settle(e, now)
+		if e.held && e.lease.Alive(now) && e.lease.Holder != holder {
+			return Lease{}, &HeldError{Lease: e.lease}
+		}
+	} else {
+		e = t.newEntry(key)
+	}
+	return t.grant(e, holder, now, ttl, now), nil
+}
+
+// Wait is Acquire that queues instead of refusing. When the key can be
+// granted now it is, and Wait answers (lease, true). Otherwise holder joins
+// the back of the key's FIFO queue (or keeps its place if it is already
+// queued, taking the new ttl and deadline) and Wait answers (Lease{}, false);
+// the grant arrives later as an EventGranted when the lease before it is
+// released or expires. A waiter leaves the queue at now >= deadline; a
+// deadline that has already passed refuses at once with a *HeldError.
+func (t *Table) Wait(key, holder string, now Time, ttl Duration, deadline Time) (Lease, bool, error) {
+	if err := validate(key, holder); err != nil {
+		return Lease{}, false, err
+	}
+	if err := validateTTL(now, ttl); err != nil {
+		return Lease{}, false, err
+	}
+	t.see(now)
+	e := t.entries[key]
+	if e == nil {
+		e = t.newEntry(key)
+		return t.grant(e, holder, now, ttl, now), true, nil
+	}
+	t.settle(e, now)
+	if !e.held || !e.lease.Alive(now) || e.lease.Holder == holder {
+		return t.grant(e, holder, now, ttl, now), true, nil
+	}
+	if now >= deadline {
+		return Lease{}, false, &HeldError{Lease: e.lease}
+	}
+	for i := range e.waiters {
+		if e.waiters[i].holder == holder {
+			e.waiters[i].ttl, e.waiters[i].deadline = ttl, deadline
+			return Lease{}, false, nil
+		}
+	}
+	e.waiters = append(e.waiters, waiter{holder: holder, ttl: ttl, since: now, deadline: deadline})
+	t.waiting[key] = e
+	return Lease{}, false, nil
+}
+
+// CancelWait takes holder out of key's queue. It reports whether holder was
+// queued. It never touches a lease.
+func (t *Table) CancelWait(key, holder string) bool {
+	e := t.entries[key]
+	if e == nil {
+		return false
+	}
+	for i := range e.waiters {
+		if e.waiters[i].holder == holder {
+			e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+			t.tidy(e)
+			return true
+		}
+	}
+	return false
+}
+
+// Release ends holder's lease on key if holder holds it and it is alive at
+// now, handing the key to the head waiter. Anything else changes no lease
+// and answers false: a lease that has expired may already belong to someone
+// else, so it is never released by its old holder.
+func (t *Table) Release(key, holder string, now Time) (bool, error) {
+	if err := validate(key, holder); err != nil {
+		return false, err
+	}
+	t.see(now)
+	e := t.entries[key]
+	if e == nil {
+		return false, nil
+	}
+	t.settle(e, now)
+	if !e.held || !e.lease.Alive(now) || e.lease.Holder != holder {
+		t.tidy(e) // settle may have emptied it
+		return false, nil
+	}
+	t.emit(Event{Kind: EventReleased, Key: key, Holder: holder, Token: e.lease.Token, At: now, Since: e.lease.Granted, Expiry: e.lease.Expiry})
+	t.drop(e)
+	t.handOff(e, now)
+	t.tidy(e)
+	return true, nil
+}
+
+// ReleaseToken is Release that also requires the lease to carry token.
+func (t *Table) ReleaseToken(key, holder string, token uint64, now Time) (bool, error) {
+	if err := validate(key, holder); err != nil {
+		return false, err
+	}
+	if e := t.entries[key]; e == nil || !e.held || e.lease.Token != token {
+		return false, nil
+	}
+	return t.Release(key, holder, now)
+}
+
+// Extend moves the expiry of the live grant (holder, token) on key to
+// now+ttl, keeping its token: a keep-alive. Anything else returns ErrNotHeld
+// and changes nothing.
+func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration) (Lease, error) {
+	if err := validate(key, holder); err != nil {
+		return Lease{}, err
+	}
+	if err := validateTTL(now, ttl); err != nil {
+		return Lease{}, err
+	}
+	t.see(now)
+	e := t.entries[key]
+	if e == nil {
+		return Lease{}, ErrNotHeld
+	}
+	t.settle(e, now)
+	if !e.held || !e.lease.Alive(now) || e.lease.Holder != holder || e.lease.Token != token {
+		t.tidy(e) // settle may have emptied it
+		return Lease{}, ErrNotHeld
+	}
+	e.lease.Expiry = now + Time(ttl)
+	e.lease.TTL = ttl
+	heap.Fix(&t.expiries, e.heapIdx)
+	return e.lease, nil
+}
+
+// IsValidToken reports whether key's current record carries exactly token.
+// Like the seed's is_valid_token it takes no time; see Check.
+func (t *Table) IsValidToken(key string, token uint64) bool {
+	e := t.entries[key]
+	return e != nil && e.held && e.lease.Token == token
+}
+
+// Check reports whether token is key's current token and its lease is
+// alive at now.
+func (t *Table) Check(key string, token uint64, now Time) bool {
+	e := t.entries[key]
+	return e != nil && e.held && e.lease.Token == token && e.lease.Alive(now)
+}
+
+// Get returns key's lease if it is alive at now. It changes nothing.
+func (t *Table) Get(key string, now Time) (Lease, bool) {
+	e := t.entries[key]
+	if e == nil || !e.held || !e.lease.Alive(now) {
+		return Lease{}, false
+	}
+	return e.lease, true
+}
+
+// Waiters returns the holders queued on key, head first.
+func (t *Table) Waiters(key string) []string {
+	e := t.entries[key]
+	if e == nil {
+		return nil
+	}
+	out := make([]string, len(e.waiters))
+	for i, w := range e.waiters {
+		out[i] = w.holder
+	}
+	return out
+}
+
+// List returns the leases alive at now whose key starts with prefix, sorted
+// by key, at most limit of them (limit <= 0: all).
+func (t *Table) List(prefix string, now Time, limit int) []Lease {
+	var out []Lease
+	for k, e := range t.entries {
+		if e.held && e.lease.Alive(now) && strings.HasPrefix(k, prefix) {
+			out = append(out, e.lease)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// Tick brings the table up to now: every lease with expiry <= now expires
+// (EventExpired) and its key passes to the head waiter; every waiter whose
+// deadline has passed leaves its queue (EventWaitDropped).
+func (t *Table) Tick(now Time) {
+	t.see(now)
+	for len(t.expiries) > 0 && t.expiries[0].lease.Expiry <= now {
+		e := t.expiries[0]
+		t.expire(e, now)
+		t.handOff(e, now)
+		t.tidy(e)
+	}
+	if len(t.waiting) == 0 {
+		return
+	}
+	var keys []string
+	for k, e := range t.waiting {
+		for _, w := range e.waiters {
+			if now >= w.deadline {
+				keys = append(keys, k)
+				break
+			}
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		e := t.entries[k]
+		t.dropLateWaiters(e, now)
+		t.tidy(e)
+	}
+}
+
+// NextDeadline is the earliest instant at which Tick has work to do: a
+// lease expiry or a waiter deadline. ok is false when there is none.
+func (t *Table) NextDeadline() (at Time, ok bool) {
+	at = maxTime
+	if len(t.expiries) > 0 {
+		at, ok = t.expiries[0].lease.Expiry, true
+	}
+	for _, e := range t.waiting {
+		for _, w := range e.waiters {
+			if w.deadline < at {
+				at, ok = w.deadline, true
+			}
+		}
+	}
+	return at, ok
+}
+
+func (t *Table) see(now Time) {
+	if now > t.maxNow {
+		t.maxNow = now
+	}
+}
+
+func (t *Table) newEntry(key string) *entry {
+	e := &entry{key: key, heapIdx: -1}
+	t.entries[key] = e
+	return e
+}
+
+// settle applies, at now, a hand-off that is already due: when e's lease
+// has expired and someone is queued, the lease ends and the head waiter is
+// granted. An expired lease with nobody waiting keeps its record, so that
+// IsValidToken answers as the seed does until the key is taken again.
+func (t *Table) settle(e *entry, now Time) {
+	if len(e.waiters) == 0 || (e.held && e.lease.Alive(now)) {
+		return
+	}
+	if e.held {
+		t.expire(e, now)
+	}
+	t.handOff(e, now)
+}
+
+// grant issues the next token to holder on e. since is when holder started
+// asking (now, unless it waited).
+func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Time) Lease {
+	t.last++
+	e.lease = Lease{Key: e.key, Holder: holder, Token: t.last, Granted: now, Expiry: now + Time(ttl), TTL: ttl}
+	if e.held {
+		heap.Fix(&t.expiries, e.heapIdx)
+	} else {
+		e.held = true
+		heap.Push(&t.expiries, e)
+	}
+	for i := range e.waiters {
+		if e.waiters[i].holder == holder {
+			e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+			break
+		}
+	}
+	if len(e.waiters) == 0 {
+		delete(t.waiting, e.key)
+	}
+	t.emit(Event{Kind: EventGranted, Key: e.key, Holder: holder, Token: t.last, At: now, Since: since, Expiry: e.lease.Expiry})
+	return e.lease
+}
+
+// handOff grants e, which holds no live lease, to its first waiter whose
+// deadline has not passed.
+func (t *Table) handOff(e *entry, now Time) {
+	t.dropLateWaiters(e, now)
+	if len(e.waiters) == 0 {
+		return
+	}
+	w := e.waiters[0]
+	t.grant(e, w.holder, now, w.ttl, w.since)
+}
+
+func (t *Table) dropLateWaiters(e *entry, now Time) {
+	kept := e.waiters[:0]
+	for _, w := range e.waiters {
+		if now >= w.deadline {
+			t.emit(Event{Kind: EventWaitDropped, Key: e.key, Holder: w.holder, At: now, Since: w.since})
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(e.waiters[len(kept):])
+	e.waiters = kept
+	if len(kept) == 0 {
+		delete(t.waiting, e.key)
+	}
+}
+
+func (t *Table) expire(e *entry, now Time) {
+	t.emit(Event{Kind: EventExpired, Key: e.key, Holder: e.lease.Holder, Token: e.lease.Token, At: now, Since: e.lease.Granted, Expiry: e.lease.Expiry})
+	t.drop(e)
+}
+
+// drop removes e's lease record.
+func (t *Table) drop(e *entry) {
+	heap.Remove(&t.expiries, e.heapIdx)
+	e.held = false
+	e.lease = Lease{}
+}
+
+// tidy forgets e once it has neither a lease record nor a waiter.
+func (t *Table) tidy(e *entry) {
+	if len(e.waiters) == 0 {
+		delete(t.waiting, e.key)
+		if !e.held {
+			delete(t.entries, e.key)
+		}
+	}
+}
+
+func (t *Table) emit(ev Event) {
+	if t.observe != nil {
+		t.observe(ev)
+	}
+}
+
+// expiryHeap orders held entries by (expiry, key), so Tick expires them in
+// a deterministic order.
+type expiryHeap []*entry
+
+func (h expiryHeap) Len() int { return len(h) }
+func (h expiryHeap) Less(i, j int) bool {
+	a, b := h[i].lease, h[j].lease
+	if a.Expiry != b.Expiry {
+		return a.Expiry < b.Expiry
+	}
+	return a.Key < b.Key
+}
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+func (h *expiryHeap) Push(x any) {
+	e := x.(*entry)
+	e.heapIdx = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.heapIdx = -1
+	return e
+}
+
+func heapInit(h *expiryHeap) { heap.Init(h) }
