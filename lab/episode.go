@@ -1,0 +1,155 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// checkPlace is where, if anywhere, client A checks its token before it
+// writes.
+type checkPlace int
+
+const (
+	noCheck          checkPlace = iota
+	checkBeforePause            // A reads "still mine", then is paused, then writes
+	checkAfterPause             // A is paused, then checks, then writes
+)
+
+// episode is the page's central story, played on fencelock's lock table:
+// A takes the lease at t=0, is paused, B asks for the lease at t=pause and
+// writes if granted, then A wakes and writes. Blocks 2–4 and the assembly's
+// replays are all episodes with different settings.
+type episode struct {
+	ttl    time.Duration
+	pause  time.Duration
+	check  checkPlace
+	fenced bool // writes go through a fence.Guard instead of straight in
+}
+
+// Values the page's clients write: B's fresh result and A's stale one.
+const (
+	valueB = 100
+	valueA = 200
+)
+
+// write is one write the resource accepted.
+type write struct {
+	who   string
+	value int
+}
+
+// outcome is what an episode did to the lock table and the resource.
+type outcome struct {
+	tokenA, tokenB uint64 // tokenB is 0 when B was refused the lease
+	writes         []write
+	errA, errB     error // why the fence refused A's or B's write, if it did
+	checkPassed    bool  // A's client-side check said "still yours"
+	res            *resource
+}
+
+func (o outcome) bGranted() bool { return o.tokenB != 0 }
+
+// final is the resource's value, 0 if nobody wrote.
+func (o outcome) final() int {
+	if len(o.writes) == 0 {
+		return 0
+	}
+	return o.writes[len(o.writes)-1].value
+}
+
+// writers spells who wrote, in order: "BA" is B then A.
+func (o outcome) writers() string {
+	s := ""
+	for _, w := range o.writes {
+		s += w.who
+	}
+	return s
+}
+
+// staleWon: A's out-of-date write landed on top of B's.
+func (o outcome) staleWon() bool { return o.bGranted() && o.final() == valueA }
+
+const episodeKey = "c11/resource"
+
+// resource is the thing the lock protects: a register that either applies
+// every write (unfenced) or lets a fence.Guard decide.
+type resource struct {
+	guard  *fence.Guard // nil when unfenced
+	writes []write
+}
+
+func (r *resource) write(who string, value int, token uint64) error {
+	apply := func() error {
+		r.writes = append(r.writes, write{who, value})
+		return nil
+	}
+	if r.guard == nil {
+		return apply()
+	}
+	return r.guard.Do(episodeKey, token, apply)
+}
+
+// refused reports whether err is the fence saying no, as opposed to a fault.
+func refused(err error) bool {
+	return errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrMissingToken)
+}
+
+func (e episode) run() (outcome, error) {
+	var out outcome
+	table := locktable.New()
+	res := &resource{}
+	if e.fenced {
+		res.guard = fence.NewGuard()
+	}
+	ttl := locktable.Duration(e.ttl)
+
+	a, err := table.Acquire(episodeKey, "A", 0, ttl)
+	if err != nil {
+		return out, fmt.Errorf("lab: A's first acquire: %w", err)
+	}
+	out.tokenA = a.Token
+
+	// The page's client check compares tokens only ("has anyone been granted
+	// the lock since me?"), which is IsValidToken: no clock involved.
+	if e.check == checkBeforePause {
+		out.checkPassed = table.IsValidToken(episodeKey, a.Token)
+	}
+
+	now := locktable.Time(e.pause)
+	b, err := table.Acquire(episodeKey, "B", now, ttl)
+	switch {
+	case err == nil:
+		out.tokenB = b.Token
+		if err := res.write("B", valueB, b.Token); err != nil {
+			if !refused(err) {
+				return out, err
+			}
+			out.errB = err
+		}
+	case errors.Is(err, locktable.ErrHeld):
+		// A's lease is still alive: B waits its turn, which here means never.
+	default:
+		return out, fmt.Errorf("lab: B's acquire: %w", err)
+	}
+
+	switch e.check {
+	case noCheck:
+		out.checkPassed = true
+	case checkAfterPause:
+		out.checkPassed = table.IsValidToken(episodeKey, a.Token)
+	}
+	if out.checkPassed {
+		if err := res.write("A", valueA, a.Token); err != nil {
+			if !refused(err) {
+				return out, err
+			}
+			out.errA = err
+		}
+	}
+	out.writes, out.res = res.writes, res
+	return out, nil
+}
