@@ -239,8 +239,8 @@ func blockWhereToCheck() (string, error) {
 		"The first row looks like a cure, and it is one only because nothing",
 		"happened between A's check and A's write. The second row is the same",
 		"code with the pause landing one step later, after the check passed:",
-		"the answer A acted on was true when it was read and false when it was",
-		"used. That is a time-of-check/time-of-use race, and no client-side",
+		"A acted on an answer that went stale between reading it and using",
+		"it. That is a time-of-check/time-of-use race, and no client-side",
 		"check can close it, because the client cannot stop itself from being",
 		"paused. The check has to happen in the same atomic step as the write,",
 		"which only the resource can do: the third row. The assembly measures",
@@ -268,9 +268,9 @@ func blockSizing(cfg Config) (string, error) {
 	}
 	t.lines("",
 		"A zombie is a holder still working after its lease ran out: the writer",
-		"of block 2. Short leases hand a crashed holder's lock on quickly and",
-		"make zombies common; long leases make zombies rare and make every crash",
-		"stall its lock for a whole TTL. The two columns move in opposite",
+		"of block 2. A short lease passes a crashed holder's lock on quickly but",
+		"breeds zombies; a long one starves them and lets every crash hold its",
+		"lock hostage for a whole TTL. The two columns move in opposite",
 		"directions, so no lease length makes both small. With a fence in front",
 		"of the resource (block 3) a zombie can no longer do damage, only waste",
 		"work, and the TTL can then be chosen for failover speed alone.")
@@ -304,8 +304,8 @@ func blockReplication() (string, error) {
 		"tokens from (a Raft log index, a ZooKeeper zxid). It cannot reach into",
 		"a paused client, and the dangerous interval, from grant to write, is",
 		"spent entirely in the client. So every row still needs the fence.",
-		"Redlock has a further weakness: its safety rests on bounded clock drift",
-		"and bounded pauses, which a virtualised host does not promise; and if",
-		"the resource fences anyway, the algorithm was not what kept it safe.")
+		"Redlock has a weakness of its own: it is only safe if clocks drift",
+		"little and pauses stay short, and a virtualised host promises neither.",
+		"If the resource fences anyway, Redlock was not what kept it safe.")
 	return t.String(), nil
 }

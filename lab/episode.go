@@ -20,7 +20,7 @@ const (
 )
 
 // episode is the page's central story, played on fencelock's lock table:
-// A takes the lease at t=0, is paused, B asks for the lease at t=pause and
+// A is granted the lease at t=0, is paused, B asks for the lease at t=pause and
 // writes if granted, then A wakes and writes. Blocks 2–4 and the assembly's
 // replays are all episodes with different settings.
 type episode struct {

@@ -126,8 +126,8 @@ func TestVerifyFiguresMatchPage(t *testing.T) {
 	}
 	all := strings.Join(details, "\n")
 	for _, want := range []string{
-		"3 of 10", "16.53% zombie rate at TTL=1s", "54 ms vs 0.9 ms per op",
-		"710 of 20000 operations", "1.7%", "70.8%", "8, 53, 201, 465 of 641",
+		"3 of 10", "16.53% of holders are zombies at TTL=1s", "54 ms vs 0.9 ms per op",
+		"710 of 20000 operations run past", "1.7%", "70.8%", "8, 53, 201, 465 of 641",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("verify details lack %q:\n%s", want, all)
@@ -148,7 +148,7 @@ func TestVerifyFollowsSeedAndCount(t *testing.T) {
 	}
 	all := strings.Join(details, "\n")
 	// From the page's --verify with SEED=99 N=5000.
-	for _, want := range []string{"16.34% zombie rate", "60 ms vs 1.0 ms", "148 of 5000", "0.0% of those", "77.0%"} {
+	for _, want := range []string{"16.34% of holders", "60 ms vs 1.0 ms", "148 of 5000", "0.0% of those", "77.0%"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("verify details lack %q:\n%s", want, all)
 		}

@@ -103,7 +103,7 @@ func WriteGapChart(w io.Writer, cfg Config) error {
 	y := newLinAxis(float64(a.Base))
 	c := newCanvas(fmt.Sprintf("Lost updates against the check→write gap (seed %d, %s operations)",
 		a.Seed, thousands(a.Ops)))
-	c.xAxis(x, "gap between the client's token check and its write (ms, log scale)",
+	c.xAxis(x, "time from the client's token check to its write (ms, log scale)",
 		func(v float64) string { return trimFloat(v * 1000) })
 	c.yAxis(y, "lost updates", "#222", false)
 	if a.Base > 0 {

@@ -136,8 +136,8 @@ func drawOperations(seed int64, n int) []operation {
 // outlivesLease: the operation still runs when its lease runs out.
 func (o operation) outlivesLease() bool { return o.work+o.stall > seconds(assemblyTTL) }
 
-// stallAfterCheck reports whether the stall begins between the client's
-// token check and its write. The stall starts at when·(work+gap); the check
+// stallAfterCheck reports whether the stall starts once the client's token
+// check is done but its write is not. The stall starts at when·(work+gap); the check
 // sits at the end of the work, so a start past it lands in the gap and the
 // check has already passed: time of check, then time of use.
 func (o operation) stallAfterCheck(gap time.Duration) bool {

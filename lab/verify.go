@@ -136,7 +136,7 @@ func verifyNoExpiry() []Claim {
 	for c := 0; c < 10 && holder == ""; c++ {
 		holder = fmt.Sprint(c)
 		if c == 3 {
-			break // dies holding it; nothing will ever clear holder
+			break // client 3 crashes as holder; holder is never cleared
 		}
 		holder = ""
 		finished++
@@ -231,7 +231,7 @@ func verifySizing(cfg Config) []Claim {
 	}
 	return []Claim{
 		{5, "a 1s lease makes zombies common (over 10%)",
-			fmt.Sprintf("%.2f%% zombie rate at TTL=1s", z(0)*100), z(0) > 0.10},
+			fmt.Sprintf("%.2f%% of holders are zombies at TTL=1s", z(0)*100), z(0) > 0.10},
 		{5, "a 60s lease makes each crash cost far more (over 20x)",
 			fmt.Sprintf("%.0f ms vs %.1f ms per op", w(last)*1000, w(0)*1000), w(last) > 20*w(0)},
 		{5, "no lease length makes both columns small",
@@ -343,8 +343,8 @@ func verifyAssembly(cfg Config) []Claim {
 
 	return []Claim{
 		{AssemblyBlock, "a lease alone loses an update on every expiry",
-			fmt.Sprintf("%d of %d operations outlive the lease", base, cfg.Ops), base > 0},
-		{AssemblyBlock, "a client check leaks little at a 1 ms gap (under 5%)",
+			fmt.Sprintf("%d of %d operations run past their lease", base, cfg.Ops), base > 0},
+		{AssemblyBlock, "at a 1 ms gap a client check lets few through (under 5%)",
 			fmt.Sprintf("%.1f%% of those losses still happen", share(small)), base > 0 && share(small) < 5},
 		{AssemblyBlock, "...and most of them at a 1 s gap (over 50%)",
 			fmt.Sprintf("%.1f%%: the check's worth is a latency", share(big)), base > 0 && share(big) > 50},
