@@ -57,7 +57,9 @@ func WriteSizingChart(w io.Writer, cfg Config) error {
 	wedge := func(r SizingRow) (float64, float64) { return x.at(seconds(r.TTL)), right.at(r.WedgePerOp * 1000) }
 	series(c, curve, dots, zombie, colorZombie, "")
 	series(c, curve, dots, wedge, colorWedge, "")
-	c.legend([]legendItem{
+	// Mid-top is where both curves are low: zombies fall from the left,
+	// wedged time rises to the right.
+	c.legend(padLeft+plotW/2-146, []legendItem{
 		{"zombie rate: holders outliving their lease", colorZombie, ""},
 		{"wedge cost: crashes × TTL, per operation", colorWedge, ""},
 		{"dots: the TTLs in the table", "#444", "dot"},
@@ -100,7 +102,7 @@ func WriteGapChart(w io.Writer, cfg Config) error {
 			dots = append(dots, pt{g.Gap, g.Lost})
 		}
 	}
-	y := newLinAxis(float64(a.Base))
+	y := newLinAxis(float64(a.Base) * 1.3) // headroom keeps the key off the lease-only line
 	c := newCanvas(fmt.Sprintf("Lost updates against the check→write gap (seed %d, %s operations)",
 		a.Seed, thousands(a.Ops)))
 	c.xAxis(x, "time from the client's token check to its write (ms, log scale)",
@@ -115,7 +117,7 @@ func WriteGapChart(w io.Writer, cfg Config) error {
 	c.hline(y.at(0), colorFence, "")
 	at := func(p pt) (float64, float64) { return x.at(seconds(p.gap)), y.at(float64(p.lost)) }
 	series(c, curve, dots, at, colorCheck, "")
-	c.legend([]legendItem{
+	c.legend(padLeft+16, []legendItem{
 		{fmt.Sprintf("lease only: %d lost, whatever the gap", a.Base), colorLease, "dash"},
 		{"lease + client check", colorCheck, ""},
 		{"lease + fencing: 0 lost", colorFence, ""},
@@ -282,8 +284,9 @@ func (c *canvas) hline(y float64, color, dash string) {
 		padLeft, y, padLeft+plotW, y, color, dash)
 }
 
-func (c *canvas) legend(items []legendItem) {
-	x, y := padLeft+plotW-300, padTop+12
+// legend draws a key at the top of the plot, its box starting at x.
+func (c *canvas) legend(x int, items []legendItem) {
+	y := padTop + 12
 	c.printf(`<rect x="%d" y="%d" width="292" height="%d" fill="white" fill-opacity="0.9" stroke="#ccc"/>`+"\n",
 		x-8, y-10, 20*len(items)+6)
 	for i, it := range items {
