@@ -112,9 +112,11 @@ func assemble(cfg Config) (Assembly, error) {
 		if err != nil {
 			return Assembly{}, err
 		}
+		if row.name == designLeaseOnly {
+			a.Base = d.Lost
+		}
 		a.Designs = append(a.Designs, d)
 	}
-	a.Base = a.Designs[1].Lost
 
 	for _, gap := range cfg.Gaps {
 		d, err := score(designClientCheck, withCheck(gap))
