@@ -78,6 +78,22 @@ func TestSecondsAreThePythonLiterals(t *testing.T) {
 	}
 }
 
+func TestDurationsRoundTrip(t *testing.T) {
+	for _, in := range []string{"1s,5s,10s,30s,60s", "1ms,10ms,100ms,1s", "500ms,1.5s,2m0s", "0s"} {
+		var d Durations
+		if err := d.Set(in); err != nil {
+			t.Fatal(err)
+		}
+		var back Durations
+		if err := back.Set(d.String()); err != nil || !slices.Equal(d, back) {
+			t.Errorf("%q -> %q -> %v, %v", in, d.String(), back, err)
+		}
+	}
+	if got := Durations(DefaultConfig().TTLs).String(); got != "1s,5s,10s,30s,60s" {
+		t.Errorf("default TTLs print as %q", got)
+	}
+}
+
 func FuzzParseDurations(f *testing.F) {
 	for _, s := range []string{"1s,5s", "0.5", "1ms,1e-3", "", ",,", "9223372036854775807ns"} {
 		f.Add(s)

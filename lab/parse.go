@@ -41,3 +41,30 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	return time.Duration(math.Round(x * 1e9)), nil
 }
+
+// Durations is a duration list usable as a flag.Value, so a flag's default
+// is printed from the Config it writes into.
+type Durations []time.Duration
+
+// Set replaces the list with the parsed s.
+func (d *Durations) Set(s string) error {
+	v, err := ParseDurations(s)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// String prints the list in a form Set reads back: 1s,5s,500ms.
+func (d Durations) String() string {
+	parts := make([]string, len(d))
+	for i, x := range d {
+		if x%time.Second == 0 {
+			parts[i] = strconv.FormatInt(int64(x/time.Second), 10) + "s"
+		} else {
+			parts[i] = x.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}

@@ -41,8 +41,8 @@ func runLab(ctx context.Context, e *env, args []string) error {
 	verify := fs.Bool("verify", false, "re-derive the page's claims, one PASS/FAIL line each; exit 1 if any fails (with -block, that block's claims; 7 is the assembly)")
 	seed := fs.Int64("seed", 0, "seed both simulations with `S` (default: the page's 11 for block 5, 23 for the assembly)")
 	fs.IntVar(&cfg.Ops, "n", cfg.Ops, "operations per simulation")
-	ttls := fs.String("ttls", "1s,5s,10s,30s,60s", "block 5's lease lengths: a `list` of durations, or bare seconds")
-	gaps := fs.String("gaps", "1ms,10ms,100ms,1s", "the assembly's check→write gaps to sweep: a `list`")
+	fs.Var((*lab.Durations)(&cfg.TTLs), "ttls", "block 5's lease lengths: a comma-separated `list` of durations or bare seconds")
+	fs.Var((*lab.Durations)(&cfg.Gaps), "gaps", "the assembly's check→write gaps to sweep: a `list` like -ttls")
 	fs.DurationVar(&cfg.CheckGap, "check-gap", cfg.CheckGap, "check→write gap of the client check in the assembly's design table")
 	plot := fs.String("plot", "", "also write SVG charts into directory `DIR`")
 	if err := fs.Parse(args); err != nil {
@@ -59,13 +59,6 @@ func runLab(ctx context.Context, e *env, args []string) error {
 			cfg.SizingSeed, cfg.AssemblySeed = *seed, *seed
 		}
 	})
-	var err error
-	if cfg.TTLs, err = lab.ParseDurations(*ttls); err != nil {
-		return usageError("lab: -ttls: %v", err)
-	}
-	if cfg.Gaps, err = lab.ParseDurations(*gaps); err != nil {
-		return usageError("lab: -gaps: %v", err)
-	}
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}

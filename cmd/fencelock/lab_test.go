@@ -54,6 +54,7 @@ func TestLabFlags(t *testing.T) {
 		{[]string{"lab", "--quiet", "--block", "2"}, exitUsage, "does not combine"},
 		{[]string{"lab", "--n", "0"}, exitUsage, "operation count"},
 		{[]string{"lab", "--ttls", "soon"}, exitUsage, "-ttls"},
+		{[]string{"lab", "--check-gap", "1s", "--quiet"}, 0, "2.325%"},
 		{[]string{"lab", "--nope"}, exitUsage, "flag provided but not defined"},
 		{[]string{"lab", "extra"}, exitUsage, "unexpected argument"},
 		{[]string{"lab", "-h"}, 0, "Usage: fencelock lab"},
