@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register(command{name: "lab", summary: "the c11 lab: why leases need fencing tokens, measured", run: runLab})
+	register(command{name: "lab", summary: "the c11 lab, measured (lab replay: step through lock calls)", run: runLab})
 }
 
 const labUsage = `Usage: fencelock lab [FLAGS]
