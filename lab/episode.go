@@ -84,20 +84,21 @@ type resource struct {
 	writes []write
 }
 
-func (r *resource) write(who string, value int, token uint64) error {
+// write applies one write. A refusal by the fence is an outcome, not a
+// failure, so it comes back as refusal; err is anything else going wrong.
+func (r *resource) write(who string, value int, token uint64) (refusal, err error) {
 	apply := func() error {
 		r.writes = append(r.writes, write{who, value})
 		return nil
 	}
 	if r.guard == nil {
-		return apply()
+		return nil, apply()
 	}
-	return r.guard.Do(episodeKey, token, apply)
-}
-
-// refused reports whether err is the fence saying no, as opposed to a fault.
-func refused(err error) bool {
-	return errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrMissingToken)
+	err = r.guard.Do(episodeKey, token, apply)
+	if errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrMissingToken) {
+		return err, nil
+	}
+	return nil, err
 }
 
 func (e episode) run() (outcome, error) {
@@ -129,11 +130,8 @@ func (e episode) run() (outcome, error) {
 	switch {
 	case err == nil:
 		out.tokenB = b.Token
-		if err := res.write("B", valueB, b.Token); err != nil {
-			if !refused(err) {
-				return out, err
-			}
-			out.errB = err
+		if out.errB, err = res.write("B", valueB, b.Token); err != nil {
+			return out, err
 		}
 	case errors.Is(err, locktable.ErrHeld):
 		// A's lease is still alive: B waits its turn, which here means never.
@@ -145,11 +143,8 @@ func (e episode) run() (outcome, error) {
 		checkPassed = table.IsValidToken(episodeKey, a.Token)
 	}
 	if checkPassed {
-		if err := res.write("A", valueA, a.Token); err != nil {
-			if !refused(err) {
-				return out, err
-			}
-			out.errA = err
+		if out.errA, err = res.write("A", valueA, a.Token); err != nil {
+			return out, err
 		}
 	}
 	return out, nil

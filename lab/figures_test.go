@@ -115,29 +115,9 @@ func TestAssemblyPercentages(t *testing.T) {
 	}
 }
 
-func TestVerifyFiguresMatchPage(t *testing.T) {
-	claims, err := Verify(DefaultConfig(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var details []string
-	for _, c := range claims {
-		details = append(details, c.Detail)
-	}
-	all := strings.Join(details, "\n")
-	for _, want := range []string{
-		"3 of 10", "16.53% of holders are zombies at TTL=1s", "54 ms vs 0.9 ms per op",
-		"710 of 20000 operations run past", "1.7%", "70.8%", "8, 53, 201, 465 of 641",
-	} {
-		if !strings.Contains(all, want) {
-			t.Errorf("verify details lack %q:\n%s", want, all)
-		}
-	}
-}
-
-func TestVerifyFollowsSeedAndCount(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.SizingSeed, cfg.AssemblySeed, cfg.Ops = 99, 99, 5000
+// checkVerifyDetails runs Verify and wants each fragment in some detail.
+func checkVerifyDetails(t *testing.T, cfg Config, wants ...string) {
+	t.Helper()
 	claims, err := Verify(cfg, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -147,12 +127,24 @@ func TestVerifyFollowsSeedAndCount(t *testing.T) {
 		details = append(details, c.Detail)
 	}
 	all := strings.Join(details, "\n")
-	// From the page's --verify with SEED=99 N=5000.
-	for _, want := range []string{"16.34% of holders", "60 ms vs 1.0 ms", "148 of 5000", "0.0% of those", "77.0%"} {
+	for _, want := range wants {
 		if !strings.Contains(all, want) {
 			t.Errorf("verify details lack %q:\n%s", want, all)
 		}
 	}
+}
+
+func TestVerifyFiguresMatchPage(t *testing.T) {
+	checkVerifyDetails(t, DefaultConfig(),
+		"3 of 10", "16.53% of holders are zombies at TTL=1s", "54 ms vs 0.9 ms per op",
+		"710 of 20000 operations run past", "1.7%", "70.8%", "8, 53, 201, 465 of 641")
+}
+
+func TestVerifyFollowsSeedAndCount(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SizingSeed, cfg.AssemblySeed, cfg.Ops = 99, 99, 5000
+	// From the page's --verify with SEED=99 N=5000.
+	checkVerifyDetails(t, cfg, "16.34% of holders", "60 ms vs 1.0 ms", "148 of 5000", "0.0% of those", "77.0%")
 }
 
 // A claim that stops holding must say FAIL: with ten operations nothing
