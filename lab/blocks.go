@@ -138,8 +138,8 @@ func blockLease() (string, error) {
 		return "", err
 	}
 	t.lines("",
-		fmt.Sprintf("Exactly at the TTL (a %s pause) B acquired: %s. The table counts a", secondsLabel(pageTTL), yesNo(edge.bGranted())),
-		"lease as over once now >= expiry, so the edge itself belongs to B.",
+		fmt.Sprintf("Paused for exactly %s, B acquired: %s. The table ends a lease at", secondsLabel(pageTTL), yesNo(edge.bGranted())),
+		"now >= expiry, so the boundary instant already belongs to B.",
 		"",
 		"Past the TTL, B holds the lease by every rule and writes 100. A then",
 		"resumes with no idea that any time went by and writes 200 on top.",
