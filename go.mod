@@ -9,6 +9,7 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	go.etcd.io/bbolt v1.5.0
 	go.uber.org/goleak v1.3.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (

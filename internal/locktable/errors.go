@@ -88,3 +88,10 @@ func validate(key, holder string) error {
 	}
 	return validateHolder(holder)
 }
+
+func validateGrant(key, holder string, now Time, ttl Duration) error {
+	if err := validate(key, holder); err != nil {
+		return err
+	}
+	return validateTTL(now, ttl)
+}

@@ -98,10 +98,7 @@ func (t *Table) Len() int { return len(t.entries) }
 // expired, or holder already holds it (a renewal, which issues a new token).
 // A refusal returns a *HeldError and changes nothing.
 func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, error) {
-	if err := validate(key, holder); err != nil {
-		return Lease{}, err
-	}
-	if err := validateTTL(now, ttl); err != nil {
+	if err := validateGrant(key, holder, now, ttl); err != nil {
 		return Lease{}, err
 	}
 	t.see(now)
@@ -125,10 +122,7 @@ func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, erro
 // released or expires. A waiter leaves the queue at now >= deadline; a
 // deadline that has already passed refuses at once with a *HeldError.
 func (t *Table) Wait(key, holder string, now Time, ttl Duration, deadline Time) (Lease, bool, error) {
-	if err := validate(key, holder); err != nil {
-		return Lease{}, false, err
-	}
-	if err := validateTTL(now, ttl); err != nil {
+	if err := validateGrant(key, holder, now, ttl); err != nil {
 		return Lease{}, false, err
 	}
 	t.see(now)
@@ -187,6 +181,7 @@ func (t *Table) Release(key, holder string, now Time) (bool, error) {
 	}
 	t.settle(e, now)
 	if !e.held || !e.lease.Alive(now) || e.lease.Holder != holder {
+		t.tidy(e) // settle may have emptied it
 		return false, nil
 	}
 	t.emit(Event{Kind: EventReleased, Key: key, Holder: holder, Token: e.lease.Token, At: now, Since: e.lease.Granted, Expiry: e.lease.Expiry})
@@ -211,10 +206,7 @@ func (t *Table) ReleaseToken(key, holder string, token uint64, now Time) (bool, 
 // now+ttl, keeping its token: a keep-alive. Anything else returns ErrNotHeld
 // and changes nothing.
 func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration) (Lease, error) {
-	if err := validate(key, holder); err != nil {
-		return Lease{}, err
-	}
-	if err := validateTTL(now, ttl); err != nil {
+	if err := validateGrant(key, holder, now, ttl); err != nil {
 		return Lease{}, err
 	}
 	t.see(now)
@@ -224,6 +216,7 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 	}
 	t.settle(e, now)
 	if !e.held || !e.lease.Alive(now) || e.lease.Holder != holder || e.lease.Token != token {
+		t.tidy(e) // settle may have emptied it
 		return Lease{}, ErrNotHeld
 	}
 	e.lease.Expiry = now + Time(ttl)

@@ -1,0 +1,24 @@
+// Package fence is the resource side of fencing: the check that makes a
+// fencing token worth having.
+//
+// A lock service can only promise that it never grants two live leases on one
+// key. It cannot stop a holder that was paused past its lease from waking up
+// and writing. The protected resource can: it remembers the highest token it
+// has honoured and refuses anything older. A Guard does exactly that, per
+// resource name:
+//
+//   - a request without a token is refused (ErrMissingToken): an unfenced
+//     code path protects nothing and must fail loudly;
+//   - a token lower than the highest honoured one is refused
+//     (*StaleTokenError, which matches ErrStaleToken);
+//   - an equal token is accepted, so one grant may write many times;
+//   - a higher token is accepted and becomes the new highest.
+//
+// The comparison and the write happen together under the resource's lock
+// (Guard.Do). Checking first and writing afterwards, anywhere outside the
+// resource, leaves a window in which a newer holder can slip in between; that
+// window is the bug fencing exists to close.
+//
+// Middleware applies a Guard to an HTTP handler using the Fencing-Token
+// request header.
+package fence
