@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -440,4 +441,31 @@ func checkInvariants(t *testing.T, addr string, grants []*grantRecord, answered 
 		t.Fatalf("token %d issued twice", token(r))
 	}
 	answered[token(r)] = probe + "/probe"
+}
+
+func TestBenchAgainstProcess(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))
+	p.waitReady(addr)
+	for _, mode := range []string{"uncontended", "contended"} {
+		out, err := exec.Command(binary, "bench", "--addr", addr, "--mode", mode, "--clients", "4", "--duration", "300ms").Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", mode, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if last := lines[len(lines)-1]; !regexp.MustCompile(`^cycles/s=[1-9]\d* p50=\S+ p99=\S+$`).MatchString(last) {
+			t.Fatalf("%s: last line %q", mode, last)
+		}
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.exitCode(); code != 0 {
+		t.Fatalf("exit status %d", code)
+	}
+	// Unreachable server: exit status 3.
+	err := exec.Command(binary, "bench", "--addr", addr, "--duration", "100ms").Run()
+	var xe *exec.ExitError
+	if !errors.As(err, &xe) || xe.ExitCode() != 3 {
+		t.Fatalf("bench against a stopped server: %v, want exit status 3", err)
+	}
 }
