@@ -271,7 +271,7 @@ func (s *Server) lockOf(e *entry, now time.Time) client.Lock {
 }
 
 func (s *Server) held(w http.ResponseWriter, e *entry, now time.Time) {
-	fail(w, wireErr{Error: "held by " + e.holder, Code: "held", Holder: e.holder, RemainingMS: e.expiry.Sub(now).Milliseconds()})
+	fail(w, wireErr{Error: "held by another holder", Code: "held", Holder: e.holder, RemainingMS: e.expiry.Sub(now).Milliseconds()})
 }
 
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
