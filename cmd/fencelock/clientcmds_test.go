@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -14,7 +13,8 @@ import (
 // status, stdout and stderr.
 func runClientCLI(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	// syncBuffer: lock's CMD writes to the same streams from its own goroutine.
+	var out, errb syncBuffer
 	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return environ[k] }}
 	code := exitCode(e, run(context.Background(), e, args))
 	return code, out.String(), errb.String()
