@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -229,5 +230,18 @@ func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
 	a := ts2.post("/v1/acquire", `{"key":"new","holder":"h","ttl_ms":1000}`)
 	if num(a, "token") <= slices.Max(tokens) {
 		t.Fatalf("token %d after restart, not above %d", num(a, "token"), slices.Max(tokens))
+	}
+}
+
+func TestDataDirInUseFailsFast(t *testing.T) {
+	dir := t.TempDir()
+	startServer(t, fastConfig(dir))
+	s, err := New(fastConfig(dir))
+	if err == nil {
+		s.Close()
+		t.Fatal("a second server opened a data directory in use")
+	}
+	if !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("error %q does not say the directory is in use", err)
 	}
 }
