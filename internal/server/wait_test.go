@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -106,6 +108,12 @@ func TestWaitGrantedWhenLeaseExpires(t *testing.T) {
 	a := ts.post("/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":60000}`)
 	if a.status != 200 || a.body["holder"] != "b" || num(a, "token") != 2 {
 		t.Fatalf("wait across expiry: %d %v", a.status, a.body)
+	}
+	if got := testutil.ToFloat64(ts.metrics.leaseEnds.WithLabelValues("expired")); got != 1 {
+		t.Fatalf("expired leases counted %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(ts.metrics.grants.WithLabelValues("true")); got != 1 {
+		t.Fatalf("hand-off grants counted %v, want 1", got)
 	}
 }
 
@@ -211,7 +219,14 @@ func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
 	before := ts.fsm.Now()
 	ts.stop()
 
+	restarted := time.Now()
 	ts2 := startServer(t, cfg)
+	// Cluster time resumes from the last applied time: it moved forward by
+	// at most this process's own run time, not by the downtime.
+	now2, _ := ts2.clock.now()
+	if ran := time.Since(restarted); now2 < before || now2-before > locktable.Time(ran) {
+		t.Fatalf("cluster time %d after restart; before %d, process ran %s", now2, before, ran)
+	}
 	if w := ts2.fsm.Waiters("k0"); len(w) != 0 {
 		t.Fatalf("orphan waiter survived the restart: %v", w)
 	}
