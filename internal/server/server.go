@@ -224,6 +224,9 @@ func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: unexpected apply response %T", ErrUnavailable, f.Response())
 	}
+	if res.Duplicate {
+		s.metrics.retries.Inc()
+	}
 	return res, nil
 }
 
