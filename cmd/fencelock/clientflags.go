@@ -20,13 +20,15 @@ type clientFlags struct {
 	timeout time.Duration
 }
 
-const clientFlagsUsage = `
+const commonFlagsUsage = `
 Common flags (accepted before or after the arguments):
   --addr ADDRS     server address host:port, or a comma-separated list of
                    cluster nodes (env FENCELOCK_ADDR; default ` + client.DefaultAddr + `)
   --json           print the answer as JSON (the API's shapes)
   --timeout D      how long to wait for an answer, on top of any --wait (default 10s)
+`
 
+const clientFlagsUsage = commonFlagsUsage + `
 Exit status: 0 yes; 1 no (held by another, not released, token not
 current, no such lock); 2 bad usage or input; 3 the server cannot be
 reached or cannot serve.

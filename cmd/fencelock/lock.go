@@ -59,7 +59,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	holder := fs.String("holder", e.getenv("FENCELOCK_HOLDER"), "holder `name` (env FENCELOCK_HOLDER; default hostname-pid-random)")
 	ttl := fs.Duration("ttl", client.DefaultTTL, "lease `TTL`, 100ms to 24h")
 	wait := fs.Duration("wait", 0, "wait in the queue up to `D` (0: try once)")
-	usage := lockUsage + clientFlagsUsage
+	usage := lockUsage + commonFlagsUsage + "  (lock --json writes the granted lease as one JSON line on stderr;\n   stdout belongs to CMD)\n"
 
 	var pos, argv []string
 	dash := -1
@@ -109,6 +109,12 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait)
 	if err != nil {
 		return clientFail("lock "+key, err)
+	}
+	if cf.json {
+		if err := writeJSON(e.stderr, lease.Lock()); err != nil {
+			_ = lease.Release(context.WithoutCancel(ctx))
+			return err
+		}
 	}
 	return runUnderLease(ctx, e, cf, lease, argv)
 }

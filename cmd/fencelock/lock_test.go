@@ -28,6 +28,9 @@ func TestLockPassesStatusAndEnv(t *testing.T) {
 	if code, _, _ := runClientCLI(t, envs, "lock", "jobs/x", "--", "true"); code != 0 {
 		t.Fatalf("lock -- true: exit %d", code)
 	}
+	if code, out, errs := runClientCLI(t, envs, "lock", "jobs/x", "--json", "--holder", "h2", "--", "echo", "hi"); code != 0 || out != "hi\n" || !strings.HasPrefix(errs, `{"key":"jobs/x","holder":"h2","token":3,`) {
+		t.Fatalf("lock --json: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 	// Without "--", flags go before KEY and the rest is CMD, flags and all.
 	if code, out, _ := runClientCLI(t, envs, "lock", "--ttl", "5s", "jobs/x", "echo", "--ttl"); code != 0 || out != "--ttl\n" {
 		t.Fatalf("lock without --: exit %d, stdout %q", code, out)
