@@ -38,6 +38,11 @@
 // ErrUnreachable. *APIError carries the details (the holder in the way, the
 // field that was invalid).
 //
+// Defaults: TTL DefaultTTL (10s); holder DefaultHolder() (hostname-pid-
+// random, new per lease); Acquire waits until ctx ends unless WithWait; an
+// extension attempt gives up after TTL/6 and is retried about TTL/15 later;
+// plain calls retry 4 times with jittered back-off from 50ms to 1s.
+//
 // A Client takes several addresses: it moves to the next one when a node
 // cannot be reached, retries with jittered back-off, and follows a node that
 // answers not_leader with the leader's address. Writes carry a request_id so
