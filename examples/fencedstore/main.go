@@ -64,7 +64,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return &exitError{2, errors.New("no command\n" + usage)}
+		return &exitError{2, fmt.Errorf("no command (run 'fencedstore help')")}
 	}
 	switch args[0] {
 	case "serve":
@@ -77,5 +77,5 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return &exitError{2, fmt.Errorf("unknown command %q\n%s", args[0], usage)}
+	return &exitError{2, fmt.Errorf("unknown command %q (run 'fencedstore help')", args[0])}
 }

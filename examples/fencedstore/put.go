@@ -37,7 +37,7 @@ func runPut(ctx context.Context, args []string, stdout io.Writer) error {
 		return &exitError{2, fmt.Errorf("put: %v", err)}
 	}
 	if len(pos) != 2 {
-		return &exitError{2, fmt.Errorf("put: want URL VALUE\n%s", usage)}
+		return &exitError{2, fmt.Errorf("put: want URL VALUE (run 'fencedstore help')")}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, pos[0], strings.NewReader(pos[1]))
 	if err != nil {
@@ -51,7 +51,7 @@ func runPut(ctx context.Context, args []string, stdout io.Writer) error {
 
 func runGet(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) != 1 {
-		return &exitError{2, fmt.Errorf("get: want URL\n%s", usage)}
+		return &exitError{2, fmt.Errorf("get: want URL (run 'fencedstore help')")}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[0], nil)
 	if err != nil {
