@@ -118,8 +118,11 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Bounds a slow request body. It does not cut long waits: the
+		// server clears the read deadline once the body has been read.
+		ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
