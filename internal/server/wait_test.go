@@ -194,6 +194,12 @@ func TestShutdownEndsWaiters(t *testing.T) {
 	if a := ts.get("/readyz"); a.status != 503 {
 		t.Fatalf("readyz while shutting down: %d", a.status)
 	}
+	if a := ts.post("/v1/acquire", `{"key":"z","holder":"a","ttl_ms":1000}`); a.status != 503 || a.body["code"] != "unavailable" {
+		t.Fatalf("write while shutting down: %d %v", a.status, a.body)
+	}
+	if a := ts.get("/v1/lock?key=k"); a.status != 200 {
+		t.Fatalf("reads go on while in-flight requests drain: %d %v", a.status, a.body)
+	}
 }
 
 func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
