@@ -44,16 +44,13 @@ func runAcquire(ctx context.Context, e *env, args []string) error {
 	if err := positiveDuration("acquire", "wait", *wait, true); err != nil {
 		return err
 	}
-	c, err := cf.client()
+	var lk client.Lock
+	err = cf.call(ctx, *wait, "acquire "+pos[0], func(ctx context.Context, c *client.Client) (err error) {
+		lk, err = c.Grant(ctx, pos[0], *holder, *ttl, *wait)
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := cf.callContext(ctx, *wait)
-	defer cancel()
-	lk, err := c.Grant(cctx, pos[0], *holder, *ttl, *wait)
-	if err != nil {
-		return clientFail("acquire "+pos[0], err)
 	}
 	if cf.json {
 		return writeJSON(e.stdout, lk)

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+
+	"github.com/fencelock/fencelock/client"
 )
 
 func init() {
@@ -30,16 +32,13 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := cf.client()
+	var valid bool
+	err = cf.call(ctx, 0, "check "+pos[0], func(ctx context.Context, c *client.Client) (err error) {
+		valid, err = c.Check(ctx, pos[0], token)
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := cf.callContext(ctx, 0)
-	defer cancel()
-	valid, err := c.Check(cctx, pos[0], token)
-	if err != nil {
-		return clientFail("check "+pos[0], err)
 	}
 	if cf.json {
 		err = writeJSON(e.stdout, map[string]any{"key": pos[0], "token": token, "valid": valid})

@@ -117,6 +117,23 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	return c, nil
 }
 
+// call runs fn with a client for the flags' addresses and a context bounded
+// by the answer timeout plus wait, and turns fn's error into the command's
+// exit status with what as the start of the message.
+func (cf *clientFlags) call(ctx context.Context, wait time.Duration, what string, fn func(context.Context, *client.Client) error) error {
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cctx, cancel := cf.callContext(ctx, wait)
+	defer cancel()
+	if err := fn(cctx, c); err != nil {
+		return clientFail(what, err)
+	}
+	return nil
+}
+
 // callContext bounds one command's calls: the answer timeout plus any wait.
 func (cf *clientFlags) callContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, cf.timeout+wait)

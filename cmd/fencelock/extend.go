@@ -40,16 +40,13 @@ func runExtend(ctx context.Context, e *env, args []string) error {
 	if err := positiveDuration("extend", "ttl", *ttl, false); err != nil {
 		return err
 	}
-	c, err := cf.client()
+	var lk client.Lock
+	err = cf.call(ctx, 0, "extend "+pos[0], func(ctx context.Context, c *client.Client) (err error) {
+		lk, err = c.Extend(ctx, pos[0], *holder, token, *ttl)
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := cf.callContext(ctx, 0)
-	defer cancel()
-	lk, err := c.Extend(cctx, pos[0], *holder, token, *ttl)
-	if err != nil {
-		return clientFail("extend "+pos[0], err)
 	}
 	if cf.json {
 		return writeJSON(e.stdout, lk)

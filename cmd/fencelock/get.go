@@ -29,16 +29,13 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if err := wantArgs(fs, pos, 1, 1, "KEY"); err != nil {
 		return err
 	}
-	c, err := cf.client()
+	var lk client.Lock
+	err = cf.call(ctx, 0, "get "+pos[0], func(ctx context.Context, c *client.Client) (err error) {
+		lk, err = c.Get(ctx, pos[0])
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := cf.callContext(ctx, 0)
-	defer cancel()
-	lk, err := c.Get(cctx, pos[0])
-	if err != nil {
-		return clientFail("get "+pos[0], err)
 	}
 	if cf.json {
 		return writeJSON(e.stdout, lk)

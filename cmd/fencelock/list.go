@@ -33,16 +33,13 @@ func runList(ctx context.Context, e *env, args []string) error {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	c, err := cf.client()
+	var locks []client.Lock
+	err = cf.call(ctx, 0, "list", func(ctx context.Context, c *client.Client) (err error) {
+		locks, err = c.List(ctx, prefix, *limit)
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := cf.callContext(ctx, 0)
-	defer cancel()
-	locks, err := c.List(cctx, prefix, *limit)
-	if err != nil {
-		return clientFail("list", err)
 	}
 	if cf.json {
 		return writeJSON(e.stdout, map[string][]client.Lock{"locks": locks})

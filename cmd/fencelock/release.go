@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+
+	"github.com/fencelock/fencelock/client"
 )
 
 func init() {
@@ -31,16 +33,13 @@ func runRelease(ctx context.Context, e *env, args []string) error {
 	if *holder == "" {
 		return usageError("release: --holder is required (or set FENCELOCK_HOLDER)")
 	}
-	c, err := cf.client()
+	var ok bool
+	err = cf.call(ctx, 0, "release "+pos[0], func(ctx context.Context, c *client.Client) (err error) {
+		ok, err = c.Release(ctx, pos[0], *holder, *token)
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	cctx, cancel := cf.callContext(ctx, 0)
-	defer cancel()
-	ok, err := c.Release(cctx, pos[0], *holder, *token)
-	if err != nil {
-		return clientFail("release "+pos[0], err)
 	}
 	if cf.json {
 		if err := writeJSON(e.stdout, map[string]any{"key": pos[0], "holder": *holder, "released": ok}); err != nil {
