@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -216,7 +216,6 @@ func (l *flLease) Unlock(ctx context.Context) error {
 	}
 	return nil
 }
-
 
 func (s *flSystem) addr() string { return s.o.Addr }
 

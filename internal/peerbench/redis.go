@@ -157,7 +157,6 @@ func (l *redisLease) Unlock(ctx context.Context) error {
 	return nil
 }
 
-
 func (s *redisSystem) addr() string { return s.o.Addr }
 
 // SnapshotBytes writes an RDB with SAVE and returns its size: the compact

@@ -43,7 +43,7 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 	defer releaseAll(ctx, held)
 	if err := errors.Join(errs...); err != nil {
 		if errors.Is(err, ErrNotSupported) {
-			res.Skipped = "no per-lock lease to extend: " + err.Error()
+			res.Skipped = firstErr(errs).Error()
 			return res, nil
 		}
 		return res, fmt.Errorf("peerbench: %s: w3 hold: %w", sys.Name(), err)
@@ -52,12 +52,14 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 		return res, err
 	}
 	setup := time.Since(setupStart)
-	if setup > p.W3TTL/2 {
-		return res, fmt.Errorf("peerbench: %s: w3: taking %d leases took %v, more than TTL/2 (%v): the first leases could lapse before their first extend; raise the TTL",
-			sys.Name(), p.W3Leases, setup.Round(time.Millisecond), p.W3TTL/2)
+	period := p.W3TTL / 3
+	// Every lease's first extend is due within one period of the end of the
+	// setup, so the earliest lease lives long enough iff setup+period < TTL.
+	if setup+period >= p.W3TTL-time.Second {
+		return res, fmt.Errorf("peerbench: %s: w3: taking %d leases took %v; with TTL %v the first could lapse before its first extend: raise --w3-ttl",
+			sys.Name(), p.W3Leases, setup.Round(time.Millisecond), p.W3TTL)
 	}
 
-	period := p.W3TTL / 3
 	start := time.Now()
 	from, end := start.Add(p.Warmup), start.Add(p.Warmup+p.Duration)
 	recs := make([]*recorder, len(cs))
@@ -132,4 +134,13 @@ func releaseAll(ctx context.Context, held [][]Lease) {
 		})
 	}
 	wg.Wait()
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -73,7 +73,7 @@ func runW4(ctx context.Context, sys System, p Params) (Result, error) {
 	defer releaseAll(context.WithoutCancel(ctx), held)
 	if err := errors.Join(errs...); err != nil {
 		if errors.Is(err, ErrNotSupported) {
-			res.Skipped = "no per-lock lease: " + err.Error()
+			res.Skipped = firstErr(errs).Error()
 			return res, nil
 		}
 		return res, fmt.Errorf("peerbench: %s: w4 hold: %w", sys.Name(), err)

@@ -235,4 +235,3 @@ func (l *zkLease) Unlock(ctx context.Context) error {
 	}
 	return nil
 }
-
