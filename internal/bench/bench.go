@@ -1,0 +1,262 @@
+// Package bench generates acquire+release load against a running fencelock
+// server over HTTP and measures cycles per second and cycle latency.
+//
+// It speaks the wire API directly (docs/API.md) with one tuned, shared
+// http.Client, so it measures the server, not a client library.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Modes.
+const (
+	// Uncontended: every client cycles on keys of its own.
+	Uncontended = "uncontended"
+	// Contended: every client waits on one key; each cycle is a FIFO
+	// hand-off from the previous holder.
+	Contended = "contended"
+)
+
+// Config says what load to generate. Zero fields take the defaults below.
+type Config struct {
+	Addr     string        // host:port of the server
+	Mode     string        // Uncontended or Contended
+	Clients  int           // concurrent clients (default 8)
+	Duration time.Duration // how long to run (default 10s)
+	TTL      time.Duration // lease TTL (default 10s)
+	Prefix   string        // key prefix (default bench/<pid>-<time>)
+}
+
+// Result is what a run measured. Latency is one full cycle: from sending
+// the acquire to the release's answer (in contended mode it includes the
+// time queued).
+type Result struct {
+	Mode     string
+	Clients  int
+	Cycles   int
+	Errors   int
+	Elapsed  time.Duration
+	P50, P99 time.Duration
+	Max      time.Duration
+}
+
+// PerSecond is completed cycles per second of the run.
+func (r Result) PerSecond() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Cycles) / r.Elapsed.Seconds()
+}
+
+// Summary is the last line the bench command prints.
+func (r Result) Summary() string {
+	return fmt.Sprintf("cycles/s=%.0f p50=%s p99=%s", r.PerSecond(), round(r.P50), round(r.P99))
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+// ErrUnreachable: no request reached the server.
+var ErrUnreachable = errors.New("bench: server unreachable")
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Mode == "" {
+		c.Mode = Uncontended
+	}
+	if c.Mode != Uncontended && c.Mode != Contended {
+		return c, fmt.Errorf("bench: mode %q: want %s or %s", c.Mode, Uncontended, Contended)
+	}
+	if c.Clients == 0 {
+		c.Clients = 8
+	}
+	if c.Duration == 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.TTL == 0 {
+		c.TTL = 10 * time.Second
+	}
+	if c.Clients < 1 || c.Duration < 0 || c.TTL < 100*time.Millisecond {
+		return c, fmt.Errorf("bench: need clients >= 1, duration >= 0, ttl >= 100ms")
+	}
+	if c.Prefix == "" {
+		c.Prefix = fmt.Sprintf("bench/%d-%d", os.Getpid(), time.Now().UnixNano())
+	}
+	return c, nil
+}
+
+// Run generates load until cfg.Duration has passed or ctx ends.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	transport := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        cfg.Clients * 2,
+		MaxIdleConnsPerHost: cfg.Clients * 2,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+	defer transport.CloseIdleConnections()
+	b := &bench{cfg: cfg, http: &http.Client{Transport: transport}, base: "http://" + cfg.Addr}
+
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		lat      []time.Duration
+		errs     int
+		reached  bool
+		firstErr error
+	)
+	start := time.Now()
+	for i := range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine, nerr, ok, err := b.client(runCtx, i)
+			mu.Lock()
+			defer mu.Unlock()
+			lat = append(lat, mine...)
+			errs += nerr
+			reached = reached || ok
+			if firstErr == nil {
+				firstErr = err
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if !reached {
+		return Result{}, fmt.Errorf("%w at %s: %v", ErrUnreachable, cfg.Addr, firstErr)
+	}
+	slices.Sort(lat)
+	r := Result{Mode: cfg.Mode, Clients: cfg.Clients, Cycles: len(lat), Errors: errs, Elapsed: elapsed}
+	if n := len(lat); n > 0 {
+		r.P50 = lat[n*50/100]
+		r.P99 = lat[min(n-1, n*99/100)]
+		r.Max = lat[n-1]
+	}
+	return r, nil
+}
+
+type bench struct {
+	cfg  Config
+	http *http.Client
+	base string
+}
+
+type leaseAnswer struct {
+	Token uint64 `json:"token"`
+	Code  string `json:"code"`
+	Error string `json:"error"`
+}
+
+// client runs cycles until ctx ends. It reports the latency of each
+// completed cycle, the number of failed calls, whether any call reached
+// the server, and the first transport error.
+func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs int, reached bool, firstErr error) {
+	holder := fmt.Sprintf("%s/client-%d", b.cfg.Prefix, id)
+	ttlMs := b.cfg.TTL.Milliseconds()
+	waitMs := int64(0)
+	if b.cfg.Mode == Contended {
+		waitMs = min(max(b.cfg.Duration.Milliseconds()*2, 1000), time.Hour.Milliseconds())
+	}
+	for i := 0; ctx.Err() == nil; i++ {
+		key := b.cfg.Prefix + "/shared"
+		if b.cfg.Mode == Uncontended {
+			key = b.cfg.Prefix + "/" + strconv.Itoa(id) + "/" + strconv.Itoa(i%64)
+		}
+		start := time.Now()
+		var got leaseAnswer
+		status, err := b.post(ctx, "/v1/acquire", map[string]any{
+			"key": key, "holder": holder, "ttl_ms": ttlMs, "wait_ms": waitMs,
+		}, &got)
+		if err != nil {
+			if ctx.Err() != nil {
+				return lat, errs, reached, firstErr
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			errs++
+			if !reached {
+				return lat, errs, reached, firstErr
+			}
+			continue
+		}
+		reached = true
+		if status != http.StatusOK {
+			errs++
+			continue
+		}
+		// Release even when the run is over, so the key is not left held;
+		// a cycle counts only if it completed within the run.
+		relCtx := ctx
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			relCtx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+		}
+		var rel struct {
+			Released bool `json:"released"`
+		}
+		status, err = b.post(relCtx, "/v1/release", map[string]any{"key": key, "holder": holder, "token": got.Token}, &rel)
+		if err != nil || status != http.StatusOK || !rel.Released {
+			if ctx.Err() == nil {
+				errs++
+			}
+			continue
+		}
+		if ctx.Err() == nil {
+			lat = append(lat, time.Since(start))
+		}
+	}
+	return lat, errs, reached, firstErr
+}
+
+func (b *bench) post(ctx context.Context, path string, body, out any) (int, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.base+path, bytes.NewReader(data))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return resp.StatusCode, fmt.Errorf("bench: %s answered %d %q", path, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, nil
+}

@@ -1,0 +1,65 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock/internal/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestRunBothModes(t *testing.T) {
+	s, err := server.New(server.Config{HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond, LeaderLeaseTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() {
+		s.BeginShutdown()
+		hs.Close()
+		s.Close()
+	}()
+	addr := strings.TrimPrefix(hs.URL, "http://")
+	line := regexp.MustCompile(`^cycles/s=\d+ p50=\S+ p99=\S+$`)
+	for _, mode := range []string{Uncontended, Contended} {
+		r, err := Run(context.Background(), Config{Addr: addr, Mode: mode, Clients: 4, Duration: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if r.Cycles == 0 || r.Errors != 0 || r.P50 <= 0 || r.P99 < r.P50 {
+			t.Fatalf("%s: %+v", mode, r)
+		}
+		if !line.MatchString(r.Summary()) {
+			t.Fatalf("summary %q", r.Summary())
+		}
+	}
+}
+
+func TestRunUnreachable(t *testing.T) {
+	hs := httptest.NewServer(nil)
+	addr := strings.TrimPrefix(hs.URL, "http://")
+	hs.Close()
+	_, err := Run(context.Background(), Config{Addr: addr, Clients: 2, Duration: time.Second})
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("err = %v, want ErrUnreachable", err)
+	}
+}
+
+func TestConfigRefusesBadMode(t *testing.T) {
+	if _, err := Run(context.Background(), Config{Mode: "sideways"}); err == nil {
+		t.Fatal("bad mode accepted")
+	}
+}

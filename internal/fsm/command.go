@@ -1,0 +1,272 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// Op is a command's type: the first byte of its encoding.
+type Op uint8
+
+// The command types. Values are part of the log format: never renumber.
+const (
+	OpAcquire     Op = 1 // Key, Holder, TTL
+	OpWait        Op = 2 // Key, Holder, TTL, Deadline
+	OpCancelWait  Op = 3 // Key, Holder
+	OpRelease     Op = 4 // Key, Holder, Token (0: any token)
+	OpExtend      Op = 5 // Key, Holder, Token, TTL
+	OpExtendBatch Op = 6 // Holder, TTL, Items{Key, Token}
+	OpRenew       Op = 7 // Key, Holder, TTL
+	OpTick        Op = 8 // only Now
+	OpCancelWaits Op = 9 // Items{Key, Holder}
+	opLimit       Op = 10
+)
+
+var opNames = [...]string{
+	OpAcquire: "acquire", OpWait: "wait", OpCancelWait: "cancel-wait",
+	OpRelease: "release", OpExtend: "extend", OpExtendBatch: "extend-batch",
+	OpRenew: "renew", OpTick: "tick", OpCancelWaits: "cancel-waits",
+}
+
+func (o Op) String() string {
+	if o > 0 && o < opLimit {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Limits of the encoding. They bound what a decoder allocates.
+const (
+	MaxRequestIDLen = 64
+	MaxBatch        = 1000 // items in OpExtendBatch or OpCancelWaits
+)
+
+// ErrBadCommand: a log entry could not be decoded.
+var ErrBadCommand = errors.New("fsm: bad command")
+
+// Item is one element of a batch: (Key, Token) for OpExtendBatch, (Key,
+// Holder) for OpCancelWaits.
+type Item struct {
+	Key    string
+	Holder string
+	Token  uint64
+}
+
+// Command is one proposal. Which fields matter depends on Op (see the
+// constants); the others must be zero, and Encode leaves them out.
+type Command struct {
+	Op        Op
+	RequestID string         // optional; lets a retry be recognised (reserved)
+	Now       locktable.Time // cluster time, stamped by the leader
+	Key       string
+	Holder    string
+	Token     uint64
+	TTL       locktable.Duration
+	Deadline  locktable.Time
+	Items     []Item
+}
+
+// Encoding, after the op byte, all integers varints:
+//
+//	string request id | varint now | the op's fields in the order listed
+//	at its constant; a string is uvarint length then bytes; Items is a
+//	uvarint count then each item's two fields.
+
+// Encode appends nothing it cannot decode: it refuses commands whose strings
+// or batches exceed the limits.
+func Encode(c Command) ([]byte, error) {
+	if c.Op == 0 || c.Op >= opLimit {
+		return nil, fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
+	}
+	if len(c.RequestID) > MaxRequestIDLen {
+		return nil, fmt.Errorf("%w: request id of %d bytes", ErrBadCommand, len(c.RequestID))
+	}
+	if len(c.Key) > locktable.MaxKeyLen || len(c.Holder) > locktable.MaxHolderLen {
+		return nil, fmt.Errorf("%w: key or holder too long", ErrBadCommand)
+	}
+	if len(c.Items) > MaxBatch {
+		return nil, fmt.Errorf("%w: %d items", ErrBadCommand, len(c.Items))
+	}
+	b := make([]byte, 0, 24+len(c.RequestID)+len(c.Key)+len(c.Holder)+len(c.Items)*24)
+	b = append(b, byte(c.Op))
+	b = appendString(b, c.RequestID)
+	b = binary.AppendVarint(b, int64(c.Now))
+	switch c.Op {
+	case OpAcquire, OpRenew:
+		b = appendString(b, c.Key)
+		b = appendString(b, c.Holder)
+		b = binary.AppendVarint(b, int64(c.TTL))
+	case OpWait:
+		b = appendString(b, c.Key)
+		b = appendString(b, c.Holder)
+		b = binary.AppendVarint(b, int64(c.TTL))
+		b = binary.AppendVarint(b, int64(c.Deadline))
+	case OpCancelWait:
+		b = appendString(b, c.Key)
+		b = appendString(b, c.Holder)
+	case OpRelease:
+		b = appendString(b, c.Key)
+		b = appendString(b, c.Holder)
+		b = binary.AppendUvarint(b, c.Token)
+	case OpExtend:
+		b = appendString(b, c.Key)
+		b = appendString(b, c.Holder)
+		b = binary.AppendUvarint(b, c.Token)
+		b = binary.AppendVarint(b, int64(c.TTL))
+	case OpExtendBatch:
+		b = appendString(b, c.Holder)
+		b = binary.AppendVarint(b, int64(c.TTL))
+		b = binary.AppendUvarint(b, uint64(len(c.Items)))
+		for _, it := range c.Items {
+			if len(it.Key) > locktable.MaxKeyLen {
+				return nil, fmt.Errorf("%w: key too long", ErrBadCommand)
+			}
+			b = appendString(b, it.Key)
+			b = binary.AppendUvarint(b, it.Token)
+		}
+	case OpTick:
+	case OpCancelWaits:
+		b = binary.AppendUvarint(b, uint64(len(c.Items)))
+		for _, it := range c.Items {
+			if len(it.Key) > locktable.MaxKeyLen || len(it.Holder) > locktable.MaxHolderLen {
+				return nil, fmt.Errorf("%w: key or holder too long", ErrBadCommand)
+			}
+			b = appendString(b, it.Key)
+			b = appendString(b, it.Holder)
+		}
+	}
+	return b, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// Decode parses an entry made by Encode. Any other input is refused with an
+// error matching ErrBadCommand; Decode never panics and allocates at most
+// in proportion to len(data).
+func Decode(data []byte) (Command, error) {
+	if len(data) == 0 {
+		return Command{}, fmt.Errorf("%w: empty", ErrBadCommand)
+	}
+	c := Command{Op: Op(data[0])}
+	if c.Op == 0 || c.Op >= opLimit {
+		return Command{}, fmt.Errorf("%w: unknown op %d", ErrBadCommand, data[0])
+	}
+	d := reader{b: data[1:]}
+	c.RequestID = d.string(MaxRequestIDLen)
+	c.Now = locktable.Time(d.varint())
+	switch c.Op {
+	case OpAcquire, OpRenew:
+		c.Key = d.string(locktable.MaxKeyLen)
+		c.Holder = d.string(locktable.MaxHolderLen)
+		c.TTL = locktable.Duration(d.varint())
+	case OpWait:
+		c.Key = d.string(locktable.MaxKeyLen)
+		c.Holder = d.string(locktable.MaxHolderLen)
+		c.TTL = locktable.Duration(d.varint())
+		c.Deadline = locktable.Time(d.varint())
+	case OpCancelWait:
+		c.Key = d.string(locktable.MaxKeyLen)
+		c.Holder = d.string(locktable.MaxHolderLen)
+	case OpRelease:
+		c.Key = d.string(locktable.MaxKeyLen)
+		c.Holder = d.string(locktable.MaxHolderLen)
+		c.Token = d.uvarint()
+	case OpExtend:
+		c.Key = d.string(locktable.MaxKeyLen)
+		c.Holder = d.string(locktable.MaxHolderLen)
+		c.Token = d.uvarint()
+		c.TTL = locktable.Duration(d.varint())
+	case OpExtendBatch:
+		c.Holder = d.string(locktable.MaxHolderLen)
+		c.TTL = locktable.Duration(d.varint())
+		n := d.count()
+		for i := 0; i < n && d.err == nil; i++ {
+			c.Items = append(c.Items, Item{Key: d.string(locktable.MaxKeyLen), Token: d.uvarint()})
+		}
+	case OpTick:
+	case OpCancelWaits:
+		n := d.count()
+		for i := 0; i < n && d.err == nil; i++ {
+			c.Items = append(c.Items, Item{Key: d.string(locktable.MaxKeyLen), Holder: d.string(locktable.MaxHolderLen)})
+		}
+	}
+	if d.err != nil {
+		return Command{}, d.err
+	}
+	if len(d.b) != 0 {
+		return Command{}, fmt.Errorf("%w: %d trailing bytes", ErrBadCommand, len(d.b))
+	}
+	return c, nil
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", ErrBadCommand, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad uvarint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) string(limit int) string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(limit) || n > uint64(len(r.b)) {
+		r.fail("string of %d bytes", n)
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// count reads a batch length, refusing one that the remaining bytes cannot
+// hold (each item takes at least 2 bytes) so a forged count allocates
+// nothing.
+func (r *reader) count() int {
+	n := r.uvarint()
+	if r.err != nil {
+		return 0
+	}
+	if n > MaxBatch || n > uint64(len(r.b))/2 {
+		r.fail("batch of %d items", n)
+		return 0
+	}
+	return int(n)
+}

@@ -1,0 +1,112 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+var sampleCommands = []Command{
+	{Op: OpAcquire, Now: 5, Key: "k", Holder: "h", TTL: 10},
+	{Op: OpAcquire, RequestID: "req-1", Now: -3, Key: "a/b", Holder: "alice", TTL: locktable.Second},
+	{Op: OpRenew, Now: 7, Key: "k", Holder: "h", TTL: 20},
+	{Op: OpWait, Now: 1, Key: "k", Holder: "h", TTL: 10, Deadline: 99},
+	{Op: OpCancelWait, Now: 2, Key: "k", Holder: "h"},
+	{Op: OpRelease, Now: 3, Key: "k", Holder: "h"},
+	{Op: OpRelease, Now: 3, Key: "k", Holder: "h", Token: 1 << 60},
+	{Op: OpExtend, Now: 4, Key: "k", Holder: "h", Token: 9, TTL: 30},
+	{Op: OpExtendBatch, Now: 4, Holder: "h", TTL: 30, Items: []Item{{Key: "a", Token: 1}, {Key: "b", Token: 2}}},
+	{Op: OpTick, Now: 1 << 40},
+	{Op: OpCancelWaits, Now: 8, Items: []Item{{Key: "a", Holder: "x"}, {Key: "b", Holder: "y"}}},
+	{Op: OpAcquire, Now: 0, Key: strings.Repeat("k", locktable.MaxKeyLen), Holder: strings.Repeat("h", locktable.MaxHolderLen), TTL: 1},
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	for _, c := range sampleCommands {
+		t.Run(c.Op.String(), func(t *testing.T) {
+			b, err := Encode(c)
+			if err != nil {
+				t.Fatalf("Encode: %v", err)
+			}
+			if b[0] != byte(c.Op) {
+				t.Fatalf("first byte %d, want the op %d", b[0], c.Op)
+			}
+			got, err := Decode(b)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, c) {
+				t.Fatalf("round trip:\n got %+v\nwant %+v", got, c)
+			}
+		})
+	}
+}
+
+func TestEncodeRefuses(t *testing.T) {
+	many := make([]Item, MaxBatch+1)
+	for _, c := range []Command{
+		{},
+		{Op: opLimit},
+		{Op: OpAcquire, RequestID: strings.Repeat("r", MaxRequestIDLen+1)},
+		{Op: OpAcquire, Key: strings.Repeat("k", locktable.MaxKeyLen+1)},
+		{Op: OpAcquire, Holder: strings.Repeat("h", locktable.MaxHolderLen+1)},
+		{Op: OpExtendBatch, Items: many},
+		{Op: OpExtendBatch, Items: []Item{{Key: strings.Repeat("k", locktable.MaxKeyLen+1)}}},
+	} {
+		if _, err := Encode(c); !errors.Is(err, ErrBadCommand) {
+			t.Errorf("Encode(%+v): %v, want ErrBadCommand", c.Op, err)
+		}
+	}
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	good, _ := Encode(Command{Op: OpExtend, Now: 4, Key: "k", Holder: "h", Token: 9, TTL: 30})
+	cases := map[string][]byte{
+		"empty":     nil,
+		"op 0":      {0},
+		"op 200":    {200, 0, 0},
+		"truncated": good[:len(good)-1],
+		"trailing":  append(append([]byte{}, good...), 0),
+		"long id":   append([]byte{byte(OpTick), MaxRequestIDLen + 1}, bytes.Repeat([]byte{'x'}, MaxRequestIDLen+1)...),
+		"big batch": {byte(OpCancelWaits), 0, 0, 0xff, 0xff, 0x03},
+	}
+	for name, b := range cases {
+		if _, err := Decode(b); !errors.Is(err, ErrBadCommand) {
+			t.Errorf("%s: Decode = %v, want ErrBadCommand", name, err)
+		}
+	}
+}
+
+// FuzzDecode: Decode never panics, refuses with ErrBadCommand, and whatever
+// it accepts re-encodes to bytes that decode to the same command.
+func FuzzDecode(f *testing.F) {
+	for _, c := range sampleCommands {
+		b, err := Encode(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{byte(OpExtendBatch), 0, 0, 1, 0, 200, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Decode(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadCommand) {
+				t.Fatalf("error %v does not match ErrBadCommand", err)
+			}
+			return
+		}
+		b, err := Encode(c)
+		if err != nil {
+			t.Fatalf("decoded %+v does not re-encode: %v", c, err)
+		}
+		again, err := Decode(b)
+		if err != nil || !reflect.DeepEqual(again, c) {
+			t.Fatalf("re-decoding %x: %+v, %v; want %+v", b, again, err, c)
+		}
+	})
+}

@@ -1,0 +1,313 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// Result is Apply's answer to one command. Err holds a refusal
+// (*locktable.HeldError, locktable.ErrNotHeld, *locktable.InputError) or
+// ErrBadCommand; the other fields are meaningful only when Err is nil.
+type Result struct {
+	Op        Op
+	Index     uint64         // the log index of the entry
+	Now       locktable.Time // the effective cluster time of the apply
+	Lease     locktable.Lease
+	Granted   bool // acquire, wait, renew: Lease was granted by this command
+	Queued    bool // wait: the holder is in the key's queue
+	Released  bool // release
+	Cancelled int  // cancel-wait(s): how many waiters left a queue
+	Batch     []BatchResult
+	Err       error
+}
+
+// BatchResult is one item of an extend batch.
+type BatchResult struct {
+	Key   string
+	Token uint64
+	Lease locktable.Lease
+	Err   error
+}
+
+// Observer receives every table event with the log index of the entry that
+// caused it. It runs synchronously inside Apply, under the FSM's lock: it
+// must not block and must not call back into the FSM.
+type Observer func(index uint64, ev locktable.Event)
+
+// FSM is the raft.FSM around a lock table. Apply, Snapshot and Restore are
+// called by raft; the read methods may be called from any goroutine.
+type FSM struct {
+	mu      sync.RWMutex
+	table   *locktable.Table
+	now     locktable.Time // the largest effective time applied
+	index   uint64         // the last applied index
+	observe Observer
+	changed chan struct{}
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// New returns an FSM over an empty table. observe may be nil.
+func New(observe Observer) *FSM {
+	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1)}
+	f.table.SetObserver(f.emit)
+	return f
+}
+
+func (f *FSM) emit(ev locktable.Event) {
+	if f.observe != nil {
+		f.observe(f.index, ev)
+	}
+}
+
+// Changed receives a value after an apply or restore that may have moved
+// NextDeadline. It never blocks the FSM: several changes may coalesce.
+func (f *FSM) Changed() <-chan struct{} { return f.changed }
+
+func (f *FSM) poke() {
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Apply runs one committed log entry. It always returns a *Result.
+func (f *FSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return &Result{Index: l.Index}
+	}
+	cmd, err := Decode(l.Data)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.index = l.Index
+	if err != nil {
+		return &Result{Index: l.Index, Now: f.now, Err: err}
+	}
+	r := f.apply(cmd)
+	r.Index = l.Index
+	f.poke()
+	return r
+}
+
+// ApplyCommand is Apply for a command that is not in a raft log (tests, and
+// tools that replay commands). index is reported to the observer.
+func (f *FSM) ApplyCommand(index uint64, cmd Command) *Result {
+	data, err := Encode(cmd)
+	if err != nil {
+		return &Result{Index: index, Err: err}
+	}
+	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(*Result)
+}
+
+func (f *FSM) apply(c Command) *Result {
+	if c.Now > f.now {
+		f.now = c.Now
+	}
+	now := f.now
+	t := f.table
+	r := &Result{Op: c.Op, Now: now}
+	switch c.Op {
+	case OpAcquire:
+		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
+		r.Granted = r.Err == nil
+	case OpWait:
+		r.Lease, r.Granted, r.Err = t.Wait(c.Key, c.Holder, now, c.TTL, c.Deadline)
+		r.Queued = r.Err == nil && !r.Granted
+	case OpRenew:
+		if l, ok := t.Get(c.Key, now); !ok || l.Holder != c.Holder {
+			r.Err = locktable.ErrNotHeld
+			break
+		}
+		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
+		r.Granted = r.Err == nil
+	case OpCancelWait:
+		if t.CancelWait(c.Key, c.Holder) {
+			r.Cancelled = 1
+		}
+	case OpCancelWaits:
+		for _, it := range c.Items {
+			if t.CancelWait(it.Key, it.Holder) {
+				r.Cancelled++
+			}
+		}
+	case OpRelease:
+		if c.Token == 0 {
+			r.Released, r.Err = t.Release(c.Key, c.Holder, now)
+		} else {
+			r.Released, r.Err = t.ReleaseToken(c.Key, c.Holder, c.Token, now)
+		}
+	case OpExtend:
+		r.Lease, r.Err = t.Extend(c.Key, c.Holder, c.Token, now, c.TTL)
+	case OpExtendBatch:
+		r.Batch = make([]BatchResult, len(c.Items))
+		for i, it := range c.Items {
+			l, err := t.Extend(it.Key, c.Holder, it.Token, now, c.TTL)
+			r.Batch[i] = BatchResult{Key: it.Key, Token: it.Token, Lease: l, Err: err}
+		}
+	case OpTick:
+		t.Tick(now)
+	default:
+		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
+	}
+	return r
+}
+
+// Now is the largest cluster time applied so far. A new leader resumes its
+// clock from here.
+func (f *FSM) Now() locktable.Time {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.now
+}
+
+// LastToken is the last fencing token issued.
+func (f *FSM) LastToken() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.LastToken()
+}
+
+// AppliedIndex is the index of the last entry applied.
+func (f *FSM) AppliedIndex() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.index
+}
+
+// Get returns key's lease if it is alive at now.
+func (f *FSM) Get(key string, now locktable.Time) (locktable.Lease, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.Get(key, now)
+}
+
+// Check reports whether token is key's current token and alive at now.
+func (f *FSM) Check(key string, token uint64, now locktable.Time) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.Check(key, token, now)
+}
+
+// List returns live leases whose key starts with prefix, sorted by key.
+func (f *FSM) List(prefix string, now locktable.Time, limit int) []locktable.Lease {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.List(prefix, now, limit)
+}
+
+// Waiters returns the holders queued on key, head first.
+func (f *FSM) Waiters(key string) []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.Waiters(key)
+}
+
+// QueuedWaiters returns every queued waiter.
+func (f *FSM) QueuedWaiters() []locktable.Queued {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.QueuedWaiters()
+}
+
+// NextDeadline is the earliest time at which a Tick has work to do.
+func (f *FSM) NextDeadline() (locktable.Time, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.NextDeadline()
+}
+
+// Snapshot format: "FLS1" | varint now | uvarint index | uvarint len |
+// table encoding (which carries its own checksum) | CRC-32 of all before.
+const snapshotMagic = "FLS1"
+
+// Snapshot encodes the state under the lock; Persist only writes bytes.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return &snapshot{data: f.marshal()}, nil
+}
+
+func (f *FSM) marshal() []byte {
+	tbl, _ := f.table.MarshalBinary() // never fails
+	b := []byte(snapshotMagic)
+	b = binary.AppendVarint(b, int64(f.now))
+	b = binary.AppendUvarint(b, f.index)
+	b = binary.AppendUvarint(b, uint64(len(tbl)))
+	b = append(b, tbl...)
+	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
+}
+
+// MarshalBinary is the snapshot encoding of the current state.
+func (f *FSM) MarshalBinary() ([]byte, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.marshal(), nil
+}
+
+// ErrCorruptSnapshot: Restore could not decode a snapshot.
+var ErrCorruptSnapshot = errors.New("fsm: corrupt snapshot")
+
+// maxSnapshot bounds what Restore reads into memory.
+const maxSnapshot = 1 << 30
+
+// Restore replaces all state with the snapshot's. On error the state is
+// left as it was.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxSnapshot+1))
+	if err != nil {
+		return fmt.Errorf("fsm: reading snapshot: %w", err)
+	}
+	return f.UnmarshalBinary(data)
+}
+
+// UnmarshalBinary replaces all state with an encoding from MarshalBinary.
+func (f *FSM) UnmarshalBinary(data []byte) error {
+	if len(data) > maxSnapshot || len(data) < len(snapshotMagic)+4 {
+		return fmt.Errorf("%w: %d bytes", ErrCorruptSnapshot, len(data))
+	}
+	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
+	if crc32.ChecksumIEEE(body) != sum || string(body[:len(snapshotMagic)]) != snapshotMagic {
+		return fmt.Errorf("%w: bad checksum or magic", ErrCorruptSnapshot)
+	}
+	r := reader{b: body[len(snapshotMagic):]}
+	now := locktable.Time(r.varint())
+	index := r.uvarint()
+	n := r.uvarint()
+	if r.err != nil || n != uint64(len(r.b)) {
+		return fmt.Errorf("%w: bad header", ErrCorruptSnapshot)
+	}
+	t := locktable.New()
+	if err := t.UnmarshalBinary(r.b); err != nil {
+		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
+	}
+	if t.MaxNow() > now {
+		now = t.MaxNow()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t.SetObserver(f.emit)
+	f.table, f.now, f.index = t, now, index
+	f.poke()
+	return nil
+}
+
+type snapshot struct{ data []byte }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.data); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("fsm: writing snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}

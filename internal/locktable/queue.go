@@ -1,0 +1,30 @@
+package locktable
+
+import "sort"
+
+// Queued is one waiter as reported by QueuedWaiters.
+type Queued struct {
+	Key      string
+	Holder   string
+	Since    Time // when it joined the queue
+	Deadline Time // it leaves the queue at now >= Deadline
+}
+
+// QueuedWaiters returns every waiter in every queue, keys sorted, each queue
+// head first. A replicated server uses it after a restart or a leader change
+// to find waiters whose callers are gone (their connections ended with the
+// old process) so it can cancel them before anyone grants them a lease.
+func (t *Table) QueuedWaiters() []Queued {
+	keys := make([]string, 0, len(t.waiting))
+	for k := range t.waiting {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []Queued
+	for _, k := range keys {
+		for _, w := range t.waiting[k].waiters {
+			out = append(out, Queued{Key: k, Holder: w.holder, Since: w.since, Deadline: w.deadline})
+		}
+	}
+	return out
+}

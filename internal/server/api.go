@@ -1,0 +1,535 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+type route struct {
+	method string
+	handle func(w http.ResponseWriter, r *http.Request) *apiError
+}
+
+// router answers 404 for an unknown path and 405 (with Allow) for a known
+// path and another method, both as JSON errors, and never lets a panic
+// reach the connection as anything but a 500 JSON error.
+type router struct {
+	s      *Server
+	routes map[string]route
+}
+
+func (s *Server) routes() http.Handler {
+	metrics := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+	return &router{s: s, routes: map[string]route{
+		"/v1/acquire":      {http.MethodPost, s.handleAcquire},
+		"/v1/renew":        {http.MethodPost, s.handleRenew},
+		"/v1/extend":       {http.MethodPost, s.handleExtend},
+		"/v1/extend-batch": {http.MethodPost, s.handleExtendBatch},
+		"/v1/release":      {http.MethodPost, s.handleRelease},
+		"/v1/check":        {http.MethodGet, s.handleCheck},
+		"/v1/lock":         {http.MethodGet, s.handleGet},
+		"/v1/locks":        {http.MethodGet, s.handleList},
+		"/healthz":         {http.MethodGet, s.handleHealth},
+		"/readyz":          {http.MethodGet, s.handleReady},
+		"/metrics": {http.MethodGet, func(w http.ResponseWriter, r *http.Request) *apiError {
+			metrics.ServeHTTP(w, r)
+			return nil
+		}},
+	}}
+}
+
+// statusWriter remembers the status for the request counter.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	name := r.URL.Path
+	rte, ok := rt.routes[r.URL.Path]
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			rt.s.log.Error("handler panic", "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			if sw.status == 0 {
+				writeError(sw, &apiError{Status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error"})
+			}
+		}
+		rt.s.metrics.requests.WithLabelValues(name, strconv.Itoa(sw.status)).Inc()
+	}()
+	if !ok {
+		name = "unknown"
+		writeError(sw, &apiError{Status: http.StatusNotFound, Code: codeNotFound, Message: "no such route: " + r.URL.Path})
+		return
+	}
+	if r.Method != rte.method {
+		sw.Header().Set("Allow", rte.method)
+		writeError(sw, &apiError{Status: http.StatusMethodNotAllowed, Code: codeMethodNotAllowed,
+			Message: r.Method + " is not allowed on " + r.URL.Path + "; use " + rte.method})
+		return
+	}
+	if e := rte.handle(sw, r); e != nil {
+		writeError(sw, e)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.Status == 0 {
+		e.Status = http.StatusInternalServerError
+	}
+	writeJSON(w, e.Status, e)
+}
+
+// proposalError maps a failed proposal to a 503.
+func proposalError(err error) *apiError {
+	if errors.Is(err, ErrNotLeader) {
+		return &apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeader, Message: "this node is not the leader"}
+	}
+	return &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: err.Error()}
+}
+
+func unavailable(msg string) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: msg}
+}
+
+// commandError maps a refusal in a Result. Input errors cannot normally
+// happen (handlers validate first); they still answer 400.
+func (s *Server) commandError(err error, now locktable.Time) *apiError {
+	var (
+		held *locktable.HeldError
+		in   *locktable.InputError
+	)
+	switch {
+	case errors.As(err, &held):
+		rem := ms(held.Lease.Remaining(now))
+		return &apiError{Status: http.StatusConflict, Code: codeHeld, Holder: held.Lease.Holder, RemainingMs: &rem,
+			Message: "held by another holder"}
+	case errors.Is(err, locktable.ErrNotHeld):
+		return &apiError{Status: http.StatusConflict, Code: codeNotHeld, Message: "not the live holder of this token"}
+	case errors.As(err, &in):
+		field := in.Field
+		if field == "ttl" {
+			field = "ttl_ms"
+		}
+		return invalid(field, "%s", in.Error())
+	}
+	s.log.Error("command failed", "err", err)
+	return &apiError{Status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error"}
+}
+
+// writable refuses writes until this node leads and has caught up.
+func (s *Server) writable() *apiError {
+	if !s.ready.Load() {
+		return unavailable("not ready: no leader, or catching up")
+	}
+	select {
+	case <-s.closing:
+		return unavailable("shutting down")
+	default:
+	}
+	return nil
+}
+
+// readNow is the cluster time reads are answered at.
+func (s *Server) readNow() (locktable.Time, *apiError) {
+	if !s.ready.Load() {
+		return 0, unavailable("not ready: no leader, or catching up")
+	}
+	now, ok := s.clock.now()
+	if !ok {
+		return 0, unavailable("not ready: no leader")
+	}
+	return now, nil
+}
+
+// answerNow is the cluster time a write's answer is measured at: now if
+// the clock runs, else the time the command applied.
+func (s *Server) answerNow(applied locktable.Time) locktable.Time {
+	if now, ok := s.clock.now(); ok && now > applied {
+		return now
+	}
+	return applied
+}
+
+func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) *apiError {
+	var req acquireRequest
+	if e := decodeBody(w, r, &req); e != nil {
+		return e
+	}
+	ttl, e := checkTTL(req.TTLMs)
+	e = firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, checkRequestID(req.RequestID))
+	if e == nil && (req.WaitMs < 0 || req.WaitMs > MaxWait.Milliseconds()) {
+		e = invalid("wait_ms", "wait_ms must be between 0 and %d", MaxWait.Milliseconds())
+	}
+	if e != nil {
+		return e
+	}
+	if e := s.writable(); e != nil {
+		return e
+	}
+	if req.WaitMs > 0 {
+		return s.acquireWait(w, r, req, ttl)
+	}
+	res, err := s.propose(fsm.Command{Op: fsm.OpAcquire, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl})
+	if err != nil {
+		return proposalError(err)
+	}
+	if res.Err != nil {
+		s.metrics.refusals.WithLabelValues("acquire").Inc()
+		return s.commandError(res.Err, res.Now)
+	}
+	writeJSON(w, http.StatusOK, wireLease(res.Lease, s.answerNow(res.Now)))
+	return nil
+}
+
+// acquireWait queues in the key's FIFO and answers when the grant or the
+// end of the wait is committed. See the package comment for how a waiter
+// that gives up is handled.
+func (s *Server) acquireWait(w http.ResponseWriter, r *http.Request, req acquireRequest, ttl locktable.Duration) *apiError {
+	sub := s.waiters.join(req.Key, req.Holder)
+	now, err := s.stamp()
+	if err != nil {
+		s.waiters.remove(sub)
+		return proposalError(err)
+	}
+	wait := locktable.Duration(time.Duration(req.WaitMs) * time.Millisecond)
+	res, err := s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
+		Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait)})
+	if err != nil {
+		s.waiters.remove(sub)
+		return proposalError(err)
+	}
+	if res.Err != nil || res.Granted {
+		s.waiters.remove(sub)
+		if res.Err != nil {
+			s.metrics.refusals.WithLabelValues("acquire").Inc()
+			return s.commandError(res.Err, res.Now)
+		}
+		writeJSON(w, http.StatusOK, wireLease(res.Lease, s.answerNow(res.Now)))
+		return nil
+	}
+	after := res.Index // events at or before our Wait entry are not ours
+
+	// The table drops the waiter at its deadline through a leader Tick;
+	// this backstop only matters if ticks stop (no leader).
+	backstop := time.NewTimer(time.Duration(wait) + 5*time.Second)
+	defer backstop.Stop()
+	var (
+		gone  bool // the client disconnected
+		cause *apiError
+	)
+	for cause == nil {
+		select {
+		case <-sub.signal:
+			evs, failed := s.waiters.take(sub)
+			for _, we := range evs {
+				if we.index <= after {
+					continue
+				}
+				s.waiters.remove(sub)
+				return s.answerWaitEvent(w, req.Key, we.ev)
+			}
+			if failed {
+				s.waiters.remove(sub)
+				return unavailable("leadership lost while waiting; retry")
+			}
+		case <-r.Context().Done():
+			gone, cause = true, unavailable("client went away")
+		case <-s.closing:
+			cause = unavailable("shutting down")
+		case <-backstop.C:
+			cause = s.heldNow(req.Key, "wait elapsed")
+		}
+	}
+	return s.giveUp(w, sub, after, gone, cause)
+}
+
+// giveUp takes a waiter out of the queue. If its grant was committed before
+// the cancel, a client that is gone has it released by token (so the next
+// waiter gets the key now, not at expiry); a client still there is answered
+// with it.
+func (s *Server) giveUp(w http.ResponseWriter, sub *sub, after uint64, gone bool, cause *apiError) *apiError {
+	defer s.waiters.remove(sub)
+	if !s.waiters.leave(sub) {
+		return cause // another request of the same holder keeps the position
+	}
+	res, err := s.propose(fsm.Command{Op: fsm.OpCancelWait, Key: sub.wk.key, Holder: sub.wk.holder})
+	if err != nil {
+		// No leader: the next leader cancels waiters nobody serves.
+		return cause
+	}
+	if res.Cancelled > 0 {
+		s.metrics.waitEnds.WithLabelValues("cancelled").Inc()
+		return cause
+	}
+	evs, _ := s.waiters.take(sub)
+	for _, we := range evs {
+		if we.index <= after || we.index > res.Index {
+			continue
+		}
+		if we.ev.Kind != locktable.EventGranted {
+			return cause
+		}
+		if !gone {
+			return s.answerWaitEvent(w, sub.wk.key, we.ev)
+		}
+		rel, err := s.propose(fsm.Command{Op: fsm.OpRelease, Key: sub.wk.key, Holder: sub.wk.holder, Token: we.ev.Token})
+		released := err == nil && rel.Released
+		s.log.Info("released a grant whose waiter went away", "key", sub.wk.key, "holder", sub.wk.holder,
+			"token", we.ev.Token, "released", released)
+		return cause
+	}
+	return cause
+}
+
+func (s *Server) answerWaitEvent(w http.ResponseWriter, key string, ev locktable.Event) *apiError {
+	if ev.Kind == locktable.EventWaitDropped {
+		return s.heldNow(key, "wait elapsed")
+	}
+	l := locktable.Lease{Key: ev.Key, Holder: ev.Holder, Token: ev.Token, Granted: ev.At, Expiry: ev.Expiry,
+		TTL: locktable.Duration(ev.Expiry - ev.At)}
+	writeJSON(w, http.StatusOK, wireLease(l, s.answerNow(ev.At)))
+	return nil
+}
+
+// heldNow is the 409 for a wait that elapsed, naming the current holder.
+func (s *Server) heldNow(key, why string) *apiError {
+	e := &apiError{Status: http.StatusConflict, Code: codeHeld, Message: "held by another holder: " + why}
+	if now, ok := s.clock.now(); ok {
+		if l, ok := s.fsm.Get(key, now); ok {
+			rem := ms(l.Remaining(now))
+			e.Holder, e.RemainingMs = l.Holder, &rem
+		}
+	}
+	return e
+}
+
+func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) *apiError {
+	var req renewRequest
+	if e := decodeBody(w, r, &req); e != nil {
+		return e
+	}
+	ttl, e := checkTTL(req.TTLMs)
+	if e := firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, checkRequestID(req.RequestID), s.writable()); e != nil {
+		return e
+	}
+	res, err := s.propose(fsm.Command{Op: fsm.OpRenew, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl})
+	if err != nil {
+		return proposalError(err)
+	}
+	if res.Err != nil {
+		s.metrics.refusals.WithLabelValues("renew").Inc()
+		return s.commandError(res.Err, res.Now)
+	}
+	writeJSON(w, http.StatusOK, wireLease(res.Lease, s.answerNow(res.Now)))
+	return nil
+}
+
+func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) *apiError {
+	var req extendRequest
+	if e := decodeBody(w, r, &req); e != nil {
+		return e
+	}
+	ttl, e := checkTTL(req.TTLMs)
+	e = firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, checkRequestID(req.RequestID))
+	if e == nil && req.Token == 0 {
+		e = invalid("token", "token is required")
+	}
+	if e := firstErr(e, s.writable()); e != nil {
+		return e
+	}
+	res, err := s.propose(fsm.Command{Op: fsm.OpExtend, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, Token: req.Token, TTL: ttl})
+	if err != nil {
+		return proposalError(err)
+	}
+	if res.Err != nil {
+		s.metrics.extends.WithLabelValues("not_held").Inc()
+		s.metrics.refusals.WithLabelValues("extend").Inc()
+		return s.commandError(res.Err, res.Now)
+	}
+	s.metrics.extends.WithLabelValues("ok").Inc()
+	writeJSON(w, http.StatusOK, wireLease(res.Lease, s.answerNow(res.Now)))
+	return nil
+}
+
+func (s *Server) handleExtendBatch(w http.ResponseWriter, r *http.Request) *apiError {
+	var req extendBatchRequest
+	if e := decodeBody(w, r, &req); e != nil {
+		return e
+	}
+	ttl, e := checkTTL(req.TTLMs)
+	if e := firstErr(checkHolder(req.Holder), e, checkRequestID(req.RequestID)); e != nil {
+		return e
+	}
+	switch {
+	case len(req.Leases) == 0:
+		return invalid("leases", "leases is required: at least one {key, token}")
+	case len(req.Leases) > MaxBatch:
+		return invalid("leases", "leases has %d items; the limit is %d", len(req.Leases), MaxBatch)
+	}
+	items := make([]fsm.Item, len(req.Leases))
+	for i, it := range req.Leases {
+		field := "leases[" + strconv.Itoa(i) + "]"
+		if e := checkKey(field+".key", it.Key); e != nil {
+			return e
+		}
+		if it.Token == 0 {
+			return invalid(field+".token", "%s.token is required", field)
+		}
+		items[i] = fsm.Item{Key: it.Key, Token: it.Token}
+	}
+	if e := s.writable(); e != nil {
+		return e
+	}
+	res, err := s.propose(fsm.Command{Op: fsm.OpExtendBatch, RequestID: req.RequestID, Holder: req.Holder, TTL: ttl, Items: items})
+	if err != nil {
+		return proposalError(err)
+	}
+	now := s.answerNow(res.Now)
+	out := make([]batchResult, len(res.Batch))
+	for i, b := range res.Batch {
+		out[i] = batchResult{Key: b.Key, Token: b.Token}
+		if b.Err != nil {
+			s.metrics.extends.WithLabelValues("not_held").Inc()
+			ae := s.commandError(b.Err, res.Now)
+			out[i].Code, out[i].Error = ae.Code, ae.Message
+			continue
+		}
+		s.metrics.extends.WithLabelValues("ok").Inc()
+		l := wireLease(b.Lease, now)
+		out[i].OK, out[i].Lease = true, &l
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+	return nil
+}
+
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) *apiError {
+	var req releaseRequest
+	if e := decodeBody(w, r, &req); e != nil {
+		return e
+	}
+	if e := firstErr(checkKey("key", req.Key), checkHolder(req.Holder), checkRequestID(req.RequestID), s.writable()); e != nil {
+		return e
+	}
+	res, err := s.propose(fsm.Command{Op: fsm.OpRelease, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, Token: req.Token})
+	if err != nil {
+		return proposalError(err)
+	}
+	if res.Err != nil {
+		return s.commandError(res.Err, res.Now)
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"released": res.Released})
+	return nil
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *apiError {
+	q := r.URL.Query()
+	key := q.Get("key")
+	if e := checkKey("key", key); e != nil {
+		return e
+	}
+	raw := q.Get("token")
+	if raw == "" {
+		return invalid("token", "token is required")
+	}
+	token, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil {
+		return invalid("token", "token must be an unsigned integer")
+	}
+	now, e := s.readNow()
+	if e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": key, "token": token, "valid": s.fsm.Check(key, token, now)})
+	return nil
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) *apiError {
+	key := r.URL.Query().Get("key")
+	if e := checkKey("key", key); e != nil {
+		return e
+	}
+	now, e := s.readNow()
+	if e != nil {
+		return e
+	}
+	l, ok := s.fsm.Get(key, now)
+	if !ok {
+		return &apiError{Status: http.StatusNotFound, Code: codeNotFound, Message: "no live lease on this key"}
+	}
+	writeJSON(w, http.StatusOK, wireLease(l, now))
+	return nil
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) *apiError {
+	q := r.URL.Query()
+	prefix := q.Get("prefix")
+	if len(prefix) > locktable.MaxKeyLen {
+		return invalid("prefix", "prefix is %d bytes; the limit is %d", len(prefix), locktable.MaxKeyLen)
+	}
+	limit := DefaultLimit
+	if raw := q.Get("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > MaxLimit {
+			return invalid("limit", "limit must be an integer between 1 and %d", MaxLimit)
+		}
+		limit = n
+	}
+	now, e := s.readNow()
+	if e != nil {
+		return e
+	}
+	leases := s.fsm.List(prefix, now, limit)
+	out := make([]lease, len(leases))
+	for i, l := range leases {
+		out[i] = wireLease(l, now)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"locks": out})
+	return nil
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) *apiError {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) *apiError {
+	if e := s.writable(); e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}

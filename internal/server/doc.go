@@ -1,0 +1,33 @@
+// Package server runs fencelock's lock service: a raft node whose state
+// machine is the lock table, the leader-only timers that expire leases, the
+// HTTP/JSON API of docs/API.md, and its metrics.
+//
+// How a write travels:
+//
+//  1. A handler validates the request (400 naming the field on bad input).
+//  2. It stamps the command with cluster time from the leader's clock and
+//     proposes it with raft.Apply; it answers only after the entry is
+//     committed to the durable log and applied (the Apply future).
+//  3. A waiting acquire that is queued registers (key, holder) and sleeps
+//     until the state machine reports its grant or its dropped wait; events
+//     older than its own Wait entry are ignored.
+//
+// The cluster clock: when this node becomes leader it waits for every
+// committed entry to be applied (a barrier) and resumes cluster time from
+// the last applied time, advancing it on the local monotonic clock. So a
+// restart or failover neither shortens a lease nor resets it to a full TTL;
+// it extends live leases by at most the time the cluster had no leader.
+//
+// Expiry: only the leader runs a timer, set to the table's next deadline;
+// when it fires the leader proposes a Tick (Consul's session-timer pattern),
+// which expires leases and hands keys to waiters in one committed step.
+//
+// Waiters after a restart or leader change: queue entries restored from the
+// log have no connection behind them, so the new leader cancels every queued
+// waiter it does not serve itself before it accepts writes.
+//
+// A waiter that gives up (disconnect, shutdown) proposes CancelWait. If the
+// grant committed first, the handler finds it among its events: a
+// disconnected client's grant is released at once by token, so the next
+// waiter gets the key; a client still connected is answered with it.
+package server

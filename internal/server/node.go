@@ -1,0 +1,222 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+)
+
+// Config configures a Server. The zero value plus a DataDir is a durable
+// single-node server; see DefaultConfig for the values zero fields take.
+type Config struct {
+	// DataDir holds the raft log (raft.db) and snapshots. Empty means
+	// in-memory stores: nothing survives the process (tests only).
+	DataDir string
+	// NodeID names this node in the raft configuration.
+	NodeID string
+	// RaftAddr is the address raft peers dial. Empty means an in-memory
+	// transport: a single node that talks to no one.
+	RaftAddr string
+
+	Logger *slog.Logger
+
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// SnapshotThreshold and TrailingLogs bound the log: a snapshot is taken
+	// once this many entries follow the last one, keeping TrailingLogs.
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotInterval  time.Duration
+	// ApplyTimeout bounds how long a proposal waits to be enqueued.
+	ApplyTimeout time.Duration
+	// MinTickInterval spaces the expiry timer's Tick proposals so that a
+	// burst of expiries costs a few log entries, not one per lease.
+	MinTickInterval time.Duration
+}
+
+// DefaultConfig returns the values used for zero fields.
+func DefaultConfig() Config {
+	return Config{
+		NodeID:             "fencelock-1",
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		SnapshotThreshold:  4096,
+		TrailingLogs:       1024,
+		SnapshotInterval:   30 * time.Second,
+		ApplyTimeout:       5 * time.Second,
+		MinTickInterval:    5 * time.Millisecond,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.NodeID == "" {
+		c.NodeID = d.NodeID
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	setDur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setDur(&c.HeartbeatTimeout, d.HeartbeatTimeout)
+	setDur(&c.ElectionTimeout, d.ElectionTimeout)
+	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	setDur(&c.SnapshotInterval, d.SnapshotInterval)
+	setDur(&c.ApplyTimeout, d.ApplyTimeout)
+	setDur(&c.MinTickInterval, d.MinTickInterval)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = d.SnapshotThreshold
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = d.TrailingLogs
+	}
+	return c
+}
+
+// node is the raft instance and everything it must close.
+type node struct {
+	raft    *raft.Raft
+	closers []io.Closer
+}
+
+// openNode opens the stores, bootstraps a single-voter configuration when
+// there is no state yet, and starts raft. A later cluster issue adds peers
+// with AddVoter on the leader; the start-up path stays the same.
+func openNode(cfg Config, f *fsm.FSM) (*node, error) {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Level:  hclog.Warn,
+		Output: &slogWriter{log: cfg.Logger.With("component", "raft")},
+	})
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("server: raft config: %w", err)
+	}
+
+	n := &node{}
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+	)
+	if cfg.DataDir == "" {
+		mem := raft.NewInmemStore()
+		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
+	} else {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("server: data dir: %w", err)
+		}
+		// The timeout turns a second server on the same directory into an
+		// error instead of a hang on bolt's file lock.
+		bolt, err := raftboltdb.New(raftboltdb.Options{
+			Path:        filepath.Join(cfg.DataDir, "raft.db"),
+			BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("server: opening %s: %w", filepath.Join(cfg.DataDir, "raft.db"), err)
+		}
+		n.closers = append(n.closers, bolt)
+		logs, stable = bolt, bolt
+		fss, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, rc.Logger)
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("server: snapshot store: %w", err)
+		}
+		snaps = fss
+	}
+
+	var trans raft.Transport
+	if cfg.RaftAddr == "" {
+		_, mem := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
+		trans = mem
+	} else {
+		addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("server: raft address: %w", err)
+		}
+		tcp, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 10*time.Second, rc.Logger)
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("server: raft transport: %w", err)
+		}
+		trans = tcp
+	}
+
+	has, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		n.close()
+		return nil, fmt.Errorf("server: reading raft state: %w", err)
+	}
+	if !has {
+		boot := raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr(),
+		}}}
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, boot); err != nil {
+			n.close()
+			return nil, fmt.Errorf("server: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, f, logs, stable, snaps, trans)
+	if err != nil {
+		n.close()
+		return nil, fmt.Errorf("server: starting raft: %w", err)
+	}
+	n.raft = r
+	return n, nil
+}
+
+// close shuts raft down, then the stores it used.
+func (n *node) close() error {
+	var errs []error
+	if n.raft != nil {
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		if err := n.closers[i].Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// slogWriter passes raft's log lines to slog.
+type slogWriter struct{ log *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	switch {
+	case strings.Contains(line, "[ERROR]"):
+		w.log.Error(line)
+	default:
+		w.log.Warn(line)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,394 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// Errors a proposal can end with besides the command's own refusal.
+var (
+	// ErrNotLeader: this node does not lead, so it cannot stamp or propose.
+	ErrNotLeader = errors.New("server: not the leader")
+	// ErrUnavailable: raft is shutting down or could not take the proposal.
+	ErrUnavailable = errors.New("server: unavailable")
+)
+
+// Server is one fencelock node. Create it with New, serve Handler, and
+// call Close once the HTTP server has drained.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	fsm     *fsm.FSM
+	node    *node
+	metrics *metrics
+	waiters *waitRegistry
+	clock   clock
+	handler http.Handler
+
+	ready    atomic.Bool   // leader, caught up, orphans dropped
+	counting atomic.Bool   // count table events in metrics
+	closing  chan struct{} // closed by BeginShutdown
+	stop     chan struct{} // closed by Close
+	once     sync.Once
+	wg       sync.WaitGroup
+}
+
+// New opens the data directory and starts raft. The server becomes ready
+// (Ready, /readyz) once it leads and has caught up; until then writes
+// answer 503.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		closing: make(chan struct{}),
+		stop:    make(chan struct{}),
+	}
+	s.fsm = fsm.New(s.observe)
+	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) })
+	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
+	s.handler = s.routes()
+	n, err := openNode(cfg, s.fsm)
+	if err != nil {
+		return nil, err
+	}
+	s.node = n
+	s.wg.Add(1)
+	go s.watchLeadership()
+	return s, nil
+}
+
+// Handler is the HTTP API.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Ready reports whether this node serves writes.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// WaitReady blocks until the server is ready or ctx ends.
+func (s *Server) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !s.Ready() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// BeginShutdown makes waiting requests give up (their queue positions are
+// cancelled and they answer 503) so that an HTTP server's Shutdown does not
+// wait for them. Other requests finish normally.
+func (s *Server) BeginShutdown() {
+	s.once.Do(func() { close(s.closing) })
+}
+
+// Close stops the leader's timers and raft and closes the stores. Call it
+// after the HTTP server has stopped.
+func (s *Server) Close() error {
+	s.BeginShutdown()
+	close(s.stop)
+	s.wg.Wait()
+	return s.node.close()
+}
+
+// Serve answers HTTP on ln until ctx ends, then shuts down gracefully: it
+// stops accepting, ends waits, lets in-flight requests finish (up to
+// grace), and closes the server.
+func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration) error {
+	s, err := New(cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	s.log.Info("shutting down")
+	s.BeginShutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	shutErr := hs.Shutdown(sctx)
+	if serveErr == nil {
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	}
+	closeErr := s.Close()
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	if err := errors.Join(serveErr, shutErr, closeErr); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+// observe runs inside the state machine's Apply.
+func (s *Server) observe(index uint64, ev locktable.Event) {
+	if s.counting.Load() {
+		s.metrics.observe(ev)
+	}
+	if ev.Kind == locktable.EventGranted || ev.Kind == locktable.EventWaitDropped {
+		s.waiters.deliver(index, ev)
+	}
+}
+
+// clock is the cluster clock on the leader: the last applied cluster time
+// at takeover plus local monotonic time since.
+type clock struct {
+	mu      sync.Mutex
+	running bool
+	base    locktable.Time
+	start   time.Time
+}
+
+func (c *clock) resume(base locktable.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running, c.base, c.start = true, base, time.Now()
+}
+
+func (c *clock) halt() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running = false
+}
+
+func (c *clock) now() (locktable.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		return 0, false
+	}
+	return c.base + locktable.Time(time.Since(c.start)), true
+}
+
+// stamp is the cluster time for a command proposed now.
+func (s *Server) stamp() (locktable.Time, error) {
+	now, ok := s.clock.now()
+	if !ok {
+		return 0, ErrNotLeader
+	}
+	return now, nil
+}
+
+// apply proposes a stamped command and waits until it is committed and
+// applied. The error is about the proposal; the command's own refusal is in
+// the Result.
+func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
+	data, err := fsm.Encode(cmd)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	f := s.node.raft.Apply(data, s.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+			errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return nil, fmt.Errorf("%w: %v", ErrNotLeader, err)
+		default:
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	}
+	s.metrics.commit.WithLabelValues(cmd.Op.String()).Observe(time.Since(start).Seconds())
+	res, ok := f.Response().(*fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("%w: unexpected apply response %T", ErrUnavailable, f.Response())
+	}
+	return res, nil
+}
+
+// propose stamps cmd with cluster time and applies it.
+func (s *Server) propose(cmd fsm.Command) (*fsm.Result, error) {
+	now, err := s.stamp()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Now = now
+	return s.apply(cmd)
+}
+
+// watchLeadership starts the leader's duties on gaining leadership and
+// stops them on losing it.
+func (s *Server) watchLeadership() {
+	defer s.wg.Done()
+	var stopLeading func()
+	defer func() {
+		if stopLeading != nil {
+			stopLeading()
+		}
+	}()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case leader := <-s.node.raft.LeaderCh():
+			if stopLeading != nil {
+				stopLeading()
+				stopLeading = nil
+			}
+			if leader {
+				s.log.Info("became leader")
+				stopLeading = s.lead()
+			} else {
+				s.log.Info("lost leadership")
+			}
+		}
+	}
+}
+
+// lead runs the leader's duties until the returned stop is called.
+func (s *Server) lead() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if !s.takeOver(ctx) {
+			return
+		}
+		s.tickLoop(ctx)
+	}()
+	return func() {
+		s.ready.Store(false)
+		s.counting.Store(false)
+		s.metrics.leader.Set(0)
+		cancel()
+		<-done
+		s.clock.halt()
+		s.waiters.failAll()
+	}
+}
+
+// takeOver makes a new leader ready: every committed entry applied, the
+// clock resumed from the last applied cluster time, and queued waiters that
+// no request on this node serves cancelled.
+func (s *Server) takeOver(ctx context.Context) bool {
+	for {
+		err := s.node.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		if err == nil {
+			break
+		}
+		s.log.Warn("barrier failed", "err", err)
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
+	s.clock.resume(s.fsm.Now())
+	for {
+		var orphans []fsm.Item
+		for _, q := range s.fsm.QueuedWaiters() {
+			if !s.waiters.has(q.Key, q.Holder) {
+				orphans = append(orphans, fsm.Item{Key: q.Key, Holder: q.Holder})
+			}
+		}
+		if len(orphans) == 0 {
+			break
+		}
+		if len(orphans) > fsm.MaxBatch {
+			orphans = orphans[:fsm.MaxBatch]
+		}
+		res, err := s.propose(fsm.Command{Op: fsm.OpCancelWaits, Items: orphans})
+		if err != nil {
+			s.log.Warn("cancelling orphaned waiters failed", "err", err)
+			if !sleepCtx(ctx, 100*time.Millisecond) {
+				return false
+			}
+			continue
+		}
+		s.log.Info("cancelled waiters left from before the takeover", "count", res.Cancelled)
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	now, _ := s.clock.now()
+	s.counting.Store(true)
+	s.ready.Store(true)
+	s.metrics.leader.Set(1)
+	s.log.Info("ready", "cluster_time", time.Duration(now).String(),
+		"last_token", s.fsm.LastToken(), "applied_index", s.fsm.AppliedIndex())
+	return true
+}
+
+// tickLoop is the leader-only expiry timer: it sleeps until the table's
+// next deadline and proposes a Tick stamped with cluster time.
+func (s *Server) tickLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var lastTick time.Time
+	for {
+		at, ok := s.fsm.NextDeadline()
+		var wait time.Duration
+		if ok {
+			now, running := s.clock.now()
+			if !running {
+				return
+			}
+			wait = time.Duration(at - now)
+			if gap := s.cfg.MinTickInterval - time.Since(lastTick); wait < gap {
+				wait = gap
+			}
+			if wait <= 0 {
+				lastTick = time.Now()
+				if _, err := s.propose(fsm.Command{Op: fsm.OpTick}); err != nil {
+					s.log.Warn("tick failed", "err", err)
+					if !sleepCtx(ctx, 100*time.Millisecond) {
+						return
+					}
+				}
+				continue
+			}
+		}
+		var fire <-chan time.Time
+		if ok {
+			timer.Reset(wait)
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.fsm.Changed():
+		case <-fire:
+		}
+		timer.Stop()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

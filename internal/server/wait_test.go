@@ -1,0 +1,233 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// eventually polls cond, bounded; it decides nothing by sleeping.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type grant struct {
+	holder string
+	token  uint64
+	status int
+}
+
+func TestHandOffIsFIFOAndOnePerWaiter(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	const n = 6
+	first := ts.post("/v1/acquire", `{"key":"q","holder":"h0","ttl_ms":60000}`)
+	if first.status != 200 {
+		t.Fatalf("first acquire: %v", first.body)
+	}
+	grants := make(chan grant, n)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := 1; i <= n; i++ {
+		holder := fmt.Sprintf("h%d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The grant is reported before the release, so the channel
+			// holds grants in the order they happened.
+			a := ts.do(context.Background(), "POST", "/v1/acquire",
+				`{"key":"q","holder":"`+holder+`","ttl_ms":60000,"wait_ms":60000}`)
+			grants <- grant{holder: holder, token: num(a, "token"), status: a.status}
+			if a.status == 200 {
+				ts.do(context.Background(), "POST", "/v1/release",
+					fmt.Sprintf(`{"key":"q","holder":%q,"token":%d}`, holder, num(a, "token")))
+			}
+		}()
+		// Arrival order is queue order: start the next waiter only once
+		// this one is queued.
+		eventually(t, holder+" queued", func() bool { return len(ts.fsm.Waiters("q")) == i })
+	}
+	ts.post("/v1/release", `{"key":"q","holder":"h0"}`)
+	var order []grant
+	for range n {
+		order = append(order, <-grants)
+	}
+	wg.Wait()
+	seen := map[uint64]bool{}
+	for i, g := range order {
+		want := fmt.Sprintf("h%d", i+1)
+		if g.status != 200 || g.holder != want {
+			t.Fatalf("grant %d went to %s (status %d), want %s; order %+v", i, g.holder, g.status, want, order)
+		}
+		if seen[g.token] || g.token <= num(first, "token") {
+			t.Fatalf("token %d repeated or not newer: %+v", g.token, order)
+		}
+		seen[g.token] = true
+		if i > 0 && g.token <= order[i-1].token {
+			t.Fatalf("tokens not increasing: %+v", order)
+		}
+	}
+	if w := ts.fsm.Waiters("q"); len(w) != 0 {
+		t.Fatalf("waiters left: %v", w)
+	}
+	if last := ts.fsm.LastToken(); last != n+1 {
+		t.Fatalf("%d tokens issued for %d grants", last, n+1)
+	}
+}
+
+func TestWaitElapsedAnswersHeld(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
+	a := ts.post("/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":150}`)
+	if a.status != 409 || a.body["code"] != "held" || a.body["holder"] != "a" {
+		t.Fatalf("elapsed wait: %d %v", a.status, a.body)
+	}
+	if w := ts.fsm.Waiters("k"); len(w) != 0 {
+		t.Fatalf("waiter still queued: %v", w)
+	}
+}
+
+func TestWaitGrantedWhenLeaseExpires(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":200}`)
+	a := ts.post("/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":60000}`)
+	if a.status != 200 || a.body["holder"] != "b" || num(a, "token") != 2 {
+		t.Fatalf("wait across expiry: %d %v", a.status, a.body)
+	}
+}
+
+func TestWaitImmediateGrant(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	a := ts.post("/v1/acquire", `{"key":"free","holder":"a","ttl_ms":1000,"wait_ms":1000}`)
+	if a.status != 200 || num(a, "token") != 1 {
+		t.Fatalf("wait on a free key: %d %v", a.status, a.body)
+	}
+}
+
+func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ts.do(ctx, "POST", "/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":60000}`)
+	}()
+	eventually(t, "b queued", func() bool { return len(ts.fsm.Waiters("k")) == 1 })
+	cancel()
+	<-done
+	eventually(t, "b gone from the queue", func() bool { return len(ts.fsm.Waiters("k")) == 0 })
+	eventually(t, "no waiter registered", func() bool { return !ts.waiters.has("k", "b") })
+	// The lease is untouched and a later release hands to nobody.
+	if a := ts.post("/v1/release", `{"key":"k","holder":"a"}`); a.body["released"] != true {
+		t.Fatalf("release: %v", a.body)
+	}
+	if _, ok := ts.fsm.Get("k", ts.fsm.Now()); ok {
+		t.Fatal("the key was handed to a waiter that left")
+	}
+}
+
+// The race the package comment describes: the grant commits just before the
+// waiter's cancel. A waiter that is gone must not keep the lease.
+func TestGrantRacingGiveUpIsReleased(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
+	sub := ts.waiters.join("k", "b")
+	now, _ := ts.stamp()
+	res, err := ts.apply(fsm.Command{Op: fsm.OpWait, Now: now, Key: "k", Holder: "b", TTL: locktable.Second * 60, Deadline: now + locktable.Time(time.Hour)})
+	if err != nil || !res.Queued {
+		t.Fatalf("wait: %+v %v", res, err)
+	}
+	// Another waiter queues behind b, then a releases: b is granted.
+	ts.propose(fsm.Command{Op: fsm.OpWait, Key: "k", Holder: "c", TTL: locktable.Second * 60, Deadline: now + locktable.Time(time.Hour)})
+	ts.post("/v1/release", `{"key":"k","holder":"a"}`)
+	if l, ok := ts.fsm.Get("k", ts.fsm.Now()); !ok || l.Holder != "b" {
+		t.Fatalf("b not granted: %+v", l)
+	}
+	// b gives up having seen nothing (its client disconnected).
+	if e := ts.giveUp(nil, sub, res.Index, true, unavailable("gone")); e == nil {
+		t.Fatal("giveUp answered nothing")
+	}
+	l, ok := ts.fsm.Get("k", ts.fsm.Now())
+	if !ok || l.Holder != "c" {
+		t.Fatalf("b's grant was not released to c: %+v %v", l, ok)
+	}
+}
+
+func TestShutdownEndsWaiters(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
+	got := make(chan answer, 1)
+	go func() {
+		got <- ts.do(context.Background(), "POST", "/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":60000}`)
+	}()
+	eventually(t, "b queued", func() bool { return len(ts.fsm.Waiters("k")) == 1 })
+	ts.BeginShutdown()
+	a := <-got
+	if a.status != 503 || a.body["code"] != "unavailable" {
+		t.Fatalf("waiter at shutdown: %d %v", a.status, a.body)
+	}
+	if w := ts.fsm.Waiters("k"); len(w) != 0 {
+		t.Fatalf("queue after shutdown: %v", w)
+	}
+	if a := ts.get("/readyz"); a.status != 503 {
+		t.Fatalf("readyz while shutting down: %d", a.status)
+	}
+}
+
+func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
+	dir := t.TempDir()
+	cfg := fastConfig(dir)
+	cfg.SnapshotThreshold = 8
+	cfg.TrailingLogs = 4
+	ts := startServer(t, cfg)
+	var tokens []uint64
+	for i := range 20 {
+		a := ts.post("/v1/acquire", fmt.Sprintf(`{"key":"k%d","holder":"h","ttl_ms":600000}`, i))
+		tokens = append(tokens, num(a, "token"))
+	}
+	// A queued waiter with no request behind it after the restart.
+	now, _ := ts.stamp()
+	if res, err := ts.apply(fsm.Command{Op: fsm.OpWait, Now: now, Key: "k0", Holder: "w", TTL: locktable.Second, Deadline: now + locktable.Time(time.Hour)}); err != nil || !res.Queued {
+		t.Fatalf("wait: %+v %v", res, err)
+	}
+	if err := ts.node.raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	ts.post("/v1/release", `{"key":"k19","holder":"h"}`) // after the snapshot: replayed from the log
+	before := ts.fsm.Now()
+	ts.stop()
+
+	ts2 := startServer(t, cfg)
+	if w := ts2.fsm.Waiters("k0"); len(w) != 0 {
+		t.Fatalf("orphan waiter survived the restart: %v", w)
+	}
+	if ts2.fsm.Now() < before {
+		t.Fatalf("cluster time went back: %d < %d", ts2.fsm.Now(), before)
+	}
+	for i, tok := range tokens[:19] {
+		a := ts2.get(fmt.Sprintf("/v1/check?key=k%d&token=%d", i, tok))
+		if a.body["valid"] != true {
+			t.Fatalf("k%d token %d lost: %v", i, tok, a.body)
+		}
+	}
+	if a := ts2.get("/v1/lock?key=k19"); a.status != 404 {
+		t.Fatalf("k19 released before the restart is back: %v", a.body)
+	}
+	a := ts2.post("/v1/acquire", `{"key":"new","holder":"h","ttl_ms":1000}`)
+	if num(a, "token") <= slices.Max(tokens) {
+		t.Fatalf("token %d after restart, not above %d", num(a, "token"), slices.Max(tokens))
+	}
+}
