@@ -16,7 +16,7 @@
 //     no queue and no FIFO.
 //   - ZooKeeper: the ephemeral-sequential recipe; each waiter watches its
 //     predecessor. The token is the node's sequence number, monotonic per
-//     lock key. The ZooKeeper session is the lease: there is no per-lock
+//     lock key (plus one: sequences start at 0). The ZooKeeper session is the lease: there is no per-lock
 //     extend, which is why Extend reports ErrNotSupported.
 //   - fencelock: its HTTP/JSON API (docs/API.md) over one shared, tuned
 //     http.Transport; this package does not import the client package.

@@ -2,6 +2,7 @@ package peerbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -113,6 +114,9 @@ func (l *etcdMutexLease) Extend(ctx context.Context) error {
 
 func (l *etcdMutexLease) Unlock(ctx context.Context) error {
 	if err := l.m.Unlock(ctx); err != nil {
+		if errors.Is(err, concurrency.ErrLockReleased) {
+			return ErrNotHeld
+		}
 		return fmt.Errorf("peerbench: etcd unlock: %w", err)
 	}
 	return nil

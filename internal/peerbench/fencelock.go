@@ -141,10 +141,9 @@ func (c *flClient) Lock(ctx context.Context, key string) (Lease, error) {
 			wait = min(wait, time.Until(dl))
 		}
 		if wait < time.Millisecond {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			return nil, context.DeadlineExceeded
+			// Less than wait_ms can express: let the deadline arrive.
+			<-ctx.Done()
+			return nil, ctx.Err()
 		}
 		l, code, err := c.acquire(ctx, key, c.s.o.TTL, wait)
 		if err != nil || code == "" {

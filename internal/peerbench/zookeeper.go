@@ -163,7 +163,8 @@ func (c *zkClient) Lock(ctx context.Context, key string) (Lease, error) {
 			return giveUp(err)
 		}
 		if pred == "" {
-			return &zkLease{c: c, path: path, token: uint64(seq)}, nil
+			// Sequences start at 0; +1 keeps 0 meaning "no token".
+			return &zkLease{c: c, path: path, token: uint64(seq) + 1}, nil
 		}
 		ok, _, ch, err := c.conn.ExistsW(parent + "/" + pred)
 		if err != nil {
