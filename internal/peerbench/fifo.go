@@ -23,7 +23,11 @@ type Fairness struct {
 	Overtaken int
 	// MaxOvertakes is the most later starters granted ahead of one wait.
 	MaxOvertakes int
-	LongestWait  time.Duration
+	// WorstGap is the longest time by which an overtaker started after the
+	// wait it overtook: a few milliseconds is the noise of two requests
+	// racing to the server; tens of milliseconds is barging.
+	WorstGap    time.Duration
+	LongestWait time.Duration
 }
 
 // FIFO reports whether no wait was overtaken.
@@ -49,8 +53,9 @@ func MeasureFairness(waits []Wait, slack time.Duration) Fairness {
 		lo, _ := slices.BinarySearchFunc(ws[:i], w.Start, func(x Wait, t time.Time) int { return x.Granted.Compare(t) })
 		n := 0
 		for _, v := range ws[lo:i] {
-			if v.Start.Sub(w.Start) > slack {
+			if gap := v.Start.Sub(w.Start); gap > slack {
 				n++
+				f.WorstGap = max(f.WorstGap, gap)
 			}
 		}
 		if n > 0 {

@@ -33,7 +33,7 @@ func TestMeasureFairness(t *testing.T) {
 			// client 0 waits from 0 to 30; clients 1 and 2 start at 10 and 12
 			// and are granted at 15 and 20, ahead of it.
 			waits: []Wait{w(1, 10, 15), w(2, 12, 20), w(0, 0, 30)},
-			want:  Fairness{Grants: 3, HandOffs: 2, Overtaken: 1, MaxOvertakes: 2, LongestWait: 30 * time.Millisecond},
+			want:  Fairness{Grants: 3, HandOffs: 2, Overtaken: 1, MaxOvertakes: 2, WorstGap: 12 * time.Millisecond, LongestWait: 30 * time.Millisecond},
 		},
 		{
 			name: "starts closer than the slack are ties, not overtakes",
@@ -45,7 +45,7 @@ func TestMeasureFairness(t *testing.T) {
 		{
 			name:  "the same client re-acquiring is a grant but not a hand-off",
 			waits: []Wait{w(0, 0, 1), w(0, 2, 3), w(0, 4, 5), w(1, 0, 6)},
-			want:  Fairness{Grants: 4, HandOffs: 1, Overtaken: 1, MaxOvertakes: 2, LongestWait: 6 * time.Millisecond},
+			want:  Fairness{Grants: 4, HandOffs: 1, Overtaken: 1, MaxOvertakes: 2, WorstGap: 4 * time.Millisecond, LongestWait: 6 * time.Millisecond},
 		},
 	}
 	for _, tt := range tests {

@@ -100,8 +100,12 @@ func details(r Result) string {
 		if r.Elapsed > 0 {
 			rate = float64(f.Grants) / r.Elapsed.Seconds()
 		}
-		parts = append(parts, fmt.Sprintf("grants/s %.0f; FIFO %s (%d of %d waits overtaken, max %d); longest wait %s",
-			rate, fifo, f.Overtaken, f.Grants, f.MaxOvertakes, fmtDur(f.LongestWait)))
+		over := ""
+		if f.Overtaken > 0 {
+			over = fmt.Sprintf(", by up to %d later starters, up to %s later", f.MaxOvertakes, fmtDur(f.WorstGap))
+		}
+		parts = append(parts, fmt.Sprintf("grants/s %.0f; FIFO %s (%d of %d waits overtaken%s); longest wait %s",
+			rate, fifo, f.Overtaken, f.Grants, over, fmtDur(f.LongestWait)))
 	}
 	if k := r.KeepAlive; k != nil {
 		parts = append(parts, fmt.Sprintf("%d leases, offered %.0f/s; max lag %s; late (>TTL/2) %d; hold setup %s",

@@ -33,7 +33,7 @@ func sampleResults() []Result {
 		{System: "etcd", Workload: W1, Rate: 2000, Latency: Summary{P50: 10 * time.Millisecond, P99: 40 * time.Millisecond}, Errors: 3, FirstError: "boom"},
 		{System: "zookeeper", Workload: W3, Skipped: "a session is the lease"},
 		{System: "redis", Workload: W2, Rate: 300, Elapsed: time.Second, Latency: Summary{P50: time.Millisecond, P99: 80 * time.Millisecond},
-			Fairness: &Fairness{Grants: 600, HandOffs: 300, Overtaken: 7, MaxOvertakes: 3, LongestWait: 120 * time.Millisecond}},
+			Fairness: &Fairness{Grants: 600, HandOffs: 300, Overtaken: 7, MaxOvertakes: 3, WorstGap: 45 * time.Millisecond, LongestWait: 120 * time.Millisecond}},
 	}
 }
 
@@ -55,7 +55,7 @@ func TestFormatTableRatiosToFencelock(t *testing.T) {
 		{3, []string{"etcd", "6.00×", "0.12×", "first error: boom"}},
 		{4, []string{"zookeeper", "n/a", "a session is the lease"}},
 		// no fencelock result for w2: no ratio
-		{5, []string{"w2", "redis", "—", "grants/s 600", "FIFO no (7 of 600 waits overtaken, max 3)", "longest wait 120.0ms"}},
+		{5, []string{"w2", "redis", "—", "grants/s 600", "FIFO no (7 of 600 waits overtaken, by up to 3 later starters, up to 45.0ms later)", "longest wait 120.0ms"}},
 	}
 	for _, c := range checks {
 		for _, w := range c.want {
