@@ -56,6 +56,7 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&p.W3TTL, "w3-ttl", 15*time.Second, "w3 lease TTL; extends are due every TTL/3")
 	fs.IntVar(&p.W3Workers, "w3-workers", 32, "w3 clients sending extends")
 	fs.IntVar(&p.W4Locks, "w4-locks", 1000000, "w4 locks held")
+	fs.BoolVar(&p.W4Keep, "w4-keep", false, "leave the w4 locks held (TTL 1h), to time a restart with them")
 	markdown := fs.Bool("markdown", false, "print a Markdown table")
 	var o peerbench.Options
 	fs.DurationVar(&o.TTL, "ttl", 10*time.Second, "lease TTL of w1/w2 locks (etcd session TTL, ZooKeeper session timeout)")

@@ -70,7 +70,9 @@ func runW4(ctx context.Context, sys System, p Params) (Result, error) {
 		})
 	}
 	wg.Wait()
-	defer releaseAll(context.WithoutCancel(ctx), held)
+	if !p.W4Keep {
+		defer releaseAll(context.WithoutCancel(ctx), held)
+	}
 	if err := errors.Join(errs...); err != nil {
 		if errors.Is(err, ErrNotSupported) {
 			res.Skipped = firstErr(errs).Error()

@@ -44,6 +44,9 @@ type Params struct {
 	// W4PID is the server's process id, read for RSS. 0: find the process
 	// listening on the system's port through /proc.
 	W4PID int
+	// W4Keep leaves the W4 locks held (TTL 1h) so the server's restart time
+	// can be measured with them in place (bench/peers/restart-time.sh).
+	W4Keep bool
 
 	// KeyPrefix keeps runs apart; default "flbench/<unix nanos>".
 	KeyPrefix string
