@@ -32,6 +32,9 @@ Workloads (issue 7):
   w4  scale: --w4-locks held locks, server RSS per lock, snapshot size
       (slow; not in the default list)
 
+On a shared machine use --rounds 3 or more: each round runs the systems in
+a rotated order and the table shows each system's median round.
+
 Flags:
 `
 
@@ -58,6 +61,7 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&p.W4Locks, "w4-locks", 1000000, "w4 locks held")
 	fs.BoolVar(&p.W4Keep, "w4-keep", false, "leave the w4 locks held (TTL 1h), to time a restart with them")
 	markdown := fs.Bool("markdown", false, "print a Markdown table")
+	rounds := fs.Int("rounds", 1, "runs of each workload per system, in rotating order; the table shows the median")
 	var o peerbench.Options
 	fs.DurationVar(&o.TTL, "ttl", 10*time.Second, "lease TTL of w1/w2 locks (etcd session TTL, ZooKeeper session timeout)")
 	fs.DurationVar(&o.RedisRetryMin, "redis-retry-min", time.Millisecond, "shortest poll delay of a waiting Redis client")
@@ -78,6 +82,9 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	}
 	if p.Duration <= 0 {
 		return usageError("compare: --duration must be positive")
+	}
+	if *rounds < 1 || *rounds > 20 {
+		return usageError("compare: --rounds must be between 1 and 20")
 	}
 	sys, err := parseList(*systems, peerbench.Systems)
 	if err != nil {
@@ -113,19 +120,28 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	if len(opened) == 0 {
 		return &exitError{Code: exitUnreachable, Err: errors.New("compare: no system answered")}
 	}
-	// Workload by workload, so each table block was measured close in time.
+	// Workload by workload, so each table block was measured close in time;
+	// each round starts with the next system, so none always runs first
+	// (or always right after the heaviest one).
 	for _, w := range wls {
-		for _, s := range opened {
-			fmt.Fprintf(e.stderr, "compare: %s on %s...\n", w, s.Name())
-			r, err := peerbench.Run(ctx, s, peerbench.Workload(w), p)
-			if err != nil {
-				if ctx.Err() != nil {
-					return err
+		byName := map[string][]peerbench.Result{}
+		for round := range *rounds {
+			for i := range opened {
+				s := opened[(i+round)%len(opened)]
+				fmt.Fprintf(e.stderr, "compare: %s on %s (round %d of %d)...\n", w, s.Name(), round+1, *rounds)
+				r, err := peerbench.Run(ctx, s, peerbench.Workload(w), p)
+				if err != nil {
+					if ctx.Err() != nil {
+						return err
+					}
+					fmt.Fprintf(e.stderr, "compare: %s on %s failed: %v\n", w, s.Name(), err)
+					r = peerbench.Result{System: s.Name(), Workload: peerbench.Workload(w), Skipped: "failed: " + err.Error()}
 				}
-				fmt.Fprintf(e.stderr, "compare: %s on %s failed: %v\n", w, s.Name(), err)
-				r = peerbench.Result{System: s.Name(), Workload: peerbench.Workload(w), Skipped: "failed: " + err.Error()}
+				byName[s.Name()] = append(byName[s.Name()], r)
 			}
-			results = append(results, r)
+		}
+		for _, s := range opened {
+			results = append(results, peerbench.MedianRound(byName[s.Name()]))
 		}
 	}
 	return peerbench.FormatTable(e.stdout, results, *markdown)

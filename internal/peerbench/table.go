@@ -119,6 +119,9 @@ func details(r Result) string {
 		parts = append(parts, fmt.Sprintf("%d locks: %.0f B/lock RSS (%s → %s); snapshot %s; fill %s",
 			s.Locks, s.BytesPerLock, fmtBytes(s.RSSBefore), fmtBytes(s.RSSAfter), snap, fmtDur(s.Setup)))
 	}
+	if r.Rounds > 1 {
+		parts = append(parts, fmt.Sprintf("median of %d rounds (rate %.0f–%.0f)", r.Rounds, r.RateMin, r.RateMax))
+	}
 	if r.FirstError != "" {
 		e := r.FirstError
 		if len(e) > 120 {

@@ -93,3 +93,25 @@ func TestFmtDur(t *testing.T) {
 		}
 	}
 }
+
+func TestMedianRound(t *testing.T) {
+	rs := []Result{
+		{System: "redis", Rate: 300},
+		{System: "redis", Skipped: "failed: boom"},
+		{System: "redis", Rate: 100},
+		{System: "redis", Rate: 200},
+	}
+	m := MedianRound(rs)
+	if m.Rate != 200 || m.Rounds != 3 || m.RateMin != 100 || m.RateMax != 300 {
+		t.Errorf("MedianRound = rate %v, %d rounds, %v–%v; want 200, 3, 100–300", m.Rate, m.Rounds, m.RateMin, m.RateMax)
+	}
+	if m := MedianRound(rs[2:]); m.Rate != 100 {
+		t.Errorf("even count: median rate %v, want the lower middle 100", m.Rate)
+	}
+	if m := MedianRound(rs[1:2]); m.Skipped == "" {
+		t.Error("all skipped: the skip is lost")
+	}
+	if m := MedianRound(rs); !strings.Contains(details(m), "median of 3 rounds (rate 100–300)") {
+		t.Errorf("details %q lack the spread", details(m))
+	}
+}

@@ -1,9 +1,11 @@
 package peerbench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -105,6 +107,36 @@ type Result struct {
 	Fairness  *Fairness  // W2
 	KeepAlive *KeepAlive // W3
 	Scale     *Scale     // W4
+
+	// Rounds > 1 when this is the median of several runs (MedianRound);
+	// RateMin and RateMax are then the spread of Rate across them.
+	Rounds           int
+	RateMin, RateMax float64
+}
+
+// MedianRound returns the run with the median Rate among rounds of one
+// system and workload (the lower middle one for an even count), annotated
+// with the spread. On a shared machine one run says little: the median of
+// rounds run in rotating order is what the table shows. Skipped runs are
+// ignored unless all were skipped.
+func MedianRound(rounds []Result) Result {
+	var ran []Result
+	for _, r := range rounds {
+		if r.Skipped == "" {
+			ran = append(ran, r)
+		}
+	}
+	if len(ran) == 0 {
+		if len(rounds) == 0 {
+			return Result{}
+		}
+		return rounds[0]
+	}
+	slices.SortStableFunc(ran, func(a, b Result) int { return cmp.Compare(a.Rate, b.Rate) })
+	m := ran[(len(ran)-1)/2]
+	m.Rounds = len(ran)
+	m.RateMin, m.RateMax = ran[0].Rate, ran[len(ran)-1].Rate
+	return m
 }
 
 // KeepAlive details W3.
