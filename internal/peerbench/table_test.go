@@ -115,3 +115,14 @@ func TestMedianRound(t *testing.T) {
 		t.Errorf("details %q lack the spread", details(m))
 	}
 }
+
+func TestMedianRoundTiesByP99(t *testing.T) {
+	rs := []Result{
+		{Rate: 2000, Latency: Summary{P99: 30 * time.Millisecond}},
+		{Rate: 2000, Latency: Summary{P99: 10 * time.Millisecond}},
+		{Rate: 2000, Latency: Summary{P99: 20 * time.Millisecond}},
+	}
+	if m := MedianRound(rs); m.Latency.P99 != 20*time.Millisecond {
+		t.Errorf("median p99 = %v, want 20ms", m.Latency.P99)
+	}
+}

@@ -114,8 +114,8 @@ type Result struct {
 	RateMin, RateMax float64
 }
 
-// MedianRound returns the run with the median Rate among rounds of one
-// system and workload (the lower middle one for an even count), annotated
+// MedianRound returns the run with the median Rate (ties by p99) among rounds
+// of one system and workload (the lower middle one for an even count), annotated
 // with the spread. On a shared machine one run says little: the median of
 // rounds run in rotating order is what the table shows. Skipped runs are
 // ignored unless all were skipped.
@@ -132,7 +132,11 @@ func MedianRound(rounds []Result) Result {
 		}
 		return rounds[0]
 	}
-	slices.SortStableFunc(ran, func(a, b Result) int { return cmp.Compare(a.Rate, b.Rate) })
+	// W3's rate is the offered schedule's whenever the system keeps up, so
+	// equal rates are ordered by p99, which is then what varies.
+	slices.SortStableFunc(ran, func(a, b Result) int {
+		return cmp.Or(cmp.Compare(a.Rate, b.Rate), cmp.Compare(a.Latency.P99, b.Latency.P99))
+	})
 	m := ran[(len(ran)-1)/2]
 	m.Rounds = len(ran)
 	m.RateMin, m.RateMax = ran[0].Rate, ran[len(ran)-1].Rate
