@@ -120,7 +120,7 @@ func details(r Result) string {
 			s.Locks, s.BytesPerLock, fmtBytes(s.RSSBefore), fmtBytes(s.RSSAfter), snap, fmtDur(s.Setup)))
 	}
 	if r.Rounds > 1 {
-		parts = append(parts, fmt.Sprintf("median of %d rounds (rate %.0f–%.0f)", r.Rounds, r.RateMin, r.RateMax))
+		parts = append(parts, fmt.Sprintf("median of %d rounds (rate %.0f–%.0f, p99 %s–%s)", r.Rounds, r.RateMin, r.RateMax, fmtDur(r.P99Min), fmtDur(r.P99Max)))
 	}
 	if r.FirstError != "" {
 		e := r.FirstError

@@ -111,7 +111,7 @@ func TestMedianRound(t *testing.T) {
 	if m := MedianRound(rs[1:2]); m.Skipped == "" {
 		t.Error("all skipped: the skip is lost")
 	}
-	if m := MedianRound(rs); !strings.Contains(details(m), "median of 3 rounds (rate 100–300)") {
+	if m := MedianRound(rs); !strings.Contains(details(m), "median of 3 rounds (rate 100–300, p99 —–—)") {
 		t.Errorf("details %q lack the spread", details(m))
 	}
 }

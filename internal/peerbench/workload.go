@@ -112,6 +112,7 @@ type Result struct {
 	// RateMin and RateMax are then the spread of Rate across them.
 	Rounds           int
 	RateMin, RateMax float64
+	P99Min, P99Max   time.Duration
 }
 
 // MedianRound returns the run with the median Rate (ties by p99) among rounds
@@ -140,6 +141,10 @@ func MedianRound(rounds []Result) Result {
 	m := ran[(len(ran)-1)/2]
 	m.Rounds = len(ran)
 	m.RateMin, m.RateMax = ran[0].Rate, ran[len(ran)-1].Rate
+	m.P99Min, m.P99Max = ran[0].Latency.P99, ran[0].Latency.P99
+	for _, r := range ran {
+		m.P99Min, m.P99Max = min(m.P99Min, r.Latency.P99), max(m.P99Max, r.Latency.P99)
+	}
 	return m
 }
 
