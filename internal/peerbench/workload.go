@@ -364,3 +364,18 @@ func runW2(ctx context.Context, sys System, p Params) (Result, error) {
 	}
 	return res, ctx.Err()
 }
+
+// RunSystem opens the named system, runs one workload on it and closes it:
+// the whole of what 'fencelock bench --system NAME' needs.
+func RunSystem(ctx context.Context, name string, w Workload, o Options, p Params) (Result, error) {
+	if o.Clients <= 0 {
+		pp := p.withDefaults()
+		o.Clients = max(pp.W1Clients, pp.W2Clients, pp.W3Workers, pp.W4Workers)
+	}
+	sys, err := Open(ctx, name, o)
+	if err != nil {
+		return Result{}, err
+	}
+	defer sys.Close()
+	return Run(ctx, sys, w, p)
+}
