@@ -1,14 +1,118 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/fencelock/fencelock/lab"
+)
 
 func init() {
-	register(command{name: "lab", summary: "the fencing lab: step through lock calls (lab replay)", run: runLab})
+	register(command{name: "lab", summary: "the c11 lab, measured (lab replay: step through lock calls)", run: runLab})
 }
+
+const labUsage = `Usage: fencelock lab [FLAGS]
+       fencelock lab replay [FILE|-]
+
+Prints the six blocks of the c11 page, run on fencelock's own lock table and
+fence, then the assembly that compares four designs. With no flags every
+figure matches the page.
+
+Flags:
+`
 
 func runLab(ctx context.Context, e *env, args []string) error {
 	if len(args) > 0 && args[0] == "replay" {
 		return runLabReplay(ctx, e, args[1:])
 	}
-	return usageError("lab: only 'lab replay' exists so far")
+	cfg := lab.DefaultConfig()
+	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), labUsage)
+		fs.PrintDefaults()
+	}
+	block := fs.Int("block", 0, "print only block `N` (1-6)")
+	quiet := fs.Bool("quiet", false, "print the assembly only")
+	verify := fs.Bool("verify", false, "re-derive the page's claims, one PASS/FAIL line each; exit 1 if any fails (with -block, that block's claims; 7 is the assembly)")
+	seed := fs.Int64("seed", 0, "seed both simulations with `S` (default: the page's 11 for block 5, 23 for the assembly)")
+	fs.IntVar(&cfg.Ops, "n", cfg.Ops, "operations per simulation")
+	fs.Var((*lab.Durations)(&cfg.TTLs), "ttls", "block 5's lease lengths: a comma-separated `list` of durations or bare seconds")
+	fs.Var((*lab.Durations)(&cfg.Gaps), "gaps", "the assembly's check→write gaps to sweep: a `list` like -ttls")
+	fs.DurationVar(&cfg.CheckGap, "check-gap", cfg.CheckGap, "check→write gap of the client check in the assembly's design table")
+	plot := fs.String("plot", "", "also write SVG charts into directory `DIR`")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError("lab: %v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageError("lab: unexpected argument %q (see 'fencelock lab -h')", fs.Arg(0))
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "seed" {
+			cfg.SizingSeed, cfg.AssemblySeed = *seed, *seed
+		}
+	})
+	if err := cfg.Validate(); err != nil {
+		return usageError("%v", err)
+	}
+	maxBlock := lab.Blocks
+	if *verify {
+		maxBlock = lab.AssemblyBlock
+	}
+	if *block < 0 || *block > maxBlock {
+		return usageError("lab: -block %d: want 1..%d", *block, maxBlock)
+	}
+	if *quiet && (*block != 0 || *verify) {
+		return usageError("lab: -quiet prints the assembly alone; it does not combine with -block or -verify")
+	}
+
+	if *plot != "" {
+		if err := writePlots(e, *plot, cfg); err != nil {
+			return err
+		}
+	}
+	if *verify {
+		claims, err := lab.Verify(cfg, *block)
+		if err != nil {
+			return err
+		}
+		failed, err := lab.WriteClaims(e.stdout, claims)
+		if err != nil {
+			return err
+		}
+		if failed > 0 {
+			return &exitError{Code: exitNo, Err: fmt.Errorf("lab: %d of %d claims failed", failed, len(claims))}
+		}
+		return nil
+	}
+	return lab.Print(e.stdout, lab.Options{Config: cfg, Block: *block, Quiet: *quiet})
+}
+
+// writePlots writes the lab's charts into dir, creating it if needed.
+func writePlots(e *env, dir string, cfg lab.Config) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, c := range lab.Charts {
+		f, err := os.Create(filepath.Join(dir, c.File))
+		if err != nil {
+			return err
+		}
+		err = c.Write(f, cfg)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("lab: writing %s: %w", f.Name(), err)
+		}
+		fmt.Fprintf(e.stderr, "lab: wrote %s\n", f.Name())
+	}
+	return nil
 }

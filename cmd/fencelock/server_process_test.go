@@ -208,7 +208,7 @@ func TestServerProcessDefaultsAndEnv(t *testing.T) {
 	addr := freeAddr(t)
 	p := startProc(t, dir, []string{"FENCELOCK_LISTEN=" + addr, "FENCELOCK_DATA="})
 	p.waitReady(addr)
-	if _, err := os.Stat(filepath.Join(dir, "fencelock-data", "raft.db")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "fencelock-data", "LOCK")); err != nil {
 		t.Fatalf("default data dir: %v", err)
 	}
 	p.cmd.Process.Signal(syscall.SIGINT)
@@ -221,7 +221,7 @@ func TestServerProcessDefaultsAndEnv(t *testing.T) {
 	p = startProc(t, dir, []string{"FENCELOCK_LISTEN=" + freeAddr(t), "FENCELOCK_DATA=" + filepath.Join(dir, "env-data")},
 		"--listen", flagAddr)
 	p.waitReady(flagAddr)
-	if _, err := os.Stat(filepath.Join(dir, "env-data", "raft.db")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "env-data", "LOCK")); err != nil {
 		t.Fatalf("FENCELOCK_DATA ignored: %v", err)
 	}
 	p.cmd.Process.Signal(syscall.SIGTERM)

@@ -242,6 +242,19 @@ func (r *reader) varint() int64 {
 	return v
 }
 
+func (r *reader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.fail("truncated")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
 func (r *reader) string(limit int) string {
 	n := r.uvarint()
 	if r.err != nil {

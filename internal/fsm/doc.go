@@ -15,7 +15,10 @@
 //  4. Table events (grants, releases, expiries, dropped waiters) are passed
 //     to the observer synchronously, with the log index of the entry that
 //     caused them, so a server can wake its waiters after commit.
-//  5. Snapshot copies the state under the lock and Persist writes it;
+//  5. A write that carries a request id is remembered with its result for a
+//     bounded time and count (dedupe.go); a repeat is answered from memory
+//     (Result.Duplicate) and changes nothing, so clients can retry safely.
+//  6. Snapshot copies the state under the lock and Persist writes it;
 //     Restore replaces all state with the snapshot's.
 //
 // The package reads no clock, starts no goroutines and does no network I/O.

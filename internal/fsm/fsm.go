@@ -27,6 +27,9 @@ type Result struct {
 	Cancelled int  // cancel-wait(s): how many waiters left a queue
 	Batch     []BatchResult
 	Err       error
+	// Duplicate: the command repeated the (holder, request id) of an
+	// earlier one; this is that command's result and nothing was applied.
+	Duplicate bool
 }
 
 // BatchResult is one item of an extend batch.
@@ -51,13 +54,15 @@ type FSM struct {
 	index   uint64         // the last applied index
 	observe Observer
 	changed chan struct{}
+	seen    map[string]*remembered // see dedupe.go
+	order   []*remembered
 }
 
 var _ raft.FSM = (*FSM)(nil)
 
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
-	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1)}
+	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{}}
 	f.table.SetObserver(f.emit)
 	return f
 }
@@ -112,8 +117,12 @@ func (f *FSM) apply(c Command) *Result {
 		f.now = c.Now
 	}
 	now := f.now
+	if r, ok := f.recall(c, now); ok {
+		return r
+	}
 	t := f.table
 	r := &Result{Op: c.Op, Now: now}
+	defer f.remember(c, r, now)
 	switch c.Op {
 	case OpAcquire:
 		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
@@ -225,7 +234,8 @@ func (f *FSM) NextDeadline() (locktable.Time, bool) {
 }
 
 // Snapshot format: "FLS1" | varint now | uvarint index | uvarint len |
-// table encoding (which carries its own checksum) | CRC-32 of all before.
+// table encoding (which carries its own checksum) | remembered requests
+// (dedupe.go) | CRC-32 of all before.
 const snapshotMagic = "FLS1"
 
 // Snapshot encodes the state under the lock; Persist only writes bytes.
@@ -242,6 +252,7 @@ func (f *FSM) marshal() []byte {
 	b = binary.AppendUvarint(b, f.index)
 	b = binary.AppendUvarint(b, uint64(len(tbl)))
 	b = append(b, tbl...)
+	b = appendRemembered(b, f.order)
 	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
 }
 
@@ -282,12 +293,20 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	now := locktable.Time(r.varint())
 	index := r.uvarint()
 	n := r.uvarint()
-	if r.err != nil || n != uint64(len(r.b)) {
+	if r.err != nil || n > uint64(len(r.b)) {
 		return fmt.Errorf("%w: bad header", ErrCorruptSnapshot)
 	}
 	t := locktable.New()
-	if err := t.UnmarshalBinary(r.b); err != nil {
+	if err := t.UnmarshalBinary(r.b[:n]); err != nil {
 		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
+	}
+	r.b = r.b[n:]
+	seen, order := readRemembered(&r)
+	if r.err != nil {
+		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, r.err)
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorruptSnapshot, len(r.b))
 	}
 	if t.MaxNow() > now {
 		now = t.MaxNow()
@@ -296,6 +315,7 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	defer f.mu.Unlock()
 	t.SetObserver(f.emit)
 	f.table, f.now, f.index = t, now, index
+	f.seen, f.order = seen, order
 	f.poke()
 	return nil
 }

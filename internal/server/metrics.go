@@ -24,6 +24,7 @@ type metrics struct {
 	commit    *prometheus.HistogramVec // op
 	requests  *prometheus.CounterVec   // route, code
 	leader    prometheus.Gauge
+	retries   prometheus.Counter
 }
 
 func newMetrics(lastToken func() float64) *metrics {
@@ -61,12 +62,15 @@ func newMetrics(lastToken func() float64) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelock_http_requests_total", Help: "HTTP requests by route and status code.",
 		}, []string{"route", "code"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencelock_retried_requests_total", Help: "Writes whose request_id repeated an earlier one: answered from memory, not applied.",
+		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencelock_is_leader", Help: "1 while this node is the leader and serving writes.",
 		}),
 	}
 	m.reg.MustRegister(m.grants, m.refusals, m.leaseEnds, m.extends, m.waitEnds, m.waiters,
-		m.hold, m.wait, m.commit, m.requests, m.leader,
+		m.hold, m.wait, m.commit, m.requests, m.leader, m.retries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_last_token", Help: "The last fencing token issued.",
 		}, lastToken),

@@ -13,8 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
+	wal "github.com/hashicorp/raft-wal"
 
 	"github.com/fencelock/fencelock/internal/fsm"
 )
@@ -22,7 +21,8 @@ import (
 // Config configures a Server. The zero value plus a DataDir is a durable
 // single-node server; see DefaultConfig for the values zero fields take.
 type Config struct {
-	// DataDir holds the raft log (raft.db) and snapshots. Empty means
+	// DataDir holds the raft log (wal/), snapshots (snapshots/) and a LOCK
+	// file that keeps a second server out. Empty means
 	// in-memory stores: nothing survives the process (tests only).
 	DataDir string
 	// NodeID names this node in the raft configuration.
@@ -46,6 +46,12 @@ type Config struct {
 	// MinTickInterval spaces the expiry timer's Tick proposals so that a
 	// burst of expiries costs a few log entries, not one per lease.
 	MinTickInterval time.Duration
+	// ClockCheckpoint: while any lease or waiter exists, the leader makes
+	// sure the log records cluster time at least this often (a Tick when
+	// nothing else was committed). A restart resumes from the last
+	// recorded time, so it extends live leases by at most its own downtime
+	// plus this interval.
+	ClockCheckpoint time.Duration
 }
 
 // DefaultConfig returns the values used for zero fields.
@@ -60,6 +66,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:   30 * time.Second,
 		ApplyTimeout:       5 * time.Second,
 		MinTickInterval:    5 * time.Millisecond,
+		ClockCheckpoint:    time.Second,
 	}
 }
 
@@ -82,6 +89,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.SnapshotInterval, d.SnapshotInterval)
 	setDur(&c.ApplyTimeout, d.ApplyTimeout)
 	setDur(&c.MinTickInterval, d.MinTickInterval)
+	setDur(&c.ClockCheckpoint, d.ClockCheckpoint)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}
@@ -90,6 +98,13 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// walSegmentSize is the size of each preallocated log segment file.
+const walSegmentSize = 16 << 20
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // node is the raft instance and everything it must close.
 type node struct {
@@ -131,17 +146,27 @@ func openNode(cfg Config, f *fsm.FSM) (*node, error) {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("server: data dir: %w", err)
 		}
-		// The timeout turns a second server on the same directory into an
-		// error instead of a hang on bolt's file lock.
-		bolt, err := raftboltdb.New(raftboltdb.Options{
-			Path:        filepath.Join(cfg.DataDir, "raft.db"),
-			BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
-		})
+		// One process per data directory: a second server fails at once
+		// instead of hanging on the stores' own file locks.
+		unlock, err := lockDir(cfg.DataDir)
 		if err != nil {
-			return nil, fmt.Errorf("server: opening %s: %w", filepath.Join(cfg.DataDir, "raft.db"), err)
+			return nil, err
 		}
-		n.closers = append(n.closers, bolt)
-		logs, stable = bolt, bolt
+		n.closers = append(n.closers, closerFunc(unlock))
+		walDir := filepath.Join(cfg.DataDir, "wal")
+		if err := os.MkdirAll(walDir, 0o700); err != nil {
+			n.close()
+			return nil, fmt.Errorf("server: data dir: %w", err)
+		}
+		// raft-wal appends and fsyncs once per batch of entries; segments
+		// whose entries are all covered by a snapshot are deleted.
+		w, err := wal.Open(walDir, wal.WithLogger(rc.Logger), wal.WithSegmentSize(walSegmentSize))
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("server: opening the log in %s: %w", walDir, err)
+		}
+		n.closers = append(n.closers, w)
+		logs, stable = w, w
 		fss, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, rc.Logger)
 		if err != nil {
 			n.close()

@@ -118,8 +118,11 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Bounds a slow request body. It does not cut long waits: the
+		// server clears the read deadline once the body has been read.
+		ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -223,6 +226,9 @@ func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
 	res, ok := f.Response().(*fsm.Result)
 	if !ok {
 		return nil, fmt.Errorf("%w: unexpected apply response %T", ErrUnavailable, f.Response())
+	}
+	if res.Duplicate {
+		s.metrics.retries.Inc()
 	}
 	return res, nil
 }
@@ -339,7 +345,9 @@ func (s *Server) takeOver(ctx context.Context) bool {
 }
 
 // tickLoop is the leader-only expiry timer: it sleeps until the table's
-// next deadline and proposes a Tick stamped with cluster time.
+// next deadline, or until cluster time has gone unrecorded for
+// ClockCheckpoint while something is held or queued, and proposes a Tick
+// stamped with cluster time.
 func (s *Server) tickLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -351,6 +359,9 @@ func (s *Server) tickLoop(ctx context.Context) {
 			now, running := s.clock.now()
 			if !running {
 				return
+			}
+			if cp := s.fsm.Now() + locktable.Time(s.cfg.ClockCheckpoint); cp < at {
+				at = cp
 			}
 			wait = time.Duration(at - now)
 			if gap := s.cfg.MinTickInterval - time.Since(lastTick); wait < gap {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -163,6 +164,7 @@ func TestErrorPaths(t *testing.T) {
 		{"batch too many", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[` + strings.Join(items, ",") + `]}`, 400, "invalid_argument", "leases"},
 		{"batch bad key", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[{"key":"a","token":1},{"key":"","token":2}]}`, 400, "invalid_argument", "leases[1].key"},
 		{"batch missing token", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[{"key":"a"}]}`, 400, "invalid_argument", "leases[0].token"},
+		{"batch item wrong type", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[{"key":"a","token":"x"}]}`, 400, "invalid_argument", "leases.token"},
 		{"batch unknown item field", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[{"key":"a","token":1,"x":1}]}`, 400, "invalid_argument", "x"},
 		{"batch missing holder", "POST", "/v1/extend-batch", `{"ttl_ms":1000,"leases":[{"key":"a","token":1}]}`, 400, "invalid_argument", "holder"},
 		{"release missing key", "POST", "/v1/release", `{"holder":"h"}`, 400, "invalid_argument", "key"},
@@ -279,6 +281,26 @@ func TestAcquireRenewExtendReleaseCheck(t *testing.T) {
 	}
 	if a := ts.get("/readyz"); a.status != 200 {
 		t.Fatalf("readyz: %v", a)
+	}
+}
+
+func TestRetryWithRequestIDGetsTheOriginalAnswer(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	body := `{"key":"k","holder":"h","ttl_ms":60000,"request_id":"0123456789ab"}`
+	first := ts.post("/v1/acquire", body)
+	again := ts.post("/v1/acquire", body)
+	if first.status != 200 || again.status != 200 || num(again, "token") != num(first, "token") {
+		t.Fatalf("retry: %v then %v", first.body, again.body)
+	}
+	rel := `{"key":"k","holder":"h","request_id":"rel-1"}`
+	if a, b := ts.post("/v1/release", rel), ts.post("/v1/release", rel); a.body["released"] != true || b.body["released"] != true {
+		t.Fatalf("retried release: %v then %v", a.body, b.body)
+	}
+	if got := ts.fsm.LastToken(); got != 1 {
+		t.Fatalf("%d tokens issued", got)
+	}
+	if got := testutil.ToFloat64(ts.metrics.retries); got != 2 {
+		t.Fatalf("retries counted %v, want 2", got)
 	}
 }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
@@ -106,6 +109,12 @@ func TestWaitGrantedWhenLeaseExpires(t *testing.T) {
 	if a.status != 200 || a.body["holder"] != "b" || num(a, "token") != 2 {
 		t.Fatalf("wait across expiry: %d %v", a.status, a.body)
 	}
+	if got := testutil.ToFloat64(ts.metrics.leaseEnds.WithLabelValues("expired")); got != 1 {
+		t.Fatalf("expired leases counted %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(ts.metrics.grants.WithLabelValues("true")); got != 1 {
+		t.Fatalf("hand-off grants counted %v, want 1", got)
+	}
 }
 
 func TestWaitImmediateGrant(t *testing.T) {
@@ -185,6 +194,12 @@ func TestShutdownEndsWaiters(t *testing.T) {
 	if a := ts.get("/readyz"); a.status != 503 {
 		t.Fatalf("readyz while shutting down: %d", a.status)
 	}
+	if a := ts.post("/v1/acquire", `{"key":"z","holder":"a","ttl_ms":1000}`); a.status != 503 || a.body["code"] != "unavailable" {
+		t.Fatalf("write while shutting down: %d %v", a.status, a.body)
+	}
+	if a := ts.get("/v1/lock?key=k"); a.status != 200 {
+		t.Fatalf("reads go on while in-flight requests drain: %d %v", a.status, a.body)
+	}
 }
 
 func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
@@ -210,7 +225,14 @@ func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
 	before := ts.fsm.Now()
 	ts.stop()
 
+	restarted := time.Now()
 	ts2 := startServer(t, cfg)
+	// Cluster time resumes from the last applied time: it moved forward by
+	// at most this process's own run time, not by the downtime.
+	now2, _ := ts2.clock.now()
+	if ran := time.Since(restarted); now2 < before || now2-before > locktable.Time(ran) {
+		t.Fatalf("cluster time %d after restart; before %d, process ran %s", now2, before, ran)
+	}
 	if w := ts2.fsm.Waiters("k0"); len(w) != 0 {
 		t.Fatalf("orphan waiter survived the restart: %v", w)
 	}
@@ -229,5 +251,37 @@ func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
 	a := ts2.post("/v1/acquire", `{"key":"new","holder":"h","ttl_ms":1000}`)
 	if num(a, "token") <= slices.Max(tokens) {
 		t.Fatalf("token %d after restart, not above %d", num(a, "token"), slices.Max(tokens))
+	}
+}
+
+func TestDataDirInUseFailsFast(t *testing.T) {
+	dir := t.TempDir()
+	startServer(t, fastConfig(dir))
+	s, err := New(fastConfig(dir))
+	if err == nil {
+		s.Close()
+		t.Fatal("a second server opened a data directory in use")
+	}
+	if !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("error %q does not say the directory is in use", err)
+	}
+}
+
+// While something is held, cluster time reaches the log even when no
+// client writes, so a restart cannot rewind it far.
+func TestClockCheckpointRecordsTimeWhileHeld(t *testing.T) {
+	cfg := fastConfig("")
+	cfg.ClockCheckpoint = 20 * time.Millisecond
+	ts := startServer(t, cfg)
+	a := ts.post("/v1/acquire", `{"key":"k","holder":"h","ttl_ms":600000}`)
+	if a.status != 200 {
+		t.Fatalf("acquire: %v", a.body)
+	}
+	start := ts.fsm.Now()
+	eventually(t, "a checkpoint", func() bool { return ts.fsm.Now() >= start+locktable.Time(40*time.Millisecond) })
+	// With nothing held there is no deadline, so the timer sleeps.
+	ts.post("/v1/release", `{"key":"k","holder":"h"}`)
+	if _, ok := ts.fsm.NextDeadline(); ok {
+		t.Fatal("a deadline remains with nothing held")
 	}
 }

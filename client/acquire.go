@@ -1,0 +1,114 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Acquire waits in the key's FIFO queue until the lock is granted, ctx ends,
+// or the WithWait bound elapses (ErrHeld), and returns the lease. A cancelled
+// wait leaves the queue: the server drops a waiter whose request goes away.
+// ctx bounds the wait only; the lease lives until Release or loss, and its
+// Context keeps ctx's values.
+func (c *Client) Acquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
+	o := newLeaseOptions(opts)
+	o.key = key
+	return c.acquire(ctx, key, o, o.wait)
+}
+
+// TryAcquire is Acquire without waiting: when another holder has the key it
+// returns an error matching ErrHeld at once.
+func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
+	o := newLeaseOptions(opts)
+	o.key = key
+	return c.acquire(ctx, key, o, 0)
+}
+
+func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait time.Duration) (*Lease, error) {
+	if o.ttl <= 0 {
+		return nil, invalidf("ttl_ms", "ttl must be positive, not %v", o.ttl)
+	}
+	var end time.Time
+	if wait > 0 {
+		end = c.clock.Now().Add(wait)
+	}
+	for {
+		var round time.Duration
+		switch {
+		case wait < 0:
+			round = maxWaitRound
+		case wait > 0:
+			round = min(end.Sub(c.clock.Now()), maxWaitRound)
+			round = max(round, 0)
+		}
+		sent := c.clock.Now()
+		lk, err := c.Grant(ctx, key, o.holder, o.ttl, round)
+		if err == nil {
+			return c.start(ctx, lk, o, sent)
+		}
+		if ctx.Err() != nil {
+			if round > 0 && o.generated {
+				// The grant may have crossed our cancel on the wire. The
+				// holder name is ours alone, so releasing by it is safe.
+				c.releaseQuietly(key, o.holder, 0)
+			}
+			return nil, err
+		}
+		// Less than a millisecond left cannot be expressed on the wire.
+		if !errors.Is(err, ErrHeld) || wait == 0 || (wait > 0 && end.Sub(c.clock.Now()) < time.Millisecond) {
+			return nil, err
+		}
+	}
+}
+
+// start turns a grant into a Lease. sent is when the grant was asked for: the
+// server granted at or after it, so the lease lasts at least until sent+TTL.
+func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.Time) (*Lease, error) {
+	if c.clock.Now().Sub(sent) >= o.ttl/3 {
+		// A grant that waited in the queue can only be dated from when we
+		// asked, which may be long ago; an extension dates it afresh.
+		again := c.clock.Now()
+		ext, err := c.Extend(ctx, lk.Key, lk.Holder, lk.Token, o.ttl)
+		if err != nil {
+			c.releaseQuietly(lk.Key, lk.Holder, lk.Token)
+			return nil, err
+		}
+		lk, sent = ext, again
+		if c.clock.Now().Sub(sent) >= o.ttl/2 {
+			c.releaseQuietly(lk.Key, lk.Holder, lk.Token)
+			return nil, &LostError{Key: lk.Key, Token: lk.Token, Reason: ErrExpired}
+		}
+	}
+	l := &Lease{
+		c:        c,
+		clock:    c.clock,
+		key:      lk.Key,
+		holder:   lk.Holder,
+		token:    lk.Token,
+		ttl:      o.ttl,
+		done:     make(chan struct{}),
+		lastSent: sent,
+		lock:     lk,
+	}
+	if l.key == "" {
+		l.key = o.key
+	}
+	if l.holder == "" {
+		l.holder = o.holder
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l.mu.Lock()
+	l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(c.clock.Now()), l.expire)
+	l.mu.Unlock()
+	go l.run()
+	return l, nil
+}
+
+// releaseQuietly gives back a grant we will not use. It is best effort: if it
+// fails, the lease simply expires.
+func (c *Client) releaseQuietly(key, holder string, token uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = c.Release(ctx, key, holder, token)
+}

@@ -1,0 +1,217 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Lock is the server's account of one lease: who holds a key, under which
+// fencing token, for how long. It encodes to and from the wire's lease shape
+// (docs/API.md), durations in milliseconds.
+type Lock struct {
+	Key       string
+	Holder    string
+	Token     uint64
+	TTL       time.Duration
+	Remaining time.Duration // on cluster time, when the answer was produced
+}
+
+type wireLock struct {
+	Key         string `json:"key"`
+	Holder      string `json:"holder"`
+	Token       uint64 `json:"token"`
+	TTLMS       int64  `json:"ttl_ms"`
+	RemainingMS int64  `json:"remaining_ms"`
+}
+
+// MarshalJSON writes the wire shape.
+func (l Lock) MarshalJSON() ([]byte, error) {
+	return json.Marshal(wireLock{l.Key, l.Holder, l.Token, l.TTL.Milliseconds(), l.Remaining.Milliseconds()})
+}
+
+// UnmarshalJSON reads the wire shape.
+func (l *Lock) UnmarshalJSON(data []byte) error {
+	var w wireLock
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*l = Lock{w.Key, w.Holder, w.Token, time.Duration(w.TTLMS) * time.Millisecond, time.Duration(w.RemainingMS) * time.Millisecond}
+	return nil
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// Grant is the plain acquire call: it asks for key on behalf of holder for
+// ttl. With wait 0 it tries once; with wait > 0 it queues in the key's FIFO
+// for up to wait (at most an hour, the server's limit). A refusal, or a wait
+// that elapsed, matches ErrHeld; the *APIError names the holder in the way.
+// A grant to a holder that already holds the key is a renewal: new token.
+//
+// Grant does not keep the lease alive; Acquire and TryAcquire do.
+func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
+	if wait < 0 {
+		return Lock{}, invalidf("wait_ms", "wait must not be negative")
+	}
+	body := struct {
+		Key       string `json:"key"`
+		Holder    string `json:"holder"`
+		TTLMS     int64  `json:"ttl_ms"`
+		WaitMS    int64  `json:"wait_ms,omitempty"`
+		RequestID string `json:"request_id"`
+	}{key, holder, ms(ttl), ms(wait), newRequestID()}
+	var out Lock
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/acquire", body: body, out: &out})
+	return out, err
+}
+
+// Renew re-acquires key for the holder that holds it live, which issues a
+// NEW token (the old one stops being current). It matches ErrNotHeld when
+// holder does not hold a live lease on key.
+func (c *Client) Renew(ctx context.Context, key, holder string, ttl time.Duration) (Lock, error) {
+	body := struct {
+		Key       string `json:"key"`
+		Holder    string `json:"holder"`
+		TTLMS     int64  `json:"ttl_ms"`
+		RequestID string `json:"request_id"`
+	}{key, holder, ms(ttl), newRequestID()}
+	var out Lock
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/renew", body: body, out: &out})
+	return out, err
+}
+
+// Extend keeps the live grant (holder, token) on key alive for ttl from now,
+// keeping the token. It matches ErrNotHeld when that pair is not the key's
+// live grant (it expired, was released, or was superseded).
+func (c *Client) Extend(ctx context.Context, key, holder string, token uint64, ttl time.Duration) (Lock, error) {
+	return c.extend(ctx, key, holder, token, ttl, false)
+}
+
+func (c *Client) extend(ctx context.Context, key, holder string, token uint64, ttl time.Duration, once bool) (Lock, error) {
+	body := struct {
+		Key       string `json:"key"`
+		Holder    string `json:"holder"`
+		Token     uint64 `json:"token"`
+		TTLMS     int64  `json:"ttl_ms"`
+		RequestID string `json:"request_id"`
+	}{key, holder, token, ms(ttl), newRequestID()}
+	var out Lock
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/extend", body: body, out: &out, once: once})
+	return out, err
+}
+
+// Held names one lease in a batch: a key and the token it was granted under.
+type Held struct {
+	Key   string `json:"key"`
+	Token uint64 `json:"token"`
+}
+
+// ExtendResult is the outcome for one lease of ExtendBatch: Err is nil and
+// Lock is the extended lease, or Err says why that one was refused (it
+// matches ErrNotHeld, …).
+type ExtendResult struct {
+	Key   string
+	Token uint64
+	Lock  Lock
+	Err   error
+}
+
+// ExtendBatch extends many leases of one holder in one request (at most
+// 1000). The error is about the request as a whole; per-lease refusals are
+// in the results, in the order of leases.
+func (c *Client) ExtendBatch(ctx context.Context, holder string, ttl time.Duration, leases []Held) ([]ExtendResult, error) {
+	body := struct {
+		Holder    string `json:"holder"`
+		TTLMS     int64  `json:"ttl_ms"`
+		Leases    []Held `json:"leases"`
+		RequestID string `json:"request_id"`
+	}{holder, ms(ttl), leases, newRequestID()}
+	var out struct {
+		Results []struct {
+			Key   string `json:"key"`
+			Token uint64 `json:"token"`
+			OK    bool   `json:"ok"`
+			Lease Lock   `json:"lease"`
+			Code  string `json:"code"`
+			Error string `json:"error"`
+		} `json:"results"`
+	}
+	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/extend-batch", body: body, out: &out}); err != nil {
+		return nil, err
+	}
+	res := make([]ExtendResult, len(out.Results))
+	for i, r := range out.Results {
+		res[i] = ExtendResult{Key: r.Key, Token: r.Token, Lock: r.Lease}
+		if !r.OK {
+			res[i].Err = &APIError{Status: http.StatusConflict, Code: r.Code, Message: r.Error}
+		}
+	}
+	return res, nil
+}
+
+// Release ends holder's live lease on key; with token > 0, only if that is
+// the lease's token. It reports whether a lease was released: false means
+// holder did not hold a live lease (never someone else's, never an expired
+// one that may have been granted again).
+func (c *Client) Release(ctx context.Context, key, holder string, token uint64) (bool, error) {
+	body := struct {
+		Key       string `json:"key"`
+		Holder    string `json:"holder"`
+		Token     uint64 `json:"token,omitempty"`
+		RequestID string `json:"request_id"`
+	}{key, holder, token, newRequestID()}
+	var out struct {
+		Released bool `json:"released"`
+	}
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/release", body: body, out: &out})
+	return out.Released, err
+}
+
+// Check reports whether token is key's current token and its lease alive.
+// This is what a resource that cannot keep its own fence asks; a fence kept
+// by the resource (package fence) is stronger, because the answer can be
+// stale by the time the write lands.
+func (c *Client) Check(ctx context.Context, key string, token uint64) (bool, error) {
+	q := url.Values{"key": {key}, "token": {strconv.FormatUint(token, 10)}}
+	var out struct {
+		Valid bool `json:"valid"`
+	}
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/check", query: q, out: &out})
+	return out.Valid, err
+}
+
+// Get returns the live lease on key; it matches ErrNotFound when there is
+// none.
+func (c *Client) Get(ctx context.Context, key string) (Lock, error) {
+	var out Lock
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/lock", query: url.Values{"key": {key}}, out: &out})
+	return out, err
+}
+
+// List returns the live leases whose keys start with prefix, sorted by key;
+// limit <= 0 leaves the limit to the server.
+func (c *Client) List(ctx context.Context, prefix string, limit int) ([]Lock, error) {
+	q := url.Values{"prefix": {prefix}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out struct {
+		Locks []Lock `json:"locks"`
+	}
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/locks", query: q, out: &out}); err != nil {
+		return nil, err
+	}
+	if out.Locks == nil {
+		out.Locks = []Lock{}
+	}
+	return out.Locks, nil
+}
+
+// String is a one-line account of l for messages.
+func (l Lock) String() string {
+	return fmt.Sprintf("%s held by %s, token %d, %v left of %v", l.Key, l.Holder, l.Token, l.Remaining, l.TTL)
+}

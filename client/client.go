@@ -1,0 +1,320 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultAddr is where a server listens when nothing else is said.
+const DefaultAddr = "127.0.0.1:7470"
+
+// Client talks to one fencelock server, or to any node of a cluster. It is
+// safe for concurrent use and reuses its HTTP connections; make one and
+// share it.
+type Client struct {
+	hc         *http.Client
+	clock      Clock
+	retries    int
+	backoff    time.Duration
+	maxBackoff time.Duration
+
+	mu    sync.Mutex
+	addrs []string // base URLs, no trailing slash
+	cur   int      // the address that answered last (the leader, in a cluster)
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client. The default has connect and TLS
+// handshake timeouts but no overall timeout, because an acquire that waits
+// in the queue legitimately takes as long as its wait: bound calls with ctx.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithClock sets the clock that lease deadlines and retry back-off are
+// measured on (default SystemClock).
+func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
+
+// WithRetries sets how many times a call is retried after the server could
+// not be reached or was unavailable (default 4). Retries go to the next
+// address, after a jittered exponential back-off; a write carries the same
+// request_id on every try, so the server applies it at most once.
+func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
+
+// WithBackoff sets the first back-off between retries and its cap (default
+// 50ms and 1s). Each wait is drawn uniformly from [d/2, d).
+func WithBackoff(first, limit time.Duration) Option {
+	return func(c *Client) { c.backoff, c.maxBackoff = first, limit }
+}
+
+// New returns a client for the servers at addrs. An address is host:port or
+// an http(s) URL; an element may hold several, comma-separated. In a cluster,
+// give every node: the client moves to the next one when a node cannot be
+// reached and follows a node that names the leader.
+func New(addrs []string, opts ...Option) (*Client, error) {
+	c := &Client{
+		clock:      SystemClock{},
+		retries:    4,
+		backoff:    50 * time.Millisecond,
+		maxBackoff: time.Second,
+	}
+	for _, a := range addrs {
+		for _, one := range strings.Split(a, ",") {
+			one = strings.TrimSpace(one)
+			if one == "" {
+				continue
+			}
+			u, err := baseURL(one)
+			if err != nil {
+				return nil, err
+			}
+			c.addrs = append(c.addrs, u)
+		}
+	}
+	if len(c.addrs) == 0 {
+		return nil, invalidf("addr", "no server address given")
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{Transport: &http.Transport{
+			Proxy:               nil, // a lock server is never reached through a proxy by surprise
+			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout: 5 * time.Second,
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	return c, nil
+}
+
+func baseURL(addr string) (string, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", invalidf("addr", "bad server address %q", addr)
+	}
+	return strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"), nil
+}
+
+// Addrs returns the server base URLs, the preferred one first.
+func (c *Client) Addrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.addrs))
+	for i := range c.addrs {
+		out = append(out, c.addrs[(c.cur+i)%len(c.addrs)])
+	}
+	return out
+}
+
+// pick returns the preferred address, or the one n places after it.
+func (c *Client) pick(n int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrs[(c.cur+n)%len(c.addrs)]
+}
+
+// prefer makes addr the first one tried, adding it when it is a leader we
+// had not been told about.
+func (c *Client) prefer(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, a := range c.addrs {
+		if a == addr {
+			c.cur = i
+			return
+		}
+	}
+	c.addrs = append(c.addrs, addr)
+	c.cur = len(c.addrs) - 1
+}
+
+// newRequestID names one logical write so that its retries are applied once.
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// call is one logical request.
+type call struct {
+	method string
+	path   string
+	query  url.Values
+	body   any
+	out    any
+	once   bool // no retries (the caller has its own retry loop)
+}
+
+// do runs a call with failover and retries. It returns nil, an *APIError, an
+// error matching ErrUnreachable, or the cause of ctx when ctx ended first.
+func (c *Client) do(ctx context.Context, cl call) error {
+	var body []byte
+	if cl.body != nil {
+		var err error
+		if body, err = json.Marshal(cl.body); err != nil {
+			return fmt.Errorf("fencelock: encoding request: %w", err)
+		}
+	}
+	var lastErr error
+	backoff := c.backoff
+	redirects := 0
+	for attempt, next := 0, 0; ; attempt++ {
+		addr := c.pick(next)
+		err := c.once(ctx, addr, cl, body)
+		if err == nil {
+			c.prefer(addr)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctxErr(ctx)
+		}
+		var ae *APIError
+		switch {
+		case errors.As(err, &ae) && ae.Code == "not_leader" && ae.Leader != "" && redirects < 3:
+			// Follow the named leader at once; it does not use up a retry.
+			if u, perr := baseURL(ae.Leader); perr == nil {
+				redirects++
+				c.prefer(u)
+				next = 0
+				attempt--
+				lastErr = err
+				continue
+			}
+		case errors.As(err, &ae) && !errors.Is(err, ErrUnavailable):
+			return err // an answer: retrying would get the same one
+		}
+		lastErr = err
+		if cl.once || attempt >= c.retries {
+			return lastErr
+		}
+		next++
+		// Try every address once before backing off.
+		if next%len(c.addrs) == 0 || errors.As(err, &ae) {
+			d := backoff/2 + mrand.N(backoff/2+1)
+			if !sleep(c.clock, d, ctx.Done()) {
+				return ctxErr(ctx)
+			}
+			backoff = min(2*backoff, c.maxBackoff)
+		}
+	}
+}
+
+func ctxErr(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	if cause == ctx.Err() {
+		return fmt.Errorf("fencelock: %w", cause)
+	}
+	return cause
+}
+
+// maxAnswer bounds what is read of one answer (a list of 1000 leases with
+// maximal keys is about 1.3 MiB).
+const maxAnswer = 8 << 20
+
+func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) error {
+	u := addr + cl.path
+	if len(cl.query) > 0 {
+		u += "?" + cl.query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, u, rd)
+	if err != nil {
+		return invalidf("addr", "bad request to %s: %v", addr, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctxErr(ctx)
+		}
+		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctxErr(ctx)
+		}
+		return fmt.Errorf("%w: %s: reading answer: %v", ErrUnreachable, addr, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp.StatusCode, data)
+	}
+	if cl.out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, cl.out); err != nil {
+		return &APIError{Status: resp.StatusCode, Code: "internal", Message: fmt.Sprintf("%s answered %s %s with unreadable JSON: %v", addr, cl.method, cl.path, err)}
+	}
+	return nil
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+type wireError struct {
+	Error       string `json:"error"`
+	Code        string `json:"code"`
+	Field       string `json:"field"`
+	Holder      string `json:"holder"`
+	RemainingMS int64  `json:"remaining_ms"`
+	Leader      string `json:"leader"`
+}
+
+func decodeError(status int, data []byte) error {
+	var we wireError
+	if err := json.Unmarshal(data, &we); err != nil || (we.Code == "" && we.Error == "") {
+		msg := strings.TrimSpace(string(data))
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+		if msg == "" {
+			msg = http.StatusText(status)
+		}
+		return &APIError{Status: status, Message: fmt.Sprintf("HTTP %d: %s", status, msg)}
+	}
+	return &APIError{
+		Status:    status,
+		Code:      we.Code,
+		Message:   we.Error,
+		Field:     we.Field,
+		Holder:    we.Holder,
+		Remaining: time.Duration(we.RemainingMS) * time.Millisecond,
+		Leader:    we.Leader,
+	}
+}
+
+// Close drops idle connections. The Client stays usable; Close only lets a
+// program (or a leak-checking test) end without idle keep-alive goroutines.
+func (c *Client) Close() {
+	c.hc.CloseIdleConnections()
+}

@@ -1,0 +1,121 @@
+package clienttest
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
+)
+
+// Clock is a client.Clock that moves only when told to. AfterFunc callbacks
+// run synchronously inside Advance, in deadline order, so a test decides
+// exactly which deadlines have passed.
+type Clock struct {
+	mu     sync.Mutex
+	now    time.Time
+	seq    int
+	timers []*timer
+}
+
+type timer struct {
+	c    *Clock
+	at   time.Time
+	seq  int
+	f    func()
+	dead bool
+}
+
+// NewClock returns a clock standing at an arbitrary fixed instant.
+func NewClock() *Clock {
+	return &Clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// AfterFunc schedules f at Now()+d; d <= 0 runs it on the next Advance
+// (even Advance(0)).
+func (c *Clock) AfterFunc(d time.Duration, f func()) client.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	t := &timer{c: c, at: c.now.Add(d), seq: c.seq, f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *timer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	if t.dead {
+		return false
+	}
+	t.dead = true
+	for i, x := range t.c.timers {
+		if x == t {
+			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
+// Advance moves the clock forward by d, running every callback that falls
+// due, each with Now() at its own deadline.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	end := c.now.Add(d)
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		sort.Slice(c.timers, func(i, j int) bool {
+			a, b := c.timers[i], c.timers[j]
+			if !a.at.Equal(b.at) {
+				return a.at.Before(b.at)
+			}
+			return a.seq < b.seq
+		})
+		if len(c.timers) == 0 || c.timers[0].at.After(end) {
+			c.now = end
+			c.mu.Unlock()
+			return
+		}
+		t := c.timers[0]
+		c.timers = c.timers[1:]
+		t.dead = true
+		if t.at.After(c.now) {
+			c.now = t.at
+		}
+		c.mu.Unlock()
+		t.f()
+	}
+}
+
+// Pending returns how many callbacks are scheduled.
+func (c *Clock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
+// Next returns how long until the earliest scheduled callback, and false when
+// there is none.
+func (c *Clock) Next() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.timers) == 0 {
+		return 0, false
+	}
+	first := c.timers[0].at
+	for _, t := range c.timers[1:] {
+		if t.at.Before(first) {
+			first = t.at
+		}
+	}
+	return first.Sub(c.now), true
+}

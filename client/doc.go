@@ -1,0 +1,50 @@
+// Package client is the Go client of fencelock, a lock service whose locks
+// are leases and whose every grant carries a fencing token.
+//
+// It offers two levels.
+//
+// The plain calls mirror the HTTP API one to one (docs/API.md): Grant (the
+// acquire call, try or wait), Renew, Extend, ExtendBatch, Release, Check, Get
+// and List. They do nothing behind your back.
+//
+// Lease handles keep a lock alive and tell you when they can no longer
+// vouch for it:
+//
+//  1. Acquire waits in the key's FIFO queue (TryAcquire does not wait) and
+//     returns a *Lease with its fencing Token.
+//  2. One goroutine per Lease extends it every TTL/3 or so (with jitter),
+//     keeping the token.
+//  3. If no extension has been confirmed by TTL/2 after the send time of the
+//     last confirmed one, measured on the client's monotonic clock, the lease
+//     is lost: Done is closed and Err says why (ErrExpired, ErrUnreachable,
+//     ErrUnavailable, ErrNotHeld). The server cannot grant the key to anyone
+//     else before TTL after that send, so the holder has TTL/2 to stop.
+//  4. Release stops the goroutine, waits for it, and gives the lock back.
+//
+// A sketch:
+//
+//	lease, err := c.Acquire(ctx, "jobs/nightly", client.WithTTL(10*time.Second))
+//	if err != nil { ... }
+//	defer lease.Release(context.Background())
+//	err = doWork(lease.Context(), lease.Token()) // the resource checks the token
+//
+// Losing a lease is a client-side safety stop, not a guarantee: a process
+// can be paused right after checking Done. The guarantee comes from the
+// resource refusing stale tokens (package fence).
+//
+// Errors match sentinels with errors.Is whichever side of the wire refused:
+// the server's codes map to ErrHeld, ErrNotHeld, ErrNotFound, ErrInvalid,
+// ErrUnavailable and ErrInternal, and a server that cannot be reached is
+// ErrUnreachable. *APIError carries the details (the holder in the way, the
+// field that was invalid).
+//
+// Defaults: TTL DefaultTTL (10s); holder DefaultHolder() (hostname-pid-
+// random, new per lease); Acquire waits until ctx ends unless WithWait; an
+// extension attempt gives up after TTL/6 and is retried about TTL/15 later;
+// plain calls retry 4 times with jittered back-off from 50ms to 1s.
+//
+// A Client takes several addresses: it moves to the next one when a node
+// cannot be reached, retries with jittered back-off, and follows a node that
+// answers not_leader with the leader's address. Writes carry a request_id so
+// retries are applied once.
+package client

@@ -1,0 +1,119 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Every error the client returns matches at most one of the
+// wire sentinels (ErrHeld … ErrInternal) with errors.Is; the server's error
+// codes (docs/API.md) map onto them one to one, so a check written against a
+// sentinel works the same whether the refusal happened here or on the server.
+var (
+	// ErrHeld: acquire was refused (or its wait elapsed) because a different
+	// holder has a live lease. Wire code "held".
+	ErrHeld = errors.New("fencelock: held by another holder")
+	// ErrNotHeld: extend, renew or release named a (holder, token) that is
+	// not the key's live grant. Wire code "not_held".
+	ErrNotHeld = errors.New("fencelock: not the live holder")
+	// ErrNotFound: no lease for the key. Wire code "not_found".
+	ErrNotFound = errors.New("fencelock: not found")
+	// ErrInvalid: the server (or the client, before sending) refused an
+	// argument. Wire code "invalid_argument"; APIError.Field names it.
+	ErrInvalid = errors.New("fencelock: invalid argument")
+	// ErrUnavailable: the server answered but cannot serve: shutting down,
+	// no quorum, or no leader could be found. Wire code "unavailable".
+	ErrUnavailable = errors.New("fencelock: server unavailable")
+	// ErrUnreachable: no server could be reached at all (refused, reset,
+	// timed out before answering).
+	ErrUnreachable = errors.New("fencelock: server unreachable")
+	// ErrInternal: the server reported a bug. Wire code "internal".
+	ErrInternal = errors.New("fencelock: server internal error")
+)
+
+// Reasons a Lease ends. Lease.Err and context.Cause(Lease.Context()) return
+// ErrReleased after Release, or a *LostError, which matches ErrLeaseLost and
+// its reason (ErrExpired, ErrUnreachable, ErrNotHeld, …).
+var (
+	// ErrReleased: the lease was given up by Release.
+	ErrReleased = errors.New("fencelock: lease released")
+	// ErrLeaseLost: the client can no longer prove it holds the lease.
+	ErrLeaseLost = errors.New("fencelock: lease lost")
+	// ErrExpired: no extension was confirmed within TTL/2 of sending the last
+	// confirmed one (for example because this process was paused).
+	ErrExpired = errors.New("fencelock: lease expired")
+)
+
+// APIError is an error answer from the server. It matches the sentinel of
+// its code with errors.Is.
+type APIError struct {
+	Status  int    // HTTP status
+	Code    string // wire code, e.g. "held"
+	Message string // the server's message
+	Field   string // for invalid_argument: the offending field
+	// For "held": the holder in the way and what is left of its lease.
+	Holder    string
+	Remaining time.Duration
+	// For "not_leader": the leader's client address, when known.
+	Leader string
+}
+
+func (e *APIError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = fmt.Sprintf("HTTP %d", e.Status)
+	}
+	if e.Code == "held" && e.Holder != "" {
+		return fmt.Sprintf("fencelock: %s (holder %q, %v left)", msg, e.Holder, e.Remaining)
+	}
+	return "fencelock: " + msg
+}
+
+// Unwrap maps the wire code (or, when the answer had none, the HTTP status)
+// to a sentinel.
+func (e *APIError) Unwrap() error {
+	switch e.Code {
+	case "held":
+		return ErrHeld
+	case "not_held":
+		return ErrNotHeld
+	case "not_found":
+		return ErrNotFound
+	case "invalid_argument":
+		return ErrInvalid
+	case "unavailable", "not_leader":
+		return ErrUnavailable
+	case "internal":
+		return ErrInternal
+	}
+	switch {
+	case e.Status == 400:
+		return ErrInvalid
+	case e.Status == 404:
+		return ErrNotFound
+	case e.Status == 503 || e.Status == 502 || e.Status == 504:
+		return ErrUnavailable
+	case e.Status >= 500:
+		return ErrInternal
+	}
+	return nil
+}
+
+// LostError says why a Lease was lost. It matches ErrLeaseLost and Reason.
+type LostError struct {
+	Key    string
+	Token  uint64
+	Reason error // ErrExpired, or the error of the last failed extension
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("fencelock: lease on %q (token %d) lost: %v", e.Key, e.Token, e.Reason)
+}
+
+func (e *LostError) Unwrap() []error { return []error{ErrLeaseLost, e.Reason} }
+
+// invalidf is a refusal made before anything is sent.
+func invalidf(field, format string, args ...any) error {
+	return &APIError{Code: "invalid_argument", Field: field, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,156 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lease is a held lock that keeps itself alive. One goroutine per Lease
+// extends it about every TTL/3 (with jitter), keeping its token. When no
+// extension has been confirmed by TTL/2 after the send time of the last
+// confirmed one, measured on the client's clock, the lease is lost: Done is
+// closed and Err says why. The server cannot have handed the key to anyone
+// else before TTL after that send, so whoever watches Done has at least TTL/2
+// to stop using the lease (DESIGN.md §4).
+//
+// Work done under a lease should carry Token to the resource, whose fence
+// refuses stale tokens: a process can be paused at any instruction, even
+// right after checking Done.
+type Lease struct {
+	c           *Client
+	clock       Clock
+	key, holder string
+	token       uint64
+	ttl         time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the goroutine has returned
+
+	mu       sync.Mutex
+	lastSent time.Time // send time of the last confirmed grant or extension
+	lock     Lock      // the server's last answer
+	timer    Timer     // calls expire at lastSent + ttl/2
+	lastErr  error     // the last transient failure since the last confirmation
+	err      error     // ErrReleased or *LostError once the lease has ended
+	released bool
+}
+
+// Key returns the locked key.
+func (l *Lease) Key() string { return l.key }
+
+// Holder returns the holder name the lease was granted to.
+func (l *Lease) Holder() string { return l.holder }
+
+// Token returns the fencing token. Extensions keep it.
+func (l *Lease) Token() uint64 { return l.token }
+
+// TTL returns the lease TTL.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Done is closed when the lease ends: lost, or released.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context is cancelled when the lease ends, with Err as its cause
+// (context.Cause). It carries the values of the ctx given to Acquire.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err is nil while the lease is held. Afterwards it is ErrReleased, or a
+// *LostError matching ErrLeaseLost and the reason: ErrExpired (no extension
+// was confirmed in time, e.g. the process was paused), ErrUnreachable or
+// ErrUnavailable (the extensions that were tried failed), or ErrNotHeld (the
+// server refused an extension: the lease had already ended there).
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checkLocked(l.clock.Now())
+	return l.err
+}
+
+// Deadline is when the lease will be declared lost unless an extension is
+// confirmed first: TTL/2 after the send time of the last confirmed one.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadlineLocked()
+}
+
+// HeldUntil is the earliest instant at which the server can consider the
+// lease expired and grant the key to someone else: TTL after the send time
+// of the last confirmed grant or extension, on the client's clock (assuming
+// client and server clocks run at about the same rate). Anything still
+// running under the lease must be stopped before then.
+func (l *Lease) HeldUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastSent.Add(l.ttl)
+}
+
+// Lock returns the server's last account of the lease.
+func (l *Lease) Lock() Lock {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lock
+}
+
+// Release stops the keep-alive, waits for its goroutine and gives the lock
+// back. It returns nil when the server released it; the loss error when the
+// lease had already been lost (the release is still sent, in case the server
+// still holds it); an error matching ErrNotHeld when the server no longer had
+// it. Calls after the first return nil.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		<-l.done
+		return nil
+	}
+	l.released = true
+	l.checkLocked(l.clock.Now())
+	lost := l.err
+	if lost == nil {
+		l.endLocked(ErrReleased)
+	}
+	l.mu.Unlock()
+	<-l.done
+
+	ok, err := l.c.Release(ctx, l.key, l.holder, l.token)
+	switch {
+	case lost != nil:
+		return lost
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%w: the server had no live lease on %q with token %d to release", ErrNotHeld, l.key, l.token)
+	}
+	return nil
+}
+
+func (l *Lease) deadlineLocked() time.Time { return l.lastSent.Add(l.ttl / 2) }
+
+// expire runs at the deadline.
+func (l *Lease) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checkLocked(l.clock.Now())
+}
+
+// checkLocked declares the lease lost once now has reached the deadline.
+func (l *Lease) checkLocked(now time.Time) {
+	if l.err != nil || now.Before(l.deadlineLocked()) {
+		return
+	}
+	reason := ErrExpired
+	if l.lastErr != nil {
+		reason = l.lastErr
+	}
+	l.endLocked(&LostError{Key: l.key, Token: l.token, Reason: reason})
+}
+
+func (l *Lease) endLocked(err error) {
+	l.err = err
+	l.timer.Stop()
+	l.cancel(err)
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
+)
+
+func init() {
+	register(command{name: "lock", summary: "run a command while holding a lock, with its fencing token", run: runLock})
+}
+
+// exitLost is lock's status when the lease was lost while CMD ran.
+const exitLost = 4
+
+const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--wait D] [--holder H] -- CMD [ARGS...]
+
+Acquires KEY (waiting up to --wait in the key's FIFO queue), runs CMD with
+FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_HOLDER in its environment,
+extends the lease while CMD runs (about every TTL/3, keeping the token),
+and releases it when CMD exits. Pass FENCELOCK_TOKEN to whatever CMD
+writes to, so that the resource can refuse a stale writer.
+
+If the lease is lost (no extension confirmed within TTL/2 of sending the
+last confirmed one, or the server refused one), fencelock says so on
+stderr, sends SIGTERM to CMD's process group, and SIGKILL when the grace
+period ends. The grace period ends TTL/10 before the earliest moment the
+server could grant KEY to anyone else (TTL after that last confirmed
+send), so it is about 0.4×TTL when the loss is noticed on time, and zero
+(SIGKILL at once) if fencelock itself was paused past that point.
+
+CMD runs in its own process group, so the whole tree it starts is
+signalled; SIGINT, SIGTERM and SIGHUP sent to fencelock are forwarded to
+that group, and the lock is released after CMD exits. CMD therefore does
+not own the terminal: interactive programs that read from it are not
+supported. Without "--", flags must come before KEY and everything after
+KEY is CMD.
+
+Exit status:
+  CMD's own status when it ran and the lease held (128+N if killed by signal N)
+  1    the lock could not be had within --wait (CMD never started)
+  2    bad usage
+  3    the server cannot be reached (CMD never started)
+  4    the lease was lost while CMD ran; CMD was stopped
+  126  CMD could not be started; 127 CMD was not found
+`
+
+func runLock(ctx context.Context, e *env, args []string) error {
+	fs, cf := newClientFlagSet("lock", e)
+	holder := fs.String("holder", e.getenv("FENCELOCK_HOLDER"), "holder `name` (env FENCELOCK_HOLDER; default hostname-pid-random)")
+	ttl := fs.Duration("ttl", client.DefaultTTL, "lease `TTL`, 100ms to 24h")
+	wait := fs.Duration("wait", 0, "wait in the queue up to `D` (0: try once)")
+	usage := lockUsage + commonFlagsUsage + "  (lock --json writes the granted lease as one JSON line on stderr;\n   stdout belongs to CMD)\n"
+
+	var pos, argv []string
+	dash := -1
+	for i, a := range args {
+		if a == "--" {
+			dash = i
+			break
+		}
+	}
+	if dash >= 0 {
+		var err error
+		if pos, err = parseArgs(fs, e, usage, args[:dash]); err != nil {
+			return helpOK(err)
+		}
+		argv = args[dash+1:]
+	} else {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printUsageOf(e.stdout, fs, usage)
+				return nil
+			}
+			return usageError("lock: %v (run 'fencelock lock -h')", err)
+		}
+		if fs.NArg() > 0 {
+			pos, argv = fs.Args()[:1], fs.Args()[1:]
+		}
+	}
+	if len(pos) != 1 || len(argv) == 0 {
+		return usageError("lock: want KEY -- CMD [ARGS...] (run 'fencelock lock -h')")
+	}
+	if err := positiveDuration("lock", "ttl", *ttl, false); err != nil {
+		return err
+	}
+	if err := positiveDuration("lock", "wait", *wait, true); err != nil {
+		return err
+	}
+	key := pos[0]
+	if *holder == "" {
+		*holder = client.DefaultHolder()
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait)
+	if err != nil {
+		return clientFail("lock "+key, err)
+	}
+	if cf.json {
+		if err := writeJSON(e.stderr, lease.Lock()); err != nil {
+			_ = lease.Release(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	return runUnderLease(ctx, e, cf, lease, argv)
+}
+
+func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration) (*client.Lease, error) {
+	actx, cancel := cf.callContext(ctx, wait)
+	defer cancel()
+	opts := []client.LeaseOption{client.WithTTL(ttl), client.WithHolder(holder)}
+	if wait > 0 {
+		return c.Acquire(actx, key, append(opts, client.WithWait(wait))...)
+	}
+	return c.TryAcquire(actx, key, opts...)
+}
+
+// runUnderLease runs argv while lease is held and decides lock's status.
+func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.Lease, argv []string) error {
+	key := lease.Key()
+	release := func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cf.timeout)
+		defer cancel()
+		return lease.Release(rctx)
+	}
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	cmd.Env = append(os.Environ(),
+		"FENCELOCK_KEY="+key,
+		"FENCELOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
+		"FENCELOCK_HOLDER="+lease.Holder(),
+	)
+	// Its own process group: a loss must stop the whole tree CMD started,
+	// not just its first process (a shell's children would outlive it).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = time.Second // do not hang on pipes kept open by orphans
+
+	// Catch signals before the child exists, so none is lost in between.
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
+
+	if err := cmd.Start(); err != nil {
+		_ = release()
+		code := 126
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		return &exitError{Code: code, Err: fmt.Errorf("lock %s: %v", key, err)}
+	}
+	pgid := cmd.Process.Pid
+	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-pgid, s) }
+
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }()
+
+	lostc := lease.Done()
+	var killc <-chan time.Time
+	var lost error
+	for {
+		select {
+		case <-waitc:
+			if lost == nil {
+				// A loss not yet noticed (e.g. we were paused) still counts:
+				// CMD may have run without the lock.
+				if err := lease.Err(); err != nil && !errors.Is(err, client.ErrReleased) {
+					lost = err
+				}
+			}
+			if lost != nil {
+				_ = release() // harmless with our token; frees the key sooner if the server still has it
+				return &exitError{Code: exitLost, Err: fmt.Errorf("lock %s: %s; CMD %s", key, trimPrefix(lost), describeExit(cmd.ProcessState))}
+			}
+			if err := release(); err != nil {
+				fmt.Fprintf(e.stderr, "fencelock: lock %s: release: %s (the lease expires by itself within %v)\n", key, trimPrefix(err), lease.TTL())
+			}
+			if code := statusOf(cmd.ProcessState); code != 0 {
+				return &exitError{Code: code}
+			}
+			return nil
+		case s := <-sigc:
+			signalGroup(s.(syscall.Signal))
+		case <-lostc:
+			lostc = nil
+			lost = lease.Err()
+			grace := time.Until(lease.HeldUntil()) - lease.TTL()/10
+			fmt.Fprintf(e.stderr, "fencelock: lock %s: %s; sending SIGTERM to CMD, SIGKILL in %v\n", key, trimPrefix(lost), max(grace, 0).Round(time.Millisecond))
+			signalGroup(syscall.SIGTERM)
+			if grace <= 0 {
+				signalGroup(syscall.SIGKILL)
+			} else {
+				killc = time.After(grace)
+			}
+		case <-killc:
+			killc = nil
+			signalGroup(syscall.SIGKILL)
+		}
+	}
+}
+
+// statusOf is CMD's exit status in the shell's convention.
+func statusOf(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func describeExit(ps *os.ProcessState) string {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "was stopped by " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exited with status %d", ps.ExitCode())
+}

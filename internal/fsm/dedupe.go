@@ -1,0 +1,232 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// Idempotent retries. A write that carries a request id is remembered with
+// its result, keyed by (holder, request id); a later command with the same
+// key and op is answered with the remembered result and changes nothing.
+// Memory is bounded and deterministic, so every replica forgets the same
+// entries at the same log position: the oldest go first once there are
+// more than RememberCount, and any older than RememberFor cluster time.
+//
+// Wait is not remembered: a retried wait re-queues (the table keeps the
+// holder's place) or is granted anew, and a grant whose waiter went away is
+// released by the server.
+const (
+	RememberCount = 10000
+	RememberFor   = 10 * 60 * locktable.Second
+)
+
+func remembers(op Op) bool {
+	switch op {
+	case OpAcquire, OpRenew, OpExtend, OpExtendBatch, OpRelease:
+		return true
+	}
+	return false
+}
+
+type remembered struct {
+	id  string // holder, NUL, request id
+	op  Op
+	at  locktable.Time
+	res Result // Op, Lease, Granted, Released, Batch, Err only
+}
+
+func requestKey(c Command) string { return c.Holder + "\x00" + c.RequestID }
+
+// recall answers a retry from memory.
+func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
+	if c.RequestID == "" || !remembers(c.Op) {
+		return nil, false
+	}
+	m, ok := f.seen[requestKey(c)]
+	if !ok || m.op != c.Op {
+		return nil, false
+	}
+	r := m.res
+	r.Now, r.Duplicate = now, true
+	r.Batch = append([]BatchResult(nil), m.res.Batch...)
+	return &r, true
+}
+
+// remember records r for c, then forgets what is too old or too many.
+func (f *FSM) remember(c Command, r *Result, now locktable.Time) {
+	if c.RequestID != "" && remembers(c.Op) && !isInputError(r.Err) {
+		m := &remembered{id: requestKey(c), op: c.Op, at: now,
+			res: Result{Op: r.Op, Lease: r.Lease, Granted: r.Granted, Released: r.Released, Batch: r.Batch, Err: r.Err}}
+		if old, ok := f.seen[m.id]; ok {
+			f.forget(old)
+		}
+		f.seen[m.id] = m
+		f.order = append(f.order, m)
+	}
+	for len(f.order) > 0 && (len(f.order) > RememberCount || f.order[0].at <= now-locktable.Time(RememberFor)) {
+		f.forget(f.order[0])
+	}
+}
+
+// forget drops m: usually the oldest, else one about to be replaced.
+func (f *FSM) forget(m *remembered) {
+	if f.seen[m.id] == m {
+		delete(f.seen, m.id)
+	}
+	if f.order[0] == m {
+		f.order[0] = nil
+		f.order = f.order[1:]
+		return
+	}
+	for i, o := range f.order {
+		if o == m {
+			f.order = append(f.order[:i], f.order[i+1:]...)
+			break
+		}
+	}
+}
+
+func isInputError(err error) bool {
+	var in *locktable.InputError
+	return errors.As(err, &in) || errors.Is(err, ErrBadCommand)
+}
+
+// Encoding of the memory in a snapshot, oldest first:
+//
+//	uvarint count | each: string id | byte op | varint at | result
+//	result: byte flags (1 granted, 2 released) | error | byte has lease | [lease] |
+//	        uvarint batch | each: string key | uvarint token | error | byte has lease | [lease]
+//	error:  byte 0 none, 1 held (then lease), 2 not held
+//	lease:  string key | string holder | uvarint token | varint granted | varint expiry | varint ttl
+const (
+	errNone    = 0
+	errHeld    = 1
+	errNotHeld = 2
+)
+
+func appendRemembered(b []byte, order []*remembered) []byte {
+	b = binary.AppendUvarint(b, uint64(len(order)))
+	for _, m := range order {
+		b = appendString(b, m.id)
+		b = append(b, byte(m.op))
+		b = binary.AppendVarint(b, int64(m.at))
+		var flags byte
+		if m.res.Granted {
+			flags |= 1
+		}
+		if m.res.Released {
+			flags |= 2
+		}
+		b = append(b, flags)
+		b = appendErr(b, m.res.Err)
+		b = appendOptLease(b, m.res.Lease)
+		b = binary.AppendUvarint(b, uint64(len(m.res.Batch)))
+		for _, it := range m.res.Batch {
+			b = appendString(b, it.Key)
+			b = binary.AppendUvarint(b, it.Token)
+			b = appendErr(b, it.Err)
+			b = appendOptLease(b, it.Lease)
+		}
+	}
+	return b
+}
+
+func appendErr(b []byte, err error) []byte {
+	var held *locktable.HeldError
+	switch {
+	case err == nil:
+		return append(b, errNone)
+	case errors.As(err, &held):
+		return appendLease(append(b, errHeld), held.Lease)
+	default: // only refusals are remembered
+		return append(b, errNotHeld)
+	}
+}
+
+func appendOptLease(b []byte, l locktable.Lease) []byte {
+	if l == (locktable.Lease{}) {
+		return append(b, 0)
+	}
+	return appendLease(append(b, 1), l)
+}
+
+func appendLease(b []byte, l locktable.Lease) []byte {
+	b = appendString(b, l.Key)
+	b = appendString(b, l.Holder)
+	b = binary.AppendUvarint(b, l.Token)
+	b = binary.AppendVarint(b, int64(l.Granted))
+	b = binary.AppendVarint(b, int64(l.Expiry))
+	return binary.AppendVarint(b, int64(l.TTL))
+}
+
+const maxRequestKey = locktable.MaxHolderLen + 1 + MaxRequestIDLen
+
+func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
+	n := r.uvarint()
+	// Each entry takes at least 6 bytes, which bounds n before allocating.
+	if r.err == nil && (n > RememberCount || n > uint64(len(r.b))/6) {
+		r.fail("%d remembered requests", n)
+	}
+	seen := map[string]*remembered{}
+	var order []*remembered
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		m := &remembered{id: r.string(maxRequestKey), op: Op(r.byte()), at: locktable.Time(r.varint())}
+		flags := r.byte()
+		m.res.Op = m.op
+		m.res.Granted, m.res.Released = flags&1 != 0, flags&2 != 0
+		m.res.Err = readErr(r)
+		m.res.Lease = readOptLease(r)
+		nb := r.uvarint()
+		if r.err == nil && (nb > MaxBatch || nb > uint64(len(r.b))/4) {
+			r.fail("batch of %d", nb)
+		}
+		for j := uint64(0); j < nb && r.err == nil; j++ {
+			it := BatchResult{Key: r.string(locktable.MaxKeyLen), Token: r.uvarint()}
+			it.Err = readErr(r)
+			it.Lease = readOptLease(r)
+			m.res.Batch = append(m.res.Batch, it)
+		}
+		if r.err != nil {
+			break
+		}
+		if !remembers(m.op) || flags > 3 || seen[m.id] != nil {
+			r.fail("bad remembered request %d", i)
+			break
+		}
+		seen[m.id] = m
+		order = append(order, m)
+	}
+	return seen, order
+}
+
+func readErr(r *reader) error {
+	switch r.byte() {
+	case errNone:
+		return nil
+	case errHeld:
+		return &locktable.HeldError{Lease: readLease(r)}
+	case errNotHeld:
+		return locktable.ErrNotHeld
+	}
+	r.fail("bad error kind")
+	return nil
+}
+
+func readOptLease(r *reader) locktable.Lease {
+	switch r.byte() {
+	case 0:
+		return locktable.Lease{}
+	case 1:
+		return readLease(r)
+	}
+	r.fail("bad lease flag")
+	return locktable.Lease{}
+}
+
+func readLease(r *reader) locktable.Lease {
+	return locktable.Lease{Key: r.string(locktable.MaxKeyLen), Holder: r.string(locktable.MaxHolderLen),
+		Token: r.uvarint(), Granted: locktable.Time(r.varint()), Expiry: locktable.Time(r.varint()),
+		TTL: locktable.Duration(r.varint())}
+}

@@ -1,0 +1,113 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+func TestRetryWithRequestIDIsAppliedOnce(t *testing.T) {
+	a, rec := newApplier(t)
+	first := a.do(Command{Op: OpAcquire, RequestID: "r1", Now: 1, Key: "k", Holder: "h", TTL: 100})
+	events := len(rec.evs)
+	again := a.do(Command{Op: OpAcquire, RequestID: "r1", Now: 5, Key: "k", Holder: "h", TTL: 100})
+	if !again.Duplicate || again.Lease != first.Lease || !again.Granted || a.f.LastToken() != 1 || len(rec.evs) != events {
+		t.Fatalf("retry: %+v, last token %d", again, a.f.LastToken())
+	}
+	// The same id from another holder, or for another op, is a new request.
+	other := a.do(Command{Op: OpAcquire, RequestID: "r1", Now: 6, Key: "k", Holder: "x", TTL: 100})
+	var held *locktable.HeldError
+	if other.Duplicate || !errors.As(other.Err, &held) {
+		t.Fatalf("other holder: %+v", other)
+	}
+	rel := a.do(Command{Op: OpRelease, RequestID: "r1", Now: 7, Key: "k", Holder: "h", Token: 1})
+	if rel.Duplicate || !rel.Released {
+		t.Fatalf("release with a reused id: %+v", rel)
+	}
+	// A retried release answers released, not "nothing to release".
+	rel2 := a.do(Command{Op: OpRelease, RequestID: "r1", Now: 8, Key: "k", Holder: "h", Token: 1})
+	if !rel2.Duplicate || !rel2.Released {
+		t.Fatalf("retried release: %+v", rel2)
+	}
+	// Refusals are remembered too: the retry gets the original answer.
+	if r := a.do(Command{Op: OpAcquire, RequestID: "r1", Now: 9, Key: "k", Holder: "x", TTL: 100}); !r.Duplicate || !errors.As(r.Err, &held) || held.Lease.Holder != "h" {
+		t.Fatalf("retried refusal: %+v", r)
+	}
+	// No request id: never deduplicated.
+	a.do(Command{Op: OpAcquire, Now: 10, Key: "n", Holder: "h", TTL: 100})
+	if r := a.do(Command{Op: OpAcquire, Now: 10, Key: "n", Holder: "h", TTL: 100}); r.Duplicate {
+		t.Fatal("a command without an id was deduplicated")
+	}
+	// Input errors are not remembered.
+	a.do(Command{Op: OpAcquire, RequestID: "bad", Now: 11, Key: "", Holder: "h", TTL: 100})
+	if r := a.do(Command{Op: OpAcquire, RequestID: "bad", Now: 11, Key: "ok", Holder: "h", TTL: 100}); r.Duplicate || r.Err != nil {
+		t.Fatalf("after an input error: %+v", r)
+	}
+	// Waits are not remembered.
+	a.do(Command{Op: OpWait, RequestID: "w", Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 1000})
+	if r := a.do(Command{Op: OpWait, RequestID: "w", Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 1000}); r.Duplicate {
+		t.Fatal("a wait was deduplicated")
+	}
+}
+
+func TestRememberedRequestsAreForgottenDeterministically(t *testing.T) {
+	a, _ := newApplier(t)
+	a.do(Command{Op: OpAcquire, RequestID: "old", Now: 1, Key: "k", Holder: "h", TTL: 100})
+	// Past the window of cluster time the id is forgotten.
+	a.do(Command{Op: OpTick, Now: 1 + locktable.Time(RememberFor)})
+	if r := a.do(Command{Op: OpAcquire, RequestID: "old", Now: 2 + locktable.Time(RememberFor), Key: "k", Holder: "h", TTL: 100}); r.Duplicate {
+		t.Fatal("remembered past the window")
+	}
+	// Past the count, the oldest go first.
+	b, _ := newApplier(t)
+	for i := range RememberCount + 1 {
+		b.do(Command{Op: OpExtend, RequestID: string(rune('a'+i%26)) + string(rune(i)), Now: 1, Key: "k", Holder: "h", Token: 1, TTL: 10})
+	}
+	if len(b.f.order) != RememberCount || len(b.f.seen) != RememberCount {
+		t.Fatalf("remembers %d/%d, want %d", len(b.f.order), len(b.f.seen), RememberCount)
+	}
+}
+
+func TestRememberedRequestsSurviveSnapshot(t *testing.T) {
+	a, _ := newApplier(t)
+	a.do(Command{Op: OpAcquire, RequestID: "a1", Now: 1, Key: "a", Holder: "h", TTL: 100})
+	a.do(Command{Op: OpAcquire, RequestID: "b1", Now: 1, Key: "b", Holder: "h", TTL: 100})
+	a.do(Command{Op: OpAcquire, RequestID: "x1", Now: 2, Key: "a", Holder: "x", TTL: 100}) // held
+	a.do(Command{Op: OpExtendBatch, RequestID: "e1", Now: 3, Holder: "h", TTL: 50, Items: []Item{{Key: "a", Token: 1}, {Key: "b", Token: 9}}})
+	a.do(Command{Op: OpRelease, RequestID: "r1", Now: 4, Key: "b", Holder: "h"})
+	data, _ := a.f.MarshalBinary()
+
+	b, _ := newApplier(t)
+	if err := b.f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := b.f.MarshalBinary()
+	if !bytes.Equal(again, data) {
+		t.Fatal("restored memory encodes differently")
+	}
+	b.index = 100
+	for _, c := range []Command{
+		{Op: OpAcquire, RequestID: "a1", Now: 5, Key: "a", Holder: "h", TTL: 100},
+		{Op: OpAcquire, RequestID: "x1", Now: 5, Key: "a", Holder: "x", TTL: 100},
+		{Op: OpExtendBatch, RequestID: "e1", Now: 5, Holder: "h", TTL: 50, Items: []Item{{Key: "a", Token: 1}}},
+		{Op: OpRelease, RequestID: "r1", Now: 5, Key: "b", Holder: "h"},
+	} {
+		want := a.do(c)
+		got := b.do(c)
+		if !got.Duplicate || !want.Duplicate || got.Lease != want.Lease || got.Granted != want.Granted ||
+			got.Released != want.Released || len(got.Batch) != len(want.Batch) || (got.Err == nil) != (want.Err == nil) {
+			t.Fatalf("%s after restore: %+v, before: %+v", c.Op, got, want)
+		}
+		for i := range got.Batch {
+			if got.Batch[i].Lease != want.Batch[i].Lease || (got.Batch[i].Err == nil) != (want.Batch[i].Err == nil) {
+				t.Fatalf("batch item %d: %+v vs %+v", i, got.Batch[i], want.Batch[i])
+			}
+		}
+	}
+	if b.f.LastToken() != 2 {
+		t.Fatalf("replayed retries issued tokens: last %d", b.f.LastToken())
+	}
+}
