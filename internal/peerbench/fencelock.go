@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"time"
 )
 
@@ -145,7 +146,15 @@ func (c *flClient) Lock(ctx context.Context, key string) (Lease, error) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
-		l, code, err := c.acquire(ctx, key, c.s.o.TTL, wait)
+		// Note when the request left, so W2 can also order waits by it.
+		var sent time.Time
+		tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { sent = time.Now() },
+		})
+		l, code, err := c.acquire(tctx, key, c.s.o.TTL, wait)
+		if err == nil && code == "" {
+			l.(*flLease).sent = sent
+		}
 		if err != nil || code == "" {
 			return l, err
 		}
@@ -180,9 +189,13 @@ type flLease struct {
 	key   string
 	token uint64
 	ttl   time.Duration
+	sent  time.Time // when the granted acquire was written; zero for Hold
 }
 
 func (l *flLease) Token() uint64 { return l.token }
+
+// SentAt is when the request that was granted was written to the socket.
+func (l *flLease) SentAt() time.Time { return l.sent }
 
 type flExtend struct {
 	Key    string `json:"key"`

@@ -106,6 +106,13 @@ func details(r Result) string {
 		}
 		parts = append(parts, fmt.Sprintf("grants/s %.0f; FIFO %s (%d of %d waits overtaken%s); longest wait %s",
 			rate, fifo, f.Overtaken, f.Grants, over, fmtDur(f.LongestWait)))
+		if fs := r.FairnessBySend; fs != nil {
+			over := ""
+			if fs.Overtaken > 0 {
+				over = fmt.Sprintf(", up to %s later", fmtDur(fs.WorstGap))
+			}
+			parts = append(parts, fmt.Sprintf("by send time %d overtaken%s", fs.Overtaken, over))
+		}
 	}
 	if k := r.KeepAlive; k != nil {
 		parts = append(parts, fmt.Sprintf("%d leases, offered %.0f/s; max lag %s; late (>TTL/2) %d; hold setup %s",

@@ -11,6 +11,9 @@ import (
 	"time"
 )
 
+// sentAter is a lease that knows when its granted request left the client.
+type sentAter interface{ SentAt() time.Time }
+
 // Workload names one of issue 7's workloads.
 type Workload string
 
@@ -104,9 +107,14 @@ type Result struct {
 	Errors     int64
 	FirstError string
 
-	Fairness  *Fairness  // W2
-	KeepAlive *KeepAlive // W3
-	Scale     *Scale     // W4
+	Fairness *Fairness // W2
+	// FairnessBySend orders W2 waits by when the request was written to
+	// the socket rather than when the client began, where the driver can
+	// tell (fencelock's HTTP trace). It tells client-side delays before
+	// the send from overtakes at the server.
+	FairnessBySend *Fairness
+	KeepAlive      *KeepAlive // W3
+	Scale          *Scale     // W4
 
 	// Rounds > 1 when this is the median of several runs (MedianRound);
 	// RateMin and RateMax are then the spread of Rate across them.
@@ -319,6 +327,7 @@ func runW2(ctx context.Context, sys System, p Params) (Result, error) {
 	defer cancel()
 	recs := make([]*recorder, len(cs))
 	waits := make([][]Wait, len(cs))
+	sent := make([][]Wait, len(cs))
 	var wg sync.WaitGroup
 	for id, c := range cs {
 		rec := &recorder{from: from}
@@ -337,6 +346,9 @@ func runW2(ctx context.Context, sys System, p Params) (Result, error) {
 				g := time.Now()
 				if !t.Before(from) {
 					waits[id] = append(waits[id], Wait{Client: id, Start: t, Granted: g})
+					if s, ok := l.(sentAter); ok && !s.SentAt().IsZero() {
+						sent[id] = append(sent[id], Wait{Client: id, Start: s.SentAt(), Granted: g})
+					}
 				}
 				rec.add(t, g.Sub(t))
 				if p.W2Hold > 0 {
@@ -358,6 +370,14 @@ func runW2(ctx context.Context, sys System, p Params) (Result, error) {
 	}
 	f := MeasureFairness(all, p.W2Slack)
 	res.Fairness = &f
+	var allSent []Wait
+	for _, ws := range sent {
+		allSent = append(allSent, ws...)
+	}
+	if len(allSent) == len(all) && len(all) > 0 {
+		fs := MeasureFairness(allSent, p.W2Slack)
+		res.FairnessBySend = &fs
+	}
 	res.Rate = 0
 	if res.Elapsed > 0 {
 		res.Rate = float64(f.HandOffs) / res.Elapsed.Seconds()
