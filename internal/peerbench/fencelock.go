@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"sync/atomic"
 	"time"
 )
 
@@ -147,13 +148,14 @@ func (c *flClient) Lock(ctx context.Context, key string) (Lease, error) {
 			return nil, ctx.Err()
 		}
 		// Note when the request left, so W2 can also order waits by it.
-		var sent time.Time
+		// The hook runs on the transport's write goroutine.
+		var sent atomic.Pointer[time.Time]
 		tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			WroteRequest: func(httptrace.WroteRequestInfo) { sent = time.Now() },
+			WroteRequest: func(httptrace.WroteRequestInfo) { t := time.Now(); sent.Store(&t) },
 		})
 		l, code, err := c.acquire(tctx, key, c.s.o.TTL, wait)
-		if err == nil && code == "" {
-			l.(*flLease).sent = sent
+		if t := sent.Load(); err == nil && code == "" && t != nil {
+			l.(*flLease).sent = *t
 		}
 		if err != nil || code == "" {
 			return l, err
