@@ -1,0 +1,148 @@
+package peerbench
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// openOrSkip opens a system at PEERBENCH_ADDR_<NAME> (or its default
+// address) and skips the test when nothing answers there: CI does not run
+// the peers, and 'go test ./...' must stay fast and green without them.
+func openOrSkip(t *testing.T, name string) System {
+	t.Helper()
+	addr := os.Getenv("PEERBENCH_ADDR_" + strings.ToUpper(name))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := Open(ctx, name, Options{Addr: addr, TTL: 5 * time.Second, Clients: 8, DialTimeout: 500 * time.Millisecond})
+	if errors.Is(err, ErrUnreachable) {
+		t.Skipf("%v (start the peers with 'bash bench/peers/setup.sh', a server with 'fencelock server')", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newClient(t *testing.T, s System, id int) Client {
+	t.Helper()
+	c, err := s.NewClient(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestDrivers(t *testing.T) {
+	for _, name := range Systems {
+		t.Run(name, func(t *testing.T) {
+			s := openOrSkip(t, name)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			key := "flbench-test/" + time.Now().Format("150405.000000000")
+			if p, ok := s.(Preparer); ok {
+				if err := p.Prepare(ctx, []string{key, key + "-hold"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a, b := newClient(t, s, 0), newClient(t, s, 1)
+
+			la, err := a.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if la.Token() == 0 {
+				t.Error("grant has token 0")
+			}
+
+			// A second client waits while the key is held, and gives up cleanly.
+			short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+			if _, err := b.Lock(short, key); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Lock on a held key: %v, want a deadline error", err)
+			}
+			cancelShort()
+
+			// It gets the lock once A releases, with a higher token.
+			got := make(chan Lease, 1)
+			errc := make(chan error, 1)
+			go func() {
+				l, err := b.Lock(ctx, key)
+				if err != nil {
+					errc <- err
+					return
+				}
+				got <- l
+			}()
+			time.Sleep(100 * time.Millisecond) // let B queue; correctness does not depend on it
+			if err := la.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var lb Lease
+			select {
+			case lb = <-got:
+			case err := <-errc:
+				t.Fatal(err)
+			}
+			if lb.Token() <= la.Token() {
+				t.Errorf("token after hand-off %d <= previous %d", lb.Token(), la.Token())
+			}
+			if err := lb.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := lb.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+				t.Errorf("second Unlock: %v, want ErrNotHeld", err)
+			}
+
+			// A lease of its own, extended without a new token.
+			h, err := a.Hold(ctx, key+"-hold", 3*time.Second)
+			if errors.Is(err, ErrNotSupported) {
+				t.Logf("Hold: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Extend(ctx); err != nil {
+				t.Errorf("Extend: %v", err)
+			}
+			if err := h.Unlock(ctx); err != nil {
+				t.Errorf("Unlock after Extend: %v", err)
+			}
+		})
+	}
+}
+
+func TestWorkloadsShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	p := Params{Duration: 300 * time.Millisecond, Warmup: -1, W1Clients: 4, W1Keys: 40, W2Clients: 3, W3Leases: 30, W3TTL: 3 * time.Second, W3Workers: 3}
+	for _, name := range Systems {
+		t.Run(name, func(t *testing.T) {
+			s := openOrSkip(t, name)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for _, w := range []Workload{W1, W2, W3} {
+				r, err := Run(ctx, s, w, p)
+				if err != nil {
+					t.Fatalf("%s: %v", w, err)
+				}
+				if r.Skipped != "" {
+					t.Logf("%s skipped: %s", w, r.Skipped)
+					continue
+				}
+				if r.Ops == 0 || r.Errors != 0 {
+					t.Errorf("%s: %d ops, %d errors (%s)", w, r.Ops, r.Errors, r.FirstError)
+				}
+				if r.Fairness != nil {
+					t.Logf("%s: %d grants, FIFO %v", w, r.Fairness.Grants, r.Fairness.FIFO())
+				}
+			}
+		})
+	}
+}

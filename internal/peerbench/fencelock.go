@@ -1,0 +1,243 @@
+package peerbench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+	"time"
+)
+
+// The fencelock driver speaks the wire contract of docs/API.md directly,
+// so the numbers measure the server, not a particular client library.
+
+type flSystem struct {
+	o    Options
+	base string
+	hc   *http.Client
+}
+
+func openFencelock(ctx context.Context, o Options) (System, error) {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4 * o.Clients,
+		MaxIdleConnsPerHost: 4 * o.Clients, // every client keeps its connection
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+	s := &flSystem{o: o, base: "http://" + o.Addr, hc: &http.Client{Transport: tr}}
+	hctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(hctx, http.MethodGet, s.base+"/healthz", nil)
+	if err != nil {
+		return nil, fmt.Errorf("peerbench: fencelock: %w", err)
+	}
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		tr.CloseIdleConnections()
+		return nil, unreachable("fencelock", o.Addr, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tr.CloseIdleConnections()
+		return nil, unreachable("fencelock", o.Addr, fmt.Errorf("/healthz answered %s", resp.Status))
+	}
+	return s, nil
+}
+
+func (s *flSystem) Name() string { return "fencelock" }
+
+func (s *flSystem) Close() error {
+	s.hc.CloseIdleConnections()
+	return nil
+}
+
+func (s *flSystem) NewClient(ctx context.Context, id int) (Client, error) {
+	return &flClient{s: s, holder: fmt.Sprintf("c%d-%x", id, rand.Uint64())}, nil
+}
+
+type flClient struct {
+	s      *flSystem
+	holder string
+}
+
+func (c *flClient) Close() error { return nil }
+
+// flError is the API's error body.
+type flError struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+type flLeaseBody struct {
+	Key   string `json:"key"`
+	Token uint64 `json:"token"`
+}
+
+// post sends one JSON request and decodes a 200 answer into out. A non-2xx
+// answer comes back as its API code with a nil error, so callers can tell
+// "held" from a failure.
+func (s *flSystem) post(ctx context.Context, route string, in, out any) (code string, err error) {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+route, bytes.NewReader(body))
+	if err != nil {
+		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", fmt.Errorf("peerbench: fencelock %s: read: %w", route, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e flError
+		if json.Unmarshal(data, &e) != nil || e.Code == "" {
+			return "", fmt.Errorf("peerbench: fencelock %s: %s: %.200s", route, resp.Status, data)
+		}
+		switch e.Code {
+		case "held", "not_held":
+			return e.Code, nil
+		}
+		return "", fmt.Errorf("peerbench: fencelock %s: %s (%s)", route, e.Error, e.Code)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return "", fmt.Errorf("peerbench: fencelock %s: decode: %w", route, err)
+		}
+	}
+	return "", nil
+}
+
+type flAcquire struct {
+	Key    string `json:"key"`
+	Holder string `json:"holder"`
+	TTLms  int64  `json:"ttl_ms"`
+	WaitMs int64  `json:"wait_ms,omitempty"`
+}
+
+// maxWait is the API's longest wait_ms; Lock re-queues after it.
+const maxWait = time.Hour
+
+// Lock waits in the key's server-side FIFO queue (wait_ms), as long as ctx
+// allows; the server hands the lock to the head waiter on release.
+func (c *flClient) Lock(ctx context.Context, key string) (Lease, error) {
+	for {
+		wait := maxWait
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if wait < time.Millisecond {
+			// Less than wait_ms can express: let the deadline arrive.
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		// Note when the request left, so W2 can also order waits by it.
+		// The hook runs on the transport's write goroutine.
+		var sent atomic.Pointer[time.Time]
+		tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { t := time.Now(); sent.Store(&t) },
+		})
+		l, code, err := c.acquire(tctx, key, c.s.o.TTL, wait)
+		if t := sent.Load(); err == nil && code == "" && t != nil {
+			l.(*flLease).sent = *t
+		}
+		if err != nil || code == "" {
+			return l, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *flClient) acquire(ctx context.Context, key string, ttl, wait time.Duration) (Lease, string, error) {
+	var lb flLeaseBody
+	code, err := c.s.post(ctx, "/v1/acquire", flAcquire{Key: key, Holder: c.holder, TTLms: ttl.Milliseconds(), WaitMs: wait.Milliseconds()}, &lb)
+	if err != nil || code != "" {
+		return nil, code, err
+	}
+	return &flLease{c: c, key: key, token: lb.Token, ttl: ttl}, "", nil
+}
+
+func (c *flClient) Hold(ctx context.Context, key string, ttl time.Duration) (Lease, error) {
+	l, code, err := c.acquire(ctx, key, ttl, 0)
+	if err != nil {
+		return nil, err
+	}
+	if code != "" {
+		return nil, fmt.Errorf("peerbench: fencelock hold %q: %s", key, code)
+	}
+	return l, nil
+}
+
+type flLease struct {
+	c     *flClient
+	key   string
+	token uint64
+	ttl   time.Duration
+	sent  time.Time // when the granted acquire was written; zero for Hold
+}
+
+func (l *flLease) Token() uint64 { return l.token }
+
+// SentAt is when the request that was granted was written to the socket.
+func (l *flLease) SentAt() time.Time { return l.sent }
+
+type flExtend struct {
+	Key    string `json:"key"`
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+	TTLms  int64  `json:"ttl_ms,omitempty"`
+}
+
+func (l *flLease) Extend(ctx context.Context) error {
+	code, err := l.c.s.post(ctx, "/v1/extend", flExtend{Key: l.key, Holder: l.c.holder, Token: l.token, TTLms: l.ttl.Milliseconds()}, nil)
+	if err != nil {
+		return err
+	}
+	if code != "" {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+func (l *flLease) Unlock(ctx context.Context) error {
+	var out struct {
+		Released bool `json:"released"`
+	}
+	code, err := l.c.s.post(ctx, "/v1/release", flExtend{Key: l.key, Holder: l.c.holder, Token: l.token}, &out)
+	if err != nil {
+		return err
+	}
+	if code != "" || !out.Released {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+func (s *flSystem) addr() string { return s.o.Addr }
+
+// SnapshotBytes is the size of the server's data directory (Options.DataDir),
+// which holds what it restarts from.
+func (s *flSystem) SnapshotBytes(ctx context.Context) (int64, error) {
+	if s.o.DataDir == "" {
+		return 0, errors.New("data directory not given")
+	}
+	return dirSize(s.o.DataDir)
+}

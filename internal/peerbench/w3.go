@@ -1,0 +1,146 @@
+package peerbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// runW3 takes W3Leases leases of W3TTL each, then extends every one of them
+// at TTL/3 on a fixed schedule for the measured window. The schedule is open
+// loop: a slow extend delays the sends behind it, and that delay is reported
+// as MaxLag and Late rather than hidden.
+func runW3(ctx context.Context, sys System, p Params) (Result, error) {
+	res := Result{System: sys.Name(), Workload: W3}
+	cs, err := openClients(ctx, sys, p.W3Workers)
+	if err != nil {
+		return res, err
+	}
+	defer closeClients(cs)
+
+	// Take the leases: worker w holds leases w, w+W, w+2W...
+	setupStart := time.Now()
+	held := make([][]Lease, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for w, c := range cs {
+		wg.Go(func() {
+			for i := w; i < p.W3Leases && ctx.Err() == nil; i += len(cs) {
+				hctx, cancel := context.WithTimeout(ctx, opTimeout)
+				l, err := c.Hold(hctx, fmt.Sprintf("%s/w3/%d", p.KeyPrefix, i), p.W3TTL)
+				cancel()
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				held[w] = append(held[w], l)
+			}
+		})
+	}
+	wg.Wait()
+	defer releaseAll(ctx, held)
+	if err := errors.Join(errs...); err != nil {
+		if errors.Is(err, ErrNotSupported) {
+			res.Skipped = firstErr(errs).Error()
+			return res, nil
+		}
+		return res, fmt.Errorf("peerbench: %s: w3 hold: %w", sys.Name(), err)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	setup := time.Since(setupStart)
+	period := p.W3TTL / 3
+	// Every lease's first extend is due within one period of the end of the
+	// setup, so the earliest lease lives long enough iff setup+period < TTL.
+	if setup+period >= p.W3TTL-time.Second {
+		return res, fmt.Errorf("peerbench: %s: w3: taking %d leases took %v; with TTL %v the first could lapse before its first extend: raise --w3-ttl",
+			sys.Name(), p.W3Leases, setup.Round(time.Millisecond), p.W3TTL)
+	}
+
+	start := time.Now()
+	from, end := start.Add(p.Warmup), start.Add(p.Warmup+p.Duration)
+	recs := make([]*recorder, len(cs))
+	lags := make([]time.Duration, len(cs))
+	lates := make([]int64, len(cs))
+	for w := range cs {
+		rec := &recorder{from: from}
+		recs[w] = rec
+		wg.Go(func() {
+			mine := held[w]
+			confirmed := make([]time.Time, len(mine)) // send time of the last confirmed extend
+			for round := 0; ctx.Err() == nil; round++ {
+				for j, l := range mine {
+					// Lease i = w + j*W is due at offset i/N of each period,
+					// which spreads the sends evenly over the period.
+					i := w + j*len(cs)
+					due := start.Add(time.Duration(round)*period + period*time.Duration(i)/time.Duration(p.W3Leases))
+					if !due.Before(end) {
+						return
+					}
+					if d := time.Until(due); d > 0 {
+						pause(ctx, d)
+						if ctx.Err() != nil {
+							return
+						}
+					}
+					t := time.Now()
+					if !due.Before(from) {
+						lags[w] = max(lags[w], t.Sub(due))
+					}
+					ectx, cancel := context.WithTimeout(ctx, opTimeout)
+					err := l.Extend(ectx)
+					cancel()
+					if err != nil {
+						rec.fail(due, err)
+						continue
+					}
+					if !confirmed[j].IsZero() && t.Sub(confirmed[j]) > p.W3TTL/2 && !due.Before(from) {
+						lates[w]++
+					}
+					confirmed[j] = t
+					rec.add(due, time.Since(t))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	res = finish(res, recs, from, end)
+	ka := &KeepAlive{Leases: p.W3Leases, Offered: float64(p.W3Leases) / period.Seconds(), Setup: setup}
+	for w := range cs {
+		ka.MaxLag = max(ka.MaxLag, lags[w])
+		ka.Late += lates[w]
+	}
+	res.KeepAlive = ka
+	return res, ctx.Err()
+}
+
+// releaseAll gives the leases back in parallel, best effort: whatever is
+// not released expires with its TTL, and keys are unique to the run.
+func releaseAll(ctx context.Context, held [][]Lease) {
+	var wg sync.WaitGroup
+	for _, ls := range held {
+		wg.Go(func() {
+			for _, l := range ls {
+				if ctx.Err() != nil {
+					return
+				}
+				rctx, cancel := context.WithTimeout(ctx, opTimeout)
+				_ = l.Unlock(rctx)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
