@@ -198,13 +198,12 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 		if b.cfg.Mode == Uncontended {
 			key = b.cfg.Prefix + "/" + strconv.Itoa(id) + "/" + strconv.Itoa(i%64)
 		}
-		// An uncontended acquire is let finish when the run ends, so its
-		// lease is released rather than left to expire; a waiting acquire
-		// is cut off, and the server cancels (or releases) it.
-		acqCtx, cancelAcq := ctx, context.CancelFunc(func() {})
-		if b.cfg.Mode == Uncontended {
-			acqCtx, cancelAcq = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		}
+		// An acquire in flight is let finish when the run ends, so its lease
+		// is released rather than left to expire. Cutting off a waiting
+		// acquire instead would race the server: a grant committed before
+		// the server notices the disconnect is answered to nobody. Once every
+		// client stops asking, the queue drains one hand-off at a time.
+		acqCtx, cancelAcq := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(waitMs)*time.Millisecond+10*time.Second)
 		start := time.Now()
 		var got leaseAnswer
 		status, err := b.post(acqCtx, "/v1/acquire", map[string]any{

@@ -263,6 +263,12 @@ func (s *Server) acquireWait(w http.ResponseWriter, r *http.Request, req acquire
 					continue
 				}
 				s.waiters.remove(sub)
+				if r.Context().Err() != nil && we.ev.Kind == locktable.EventGranted {
+					// The client left just as its grant committed: hand
+					// the key on instead of answering nobody.
+					s.releaseUnanswered(we.ev)
+					return unavailable("client went away")
+				}
 				return s.answerWaitEvent(w, req.Key, we.ev)
 			}
 			if failed {
@@ -309,13 +315,20 @@ func (s *Server) giveUp(w http.ResponseWriter, sub *sub, after uint64, gone bool
 		if !gone {
 			return s.answerWaitEvent(w, sub.wk.key, we.ev)
 		}
-		rel, err := s.propose(fsm.Command{Op: fsm.OpRelease, Key: sub.wk.key, Holder: sub.wk.holder, Token: we.ev.Token})
-		released := err == nil && rel.Released
-		s.log.Info("released a grant whose waiter went away", "key", sub.wk.key, "holder", sub.wk.holder,
-			"token", we.ev.Token, "released", released)
+		s.releaseUnanswered(we.ev)
 		return cause
 	}
 	return cause
+}
+
+// releaseUnanswered releases, by token, a grant whose waiter went away
+// before it could be told, so the next waiter gets the key now rather than
+// at expiry.
+func (s *Server) releaseUnanswered(ev locktable.Event) {
+	rel, err := s.propose(fsm.Command{Op: fsm.OpRelease, Key: ev.Key, Holder: ev.Holder, Token: ev.Token})
+	released := err == nil && rel.Released
+	s.log.Info("released a grant whose waiter went away", "key", ev.Key, "holder", ev.Holder,
+		"token", ev.Token, "released", released)
 }
 
 func (s *Server) answerWaitEvent(w http.ResponseWriter, key string, ev locktable.Event) *apiError {
