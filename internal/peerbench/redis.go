@@ -41,7 +41,14 @@ type redisSystem struct {
 	rdb *redis.Client
 }
 
+// quietRedis drops go-redis's own log lines (a dial failure prints one per
+// pooled connection); every error also reaches us as a returned error.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...interface{}) {}
+
 func openRedis(ctx context.Context, o Options) (System, error) {
+	redis.SetLogger(quietRedis{})
 	rdb := redis.NewClient(&redis.Options{
 		Addr:         o.Addr,
 		PoolSize:     o.Clients + 8, // every client can have a command in flight
