@@ -1,7 +1,9 @@
 package locktable
 
 import (
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -66,5 +68,34 @@ func BenchmarkHandOff(b *testing.B) {
 			b.Fatalf("release by %s", h)
 		}
 		_, _, _ = tb.Wait("hot", h, 0, Second, NoDeadline)
+	}
+}
+
+// BenchmarkHeldLockMemory reports the live heap per held lock with 200,000
+// leases held by 32 holders (keys like "w4/123456"), after a full GC: the
+// table's share of issue 7's W4 bytes-per-lock figure.
+func BenchmarkHeldLockMemory(b *testing.B) {
+	const n = 200000
+	holders := make([]string, 32)
+	for i := range holders {
+		holders[i] = "c" + strconv.Itoa(i) + "-0123456789abcdef"
+	}
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		tb := New()
+		for k := 0; k < n; k++ {
+			// Fresh strings, as decoding a command would make them.
+			key := "w4/" + strconv.Itoa(k)
+			holder := strings.Clone(holders[k%len(holders)])
+			if _, err := tb.Acquire(key, holder, 0, 1000*Second); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/lock")
+		runtime.KeepAlive(tb)
 	}
 }

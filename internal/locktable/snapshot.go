@@ -133,6 +133,7 @@ func decode(data []byte) (*Table, error) {
 			if l.TTL <= 0 {
 				return nil, corrupt("entry %d: ttl %d", i, l.TTL)
 			}
+			l.Holder = t.internHolder(l.Holder)
 			e.lease, e.held = l, true
 			t.expiries = append(t.expiries, e)
 		default:
@@ -176,7 +177,7 @@ func decode(data []byte) (*Table, error) {
 		tokens[e.lease.Token] = true
 	}
 	for i, e := range t.expiries {
-		e.heapIdx = i
+		e.heapIdx = int32(i)
 	}
 	heapInit(&t.expiries)
 	return t, nil

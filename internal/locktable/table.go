@@ -54,13 +54,22 @@ type waiter struct {
 }
 
 // entry is everything the table knows about one key. It exists while the
-// key has a lease record or a waiter.
+// key has a lease record or a waiter. lease.Key is the key even when the
+// key is not held; the layout is kept to 96 bytes because a server may
+// hold millions of these.
 type entry struct {
-	key     string
 	lease   Lease
-	held    bool // lease is meaningful
-	heapIdx int  // position in Table.expiries, -1 when not held
+	heapIdx int32 // position in Table.expiries, -1 when not held
+	held    bool  // lease is meaningful
 	waiters []waiter
+}
+
+// holderRef is one interned holder name and how many leases carry it. A
+// service usually holds many locks under one name; sharing the string
+// saves a copy per lease.
+type holderRef struct {
+	name string
+	n    int
 }
 
 // Table is the lock table. The zero value is not ready; use New.
@@ -68,6 +77,8 @@ type Table struct {
 	entries  map[string]*entry
 	expiries expiryHeap
 	waiting  map[string]*entry // entries with at least one waiter
+	holders  map[string]*holderRef
+	unused   int // holders entries whose n is 0
 	last     uint64            // the last token issued; 0 before the first
 	maxNow   Time              // the largest now ever passed in
 	observe  func(Event)
@@ -75,7 +86,7 @@ type Table struct {
 
 // New returns an empty table whose first grant will carry token 1.
 func New() *Table {
-	return &Table{entries: map[string]*entry{}, waiting: map[string]*entry{}}
+	return &Table{entries: map[string]*entry{}, waiting: map[string]*entry{}, holders: map[string]*holderRef{}}
 }
 
 // SetObserver registers fn to be called, synchronously and in order, with
@@ -221,7 +232,7 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 	}
 	e.lease.Expiry = now + Time(ttl)
 	e.lease.TTL = ttl
-	heap.Fix(&t.expiries, e.heapIdx)
+	heap.Fix(&t.expiries, int(e.heapIdx))
 	return e.lease, nil
 }
 
@@ -332,7 +343,7 @@ func (t *Table) see(now Time) {
 }
 
 func (t *Table) newEntry(key string) *entry {
-	e := &entry{key: key, heapIdx: -1}
+	e := &entry{lease: Lease{Key: key}, heapIdx: -1}
 	t.entries[key] = e
 	return e
 }
@@ -355,9 +366,13 @@ func (t *Table) settle(e *entry, now Time) {
 // asking (now, unless it waited).
 func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Time) Lease {
 	t.last++
-	e.lease = Lease{Key: e.key, Holder: holder, Token: t.last, Granted: now, Expiry: now + Time(ttl), TTL: ttl}
+	name := t.internHolder(holder)
 	if e.held {
-		heap.Fix(&t.expiries, e.heapIdx)
+		t.releaseHolder(e.lease.Holder)
+	}
+	e.lease = Lease{Key: e.lease.Key, Holder: name, Token: t.last, Granted: now, Expiry: now + Time(ttl), TTL: ttl}
+	if e.held {
+		heap.Fix(&t.expiries, int(e.heapIdx))
 	} else {
 		e.held = true
 		heap.Push(&t.expiries, e)
@@ -369,9 +384,9 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 		}
 	}
 	if len(e.waiters) == 0 {
-		delete(t.waiting, e.key)
+		delete(t.waiting, e.lease.Key)
 	}
-	t.emit(Event{Kind: EventGranted, Key: e.key, Holder: holder, Token: t.last, At: now, Since: since, Expiry: e.lease.Expiry})
+	t.emit(Event{Kind: EventGranted, Key: e.lease.Key, Holder: holder, Token: t.last, At: now, Since: since, Expiry: e.lease.Expiry})
 	return e.lease
 }
 
@@ -390,7 +405,7 @@ func (t *Table) dropLateWaiters(e *entry, now Time) {
 	kept := e.waiters[:0]
 	for _, w := range e.waiters {
 		if now >= w.deadline {
-			t.emit(Event{Kind: EventWaitDropped, Key: e.key, Holder: w.holder, At: now, Since: w.since})
+			t.emit(Event{Kind: EventWaitDropped, Key: e.lease.Key, Holder: w.holder, At: now, Since: w.since})
 			continue
 		}
 		kept = append(kept, w)
@@ -398,28 +413,29 @@ func (t *Table) dropLateWaiters(e *entry, now Time) {
 	clear(e.waiters[len(kept):])
 	e.waiters = kept
 	if len(kept) == 0 {
-		delete(t.waiting, e.key)
+		delete(t.waiting, e.lease.Key)
 	}
 }
 
 func (t *Table) expire(e *entry, now Time) {
-	t.emit(Event{Kind: EventExpired, Key: e.key, Holder: e.lease.Holder, Token: e.lease.Token, At: now, Since: e.lease.Granted, Expiry: e.lease.Expiry})
+	t.emit(Event{Kind: EventExpired, Key: e.lease.Key, Holder: e.lease.Holder, Token: e.lease.Token, At: now, Since: e.lease.Granted, Expiry: e.lease.Expiry})
 	t.drop(e)
 }
 
 // drop removes e's lease record.
 func (t *Table) drop(e *entry) {
-	heap.Remove(&t.expiries, e.heapIdx)
+	heap.Remove(&t.expiries, int(e.heapIdx))
+	t.releaseHolder(e.lease.Holder)
 	e.held = false
-	e.lease = Lease{}
+	e.lease = Lease{Key: e.lease.Key}
 }
 
 // tidy forgets e once it has neither a lease record nor a waiter.
 func (t *Table) tidy(e *entry) {
 	if len(e.waiters) == 0 {
-		delete(t.waiting, e.key)
+		delete(t.waiting, e.lease.Key)
 		if !e.held {
-			delete(t.entries, e.key)
+			delete(t.entries, e.lease.Key)
 		}
 	}
 }
@@ -444,12 +460,12 @@ func (h expiryHeap) Less(i, j int) bool {
 }
 func (h expiryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx = i
-	h[j].heapIdx = j
+	h[i].heapIdx = int32(i)
+	h[j].heapIdx = int32(j)
 }
 func (h *expiryHeap) Push(x any) {
 	e := x.(*entry)
-	e.heapIdx = len(*h)
+	e.heapIdx = int32(len(*h))
 	*h = append(*h, e)
 }
 func (h *expiryHeap) Pop() any {
@@ -462,3 +478,41 @@ func (h *expiryHeap) Pop() any {
 }
 
 func heapInit(h *expiryHeap) { heap.Init(h) }
+
+// internHolder returns the table's shared copy of name, counting one more
+// lease that carries it.
+func (t *Table) internHolder(name string) string {
+	r := t.holders[name]
+	switch {
+	case r == nil:
+		// Clone, so the table never pins a larger buffer name was cut from.
+		r = &holderRef{name: strings.Clone(name)}
+		t.holders[r.name] = r
+	case r.n == 0:
+		t.unused--
+	}
+	r.n++
+	return r.name
+}
+
+// releaseHolder counts one lease fewer carrying name. Names no lease
+// carries are forgotten in sweeps, once they are at least half of the names
+// kept, so a holder that takes and releases one lock over and over does not
+// allocate its name each time, and forgotten names cost O(1) amortised.
+func (t *Table) releaseHolder(name string) {
+	r := t.holders[name]
+	if r == nil {
+		return
+	}
+	if r.n--; r.n > 0 {
+		return
+	}
+	if t.unused++; t.unused > 64 && t.unused*2 > len(t.holders) {
+		for k, r := range t.holders {
+			if r.n == 0 {
+				delete(t.holders, k)
+			}
+		}
+		t.unused = 0
+	}
+}
