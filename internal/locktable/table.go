@@ -78,9 +78,9 @@ type Table struct {
 	expiries expiryHeap
 	waiting  map[string]*entry // entries with at least one waiter
 	holders  map[string]*holderRef
-	unused   int // holders entries whose n is 0
-	last     uint64            // the last token issued; 0 before the first
-	maxNow   Time              // the largest now ever passed in
+	unused   int    // holders entries whose n is 0
+	last     uint64 // the last token issued; 0 before the first
+	maxNow   Time   // the largest now ever passed in
 	observe  func(Event)
 }
 
