@@ -37,12 +37,14 @@ type Server struct {
 	clock   clock
 	handler http.Handler
 
-	ready    atomic.Bool   // leader, caught up, orphans dropped
-	counting atomic.Bool   // count table events in metrics
-	closing  chan struct{} // closed by BeginShutdown
-	stop     chan struct{} // closed by Close
-	once     sync.Once
-	wg       sync.WaitGroup
+	born      time.Time     // for committed
+	committed atomic.Int64  // time since born of the last commit
+	ready     atomic.Bool   // leader, caught up, orphans dropped
+	counting  atomic.Bool   // count table events in metrics
+	closing   chan struct{} // closed by BeginShutdown
+	stop      chan struct{} // closed by Close
+	once      sync.Once
+	wg        sync.WaitGroup
 }
 
 // New opens the data directory and starts raft. The server becomes ready
@@ -55,6 +57,7 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		closing: make(chan struct{}),
 		stop:    make(chan struct{}),
+		born:    time.Now(),
 	}
 	s.fsm = fsm.New(s.observe)
 	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) })
@@ -110,6 +113,9 @@ func (s *Server) Close() error {
 // stops accepting, ends waits, lets in-flight requests finish (up to
 // grace), and closes the server.
 func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration) error {
+	if cfg.ClientAddr == "" {
+		cfg.ClientAddr = ln.Addr().String()
+	}
 	s, err := New(cfg)
 	if err != nil {
 		ln.Close()
@@ -219,6 +225,7 @@ func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
+	s.markCommitted()
 	s.metrics.commit.WithLabelValues(cmd.Op.String()).Observe(time.Since(start).Seconds())
 	res, ok := f.Response().(*fsm.Result)
 	if !ok {
@@ -307,6 +314,16 @@ func (s *Server) takeOver(ctx context.Context) bool {
 	}
 	s.clock.resume(s.fsm.Now())
 	for {
+		err := s.recordSelf()
+		if err == nil {
+			break
+		}
+		s.log.Warn("recording this node's client address failed", "err", err)
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
+	for {
 		var orphans []fsm.Item
 		for _, q := range s.fsm.QueuedWaiters() {
 			if !s.waiters.has(q.Key, q.Holder) {
@@ -356,6 +373,11 @@ func (s *Server) tickLoop(ctx context.Context) {
 				return
 			}
 			wait = time.Duration(at - now)
+			// Commit cluster time now and then while leases live, so a
+			// failover extends them by little more than its duration.
+			if sync := s.cfg.ClockSyncInterval - s.sinceCommit(); sync < wait {
+				wait = sync
+			}
 			if gap := s.cfg.MinTickInterval - time.Since(lastTick); wait < gap {
 				wait = gap
 			}

@@ -1,0 +1,194 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+)
+
+// Replicated mode. One leader serves: a follower answers every write and
+// every read with 503 not_leader naming the leader's client address (from
+// the members table the leaders keep in the replicated state), and clients
+// retry there. Reads on the leader are linearizable: VerifyLeader confirms
+// with a quorum that no newer leader exists before the answer.
+
+// leaderClientAddr is the leader's client address, if this node knows it.
+func (s *Server) leaderClientAddr() string {
+	_, id := s.node.raft.LeaderWithID()
+	if id == "" {
+		return ""
+	}
+	if m, ok := s.fsm.Member(string(id)); ok {
+		return m.ClientAddr
+	}
+	return ""
+}
+
+// notReady is the 503 for a node that cannot serve: not_leader (naming the
+// leader when known) unless this node leads and is still catching up.
+func (s *Server) notReady() *apiError {
+	if s.node.raft.State() == raft.Leader {
+		return unavailable("not ready: the leader is catching up")
+	}
+	return s.notLeader(&apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeader})
+}
+
+// notLeader completes a not_leader answer with where to go.
+func (s *Server) notLeader(e *apiError) *apiError {
+	addr := s.leaderClientAddr()
+	if addr == s.cfg.ClientAddr {
+		addr = "" // this node's view is stale; do not send the client in a loop
+	}
+	e.Leader = addr
+	if addr != "" {
+		e.Message = "this node is not the leader; the leader is at " + addr
+	} else {
+		e.Message = "this node is not the leader and knows no leader yet; retry"
+	}
+	return e
+}
+
+// verifyLeader confirms with a quorum that this node still leads, so a
+// read answered now is not a stale leader's.
+func (s *Server) verifyLeader() *apiError {
+	if err := s.node.raft.VerifyLeader().Error(); err != nil {
+		return s.notReady()
+	}
+	return nil
+}
+
+// recordSelf makes the members table name this node's client address, so
+// followers can send clients here. Called by a new leader.
+func (s *Server) recordSelf() error {
+	if s.cfg.ClientAddr == "" {
+		return nil
+	}
+	raftAddr := string(s.node.addr)
+	if m, ok := s.fsm.Member(s.cfg.NodeID); ok && m.ClientAddr == s.cfg.ClientAddr && m.RaftAddr == raftAddr {
+		return nil
+	}
+	_, err := s.propose(fsm.Command{Op: fsm.OpMember, NodeID: s.cfg.NodeID, RaftAddr: raftAddr, ClientAddr: s.cfg.ClientAddr})
+	return err
+}
+
+// sinceCommit is how long ago this node last committed a proposal.
+func (s *Server) sinceCommit() time.Duration {
+	return time.Since(s.born) - time.Duration(s.committed.Load())
+}
+
+func (s *Server) markCommitted() { s.committed.Store(int64(time.Since(s.born))) }
+
+// Wire shapes of the cluster calls.
+type memberJSON struct {
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ClientAddr string `json:"client_addr,omitempty"`
+	Suffrage   string `json:"suffrage"`
+	Leader     bool   `json:"leader"`
+}
+
+type joinRequest struct {
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ClientAddr string `json:"client_addr"`
+}
+
+type removeRequest struct {
+	ID string `json:"id"`
+}
+
+// handleMembers answers from this node's view; any node answers.
+func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) *apiError {
+	f := s.node.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return unavailable("reading the configuration: " + err.Error())
+	}
+	_, leader := s.node.raft.LeaderWithID()
+	out := []memberJSON{}
+	for _, srv := range f.Configuration().Servers {
+		m := memberJSON{ID: string(srv.ID), RaftAddr: string(srv.Address), Suffrage: srv.Suffrage.String(),
+			Leader: srv.ID == leader}
+		if rec, ok := s.fsm.Member(string(srv.ID)); ok {
+			m.ClientAddr = rec.ClientAddr
+		}
+		out = append(out, m)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"leader": string(leader), "leader_addr": s.leaderClientAddr(), "members": out,
+	})
+	return nil
+}
+
+func checkNodeField(field, v string, limit int) *apiError {
+	switch {
+	case v == "":
+		return invalid(field, "%s is required", field)
+	case len(v) > limit:
+		return invalid(field, "%s is %d bytes; the limit is %d", field, len(v), limit)
+	}
+	return nil
+}
+
+// handleJoin adds a voter (or updates its address) and records its
+// client address. Only the leader does it.
+func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) *apiError {
+	var req joinRequest
+	if e := decodeBody(w, r, &req); e != nil {
+		return e
+	}
+	if e := firstErr(checkNodeField("id", req.ID, fsm.MaxNodeIDLen), checkNodeField("raft_addr", req.RaftAddr, fsm.MaxAddrLen),
+		checkNodeField("client_addr", req.ClientAddr, fsm.MaxAddrLen), s.writable()); e != nil {
+		return e
+	}
+	if err := s.node.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+		return s.raftError(err)
+	}
+	if _, err := s.propose(fsm.Command{Op: fsm.OpMember, NodeID: req.ID, RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr}); err != nil {
+		return proposalError(err)
+	}
+	s.log.Info("added a voter", "id", req.ID, "raft", req.RaftAddr, "client", req.ClientAddr)
+	return s.handleMembers(w, r)
+}
+
+// handleRemove forgets a node's client address and removes it from the
+// voters. Removing the leader itself makes it step down once committed.
+func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) *apiError {
+	var req removeRequest
+	if e := decodeBody(w, r, &req); e != nil {
+		return e
+	}
+	if e := firstErr(checkNodeField("id", req.ID, fsm.MaxNodeIDLen), s.writable()); e != nil {
+		return e
+	}
+	f := s.node.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return s.raftError(err)
+	}
+	found := false
+	for _, srv := range f.Configuration().Servers {
+		found = found || string(srv.ID) == req.ID
+	}
+	if !found {
+		return &apiError{Status: http.StatusNotFound, Code: codeNotFound, Message: "no member with id " + req.ID}
+	}
+	if _, err := s.propose(fsm.Command{Op: fsm.OpMember, NodeID: req.ID}); err != nil {
+		return proposalError(err)
+	}
+	if err := s.node.raft.RemoveServer(raft.ServerID(req.ID), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+		return s.raftError(err)
+	}
+	s.log.Info("removed a voter", "id", req.ID)
+	writeJSON(w, http.StatusOK, map[string]any{"removed": req.ID})
+	return nil
+}
+
+func (s *Server) raftError(err error) *apiError {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return s.notReady()
+	}
+	return unavailable(err.Error())
+}
