@@ -183,16 +183,34 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 	if b.cfg.Mode == Contended {
 		waitMs = min(max(b.cfg.Duration.Milliseconds()*2, 1000), time.Hour.Milliseconds())
 	}
+	if b.cfg.Mode == Contended {
+		// A grant answered just as the run ended may never have been read;
+		// the holder name is this client's alone, so release by holder.
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			var rel struct{}
+			_, _ = b.post(cctx, "/v1/release", map[string]any{"key": b.cfg.Prefix + "/shared", "holder": holder}, &rel)
+		}()
+	}
 	for i := 0; ctx.Err() == nil; i++ {
 		key := b.cfg.Prefix + "/shared"
 		if b.cfg.Mode == Uncontended {
 			key = b.cfg.Prefix + "/" + strconv.Itoa(id) + "/" + strconv.Itoa(i%64)
 		}
+		// An uncontended acquire is let finish when the run ends, so its
+		// lease is released rather than left to expire; a waiting acquire
+		// is cut off, and the server cancels (or releases) it.
+		acqCtx, cancelAcq := ctx, context.CancelFunc(func() {})
+		if b.cfg.Mode == Uncontended {
+			acqCtx, cancelAcq = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		}
 		start := time.Now()
 		var got leaseAnswer
-		status, err := b.post(ctx, "/v1/acquire", map[string]any{
+		status, err := b.post(acqCtx, "/v1/acquire", map[string]any{
 			"key": key, "holder": holder, "ttl_ms": ttlMs, "wait_ms": waitMs,
 		}, &got)
+		cancelAcq()
 		if err != nil {
 			if ctx.Err() != nil {
 				return lat, errs, reached, firstErr
@@ -211,18 +229,14 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 			errs++
 			continue
 		}
-		// Release even when the run is over, so the key is not left held;
-		// a cycle counts only if it completed within the run.
-		relCtx := ctx
-		if ctx.Err() != nil {
-			var cancel context.CancelFunc
-			relCtx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-		}
+		// The release is never cut off by the end of the run, so no key is
+		// left held; a cycle counts only if it completed within the run.
+		relCtx, cancelRel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		var rel struct {
 			Released bool `json:"released"`
 		}
 		status, err = b.post(relCtx, "/v1/release", map[string]any{"key": key, "holder": holder, "token": got.Token}, &rel)
+		cancelRel()
 		if err != nil || status != http.StatusOK || !rel.Released {
 			if ctx.Err() == nil {
 				errs++

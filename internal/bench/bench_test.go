@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -44,6 +46,26 @@ func TestRunBothModes(t *testing.T) {
 		}
 		if !line.MatchString(r.Summary()) {
 			t.Fatalf("summary %q", r.Summary())
+		}
+		// The run leaves no lease behind (bounded poll: the server finishes
+		// cancelling waits of disconnected clients after Run returns). The
+		// bound is below the 10 s TTL, so a leaked lease cannot expire in time
+		// to hide.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			resp, err := http.Get(hs.URL + "/v1/locks?prefix=bench/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) == "{\"locks\":[]}\n" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s left leases: %s", mode, body)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }

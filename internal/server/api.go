@@ -74,6 +74,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 	name := r.URL.Path
 	rte, ok := rt.routes[r.URL.Path]
+	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -85,6 +86,8 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		rt.s.metrics.requests.WithLabelValues(name, strconv.Itoa(sw.status)).Inc()
+		rt.s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"duration", time.Since(start), "remote", r.RemoteAddr)
 	}()
 	if !ok {
 		name = "unknown"
