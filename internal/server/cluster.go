@@ -75,13 +75,6 @@ func (s *Server) recordSelf() error {
 	return err
 }
 
-// sinceCommit is how long ago this node last committed a proposal.
-func (s *Server) sinceCommit() time.Duration {
-	return time.Since(s.born) - time.Duration(s.committed.Load())
-}
-
-func (s *Server) markCommitted() { s.committed.Store(int64(time.Since(s.born))) }
-
 // Wire shapes of the cluster calls.
 type memberJSON struct {
 	ID         string `json:"id"`

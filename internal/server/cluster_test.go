@@ -36,7 +36,7 @@ func clusterConfig(id string) Config {
 	cfg.HeartbeatTimeout = 100 * time.Millisecond
 	cfg.ElectionTimeout = 100 * time.Millisecond
 	cfg.LeaderLeaseTimeout = 50 * time.Millisecond
-	cfg.ClockSyncInterval = 50 * time.Millisecond
+	cfg.ClockCheckpoint = 50 * time.Millisecond
 	return cfg
 }
 

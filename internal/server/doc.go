@@ -16,7 +16,10 @@
 // committed entry to be applied (a barrier) and resumes cluster time from
 // the last applied time, advancing it on the local monotonic clock. So a
 // restart or failover neither shortens a lease nor resets it to a full TTL;
-// it extends live leases by at most the time the cluster had no leader.
+// it extends live leases by at most the time the cluster had no leader plus
+// Config.ClockCheckpoint: while anything is held or queued, the leader
+// commits a Tick whenever that long has passed without an entry, so the log
+// never lags cluster time by more.
 //
 // Expiry: only the leader runs a timer, set to the table's next deadline;
 // when it fires the leader proposes a Tick (Consul's session-timer pattern),

@@ -64,6 +64,12 @@ type Config struct {
 	// MinTickInterval spaces the expiry timer's Tick proposals so that a
 	// burst of expiries costs a few log entries, not one per lease.
 	MinTickInterval time.Duration
+	// ClockCheckpoint: while any lease or waiter exists, the leader makes
+	// sure the log records cluster time at least this often (a Tick when
+	// nothing else was committed). A restart resumes from the last
+	// recorded time, so it extends live leases by at most its own downtime
+	// plus this interval.
+	ClockCheckpoint time.Duration
 }
 
 // DefaultConfig returns the values used for zero fields.
@@ -78,7 +84,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:   30 * time.Second,
 		ApplyTimeout:       5 * time.Second,
 		MinTickInterval:    5 * time.Millisecond,
-		ClockSyncInterval:  time.Second,
+		ClockCheckpoint:    time.Second,
 	}
 }
 
@@ -107,7 +113,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.SnapshotInterval, d.SnapshotInterval)
 	setDur(&c.ApplyTimeout, d.ApplyTimeout)
 	setDur(&c.MinTickInterval, d.MinTickInterval)
-	setDur(&c.ClockSyncInterval, d.ClockSyncInterval)
+	setDur(&c.ClockCheckpoint, d.ClockCheckpoint)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}

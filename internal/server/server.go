@@ -37,14 +37,12 @@ type Server struct {
 	clock   clock
 	handler http.Handler
 
-	born      time.Time     // for committed
-	committed atomic.Int64  // time since born of the last commit
-	ready     atomic.Bool   // leader, caught up, orphans dropped
-	counting  atomic.Bool   // count table events in metrics
-	closing   chan struct{} // closed by BeginShutdown
-	stop      chan struct{} // closed by Close
-	once      sync.Once
-	wg        sync.WaitGroup
+	ready    atomic.Bool   // leader, caught up, orphans dropped
+	counting atomic.Bool   // count table events in metrics
+	closing  chan struct{} // closed by BeginShutdown
+	stop     chan struct{} // closed by Close
+	once     sync.Once
+	wg       sync.WaitGroup
 }
 
 // New opens the data directory and starts raft. The server becomes ready
@@ -57,7 +55,6 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		closing: make(chan struct{}),
 		stop:    make(chan struct{}),
-		born:    time.Now(),
 	}
 	s.fsm = fsm.New(s.observe)
 	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) })
@@ -124,8 +121,11 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Bounds a slow request body. It does not cut long waits: the
+		// server clears the read deadline once the body has been read.
+		ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -225,7 +225,6 @@ func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
-	s.markCommitted()
 	s.metrics.commit.WithLabelValues(cmd.Op.String()).Observe(time.Since(start).Seconds())
 	res, ok := f.Response().(*fsm.Result)
 	if !ok {
@@ -359,7 +358,9 @@ func (s *Server) takeOver(ctx context.Context) bool {
 }
 
 // tickLoop is the leader-only expiry timer: it sleeps until the table's
-// next deadline and proposes a Tick stamped with cluster time.
+// next deadline, or until cluster time has gone unrecorded for
+// ClockCheckpoint while something is held or queued, and proposes a Tick
+// stamped with cluster time.
 func (s *Server) tickLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -372,12 +373,10 @@ func (s *Server) tickLoop(ctx context.Context) {
 			if !running {
 				return
 			}
-			wait = time.Duration(at - now)
-			// Commit cluster time now and then while leases live, so a
-			// failover extends them by little more than its duration.
-			if sync := s.cfg.ClockSyncInterval - s.sinceCommit(); sync < wait {
-				wait = sync
+			if cp := s.fsm.Now() + locktable.Time(s.cfg.ClockCheckpoint); cp < at {
+				at = cp
 			}
+			wait = time.Duration(at - now)
 			if gap := s.cfg.MinTickInterval - time.Since(lastTick); wait < gap {
 				wait = gap
 			}

@@ -164,6 +164,7 @@ func TestErrorPaths(t *testing.T) {
 		{"batch too many", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[` + strings.Join(items, ",") + `]}`, 400, "invalid_argument", "leases"},
 		{"batch bad key", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[{"key":"a","token":1},{"key":"","token":2}]}`, 400, "invalid_argument", "leases[1].key"},
 		{"batch missing token", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[{"key":"a"}]}`, 400, "invalid_argument", "leases[0].token"},
+		{"batch item wrong type", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[{"key":"a","token":"x"}]}`, 400, "invalid_argument", "leases.token"},
 		{"batch unknown item field", "POST", "/v1/extend-batch", `{"holder":"h","ttl_ms":1000,"leases":[{"key":"a","token":1,"x":1}]}`, 400, "invalid_argument", "x"},
 		{"batch missing holder", "POST", "/v1/extend-batch", `{"ttl_ms":1000,"leases":[{"key":"a","token":1}]}`, 400, "invalid_argument", "holder"},
 		{"release missing key", "POST", "/v1/release", `{"holder":"h"}`, 400, "invalid_argument", "key"},

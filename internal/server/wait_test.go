@@ -194,6 +194,12 @@ func TestShutdownEndsWaiters(t *testing.T) {
 	if a := ts.get("/readyz"); a.status != 503 {
 		t.Fatalf("readyz while shutting down: %d", a.status)
 	}
+	if a := ts.post("/v1/acquire", `{"key":"z","holder":"a","ttl_ms":1000}`); a.status != 503 || a.body["code"] != "unavailable" {
+		t.Fatalf("write while shutting down: %d %v", a.status, a.body)
+	}
+	if a := ts.get("/v1/lock?key=k"); a.status != 200 {
+		t.Fatalf("reads go on while in-flight requests drain: %d %v", a.status, a.body)
+	}
 }
 
 func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
@@ -258,5 +264,24 @@ func TestDataDirInUseFailsFast(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("error %q does not say the directory is in use", err)
+	}
+}
+
+// While something is held, cluster time reaches the log even when no
+// client writes, so a restart cannot rewind it far.
+func TestClockCheckpointRecordsTimeWhileHeld(t *testing.T) {
+	cfg := fastConfig("")
+	cfg.ClockCheckpoint = 20 * time.Millisecond
+	ts := startServer(t, cfg)
+	a := ts.post("/v1/acquire", `{"key":"k","holder":"h","ttl_ms":600000}`)
+	if a.status != 200 {
+		t.Fatalf("acquire: %v", a.body)
+	}
+	start := ts.fsm.Now()
+	eventually(t, "a checkpoint", func() bool { return ts.fsm.Now() >= start+locktable.Time(40*time.Millisecond) })
+	// With nothing held there is no deadline, so the timer sleeps.
+	ts.post("/v1/release", `{"key":"k","holder":"h"}`)
+	if _, ok := ts.fsm.NextDeadline(); ok {
+		t.Fatal("a deadline remains with nothing held")
 	}
 }
