@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -503,4 +505,23 @@ func TestClusterProcessRestartAll(t *testing.T) {
 	wait()
 	c.converge()
 	c.check(l)
+}
+
+func TestBenchAgainstClusterProcess(t *testing.T) {
+	c := startPCluster(t)
+	leader := c.waitLeader()
+	var addrs []string
+	for _, n := range c.nodes {
+		if n != leader {
+			addrs = append(addrs, n.client) // followers first: the bench must find the leader
+		}
+	}
+	addrs = append(addrs, leader.client)
+	out, err := exec.Command(binary, "bench", "--addr", strings.Join(addrs, ","), "--clients", "4", "--duration", "300ms").Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m)^cycles=[1-9]\d* errors=0 `).Match(out) {
+		t.Fatalf("bench against the cluster:\n%s", out)
+	}
 }
