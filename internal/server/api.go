@@ -30,19 +30,20 @@ type router struct {
 func (s *Server) routes() http.Handler {
 	metrics := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
 	return &router{s: s, routes: map[string]route{
-		"/v1/acquire":         {http.MethodPost, s.handleAcquire},
-		"/v1/renew":           {http.MethodPost, s.handleRenew},
-		"/v1/extend":          {http.MethodPost, s.handleExtend},
-		"/v1/extend-batch":    {http.MethodPost, s.handleExtendBatch},
-		"/v1/release":         {http.MethodPost, s.handleRelease},
-		"/v1/check":           {http.MethodGet, s.handleCheck},
-		"/v1/lock":            {http.MethodGet, s.handleGet},
-		"/v1/locks":           {http.MethodGet, s.handleList},
-		"/healthz":            {http.MethodGet, s.handleHealth},
-		"/readyz":             {http.MethodGet, s.handleReady},
-		"/v1/cluster/members": {http.MethodGet, s.handleMembers},
-		"/v1/cluster/join":    {http.MethodPost, s.handleJoin},
-		"/v1/cluster/remove":  {http.MethodPost, s.handleRemove},
+		"/v1/acquire":          {http.MethodPost, s.handleAcquire},
+		"/v1/renew":            {http.MethodPost, s.handleRenew},
+		"/v1/extend":           {http.MethodPost, s.handleExtend},
+		"/v1/extend-batch":     {http.MethodPost, s.handleExtendBatch},
+		"/v1/release":          {http.MethodPost, s.handleRelease},
+		"/v1/check":            {http.MethodGet, s.handleCheck},
+		"/v1/lock":             {http.MethodGet, s.handleGet},
+		"/v1/locks":            {http.MethodGet, s.handleList},
+		"/healthz":             {http.MethodGet, s.handleHealth},
+		"/readyz":              {http.MethodGet, s.handleReady},
+		"/v1/cluster/members":  {http.MethodGet, s.handleMembers},
+		"/v1/cluster/join":     {http.MethodPost, s.handleJoin},
+		"/v1/cluster/remove":   {http.MethodPost, s.handleRemove},
+		"/v1/cluster/announce": {http.MethodPost, s.handleAnnounce},
 		"/metrics": {http.MethodGet, func(w http.ResponseWriter, r *http.Request) *apiError {
 			metrics.ServeHTTP(w, r)
 			return nil

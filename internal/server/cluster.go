@@ -1,7 +1,11 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -134,6 +138,17 @@ func checkNodeField(field, v string, limit int) *apiError {
 // handleJoin adds a voter (or updates its address) and records its
 // client address. Only the leader does it.
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) *apiError {
+	return s.join(w, r, true)
+}
+
+// handleAnnounce records the client address of a node that is already a
+// voter and changes no voter: a node started from a static peer list
+// announces itself this way, and a removed node cannot re-add itself.
+func (s *Server) handleAnnounce(w http.ResponseWriter, r *http.Request) *apiError {
+	return s.join(w, r, false)
+}
+
+func (s *Server) join(w http.ResponseWriter, r *http.Request, add bool) *apiError {
 	var req joinRequest
 	if e := decodeBody(w, r, &req); e != nil {
 		return e
@@ -142,8 +157,26 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) *apiError {
 		checkNodeField("client_addr", req.ClientAddr, fsm.MaxAddrLen), s.writable()); e != nil {
 		return e
 	}
-	if err := s.node.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+	f := s.node.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
 		return s.raftError(err)
+	}
+	voter := false
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == req.ID {
+			voter = srv.Suffrage == raft.Voter && string(srv.Address) == req.RaftAddr
+		}
+	}
+	switch {
+	case !voter && !add:
+		return &apiError{Status: http.StatusNotFound, Code: codeNotFound, Message: "no voter " + req.ID + " at " + req.RaftAddr}
+	case !voter:
+		if err := s.node.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			return s.raftError(err)
+		}
+	}
+	if m, ok := s.fsm.Member(req.ID); ok && m.RaftAddr == req.RaftAddr && m.ClientAddr == req.ClientAddr {
+		return s.handleMembers(w, r)
 	}
 	if _, err := s.propose(fsm.Command{Op: fsm.OpMember, NodeID: req.ID, RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr}); err != nil {
 		return proposalError(err)
@@ -189,4 +222,51 @@ func (s *Server) raftError(err error) *apiError {
 		return s.notReady()
 	}
 	return unavailable(err.Error())
+}
+
+// announceLoop runs on every node with a client address: while this node
+// follows and the members table lacks its current client address, it asks
+// the leader to record it, so every node's address is known however the
+// cluster was formed.
+func (s *Server) announceLoop() {
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	t := time.NewTicker(s.cfg.HeartbeatTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.node.raft.State() != raft.Follower {
+			continue
+		}
+		raftAddr := string(s.node.addr)
+		if m, ok := s.fsm.Member(s.cfg.NodeID); ok && m.ClientAddr == s.cfg.ClientAddr && m.RaftAddr == raftAddr {
+			continue
+		}
+		leader := s.leaderClientAddr()
+		if leader == "" {
+			continue
+		}
+		body, _ := json.Marshal(joinRequest{ID: s.cfg.NodeID, RaftAddr: raftAddr, ClientAddr: s.cfg.ClientAddr})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+leader+"/v1/cluster/announce", bytes.NewReader(body))
+		if err != nil {
+			continue
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			continue
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		// Whatever the answer, the next tick looks at the members table.
+	}
 }

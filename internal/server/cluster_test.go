@@ -166,6 +166,17 @@ func TestClusterFollowerNamesTheLeaderAndReadsAreLinearizable(t *testing.T) {
 	if m.status != 200 || m.body["leader"] != l.id || m.body["leader_addr"] != l.addr || len(m.body["members"].([]any)) != 3 {
 		t.Fatalf("members on a follower: %d %v", m.status, m.body)
 	}
+	// Followers of a cluster formed from a static peer list announce their
+	// client addresses to the leader.
+	eventually(t, "every member's client address", func() bool {
+		m := f.get("/v1/cluster/members")
+		for _, n := range c.nodes {
+			if !strings.Contains(fmt.Sprint(m.body["members"]), n.addr) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // A leader cut off from the majority can grant nothing; the majority
@@ -343,5 +354,10 @@ func TestClusterJoinAndRemove(t *testing.T) {
 	m = l.get("/v1/cluster/members")
 	if ms := m.body["members"].([]any); len(ms) != 2 {
 		t.Fatalf("members after remove: %v", m.body)
+	}
+	// A removed node's announcement does not make it a voter again.
+	n3 := c.nodes[2]
+	if a := l.post("/v1/cluster/announce", fmt.Sprintf(`{"id":"n3","raft_addr":"n3","client_addr":%q}`, n3.addr)); a.status != 404 {
+		t.Fatalf("announce of a removed node: %d %v", a.status, a.body)
 	}
 }

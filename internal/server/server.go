@@ -67,6 +67,10 @@ func New(cfg Config) (*Server, error) {
 	s.node = n
 	s.wg.Add(1)
 	go s.watchLeadership()
+	if cfg.ClientAddr != "" {
+		s.wg.Add(1)
+		go s.announceLoop()
+	}
 	return s, nil
 }
 
