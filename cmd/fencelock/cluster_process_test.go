@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -537,5 +538,58 @@ func TestBenchAgainstClusterProcess(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^cycles=[1-9]\d* errors=0 `).Match(out) {
 		t.Fatalf("bench against the cluster:\n%s", out)
+	}
+}
+
+// Three processes formed with --join, inspected and shrunk with the
+// cluster subcommand.
+func TestClusterProcessJoinMembersRemove(t *testing.T) {
+	dir := t.TempDir()
+	c := &pcluster{t: t}
+	for i := range 3 {
+		c.nodes = append(c.nodes, &pnode{id: fmt.Sprintf("n%d", i+1), client: freeAddr(t), raft: freeAddr(t),
+			data: filepath.Join(dir, fmt.Sprintf("n%d", i+1))})
+	}
+	c.start(c.nodes[0])
+	c.nodes[0].p.waitReady(c.nodes[0].client)
+	for _, n := range c.nodes[1:] {
+		c.start(n, "--join", c.nodes[0].client)
+	}
+	var addrs []string
+	for _, n := range c.nodes {
+		addrs = append(addrs, n.client)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(binary, append(append([]string{"cluster"}, args...), "--addr", strings.Join(addrs, ","))...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("cluster %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := cli("members")
+		if strings.Count(out, "voter") == 3 && strings.Contains(out, c.nodes[2].client) {
+			if !regexp.MustCompile(`(?m)^n1 .* voter +\*$`).MatchString(out) {
+				t.Fatalf("n1 should lead:\n%s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the joined nodes never showed up:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if out := cli("remove", "--id", "n3"); !strings.Contains(out, "removed n3") {
+		t.Fatalf("remove: %s", out)
+	}
+	if out := cli("members"); strings.Count(out, "voter") != 2 || strings.Contains(out, c.nodes[2].raft) {
+		t.Fatalf("after remove:\n%s", out)
+	}
+	err := exec.Command(binary, "cluster", "remove").Run()
+	var xe *exec.ExitError
+	if !errors.As(err, &xe) || xe.ExitCode() != 2 {
+		t.Fatalf("remove without --id: %v, want exit status 2", err)
 	}
 }
