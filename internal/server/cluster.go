@@ -65,9 +65,23 @@ func (s *Server) verifyLeader() *apiError {
 	return nil
 }
 
-// recordSelf makes the members table name this node's client address, so
-// followers can send clients here. Called by a new leader.
+// recordSelf makes the raft configuration carry this node's current raft
+// address (a single node restarted with --raft still has its old one) and
+// the members table its client address, so followers can send clients
+// here. Called by a new leader.
 func (s *Server) recordSelf() error {
+	f := s.node.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == s.cfg.NodeID && srv.Address != s.node.addr {
+			s.log.Info("updating this node's raft address", "from", srv.Address, "to", s.node.addr)
+			if err := s.node.raft.AddVoter(srv.ID, s.node.addr, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+				return err
+			}
+		}
+	}
 	if s.cfg.ClientAddr == "" {
 		return nil
 	}

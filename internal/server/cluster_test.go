@@ -418,3 +418,30 @@ func TestClusterFiveNodesMinorityOfTwo(t *testing.T) {
 		}
 	}
 }
+
+// A single node restarted as a cluster node (new raft address) updates its
+// own address in the configuration, so peers that join can reach it.
+func TestSingleNodeRestartedWithARaftAddress(t *testing.T) {
+	dir := t.TempDir()
+	cfg := clusterConfig("fencelock-1")
+	cfg.DataDir = dir
+	first := startServer(t, cfg)
+	if a := first.post("/v1/acquire", acquireBody("k", "a", 60000, "")); a.status != 200 {
+		t.Fatalf("acquire: %v", a.body)
+	}
+	first.stop()
+	_, trans := raft.NewInmemTransport("127.0.0.1:7480")
+	n := newNode(t, cfg, trans)
+	c := &testCluster{t: t, nodes: []*clusterNode{n}}
+	c.leader()
+	f := n.node.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	if srv := f.Configuration().Servers; len(srv) != 1 || srv[0].Address != "127.0.0.1:7480" {
+		t.Fatalf("configuration after the restart: %+v", srv)
+	}
+	if a := n.get("/v1/lock?key=k"); a.status != 200 || num(a, "token") != 1 {
+		t.Fatalf("lease after the restart: %v", a.body)
+	}
+}
