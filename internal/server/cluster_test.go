@@ -190,6 +190,9 @@ func TestClusterMinorityCannotGrantMajorityContinues(t *testing.T) {
 		t.Fatalf("acquire: %v", first.body)
 	}
 	lease, _ := old.fsm.Get("held", old.fsm.Now())
+	if a := old.post("/v1/acquire", acquireBody("short", "a", 1000, "")); a.status != 200 || num(a, "token") != 2 {
+		t.Fatalf("short lease: %v", a.body)
+	}
 
 	c.isolate(old)
 	majority := c.others(old)
@@ -217,17 +220,22 @@ func TestClusterMinorityCannotGrantMajorityContinues(t *testing.T) {
 		t.Fatalf("get after failover: %v", g.body)
 	}
 	second := nl.post("/v1/acquire", acquireBody("next", "b", 60000, ""))
-	if second.status != 200 || num(second, "token") != 2 {
+	if second.status != 200 || num(second, "token") != 3 {
 		t.Fatalf("acquire on the majority: %d %v", second.status, second.body)
 	}
 	if a := nl.post("/v1/acquire", acquireBody("held", "intruder", 1000, "")); a.status != 409 {
 		t.Fatalf("the majority granted a live lease to another holder: %v", a.body)
 	}
-
+	// The new leader's timer expires the short lease the old leader
+	// granted and hands the key to a waiter.
+	w := nl.post("/v1/acquire", `{"key":"short","holder":"waiter","ttl_ms":60000,"wait_ms":10000}`)
+	if w.status != 200 || num(w, "token") != 4 {
+		t.Fatalf("waiter after the short lease expired: %d %v", w.status, w.body)
+	}
 	c.heal()
 	target := nl.fsm.AppliedIndex()
 	eventually(t, "the healed node to converge", func() bool {
-		return old.fsm.LastToken() == 2 && old.fsm.AppliedIndex() >= target
+		return old.fsm.LastToken() == 4 && old.fsm.AppliedIndex() >= target
 	})
 	if old.Ready() {
 		t.Fatal("the healed old leader serves")
