@@ -21,9 +21,15 @@ import (
 // with a quorum that no newer leader exists before the answer.
 
 // leaderClientAddr is the leader's client address, if this node knows it.
+// A follower that has not heard from the leader for a heartbeat timeout
+// names none: raft keeps naming a dead leader until an election starts,
+// and sending clients there only makes them fail faster.
 func (s *Server) leaderClientAddr() string {
 	_, id := s.node.raft.LeaderWithID()
 	if id == "" {
+		return ""
+	}
+	if s.node.raft.State() != raft.Leader && time.Since(s.node.raft.LastContact()) > s.cfg.HeartbeatTimeout {
 		return ""
 	}
 	if m, ok := s.fsm.Member(string(id)); ok {
