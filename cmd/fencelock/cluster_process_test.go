@@ -593,3 +593,54 @@ func TestClusterProcessJoinMembersRemove(t *testing.T) {
 		t.Fatalf("remove without --id: %v, want exit status 2", err)
 	}
 }
+
+// A node stopped while the others write far more than they keep in their
+// logs catches up from a snapshot (InstallSnapshot), and the cluster keeps
+// every invariant when the leader is then killed.
+func TestClusterProcessLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
+	dir := t.TempDir()
+	c := &pcluster{t: t}
+	var peers []string
+	for i := range 3 {
+		n := &pnode{id: fmt.Sprintf("n%d", i+1), client: freeAddr(t), raft: freeAddr(t),
+			data: filepath.Join(dir, fmt.Sprintf("n%d", i+1))}
+		c.nodes = append(c.nodes, n)
+		peers = append(peers, n.id+"="+n.raft)
+	}
+	snap := []string{"--snapshot-threshold", "40", "--trailing-logs", "10", "--snapshot-interval", "50ms"}
+	for _, n := range c.nodes {
+		c.start(n, append([]string{"--peers", strings.Join(peers, ",")}, snap...)...)
+	}
+	leader := c.waitLeader()
+	var lag *pnode
+	for _, n := range c.nodes {
+		if n != leader {
+			lag = n
+		}
+	}
+	lag.p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := lag.p.exitCode(); code != 0 {
+		t.Fatalf("%s exited %d", lag.id, code)
+	}
+	l := newLedger()
+	stop := make(chan struct{})
+	wait := c.load(l, 4, stop)
+	c.waitGrants(l, 150)
+	close(stop)
+	wait()
+	c.start(lag, snap...)
+	c.converge()
+	snaps, _ := filepath.Glob(filepath.Join(lag.data, "snapshots", "*", "state.bin"))
+	if len(snaps) == 0 {
+		t.Fatalf("%s caught up without a snapshot: raise the load or lower the thresholds", lag.id)
+	}
+	c.check(l)
+	// Lose the leader: the caught-up node is now needed for a quorum.
+	leader = c.waitLeader()
+	leader.p.cmd.Process.Signal(syscall.SIGKILL)
+	<-leader.p.done
+	if nl := c.waitLeader(); nl == leader {
+		t.Fatal("the killed node leads")
+	}
+	c.check(l)
+}

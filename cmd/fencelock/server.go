@@ -53,6 +53,10 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	advertise := fs.String("advertise", "", "client `address` other nodes send clients to (default: the --listen address)")
 	peersFlag := fs.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := fs.String("join", "", "client `addresses` of running nodes to ask to add this one")
+	defaults := server.DefaultConfig()
+	snapThreshold := fs.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once this many log `entries` follow the last one")
+	trailing := fs.Uint64("trailing-logs", defaults.TrailingLogs, "log `entries` kept after a snapshot; a peer further behind is sent the snapshot")
+	snapInterval := fs.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			fmt.Fprint(e.stdout, serverUsage)
@@ -82,6 +86,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if len(peers) > 0 && *join != "" {
 		return usageError("server: --peers and --join exclude each other")
 	}
+	if *snapThreshold == 0 || *trailing == 0 || *snapInterval < 5*time.Millisecond {
+		return usageError("server: --snapshot-threshold and --trailing-logs must be > 0, --snapshot-interval >= 5ms")
+	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 
 	ln, err := net.Listen("tcp", *listen)
@@ -93,7 +100,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		client = ln.Addr().String()
 	}
 	cfg := server.Config{DataDir: *data, Logger: log, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
-		Peers: peers, Join: *join != ""}
+		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
+		SnapshotInterval: *snapInterval}
 	if *join == "" {
 		return server.Serve(ctx, ln, cfg, *grace)
 	}
