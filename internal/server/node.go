@@ -44,10 +44,6 @@ type Config struct {
 	// Transport replaces the one RaftAddr would make (tests use raft's
 	// in-memory transport to partition a cluster in-process).
 	Transport raft.Transport
-	// ClockSyncInterval: while leases are live, the leader commits cluster
-	// time at least this often, so a failover extends leases by at most
-	// this plus the time without a leader.
-	ClockSyncInterval time.Duration
 
 	Logger *slog.Logger
 
