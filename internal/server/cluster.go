@@ -42,7 +42,7 @@ func (s *Server) leaderClientAddr() string {
 // leader when known) unless this node leads and is still catching up.
 func (s *Server) notReady() *apiError {
 	if s.node.raft.State() == raft.Leader {
-		return unavailable("not ready: the leader is catching up")
+		return unavailable("not ready: this leader is catching up or has lost its quorum")
 	}
 	return s.notLeader(&apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeader})
 }
