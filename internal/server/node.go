@@ -231,6 +231,11 @@ func openNode(cfg Config, f *fsm.FSM) (*node, error) {
 			boot.Servers = boot.Servers[:0]
 			self := false
 			for _, p := range cfg.Peers {
+				if p.ID == cfg.NodeID && raft.ServerAddress(p.RaftAddr) != trans.LocalAddr() {
+					n.close()
+					return nil, fmt.Errorf("server: the peer list gives this node (%s) the raft address %s, not %s",
+						p.ID, p.RaftAddr, trans.LocalAddr())
+				}
 				self = self || p.ID == cfg.NodeID
 				boot.Servers = append(boot.Servers, raft.Server{
 					Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
