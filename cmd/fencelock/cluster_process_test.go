@@ -468,7 +468,18 @@ func TestClusterProcessSIGSTOPLeaderPastItsLeadership(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.waitGrants(l, l.grantsSoFar()+60)
+	// A key granted while the old leader was stopped: right after SIGCONT
+	// the old leader must not answer a read from its stale state.
+	l.mu.Lock()
+	fresh := l.grants[len(l.grants)-1]
+	l.mu.Unlock()
 	old.p.cmd.Process.Signal(syscall.SIGCONT)
+	for _, path := range []string{"/v1/lock?key=" + fresh.key, fmt.Sprintf("/v1/check?key=%s&token=%d", fresh.key, fresh.token)} {
+		r, err := callWith(shortClient, old.client, "GET", path, "")
+		if err == nil && r.status != http.StatusServiceUnavailable && (r.status != 200 || token(r) == 0 && r.body["valid"] != true) {
+			t.Errorf("the resumed old leader answered GET %s from stale state: %d %v", path, r.status, r.body)
+		}
+	}
 	c.waitGrants(l, l.grantsSoFar()+30)
 	close(stop)
 	wait()

@@ -136,10 +136,13 @@ func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) *apiError
 	}
 	// The answering node's own progress: its applied index and the
 	// cluster time of its last applied entry (what a new leader resumes
-	// from), so an operator can see a node catch up.
+	// from), so an operator can see a node catch up. ready is confirmed
+	// with a quorum, so a deposed leader that has not noticed yet (say,
+	// resumed after SIGSTOP) does not claim it.
+	ready := s.Ready() && s.verifyLeader() == nil
 	writeJSON(w, http.StatusOK, map[string]any{
 		"leader": string(leader), "leader_addr": s.leaderClientAddr(), "members": out,
-		"node": s.cfg.NodeID, "ready": s.Ready(), "applied_index": s.fsm.AppliedIndex(),
+		"node": s.cfg.NodeID, "ready": ready, "applied_index": s.fsm.AppliedIndex(),
 		"applied_time_ms": int64(s.fsm.Now()) / int64(time.Millisecond),
 	})
 	return nil
