@@ -540,7 +540,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) *apiError 
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) *apiError {
-	if e := s.writable(); e != nil {
+	if e := firstErr(s.writable(), s.verifyLeader()); e != nil {
 		return e
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
