@@ -259,11 +259,15 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 			if !reached {
 				return lat, errs, reached, firstErr
 			}
+			pause(ctx)
 			continue
 		}
 		reached = true
 		if status != http.StatusOK {
 			errs++
+			if status == http.StatusServiceUnavailable {
+				pause(ctx)
+			}
 			continue
 		}
 		// The release is never cut off by the end of the run, so no key is
@@ -289,6 +293,15 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 
 // post sends one call. A not_leader answer that names the leader moves
 // the bench there and the call is sent again, at most twice.
+// pause waits a little after a failed call, so that clients do not spin
+// while a cluster elects a leader.
+func pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Millisecond):
+	}
+}
+
 func (b *bench) post(ctx context.Context, path string, body, out any) (int, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -297,6 +310,9 @@ func (b *bench) post(ctx context.Context, path string, body, out any) (int, erro
 	for attempt := 0; ; attempt++ {
 		status, raw, err := b.send(ctx, path, data)
 		if err != nil {
+			if ctx.Err() == nil && strings.Contains(b.cfg.Addr, ",") {
+				b.findLeader(ctx) // the node may be gone: look for the leader again
+			}
 			return status, err
 		}
 		if status == http.StatusServiceUnavailable && attempt < 2 {
