@@ -639,12 +639,17 @@ func TestClusterProcessLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
 	c.waitGrants(l, 150)
 	close(stop)
 	wait()
+	// The leader's log must have been compacted past what the stopped
+	// node has, so that only a snapshot can bring it back.
+	snapshotIn := func(n *pnode) bool {
+		snaps, _ := filepath.Glob(filepath.Join(n.data, "snapshots", "*", "state.bin"))
+		return len(snaps) > 0
+	}
+	leader = c.waitLeader()
+	poll(t, "the leader's first snapshot", func() bool { return snapshotIn(leader) })
 	c.start(lag, snap...)
 	c.converge()
-	snaps, _ := filepath.Glob(filepath.Join(lag.data, "snapshots", "*", "state.bin"))
-	if len(snaps) == 0 {
-		t.Fatalf("%s caught up without a snapshot: raise the load or lower the thresholds", lag.id)
-	}
+	poll(t, lag.id+"'s installed snapshot", func() bool { return snapshotIn(lag) })
 	c.check(l)
 	// Lose the leader: the caught-up node is now needed for a quorum.
 	leader = c.waitLeader()
@@ -654,4 +659,16 @@ func TestClusterProcessLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
 		t.Fatal("the killed node leads")
 	}
 	c.check(l)
+}
+
+// poll waits, bounded, for cond.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
