@@ -204,7 +204,11 @@ func (s *Server) join(w http.ResponseWriter, r *http.Request, add bool) *apiErro
 	if _, err := s.propose(fsm.Command{Op: fsm.OpMember, NodeID: req.ID, RaftAddr: req.RaftAddr, ClientAddr: req.ClientAddr}); err != nil {
 		return proposalError(err)
 	}
-	s.log.Info("added a voter", "id", req.ID, "raft", req.RaftAddr, "client", req.ClientAddr)
+	if voter {
+		s.log.Info("recorded a member's client address", "id", req.ID, "client", req.ClientAddr)
+	} else {
+		s.log.Info("added a voter", "id", req.ID, "raft", req.RaftAddr, "client", req.ClientAddr)
+	}
 	return s.handleMembers(w, r)
 }
 
