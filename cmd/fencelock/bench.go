@@ -23,13 +23,16 @@ const (
 	defaultBenchTTL      = 10 * time.Second
 )
 
-const benchUsage = `Usage: fencelock bench [--addr A] [--mode uncontended|contended] [--clients N] [--duration D]
+const benchUsage = `Usage: fencelock bench [--addr A[,B,...]] [--mode uncontended|contended] [--clients N] [--duration D]
        fencelock bench --system fencelock|etcd|redis|zookeeper [--workload w1|w2|w3|w4] [--addr A] [--duration D]
 
 Runs N clients doing acquire+release cycles against a running server for
 D. uncontended gives each client keys of its own; contended puts every
 client on one key with a wait, so each cycle is a FIFO hand-off. The last
 line is: cycles/s=N p50=D p99=D
+
+Against a cluster, give the nodes' addresses: the bench sends its load to
+the one that serves writes, and follows a not_leader answer to the leader.
 
 With --system, runs one of the side-by-side workloads of 'fencelock
 compare' on that system instead (peers: bash bench/peers/setup.sh), with
@@ -43,7 +46,7 @@ Flags:
 func runBench(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	addr := fs.String("addr", envOr(e, "FENCELOCK_ADDR", defaultListen), "server `address` (env FENCELOCK_ADDR)")
+	addr := fs.String("addr", envOr(e, "FENCELOCK_ADDR", defaultListen), "server `address`, or cluster addresses comma-separated (env FENCELOCK_ADDR)")
 	mode := fs.String("mode", bench.Uncontended, "load `mode`: uncontended or contended")
 	clients := fs.Int("clients", 8, "concurrent `clients`")
 	duration := fs.Duration("duration", defaultBenchDuration, "how long to run")

@@ -23,10 +23,20 @@ const (
 )
 
 const serverUsage = `Usage: fencelock server [--listen ADDR] [--data DIR]
+       fencelock server --id ID --raft HOST:PORT [--listen ADDR] [--data DIR]
+                        [--peers ID=HOST:PORT,... | --join ADDRS]
 
-Runs a durable lock server: a single raft voter whose log and snapshots
-live in DIR. It answers the HTTP/JSON API of docs/API.md and shuts down
-gracefully on SIGINT or SIGTERM.
+Runs a durable lock server whose raft log and snapshots live in DIR. It
+answers the HTTP/JSON API of docs/API.md and shuts down gracefully on
+SIGINT or SIGTERM.
+
+Without --raft it is a single voter that talks to no one. With --raft it
+is a cluster node listening for raft peers on that address; on first
+start (an empty DIR) it bootstraps a cluster of itself, or of --peers
+(start every node with the same list), or with --join it bootstraps
+nothing and asks the nodes in ADDRS (client addresses) to add it. After
+the first start these flags are ignored: the membership is in DIR. See
+docs/OPERATIONS.md.
 
 Flags (a flag beats its environment variable):
 `
@@ -38,6 +48,15 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	data := fs.String("data", envOr(e, "FENCELOCK_DATA", defaultData), "data `directory` (env FENCELOCK_DATA)")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "how long in-flight requests may take at shutdown")
+	id := fs.String("id", envOr(e, "FENCELOCK_ID", server.DefaultConfig().NodeID), "this node's `id` in the cluster (env FENCELOCK_ID)")
+	raftAddr := fs.String("raft", envOr(e, "FENCELOCK_RAFT", ""), "raft `address` host:port for cluster peers (env FENCELOCK_RAFT); empty: single node")
+	advertise := fs.String("advertise", "", "client `address` other nodes send clients to (default: the --listen address)")
+	peersFlag := fs.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
+	join := fs.String("join", "", "client `addresses` of running nodes to ask to add this one")
+	defaults := server.DefaultConfig()
+	snapThreshold := fs.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once this many log `entries` follow the last one")
+	trailing := fs.Uint64("trailing-logs", defaults.TrailingLogs, "log `entries` kept after a snapshot; a peer further behind is sent the snapshot")
+	snapInterval := fs.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			fmt.Fprint(e.stdout, serverUsage)
@@ -57,14 +76,76 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *data == "" {
 		return usageError("server: --data must not be empty")
 	}
+	peers, err := parsePeers(*peersFlag)
+	if err != nil {
+		return usageError("server: --peers: %v", err)
+	}
+	if *raftAddr == "" && (len(peers) > 0 || *join != "") {
+		return usageError("server: --peers and --join need --raft")
+	}
+	if len(peers) > 0 && *join != "" {
+		return usageError("server: --peers and --join exclude each other")
+	}
+	if *snapThreshold == 0 || *trailing == 0 || *snapInterval < 5*time.Millisecond {
+		return usageError("server: --snapshot-threshold and --trailing-logs must be > 0, --snapshot-interval >= 5ms")
+	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	cfg := server.Config{DataDir: *data, Logger: log}
-	return server.Serve(ctx, ln, cfg, *grace)
+	client := *advertise
+	if client == "" {
+		client = ln.Addr().String()
+	}
+	cfg := server.Config{DataDir: *data, Logger: log, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
+		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
+		SnapshotInterval: *snapInterval}
+	if *join == "" {
+		return server.Serve(ctx, ln, cfg, *grace)
+	}
+	// Ask the cluster to add this node while it serves; a node that is
+	// already a voter is simply confirmed.
+	jctx, cancel := context.WithCancel(ctx)
+	joined := make(chan struct{})
+	go func() {
+		defer close(joined)
+		c := newClusterClient(splitAddrs(*join))
+		body := map[string]string{"id": *id, "raft_addr": *raftAddr, "client_addr": client}
+		if err := c.call(jctx, "POST", "/v1/cluster/join", body, nil); err != nil {
+			if jctx.Err() == nil {
+				log.Error("joining the cluster failed", "join", *join, "err", err)
+			}
+			return
+		}
+		log.Info("joined the cluster", "via", *join)
+	}()
+	err = server.Serve(ctx, ln, cfg, *grace)
+	cancel()
+	<-joined
+	return err
+}
+
+// parsePeers reads ID=HOST:PORT,...
+func parsePeers(s string) ([]server.Peer, error) {
+	var peers []server.Peer
+	seen := map[string]bool{}
+	for _, item := range splitAddrs(s) {
+		id, addr, ok := strings.Cut(item, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("%q is not ID=HOST:PORT", item)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%q: %v", item, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("id %q given twice", id)
+		}
+		seen[id] = true
+		peers = append(peers, server.Peer{ID: id, RaftAddr: addr})
+	}
+	return peers, nil
 }
 
 func envOr(e *env, name, def string) string {

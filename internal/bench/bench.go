@@ -17,7 +17,9 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,7 +34,7 @@ const (
 
 // Config says what load to generate. Zero fields take the defaults below.
 type Config struct {
-	Addr     string        // host:port of the server
+	Addr     string        // host:port of the server, or a comma-separated list of cluster nodes
 	Mode     string        // Uncontended or Contended
 	Clients  int           // concurrent clients (default 8)
 	Duration time.Duration // how long to run (default 10s)
@@ -118,7 +120,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		DisableCompression:  true,
 	}
 	defer transport.CloseIdleConnections()
-	b := &bench{cfg: cfg, http: &http.Client{Transport: transport}, base: "http://" + cfg.Addr}
+	b := &bench{cfg: cfg, http: &http.Client{Transport: transport}}
+	b.findLeader(ctx)
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
@@ -164,7 +167,41 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 type bench struct {
 	cfg  Config
 	http *http.Client
-	base string
+	base atomic.Pointer[string] // the node requests go to: the leader, in a cluster
+}
+
+// findLeader points the bench at the first address that serves writes, or
+// at the leader one of them names; failing that at the first address (the
+// run then reports it unreachable or its errors).
+func (b *bench) findLeader(ctx context.Context) {
+	addrs := strings.Split(b.cfg.Addr, ",")
+	first := "http://" + strings.TrimSpace(addrs[0])
+	b.base.Store(&first)
+	for _, a := range addrs {
+		base := "http://" + strings.TrimSpace(a)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		if err != nil {
+			continue
+		}
+		resp, err := b.http.Do(req)
+		if err != nil {
+			continue
+		}
+		var e struct {
+			Leader string `json:"leader"`
+		}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			b.base.Store(&base)
+			return
+		case e.Leader != "":
+			l := "http://" + e.Leader
+			b.base.Store(&l)
+			return
+		}
+	}
 }
 
 type leaseAnswer struct {
@@ -221,11 +258,15 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 			if !reached {
 				return lat, errs, reached, firstErr
 			}
+			pause(ctx)
 			continue
 		}
 		reached = true
 		if status != http.StatusOK {
 			errs++
+			if status == http.StatusServiceUnavailable {
+				pause(ctx)
+			}
 			continue
 		}
 		// The release is never cut off by the end of the run, so no key is
@@ -249,27 +290,59 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 	return lat, errs, reached, firstErr
 }
 
+// post sends one call. A not_leader answer that names the leader moves
+// the bench there and the call is sent again, at most twice.
+// pause waits a little after a failed call, so that clients do not spin
+// while a cluster elects a leader.
+func pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Millisecond):
+	}
+}
+
 func (b *bench) post(ctx context.Context, path string, body, out any) (int, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return 0, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.base+path, bytes.NewReader(data))
+	for attempt := 0; ; attempt++ {
+		status, raw, err := b.send(ctx, path, data)
+		if err != nil {
+			if ctx.Err() == nil && strings.Contains(b.cfg.Addr, ",") {
+				b.findLeader(ctx) // the node may be gone: look for the leader again
+			}
+			return status, err
+		}
+		if status == http.StatusServiceUnavailable && attempt < 2 {
+			var e struct {
+				Code   string `json:"code"`
+				Leader string `json:"leader"`
+			}
+			if json.Unmarshal(raw, &e) == nil && e.Code == "not_leader" && e.Leader != "" {
+				l := "http://" + e.Leader
+				b.base.Store(&l)
+				continue
+			}
+		}
+		if err := json.Unmarshal(raw, out); err != nil {
+			return status, fmt.Errorf("bench: %s answered %d %q", path, status, raw)
+		}
+		return status, nil
+	}
+}
+
+func (b *bench) send(ctx context.Context, path string, data []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, *b.base.Load()+path, bytes.NewReader(data))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := b.http.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return resp.StatusCode, fmt.Errorf("bench: %s answered %d %q", path, resp.StatusCode, raw)
-	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, raw, err
 }

@@ -13,22 +13,24 @@ type Op uint8
 
 // The command types. Values are part of the log format: never renumber.
 const (
-	OpAcquire     Op = 1 // Key, Holder, TTL
-	OpWait        Op = 2 // Key, Holder, TTL, Deadline
-	OpCancelWait  Op = 3 // Key, Holder
-	OpRelease     Op = 4 // Key, Holder, Token (0: any token)
-	OpExtend      Op = 5 // Key, Holder, Token, TTL
-	OpExtendBatch Op = 6 // Holder, TTL, Items{Key, Token}
-	OpRenew       Op = 7 // Key, Holder, TTL
-	OpTick        Op = 8 // only Now
-	OpCancelWaits Op = 9 // Items{Key, Holder}
-	opLimit       Op = 10
+	OpAcquire     Op = 1  // Key, Holder, TTL
+	OpWait        Op = 2  // Key, Holder, TTL, Deadline
+	OpCancelWait  Op = 3  // Key, Holder
+	OpRelease     Op = 4  // Key, Holder, Token (0: any token)
+	OpExtend      Op = 5  // Key, Holder, Token, TTL
+	OpExtendBatch Op = 6  // Holder, TTL, Items{Key, Token}
+	OpRenew       Op = 7  // Key, Holder, TTL
+	OpTick        Op = 8  // only Now
+	OpCancelWaits Op = 9  // Items{Key, Holder}
+	OpMember      Op = 10 // NodeID, RaftAddr, ClientAddr (both empty: forget the node)
+	opLimit       Op = 11
 )
 
 var opNames = [...]string{
 	OpAcquire: "acquire", OpWait: "wait", OpCancelWait: "cancel-wait",
 	OpRelease: "release", OpExtend: "extend", OpExtendBatch: "extend-batch",
 	OpRenew: "renew", OpTick: "tick", OpCancelWaits: "cancel-waits",
+	OpMember: "member",
 }
 
 func (o Op) String() string {
@@ -42,6 +44,8 @@ func (o Op) String() string {
 const (
 	MaxRequestIDLen = 64
 	MaxBatch        = 1000 // items in OpExtendBatch or OpCancelWaits
+	MaxNodeIDLen    = 128
+	MaxAddrLen      = 256
 )
 
 // ErrBadCommand: a log entry could not be decoded.
@@ -67,6 +71,12 @@ type Command struct {
 	TTL       locktable.Duration
 	Deadline  locktable.Time
 	Items     []Item
+
+	// OpMember: a cluster member and the address its clients use, so that
+	// a follower can name the leader's client address.
+	NodeID     string
+	RaftAddr   string
+	ClientAddr string
 }
 
 // Encoding, after the op byte, all integers varints:
@@ -89,6 +99,9 @@ func Encode(c Command) ([]byte, error) {
 	}
 	if len(c.Items) > MaxBatch {
 		return nil, fmt.Errorf("%w: %d items", ErrBadCommand, len(c.Items))
+	}
+	if len(c.NodeID) > MaxNodeIDLen || len(c.RaftAddr) > MaxAddrLen || len(c.ClientAddr) > MaxAddrLen {
+		return nil, fmt.Errorf("%w: node id or address too long", ErrBadCommand)
 	}
 	b := make([]byte, 0, 24+len(c.RequestID)+len(c.Key)+len(c.Holder)+len(c.Items)*24)
 	b = append(b, byte(c.Op))
@@ -128,6 +141,10 @@ func Encode(c Command) ([]byte, error) {
 			b = binary.AppendUvarint(b, it.Token)
 		}
 	case OpTick:
+	case OpMember:
+		b = appendString(b, c.NodeID)
+		b = appendString(b, c.RaftAddr)
+		b = appendString(b, c.ClientAddr)
 	case OpCancelWaits:
 		b = binary.AppendUvarint(b, uint64(len(c.Items)))
 		for _, it := range c.Items {
@@ -190,6 +207,10 @@ func Decode(data []byte) (Command, error) {
 			c.Items = append(c.Items, Item{Key: d.string(locktable.MaxKeyLen), Token: d.uvarint()})
 		}
 	case OpTick:
+	case OpMember:
+		c.NodeID = d.string(MaxNodeIDLen)
+		c.RaftAddr = d.string(MaxAddrLen)
+		c.ClientAddr = d.string(MaxAddrLen)
 	case OpCancelWaits:
 		n := d.count()
 		for i := 0; i < n && d.err == nil; i++ {

@@ -56,13 +56,15 @@ type FSM struct {
 	changed chan struct{}
 	seen    map[string]*remembered // see dedupe.go
 	order   []*remembered
+	members map[string]Member // see members.go
 }
 
 var _ raft.FSM = (*FSM)(nil)
 
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
-	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{}}
+	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{},
+		members: map[string]Member{}}
 	f.table.SetObserver(f.emit)
 	return f
 }
@@ -163,6 +165,8 @@ func (f *FSM) apply(c Command) *Result {
 		}
 	case OpTick:
 		t.Tick(now)
+	case OpMember:
+		f.applyMember(c)
 	default:
 		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}
@@ -235,7 +239,8 @@ func (f *FSM) NextDeadline() (locktable.Time, bool) {
 
 // Snapshot format: "FLS1" | varint now | uvarint index | uvarint len |
 // table encoding (which carries its own checksum) | remembered requests
-// (dedupe.go) | CRC-32 of all before.
+// (dedupe.go) | members (members.go; absent in snapshots from before
+// clustering: no members) | CRC-32 of all before.
 const snapshotMagic = "FLS1"
 
 // Snapshot encodes the state under the lock; Persist only writes bytes.
@@ -253,6 +258,9 @@ func (f *FSM) marshal() []byte {
 	b = binary.AppendUvarint(b, uint64(len(tbl)))
 	b = append(b, tbl...)
 	b = appendRemembered(b, f.order)
+	if len(f.members) > 0 {
+		b = appendMembers(b, f.members)
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
 }
 
@@ -302,6 +310,10 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	}
 	r.b = r.b[n:]
 	seen, order := readRemembered(&r)
+	members := map[string]Member{}
+	if r.err == nil && len(r.b) > 0 {
+		members = readMembers(&r)
+	}
 	if r.err != nil {
 		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, r.err)
 	}
@@ -316,6 +328,7 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	t.SetObserver(f.emit)
 	f.table, f.now, f.index = t, now, index
 	f.seen, f.order = seen, order
+	f.members = members
 	f.poke()
 	return nil
 }

@@ -311,6 +311,10 @@ func FuzzRestore(f *testing.F) {
 	fsm.ApplyCommand(3, Command{Op: OpWait, Now: 2, Key: "a", Holder: "w", TTL: 100, Deadline: 50})
 	full, _ := fsm.MarshalBinary()
 	f.Add(full)
+	fsm.ApplyCommand(4, Command{Op: OpMember, NodeID: "n1", RaftAddr: "r", ClientAddr: "c"})
+	fsm.ApplyCommand(5, Command{Op: OpMember, NodeID: "n2", RaftAddr: "r2", ClientAddr: "c2"})
+	members, _ := fsm.MarshalBinary()
+	f.Add(members)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g := New(nil)
 		if err := g.UnmarshalBinary(data); err != nil {

@@ -99,3 +99,37 @@ func BenchmarkHeldLockMemory(b *testing.B) {
 		runtime.KeepAlive(tb)
 	}
 }
+
+// BenchmarkRestoreMillion decodes a snapshot of 1,000,000 held leases: the
+// table's share of issue 7's W4 restart time.
+func BenchmarkRestoreMillion(b *testing.B) {
+	tb := New()
+	for k := 0; k < 1000000; k++ {
+		if _, err := tb.Acquire("w4/"+strconv.Itoa(k), "c"+strconv.Itoa(k%32)+"-0123456789abcdef", Time(k), 3600*Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+	snap, _ := tb.MarshalBinary()
+	b.ReportMetric(float64(len(snap))/1e6, "MB")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := New().UnmarshalBinary(snap); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkSnapshotMillion(b *testing.B) {
+	tb := New()
+	for k := 0; k < 1000000; k++ {
+		if _, err := tb.Acquire("w4/"+strconv.Itoa(k), "c"+strconv.Itoa(k%32)+"-0123456789abcdef", Time(k), 3600*Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := tb.MarshalBinary(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -30,16 +30,20 @@ type router struct {
 func (s *Server) routes() http.Handler {
 	metrics := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
 	return &router{s: s, routes: map[string]route{
-		"/v1/acquire":      {http.MethodPost, s.handleAcquire},
-		"/v1/renew":        {http.MethodPost, s.handleRenew},
-		"/v1/extend":       {http.MethodPost, s.handleExtend},
-		"/v1/extend-batch": {http.MethodPost, s.handleExtendBatch},
-		"/v1/release":      {http.MethodPost, s.handleRelease},
-		"/v1/check":        {http.MethodGet, s.handleCheck},
-		"/v1/lock":         {http.MethodGet, s.handleGet},
-		"/v1/locks":        {http.MethodGet, s.handleList},
-		"/healthz":         {http.MethodGet, s.handleHealth},
-		"/readyz":          {http.MethodGet, s.handleReady},
+		"/v1/acquire":          {http.MethodPost, s.handleAcquire},
+		"/v1/renew":            {http.MethodPost, s.handleRenew},
+		"/v1/extend":           {http.MethodPost, s.handleExtend},
+		"/v1/extend-batch":     {http.MethodPost, s.handleExtendBatch},
+		"/v1/release":          {http.MethodPost, s.handleRelease},
+		"/v1/check":            {http.MethodGet, s.handleCheck},
+		"/v1/lock":             {http.MethodGet, s.handleGet},
+		"/v1/locks":            {http.MethodGet, s.handleList},
+		"/healthz":             {http.MethodGet, s.handleHealth},
+		"/readyz":              {http.MethodGet, s.handleReady},
+		"/v1/cluster/members":  {http.MethodGet, s.handleMembers},
+		"/v1/cluster/join":     {http.MethodPost, s.handleJoin},
+		"/v1/cluster/remove":   {http.MethodPost, s.handleRemove},
+		"/v1/cluster/announce": {http.MethodPost, s.handleAnnounce},
 		"/metrics": {http.MethodGet, func(w http.ResponseWriter, r *http.Request) *apiError {
 			metrics.ServeHTTP(w, r)
 			return nil
@@ -98,6 +102,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if e := rte.handle(sw, r); e != nil {
+		if e.Code == codeNotLeader && e.Leader == "" {
+			e = rt.s.notLeader(e)
+		}
 		writeError(sw, e)
 	}
 }
@@ -156,7 +163,7 @@ func (s *Server) commandError(err error, now locktable.Time) *apiError {
 // writable refuses writes until this node leads and has caught up.
 func (s *Server) writable() *apiError {
 	if !s.ready.Load() {
-		return unavailable("not ready: no leader, or catching up")
+		return s.notReady()
 	}
 	select {
 	case <-s.closing:
@@ -169,7 +176,10 @@ func (s *Server) writable() *apiError {
 // readNow is the cluster time reads are answered at.
 func (s *Server) readNow() (locktable.Time, *apiError) {
 	if !s.ready.Load() {
-		return 0, unavailable("not ready: no leader, or catching up")
+		return 0, s.notReady()
+	}
+	if e := s.verifyLeader(); e != nil {
+		return 0, e
 	}
 	now, ok := s.clock.now()
 	if !ok {
@@ -543,7 +553,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) *apiError 
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) *apiError {
-	if e := s.writable(); e != nil {
+	if e := firstErr(s.writable(), s.verifyLeader()); e != nil {
 		return e
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

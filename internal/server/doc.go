@@ -21,6 +21,16 @@
 // commits a Tick whenever that long has passed without an entry, so the log
 // never lags cluster time by more.
 //
+// Replicated mode (cluster.go): with RaftAddr and Peers or Join the node
+// is one voter of a cluster. Only the ready leader serves; every other node
+// answers 503 not_leader naming the leader's client address, which leaders
+// record in the replicated members table on takeover and followers
+// announce for themselves. Reads ask a quorum first (VerifyLeader), so a
+// deposed leader never answers from stale state. Leader changes reuse the
+// takeover above: barrier, clock resumed from the last applied time,
+// orphaned waiters cancelled. Request ids are remembered in the state
+// machine, so a retry sent to the next leader answers the original result.
+//
 // Expiry: only the leader runs a timer, set to the table's next deadline;
 // when it fires the leader proposes a Tick (Consul's session-timer pattern),
 // which expires leases and hands keys to waiters in one committed step.

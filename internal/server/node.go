@@ -30,6 +30,20 @@ type Config struct {
 	// RaftAddr is the address raft peers dial. Empty means an in-memory
 	// transport: a single node that talks to no one.
 	RaftAddr string
+	// ClientAddr is the host:port clients reach this node's HTTP API at.
+	// The leader records it in the replicated state so that followers can
+	// name it in not_leader answers.
+	ClientAddr string
+	// Peers, when this node has no raft state yet, is the initial voter
+	// set (it must include this node); every node of a new cluster may be
+	// started with the same list. Empty means a single voter: this node.
+	Peers []Peer
+	// Join: with no raft state yet, bootstrap nothing and wait for a
+	// leader to add this node (fencelock cluster join).
+	Join bool
+	// Transport replaces the one RaftAddr would make (tests use raft's
+	// in-memory transport to partition a cluster in-process).
+	Transport raft.Transport
 
 	Logger *slog.Logger
 
@@ -68,6 +82,12 @@ func DefaultConfig() Config {
 		MinTickInterval:    5 * time.Millisecond,
 		ClockCheckpoint:    time.Second,
 	}
+}
+
+// Peer is one voter of an initial cluster.
+type Peer struct {
+	ID       string
+	RaftAddr string
 }
 
 func (c Config) withDefaults() Config {
@@ -109,12 +129,14 @@ func (f closerFunc) Close() error { return f() }
 // node is the raft instance and everything it must close.
 type node struct {
 	raft    *raft.Raft
+	addr    raft.ServerAddress // this node's raft address
 	closers []io.Closer
 }
 
-// openNode opens the stores, bootstraps a single-voter configuration when
-// there is no state yet, and starts raft. A later cluster issue adds peers
-// with AddVoter on the leader; the start-up path stays the same.
+// openNode opens the stores, bootstraps a configuration when there is no
+// state yet (this node alone, or the configured peers; nothing when it is
+// to be joined), and starts raft. A running cluster adds and removes
+// voters on the leader (cluster.go).
 func openNode(cfg Config, f *fsm.FSM) (*node, error) {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -176,7 +198,9 @@ func openNode(cfg Config, f *fsm.FSM) (*node, error) {
 	}
 
 	var trans raft.Transport
-	if cfg.RaftAddr == "" {
+	if cfg.Transport != nil {
+		trans = cfg.Transport
+	} else if cfg.RaftAddr == "" {
 		_, mem := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		trans = mem
 	} else {
@@ -190,6 +214,7 @@ func openNode(cfg Config, f *fsm.FSM) (*node, error) {
 			n.close()
 			return nil, fmt.Errorf("server: raft transport: %w", err)
 		}
+		n.closers = append(n.closers, tcp)
 		trans = tcp
 	}
 
@@ -198,10 +223,28 @@ func openNode(cfg Config, f *fsm.FSM) (*node, error) {
 		n.close()
 		return nil, fmt.Errorf("server: reading raft state: %w", err)
 	}
-	if !has {
+	if !has && !cfg.Join {
 		boot := raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr(),
 		}}}
+		if len(cfg.Peers) > 0 {
+			boot.Servers = boot.Servers[:0]
+			self := false
+			for _, p := range cfg.Peers {
+				if p.ID == cfg.NodeID && raft.ServerAddress(p.RaftAddr) != trans.LocalAddr() {
+					n.close()
+					return nil, fmt.Errorf("server: the peer list gives this node (%s) the raft address %s, not %s",
+						p.ID, p.RaftAddr, trans.LocalAddr())
+				}
+				self = self || p.ID == cfg.NodeID
+				boot.Servers = append(boot.Servers, raft.Server{
+					Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+			}
+			if !self {
+				n.close()
+				return nil, fmt.Errorf("server: the peer list does not name this node (%s)", cfg.NodeID)
+			}
+		}
 		if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, boot); err != nil {
 			n.close()
 			return nil, fmt.Errorf("server: bootstrap: %w", err)
@@ -212,7 +255,7 @@ func openNode(cfg Config, f *fsm.FSM) (*node, error) {
 		n.close()
 		return nil, fmt.Errorf("server: starting raft: %w", err)
 	}
-	n.raft = r
+	n.raft, n.addr = r, trans.LocalAddr()
 	return n, nil
 }
 

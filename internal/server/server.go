@@ -67,6 +67,10 @@ func New(cfg Config) (*Server, error) {
 	s.node = n
 	s.wg.Add(1)
 	go s.watchLeadership()
+	if cfg.ClientAddr != "" {
+		s.wg.Add(1)
+		go s.announceLoop()
+	}
 	return s, nil
 }
 
@@ -110,6 +114,9 @@ func (s *Server) Close() error {
 // stops accepting, ends waits, lets in-flight requests finish (up to
 // grace), and closes the server.
 func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration) error {
+	if cfg.ClientAddr == "" {
+		cfg.ClientAddr = ln.Addr().String()
+	}
 	s, err := New(cfg)
 	if err != nil {
 		ln.Close()
@@ -309,6 +316,16 @@ func (s *Server) takeOver(ctx context.Context) bool {
 		}
 	}
 	s.clock.resume(s.fsm.Now())
+	for {
+		err := s.recordSelf()
+		if err == nil {
+			break
+		}
+		s.log.Warn("recording this node's client address failed", "err", err)
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
 	for {
 		var orphans []fsm.Item
 		for _, q := range s.fsm.QueuedWaiters() {

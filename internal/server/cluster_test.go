@@ -1,0 +1,455 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// An in-process cluster on raft's in-memory transport: partitions are
+// Disconnect calls, and every node serves HTTP on its own test server.
+
+type clusterNode struct {
+	*testServer
+	id    string
+	trans *raft.InmemTransport
+	addr  string // client address (host:port)
+}
+
+type testCluster struct {
+	t     *testing.T
+	nodes []*clusterNode
+}
+
+func clusterConfig(id string) Config {
+	cfg := fastConfig("")
+	cfg.NodeID = id
+	// Looser than a single node's: several nodes share two busy cores.
+	cfg.HeartbeatTimeout = 100 * time.Millisecond
+	cfg.ElectionTimeout = 100 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 50 * time.Millisecond
+	cfg.ClockCheckpoint = 50 * time.Millisecond
+	return cfg
+}
+
+// newNode starts a node whose HTTP address is known before raft starts.
+func newNode(t *testing.T, cfg Config, trans *raft.InmemTransport) *clusterNode {
+	t.Helper()
+	var srv atomic.Pointer[Server]
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.Load().Handler().ServeHTTP(w, r)
+	}))
+	cfg.ClientAddr = hs.Listener.Addr().String()
+	cfg.Transport = trans
+	s, err := New(cfg)
+	if err != nil {
+		hs.Close()
+		t.Fatal(err)
+	}
+	srv.Store(s)
+	hs.Start()
+	n := &clusterNode{testServer: &testServer{Server: s, t: t, url: hs.URL, hs: hs}, id: cfg.NodeID, trans: trans, addr: cfg.ClientAddr}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// startCluster starts n voters from a static peer list, all connected.
+func startCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t}
+	var peers []Peer
+	trans := make([]*raft.InmemTransport, n)
+	for i := range n {
+		id := fmt.Sprintf("n%d", i+1)
+		_, trans[i] = raft.NewInmemTransport(raft.ServerAddress(id))
+		peers = append(peers, Peer{ID: id, RaftAddr: id})
+	}
+	for i := range trans {
+		for j := range trans {
+			if i != j {
+				trans[i].Connect(trans[j].LocalAddr(), trans[j])
+			}
+		}
+	}
+	for i := range n {
+		cfg := clusterConfig(peers[i].ID)
+		cfg.Peers = peers
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		c.nodes = append(c.nodes, newNode(t, cfg, trans[i]))
+	}
+	return c
+}
+
+// leader waits for a ready leader among nodes (all nodes when none given).
+func (c *testCluster) leader(among ...*clusterNode) *clusterNode {
+	c.t.Helper()
+	if len(among) == 0 {
+		among = c.nodes
+	}
+	var l *clusterNode
+	eventually(c.t, "a ready leader", func() bool {
+		for _, n := range among {
+			if n.Ready() {
+				l = n
+				return true
+			}
+		}
+		return false
+	})
+	return l
+}
+
+func (c *testCluster) others(n *clusterNode) []*clusterNode {
+	var out []*clusterNode
+	for _, o := range c.nodes {
+		if o != n {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// isolate cuts n off from every other node, both ways.
+func (c *testCluster) isolate(n *clusterNode) {
+	n.trans.DisconnectAll()
+	for _, o := range c.others(n) {
+		o.trans.Disconnect(n.trans.LocalAddr())
+	}
+}
+
+// heal reconnects every pair.
+func (c *testCluster) heal() {
+	for _, a := range c.nodes {
+		for _, b := range c.nodes {
+			if a != b {
+				a.trans.Connect(b.trans.LocalAddr(), b.trans)
+			}
+		}
+	}
+}
+
+func acquireBody(key, holder string, ttlMs int, requestID string) string {
+	return fmt.Sprintf(`{"key":%q,"holder":%q,"ttl_ms":%d,"request_id":%q}`, key, holder, ttlMs, requestID)
+}
+
+func TestClusterFollowerNamesTheLeaderAndReadsAreLinearizable(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	l := c.leader()
+	f := c.others(l)[0]
+	eventually(t, "the follower to learn the leader's address", func() bool {
+		a := f.post("/v1/acquire", acquireBody("k", "a", 60000, ""))
+		return a.status == 503 && a.body["code"] == "not_leader" && a.body["leader"] == l.addr
+	})
+	g := l.post("/v1/acquire", acquireBody("k", "a", 60000, ""))
+	if g.status != 200 || num(g, "token") != 1 {
+		t.Fatalf("acquire on the leader: %d %v", g.status, g.body)
+	}
+	for _, path := range []string{"/v1/check?key=k&token=1", "/v1/lock?key=k", "/v1/locks", "/readyz"} {
+		if a := f.get(path); a.status != 503 || a.body["code"] != "not_leader" || a.body["leader"] != l.addr {
+			t.Fatalf("GET %s on a follower: %d %v", path, a.status, a.body)
+		}
+	}
+	if a := l.get("/v1/check?key=k&token=1"); a.status != 200 || a.body["valid"] != true {
+		t.Fatalf("check on the leader: %d %v", a.status, a.body)
+	}
+	m := f.get("/v1/cluster/members")
+	if m.status != 200 || m.body["leader"] != l.id || m.body["leader_addr"] != l.addr || len(m.body["members"].([]any)) != 3 {
+		t.Fatalf("members on a follower: %d %v", m.status, m.body)
+	}
+	// Followers of a cluster formed from a static peer list announce their
+	// client addresses to the leader.
+	eventually(t, "every member's client address", func() bool {
+		m := f.get("/v1/cluster/members")
+		for _, n := range c.nodes {
+			if !strings.Contains(fmt.Sprint(m.body["members"]), n.addr) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A leader cut off from the majority can grant nothing; the majority
+// elects a leader that continues from the last committed time and token;
+// the healed node converges and follows it.
+func TestClusterMinorityCannotGrantMajorityContinues(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	old := c.leader()
+	first := old.post("/v1/acquire", acquireBody("held", "a", 60000, ""))
+	if first.status != 200 {
+		t.Fatalf("acquire: %v", first.body)
+	}
+	lease, _ := old.fsm.Get("held", old.fsm.Now())
+	if a := old.post("/v1/acquire", acquireBody("short", "a", 1000, "")); a.status != 200 || num(a, "token") != 2 {
+		t.Fatalf("short lease: %v", a.body)
+	}
+
+	c.isolate(old)
+	majority := c.others(old)
+	for i := range 3 {
+		a := old.post("/v1/acquire", acquireBody(fmt.Sprintf("minority-%d", i), "m", 60000, ""))
+		if a.status == 200 {
+			t.Fatalf("the isolated old leader granted: %v", a.body)
+		}
+	}
+	if a := old.get("/v1/check?key=held&token=1"); a.status == 200 {
+		t.Fatalf("the isolated old leader answered a read: %v", a.body)
+	}
+	nl := c.leader(majority...)
+	// The new leader resumed cluster time from the last applied time; the
+	// lease kept its expiry: not reset to a full TTL, not shortened.
+	moved, _ := nl.fsm.Get("held", nl.fsm.Now())
+	if moved != lease {
+		t.Fatalf("lease after failover %+v, before %+v", moved, lease)
+	}
+	now, _ := nl.clock.now()
+	if now < lease.Granted {
+		t.Fatalf("cluster time went backwards: %d < %d", now, lease.Granted)
+	}
+	if g := nl.get("/v1/lock?key=held"); g.status != 200 || num(g, "remaining_ms") >= 60000 || num(g, "token") != 1 {
+		t.Fatalf("get after failover: %v", g.body)
+	}
+	second := nl.post("/v1/acquire", acquireBody("next", "b", 60000, ""))
+	if second.status != 200 || num(second, "token") != 3 {
+		t.Fatalf("acquire on the majority: %d %v", second.status, second.body)
+	}
+	if a := nl.post("/v1/acquire", acquireBody("held", "intruder", 1000, "")); a.status != 409 {
+		t.Fatalf("the majority granted a live lease to another holder: %v", a.body)
+	}
+	// The new leader's timer expires the short lease the old leader
+	// granted and hands the key to a waiter.
+	w := nl.post("/v1/acquire", `{"key":"short","holder":"waiter","ttl_ms":60000,"wait_ms":10000}`)
+	if w.status != 200 || num(w, "token") != 4 {
+		t.Fatalf("waiter after the short lease expired: %d %v", w.status, w.body)
+	}
+	c.heal()
+	target := nl.fsm.AppliedIndex()
+	eventually(t, "the healed node to converge", func() bool {
+		return old.fsm.LastToken() == 4 && old.fsm.AppliedIndex() >= target
+	})
+	if old.Ready() {
+		t.Fatal("the healed old leader serves")
+	}
+	eventually(t, "the healed node to name the new leader", func() bool {
+		a := old.post("/v1/acquire", acquireBody("k", "a", 60000, ""))
+		return a.status == 503 && a.body["leader"] == nl.addr
+	})
+}
+
+// A write retried with its request id after a leader change answers the
+// original result instead of granting again.
+func TestClusterRetryAfterLeaderChangeAnswersTheOriginal(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	old := c.leader()
+	body := acquireBody("job", "w", 60000, "req-1")
+	first := old.post("/v1/acquire", body)
+	if first.status != 200 {
+		t.Fatalf("acquire: %v", first.body)
+	}
+	ext := `{"key":"job","holder":"w","token":1,"ttl_ms":30000,"request_id":"ext-1"}`
+	e1 := old.post("/v1/extend", ext)
+	c.isolate(old)
+	nl := c.leader(c.others(old)...)
+	again := nl.post("/v1/acquire", body)
+	if again.status != 200 || num(again, "token") != num(first, "token") || nl.fsm.LastToken() != 1 {
+		t.Fatalf("retry on the new leader: %v (last token %d), first %v", again.body, nl.fsm.LastToken(), first.body)
+	}
+	e2 := nl.post("/v1/extend", ext)
+	if e1.status != 200 || e2.status != 200 {
+		t.Fatalf("extend then its retry: %v, %v", e1.body, e2.body)
+	}
+	l, _ := nl.fsm.Get("job", nl.fsm.Now())
+	if l.TTL != 30*locktable.Second {
+		t.Fatalf("lease after the retried extend: %+v", l)
+	}
+	c.heal()
+}
+
+// A follower that missed more than the leader keeps in its log catches up
+// from a snapshot and serves the same state when it leads.
+func TestClusterLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
+	c := startCluster(t, 3, func(cfg *Config) {
+		cfg.TrailingLogs = 5
+		cfg.SnapshotThreshold = 20
+	})
+	l := c.leader()
+	lag := c.others(l)[0]
+	c.isolate(lag)
+	for i := range 60 {
+		if a := l.post("/v1/acquire", acquireBody(fmt.Sprintf("k%d", i), "h", 60000, "")); a.status != 200 {
+			t.Fatalf("acquire %d: %d %v", i, a.status, a.body)
+		}
+	}
+	if err := l.node.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	c.heal()
+	eventually(t, "the lagging node to install the snapshot", func() bool {
+		return lag.fsm.LastToken() == 60 && lag.node.raft.Stats()["last_snapshot_index"] != "0"
+	})
+	// Hand leadership to the caught-up node; it serves the same leases.
+	if err := l.node.raft.LeadershipTransferToServer(raft.ServerID(lag.id), lag.trans.LocalAddr()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	c.leader(lag)
+	for i := range 60 {
+		if a := lag.get(fmt.Sprintf("/v1/lock?key=k%d", i)); a.status != 200 || num(a, "token") != uint64(i+1) {
+			t.Fatalf("k%d on the caught-up leader: %v", i, a.body)
+		}
+	}
+	if a := lag.post("/v1/acquire", acquireBody("after", "h", 60000, "")); num(a, "token") != 61 {
+		t.Fatalf("next token: %v", a.body)
+	}
+}
+
+// Nodes started with Join wait until the leader adds them; a removed node
+// leaves the voters.
+func TestClusterJoinAndRemove(t *testing.T) {
+	var trans []*raft.InmemTransport
+	for i := range 3 {
+		_, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("n%d", i+1)))
+		trans = append(trans, tr)
+	}
+	for i := range trans {
+		for j := range trans {
+			if i != j {
+				trans[i].Connect(trans[j].LocalAddr(), trans[j])
+			}
+		}
+	}
+	c := &testCluster{t: t}
+	for i, tr := range trans {
+		cfg := clusterConfig(fmt.Sprintf("n%d", i+1))
+		cfg.Join = i > 0
+		c.nodes = append(c.nodes, newNode(t, cfg, tr))
+	}
+	l := c.leader()
+	if l.id != "n1" {
+		t.Fatalf("leader %s; only n1 bootstraps", l.id)
+	}
+	for _, n := range c.nodes[1:] {
+		body := fmt.Sprintf(`{"id":%q,"raft_addr":%q,"client_addr":%q}`, n.id, n.id, n.addr)
+		if a := n.post("/v1/cluster/join", body); a.status != 503 || a.body["code"] != "not_leader" {
+			t.Fatalf("join on a node that is not the leader: %v", a.body)
+		}
+		if a := l.post("/v1/cluster/join", body); a.status != 200 {
+			t.Fatalf("join %s: %d %v", n.id, a.status, a.body)
+		}
+	}
+	m := l.get("/v1/cluster/members")
+	if ms := m.body["members"].([]any); len(ms) != 3 || !strings.Contains(fmt.Sprint(ms), c.nodes[2].addr) {
+		t.Fatalf("members: %v", m.body)
+	}
+	l.post("/v1/acquire", acquireBody("k", "a", 60000, ""))
+	eventually(t, "the joined nodes to replicate", func() bool {
+		return c.nodes[1].fsm.LastToken() == 1 && c.nodes[2].fsm.LastToken() == 1
+	})
+	if a := l.post("/v1/cluster/remove", `{"id":"n3"}`); a.status != 200 {
+		t.Fatalf("remove: %v", a.body)
+	}
+	if a := l.post("/v1/cluster/remove", `{"id":"n9"}`); a.status != 404 {
+		t.Fatalf("remove of an unknown id: %v", a.body)
+	}
+	m = l.get("/v1/cluster/members")
+	if ms := m.body["members"].([]any); len(ms) != 2 {
+		t.Fatalf("members after remove: %v", m.body)
+	}
+	// A removed node's announcement does not make it a voter again.
+	n3 := c.nodes[2]
+	if a := l.post("/v1/cluster/announce", fmt.Sprintf(`{"id":"n3","raft_addr":"n3","client_addr":%q}`, n3.addr)); a.status != 404 {
+		t.Fatalf("announce of a removed node: %d %v", a.status, a.body)
+	}
+}
+
+// partition splits the cluster into groups that reach only their own
+// members.
+func (c *testCluster) partition(groups ...[]*clusterNode) {
+	for _, n := range c.nodes {
+		n.trans.DisconnectAll()
+	}
+	for _, g := range groups {
+		for _, a := range g {
+			for _, b := range g {
+				if a != b {
+					a.trans.Connect(b.trans.LocalAddr(), b.trans)
+				}
+			}
+		}
+	}
+}
+
+// Five nodes survive two failures: the leader and one follower cut off
+// together cannot grant, the other three elect a leader and serve, and
+// after healing all five agree.
+func TestClusterFiveNodesMinorityOfTwo(t *testing.T) {
+	c := startCluster(t, 5, nil)
+	old := c.leader()
+	if a := old.post("/v1/acquire", acquireBody("k", "a", 60000, "")); a.status != 200 {
+		t.Fatalf("acquire: %v", a.body)
+	}
+	rest := c.others(old)
+	minority := []*clusterNode{old, rest[0]}
+	majority := rest[1:]
+	c.partition(minority, majority)
+	for _, n := range minority {
+		if a := n.post("/v1/acquire", acquireBody("minority", "m", 60000, "")); a.status == 200 {
+			t.Fatalf("%s in the minority granted: %v", n.id, a.body)
+		}
+	}
+	nl := c.leader(majority...)
+	if a := nl.post("/v1/acquire", acquireBody("majority", "b", 60000, "")); a.status != 200 || num(a, "token") != 2 {
+		t.Fatalf("acquire on the majority: %v", a.body)
+	}
+	c.heal()
+	target := nl.fsm.AppliedIndex() // the leader keeps committing time: aim at a fixed index
+	eventually(t, "all five to converge", func() bool {
+		for _, n := range c.nodes {
+			if n.fsm.LastToken() != 2 || n.fsm.AppliedIndex() < target {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range c.nodes {
+		if _, ok := n.fsm.Get("minority", n.fsm.Now()); ok {
+			t.Fatalf("%s has the minority's grant", n.id)
+		}
+	}
+}
+
+// A single node restarted as a cluster node (new raft address) updates its
+// own address in the configuration, so peers that join can reach it.
+func TestSingleNodeRestartedWithARaftAddress(t *testing.T) {
+	dir := t.TempDir()
+	cfg := clusterConfig("fencelock-1")
+	cfg.DataDir = dir
+	first := startServer(t, cfg)
+	if a := first.post("/v1/acquire", acquireBody("k", "a", 60000, "")); a.status != 200 {
+		t.Fatalf("acquire: %v", a.body)
+	}
+	first.stop()
+	_, trans := raft.NewInmemTransport("127.0.0.1:7480")
+	n := newNode(t, cfg, trans)
+	c := &testCluster{t: t, nodes: []*clusterNode{n}}
+	c.leader()
+	f := n.node.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	if srv := f.Configuration().Servers; len(srv) != 1 || srv[0].Address != "127.0.0.1:7480" {
+		t.Fatalf("configuration after the restart: %+v", srv)
+	}
+	if a := n.get("/v1/lock?key=k"); a.status != 200 || num(a, "token") != 1 {
+		t.Fatalf("lease after the restart: %v", a.body)
+	}
+}
