@@ -48,10 +48,13 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 // measured on (default SystemClock).
 func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 
-// WithRetries sets how many times a call is retried after the server could
-// not be reached or was unavailable (default 4). Retries go to the next
-// address, after a jittered exponential back-off; a write carries the same
-// request_id on every try, so the server applies it at most once.
+// WithRetries sets how many rounds of retries a call makes after the
+// server could not be reached or was unavailable (default 6). A round tries
+// every address once; between rounds the client backs off with jittered
+// exponential delays, so the default rides out a leader election of about
+// two seconds (25ms..1s per wait, about 1.3 to 2.7 s in all). A write
+// carries the same request_id on every try, so the server applies it at
+// most once.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
 // WithBackoff sets the first back-off between retries and its cap (default
@@ -67,7 +70,7 @@ func WithBackoff(first, limit time.Duration) Option {
 func New(addrs []string, opts ...Option) (*Client, error) {
 	c := &Client{
 		clock:      SystemClock{},
-		retries:    4,
+		retries:    6,
 		backoff:    50 * time.Millisecond,
 		maxBackoff: time.Second,
 	}
@@ -176,7 +179,8 @@ func (c *Client) do(ctx context.Context, cl call) error {
 	var lastErr error
 	backoff := c.backoff
 	redirects := 0
-	for attempt, next := 0, 0; ; attempt++ {
+	backoffs := 0
+	for next := 0; ; {
 		addr := c.pick(next)
 		err := c.once(ctx, addr, cl, body)
 		if err == nil {
@@ -194,7 +198,6 @@ func (c *Client) do(ctx context.Context, cl call) error {
 				redirects++
 				c.prefer(u)
 				next = 0
-				attempt--
 				lastErr = err
 				continue
 			}
@@ -202,12 +205,18 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return err // an answer: retrying would get the same one
 		}
 		lastErr = err
-		if cl.once || attempt >= c.retries {
+		if cl.once {
 			return lastErr
 		}
 		next++
-		// Try every address once before backing off.
+		// Try every address once before backing off; the budget counts
+		// back-offs, so a cluster with a dead node and an election in
+		// progress gets the same time as a single node.
 		if next%len(c.addrs) == 0 || errors.As(err, &ae) {
+			if backoffs >= c.retries {
+				return lastErr
+			}
+			backoffs++
 			d := backoff/2 + mrand.N(backoff/2+1)
 			if !sleep(c.clock, d, ctx.Done()) {
 				return ctxErr(ctx)
