@@ -77,7 +77,7 @@ func DefaultConfig() Config {
 		LeaderLeaseTimeout: 250 * time.Millisecond,
 		SnapshotThreshold:  4096,
 		TrailingLogs:       1024,
-		SnapshotInterval:   30 * time.Second,
+		SnapshotInterval:   10 * time.Second,
 		ApplyTimeout:       5 * time.Second,
 		MinTickInterval:    5 * time.Millisecond,
 		ClockCheckpoint:    time.Second,
