@@ -58,15 +58,6 @@ func (c *pcluster) start(n *pnode, extra ...string) {
 	n.p = startProc(c.t, c.t.TempDir(), nil, args...)
 }
 
-func (n *pnode) alive() bool {
-	select {
-	case <-n.p.done:
-		return false
-	default:
-		return true
-	}
-}
-
 type membersAnswer struct {
 	Leader        string `json:"leader"`
 	LeaderAddr    string `json:"leader_addr"`
