@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -247,22 +248,31 @@ const snapshotMagic = "FLS1"
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return &snapshot{data: f.marshal()}, nil
+	return &snapshot{parts: f.marshalParts()}, nil
 }
 
-func (f *FSM) marshal() []byte {
+// marshalParts encodes the state as three pieces whose concatenation is
+// the snapshot: a small header, the table's encoding, and a small tail with
+// the checksum of all three. Keeping the table's bytes as they come saves
+// copying what can be tens of megabytes into one buffer.
+func (f *FSM) marshalParts() [][]byte {
 	tbl, _ := f.table.MarshalBinary() // never fails
-	b := []byte(snapshotMagic)
-	b = binary.AppendVarint(b, int64(f.now))
-	b = binary.AppendUvarint(b, f.index)
-	b = binary.AppendUvarint(b, uint64(len(tbl)))
-	b = append(b, tbl...)
-	b = appendRemembered(b, f.order)
+	head := []byte(snapshotMagic)
+	head = binary.AppendVarint(head, int64(f.now))
+	head = binary.AppendUvarint(head, f.index)
+	head = binary.AppendUvarint(head, uint64(len(tbl)))
+	tail := appendRemembered(nil, f.order)
 	if len(f.members) > 0 {
-		b = appendMembers(b, f.members)
+		tail = appendMembers(tail, f.members)
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
+	sum := crc32.ChecksumIEEE(head)
+	sum = crc32.Update(sum, crc32.IEEETable, tbl)
+	sum = crc32.Update(sum, crc32.IEEETable, tail)
+	tail = binary.LittleEndian.AppendUint32(tail, sum)
+	return [][]byte{head, tbl, tail}
 }
+
+func (f *FSM) marshal() []byte { return bytes.Join(f.marshalParts(), nil) }
 
 // MarshalBinary is the snapshot encoding of the current state.
 func (f *FSM) MarshalBinary() ([]byte, error) {
@@ -333,12 +343,14 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
-type snapshot struct{ data []byte }
+type snapshot struct{ parts [][]byte }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
-		sink.Cancel()
-		return fmt.Errorf("fsm: writing snapshot: %w", err)
+	for _, p := range s.parts {
+		if _, err := sink.Write(p); err != nil {
+			sink.Cancel()
+			return fmt.Errorf("fsm: writing snapshot: %w", err)
+		}
 	}
 	return sink.Close()
 }
