@@ -8,15 +8,20 @@ import (
 )
 
 // Idempotent retries. A write that carries a request id is remembered with
-// its result, keyed by (holder, request id); a later command with the same
-// key and op is answered with the remembered result and changes nothing.
+// its result, keyed by (holder, key, request id); a later command with the
+// same holder, key, id and op is answered with the remembered result and
+// changes nothing. The key is part of the identity so that a client that
+// reuses ids across keys is never told that a call on one key succeeded
+// because an earlier call on another did.
 // Memory is bounded and deterministic, so every replica forgets the same
 // entries at the same log position: the oldest go first once there are
 // more than RememberCount, and any older than RememberFor cluster time.
 //
 // Wait is not remembered: a retried wait re-queues (the table keeps the
 // holder's place) or is granted anew, and a grant whose waiter went away is
-// released by the server.
+// released by the server. Extend batches are not remembered either: a
+// batch result can be a thousand leases, and re-running a batch of extends
+// only moves the same leases' expiries again, under the same tokens.
 const (
 	RememberCount = 10000
 	RememberFor   = 10 * 60 * locktable.Second
@@ -24,7 +29,7 @@ const (
 
 func remembers(op Op) bool {
 	switch op {
-	case OpAcquire, OpRenew, OpExtend, OpExtendBatch, OpRelease:
+	case OpAcquire, OpRenew, OpExtend, OpRelease:
 		return true
 	}
 	return false
@@ -37,7 +42,7 @@ type remembered struct {
 	res Result // Op, Lease, Granted, Released, Batch, Err only
 }
 
-func requestKey(c Command) string { return c.Holder + "\x00" + c.RequestID }
+func requestKey(c Command) string { return c.Holder + "\x00" + c.Key + "\x00" + c.RequestID }
 
 // recall answers a retry from memory.
 func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {

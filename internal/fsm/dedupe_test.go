@@ -76,7 +76,7 @@ func TestRememberedRequestsSurviveSnapshot(t *testing.T) {
 	a.do(Command{Op: OpAcquire, RequestID: "a1", Now: 1, Key: "a", Holder: "h", TTL: 100})
 	a.do(Command{Op: OpAcquire, RequestID: "b1", Now: 1, Key: "b", Holder: "h", TTL: 100})
 	a.do(Command{Op: OpAcquire, RequestID: "x1", Now: 2, Key: "a", Holder: "x", TTL: 100}) // held
-	a.do(Command{Op: OpExtendBatch, RequestID: "e1", Now: 3, Holder: "h", TTL: 50, Items: []Item{{Key: "a", Token: 1}, {Key: "b", Token: 9}}})
+	a.do(Command{Op: OpExtend, RequestID: "e1", Now: 3, Key: "a", Holder: "h", Token: 1, TTL: 50})
 	a.do(Command{Op: OpRelease, RequestID: "r1", Now: 4, Key: "b", Holder: "h"})
 	data, _ := a.f.MarshalBinary()
 
@@ -92,7 +92,7 @@ func TestRememberedRequestsSurviveSnapshot(t *testing.T) {
 	for _, c := range []Command{
 		{Op: OpAcquire, RequestID: "a1", Now: 5, Key: "a", Holder: "h", TTL: 100},
 		{Op: OpAcquire, RequestID: "x1", Now: 5, Key: "a", Holder: "x", TTL: 100},
-		{Op: OpExtendBatch, RequestID: "e1", Now: 5, Holder: "h", TTL: 50, Items: []Item{{Key: "a", Token: 1}}},
+		{Op: OpExtend, RequestID: "e1", Now: 5, Key: "a", Holder: "h", Token: 1, TTL: 50},
 		{Op: OpRelease, RequestID: "r1", Now: 5, Key: "b", Holder: "h"},
 	} {
 		want := a.do(c)
@@ -109,5 +109,35 @@ func TestRememberedRequestsSurviveSnapshot(t *testing.T) {
 	}
 	if b.f.LastToken() != 2 {
 		t.Fatalf("replayed retries issued tokens: last %d", b.f.LastToken())
+	}
+}
+
+// An id reused on another key is a new request: remembering by (holder, id)
+// alone would answer an acquire or extend of key b with key a's lease.
+func TestSameIDOnAnotherKeyIsNewRequest(t *testing.T) {
+	a, _ := newApplier(t)
+	first := a.do(Command{Op: OpAcquire, RequestID: "1", Now: 1, Key: "a", Holder: "h", TTL: 100})
+	second := a.do(Command{Op: OpAcquire, RequestID: "1", Now: 2, Key: "b", Holder: "h", TTL: 100})
+	if second.Duplicate || second.Lease.Key != "b" || second.Lease.Token == first.Lease.Token {
+		t.Fatalf("acquire of b answered as a retry: %+v", second)
+	}
+	a.do(Command{Op: OpExtend, RequestID: "e", Now: 3, Key: "a", Holder: "h", Token: first.Lease.Token, TTL: 100})
+	r := a.do(Command{Op: OpExtend, RequestID: "e", Now: 4, Key: "b", Holder: "h", Token: 7, TTL: 100})
+	if r.Duplicate || r.Err == nil {
+		t.Fatalf("extend of b with a stale token answered from a's extend: %+v", r)
+	}
+}
+
+// Batches are not remembered: their results can be a thousand leases.
+func TestExtendBatchNotRemembered(t *testing.T) {
+	a, _ := newApplier(t)
+	a.do(Command{Op: OpAcquire, Now: 1, Key: "a", Holder: "h", TTL: 100})
+	for i := 0; i < 2; i++ {
+		if r := a.do(Command{Op: OpExtendBatch, RequestID: "b1", Now: locktable.Time(2 + i), Holder: "h", TTL: 50, Items: []Item{{Key: "a", Token: 1}}}); r.Duplicate {
+			t.Fatal("extend batch answered from memory")
+		}
+	}
+	if len(a.f.order) != 0 {
+		t.Fatalf("remembers %d entries", len(a.f.order))
 	}
 }
