@@ -272,13 +272,18 @@ func (s *Server) acquireWait(w http.ResponseWriter, r *http.Request, req acquire
 				if we.index <= after {
 					continue
 				}
-				s.waiters.remove(sub)
 				if r.Context().Err() != nil && we.ev.Kind == locktable.EventGranted {
 					// The client left just as its grant committed: hand
-					// the key on instead of answering nobody.
-					s.releaseUnanswered(we.ev)
+					// the key on instead of answering nobody, unless
+					// another request of the same holder is still there
+					// to be answered with it.
+					defer s.waiters.remove(sub)
+					if s.waiters.leave(sub) {
+						s.releaseUnanswered(we.ev)
+					}
 					return unavailable("client went away")
 				}
+				s.waiters.remove(sub)
 				return s.answerWaitEvent(w, req.Key, we.ev)
 			}
 			if failed {
@@ -553,7 +558,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) *apiError 
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) *apiError {
-	if e := firstErr(s.writable(), s.verifyLeader()); e != nil {
+	// Ask the quorum only when this node believes it can serve.
+	if e := s.writable(); e != nil {
+		return e
+	}
+	if e := s.verifyLeader(); e != nil {
 		return e
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

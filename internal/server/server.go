@@ -290,12 +290,18 @@ func (s *Server) lead() (stop func()) {
 		}
 		s.tickLoop(ctx)
 	}()
-	return func() {
+	notLeading := func() {
 		s.ready.Store(false)
 		s.counting.Store(false)
 		s.metrics.leader.Set(0)
+	}
+	return func() {
+		notLeading()
 		cancel()
 		<-done
+		// takeOver may have declared itself ready between the first
+		// notLeading and cancel: say it again once it has returned.
+		notLeading()
 		s.clock.halt()
 		s.waiters.failAll()
 	}

@@ -285,3 +285,18 @@ func TestClockCheckpointRecordsTimeWhileHeld(t *testing.T) {
 		t.Fatal("a deadline remains with nothing held")
 	}
 }
+
+// A waiter told that leadership was lost no longer holds its queue place
+// for a new leader: otherwise the place would be granted to nobody.
+func TestFailedWaitersDoNotKeepTheirPlace(t *testing.T) {
+	r := newWaitRegistry(func(int) {})
+	s := r.join("k", "h")
+	if !r.has("k", "h") {
+		t.Fatal("a joined waiter is not seen")
+	}
+	r.failAll()
+	if r.has("k", "h") {
+		t.Fatal("a failed waiter still counts as served")
+	}
+	r.remove(s)
+}

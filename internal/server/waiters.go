@@ -107,11 +107,19 @@ func (r *waitRegistry) take(s *sub) (evs []waitEvent, failed bool) {
 	return evs, s.failed
 }
 
-// has reports whether some request on this node waits for (key, holder).
+// has reports whether some request on this node still waits for (key,
+// holder). Requests told that leadership was lost do not count: they are
+// on their way out, and a queue place kept for them would be granted to
+// nobody.
 func (r *waitRegistry) has(key, holder string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.subs[waitKey{key, holder}]) > 0
+	for s := range r.subs[waitKey{key, holder}] {
+		if !s.failed {
+			return true
+		}
+	}
+	return false
 }
 
 // failAll tells every waiter that this node can no longer serve it.
