@@ -40,7 +40,10 @@ send), so it is about 0.4×TTL when the loss is noticed on time, and zero
 
 CMD runs in its own process group, so the whole tree it starts is
 signalled; SIGINT, SIGTERM and SIGHUP sent to fencelock are forwarded to
-that group, and the lock is released after CMD exits. CMD therefore does
+that group, and the lock is released after CMD exits. When CMD's first
+process exits, whatever it left running in its group is killed (SIGKILL)
+before the lock is released or the loss reported: nothing started under
+the lock outlives it. CMD therefore does
 not own the terminal: interactive programs that read from it are not
 supported. Without "--", flags must come before KEY and everything after
 KEY is CMD.
@@ -97,9 +100,6 @@ func runLock(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	key := pos[0]
-	if *holder == "" {
-		*holder = client.DefaultHolder()
-	}
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -122,7 +122,12 @@ func runLock(ctx context.Context, e *env, args []string) error {
 func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration) (*client.Lease, error) {
 	actx, cancel := cf.callContext(ctx, wait)
 	defer cancel()
-	opts := []client.LeaseOption{client.WithTTL(ttl), client.WithHolder(holder)}
+	opts := []client.LeaseOption{client.WithTTL(ttl)}
+	if holder != "" {
+		// Left unset, the client picks a holder of its own and can safely
+		// release a grant that crossed a cancelled wait on the wire.
+		opts = append(opts, client.WithHolder(holder))
+	}
 	if wait > 0 {
 		return c.Acquire(actx, key, append(opts, client.WithWait(wait))...)
 	}
@@ -155,6 +160,12 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigc)
 
+	// The lease may already be gone (a slow start, a pause): never start
+	// CMD without it.
+	if err := lease.Err(); err != nil {
+		_ = release()
+		return &exitError{Code: exitLost, Err: fmt.Errorf("lock %s: %s before CMD started", key, trimPrefix(err))}
+	}
 	if err := cmd.Start(); err != nil {
 		_ = release()
 		code := 126
@@ -175,6 +186,11 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 	for {
 		select {
 		case <-waitc:
+			// CMD's first process is gone, but what it started may not be
+			// (a worker that ignores SIGTERM, a background job): nothing of
+			// CMD may run past the point where the lock is released or
+			// lost, so kill whatever is left in its process group first.
+			signalGroup(syscall.SIGKILL)
 			if lost == nil {
 				// A loss not yet noticed (e.g. we were paused) still counts:
 				// CMD may have run without the lock.

@@ -102,6 +102,40 @@ func TestLockLostLeaseKillsCMD(t *testing.T) {
 	}
 }
 
+// TestLockLostLeaseKillsWholeGroup: CMD's shell exits on SIGTERM but leaves
+// a worker that ignores it; the worker must not outlive lock.
+func TestLockLostLeaseKillsWholeGroup(t *testing.T) {
+	srv := clienttest.NewServer(client.SystemClock{})
+	defer srv.Close()
+	srv.Fail("extend", "not_held")
+	pidFile := filepath.Join(t.TempDir(), "worker.pid")
+	script := `(trap '' TERM; echo $BASHPID > "$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"; while :; do sleep 0.05; done) & wait`
+	t.Setenv("PIDFILE", pidFile) // CMD inherits the test's environment
+	code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "300ms", "--",
+		"bash", "-c", script)
+	if code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the worker never started: %v", err)
+	}
+	pid := strings.TrimSpace(string(b))
+	// SIGKILL was sent before lock returned; give the kernel a bounded
+	// moment to finish the process off (a zombie counts as dead).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s outlived the lost lock: %s", pid, stat)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func deadLoopback(t *testing.T) string {
 	addr := freeAddr(t) // nobody listens there once freeAddr returns
 	return addr
