@@ -39,3 +39,16 @@ func TestBenchSystemUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// An address list with no address is bad usage, not a crash.
+func TestEmptyAddressListsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"cluster", "members", "--addr", ","},
+		{"server", "--id", "n1", "--raft", "127.0.0.1:1", "--join", " , ", "--data", t.TempDir()},
+	} {
+		_, errs, code := runCLI(t, "", args...)
+		if code != exitUsage || !strings.Contains(errs, "names no address") {
+			t.Errorf("%v: code %d, stderr %q; want 2", args, code, errs)
+		}
+	}
+}

@@ -63,9 +63,13 @@ func runCluster(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() > 0 {
 		return usageError("cluster %s: unexpected argument %q", sub, fs.Arg(0))
 	}
+	nodes := splitAddrs(*addrs)
+	if len(nodes) == 0 {
+		return usageError("cluster %s: --addr %q names no address", sub, *addrs)
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c := newClusterClient(splitAddrs(*addrs))
+	c := newClusterClient(nodes)
 	switch sub {
 	case "members":
 		var out membersReply

@@ -83,6 +83,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *raftAddr == "" && (len(peers) > 0 || *join != "") {
 		return usageError("server: --peers and --join need --raft")
 	}
+	if *join != "" && len(splitAddrs(*join)) == 0 {
+		return usageError("server: --join %q names no address", *join)
+	}
 	if len(peers) > 0 && *join != "" {
 		return usageError("server: --peers and --join exclude each other")
 	}
