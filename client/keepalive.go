@@ -47,6 +47,15 @@ func (l *Lease) retryDelay() time.Duration {
 // extendOnce sends one extension and records its outcome. It reports false
 // after a failure worth retrying.
 func (l *Lease) extendOnce() bool {
+	// Woken past the deadline (the process was paused): the lease is
+	// already lost, and an extension sent now could not save it.
+	l.mu.Lock()
+	l.checkLocked(l.clock.Now())
+	ended := l.err != nil
+	l.mu.Unlock()
+	if ended {
+		return true
+	}
 	timeout := max(l.ttl/6, time.Millisecond)
 	actx, cancel := context.WithCancelCause(l.ctx)
 	t := l.clock.AfterFunc(timeout, func() {
