@@ -216,16 +216,23 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) *apiError
 	if req.WaitMs > 0 {
 		return s.acquireWait(w, r, req, ttl)
 	}
-	res, err := s.propose(fsm.Command{Op: fsm.OpAcquire, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl})
+	_, e = s.proposeLease(w, fsm.Command{Op: fsm.OpAcquire, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl}, "acquire")
+	return e
+}
+
+// proposeLease proposes a command that answers a lease (acquire, renew,
+// extend) and writes that lease, or the refusal, counted under what.
+func (s *Server) proposeLease(w http.ResponseWriter, cmd fsm.Command, what string) (refused bool, e *apiError) {
+	res, err := s.propose(cmd)
 	if err != nil {
-		return proposalError(err)
+		return false, proposalError(err)
 	}
 	if res.Err != nil {
-		s.metrics.refusals.WithLabelValues("acquire").Inc()
-		return s.commandError(res.Err, res.Now)
+		s.metrics.refusals.WithLabelValues(what).Inc()
+		return true, s.commandError(res.Err, res.Now)
 	}
 	writeJSON(w, http.StatusOK, wireLease(res.Lease, s.answerNow(res.Now)))
-	return nil
+	return false, nil
 }
 
 // acquireWait queues in the key's FIFO and answers when the grant or the
@@ -377,16 +384,8 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, checkRequestID(req.RequestID), s.writable()); e != nil {
 		return e
 	}
-	res, err := s.propose(fsm.Command{Op: fsm.OpRenew, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl})
-	if err != nil {
-		return proposalError(err)
-	}
-	if res.Err != nil {
-		s.metrics.refusals.WithLabelValues("renew").Inc()
-		return s.commandError(res.Err, res.Now)
-	}
-	writeJSON(w, http.StatusOK, wireLease(res.Lease, s.answerNow(res.Now)))
-	return nil
+	_, e = s.proposeLease(w, fsm.Command{Op: fsm.OpRenew, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl}, "renew")
+	return e
 }
 
 func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) *apiError {
@@ -402,18 +401,14 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) *apiError 
 	if e := firstErr(e, s.writable()); e != nil {
 		return e
 	}
-	res, err := s.propose(fsm.Command{Op: fsm.OpExtend, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, Token: req.Token, TTL: ttl})
-	if err != nil {
-		return proposalError(err)
-	}
-	if res.Err != nil {
+	refused, e := s.proposeLease(w, fsm.Command{Op: fsm.OpExtend, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, Token: req.Token, TTL: ttl}, "extend")
+	switch {
+	case refused:
 		s.metrics.extends.WithLabelValues("not_held").Inc()
-		s.metrics.refusals.WithLabelValues("extend").Inc()
-		return s.commandError(res.Err, res.Now)
+	case e == nil:
+		s.metrics.extends.WithLabelValues("ok").Inc()
 	}
-	s.metrics.extends.WithLabelValues("ok").Inc()
-	writeJSON(w, http.StatusOK, wireLease(res.Lease, s.answerNow(res.Now)))
-	return nil
+	return e
 }
 
 func (s *Server) handleExtendBatch(w http.ResponseWriter, r *http.Request) *apiError {
