@@ -126,6 +126,22 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// A deadline that ends the retries keeps the reason for retrying: the
+// error matches both ErrUnreachable and the context's error.
+func TestUnreachableUntilDeadline(t *testing.T) {
+	c, err := client.New([]string{deadAddr(t)}, client.WithRetries(1000), client.WithBackoff(time.Millisecond, 2*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = c.Get(ctx, "k")
+	if !errors.Is(err, client.ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Get = %v, want ErrUnreachable and DeadlineExceeded", err)
+	}
+}
+
 func TestFailoverToNextAddress(t *testing.T) {
 	srv := clienttest.NewServer(client.SystemClock{})
 	defer srv.Close()

@@ -188,7 +188,7 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return ctxErr(ctx)
+			return gaveUp(ctx, lastErr)
 		}
 		var ae *APIError
 		switch {
@@ -219,11 +219,21 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			backoffs++
 			d := backoff/2 + mrand.N(backoff/2+1)
 			if !sleep(c.clock, d, ctx.Done()) {
-				return ctxErr(ctx)
+				return gaveUp(ctx, lastErr)
 			}
 			backoff = min(2*backoff, c.maxBackoff)
 		}
 	}
+}
+
+// gaveUp is the error of a call whose ctx ended while it retried: the
+// last failure says why it was retrying (the server unreachable, say), and
+// the context's error says why it stopped. Both match with errors.Is.
+func gaveUp(ctx context.Context, last error) error {
+	if last == nil {
+		return ctxErr(ctx)
+	}
+	return fmt.Errorf("%w (gave up: %w)", last, context.Cause(ctx))
 }
 
 func ctxErr(ctx context.Context) error {
