@@ -41,14 +41,8 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 	}
 	wg.Wait()
 	defer releaseAll(ctx, held)
-	if err := errors.Join(errs...); err != nil {
-		if errors.Is(err, ErrNotSupported) {
-			res.Skipped = firstErr(errs).Error()
-			return res, nil
-		}
-		return res, fmt.Errorf("peerbench: %s: w3 hold: %w", sys.Name(), err)
-	}
-	if err := ctx.Err(); err != nil {
+	if skipped, err := holdOutcome(ctx, sys, W3, errs); skipped != "" || err != nil {
+		res.Skipped = skipped
 		return res, err
 	}
 	setup := time.Since(setupStart)
@@ -134,6 +128,19 @@ func releaseAll(ctx context.Context, held [][]Lease) {
 		})
 	}
 	wg.Wait()
+}
+
+// holdOutcome judges the setup phase of a workload that takes many leases
+// at once: a system that cannot hold leases of its own is skipped (with the
+// reason), any other failure or an ended ctx is an error.
+func holdOutcome(ctx context.Context, sys System, w Workload, errs []error) (skipped string, err error) {
+	if err := errors.Join(errs...); err != nil {
+		if errors.Is(err, ErrNotSupported) {
+			return firstErr(errs).Error(), nil
+		}
+		return "", fmt.Errorf("peerbench: %s: %s hold: %w", sys.Name(), w, err)
+	}
+	return "", ctx.Err()
 }
 
 func firstErr(errs []error) error {

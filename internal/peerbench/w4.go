@@ -73,14 +73,8 @@ func runW4(ctx context.Context, sys System, p Params) (Result, error) {
 	if !p.W4Keep {
 		defer releaseAll(context.WithoutCancel(ctx), held)
 	}
-	if err := errors.Join(errs...); err != nil {
-		if errors.Is(err, ErrNotSupported) {
-			res.Skipped = firstErr(errs).Error()
-			return res, nil
-		}
-		return res, fmt.Errorf("peerbench: %s: w4 hold: %w", sys.Name(), err)
-	}
-	if err := ctx.Err(); err != nil {
+	if skipped, err := holdOutcome(ctx, sys, W4, errs); skipped != "" || err != nil {
+		res.Skipped = skipped
 		return res, err
 	}
 	setup := time.Since(start)
