@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/fencelock/fencelock/client"
 )
@@ -52,11 +51,7 @@ func runAcquire(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return writeJSON(e.stdout, lk)
-	}
-	fmt.Fprintln(e.stdout, lk.Token)
-	return nil
+	return printGrant(e, cf, lk)
 }
 
 // helpOK turns errHelp into success: -h is not a mistake.

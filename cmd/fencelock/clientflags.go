@@ -163,6 +163,15 @@ func answerNo(format string, args ...any) error {
 	return &exitError{Code: exitNo, Err: fmt.Errorf(format, args...)}
 }
 
+// printGrant answers a grant: the token alone, or the lease as JSON.
+func printGrant(e *env, cf *clientFlags, lk client.Lock) error {
+	if cf.json {
+		return writeJSON(e.stdout, lk)
+	}
+	_, err := fmt.Fprintln(e.stdout, lk.Token)
+	return err
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	return enc.Encode(v)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"github.com/fencelock/fencelock/client"
@@ -48,11 +47,7 @@ func runExtend(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return writeJSON(e.stdout, lk)
-	}
-	fmt.Fprintln(e.stdout, lk.Token)
-	return nil
+	return printGrant(e, cf, lk)
 }
 
 func parseToken(cmd, s string) (uint64, error) {
