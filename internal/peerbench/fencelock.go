@@ -13,16 +13,27 @@ import (
 	"net/http/httptrace"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/framing"
 )
 
 // The fencelock driver speaks the wire contract of docs/API.md directly,
-// so the numbers measure the server, not a particular client library.
+// so the numbers measure the server, not a particular client library. It
+// carries the requests on framed connections (internal/framing), as the
+// client package does by default, or over HTTP/1.1 when
+// Options.FencelockHTTP is set.
 
 type flSystem struct {
-	o    Options
-	base string
-	hc   *http.Client
+	o      Options
+	base   string
+	hc     *http.Client
+	frames []*framing.Conn // nil over HTTP
+	next   atomic.Uint32
 }
+
+// flFramedConns is how many framed connections the clients share. One
+// carries everything; a few let the server decode on more than one core.
+const flFramedConns = 4
 
 func openFencelock(ctx context.Context, o Options) (System, error) {
 	tr := &http.Transport{
@@ -51,6 +62,17 @@ func openFencelock(ctx context.Context, o Options) (System, error) {
 		tr.CloseIdleConnections()
 		return nil, unreachable("fencelock", o.Addr, fmt.Errorf("/healthz answered %s", resp.Status))
 	}
+	if o.FencelockHTTP {
+		return s, nil
+	}
+	for range flFramedConns {
+		fc, err := framing.Dial(hctx, o.Addr)
+		if err != nil {
+			s.Close()
+			return nil, unreachable("fencelock", o.Addr, err)
+		}
+		s.frames = append(s.frames, fc)
+	}
 	return s, nil
 }
 
@@ -58,6 +80,9 @@ func (s *flSystem) Name() string { return "fencelock" }
 
 func (s *flSystem) Close() error {
 	s.hc.CloseIdleConnections()
+	for _, fc := range s.frames {
+		fc.Close()
+	}
 	return nil
 }
 
@@ -91,24 +116,14 @@ func (s *flSystem) post(ctx context.Context, route string, in, out any) (code st
 	if err != nil {
 		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+route, bytes.NewReader(body))
+	status, data, err := s.roundTrip(ctx, route, body)
 	if err != nil {
 		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", fmt.Errorf("peerbench: fencelock %s: read: %w", route, err)
-	}
-	if resp.StatusCode/100 != 2 {
+	if status/100 != 2 {
 		var e flError
 		if json.Unmarshal(data, &e) != nil || e.Code == "" {
-			return "", fmt.Errorf("peerbench: fencelock %s: %s: %.200s", route, resp.Status, data)
+			return "", fmt.Errorf("peerbench: fencelock %s: HTTP %d: %.200s", route, status, data)
 		}
 		switch e.Code {
 		case "held", "not_held":
@@ -123,6 +138,37 @@ func (s *flSystem) post(ctx context.Context, route string, in, out any) (code st
 	}
 	return "", nil
 }
+
+// roundTrip POSTs body to route and returns the answer's status and body.
+func (s *flSystem) roundTrip(ctx context.Context, route string, body []byte) (int, []byte, error) {
+	if s.frames != nil {
+		fc := s.frames[s.next.Add(1)%uint32(len(s.frames))]
+		if t, ok := ctx.Value(sentKey{}).(*atomic.Pointer[time.Time]); ok {
+			now := time.Now()
+			t.Store(&now)
+		}
+		return fc.RoundTrip(ctx, http.MethodPost, route, body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+route, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read: %w", err)
+	}
+	return resp.StatusCode, data, nil
+}
+
+// sentKey carries, in a framed request's context, where to note the time
+// the request was written (HTTP requests use httptrace for that).
+type sentKey struct{}
 
 type flAcquire struct {
 	Key    string `json:"key"`
@@ -153,6 +199,7 @@ func (c *flClient) Lock(ctx context.Context, key string) (Lease, error) {
 		tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 			WroteRequest: func(httptrace.WroteRequestInfo) { t := time.Now(); sent.Store(&t) },
 		})
+		tctx = context.WithValue(tctx, sentKey{}, &sent)
 		l, code, err := c.acquire(tctx, key, c.s.o.TTL, wait)
 		if t := sent.Load(); err == nil && code == "" && t != nil {
 			l.(*flLease).sent = *t

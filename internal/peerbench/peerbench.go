@@ -88,6 +88,9 @@ type Options struct {
 	// DataDir is where a fencelock server keeps its state, for W4's
 	// snapshot size; optional.
 	DataDir string
+	// FencelockHTTP makes the fencelock driver use HTTP/1.1 instead of
+	// framed connections.
+	FencelockHTTP bool
 }
 
 func (o Options) withDefaults(name string) Options {

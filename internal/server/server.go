@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -131,8 +132,11 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	// One port serves HTTP and framed connections (internal/framing):
+	// the same handler answers both.
+	fs := &framing.Server{Handler: s.Handler()}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(framing.Listen(ln, fs)) }()
 	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir)
 
 	var serveErr error
@@ -144,7 +148,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	s.BeginShutdown()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	shutErr := hs.Shutdown(sctx)
+	shutErr := errors.Join(hs.Shutdown(sctx), fs.Shutdown(sctx))
 	if serveErr == nil {
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 			serveErr = err

@@ -1,0 +1,197 @@
+package framing
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// ErrNotFramed: the server answered the preface with something else — a
+// server that speaks only HTTP. The caller can use HTTP instead.
+var ErrNotFramed = errors.New("framing: the server does not speak the frame protocol")
+
+// ErrConnClosed: the connection failed or was closed while a request was
+// unanswered. The request may or may not have been carried out.
+var ErrConnClosed = errors.New("framing: connection closed")
+
+// Conn is the client end of one framed connection. It is safe for
+// concurrent use: every RoundTrip shares the connection.
+type Conn struct {
+	c net.Conn
+
+	wmu  sync.Mutex // one frame written at a time
+	wbuf []byte
+
+	mu      sync.Mutex
+	next    uint32
+	pending map[uint32]chan answer
+	err     error         // why the connection ended
+	dead    chan struct{} // closed when the connection ended
+}
+
+// Dial connects to addr (host:port), sends the preface and waits for its
+// echo, all within ctx.
+func Dial(ctx context.Context, addr string) (*Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	br := bufio.NewReaderSize(c, 16<<10)
+	err = handshake(c, br)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.SetDeadline(time.Time{})
+	fc := &Conn{c: c, pending: make(map[uint32]chan answer), dead: make(chan struct{})}
+	go fc.readLoop(br)
+	return fc, nil
+}
+
+func handshake(c net.Conn, br *bufio.Reader) error {
+	if _, err := c.Write([]byte(Preface)); err != nil {
+		return err
+	}
+	var p [len(Preface)]byte
+	n, err := io.ReadFull(br, p[:])
+	if string(p[:n]) == Preface {
+		return nil
+	}
+	if n > 0 && p[0] != Preface[0] {
+		return ErrNotFramed
+	}
+	if err == nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		// An HTTP server closes on a request it cannot parse, or answers
+		// 400: either way not a framed peer.
+		return ErrNotFramed
+	}
+	return err
+}
+
+// RoundTrip sends one request and waits for its answer. method is GET or
+// POST; target is a path with an optional ?query. When ctx ends first, the
+// server is told to cancel the request and RoundTrip returns ctx's error.
+func (c *Conn) RoundTrip(ctx context.Context, method, target string, body []byte) (status int, answerBody []byte, err error) {
+	mc, err := methodCode(method)
+	if err != nil {
+		return 0, nil, err
+	}
+	ch := make(chan answer, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return 0, nil, err
+	}
+	c.next++
+	id := c.next
+	c.pending[id] = ch
+	c.mu.Unlock()
+
+	if err := c.write(id, KindRequest, mc, target, body); err != nil {
+		c.forget(id)
+		return 0, nil, err
+	}
+	select {
+	case a := <-ch:
+		return a.status, a.body, nil
+	case <-c.dead:
+		select {
+		case a := <-ch: // answered just before the end
+			return a.status, a.body, nil
+		default:
+		}
+		c.mu.Lock()
+		err := c.err
+		c.mu.Unlock()
+		return 0, nil, err
+	case <-ctx.Done():
+		c.forget(id)
+		// Tell the server; a failure here means the connection is gone,
+		// which cancels the request anyway.
+		_ = c.write(id, KindCancel, 0, "", nil)
+		return 0, nil, ctx.Err()
+	}
+}
+
+func (c *Conn) forget(id uint32) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+func (c *Conn) write(id uint32, kind, method byte, target string, body []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	buf, err := appendRequest(c.wbuf[:0], id, kind, method, target, body)
+	if err != nil {
+		return err
+	}
+	if cap(buf) <= 64<<10 {
+		c.wbuf = buf
+	}
+	if _, err := c.c.Write(buf); err != nil {
+		c.fail(fmt.Errorf("%w: %v", ErrConnClosed, err))
+		return c.Err()
+	}
+	return nil
+}
+
+func (c *Conn) readLoop(br *bufio.Reader) {
+	for {
+		a, err := readAnswer(br)
+		if err != nil {
+			c.fail(fmt.Errorf("%w: %v", ErrConnClosed, err))
+			return
+		}
+		c.mu.Lock()
+		ch, ok := c.pending[a.id]
+		delete(c.pending, a.id)
+		c.mu.Unlock()
+		if ok {
+			ch <- a
+		}
+	}
+}
+
+// fail ends the connection with err (the first reason wins).
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	c.pending = nil
+	close(c.dead)
+	c.c.Close()
+}
+
+// Err is why the connection ended, or nil while it is usable.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Done is closed when the connection has ended.
+func (c *Conn) Done() <-chan struct{} { return c.dead }
+
+// Close ends the connection; unanswered requests fail with ErrConnClosed.
+func (c *Conn) Close() error {
+	c.fail(fmt.Errorf("%w: closed by the client", ErrConnClosed))
+	return nil
+}

@@ -1,0 +1,204 @@
+// Package framing carries the HTTP API over one long-lived TCP connection
+// as length-prefixed binary frames, with many requests in flight at once
+// and answers in whatever order they are ready.
+//
+// It exists for speed: a lock server's requests are tiny, so HTTP/1.1's
+// text headers and one-request-per-connection-at-a-time cost more than the
+// lock operation itself. A framed connection reads and writes many requests
+// per system call. The requests and answers are those of the HTTP API
+// (docs/API.md) — same paths, same JSON bodies, same status codes — and the
+// server answers them with the same http.Handler, so the two ways in cannot
+// drift apart.
+//
+// A framed connection begins with the client sending Preface, which starts
+// with a NUL byte and so can never begin an HTTP request; the server echoes
+// it. One port serves both: Listen sorts each accepted connection by its
+// first byte.
+//
+// Frames, all integers big-endian:
+//
+//	request:  length u32 | id u32 | kind u8 | method u8 | target length u16 | target | body
+//	answer:   length u32 | id u32 | status u16 | body
+//
+// length counts the bytes after itself. target is the path with an
+// optional "?query". kind is KindRequest or KindCancel; a cancel frame
+// carries the id of an earlier request whose caller stopped waiting, and
+// ends that request's context on the server, as closing an HTTP connection
+// would. A request that was cancelled may still be answered; the client
+// drops answers to ids it no longer waits for.
+package framing
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// Preface opens every framed connection, from the client and back.
+const Preface = "\x00FLP/1\r\n"
+
+// Frame kinds.
+const (
+	KindRequest byte = 1
+	KindCancel  byte = 2
+)
+
+// Methods: the API uses two.
+const (
+	methodGet  byte = 1
+	methodPost byte = 2
+)
+
+// MaxFrame bounds one frame's length field. It is the HTTP API's largest
+// request body (64 KiB) or answer (a page of 1000 leases, about 1.3 MiB)
+// with room to spare.
+const MaxFrame = 4 << 20
+
+const (
+	requestHeader = 4 + 4 + 1 + 1 + 2 // length, id, kind, method, target length
+	answerHeader  = 4 + 4 + 2         // length, id, status
+	maxTarget     = 1<<16 - 1
+)
+
+// ErrFrame is a malformed or oversized frame; the connection that sent it
+// is closed.
+var ErrFrame = errors.New("framing: malformed frame")
+
+func methodCode(m string) (byte, error) {
+	switch m {
+	case http.MethodGet:
+		return methodGet, nil
+	case http.MethodPost:
+		return methodPost, nil
+	}
+	return 0, fmt.Errorf("framing: method %q is not carried (GET and POST are)", m)
+}
+
+func methodName(c byte) (string, bool) {
+	switch c {
+	case methodGet:
+		return http.MethodGet, true
+	case methodPost:
+		return http.MethodPost, true
+	}
+	return "", false
+}
+
+// request is one decoded request or cancel frame.
+type request struct {
+	id     uint32
+	kind   byte
+	method string
+	target string
+	body   []byte
+}
+
+// appendRequest appends a request frame to dst.
+func appendRequest(dst []byte, id uint32, kind, method byte, target string, body []byte) ([]byte, error) {
+	if len(target) > maxTarget {
+		return dst, fmt.Errorf("framing: target of %d bytes is longer than %d", len(target), maxTarget)
+	}
+	n := requestHeader - 4 + len(target) + len(body)
+	if n > MaxFrame {
+		return dst, fmt.Errorf("framing: request of %d bytes is larger than %d", n, MaxFrame)
+	}
+	dst = binary.BigEndian.AppendUint32(dst, uint32(n))
+	dst = binary.BigEndian.AppendUint32(dst, id)
+	dst = append(dst, kind, method)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(target)))
+	dst = append(dst, target...)
+	return append(dst, body...), nil
+}
+
+// appendAnswer appends an answer frame to dst. The caller keeps body
+// under MaxFrame.
+func appendAnswer(dst []byte, id uint32, status int, body []byte) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(answerHeader-4+len(body)))
+	dst = binary.BigEndian.AppendUint32(dst, id)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(status))
+	return append(dst, body...)
+}
+
+// readFrame reads one length-prefixed frame into a new slice (the bytes
+// after the length).
+func readFrame(r io.Reader, min int) ([]byte, error) {
+	var lb [4]byte
+	if _, err := io.ReadFull(r, lb[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(lb[:])
+	if n > MaxFrame || int(n) < min {
+		return nil, fmt.Errorf("%w: length %d", ErrFrame, n)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return buf, nil
+}
+
+// readRequest reads and decodes one request or cancel frame.
+func readRequest(r io.Reader) (request, error) {
+	buf, err := readFrame(r, requestHeader-4)
+	if err != nil {
+		return request{}, err
+	}
+	return parseRequest(buf)
+}
+
+func parseRequest(buf []byte) (request, error) {
+	if len(buf) < requestHeader-4 {
+		return request{}, fmt.Errorf("%w: short request", ErrFrame)
+	}
+	q := request{id: binary.BigEndian.Uint32(buf), kind: buf[4]}
+	tl := int(binary.BigEndian.Uint16(buf[6:]))
+	rest := buf[requestHeader-4:]
+	if tl > len(rest) {
+		return request{}, fmt.Errorf("%w: target runs past the frame", ErrFrame)
+	}
+	switch q.kind {
+	case KindCancel:
+		if buf[5] != 0 || tl != 0 || len(rest) != 0 {
+			return request{}, fmt.Errorf("%w: a cancel frame carries nothing", ErrFrame)
+		}
+		return q, nil
+	case KindRequest:
+	default:
+		return request{}, fmt.Errorf("%w: unknown kind %d", ErrFrame, q.kind)
+	}
+	m, ok := methodName(buf[5])
+	if !ok {
+		return request{}, fmt.Errorf("%w: unknown method %d", ErrFrame, buf[5])
+	}
+	q.method = m
+	q.target = string(rest[:tl])
+	if len(q.target) == 0 || q.target[0] != '/' {
+		return request{}, fmt.Errorf("%w: target %q does not start with /", ErrFrame, q.target)
+	}
+	q.body = rest[tl:]
+	return q, nil
+}
+
+// answer is one decoded answer frame.
+type answer struct {
+	id     uint32
+	status int
+	body   []byte
+}
+
+func readAnswer(r io.Reader) (answer, error) {
+	buf, err := readFrame(r, answerHeader-4)
+	if err != nil {
+		return answer{}, err
+	}
+	return answer{
+		id:     binary.BigEndian.Uint32(buf),
+		status: int(binary.BigEndian.Uint16(buf[4:])),
+		body:   buf[answerHeader-4:],
+	}, nil
+}
