@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/framing"
 )
 
 // DefaultAddr is where a server listens when nothing else is said.
@@ -30,10 +32,14 @@ type Client struct {
 	retries    int
 	backoff    time.Duration
 	maxBackoff time.Duration
+	framed     bool
 
 	mu    sync.Mutex
 	addrs []string // base URLs, no trailing slash
 	cur   int      // the address that answered last (the leader, in a cluster)
+
+	fmu    sync.Mutex
+	frames map[string]*framing.Conn // by base URL; nil value: that server speaks only HTTP
 }
 
 // Option configures a Client.
@@ -43,6 +49,15 @@ type Option func(*Client)
 // handshake timeouts but no overall timeout, because an acquire that waits
 // in the queue legitimately takes as long as its wait: bound calls with ctx.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithFramed chooses how requests travel to http:// addresses. With true
+// (the default) the client keeps one framed connection per server and
+// carries every request on it, many at once (the server's framed protocol,
+// on the same port): several times the throughput of HTTP/1.1 for the same
+// CPU. A server that speaks only HTTP is noticed on the first request and
+// reached over HTTP from then on. With false every request is HTTP/1.1, as
+// it always is for https:// addresses.
+func WithFramed(on bool) Option { return func(c *Client) { c.framed = on } }
 
 // WithClock sets the clock that lease deadlines and retry back-off are
 // measured on (default SystemClock).
@@ -73,6 +88,8 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		retries:    6,
 		backoff:    50 * time.Millisecond,
 		maxBackoff: time.Second,
+		framed:     true,
+		frames:     make(map[string]*framing.Conn),
 	}
 	for _, a := range addrs {
 		for _, one := range strings.Split(a, ",") {
@@ -249,6 +266,71 @@ func ctxErr(ctx context.Context) error {
 const maxAnswer = 8 << 20
 
 func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) error {
+	if c.framed && strings.HasPrefix(addr, "http://") {
+		fc, err := c.frameConn(ctx, addr)
+		if err != nil {
+			return err
+		}
+		if fc != nil {
+			return c.onceFramed(ctx, fc, addr, cl, body)
+		}
+	}
+	return c.onceHTTP(ctx, addr, cl, body)
+}
+
+// dialTimeout bounds connecting to one server.
+const dialTimeout = 2 * time.Second
+
+// frameConn returns the framed connection to addr, dialing it when there
+// is none or the last one broke, or nil when addr speaks only HTTP.
+func (c *Client) frameConn(ctx context.Context, addr string) (*framing.Conn, error) {
+	c.fmu.Lock()
+	fc, known := c.frames[addr]
+	c.fmu.Unlock()
+	if known && (fc == nil || fc.Err() == nil) {
+		return fc, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	fc, err := framing.Dial(dctx, strings.TrimPrefix(addr, "http://"))
+	switch {
+	case errors.Is(err, framing.ErrNotFramed):
+		fc = nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil, ctxErr(ctx)
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
+	}
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	if old, ok := c.frames[addr]; ok && old != nil && old.Err() == nil {
+		// Another call dialed first: share its connection.
+		if fc != nil {
+			fc.Close()
+		}
+		return old, nil
+	}
+	c.frames[addr] = fc
+	return fc, nil
+}
+
+func (c *Client) onceFramed(ctx context.Context, fc *framing.Conn, addr string, cl call, body []byte) error {
+	target := cl.path
+	if len(cl.query) > 0 {
+		target += "?" + cl.query.Encode()
+	}
+	status, data, err := fc.RoundTrip(ctx, cl.method, target, body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctxErr(ctx)
+		}
+		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
+	}
+	return answer(addr, cl, status, data)
+}
+
+func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte) error {
 	u := addr + cl.path
 	if len(cl.query) > 0 {
 		u += "?" + cl.query.Encode()
@@ -280,14 +362,19 @@ func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) er
 		}
 		return fmt.Errorf("%w: %s: reading answer: %v", ErrUnreachable, addr, err)
 	}
-	if resp.StatusCode/100 != 2 {
-		return decodeError(resp.StatusCode, data)
+	return answer(addr, cl, resp.StatusCode, data)
+}
+
+// answer decodes one answer, however it came.
+func answer(addr string, cl call, status int, data []byte) error {
+	if status/100 != 2 {
+		return decodeError(status, data)
 	}
 	if cl.out == nil {
 		return nil
 	}
 	if err := json.Unmarshal(data, cl.out); err != nil {
-		return &APIError{Status: resp.StatusCode, Code: "internal", Message: fmt.Sprintf("%s answered %s %s with unreadable JSON: %v", addr, cl.method, cl.path, err)}
+		return &APIError{Status: status, Code: "internal", Message: fmt.Sprintf("%s answered %s %s with unreadable JSON: %v", addr, cl.method, cl.path, err)}
 	}
 	return nil
 }
@@ -332,8 +419,19 @@ func decodeError(status int, data []byte) error {
 	}
 }
 
-// Close drops idle connections. The Client stays usable; Close only lets a
-// program (or a leak-checking test) end without idle keep-alive goroutines.
+// Close drops idle HTTP connections and closes framed ones (calls still
+// waiting on them fail). The Client stays usable: a later call connects
+// again. Close lets a program (or a leak-checking test) end without
+// connection goroutines.
 func (c *Client) Close() {
 	c.hc.CloseIdleConnections()
+	c.fmu.Lock()
+	frames := c.frames
+	c.frames = make(map[string]*framing.Conn)
+	c.fmu.Unlock()
+	for _, fc := range frames {
+		if fc != nil {
+			fc.Close()
+		}
+	}
 }

@@ -7,3 +7,11 @@ func (l *Lease) LastErr() error {
 	defer l.mu.Unlock()
 	return l.lastErr
 }
+
+// Framed reports whether the client holds a framed connection to addr (a
+// base URL), so tests can tell frames from the HTTP fallback.
+func (c *Client) Framed(addr string) bool {
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	return c.frames[addr] != nil
+}
