@@ -24,8 +24,7 @@ var ErrConnClosed = errors.New("framing: connection closed")
 type Conn struct {
 	c net.Conn
 
-	wmu  sync.Mutex // one frame written at a time
-	wbuf []byte
+	bw batchWriter
 
 	mu      sync.Mutex
 	next    uint32
@@ -57,6 +56,7 @@ func Dial(ctx context.Context, addr string) (*Conn, error) {
 	}
 	c.SetDeadline(time.Time{})
 	fc := &Conn{c: c, pending: make(map[uint32]chan answer), dead: make(chan struct{})}
+	fc.bw.w = c
 	go fc.readLoop(br)
 	return fc, nil
 }
@@ -134,16 +134,14 @@ func (c *Conn) forget(id uint32) {
 }
 
 func (c *Conn) write(id uint32, kind, method byte, target string, body []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	buf, err := appendRequest(c.wbuf[:0], id, kind, method, target, body)
-	if err != nil {
+	if err := checkRequest(target, body); err != nil {
 		return err
 	}
-	if cap(buf) <= 64<<10 {
-		c.wbuf = buf
-	}
-	if _, err := c.c.Write(buf); err != nil {
+	err := c.bw.write(func(dst []byte) []byte {
+		dst, _ = appendRequest(dst, id, kind, method, target, body)
+		return dst
+	})
+	if err != nil {
 		c.fail(fmt.Errorf("%w: %v", ErrConnClosed, err))
 		return c.Err()
 	}

@@ -95,15 +95,23 @@ type request struct {
 	body   []byte
 }
 
+// checkRequest says whether a request fits in a frame.
+func checkRequest(target string, body []byte) error {
+	if len(target) > maxTarget {
+		return fmt.Errorf("framing: target of %d bytes is longer than %d", len(target), maxTarget)
+	}
+	if n := requestHeader - 4 + len(target) + len(body); n > MaxFrame {
+		return fmt.Errorf("framing: request of %d bytes is larger than %d", n, MaxFrame)
+	}
+	return nil
+}
+
 // appendRequest appends a request frame to dst.
 func appendRequest(dst []byte, id uint32, kind, method byte, target string, body []byte) ([]byte, error) {
-	if len(target) > maxTarget {
-		return dst, fmt.Errorf("framing: target of %d bytes is longer than %d", len(target), maxTarget)
+	if err := checkRequest(target, body); err != nil {
+		return dst, err
 	}
 	n := requestHeader - 4 + len(target) + len(body)
-	if n > MaxFrame {
-		return dst, fmt.Errorf("framing: request of %d bytes is larger than %d", n, MaxFrame)
-	}
 	dst = binary.BigEndian.AppendUint32(dst, uint32(n))
 	dst = binary.BigEndian.AppendUint32(dst, id)
 	dst = append(dst, kind, method)

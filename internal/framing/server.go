@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -73,16 +74,16 @@ func (s *Server) serve(c net.Conn, br *bufio.Reader, prefaceRead bool) error {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sc := &serverConn{
+		bw:      batchWriter{w: c},
 		s:       s,
 		c:       c,
 		br:      br,
 		ctx:     ctx,
 		cancel:  cancel,
-		out:     make(chan []byte, s.maxInFlight()),
 		slots:   make(chan struct{}, s.maxInFlight()),
 		pending: make(map[uint32]context.CancelFunc),
-		done:    make(chan struct{}),
 		stop:    make(chan struct{}),
+		work:    make(chan job),
 	}
 	if !s.track(sc) {
 		c.Close()
@@ -95,12 +96,8 @@ func (s *Server) serve(c net.Conn, br *bufio.Reader, prefaceRead bool) error {
 		cancel(err)
 		return err
 	}
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		sc.writeLoop()
-	}()
 	err := sc.readLoop()
+	close(sc.work)
 	if !errors.Is(err, ErrServerClosed) {
 		// The peer is gone or broke the protocol: end every request's
 		// context, as an HTTP server does when a connection drops. On a
@@ -108,8 +105,6 @@ func (s *Server) serve(c net.Conn, br *bufio.Reader, prefaceRead bool) error {
 		cancel(err)
 	}
 	sc.handlers.Wait()
-	close(sc.done)
-	<-writerDone
 	cancel(nil)
 	c.Close()
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, ErrServerClosed) {
@@ -194,10 +189,11 @@ type serverConn struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	out      chan []byte   // answers for the writer
-	slots    chan struct{} // one per request in flight
-	handlers sync.WaitGroup
-	done     chan struct{} // closed when no handler can send to out any more
+	bw       batchWriter
+	slots    chan struct{}  // one per request in flight
+	work     chan job       // to idle workers; closed when reading ends
+	idle     atomic.Int32   // workers waiting on work
+	handlers sync.WaitGroup // workers
 
 	stop     chan struct{} // closed by stopReading
 	stopOnce sync.Once
@@ -264,21 +260,62 @@ func (sc *serverConn) readLoop() error {
 		}
 		sc.pending[q.id] = rcancel
 		sc.mu.Unlock()
+		sc.dispatch(job{rctx, rcancel, q})
+	}
+}
+
+// job is one request for a worker.
+type job struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	q      request
+}
+
+// maxIdleWorkers bounds the goroutines a connection keeps waiting for
+// work. Reusing them saves growing a fresh goroutine's stack for every
+// request, which the handler's depth makes a measurable cost.
+const maxIdleWorkers = 64
+
+// dispatch gives j to an idle worker, or to a new one when none is idle
+// (a request never waits for another to finish).
+func (sc *serverConn) dispatch(j job) {
+	select {
+	case sc.work <- j:
+	default:
 		sc.handlers.Add(1)
-		go sc.handle(rctx, rcancel, q)
+		go sc.worker(j)
+	}
+}
+
+func (sc *serverConn) worker(j job) {
+	defer sc.handlers.Done()
+	for {
+		sc.handle(j.ctx, j.cancel, j.q)
+		if sc.idle.Add(1) > maxIdleWorkers {
+			sc.idle.Add(-1)
+			return
+		}
+		var ok bool
+		j, ok = <-sc.work
+		sc.idle.Add(-1)
+		if !ok {
+			return
+		}
 	}
 }
 
 func (sc *serverConn) handle(ctx context.Context, cancel context.CancelFunc, q request) {
-	defer sc.handlers.Done()
 	status, body := sc.serveOne(ctx, q)
 	cancel()
 	sc.mu.Lock()
 	delete(sc.pending, q.id)
 	sc.mu.Unlock()
-	frame := appendAnswer(make([]byte, 0, answerHeader+len(body)), q.id, status, body)
-	sc.out <- frame // out holds one answer per slot, so this never blocks
+	err := sc.bw.write(func(dst []byte) []byte { return appendAnswer(dst, q.id, status, body) })
 	<-sc.slots
+	if err != nil {
+		// The peer is gone: closing makes the reader stop too.
+		sc.c.Close()
+	}
 }
 
 // serveOne runs the handler on one request.
@@ -316,51 +353,6 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 		return http.StatusInternalServerError, []byte(`{"error":"answer too large for a frame","code":"internal"}` + "\n")
 	}
 	return w.status, w.body.Bytes()
-}
-
-// writeLoop writes answers as they come, many per system call when
-// several are ready.
-func (sc *serverConn) writeLoop() {
-	bw := bufio.NewWriterSize(sc.c, 64<<10)
-	failed := false
-	for {
-		var f []byte
-		select {
-		case f = <-sc.out:
-		case <-sc.done:
-			// No handler is left: write what they answered last.
-			for more := !failed; more; {
-				select {
-				case f = <-sc.out:
-					bw.Write(f)
-				default:
-					more = false
-				}
-			}
-			if !failed {
-				bw.Flush()
-			}
-			return
-		}
-		if failed {
-			continue
-		}
-		bw.Write(f)
-		for more := true; more; {
-			select {
-			case f = <-sc.out:
-				bw.Write(f)
-			default:
-				more = false
-			}
-		}
-		if err := bw.Flush(); err != nil {
-			// The peer is gone: stop reading too, and keep draining out
-			// so handlers finish.
-			failed = true
-			sc.c.Close()
-		}
-	}
 }
 
 // answerWriter collects one answer.
