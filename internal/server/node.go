@@ -151,6 +151,9 @@ func openNode(cfg Config, f *fsm.FSM) (*node, error) {
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.SnapshotInterval = cfg.SnapshotInterval
+	// Proposals queue in a buffered channel instead of each waiting for the
+	// leader loop: 2-4% more W1 cycles/s in three interleaved runs.
+	rc.BatchApplyCh = true
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("server: raft config: %w", err)
 	}
