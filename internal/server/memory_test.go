@@ -1,10 +1,16 @@
 package server
 
 import (
+	"bytes"
+	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/locktable"
 )
 
 func TestGCPercentFor(t *testing.T) {
@@ -68,5 +74,64 @@ func TestMemoryPolicyFollowsTheLiveHeap(t *testing.T) {
 	stop()
 	if old := debug.SetGCPercent(100); old != 100 {
 		t.Errorf("after stop the GC percent is %d, want 100", old)
+	}
+}
+
+type memSink struct {
+	bytes.Buffer
+	closed bool
+}
+
+func (s *memSink) ID() string    { return "test" }
+func (s *memSink) Cancel() error { return nil }
+func (s *memSink) Close() error  { s.closed = true; return nil }
+
+// A restore, and a snapshot of at least the size set once written and
+// released, each ask for freed memory to be returned; a smaller snapshot
+// does not.
+func TestRestoresAndBigSnapshotsSignalFreedMemory(t *testing.T) {
+	f := fsm.New(nil)
+	for i := range 50 {
+		f.ApplyCommand(uint64(i+1), fsm.Command{Op: fsm.OpAcquire, Key: fmt.Sprint("k", i), Holder: "h", TTL: locktable.Second})
+	}
+	freed := make(chan struct{}, 1)
+	m := &memorySignaller{FSM: f, freed: freed}
+	pending := func() bool {
+		select {
+		case <-freed:
+			return true
+		default:
+			return false
+		}
+	}
+	persist := func(big int64) *memSink {
+		m.big = big
+		snap, err := m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sink memSink
+		if err := snap.Persist(&sink); err != nil || !sink.closed {
+			t.Fatalf("persist: %v, closed %v", err, sink.closed)
+		}
+		snap.Release()
+		return &sink
+	}
+	sink := persist(1 << 30)
+	if pending() {
+		t.Error("a small snapshot asked to return memory")
+	}
+	persist(int64(sink.Len()))
+	if !pending() {
+		t.Error("a snapshot of the size set did not ask to return memory")
+	}
+	if err := m.Restore(io.NopCloser(&sink.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	if !pending() {
+		t.Error("a restore did not ask to return memory")
+	}
+	if l, ok := f.Get("k7", 0); !ok || l.Holder != "h" {
+		t.Errorf("after the restore k7 is %+v, %v", l, ok)
 	}
 }
