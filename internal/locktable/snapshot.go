@@ -79,10 +79,10 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 	}
 	namesLen := 0
 	for _, ke := range entries {
-		if ke.e.held {
-			number(ke.e.lease.Holder)
+		if ke.e.held() {
+			number(ke.e.holder.name)
 		}
-		for _, w := range ke.e.waiters {
+		for _, w := range t.waitersOf(ke.e) {
 			number(w.holder)
 		}
 	}
@@ -109,8 +109,9 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 		b = appendString(b, ke.key[shared:])
 		prev = ke.key
 		var flags byte
-		l := e.lease
-		if e.held {
+		l := e.lease()
+		ws := t.waitersOf(e)
+		if e.held() {
 			flags |= flagHeld
 			if l.TTL == prevTTL {
 				flags |= flagSameTTL
@@ -119,11 +120,11 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 				flags |= flagPlainLease
 			}
 		}
-		if len(e.waiters) > 0 {
+		if len(ws) > 0 {
 			flags |= flagWaiters
 		}
 		b = append(b, flags)
-		if e.held {
+		if e.held() {
 			b = binary.AppendUvarint(b, index[l.Holder])
 			b = binary.AppendUvarint(b, l.Token)
 			b = binary.AppendVarint(b, int64(t.maxNow-l.Granted))
@@ -135,9 +136,9 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 			}
 			prevTTL = l.TTL
 		}
-		if len(e.waiters) > 0 {
-			b = binary.AppendUvarint(b, uint64(len(e.waiters)))
-			for _, w := range e.waiters {
+		if len(ws) > 0 {
+			b = binary.AppendUvarint(b, uint64(len(ws)))
+			for _, w := range ws {
 				b = binary.AppendUvarint(b, index[w.holder])
 				b = binary.AppendVarint(b, int64(w.ttl))
 				b = binary.AppendVarint(b, int64(w.since))
@@ -248,9 +249,7 @@ func decodeV1(d *decoder) (*Table, error) {
 			if l.TTL <= 0 {
 				return nil, corrupt("entry %d: ttl %d", i, l.TTL)
 			}
-			l.Holder = t.internHolder(l.Holder)
-			e.lease, e.held = l, true
-			t.expiries = append(t.expiries, e)
+			t.restoreLease(e, l)
 		default:
 			return nil, corrupt("entry %d: bad lease flag", i)
 		}
@@ -259,6 +258,7 @@ func decodeV1(d *decoder) (*Table, error) {
 			return nil, corrupt("entry %d: %d waiters cannot fit", i, nw)
 		}
 		seen := map[string]bool{}
+		var ws []waiter
 		for j := uint64(0); j < nw && d.err == nil; j++ {
 			w := waiter{holder: d.string(MaxHolderLen), ttl: Duration(d.varint()), since: Time(d.varint()), deadline: Time(d.varint())}
 			if d.err != nil {
@@ -268,14 +268,12 @@ func decodeV1(d *decoder) (*Table, error) {
 				return nil, corrupt("entry %d: bad waiter %d", i, j)
 			}
 			seen[w.holder] = true
-			e.waiters = append(e.waiters, w)
+			ws = append(ws, w)
 		}
-		if d.err == nil && !e.held && len(e.waiters) == 0 {
+		if d.err == nil && !e.held() && len(ws) == 0 {
 			return nil, corrupt("entry %d: empty", i)
 		}
-		if len(e.waiters) > 0 {
-			t.waiting[key] = e
-		}
+		t.setWaiters(e, ws)
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -292,7 +290,7 @@ func (t *Table) checkRestored() error {
 	// Tokens are unique: a duplicate would mean two live records of one grant.
 	tokens := make([]uint64, len(t.expiries))
 	for i, e := range t.expiries {
-		tokens[i] = e.lease.Token
+		tokens[i] = e.token
 	}
 	slices.Sort(tokens)
 	for i := 1; i < len(tokens); i++ {
@@ -305,6 +303,13 @@ func (t *Table) checkRestored() error {
 	}
 	heapInit(&t.expiries)
 	return nil
+}
+
+// restoreLease gives e, fresh from newEntry, the decoded lease l.
+func (t *Table) restoreLease(e *entry, l Lease) {
+	e.holder = t.internHolder(l.Holder)
+	e.token, e.granted, e.expiry, e.ttl = l.Token, l.Granted, l.Expiry, l.TTL
+	t.expiries = append(t.expiries, e)
 }
 
 func decodeV2(d *decoder) (*Table, error) {
@@ -391,9 +396,8 @@ func decodeV2(d *decoder) (*Table, error) {
 			if l.TTL <= 0 {
 				return nil, corrupt("entry %d: ttl %d", i, l.TTL)
 			}
-			l.Holder = t.internHolder(name)
-			e.lease, e.held = l, true
-			t.expiries = append(t.expiries, e)
+			l.Holder = name
+			t.restoreLease(e, l)
 			prevTTL = l.TTL
 		}
 		if flags&flagWaiters != 0 {
@@ -402,6 +406,7 @@ func decodeV2(d *decoder) (*Table, error) {
 				return nil, corrupt("entry %d: %d waiters", i, nw)
 			}
 			var seen map[string]bool
+			var ws []waiter
 			for j := uint64(0); j < nw && d.err == nil; j++ {
 				name, ok := holder()
 				w := waiter{holder: name, ttl: Duration(d.varint()), since: Time(d.varint()), deadline: Time(d.varint())}
@@ -415,13 +420,11 @@ func decodeV2(d *decoder) (*Table, error) {
 					seen = map[string]bool{}
 				}
 				seen[w.holder] = true
-				e.waiters = append(e.waiters, w)
+				ws = append(ws, w)
 			}
-			if d.err == nil {
-				t.waiting[key] = e
-			}
+			t.setWaiters(e, ws)
 		}
-		if d.err == nil && !e.held && len(e.waiters) == 0 {
+		if d.err == nil && !e.held() && !e.queued {
 			return nil, corrupt("entry %d: empty", i)
 		}
 	}

@@ -176,8 +176,8 @@ func encodeV1(t *Table) []byte {
 	for _, k := range keys {
 		e := t.entries[k]
 		b = appendString(b, k)
-		if e.held {
-			l := e.lease
+		if e.held() {
+			l := e.lease()
 			b = append(b, 1)
 			b = appendString(b, l.Holder)
 			b = binary.AppendUvarint(b, l.Token)
@@ -187,8 +187,9 @@ func encodeV1(t *Table) []byte {
 		} else {
 			b = append(b, 0)
 		}
-		b = binary.AppendUvarint(b, uint64(len(e.waiters)))
-		for _, w := range e.waiters {
+		ws := t.waitersOf(e)
+		b = binary.AppendUvarint(b, uint64(len(ws)))
+		for _, w := range ws {
 			b = appendString(b, w.holder)
 			b = binary.AppendVarint(b, int64(w.ttl))
 			b = binary.AppendVarint(b, int64(w.since))
