@@ -217,7 +217,7 @@ func (t *Table) Wait(key, holder string, now Time, ttl Duration, deadline Time) 
 	q := t.queueOf(e)
 	if q == nil {
 		q = &waitQueue{}
-		t.waiting[key] = q
+		t.waiting[e.key] = q
 		e.queued = true
 	}
 	for i := range q.waiters {
