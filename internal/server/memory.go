@@ -14,20 +14,20 @@ import (
 
 // The server's memory policy. Go's collector lets the heap grow to
 // (1 + GOGC/100) times what was live after the last collection, so with
-// the default GOGC=100 a server holding a million locks (about 180 MB
-// live) keeps twice that and more resident. The policy instead gives the
-// heap a headroom of its own size only while it is small, and a quarter of
-// it once it is large:
+// the default GOGC=100 a server holding a million locks (about 155 MB
+// live) keeps twice that and more resident. The policy gives the heap a
+// headroom of at least MemoryHeadroomFloor and at least a quarter of what
+// is live, but never more than GOGC=100 would:
 //
 //	headroom = max(MemoryHeadroomFloor, live/4)
-//	GC percent = 100 * headroom / live, at most 100 (the default)
+//	GC percent = 100 * headroom / live, between 25 and 100 (the default)
 //
 // A server with less than MemoryHeadroomFloor live runs exactly as with
 // GOGC=100, so the request path of a small table pays nothing. A large
-// table is collected more often: at a million locks about every 45 MB
-// allocated instead of every 180 MB, each collection marking the whole
-// table, which costs CPU (docs/OPERATIONS.md, Memory, has the measured
-// price).
+// table is collected more often: at a million locks about every 40 MB
+// allocated instead of every 155 MB, each collection marking the whole
+// table, which costs CPU while the table is being written
+// (docs/BENCHMARKS-peers.md, W4, has the measured price).
 const (
 	MemoryHeadroomFloor = 32 << 20
 	minGCPercent        = 25
