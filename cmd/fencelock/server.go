@@ -93,6 +93,13 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		return usageError("server: --snapshot-threshold and --trailing-logs must be > 0, --snapshot-interval >= 5ms")
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	if server.MemoryPolicyWanted(e.getenv) {
+		// A process-wide setting, so it is made here and not by the
+		// server package: see internal/server/memory.go.
+		defer server.StartMemoryPolicy()()
+	} else {
+		log.Info("GOGC or GOMEMLIMIT set: the server's memory policy is off")
+	}
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 func BenchmarkAcquireRelease(b *testing.B) {
@@ -131,5 +132,13 @@ func BenchmarkSnapshotMillion(b *testing.B) {
 		if _, err := tb.MarshalBinary(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The entry must stay in the 64-byte size class: BenchmarkHeldLockMemory
+// counts it once per held lock.
+func TestEntryFitsSixtyFourBytes(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n > 64 {
+		t.Fatalf("entry is %d bytes", n)
 	}
 }

@@ -54,14 +54,79 @@ type waiter struct {
 }
 
 // entry is everything the table knows about one key. It exists while the
-// key has a lease record or a waiter. lease.Key is the key even when the
-// key is not held; the layout is kept to 96 bytes because a server may
-// hold millions of these.
+// key has a lease record or a waiter. The layout fits the 64-byte size
+// class because a server may hold millions of these: the lease's fields
+// are kept without its Key (key is the same string), the holder as a
+// pointer to its interned name, and the rare waiters in Table.waiting.
 type entry struct {
-	lease   Lease
+	key     string
+	holder  *holderRef // the lease record's holder; nil when there is none
+	token   uint64
+	granted Time
+	expiry  Time
+	ttl     Duration
 	heapIdx int32 // position in Table.expiries, -1 when not held
-	held    bool  // lease is meaningful
+	queued  bool  // Table.waiting holds this key's waiters
+}
+
+// held reports whether e has a lease record (alive or not).
+func (e *entry) held() bool { return e.holder != nil }
+
+func (e *entry) alive(now Time) bool { return now < e.expiry }
+
+// lease is e's lease record (the zero Lease but for Key when not held).
+func (e *entry) lease() Lease {
+	l := Lease{Key: e.key, Token: e.token, Granted: e.granted, Expiry: e.expiry, TTL: e.ttl}
+	if e.holder != nil {
+		l.Holder = e.holder.name
+	}
+	return l
+}
+
+// waitQueue is the FIFO queue of one key that has waiters.
+type waitQueue struct {
 	waiters []waiter
+}
+
+// queueOf is e's wait queue, nil when nobody waits.
+func (t *Table) queueOf(e *entry) *waitQueue {
+	if !e.queued {
+		return nil
+	}
+	return t.waiting[e.key]
+}
+
+// waitersOf is e's queue, head first.
+func (t *Table) waitersOf(e *entry) []waiter {
+	if q := t.queueOf(e); q != nil {
+		return q.waiters
+	}
+	return nil
+}
+
+// forgetIfEmpty forgets q, e's queue, once nobody is left in it.
+func (t *Table) forgetIfEmpty(e *entry, q *waitQueue) {
+	if len(q.waiters) == 0 {
+		delete(t.waiting, e.key)
+		e.queued = false
+	}
+}
+
+// setWaiters makes ws e's queue; an empty one forgets it.
+func (t *Table) setWaiters(e *entry, ws []waiter) {
+	if len(ws) == 0 {
+		if e.queued {
+			delete(t.waiting, e.key)
+			e.queued = false
+		}
+		return
+	}
+	if e.queued {
+		t.waiting[e.key].waiters = ws
+		return
+	}
+	t.waiting[e.key] = &waitQueue{waiters: ws}
+	e.queued = true
 }
 
 // holderRef is one interned holder name and how many leases carry it. A
@@ -76,7 +141,7 @@ type holderRef struct {
 type Table struct {
 	entries  map[string]*entry
 	expiries expiryHeap
-	waiting  map[string]*entry // entries with at least one waiter
+	waiting  map[string]*waitQueue // keys with at least one waiter
 	holders  map[string]*holderRef
 	unused   int    // holders entries whose n is 0
 	last     uint64 // the last token issued; 0 before the first
@@ -86,7 +151,7 @@ type Table struct {
 
 // New returns an empty table whose first grant will carry token 1.
 func New() *Table {
-	return &Table{entries: map[string]*entry{}, waiting: map[string]*entry{}, holders: map[string]*holderRef{}}
+	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{}}
 }
 
 // SetObserver registers fn to be called, synchronously and in order, with
@@ -116,8 +181,8 @@ func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, erro
 	e := t.entries[key]
 	if e != nil {
 		t.settle(e, now)
-		if e.held && e.lease.Alive(now) && e.lease.Holder != holder {
-			return Lease{}, &HeldError{Lease: e.lease}
+		if e.held() && e.alive(now) && e.holder.name != holder {
+			return Lease{}, &HeldError{Lease: e.lease()}
 		}
 	} else {
 		e = t.newEntry(key)
@@ -143,20 +208,25 @@ func (t *Table) Wait(key, holder string, now Time, ttl Duration, deadline Time) 
 		return t.grant(e, holder, now, ttl, now), true, nil
 	}
 	t.settle(e, now)
-	if !e.held || !e.lease.Alive(now) || e.lease.Holder == holder {
+	if !e.held() || !e.alive(now) || e.holder.name == holder {
 		return t.grant(e, holder, now, ttl, now), true, nil
 	}
 	if now >= deadline {
-		return Lease{}, false, &HeldError{Lease: e.lease}
+		return Lease{}, false, &HeldError{Lease: e.lease()}
 	}
-	for i := range e.waiters {
-		if e.waiters[i].holder == holder {
-			e.waiters[i].ttl, e.waiters[i].deadline = ttl, deadline
+	q := t.queueOf(e)
+	if q == nil {
+		q = &waitQueue{}
+		t.waiting[e.key] = q
+		e.queued = true
+	}
+	for i := range q.waiters {
+		if q.waiters[i].holder == holder {
+			q.waiters[i].ttl, q.waiters[i].deadline = ttl, deadline
 			return Lease{}, false, nil
 		}
 	}
-	e.waiters = append(e.waiters, waiter{holder: holder, ttl: ttl, since: now, deadline: deadline})
-	t.waiting[key] = e
+	q.waiters = append(q.waiters, waiter{holder: holder, ttl: ttl, since: now, deadline: deadline})
 	return Lease{}, false, nil
 }
 
@@ -167,9 +237,10 @@ func (t *Table) CancelWait(key, holder string) bool {
 	if e == nil {
 		return false
 	}
-	for i := range e.waiters {
-		if e.waiters[i].holder == holder {
-			e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
+	ws := t.waitersOf(e)
+	for i := range ws {
+		if ws[i].holder == holder {
+			t.setWaiters(e, append(ws[:i], ws[i+1:]...))
 			t.tidy(e)
 			return true
 		}
@@ -191,11 +262,11 @@ func (t *Table) Release(key, holder string, now Time) (bool, error) {
 		return false, nil
 	}
 	t.settle(e, now)
-	if !e.held || !e.lease.Alive(now) || e.lease.Holder != holder {
+	if !e.held() || !e.alive(now) || e.holder.name != holder {
 		t.tidy(e) // settle may have emptied it
 		return false, nil
 	}
-	t.emit(Event{Kind: EventReleased, Key: key, Holder: holder, Token: e.lease.Token, At: now, Since: e.lease.Granted, Expiry: e.lease.Expiry})
+	t.emit(Event{Kind: EventReleased, Key: key, Holder: holder, Token: e.token, At: now, Since: e.granted, Expiry: e.expiry})
 	t.drop(e)
 	t.handOff(e, now)
 	t.tidy(e)
@@ -207,7 +278,7 @@ func (t *Table) ReleaseToken(key, holder string, token uint64, now Time) (bool, 
 	if err := validate(key, holder); err != nil {
 		return false, err
 	}
-	if e := t.entries[key]; e == nil || !e.held || e.lease.Token != token {
+	if e := t.entries[key]; e == nil || !e.held() || e.token != token {
 		return false, nil
 	}
 	return t.Release(key, holder, now)
@@ -226,37 +297,37 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 		return Lease{}, ErrNotHeld
 	}
 	t.settle(e, now)
-	if !e.held || !e.lease.Alive(now) || e.lease.Holder != holder || e.lease.Token != token {
+	if !e.held() || !e.alive(now) || e.holder.name != holder || e.token != token {
 		t.tidy(e) // settle may have emptied it
 		return Lease{}, ErrNotHeld
 	}
-	e.lease.Expiry = now + Time(ttl)
-	e.lease.TTL = ttl
+	e.expiry = now + Time(ttl)
+	e.ttl = ttl
 	heap.Fix(&t.expiries, int(e.heapIdx))
-	return e.lease, nil
+	return e.lease(), nil
 }
 
 // IsValidToken reports whether key's current record carries exactly token.
 // Like the seed's is_valid_token it takes no time; see Check.
 func (t *Table) IsValidToken(key string, token uint64) bool {
 	e := t.entries[key]
-	return e != nil && e.held && e.lease.Token == token
+	return e != nil && e.held() && e.token == token
 }
 
 // Check reports whether token is key's current token and its lease is
 // alive at now.
 func (t *Table) Check(key string, token uint64, now Time) bool {
 	e := t.entries[key]
-	return e != nil && e.held && e.lease.Token == token && e.lease.Alive(now)
+	return e != nil && e.held() && e.token == token && e.alive(now)
 }
 
 // Get returns key's lease if it is alive at now. It changes nothing.
 func (t *Table) Get(key string, now Time) (Lease, bool) {
 	e := t.entries[key]
-	if e == nil || !e.held || !e.lease.Alive(now) {
+	if e == nil || !e.held() || !e.alive(now) {
 		return Lease{}, false
 	}
-	return e.lease, true
+	return e.lease(), true
 }
 
 // Waiters returns the holders queued on key, head first.
@@ -265,8 +336,9 @@ func (t *Table) Waiters(key string) []string {
 	if e == nil {
 		return nil
 	}
-	out := make([]string, len(e.waiters))
-	for i, w := range e.waiters {
+	ws := t.waitersOf(e)
+	out := make([]string, len(ws))
+	for i, w := range ws {
 		out[i] = w.holder
 	}
 	return out
@@ -277,8 +349,8 @@ func (t *Table) Waiters(key string) []string {
 func (t *Table) List(prefix string, now Time, limit int) []Lease {
 	var out []Lease
 	for k, e := range t.entries {
-		if e.held && e.lease.Alive(now) && strings.HasPrefix(k, prefix) {
-			out = append(out, e.lease)
+		if e.held() && e.alive(now) && strings.HasPrefix(k, prefix) {
+			out = append(out, e.lease())
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
@@ -293,7 +365,7 @@ func (t *Table) List(prefix string, now Time, limit int) []Lease {
 // deadline has passed leaves its queue (EventWaitDropped).
 func (t *Table) Tick(now Time) {
 	t.see(now)
-	for len(t.expiries) > 0 && t.expiries[0].lease.Expiry <= now {
+	for len(t.expiries) > 0 && t.expiries[0].expiry <= now {
 		e := t.expiries[0]
 		t.expire(e, now)
 		t.handOff(e, now)
@@ -303,8 +375,8 @@ func (t *Table) Tick(now Time) {
 		return
 	}
 	var keys []string
-	for k, e := range t.waiting {
-		for _, w := range e.waiters {
+	for k, q := range t.waiting {
+		for _, w := range q.waiters {
 			if now >= w.deadline {
 				keys = append(keys, k)
 				break
@@ -314,7 +386,7 @@ func (t *Table) Tick(now Time) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		e := t.entries[k]
-		t.dropLateWaiters(e, now)
+		t.dropLateWaiters(e, t.waiting[k], now)
 		t.tidy(e)
 	}
 }
@@ -324,10 +396,10 @@ func (t *Table) Tick(now Time) {
 func (t *Table) NextDeadline() (at Time, ok bool) {
 	at = maxTime
 	if len(t.expiries) > 0 {
-		at, ok = t.expiries[0].lease.Expiry, true
+		at, ok = t.expiries[0].expiry, true
 	}
-	for _, e := range t.waiting {
-		for _, w := range e.waiters {
+	for _, q := range t.waiting {
+		for _, w := range q.waiters {
 			if w.deadline < at {
 				at, ok = w.deadline, true
 			}
@@ -343,7 +415,7 @@ func (t *Table) see(now Time) {
 }
 
 func (t *Table) newEntry(key string) *entry {
-	e := &entry{lease: Lease{Key: key}, heapIdx: -1}
+	e := &entry{key: key, heapIdx: -1}
 	t.entries[key] = e
 	return e
 }
@@ -353,10 +425,10 @@ func (t *Table) newEntry(key string) *entry {
 // granted. An expired lease with nobody waiting keeps its record, so that
 // IsValidToken answers as the seed does until the key is taken again.
 func (t *Table) settle(e *entry, now Time) {
-	if len(e.waiters) == 0 || (e.held && e.lease.Alive(now)) {
+	if !e.queued || (e.held() && e.alive(now)) {
 		return
 	}
-	if e.held {
+	if e.held() {
 		t.expire(e, now)
 	}
 	t.handOff(e, now)
@@ -366,77 +438,78 @@ func (t *Table) settle(e *entry, now Time) {
 // asking (now, unless it waited).
 func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Time) Lease {
 	t.last++
-	name := t.internHolder(holder)
-	if e.held {
-		t.releaseHolder(e.lease.Holder)
+	r := t.internHolder(holder)
+	wasHeld := e.held()
+	if wasHeld {
+		t.releaseHolder(e.holder)
 	}
-	e.lease = Lease{Key: e.lease.Key, Holder: name, Token: t.last, Granted: now, Expiry: now + Time(ttl), TTL: ttl}
-	if e.held {
+	e.holder, e.token, e.granted, e.expiry, e.ttl = r, t.last, now, now+Time(ttl), ttl
+	if wasHeld {
 		heap.Fix(&t.expiries, int(e.heapIdx))
 	} else {
-		e.held = true
 		heap.Push(&t.expiries, e)
 	}
-	for i := range e.waiters {
-		if e.waiters[i].holder == holder {
-			e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
-			break
+	if q := t.queueOf(e); q != nil {
+		for i := range q.waiters {
+			if q.waiters[i].holder == holder {
+				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+				break
+			}
 		}
+		t.forgetIfEmpty(e, q)
 	}
-	if len(e.waiters) == 0 {
-		delete(t.waiting, e.lease.Key)
-	}
-	t.emit(Event{Kind: EventGranted, Key: e.lease.Key, Holder: holder, Token: t.last, At: now, Since: since, Expiry: e.lease.Expiry})
-	return e.lease
+	t.emit(Event{Kind: EventGranted, Key: e.key, Holder: holder, Token: t.last, At: now, Since: since, Expiry: e.expiry})
+	return e.lease()
 }
 
 // handOff grants e, which holds no live lease, to its first waiter whose
 // deadline has not passed.
 func (t *Table) handOff(e *entry, now Time) {
-	t.dropLateWaiters(e, now)
-	if len(e.waiters) == 0 {
+	q := t.queueOf(e)
+	if q == nil {
 		return
 	}
-	w := e.waiters[0]
+	t.dropLateWaiters(e, q, now)
+	if len(q.waiters) == 0 {
+		return
+	}
+	w := q.waiters[0]
 	t.grant(e, w.holder, now, w.ttl, w.since)
 }
 
-func (t *Table) dropLateWaiters(e *entry, now Time) {
-	kept := e.waiters[:0]
-	for _, w := range e.waiters {
+// dropLateWaiters takes out of q, e's queue, every waiter whose deadline
+// has passed.
+func (t *Table) dropLateWaiters(e *entry, q *waitQueue, now Time) {
+	ws := q.waiters
+	kept := ws[:0]
+	for _, w := range ws {
 		if now >= w.deadline {
-			t.emit(Event{Kind: EventWaitDropped, Key: e.lease.Key, Holder: w.holder, At: now, Since: w.since})
+			t.emit(Event{Kind: EventWaitDropped, Key: e.key, Holder: w.holder, At: now, Since: w.since})
 			continue
 		}
 		kept = append(kept, w)
 	}
-	clear(e.waiters[len(kept):])
-	e.waiters = kept
-	if len(kept) == 0 {
-		delete(t.waiting, e.lease.Key)
-	}
+	clear(ws[len(kept):])
+	q.waiters = kept
+	t.forgetIfEmpty(e, q)
 }
 
 func (t *Table) expire(e *entry, now Time) {
-	t.emit(Event{Kind: EventExpired, Key: e.lease.Key, Holder: e.lease.Holder, Token: e.lease.Token, At: now, Since: e.lease.Granted, Expiry: e.lease.Expiry})
+	t.emit(Event{Kind: EventExpired, Key: e.key, Holder: e.holder.name, Token: e.token, At: now, Since: e.granted, Expiry: e.expiry})
 	t.drop(e)
 }
 
 // drop removes e's lease record.
 func (t *Table) drop(e *entry) {
 	heap.Remove(&t.expiries, int(e.heapIdx))
-	t.releaseHolder(e.lease.Holder)
-	e.held = false
-	e.lease = Lease{Key: e.lease.Key}
+	t.releaseHolder(e.holder)
+	e.holder, e.token, e.granted, e.expiry, e.ttl = nil, 0, 0, 0, 0
 }
 
 // tidy forgets e once it has neither a lease record nor a waiter.
 func (t *Table) tidy(e *entry) {
-	if len(e.waiters) == 0 {
-		delete(t.waiting, e.lease.Key)
-		if !e.held {
-			delete(t.entries, e.lease.Key)
-		}
+	if !e.queued && !e.held() {
+		delete(t.entries, e.key)
 	}
 }
 
@@ -452,11 +525,11 @@ type expiryHeap []*entry
 
 func (h expiryHeap) Len() int { return len(h) }
 func (h expiryHeap) Less(i, j int) bool {
-	a, b := h[i].lease, h[j].lease
-	if a.Expiry != b.Expiry {
-		return a.Expiry < b.Expiry
+	a, b := h[i], h[j]
+	if a.expiry != b.expiry {
+		return a.expiry < b.expiry
 	}
-	return a.Key < b.Key
+	return a.key < b.key
 }
 func (h expiryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
@@ -481,7 +554,7 @@ func heapInit(h *expiryHeap) { heap.Init(h) }
 
 // internHolder returns the table's shared copy of name, counting one more
 // lease that carries it.
-func (t *Table) internHolder(name string) string {
+func (t *Table) internHolder(name string) *holderRef {
 	r := t.holders[name]
 	switch {
 	case r == nil:
@@ -492,18 +565,14 @@ func (t *Table) internHolder(name string) string {
 		t.unused--
 	}
 	r.n++
-	return r.name
+	return r
 }
 
 // releaseHolder counts one lease fewer carrying name. Names no lease
 // carries are forgotten in sweeps, once they are at least half of the names
 // kept, so a holder that takes and releases one lock over and over does not
 // allocate its name each time, and forgotten names cost O(1) amortised.
-func (t *Table) releaseHolder(name string) {
-	r := t.holders[name]
-	if r == nil {
-		return
-	}
+func (t *Table) releaseHolder(r *holderRef) {
 	if r.n--; r.n > 0 {
 		return
 	}

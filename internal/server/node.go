@@ -14,8 +14,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
-
-	"github.com/fencelock/fencelock/internal/fsm"
 )
 
 // Config configures a Server. The zero value plus a DataDir is a durable
@@ -137,7 +135,7 @@ type node struct {
 // state yet (this node alone, or the configured peers; nothing when it is
 // to be joined), and starts raft. A running cluster adds and removes
 // voters on the leader (cluster.go).
-func openNode(cfg Config, f *fsm.FSM) (*node, error) {
+func openNode(cfg Config, f raft.FSM) (*node, error) {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = hclog.New(&hclog.LoggerOptions{

@@ -61,11 +61,14 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) })
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
 	s.handler = s.routes()
-	n, err := openNode(cfg, s.fsm)
+	freed := make(chan struct{}, 1)
+	n, err := openNode(cfg, &memorySignaller{FSM: s.fsm, freed: freed, big: bigSnapshot})
 	if err != nil {
 		return nil, err
 	}
 	s.node = n
+	s.wg.Add(1)
+	go s.returnFreedMemory(freed)
 	s.wg.Add(1)
 	go s.watchLeadership()
 	if cfg.ClientAddr != "" {
