@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,15 @@ import (
 // command does (HTTP and frames on one port) and returns its address.
 func realServer(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, _ := realServerAt(t, "127.0.0.1:0")
+	return addr
+}
+
+// realServerAt is realServer on a given address; stop shuts the server
+// down gracefully and waits for it (it is also called at cleanup).
+func realServerAt(t *testing.T, at string) (addr string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,13 +44,17 @@ func realServer(t *testing.T) string {
 			Logger:             slog.New(slog.DiscardHandler),
 		}, 5*time.Second)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	addr := ln.Addr().String()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("server: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	addr = ln.Addr().String()
 	hc, err := client.New([]string{addr}, client.WithFramed(false))
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +66,7 @@ func realServer(t *testing.T) string {
 		// Wait for the election: a read answers once the node leads.
 		_, err := hc.Check(wctx, "ready", 1)
 		if err == nil {
-			return addr
+			return addr, stop
 		}
 		if wctx.Err() != nil {
 			t.Fatalf("the server never became ready: %v", err)
@@ -187,4 +200,33 @@ func waiters(t *testing.T, addr string) int {
 	}
 	t.Fatal("no fencelock_waiters gauge")
 	return 0
+}
+
+// TestFramedConnectionIsRedialedAfterTheServerRestarts: a client that
+// outlives its server's connection dials again on the next call.
+func TestFramedConnectionIsRedialedAfterTheServerRestarts(t *testing.T) {
+	addr, stop := realServerAt(t, "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.New([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Grant(ctx, "r", "alice", 10*time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Framed("http://" + addr) {
+		t.Fatal("the first call did not use a framed connection")
+	}
+	stop() // closes the framed connection
+	realServerAt(t, addr)
+	// A fresh (in-memory) server: alice's lease is gone, bob gets token 1.
+	l, err := c.Grant(ctx, "r", "bob", 10*time.Second, 0)
+	if err != nil || l.Token != 1 {
+		t.Fatalf("Grant after the restart = %+v, %v", l, err)
+	}
+	if !c.Framed("http://" + addr) {
+		t.Fatal("the call after the restart did not use a framed connection")
+	}
 }
