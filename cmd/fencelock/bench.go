@@ -28,8 +28,9 @@ const benchUsage = `Usage: fencelock bench [--addr A[,B,...]] [--mode uncontende
 
 Runs N clients doing acquire+release cycles against a running server for
 D. uncontended gives each client keys of its own; contended puts every
-client on one key with a wait, so each cycle is a FIFO hand-off. The last
-line is: cycles/s=N p50=D p99=D
+client on one key with a wait, so each cycle is a FIFO hand-off. The
+requests share one framed connection (as the Go client's do); --http sends
+them over HTTP/1.1 instead. The last line is: cycles/s=N p50=D p99=D
 
 Against a cluster, give the nodes' addresses: the bench sends its load to
 the one that serves writes, and follows a not_leader answer to the leader.
@@ -38,7 +39,7 @@ With --system, runs one of the side-by-side workloads of 'fencelock
 compare' on that system instead (peers: bash bench/peers/setup.sh), with
 its recipe: etcd's concurrency.Mutex, Redis SET NX PX with an INCR fencing
 counter in Lua, ZooKeeper's ephemeral-sequential recipe, or fencelock's
-HTTP API. --addr then defaults to that system's address in setup.sh.
+API (framed, or HTTP with --http). --addr then defaults to that system's address in setup.sh.
 
 Flags:
 `
@@ -51,6 +52,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	clients := fs.Int("clients", 8, "concurrent `clients`")
 	duration := fs.Duration("duration", defaultBenchDuration, "how long to run")
 	ttl := fs.Duration("ttl", defaultBenchTTL, "lease TTL of each grant")
+	useHTTP := fs.Bool("http", false, "send the requests over HTTP/1.1 instead of a framed connection")
 	system := fs.String("system", "", "run a side-by-side `workload` on this system: fencelock, etcd, redis or zookeeper")
 	workload := fs.String("workload", string(peerbench.W1), "with --system: w1, w2, w3 or w4 (see 'fencelock compare -h')")
 	if err := fs.Parse(args); err != nil {
@@ -68,7 +70,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if *system != "" {
 		addrSet := false
 		fs.Visit(func(f *flag.Flag) { addrSet = addrSet || f.Name == "addr" })
-		o := peerbench.Options{TTL: *ttl}
+		o := peerbench.Options{TTL: *ttl, FencelockHTTP: *useHTTP}
 		if addrSet {
 			o.Addr = *addr
 		}
@@ -81,7 +83,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return usageError("bench: --clients must be >= 1 and --duration > 0")
 	}
 	fmt.Fprintf(e.stdout, "bench: addr=%s mode=%s clients=%d duration=%s ttl=%s\n", *addr, *mode, *clients, *duration, *ttl)
-	r, err := bench.Run(ctx, bench.Config{Addr: *addr, Mode: *mode, Clients: *clients, Duration: *duration, TTL: *ttl})
+	r, err := bench.Run(ctx, bench.Config{Addr: *addr, Mode: *mode, Clients: *clients, Duration: *duration, TTL: *ttl, HTTP: *useHTTP})
 	if errors.Is(err, bench.ErrUnreachable) {
 		return &exitError{Code: exitUnreachable, Err: err}
 	}

@@ -1,8 +1,9 @@
 // Package bench generates acquire+release load against a running fencelock
 // server over HTTP and measures cycles per second and cycle latency.
 //
-// It speaks the wire API directly (docs/API.md) with one tuned, shared
-// http.Client, so it measures the server, not a client library.
+// It speaks the wire API directly (docs/API.md), over one framed
+// connection per server (internal/framing) or, with Config.HTTP, one tuned
+// shared http.Client, so it measures the server, not a client library.
 package bench
 
 import (
@@ -21,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/framing"
 )
 
 // Modes.
@@ -40,6 +43,7 @@ type Config struct {
 	Duration time.Duration // how long to run (default 10s)
 	TTL      time.Duration // lease TTL (default 10s)
 	Prefix   string        // key prefix (default bench/<pid>-<time>)
+	HTTP     bool          // HTTP/1.1 instead of framed connections
 }
 
 // Result is what a run measured. Latency is one full cycle: from sending
@@ -120,7 +124,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		DisableCompression:  true,
 	}
 	defer transport.CloseIdleConnections()
-	b := &bench{cfg: cfg, http: &http.Client{Transport: transport}}
+	b := &bench{cfg: cfg, http: &http.Client{Transport: transport}, frames: make(map[string]*framing.Conn)}
+	defer b.closeFrames()
 	b.findLeader(ctx)
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
@@ -168,6 +173,40 @@ type bench struct {
 	cfg  Config
 	http *http.Client
 	base atomic.Pointer[string] // the node requests go to: the leader, in a cluster
+
+	fmu    sync.Mutex
+	frames map[string]*framing.Conn // by base URL; nil: that server speaks only HTTP
+}
+
+// frameConn returns the framed connection to base, dialing a new one when
+// there is none or the last broke, or nil when base speaks only HTTP.
+func (b *bench) frameConn(ctx context.Context, base string) (*framing.Conn, error) {
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	if fc, ok := b.frames[base]; ok && (fc == nil || fc.Err() == nil) {
+		return fc, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	fc, err := framing.Dial(dctx, strings.TrimPrefix(base, "http://"))
+	if errors.Is(err, framing.ErrNotFramed) {
+		fc, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.frames[base] = fc
+	return fc, nil
+}
+
+func (b *bench) closeFrames() {
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	for _, fc := range b.frames {
+		if fc != nil {
+			fc.Close()
+		}
+	}
 }
 
 // findLeader points the bench at the first address that serves writes, or
@@ -333,7 +372,17 @@ func (b *bench) post(ctx context.Context, path string, body, out any) (int, erro
 }
 
 func (b *bench) send(ctx context.Context, path string, data []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, *b.base.Load()+path, bytes.NewReader(data))
+	base := *b.base.Load()
+	if !b.cfg.HTTP {
+		fc, err := b.frameConn(ctx, base)
+		if err != nil {
+			return 0, nil, err
+		}
+		if fc != nil {
+			return fc.RoundTrip(ctx, http.MethodPost, path, data)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(data))
 	if err != nil {
 		return 0, nil, err
 	}

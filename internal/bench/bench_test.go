@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/server"
 )
 
@@ -28,16 +30,25 @@ func TestRunBothModes(t *testing.T) {
 	if err := s.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(s.Handler())
+	// HTTP and frames on one port, as the server command serves them.
+	hs := httptest.NewUnstartedServer(s.Handler())
+	fs := &framing.Server{Handler: s.Handler()}
+	hs.Listener = framing.Listen(hs.Listener, fs)
+	hs.Start()
 	defer func() {
 		s.BeginShutdown()
 		hs.Close()
+		fs.Close()
 		s.Close()
 	}()
 	addr := strings.TrimPrefix(hs.URL, "http://")
 	line := regexp.MustCompile(`^cycles/s=\d+ p50=\S+ p99=\S+$`)
-	for _, mode := range []string{Uncontended, Contended} {
-		r, err := Run(context.Background(), Config{Addr: addr, Mode: mode, Clients: 4, Duration: 300 * time.Millisecond})
+	for _, run := range []struct {
+		mode    string
+		useHTTP bool
+	}{{Uncontended, false}, {Contended, false}, {Uncontended, true}, {Contended, true}} {
+		mode := fmt.Sprintf("%s (HTTP %v)", run.mode, run.useHTTP)
+		r, err := Run(context.Background(), Config{Addr: addr, Mode: run.mode, Clients: 4, Duration: 300 * time.Millisecond, HTTP: run.useHTTP})
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)
 		}
