@@ -136,16 +136,10 @@ func (s *Server) untrack(sc *serverConn) {
 
 // Shutdown stops taking requests: connections stop reading, and the server
 // waits for the requests already in flight to be answered and each
-// connection to close (up to ctx; then it closes what is left). Ending the in-flight requests early (long waits,
-// say) is the handler's business.
+// connection to close (up to ctx; then it closes what is left). Ending the
+// in-flight requests early (long waits, say) is the handler's business.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.shutdown = true
-	conns := make([]*serverConn, 0, len(s.conns))
-	for sc := range s.conns {
-		conns = append(conns, sc)
-	}
-	s.mu.Unlock()
+	conns := s.closeDoors()
 	for _, sc := range conns {
 		sc.stopReading()
 	}
@@ -168,17 +162,23 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close closes every connection at once; in-flight requests see their
 // contexts end.
 func (s *Server) Close() error {
+	for _, sc := range s.closeDoors() {
+		sc.close()
+	}
+	return nil
+}
+
+// closeDoors refuses new connections from now on and returns the ones
+// being served.
+func (s *Server) closeDoors() []*serverConn {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.shutdown = true
 	conns := make([]*serverConn, 0, len(s.conns))
 	for sc := range s.conns {
 		conns = append(conns, sc)
 	}
-	s.mu.Unlock()
-	for _, sc := range conns {
-		sc.close()
-	}
-	return nil
+	return conns
 }
 
 // serverConn is one framed connection.
