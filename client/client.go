@@ -38,8 +38,7 @@ type Client struct {
 	addrs []string // base URLs, no trailing slash
 	cur   int      // the address that answered last (the leader, in a cluster)
 
-	fmu    sync.Mutex
-	frames map[string]*framing.Conn // by base URL; nil value: that server speaks only HTTP
+	frames framing.Pool // by host:port of http:// addresses
 }
 
 // Option configures a Client.
@@ -89,7 +88,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		backoff:    50 * time.Millisecond,
 		maxBackoff: time.Second,
 		framed:     true,
-		frames:     make(map[string]*framing.Conn),
+		frames:     framing.Pool{DialTimeout: dialTimeout},
 	}
 	for _, a := range addrs {
 		for _, one := range strings.Split(a, ",") {
@@ -281,37 +280,16 @@ func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) er
 // dialTimeout bounds connecting to one server.
 const dialTimeout = 2 * time.Second
 
-// frameConn returns the framed connection to addr, dialing it when there
-// is none or the last one broke, or nil when addr speaks only HTTP.
+// frameConn returns the framed connection to addr (an http:// base URL),
+// or nil when that server speaks only HTTP.
 func (c *Client) frameConn(ctx context.Context, addr string) (*framing.Conn, error) {
-	c.fmu.Lock()
-	fc, known := c.frames[addr]
-	c.fmu.Unlock()
-	if known && (fc == nil || fc.Err() == nil) {
-		return fc, nil
-	}
-	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	fc, err := framing.Dial(dctx, strings.TrimPrefix(addr, "http://"))
-	switch {
-	case errors.Is(err, framing.ErrNotFramed):
-		fc = nil
-	case err != nil:
+	fc, err := c.frames.Get(ctx, strings.TrimPrefix(addr, "http://"))
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctxErr(ctx)
 		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
 	}
-	c.fmu.Lock()
-	defer c.fmu.Unlock()
-	if old, ok := c.frames[addr]; ok && old != nil && old.Err() == nil {
-		// Another call dialed first: share its connection.
-		if fc != nil {
-			fc.Close()
-		}
-		return old, nil
-	}
-	c.frames[addr] = fc
 	return fc, nil
 }
 
@@ -425,13 +403,5 @@ func decodeError(status int, data []byte) error {
 // connection goroutines.
 func (c *Client) Close() {
 	c.hc.CloseIdleConnections()
-	c.fmu.Lock()
-	frames := c.frames
-	c.frames = make(map[string]*framing.Conn)
-	c.fmu.Unlock()
-	for _, fc := range frames {
-		if fc != nil {
-			fc.Close()
-		}
-	}
+	c.frames.Close()
 }

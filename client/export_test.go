@@ -1,5 +1,7 @@
 package client
 
+import "strings"
+
 // LastErr exposes the last transient extension failure to tests, so they
 // can wait for it as an event instead of sleeping.
 func (l *Lease) LastErr() error {
@@ -11,7 +13,5 @@ func (l *Lease) LastErr() error {
 // Framed reports whether the client holds a framed connection to addr (a
 // base URL), so tests can tell frames from the HTTP fallback.
 func (c *Client) Framed(addr string) bool {
-	c.fmu.Lock()
-	defer c.fmu.Unlock()
-	return c.frames[addr] != nil
+	return c.frames.Has(strings.TrimPrefix(addr, "http://"))
 }

@@ -124,8 +124,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		DisableCompression:  true,
 	}
 	defer transport.CloseIdleConnections()
-	b := &bench{cfg: cfg, http: &http.Client{Transport: transport}, frames: make(map[string]*framing.Conn)}
-	defer b.closeFrames()
+	b := &bench{cfg: cfg, http: &http.Client{Transport: transport}, frames: &framing.Pool{DialTimeout: 5 * time.Second}}
+	defer b.frames.Close()
 	b.findLeader(ctx)
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
@@ -174,39 +174,7 @@ type bench struct {
 	http *http.Client
 	base atomic.Pointer[string] // the node requests go to: the leader, in a cluster
 
-	fmu    sync.Mutex
-	frames map[string]*framing.Conn // by base URL; nil: that server speaks only HTTP
-}
-
-// frameConn returns the framed connection to base, dialing a new one when
-// there is none or the last broke, or nil when base speaks only HTTP.
-func (b *bench) frameConn(ctx context.Context, base string) (*framing.Conn, error) {
-	b.fmu.Lock()
-	defer b.fmu.Unlock()
-	if fc, ok := b.frames[base]; ok && (fc == nil || fc.Err() == nil) {
-		return fc, nil
-	}
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	fc, err := framing.Dial(dctx, strings.TrimPrefix(base, "http://"))
-	if errors.Is(err, framing.ErrNotFramed) {
-		fc, err = nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	b.frames[base] = fc
-	return fc, nil
-}
-
-func (b *bench) closeFrames() {
-	b.fmu.Lock()
-	defer b.fmu.Unlock()
-	for _, fc := range b.frames {
-		if fc != nil {
-			fc.Close()
-		}
-	}
+	frames *framing.Pool // by host:port
 }
 
 // findLeader points the bench at the first address that serves writes, or
@@ -374,7 +342,7 @@ func (b *bench) post(ctx context.Context, path string, body, out any) (int, erro
 func (b *bench) send(ctx context.Context, path string, data []byte) (int, []byte, error) {
 	base := *b.base.Load()
 	if !b.cfg.HTTP {
-		fc, err := b.frameConn(ctx, base)
+		fc, err := b.frames.Get(ctx, strings.TrimPrefix(base, "http://"))
 		if err != nil {
 			return 0, nil, err
 		}

@@ -420,3 +420,31 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestPoolSharesRedialsAndRemembersHTTPOnlyServers(t *testing.T) {
+	f := serve(t, echo, nil)
+	var p Pool
+	defer p.Close()
+	ctx := context.Background()
+	a, err := p.Get(ctx, f.addr)
+	if err != nil || a == nil {
+		t.Fatalf("Get = %v, %v", a, err)
+	}
+	if b, _ := p.Get(ctx, f.addr); b != a {
+		t.Fatal("a second Get dialed again")
+	}
+	a.Close()
+	b, err := p.Get(ctx, f.addr)
+	if err != nil || b == nil || b == a {
+		t.Fatalf("Get after the connection broke = %v, %v; want a new connection", b, err)
+	}
+	hs := httptest.NewServer(echo)
+	defer hs.Close()
+	addr := hs.Listener.Addr().String()
+	if c, err := p.Get(ctx, addr); c != nil || err != nil {
+		t.Fatalf("Get on an HTTP-only server = %v, %v; want nil, nil", c, err)
+	}
+	if p.Has(addr) || !p.Has(f.addr) {
+		t.Fatal("Has does not tell the framed server from the HTTP-only one")
+	}
+}
