@@ -74,6 +74,8 @@ func (s *Server) serve(c net.Conn, br *bufio.Reader, prefaceRead bool) error {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sc := &serverConn{
+		local:   c.LocalAddr().String(),
+		remote:  c.RemoteAddr().String(),
 		bw:      batchWriter{w: c},
 		s:       s,
 		c:       c,
@@ -183,11 +185,12 @@ func (s *Server) closeDoors() []*serverConn {
 
 // serverConn is one framed connection.
 type serverConn struct {
-	s      *Server
-	c      net.Conn
-	br     *bufio.Reader
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	s             *Server
+	c             net.Conn
+	local, remote string // the connection's addresses, for each request
+	br            *bufio.Reader
+	ctx           context.Context
+	cancel        context.CancelCauseFunc
 
 	bw       batchWriter
 	slots    chan struct{}  // one per request in flight
@@ -338,8 +341,8 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 		Header:        make(http.Header, 1),
 		Body:          io.NopCloser(bytes.NewReader(q.body)),
 		ContentLength: int64(len(q.body)),
-		Host:          sc.c.LocalAddr().String(),
-		RemoteAddr:    sc.c.RemoteAddr().String(),
+		Host:          sc.local,
+		RemoteAddr:    sc.remote,
 		RequestURI:    q.target,
 	}
 	if len(q.body) > 0 {
