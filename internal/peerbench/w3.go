@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -22,24 +23,7 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 
 	// Take the leases: worker w holds leases w, w+W, w+2W...
 	setupStart := time.Now()
-	held := make([][]Lease, len(cs))
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for w, c := range cs {
-		wg.Go(func() {
-			for i := w; i < p.W3Leases && ctx.Err() == nil; i += len(cs) {
-				hctx, cancel := context.WithTimeout(ctx, opTimeout)
-				l, err := c.Hold(hctx, fmt.Sprintf("%s/w3/%d", p.KeyPrefix, i), p.W3TTL)
-				cancel()
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				held[w] = append(held[w], l)
-			}
-		})
-	}
-	wg.Wait()
+	held, errs := holdMany(ctx, cs, p.W3Leases, p.KeyPrefix+"/w3/", p.W3TTL)
 	defer releaseAll(ctx, held)
 	if skipped, err := holdOutcome(ctx, sys, W3, errs); skipped != "" || err != nil {
 		res.Skipped = skipped
@@ -59,6 +43,7 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 	recs := make([]*recorder, len(cs))
 	lags := make([]time.Duration, len(cs))
 	lates := make([]int64, len(cs))
+	var wg sync.WaitGroup
 	for w := range cs {
 		rec := &recorder{from: from}
 		recs[w] = rec
@@ -113,6 +98,31 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 
 // releaseAll gives the leases back in parallel, best effort: whatever is
 // not released expires with its TTL, and keys are unique to the run.
+// holdMany takes n leases of ttl on keys prefix0, prefix1, ...: worker w
+// holds leases w, w+W, w+2W... and stops at its first error. It returns
+// each worker's leases and error.
+func holdMany(ctx context.Context, cs []Client, n int, prefix string, ttl time.Duration) ([][]Lease, []error) {
+	held := make([][]Lease, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for w, c := range cs {
+		wg.Go(func() {
+			for i := w; i < n && ctx.Err() == nil; i += len(cs) {
+				hctx, cancel := context.WithTimeout(ctx, opTimeout)
+				l, err := c.Hold(hctx, prefix+strconv.Itoa(i), ttl)
+				cancel()
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				held[w] = append(held[w], l)
+			}
+		})
+	}
+	wg.Wait()
+	return held, errs
+}
+
 func releaseAll(ctx context.Context, held [][]Lease) {
 	var wg sync.WaitGroup
 	for _, ls := range held {

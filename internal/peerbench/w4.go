@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -52,24 +51,7 @@ func runW4(ctx context.Context, sys System, p Params) (Result, error) {
 	}
 
 	start := time.Now()
-	held := make([][]Lease, len(cs))
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for w, c := range cs {
-		wg.Go(func() {
-			for i := w; i < p.W4Locks && ctx.Err() == nil; i += len(cs) {
-				hctx, cancel := context.WithTimeout(ctx, opTimeout)
-				l, err := c.Hold(hctx, fmt.Sprintf("%s/w4/%d", p.KeyPrefix, i), w4TTL)
-				cancel()
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				held[w] = append(held[w], l)
-			}
-		})
-	}
-	wg.Wait()
+	held, errs := holdMany(ctx, cs, p.W4Locks, p.KeyPrefix+"/w4/", w4TTL)
 	if !p.W4Keep {
 		defer releaseAll(context.WithoutCancel(ctx), held)
 	}
