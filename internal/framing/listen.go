@@ -3,7 +3,6 @@ package framing
 import (
 	"bufio"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -80,13 +79,7 @@ func (l *sortingListener) sort(c net.Conn) {
 		}
 		return
 	}
-	var p [len(Preface)]byte
-	if _, err := io.ReadFull(br, p[:]); err != nil || string(p[:]) != Preface {
-		c.Close()
-		return
-	}
-	c.SetReadDeadline(time.Time{})
-	_ = l.s.serve(c, br, true)
+	_ = l.s.serve(c, br)
 }
 
 func (l *sortingListener) Accept() (net.Conn, error) {

@@ -35,7 +35,7 @@ type Server struct {
 	serving  sync.WaitGroup // connections being served
 }
 
-// ErrServerClosed is returned by ServeConn after Shutdown or Close.
+// ErrServerClosed: the server was shut down or closed.
 var ErrServerClosed = errors.New("framing: server closed")
 
 func (s *Server) maxInFlight() int {
@@ -52,26 +52,20 @@ func (s *Server) prefaceTimeout() time.Duration {
 	return 10 * time.Second
 }
 
-// ServeConn reads the preface from c (unless the caller already did: see
-// Listen), echoes it, and serves requests until c fails or the server shuts
+// serve reads the preface from br (c's reader, which may hold bytes read
+// ahead), echoes it, and serves requests until c fails or the server shuts
 // down. It always closes c.
-func (s *Server) ServeConn(c net.Conn) error {
-	return s.serve(c, bufio.NewReaderSize(c, 16<<10), false)
-}
-
-func (s *Server) serve(c net.Conn, br *bufio.Reader, prefaceRead bool) error {
-	if !prefaceRead {
-		c.SetReadDeadline(time.Now().Add(s.prefaceTimeout()))
-		var p [len(Preface)]byte
-		if _, err := io.ReadFull(br, p[:]); err != nil || string(p[:]) != Preface {
-			c.Close()
-			if err == nil {
-				err = fmt.Errorf("%w: bad preface", ErrFrame)
-			}
-			return err
+func (s *Server) serve(c net.Conn, br *bufio.Reader) error {
+	c.SetReadDeadline(time.Now().Add(s.prefaceTimeout()))
+	var p [len(Preface)]byte
+	if _, err := io.ReadFull(br, p[:]); err != nil || string(p[:]) != Preface {
+		c.Close()
+		if err == nil {
+			err = fmt.Errorf("%w: bad preface", ErrFrame)
 		}
-		c.SetReadDeadline(time.Time{})
+		return err
 	}
+	c.SetReadDeadline(time.Time{})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sc := &serverConn{
 		local:   c.LocalAddr().String(),
