@@ -23,14 +23,15 @@ const (
 	OpTick        Op = 8  // only Now
 	OpCancelWaits Op = 9  // Items{Key, Holder}
 	OpMember      Op = 10 // NodeID, RaftAddr, ClientAddr (both empty: forget the node)
-	opLimit       Op = 11
+	OpClusterID   Op = 11 // ClusterID (set once; later ones change nothing)
+	opLimit       Op = 12
 )
 
 var opNames = [...]string{
 	OpAcquire: "acquire", OpWait: "wait", OpCancelWait: "cancel-wait",
 	OpRelease: "release", OpExtend: "extend", OpExtendBatch: "extend-batch",
 	OpRenew: "renew", OpTick: "tick", OpCancelWaits: "cancel-waits",
-	OpMember: "member",
+	OpMember: "member", OpClusterID: "cluster-id",
 }
 
 func (o Op) String() string {
@@ -46,6 +47,7 @@ const (
 	MaxBatch        = 1000 // items in OpExtendBatch or OpCancelWaits
 	MaxNodeIDLen    = 128
 	MaxAddrLen      = 256
+	MaxClusterIDLen = 64
 )
 
 // ErrBadCommand: a log entry could not be decoded.
@@ -77,6 +79,9 @@ type Command struct {
 	NodeID     string
 	RaftAddr   string
 	ClientAddr string
+
+	// OpClusterID: the cluster's identity, chosen by its first leader.
+	ClusterID string
 }
 
 // Encoding, after the op byte, all integers varints:
@@ -102,6 +107,9 @@ func Encode(c Command) ([]byte, error) {
 	}
 	if len(c.NodeID) > MaxNodeIDLen || len(c.RaftAddr) > MaxAddrLen || len(c.ClientAddr) > MaxAddrLen {
 		return nil, fmt.Errorf("%w: node id or address too long", ErrBadCommand)
+	}
+	if len(c.ClusterID) > MaxClusterIDLen || (c.Op == OpClusterID && c.ClusterID == "") {
+		return nil, fmt.Errorf("%w: cluster id of %d bytes", ErrBadCommand, len(c.ClusterID))
 	}
 	b := make([]byte, 0, 24+len(c.RequestID)+len(c.Key)+len(c.Holder)+len(c.Items)*24)
 	b = append(b, byte(c.Op))
@@ -145,6 +153,8 @@ func Encode(c Command) ([]byte, error) {
 		b = appendString(b, c.NodeID)
 		b = appendString(b, c.RaftAddr)
 		b = appendString(b, c.ClientAddr)
+	case OpClusterID:
+		b = appendString(b, c.ClusterID)
 	case OpCancelWaits:
 		b = binary.AppendUvarint(b, uint64(len(c.Items)))
 		for _, it := range c.Items {
@@ -211,6 +221,10 @@ func Decode(data []byte) (Command, error) {
 		c.NodeID = d.string(MaxNodeIDLen)
 		c.RaftAddr = d.string(MaxAddrLen)
 		c.ClientAddr = d.string(MaxAddrLen)
+	case OpClusterID:
+		if c.ClusterID = d.string(MaxClusterIDLen); c.ClusterID == "" && d.err == nil {
+			d.fail("empty cluster id")
+		}
 	case OpCancelWaits:
 		n := d.count()
 		for i := 0; i < n && d.err == nil; i++ {

@@ -58,6 +58,7 @@ type FSM struct {
 	seen    map[string]*remembered // see dedupe.go
 	order   []*remembered
 	members map[string]Member // see members.go
+	cluster string            // the cluster id (members.go); "" until the first leader sets it
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -168,6 +169,10 @@ func (f *FSM) apply(c Command) *Result {
 		t.Tick(now)
 	case OpMember:
 		f.applyMember(c)
+	case OpClusterID:
+		if f.cluster == "" {
+			f.cluster = c.ClusterID
+		}
 	default:
 		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}
@@ -240,8 +245,10 @@ func (f *FSM) NextDeadline() (locktable.Time, bool) {
 
 // Snapshot format: "FLS1" | varint now | uvarint index | uvarint len |
 // table encoding (which carries its own checksum) | remembered requests
-// (dedupe.go) | members (members.go; absent in snapshots from before
-// clustering: no members) | CRC-32 of all before.
+// (dedupe.go) | members (members.go; absent when there are none and no
+// cluster id, as in snapshots from before clustering) | cluster id (a
+// string; absent until one is set, as in snapshots from before it
+// existed) | CRC-32 of all before.
 const snapshotMagic = "FLS1"
 
 // Snapshot encodes the state under the lock; Persist only writes bytes.
@@ -262,8 +269,11 @@ func (f *FSM) marshalParts() [][]byte {
 	head = binary.AppendUvarint(head, f.index)
 	head = binary.AppendUvarint(head, uint64(len(tbl)))
 	tail := appendRemembered(nil, f.order)
-	if len(f.members) > 0 {
+	if len(f.members) > 0 || f.cluster != "" {
 		tail = appendMembers(tail, f.members)
+	}
+	if f.cluster != "" {
+		tail = appendString(tail, f.cluster)
 	}
 	sum := crc32.ChecksumIEEE(head)
 	sum = crc32.Update(sum, crc32.IEEETable, tbl)
@@ -321,8 +331,17 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	r.b = r.b[n:]
 	seen, order := readRemembered(&r)
 	members := map[string]Member{}
+	cluster := ""
 	if r.err == nil && len(r.b) > 0 {
 		members = readMembers(&r)
+		if r.err == nil && len(r.b) > 0 {
+			if cluster = r.string(MaxClusterIDLen); cluster == "" {
+				r.fail("empty cluster id")
+			}
+		}
+		if r.err == nil && len(members) == 0 && cluster == "" {
+			r.fail("empty member list")
+		}
 	}
 	if r.err != nil {
 		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, r.err)
@@ -338,7 +357,7 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	t.SetObserver(f.emit)
 	f.table, f.now, f.index = t, now, index
 	f.seen, f.order = seen, order
-	f.members = members
+	f.members, f.cluster = members, cluster
 	f.poke()
 	return nil
 }

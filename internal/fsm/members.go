@@ -23,6 +23,16 @@ func (f *FSM) applyMember(c Command) {
 	f.members[c.NodeID] = Member{NodeID: c.NodeID, RaftAddr: c.RaftAddr, ClientAddr: c.ClientAddr}
 }
 
+// ClusterID is the cluster's identity: a random id the first leader of a
+// cluster commits (it is in every snapshot, so every member's data dir
+// keeps it), or "" on a node that has not applied it yet, such as a node
+// started with --join that no cluster has added.
+func (f *FSM) ClusterID() string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.cluster
+}
+
 // Members returns the known members sorted by node id.
 func (f *FSM) Members() []Member {
 	f.mu.RLock()
@@ -59,13 +69,11 @@ func appendMembers(b []byte, ms map[string]Member) []byte {
 	return b
 }
 
-// readMembers reads what appendMembers wrote: at least one member, in
-// increasing id order, so that a snapshot re-encodes to the same bytes.
+// readMembers reads what appendMembers wrote: members in increasing id
+// order, so that a snapshot re-encodes to the same bytes (an empty list
+// only when a cluster id follows; the caller checks).
 func readMembers(r *reader) map[string]Member {
 	n := r.count()
-	if r.err == nil && n == 0 {
-		r.fail("empty member list")
-	}
 	ms := make(map[string]Member, n)
 	last := ""
 	for i := 0; i < n && r.err == nil; i++ {
