@@ -44,6 +44,7 @@ func (s *Server) routes() http.Handler {
 		"/v1/cluster/join":     {http.MethodPost, s.handleJoin},
 		"/v1/cluster/remove":   {http.MethodPost, s.handleRemove},
 		"/v1/cluster/announce": {http.MethodPost, s.handleAnnounce},
+		"/v1/cluster/identity": {http.MethodGet, s.handleIdentity},
 		"/metrics": {http.MethodGet, func(w http.ResponseWriter, r *http.Request) *apiError {
 			metrics.ServeHTTP(w, r)
 			return nil

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,14 @@ type Config struct {
 	// MinTickInterval spaces the expiry timer's Tick proposals so that a
 	// burst of expiries costs a few log entries, not one per lease.
 	MinTickInterval time.Duration
+	// JoinCatchUp bounds how long a join waits for the new node, added as
+	// a non-voter, to catch up before it is promoted to voter; one that
+	// has not stays a non-voter (join it again to promote it).
+	JoinCatchUp time.Duration
+	// dialRaft checks that a raft address accepts connections before a
+	// join; nil is a TCP dial on raft's TCP transport and nothing on a
+	// Transport given here (tests set their own).
+	dialRaft func(ctx context.Context, addr string) error
 	// ClockCheckpoint: while any lease or waiter exists, the leader makes
 	// sure the log records cluster time at least this often (a Tick when
 	// nothing else was committed). A restart resumes from the last
@@ -79,6 +88,7 @@ func DefaultConfig() Config {
 		ApplyTimeout:       5 * time.Second,
 		MinTickInterval:    5 * time.Millisecond,
 		ClockCheckpoint:    time.Second,
+		JoinCatchUp:        10 * time.Second,
 	}
 }
 
@@ -108,6 +118,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.ApplyTimeout, d.ApplyTimeout)
 	setDur(&c.MinTickInterval, d.MinTickInterval)
 	setDur(&c.ClockCheckpoint, d.ClockCheckpoint)
+	setDur(&c.JoinCatchUp, d.JoinCatchUp)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}

@@ -37,6 +37,7 @@ type Server struct {
 	waiters *waitRegistry
 	clock   clock
 	handler http.Handler
+	change  membership // cluster.go: joins and removals
 
 	ready    atomic.Bool   // leader, caught up, orphans dropped
 	counting atomic.Bool   // count table events in metrics
