@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -116,20 +117,39 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		return server.Serve(ctx, ln, cfg, *grace)
 	}
 	// Ask the cluster to add this node while it serves; a node that is
-	// already a voter is simply confirmed.
+	// already a voter is simply confirmed. The leader checks this node's
+	// addresses first (it may not answer yet) and promotes it only once
+	// it has caught up: both are asked again until it is a voter.
 	jctx, cancel := context.WithCancel(ctx)
 	joined := make(chan struct{})
 	go func() {
 		defer close(joined)
 		c := newClusterClient(splitAddrs(*join))
 		body := map[string]string{"id": *id, "raft_addr": *raftAddr, "client_addr": client}
-		if err := c.call(jctx, "POST", "/v1/cluster/join", body, nil); err != nil {
-			if jctx.Err() == nil {
-				log.Error("joining the cluster failed", "join", *join, "err", err)
+		for {
+			var out joinReply
+			err := c.call(jctx, "POST", "/v1/cluster/join", body, &out)
+			var we *wireError
+			switch {
+			case err == nil && strings.EqualFold(out.Joined.Suffrage, "voter"):
+				log.Info("joined the cluster", "via", *join)
+				return
+			case err == nil:
+				log.Warn("joined as a non-voter; asking again to be promoted", "message", out.Message)
+			case errors.As(err, &we) && we.Code == "node_unreachable":
+				log.Warn("the leader cannot reach this node yet; asking again", "err", err)
+			default:
+				if jctx.Err() == nil {
+					log.Error("joining the cluster failed", "join", *join, "err", err)
+				}
+				return
 			}
-			return
+			select {
+			case <-jctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		}
-		log.Info("joined the cluster", "via", *join)
 	}()
 	err = server.Serve(ctx, ln, cfg, *grace)
 	cancel()
