@@ -478,7 +478,10 @@ func (s *Server) join(w http.ResponseWriter, r *http.Request, add bool) *apiErro
 		s.log.Info("added a non-voter", "id", req.ID, "raft", req.RaftAddr, "client", req.ClientAddr)
 	}
 	if e := s.recordMember(req); e != nil {
-		return e
+		// The node is in the configuration; only its client address and
+		// the promotion are missing: the same join sent again finishes.
+		return &apiError{Status: http.StatusServiceUnavailable, Code: codeChangeUnknown,
+			Message: fmt.Sprintf("%s is in the configuration as a non-voter, but recording its client address failed (%s); send the same join again", req.ID, e.Message)}
 	}
 	if !s.caughtUp(ctx, req) {
 		s.log.Warn("a joining node did not catch up; it stays a non-voter", "id", req.ID, "within", s.cfg.JoinCatchUp)
