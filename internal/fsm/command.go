@@ -23,14 +23,15 @@ const (
 	OpTick        Op = 8  // only Now
 	OpCancelWaits Op = 9  // Items{Key, Holder}
 	OpMember      Op = 10 // NodeID, RaftAddr, ClientAddr (both empty: forget the node)
-	opLimit       Op = 11
+	OpTokenFloor  Op = 11 // Token: raise the token counter to at least Token
+	opLimit       Op = 12
 )
 
 var opNames = [...]string{
 	OpAcquire: "acquire", OpWait: "wait", OpCancelWait: "cancel-wait",
 	OpRelease: "release", OpExtend: "extend", OpExtendBatch: "extend-batch",
 	OpRenew: "renew", OpTick: "tick", OpCancelWaits: "cancel-waits",
-	OpMember: "member",
+	OpMember: "member", OpTokenFloor: "token-floor",
 }
 
 func (o Op) String() string {
@@ -141,6 +142,8 @@ func Encode(c Command) ([]byte, error) {
 			b = binary.AppendUvarint(b, it.Token)
 		}
 	case OpTick:
+	case OpTokenFloor:
+		b = binary.AppendUvarint(b, c.Token)
 	case OpMember:
 		b = appendString(b, c.NodeID)
 		b = appendString(b, c.RaftAddr)
@@ -207,6 +210,8 @@ func Decode(data []byte) (Command, error) {
 			c.Items = append(c.Items, Item{Key: d.string(locktable.MaxKeyLen), Token: d.uvarint()})
 		}
 	case OpTick:
+	case OpTokenFloor:
+		c.Token = d.uvarint()
 	case OpMember:
 		c.NodeID = d.string(MaxNodeIDLen)
 		c.RaftAddr = d.string(MaxAddrLen)

@@ -168,6 +168,8 @@ func (f *FSM) apply(c Command) *Result {
 		t.Tick(now)
 	case OpMember:
 		f.applyMember(c)
+	case OpTokenFloor:
+		t.RaiseLastToken(c.Token)
 	default:
 		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}
