@@ -123,9 +123,11 @@ func Recover(dir string, opts RecoverOptions) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("recover: creating a new log: %w", err)
 		}
-		// Keep raft's term from going backwards.
-		term = max(term, snapTerm)
-		err = w.SetUint64([]byte("CurrentTerm"), term)
+		// Keep raft's term from going backwards. With no snapshot either
+		// there is no raft state left: the next start bootstraps.
+		if snap != nil {
+			err = w.SetUint64([]byte("CurrentTerm"), max(term, snapTerm))
+		}
 		err = errors.Join(err, w.Close())
 		if err != nil {
 			return nil, fmt.Errorf("recover: creating a new log: %w", err)
@@ -135,7 +137,7 @@ func Recover(dir string, opts RecoverOptions) ([]string, error) {
 			say("no snapshot and no log: every lease is lost; the node starts empty and bootstraps again")
 		}
 	}
-	if prev.Durable > end {
+	if keep && prev.Durable > end {
 		say("entries %d to %d had been written and are lost (a lost or torn tail); their leases are gone, their tokens are covered by the floor",
 			end+1, prev.Durable)
 	}
