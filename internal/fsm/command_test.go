@@ -24,6 +24,7 @@ var sampleCommands = []Command{
 	{Op: OpCancelWaits, Now: 8, Items: []Item{{Key: "a", Holder: "x"}, {Key: "b", Holder: "y"}}},
 	{Op: OpAcquire, Now: 0, Key: strings.Repeat("k", locktable.MaxKeyLen), Holder: strings.Repeat("h", locktable.MaxHolderLen), TTL: 1},
 	{Op: OpMember, RequestID: "m", Now: 9, NodeID: "n1", RaftAddr: "127.0.0.1:7471", ClientAddr: "127.0.0.1:7470"},
+	{Op: OpTokenFloor, Now: 10, Token: 1 << 50},
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
