@@ -141,7 +141,10 @@ func openStores(dir string, logger hclog.Logger) (_ *stores, err error) {
 	hasMeta := metaErr == nil
 	_, snapDirErr := os.Stat(snapDir)
 	hasSnapDir := snapDirErr == nil
+	_, walDirErr := os.Stat(walDir)
 	switch {
+	case hasState && prev.Durable > 0 && walDirErr != nil:
+		return nil, damage(dir, "wal", "the log directory is missing, but the log had entries up to index %d", prev.Durable)
 	case !hasMeta && len(segs) > 0:
 		return nil, damage(dir, filepath.Join("wal", walMetaFile), "missing while %d log segment file(s) exist", len(segs))
 	case hasState && prev.Durable > 0 && !hasMeta:

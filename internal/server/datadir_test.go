@@ -184,3 +184,18 @@ func TestLegacyDataDirStarts(t *testing.T) {
 		t.Fatalf("legacy state %+v, want CRCFrom %d", s, lastIdx+1)
 	}
 }
+
+func TestRecoverRefusesAFloorNearTheEnd(t *testing.T) {
+	if _, err := Recover(t.TempDir(), RecoverOptions{MinToken: MaxFloor + 1}); err == nil {
+		t.Fatal("a floor near the end of the token space was accepted")
+	}
+}
+
+func TestMissingWALDirRefused(t *testing.T) {
+	dir := t.TempDir()
+	ts := startServer(t, fastConfig(dir))
+	grantN(t, ts, "a", 2)
+	ts.stop()
+	os.RemoveAll(filepath.Join(dir, "wal"))
+	refusal(t, dir, filepath.Join(dir, "wal")+":")
+}

@@ -13,6 +13,10 @@ import (
 	"github.com/fencelock/fencelock/internal/fsm"
 )
 
+// MaxFloor is the largest token floor Recover accepts: far above any
+// token a real server issues, far below where the counter would wrap.
+const MaxFloor = 1 << 62
+
 // RecoverOptions tune Recover.
 type RecoverOptions struct {
 	// MinToken, when not 0, is a token at or above every token the node
@@ -35,6 +39,9 @@ type RecoverOptions struct {
 // Leases granted in dropped entries are lost; their tokens are not
 // reissued. A cluster node is better wiped and rejoined from its peers.
 func Recover(dir string, opts RecoverOptions) ([]string, error) {
+	if opts.MinToken > MaxFloor {
+		return nil, fmt.Errorf("recover: a minimum token of %d is above %d: tokens would run out", opts.MinToken, uint64(MaxFloor))
+	}
 	if opts.Now.IsZero() {
 		opts.Now = time.Now()
 	}
