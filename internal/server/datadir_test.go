@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -198,4 +199,54 @@ func TestMissingWALDirRefused(t *testing.T) {
 	ts.stop()
 	os.RemoveAll(filepath.Join(dir, "wal"))
 	refusal(t, dir, filepath.Join(dir, "wal")+":")
+}
+
+// A damaged newest snapshot refuses the start; recover sets it aside and
+// the next token is still above every token issued.
+func TestDamagedSnapshotRefusedAndRecovered(t *testing.T) {
+	dir := t.TempDir()
+	cfg := fastConfig(dir)
+	cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 16, 4, 5*time.Millisecond
+	ts := startServer(t, cfg)
+	var last uint64
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		last = grantN(t, ts, fmt.Sprintf("a%d", last), 20)
+		if snaps, _ := os.ReadDir(filepath.Join(dir, "snapshots")); len(snaps) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no two snapshots")
+		}
+	}
+	ts.stop()
+	fss, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := fss.List()
+	if err != nil || len(list) < 2 {
+		t.Fatalf("snapshots %v %v", list, err)
+	}
+	newest := list[0].ID
+	state := filepath.Join(dir, "snapshots", newest, "state.bin")
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	os.WriteFile(state, b, 0o600)
+	refusal(t, dir, filepath.Join("snapshots", newest))
+	did, err := Recover(dir, RecoverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recover:\n%s", strings.Join(did, "\n"))
+	if !strings.Contains(strings.Join(did, "\n"), "snapshot "+newest+" is damaged") {
+		t.Fatalf("recover said %q", did)
+	}
+	ts = startServer(t, cfg)
+	if tok := grantN(t, ts, "b", 1); tok <= last {
+		t.Fatalf("token after recover %d, not above %d", tok, last)
+	}
 }
