@@ -174,8 +174,10 @@ func (sf *stateFile) get() dirState {
 }
 
 // update changes the record and writes it to the other slot; with sync it
-// is on disk when update returns. A failed write is sticky: later calls
-// return it, and the record in memory is what was last written.
+// is on disk when update returns. A failed write leaves the record as it
+// was; a failed fsync is sticky (after one, the kernel may have dropped
+// the unwritten pages and a later fsync would succeed without them):
+// later calls return it.
 func (sf *stateFile) update(change func(*dirState), sync bool) error {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
@@ -187,8 +189,10 @@ func (sf *stateFile) update(change func(*dirState), sync bool) error {
 	if next != sf.cur || sf.seq == 0 {
 		slot := 1 - sf.slot
 		if _, err := sf.f.WriteAt(encodeStateSlot(sf.seq+1, next), int64(slot*stateSlotLen)); err != nil {
-			sf.err = fmt.Errorf("writing %s: %w", sf.path, err)
-			return sf.err
+			// The other slot still holds the last record: a later
+			// update may succeed (the file is overwritten in place, so
+			// a full disk does not stop it).
+			return fmt.Errorf("writing %s: %w", sf.path, err)
 		}
 		sf.seq++
 		sf.slot, sf.cur, sf.dirty = slot, next, true
