@@ -24,14 +24,15 @@ const (
 	OpCancelWaits Op = 9  // Items{Key, Holder}
 	OpMember      Op = 10 // NodeID, RaftAddr, ClientAddr (both empty: forget the node)
 	OpClusterID   Op = 11 // ClusterID (set once; later ones change nothing)
-	opLimit       Op = 12
+	OpTokenFloor  Op = 12 // Token: raise the token counter to at least Token
+	opLimit       Op = 13
 )
 
 var opNames = [...]string{
 	OpAcquire: "acquire", OpWait: "wait", OpCancelWait: "cancel-wait",
 	OpRelease: "release", OpExtend: "extend", OpExtendBatch: "extend-batch",
 	OpRenew: "renew", OpTick: "tick", OpCancelWaits: "cancel-waits",
-	OpMember: "member", OpClusterID: "cluster-id",
+	OpMember: "member", OpClusterID: "cluster-id", OpTokenFloor: "token-floor",
 }
 
 func (o Op) String() string {
@@ -149,6 +150,8 @@ func Encode(c Command) ([]byte, error) {
 			b = binary.AppendUvarint(b, it.Token)
 		}
 	case OpTick:
+	case OpTokenFloor:
+		b = binary.AppendUvarint(b, c.Token)
 	case OpMember:
 		b = appendString(b, c.NodeID)
 		b = appendString(b, c.RaftAddr)
@@ -217,6 +220,8 @@ func Decode(data []byte) (Command, error) {
 			c.Items = append(c.Items, Item{Key: d.string(locktable.MaxKeyLen), Token: d.uvarint()})
 		}
 	case OpTick:
+	case OpTokenFloor:
+		c.Token = d.uvarint()
 	case OpMember:
 		c.NodeID = d.string(MaxNodeIDLen)
 		c.RaftAddr = d.string(MaxAddrLen)

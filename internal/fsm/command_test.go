@@ -25,6 +25,7 @@ var sampleCommands = []Command{
 	{Op: OpAcquire, Now: 0, Key: strings.Repeat("k", locktable.MaxKeyLen), Holder: strings.Repeat("h", locktable.MaxHolderLen), TTL: 1},
 	{Op: OpMember, RequestID: "m", Now: 9, NodeID: "n1", RaftAddr: "127.0.0.1:7471", ClientAddr: "127.0.0.1:7470"},
 	{Op: OpClusterID, Now: 10, ClusterID: "7f3a9c"},
+	{Op: OpTokenFloor, Now: 11, Token: 1 << 50},
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {

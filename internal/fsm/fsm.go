@@ -173,6 +173,8 @@ func (f *FSM) apply(c Command) *Result {
 		if f.cluster == "" {
 			f.cluster = c.ClusterID
 		}
+	case OpTokenFloor:
+		t.RaiseLastToken(c.Token)
 	default:
 		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}

@@ -8,13 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	wal "github.com/hashicorp/raft-wal"
 )
 
 // Config configures a Server. The zero value plus a DataDir is a durable
@@ -140,6 +138,8 @@ type node struct {
 	raft    *raft.Raft
 	addr    raft.ServerAddress // this node's raft address
 	closers []io.Closer
+	state   *stateFile // nil without a data dir
+	floor   *floorFSM  // nil without a data dir
 }
 
 // openNode opens the stores, bootstraps a configuration when there is no
@@ -187,26 +187,23 @@ func openNode(cfg Config, f raft.FSM) (*node, error) {
 			return nil, err
 		}
 		n.closers = append(n.closers, closerFunc(unlock))
-		walDir := filepath.Join(cfg.DataDir, "wal")
-		if err := os.MkdirAll(walDir, 0o700); err != nil {
-			n.close()
-			return nil, fmt.Errorf("server: data dir: %w", err)
-		}
-		// raft-wal appends and fsyncs once per batch of entries; segments
-		// whose entries are all covered by a snapshot are deleted.
-		w, err := wal.Open(walDir, wal.WithLogger(rc.Logger), wal.WithSegmentSize(walSegmentSize))
+		// The stores are verified before raft reads them (datadir.go):
+		// damage refuses to start instead of losing or reissuing tokens.
+		st, err := openStores(cfg.DataDir, rc.Logger)
 		if err != nil {
 			n.close()
-			return nil, fmt.Errorf("server: opening the log in %s: %w", walDir, err)
+			return nil, err
 		}
-		n.closers = append(n.closers, w)
-		logs, stable = w, w
-		fss, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, rc.Logger)
-		if err != nil {
+		n.closers = append(n.closers, closerFunc(st.close))
+		logs, stable, snaps = st.logs, st.stable, st.snaps
+		n.state = st.state
+		ff, ok := newFloorFSM(f, st.state)
+		if !ok {
 			n.close()
-			return nil, fmt.Errorf("server: snapshot store: %w", err)
+			return nil, fmt.Errorf("server: the state machine %T does not report its last token", f)
 		}
-		snaps = fss
+		f, n.floor = ff, ff
+		n.closers = append(n.closers, startCheckpointer(st.state, time.Second))
 	}
 
 	var trans raft.Transport

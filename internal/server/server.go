@@ -237,6 +237,11 @@ func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
+	if err := s.node.durableErr(); err != nil {
+		// The entry is committed but this node could not record the
+		// token floor that covers it: do not answer it as a grant.
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	s.metrics.commit.WithLabelValues(cmd.Op.String()).Observe(time.Since(start).Seconds())
 	res, ok := f.Response().(*fsm.Result)
 	if !ok {
@@ -330,6 +335,9 @@ func (s *Server) takeOver(ctx context.Context) bool {
 		}
 	}
 	s.clock.resume(s.fsm.Now())
+	if !s.raisePendingFloor(ctx) {
+		return false
+	}
 	for {
 		err := s.recordSelf()
 		if err == nil {

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+)
+
+// tokenBlock is how many tokens one reservation covers: one fsync of the
+// state file per tokenBlock grants.
+const tokenBlock = 1024
+
+// floorFSM keeps the state file's token ceiling at or above every token
+// the state machine has applied. It raises the ceiling (fsynced) inside
+// Apply, before the entry's result reaches the proposer, so no token is
+// ever answered that the ceiling does not cover; followers reserve the
+// same way as they apply. It changes nothing the state machine computes.
+type floorFSM struct {
+	raft.FSM
+	tokens  interface{ LastToken() uint64 }
+	state   *stateFile
+	ceiling atomic.Uint64
+	failed  atomic.Pointer[error]
+}
+
+func newFloorFSM(f raft.FSM, state *stateFile) (*floorFSM, bool) {
+	tokens, ok := f.(interface{ LastToken() uint64 })
+	if !ok {
+		return nil, false
+	}
+	ff := &floorFSM{FSM: f, tokens: tokens, state: state}
+	ff.ceiling.Store(state.get().Ceiling)
+	return ff, true
+}
+
+func (f *floorFSM) Apply(l *raft.Log) any {
+	r := f.FSM.Apply(l)
+	f.reserve()
+	return r
+}
+
+func (f *floorFSM) Restore(rc io.ReadCloser) error {
+	err := f.FSM.Restore(rc)
+	f.reserve()
+	return err
+}
+
+func (f *floorFSM) reserve() {
+	last := f.tokens.LastToken()
+	if last <= f.ceiling.Load() {
+		return
+	}
+	next := last + tokenBlock
+	if err := f.state.update(func(s *dirState) { s.Ceiling = max(s.Ceiling, next) }, true); err != nil {
+		f.failed.CompareAndSwap(nil, &err)
+		return
+	}
+	f.ceiling.Store(next)
+}
+
+// err is the first failure to reserve tokens, after which the node must
+// not answer grants: the tokens it applied may not be covered.
+func (f *floorFSM) err() error {
+	if p := f.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// checkpointer syncs the state file about once a second, so that the
+// watermark of durably written entries survives a power loss.
+type checkpointer struct {
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func startCheckpointer(state *stateFile, every time.Duration) *checkpointer {
+	c := &checkpointer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-t.C:
+				state.sync() // a failure is sticky: the next reservation reports it
+			}
+		}
+	}()
+	return c
+}
+
+func (c *checkpointer) Close() error {
+	c.once.Do(func() { close(c.stop) })
+	<-c.done
+	return nil
+}
+
+// errFloor wraps a reservation failure for the proposer.
+var errFloor = errors.New("the token floor could not be recorded")
+
+// raisePendingFloor commits the token floor that `fencelock recover` left
+// in the state file, before the new leader serves any grant, and clears
+// it once applied. It returns false when ctx ended first.
+func (s *Server) raisePendingFloor(ctx context.Context) bool {
+	if s.node.state == nil {
+		return true
+	}
+	for {
+		floor := s.node.state.get().PendingFloor
+		if floor == 0 {
+			return true
+		}
+		_, err := s.propose(fsm.Command{Op: fsm.OpTokenFloor, Token: floor})
+		if err == nil {
+			err = s.node.state.update(func(st *dirState) {
+				if st.PendingFloor == floor {
+					st.PendingFloor = 0
+				}
+			}, true)
+		}
+		if err == nil {
+			s.log.Warn("raised the token counter to the floor recorded by fencelock recover",
+				"floor", floor, "last_token", s.fsm.LastToken())
+			return true
+		}
+		s.log.Warn("raising the token floor failed", "floor", floor, "err", err)
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
+}
+
+// durableErr is non-nil once this node could not record its token floor.
+func (n *node) durableErr() error {
+	if n.floor == nil {
+		return nil
+	}
+	if err := n.floor.err(); err != nil {
+		return fmt.Errorf("%w: %v", errFloor, err)
+	}
+	return nil
+}
