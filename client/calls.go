@@ -88,11 +88,18 @@ func (c *Client) Renew(ctx context.Context, key, holder string, ttl time.Duratio
 // keeping the token. It matches ErrNotHeld when that pair is not the key's
 // live grant (it expired, was released, or was superseded).
 func (c *Client) Extend(ctx context.Context, key, holder string, token uint64, ttl time.Duration) (Lock, error) {
-	return c.extend(ctx, key, holder, token, ttl, false)
+	return c.extend(ctx, call{}, key, holder, token, ttl)
 }
 
-func (c *Client) extend(ctx context.Context, key, holder string, token uint64, ttl time.Duration, once bool) (Lock, error) {
-	body := struct {
+// extendAt is one extension sent to addr alone, under a request id of its
+// own: the lease handle's keep-alive chooses the address, and dates what
+// the answer confirms from when this very request was sent.
+func (c *Client) extendAt(ctx context.Context, addr, key, holder string, token uint64, ttl time.Duration) (Lock, error) {
+	return c.extend(ctx, call{at: addr}, key, holder, token, ttl)
+}
+
+func (c *Client) extend(ctx context.Context, cl call, key, holder string, token uint64, ttl time.Duration) (Lock, error) {
+	cl.body = struct {
 		Key       string `json:"key"`
 		Holder    string `json:"holder"`
 		Token     uint64 `json:"token"`
@@ -100,7 +107,8 @@ func (c *Client) extend(ctx context.Context, key, holder string, token uint64, t
 		RequestID string `json:"request_id"`
 	}{key, holder, token, ms(ttl), newRequestID()}
 	var out Lock
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/extend", body: body, out: &out, once: once})
+	cl.method, cl.path, cl.out = http.MethodPost, "/v1/extend", &out
+	err := c.do(ctx, cl)
 	return out, err
 }
 

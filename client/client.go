@@ -165,6 +165,13 @@ func (c *Client) prefer(addr string) {
 	c.cur = len(c.addrs) - 1
 }
 
+// size returns how many addresses the client knows.
+func (c *Client) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.addrs)
+}
+
 // newRequestID names one logical write so that its retries are applied once.
 func newRequestID() string {
 	var b [12]byte
@@ -179,7 +186,7 @@ type call struct {
 	query  url.Values
 	body   any
 	out    any
-	once   bool // no retries (the caller has its own retry loop)
+	at     string // one attempt at exactly this address: no retries, no redirects
 }
 
 // do runs a call with failover and retries. It returns nil, an *APIError, an
@@ -191,6 +198,9 @@ func (c *Client) do(ctx context.Context, cl call) error {
 		if body, err = json.Marshal(cl.body); err != nil {
 			return fmt.Errorf("fencelock: encoding request: %w", err)
 		}
+	}
+	if cl.at != "" {
+		return c.once(ctx, cl.at, cl, body)
 	}
 	var lastErr error
 	backoff := c.backoff
@@ -221,9 +231,6 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return err // an answer: retrying would get the same one
 		}
 		lastErr = err
-		if cl.once {
-			return lastErr
-		}
 		next++
 		// Try every address once before backing off; the budget counts
 		// back-offs, so a cluster with a dead node and an election in

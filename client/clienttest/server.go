@@ -23,6 +23,8 @@ type Server struct {
 	Addr  string // host:port
 	srv   *httptest.Server
 	clock client.Clock
+	stop  chan struct{} // closed by Close: hung requests end
+	once  sync.Once
 
 	mu        sync.Mutex
 	locks     map[string]*entry
@@ -51,7 +53,7 @@ type waiter struct {
 
 // NewServer starts a fake server on 127.0.0.1. Close it when done.
 func NewServer(clock client.Clock) *Server {
-	s := &Server{clock: clock, locks: map[string]*entry{}, counts: map[string]int{}, faults: map[string]string{}}
+	s := &Server{clock: clock, stop: make(chan struct{}), locks: map[string]*entry{}, counts: map[string]int{}, faults: map[string]string{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
 	s.Addr = strings.TrimPrefix(s.URL, "http://")
@@ -59,9 +61,13 @@ func NewServer(clock client.Clock) *Server {
 }
 
 // Close stops the server, cutting off requests still waiting in a queue.
+// Calls after the first do nothing.
 func (s *Server) Close() {
-	s.srv.CloseClientConnections()
-	s.srv.Close()
+	s.once.Do(func() {
+		close(s.stop)
+		s.srv.CloseClientConnections()
+		s.srv.Close()
+	})
 }
 
 // Count returns how many requests reached route ("acquire", "extend", …).
@@ -73,8 +79,9 @@ func (s *Server) Count(route string) int {
 
 // Fail makes every later request to route answer the wire error code
 // ("not_held", "unavailable", …), or, with code "drop", close the connection
-// without an answer (the client sees the server as unreachable). An empty
-// code heals the route.
+// without an answer (the client sees the server as unreachable), or, with
+// code "hang", never answer until the client gives up or the server closes
+// (a frozen node). An empty code heals the route.
 func (s *Server) Fail(route, code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -154,6 +161,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch fault {
 	case "":
+	case "hang":
+		select {
+		case <-r.Context().Done():
+		case <-s.stop:
+		}
+		return
 	case "drop":
 		if hj, ok := w.(http.Hijacker); ok {
 			if conn, _, err := hj.Hijack(); err == nil {
