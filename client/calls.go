@@ -65,7 +65,7 @@ func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.D
 		RequestID string `json:"request_id"`
 	}{key, holder, ms(ttl), ms(wait), newRequestID()}
 	var out Lock
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/acquire", body: body, out: &out})
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/acquire", body: body, out: &out, watch: wait > 0})
 	return out, err
 }
 

@@ -33,6 +33,7 @@ type Client struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	framed     bool
+	waitCheck  time.Duration
 
 	mu    sync.Mutex
 	addrs []string // base URLs, no trailing slash
@@ -71,6 +72,20 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 // most once.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
+// WithWaitCheck sets how often a waiting acquire asks the node it waits on
+// whether it still leads, and how long that node has to answer (default
+// 1s). A node that does not answer in time or no longer leads is left, and
+// the wait goes on at the new leader with the same request id: in the
+// same queue place, and never granted twice. A wait moves within about two
+// of these intervals after its node froze or was cut off.
+func WithWaitCheck(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.waitCheck = d
+		}
+	}
+}
+
 // WithBackoff sets the first back-off between retries and its cap (default
 // 50ms and 1s). Each wait is drawn uniformly from [d/2, d).
 func WithBackoff(first, limit time.Duration) Option {
@@ -88,6 +103,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		backoff:    50 * time.Millisecond,
 		maxBackoff: time.Second,
 		framed:     true,
+		waitCheck:  time.Second,
 		frames:     framing.Pool{DialTimeout: dialTimeout},
 	}
 	for _, a := range addrs {
@@ -187,6 +203,9 @@ type call struct {
 	body   any
 	out    any
 	at     string // one attempt at exactly this address: no retries, no redirects
+	// watch: a wait that may last long; while it is out, the node it went
+	// to is asked whether it still leads (see watched).
+	watch bool
 }
 
 // do runs a call with failover and retries. It returns nil, an *APIError, an
@@ -208,7 +227,12 @@ func (c *Client) do(ctx context.Context, cl call) error {
 	backoffs := 0
 	for next := 0; ; {
 		addr := c.pick(next)
-		err := c.once(ctx, addr, cl, body)
+		var err error
+		if cl.watch {
+			err = c.watched(ctx, addr, cl, body)
+		} else {
+			err = c.once(ctx, addr, cl, body)
+		}
 		if err == nil {
 			c.prefer(addr)
 			return nil
@@ -247,6 +271,45 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			backoff = min(2*backoff, c.maxBackoff)
 		}
 	}
+}
+
+// watched sends a waiting call to addr and, while it waits, asks addr every
+// waitCheck whether it still leads (GET /readyz, bounded by waitCheck
+// too). A node that is frozen, cut off or no longer the leader cannot grant
+// the wait, and a frozen one cannot even say so: its call is abandoned
+// with ErrUnreachable, and do sends the same request (same request_id) to
+// the next node, whose queue already holds this holder's place.
+func (c *Client) watched(ctx context.Context, addr string, cl call, body []byte) error {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		for {
+			if !sleep(c.clock, c.waitCheck, stopped) {
+				return
+			}
+			pctx, pcancel := context.WithCancelCause(actx)
+			t := c.clock.AfterFunc(c.waitCheck, func() { pcancel(errors.New("no answer")) })
+			err := c.once(pctx, addr, call{method: http.MethodGet, path: "/readyz"}, nil)
+			t.Stop()
+			pcancel(nil)
+			select {
+			case <-stopped:
+				return
+			default:
+			}
+			if err != nil && actx.Err() == nil {
+				cancel(fmt.Errorf("%w: %s stopped leading or answering while we waited: %v", ErrUnreachable, addr, err))
+				return
+			}
+		}
+	}()
+	err := c.once(actx, addr, cl, body)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		return context.Cause(actx)
+	}
+	return err
 }
 
 // gaveUp is the error of a call whose ctx ended while it retried: the

@@ -134,3 +134,82 @@ func TestLeaseLostWhenNoNodeConfirms(t *testing.T) {
 		t.Fatalf("extends tried: a %d, b %d; want every node tried", a.Count("extend"), b.Count("extend"))
 	}
 }
+
+// TestAcquireWaitMovesOffAStuckNode: a waiting acquire is queued on a node
+// that then freezes (answers nothing) or stops leading (answers not_leader
+// to the check). The client notices through its periodic check and sends
+// the same request, same request_id, to the other node, which grants it.
+func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
+	for _, fault := range []string{"frozen", "deposed"} {
+		t.Run(fault, func(t *testing.T) {
+			leakCheck(t)
+			clk := clienttest.NewClock()
+			a, b := clienttest.NewServer(clk), clienttest.NewServer(clk)
+			c, err := client.New([]string{a.Addr, b.Addr}, client.WithClock(clk), client.WithWaitCheck(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca, err := client.New([]string{a.Addr}, client.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close(); ca.Close(); a.Close(); b.Close() })
+			ctx := context.Background()
+			if _, err := ca.Grant(ctx, "k", "x", time.Hour, 0); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				l   *client.Lease
+				err error
+			}
+			got := make(chan result, 1)
+			go func() {
+				l, err := c.Acquire(ctx, "k", client.WithTTL(ttl), client.WithHolder("w"))
+				got <- result{l, err}
+			}()
+			waitFor(t, "the wait to queue on a", func() bool { return len(a.Waiters("k")) == 1 })
+			// A healthy node is checked and kept. Timers at rest: x's
+			// expiry and the wait's bound on a, and the check's sleep.
+			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 3 })
+			clk.Advance(time.Second)
+			waitFor(t, "the first check", func() bool { return a.Count("readyz") == 1 })
+			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 3 })
+			if len(a.Waiters("k")) != 1 || b.Count("acquire") != 0 {
+				t.Fatal("the wait left a node that answered its check")
+			}
+			switch fault {
+			case "frozen":
+				a.Fail("readyz", "hang")
+			case "deposed":
+				a.Fail("readyz", "not_leader")
+			}
+			clk.Advance(time.Second)
+			waitFor(t, "the second check", func() bool { return a.Count("readyz") == 2 })
+			if fault == "frozen" {
+				waitFor(t, "the check's timeout", func() bool { return clk.Pending() == 3 })
+				clk.Advance(time.Second)
+			}
+			var r result
+			select {
+			case r = <-got:
+			case <-time.After(10 * time.Second): // a bound on a hang, not a timing
+				t.Fatal("the wait is still stuck on a")
+			}
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			t.Cleanup(func() { _ = r.l.Release(context.Background()) })
+			if r.l.Holder() != "w" || r.l.Token() != 1 {
+				t.Fatalf("granted %q token %d; want w with b's token 1", r.l.Holder(), r.l.Token())
+			}
+			if h, tok, ok := b.Holder("k"); !ok || h != "w" || tok != 1 {
+				t.Fatalf("b: %q %d %v", h, tok, ok)
+			}
+			ia, ib := a.RequestIDs("acquire")[1:], b.RequestIDs("acquire") // a's first is x's grant
+			if len(ia) != 1 || len(ib) != 1 || ia[0] != ib[0] {
+				t.Fatalf("request ids: a %v, b %v; want the same one re-sent", ia, ib)
+			}
+			waitFor(t, "a's queue to empty", func() bool { return len(a.Waiters("k")) == 0 })
+		})
+	}
+}

@@ -30,6 +30,7 @@ type Server struct {
 	locks     map[string]*entry
 	last      uint64
 	counts    map[string]int
+	ids       map[string][]string // route -> request ids, in arrival order
 	faults    map[string]string // route -> wire code to answer, or "drop"
 	notLeader *string
 }
@@ -53,7 +54,7 @@ type waiter struct {
 
 // NewServer starts a fake server on 127.0.0.1. Close it when done.
 func NewServer(clock client.Clock) *Server {
-	s := &Server{clock: clock, stop: make(chan struct{}), locks: map[string]*entry{}, counts: map[string]int{}, faults: map[string]string{}}
+	s := &Server{clock: clock, stop: make(chan struct{}), locks: map[string]*entry{}, counts: map[string]int{}, ids: map[string][]string{}, faults: map[string]string{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
 	s.Addr = strings.TrimPrefix(s.URL, "http://")
@@ -75,6 +76,14 @@ func (s *Server) Count(route string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.counts[route]
+}
+
+// RequestIDs returns the request_id of every write that reached route, in
+// the order they arrived.
+func (s *Server) RequestIDs(route string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.ids[route]...)
 }
 
 // Fail makes every later request to route answer the wire error code
@@ -150,7 +159,7 @@ func reply(w http.ResponseWriter, status int, v any) {
 func fail(w http.ResponseWriter, e wireErr) { reply(w, codeStatus[e.Code], e) }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	route := strings.TrimPrefix(r.URL.Path, "/v1/")
+	route := strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/v1/"), "/")
 	s.mu.Lock()
 	s.counts[route]++
 	fault, nl := s.faults[route], s.notLeader
@@ -181,16 +190,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	want := http.MethodPost
-	if route == "check" || route == "lock" || route == "locks" {
+	if route == "check" || route == "lock" || route == "locks" || route == "readyz" {
 		want = http.MethodGet
 	}
 	handlers := map[string]func(http.ResponseWriter, *http.Request){
 		"acquire": s.acquire, "renew": s.renew, "extend": s.extend, "extend-batch": s.extendBatch,
 		"release": s.release, "check": s.check, "lock": s.get, "locks": s.list,
+		"readyz": func(w http.ResponseWriter, _ *http.Request) { reply(w, 200, map[string]string{"status": "ready"}) },
 	}
 	h, ok := handlers[route]
 	switch {
-	case !ok || !strings.HasPrefix(r.URL.Path, "/v1/"):
+	case !ok || !strings.HasPrefix(r.URL.Path, "/v1/") && route != "readyz":
 		fail(w, wireErr{Error: "no such route", Code: "not_found"})
 	case r.Method != want:
 		fail(w, wireErr{Error: "use " + want, Code: "method_not_allowed"})
@@ -214,13 +224,19 @@ type request struct {
 
 // decode reads and validates a write's body; needKey/needTTL say which
 // fields the call requires.
-func decode(w http.ResponseWriter, r *http.Request, needKey, needTTL bool) (request, bool) {
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, needKey, needTTL bool) (request, bool) {
 	var req request
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		fail(w, wireErr{Error: "bad JSON: " + err.Error(), Code: "invalid_argument", Field: "body"})
 		return req, false
+	}
+	if req.RequestID != "" {
+		route := strings.TrimPrefix(r.URL.Path, "/v1/")
+		s.mu.Lock()
+		s.ids[route] = append(s.ids[route], req.RequestID)
+		s.mu.Unlock()
 	}
 	bad := func(field, msg string) (request, bool) {
 		fail(w, wireErr{Error: msg, Code: "invalid_argument", Field: field})
@@ -288,7 +304,7 @@ func (s *Server) held(w http.ResponseWriter, e *entry, now time.Time) {
 }
 
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, true, true)
+	req, ok := s.decode(w, r, true, true)
 	if !ok {
 		return
 	}
@@ -346,7 +362,7 @@ func (s *Server) leave(e *entry, wt *waiter) (client.Lock, bool) {
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, true, true)
+	req, ok := s.decode(w, r, true, true)
 	if !ok {
 		return
 	}
@@ -378,7 +394,7 @@ func (s *Server) extendLocked(key, holder string, token uint64, ttl time.Duratio
 }
 
 func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, true, true)
+	req, ok := s.decode(w, r, true, true)
 	if !ok {
 		return
 	}
@@ -393,7 +409,7 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) extendBatch(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, false, true)
+	req, ok := s.decode(w, r, false, true)
 	if !ok {
 		return
 	}
@@ -423,7 +439,7 @@ func (s *Server) extendBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, true, false)
+	req, ok := s.decode(w, r, true, false)
 	if !ok {
 		return
 	}
