@@ -31,7 +31,7 @@ type Server struct {
 	last      uint64
 	counts    map[string]int
 	ids       map[string][]string // route -> request ids, in arrival order
-	faults    map[string]string // route -> wire code to answer, or "drop"
+	faults    map[string]string   // route -> wire code to answer, or "drop"
 	notLeader *string
 }
 
