@@ -58,7 +58,7 @@ type FSM struct {
 	seen    map[string]*remembered // see dedupe.go
 	order   []*remembered
 	waits   map[string]*remembered // queued waits by waitKey, a view of seen
-	members map[string]Member // see members.go
+	members map[string]Member      // see members.go
 }
 
 var _ raft.FSM = (*FSM)(nil)
