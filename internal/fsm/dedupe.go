@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -153,6 +154,22 @@ func (f *FSM) waitEnded(ev locktable.Event) {
 func (f *FSM) claimedWait(c Command) bool {
 	m, ok := f.seen[requestKey(c)]
 	return ok && m.op == OpWait && m.claimed && m.res.Lease.Token == c.Token
+}
+
+// UnclaimedWaitGrant returns the request id of the wait that was handed
+// token on key for holder, if no re-sent wait has been answered with it
+// yet: a release naming that id releases it only while that holds.
+func (f *FSM) UnclaimedWaitGrant(key, holder string, token uint64) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	prefix := holder + "\x00" + key + "\x00"
+	for _, m := range f.order {
+		if m.op == OpWait && m.res.Granted && !m.claimed && m.res.Lease.Token == token &&
+			m.res.Lease.Key == key && m.res.Lease.Holder == holder && strings.HasPrefix(m.id, prefix) {
+			return m.id[len(prefix):], true
+		}
+	}
+	return "", false
 }
 
 func isInputError(err error) bool {
