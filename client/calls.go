@@ -54,6 +54,13 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 //
 // Grant does not keep the lease alive; Acquire and TryAcquire do.
 func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
+	return c.grant(ctx, key, holder, ttl, wait, newRequestID())
+}
+
+// grant is Grant under the given request id: a wait re-sent under the id
+// it was queued with keeps its place, and is answered with the grant it
+// got meanwhile rather than renewed.
+func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.Duration, id string) (Lock, error) {
 	if wait < 0 {
 		return Lock{}, invalidf("wait_ms", "wait must not be negative")
 	}
@@ -63,7 +70,7 @@ func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.D
 		TTLMS     int64  `json:"ttl_ms"`
 		WaitMS    int64  `json:"wait_ms,omitempty"`
 		RequestID string `json:"request_id"`
-	}{key, holder, ms(ttl), ms(wait), newRequestID()}
+	}{key, holder, ms(ttl), ms(wait), id}
 	var out Lock
 	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/acquire", body: body, out: &out, watch: wait > 0})
 	return out, err
