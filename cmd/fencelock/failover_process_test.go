@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -140,4 +141,89 @@ func TestFailoverProcessLeaseRidesThroughKill9OfLeader(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// metricValue is the value of the first line of addr's /metrics that
+// starts with series followed by a space; -1 if none.
+func metricValue(t *testing.T, addr, series string) float64 {
+	for _, line := range strings.Split(metricsText(t, addr), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+// TestFailoverProcessWaitersMoveOffAFrozenLeader: waiting acquires queued
+// on the leader, which is then frozen with SIGSTOP. Each waiter notices
+// (its check of the node goes unanswered), re-sends the same wait to the
+// new leader, and keeps its queue place: released one after another
+// through the new leader, they are granted in the order they queued, each
+// exactly once, and no other token is issued.
+func TestFailoverProcessWaitersMoveOffAFrozenLeader(t *testing.T) {
+	c := startPCluster(t)
+	ctx := context.Background()
+	if r, ok := c.do(nil, "POST", "/v1/acquire", `{"key":"fo/w","holder":"x","ttl_ms":60000,"request_id":"x1"}`); !ok || token(r) != 1 {
+		t.Fatalf("x's grant: %v %v", r, ok)
+	}
+	old := c.waitLeader()
+	type result struct {
+		i   int
+		l   *client.Lease
+		err error
+	}
+	const n = 4
+	got := make(chan result, n)
+	for i := range n {
+		cl, err := client.New(c.clientAddrs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		go func() {
+			l, err := cl.Acquire(ctx, "fo/w", client.WithTTL(10*time.Second), client.WithHolder(fmt.Sprintf("w%d", i)))
+			got <- result{i, l, err}
+		}()
+		// Queued (committed) before the next one asks: that is the FIFO.
+		poll(t, fmt.Sprintf("w%d's wait to commit", i), func() bool {
+			return metricValue(t, old.client, `fencelock_commit_seconds_count{op="wait"}`) == float64(i+1)
+		})
+	}
+	old.p.cmd.Process.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { old.p.cmd.Process.Signal(syscall.SIGCONT) })
+	var next *pnode
+	poll(t, "a new leader", func() bool { next = c.waitLeader(); return next != old })
+	poll(t, "every waiter to re-send its wait to the new leader", func() bool {
+		return metricValue(t, next.client, "fencelock_waiters") == n
+	})
+	r := mustCall(t, next.client, "POST", "/v1/release", `{"key":"fo/w","holder":"x","request_id":"x2"}`)
+	if r.body["released"] != true {
+		t.Fatalf("release of x through the new leader: %v", r.body)
+	}
+	want := uint64(2)
+	for i := range n {
+		var res result
+		select {
+		case res = <-got:
+		case <-time.After(30 * time.Second): // a bound on a hang, not a timing
+			t.Fatalf("w%d was never granted", i)
+		}
+		if res.err != nil || res.i != i || res.l.Token() != want {
+			t.Fatalf("grant %d: w%d, %v, %v; want w%d with token %d", i, res.i, res.l, res.err, i, want)
+		}
+		if g := mustCall(t, next.client, "GET", "/v1/lock?key=fo/w", ""); g.body["holder"] != fmt.Sprintf("w%d", i) || token(g) != want {
+			t.Fatalf("the new leader has %v; want w%d with token %d", g.body, i, want)
+		}
+		if err := res.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want++
+	}
+	if last := metricValue(t, next.client, "fencelock_last_token"); last != float64(want-1) {
+		t.Fatalf("last token %v; want %d: one grant for x and one per waiter", last, want-1)
+	}
+	old.p.cmd.Process.Signal(syscall.SIGCONT)
 }
