@@ -73,8 +73,8 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
 // WithWaitCheck sets how often a waiting acquire asks the node it waits on
-// whether it still leads, and how long that node has to answer (default
-// 1s). A node that does not answer in time or no longer leads is left, and
+// whether it still answers, and how long that node has to answer (default
+// 1s). A node that does not answer in time is left, and
 // the wait goes on at the new leader with the same request id: in the
 // same queue place, and never granted twice. A wait moves within about two
 // of these intervals after its node froze or was cut off.
@@ -273,12 +273,14 @@ func (c *Client) do(ctx context.Context, cl call) error {
 	}
 }
 
-// watched sends a waiting call to addr and, while it waits, asks addr every
-// waitCheck whether it still leads (GET /readyz, bounded by waitCheck
-// too). A node that is frozen, cut off or no longer the leader cannot grant
-// the wait, and a frozen one cannot even say so: its call is abandoned
+// watched sends a waiting call to addr and, while it waits, asks addr
+// every waitCheck whether it still answers at all (GET /healthz, bounded by
+// waitCheck too: cheap, no quorum round). A node that is frozen or cut off
+// cannot grant the wait nor say that it will not: its call is abandoned
 // with ErrUnreachable, and do sends the same request (same request_id) to
-// the next node, whose queue already holds this holder's place.
+// the next node, whose queue already holds this holder's place. A node that
+// answers but stops leading says so itself: it answers its waits
+// not_leader, naming the new leader.
 func (c *Client) watched(ctx context.Context, addr string, cl call, body []byte) error {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -291,7 +293,7 @@ func (c *Client) watched(ctx context.Context, addr string, cl call, body []byte)
 			}
 			pctx, pcancel := context.WithCancelCause(actx)
 			t := c.clock.AfterFunc(c.waitCheck, func() { pcancel(errors.New("no answer")) })
-			err := c.once(pctx, addr, call{method: http.MethodGet, path: "/readyz"}, nil)
+			err := c.once(pctx, addr, call{method: http.MethodGet, path: "/healthz"}, nil)
 			t.Stop()
 			pcancel(nil)
 			select {

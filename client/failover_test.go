@@ -136,11 +136,11 @@ func TestLeaseLostWhenNoNodeConfirms(t *testing.T) {
 }
 
 // TestAcquireWaitMovesOffAStuckNode: a waiting acquire is queued on a node
-// that then freezes (answers nothing) or stops leading (answers not_leader
-// to the check). The client notices through its periodic check and sends
+// that then freezes (answers nothing) or fails its health check. The
+// client notices through its periodic check and sends
 // the same request, same request_id, to the other node, which grants it.
 func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
-	for _, fault := range []string{"frozen", "deposed"} {
+	for _, fault := range []string{"frozen", "unhealthy"} {
 		t.Run(fault, func(t *testing.T) {
 			leakCheck(t)
 			clk := clienttest.NewClock()
@@ -172,19 +172,19 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 			// expiry and the wait's bound on a, and the check's sleep.
 			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 3 })
 			clk.Advance(time.Second)
-			waitFor(t, "the first check", func() bool { return a.Count("readyz") == 1 })
+			waitFor(t, "the first check", func() bool { return a.Count("healthz") == 1 })
 			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 3 })
 			if len(a.Waiters("k")) != 1 || b.Count("acquire") != 0 {
 				t.Fatal("the wait left a node that answered its check")
 			}
 			switch fault {
 			case "frozen":
-				a.Fail("readyz", "hang")
-			case "deposed":
-				a.Fail("readyz", "not_leader")
+				a.Fail("healthz", "hang")
+			case "unhealthy":
+				a.Fail("healthz", "unavailable")
 			}
 			clk.Advance(time.Second)
-			waitFor(t, "the second check", func() bool { return a.Count("readyz") == 2 })
+			waitFor(t, "the second check", func() bool { return a.Count("healthz") == 2 })
 			if fault == "frozen" {
 				waitFor(t, "the check's timeout", func() bool { return clk.Pending() == 3 })
 				clk.Advance(time.Second)

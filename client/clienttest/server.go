@@ -190,17 +190,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	want := http.MethodPost
-	if route == "check" || route == "lock" || route == "locks" || route == "readyz" {
+	if route == "check" || route == "lock" || route == "locks" || route == "healthz" {
 		want = http.MethodGet
 	}
 	handlers := map[string]func(http.ResponseWriter, *http.Request){
 		"acquire": s.acquire, "renew": s.renew, "extend": s.extend, "extend-batch": s.extendBatch,
 		"release": s.release, "check": s.check, "lock": s.get, "locks": s.list,
-		"readyz": func(w http.ResponseWriter, _ *http.Request) { reply(w, 200, map[string]string{"status": "ready"}) },
+		"healthz": func(w http.ResponseWriter, _ *http.Request) { reply(w, 200, map[string]string{"status": "ok"}) },
 	}
 	h, ok := handlers[route]
 	switch {
-	case !ok || !strings.HasPrefix(r.URL.Path, "/v1/") && route != "readyz":
+	case !ok || !strings.HasPrefix(r.URL.Path, "/v1/") && route != "healthz":
 		fail(w, wireErr{Error: "no such route", Code: "not_found"})
 	case r.Method != want:
 		fail(w, wireErr{Error: "use " + want, Code: "method_not_allowed"})
