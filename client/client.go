@@ -73,11 +73,15 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
 // WithWaitCheck sets how often a waiting acquire asks the node it waits on
-// whether it still answers, and how long that node has to answer (default
-// 1s). A node that does not answer in time is left, and
-// the wait goes on at the new leader with the same request id: in the
-// same queue place, and never granted twice. A wait moves within about two
-// of these intervals after its node froze or was cut off.
+// whether it still answers (GET /healthz), and how long that node has to
+// answer (default 1s). A node that does not answer in time is left, and the
+// wait goes on at the new leader with the same request id: in the same
+// queue place, and never granted twice. A wait moves within about two of
+// these intervals after its node froze or was cut off. A node that answers
+// but loses leadership answers its waits not_leader itself. A leader too
+// loaded to answer in time is left too, and the wait queues there again
+// behind those that came meanwhile: keep the interval well above the
+// answer times seen under load.
 func WithWaitCheck(d time.Duration) Option {
 	return func(c *Client) {
 		if d > 0 {
@@ -204,7 +208,7 @@ type call struct {
 	out    any
 	at     string // one attempt at exactly this address: no retries, no redirects
 	// watch: a wait that may last long; while it is out, the node it went
-	// to is asked whether it still leads (see watched).
+	// to is asked whether it still answers (see watched).
 	watch bool
 }
 
