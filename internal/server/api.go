@@ -293,6 +293,28 @@ func (s *Server) acquireWait(w http.ResponseWriter, r *http.Request, req acquire
 				s.waiters.remove(sub)
 				return s.answerWaitEvent(w, req.Key, we.ev)
 			}
+			if s.waiters.takeAgain(sub) {
+				// A departed request of this holder cancelled the queue
+				// place after our Wait had joined it: queue again.
+				now, err := s.stamp()
+				if err == nil {
+					res, err = s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
+						Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait)})
+				}
+				switch {
+				case err != nil:
+					s.waiters.remove(sub)
+					return proposalError(err)
+				case res.Err != nil:
+					s.waiters.remove(sub)
+					return s.commandError(res.Err, res.Now)
+				case res.Granted:
+					s.waiters.remove(sub)
+					writeJSON(w, http.StatusOK, wireLease(res.Lease, s.answerNow(res.Now)))
+					return nil
+				}
+				after = res.Index
+			}
 			if failed {
 				// The queue place is in the replicated table: the same
 				// request sent to the new leader keeps it.
@@ -320,7 +342,7 @@ func (s *Server) giveUp(w http.ResponseWriter, sub *sub, id string, after uint64
 	if !s.waiters.leave(sub) {
 		return cause // another request of the same holder keeps the position
 	}
-	res, err := s.propose(fsm.Command{Op: fsm.OpCancelWait, Key: sub.wk.key, Holder: sub.wk.holder})
+	res, err := s.cancelWait(sub.wk)
 	if err != nil {
 		// No leader: the next leader cancels waiters nobody serves.
 		return cause
@@ -344,6 +366,18 @@ func (s *Server) giveUp(w http.ResponseWriter, sub *sub, id string, after uint64
 		return cause
 	}
 	return cause
+}
+
+// cancelWait takes a queue place away for a request that gives up. A
+// request of the same holder that joined after the giver-up looked (a
+// client re-sending its wait after leaving a node it thought stuck) may
+// have had its Wait applied before this cancel: it is told to queue again.
+func (s *Server) cancelWait(wk waitKey) (*fsm.Result, error) {
+	res, err := s.propose(fsm.Command{Op: fsm.OpCancelWait, Key: wk.key, Holder: wk.holder})
+	if err == nil && res.Cancelled > 0 {
+		s.waiters.requeue(wk)
+	}
+	return res, err
 }
 
 // releaseUnanswered releases, by token, a grant whose waiter went away

@@ -26,6 +26,7 @@ type sub struct {
 	events  []waitEvent
 	leaving bool
 	failed  bool // leadership was lost: no one will tell this waiter anything
+	again   bool // its queue place was cancelled by another request: queue again
 }
 
 // waitRegistry maps queue positions to the requests waiting on them.
@@ -104,6 +105,28 @@ func (r *waitRegistry) deliver(index uint64, ev locktable.Event) {
 		s.events = append(s.events, waitEvent{index, ev})
 		notify(s.signal)
 	}
+}
+
+// requeue tells the requests still waiting on wk that their queue place
+// was cancelled under them.
+func (r *waitRegistry) requeue(wk waitKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for s := range r.subs[wk] {
+		if !s.leaving && !s.failed {
+			s.again = true
+			notify(s.signal)
+		}
+	}
+}
+
+// takeAgain reports and clears whether s must queue again.
+func (r *waitRegistry) takeAgain(s *sub) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	again := s.again
+	s.again = false
+	return again
 }
 
 // watchUnserved starts or stops recording grants to waiters that no
