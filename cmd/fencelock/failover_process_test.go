@@ -125,6 +125,13 @@ func TestFailoverProcessLeaseRidesThroughKill9OfLeader(t *testing.T) {
 	}
 	tok := l.Token()
 	old, next := c.killLeaderAfterExtend(t)
+	d0 := l.Deadline()
+	poll(t, "an extension after the kill", func() bool { return !l.Deadline().Equal(d0) || l.Err() != nil })
+	// A figure for the docs, not a check: the time between the sends of the
+	// last extension confirmed before the kill and the first after it (the
+	// budget is TTL/2).
+	t.Logf("kill -9 of %s: %v between confirmed sends across the failover (budget %v)",
+		old.id, l.Deadline().Sub(d0).Round(time.Millisecond), failoverTTL/2)
 	poll(t, "two extensions on the new leader", func() bool { return extendsOn(t, next.client) >= 2 || l.Err() != nil })
 	if err := l.Err(); err != nil || l.Context().Err() != nil {
 		t.Fatalf("lease lost after kill -9 of %s while a majority was up: %v", old.id, err)
