@@ -33,6 +33,8 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 	if wait > 0 {
 		end = c.clock.Now().Add(wait)
 	}
+	id := newRequestID()
+	outages := 0
 	for {
 		var round time.Duration
 		switch {
@@ -43,7 +45,7 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 			round = max(round, 0)
 		}
 		sent := c.clock.Now()
-		lk, err := c.Grant(ctx, key, o.holder, o.ttl, round)
+		lk, err := c.grant(ctx, key, o.holder, o.ttl, round, id)
 		if err == nil {
 			return c.start(ctx, lk, o, sent)
 		}
@@ -56,11 +58,28 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 			return nil, err
 		}
 		// Less than a millisecond left cannot be expressed on the wire.
-		if !errors.Is(err, ErrHeld) || wait == 0 || (wait > 0 && end.Sub(c.clock.Now()) < time.Millisecond) {
+		if wait == 0 || (wait > 0 && end.Sub(c.clock.Now()) < time.Millisecond) {
+			return nil, err
+		}
+		switch {
+		case errors.Is(err, ErrHeld):
+			id = newRequestID() // the round's wait elapsed: a new wait
+		case (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnreachable)) && outages < maxOutages:
+			// No leader for longer than one call's retries (an election
+			// under load, say): a waiter goes on waiting a while, under
+			// the same id, so its queue place and any grant made
+			// meanwhile are still its own.
+			outages++
+		default:
 			return nil, err
 		}
 	}
 }
+
+// maxOutages is how many times in a row a waiting acquire starts its
+// retries again after they all failed (each time about 1.3 to 2.7 s)
+// before it reports the cluster unreachable.
+const maxOutages = 3
 
 // start turns a grant into a Lease. sent is when the grant was asked for: the
 // server granted at or after it, so the lease lasts at least until sent+TTL.

@@ -54,6 +54,13 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 //
 // Grant does not keep the lease alive; Acquire and TryAcquire do.
 func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
+	return c.grant(ctx, key, holder, ttl, wait, newRequestID())
+}
+
+// grant is Grant under the given request id: a wait re-sent under the id
+// it was queued with keeps its place, and is answered with the grant it
+// got meanwhile rather than renewed.
+func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.Duration, id string) (Lock, error) {
 	if wait < 0 {
 		return Lock{}, invalidf("wait_ms", "wait must not be negative")
 	}
@@ -63,9 +70,9 @@ func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.D
 		TTLMS     int64  `json:"ttl_ms"`
 		WaitMS    int64  `json:"wait_ms,omitempty"`
 		RequestID string `json:"request_id"`
-	}{key, holder, ms(ttl), ms(wait), newRequestID()}
+	}{key, holder, ms(ttl), ms(wait), id}
 	var out Lock
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/acquire", body: body, out: &out})
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/acquire", body: body, out: &out, watch: wait > 0})
 	return out, err
 }
 
@@ -88,11 +95,18 @@ func (c *Client) Renew(ctx context.Context, key, holder string, ttl time.Duratio
 // keeping the token. It matches ErrNotHeld when that pair is not the key's
 // live grant (it expired, was released, or was superseded).
 func (c *Client) Extend(ctx context.Context, key, holder string, token uint64, ttl time.Duration) (Lock, error) {
-	return c.extend(ctx, key, holder, token, ttl, false)
+	return c.extend(ctx, call{}, key, holder, token, ttl)
 }
 
-func (c *Client) extend(ctx context.Context, key, holder string, token uint64, ttl time.Duration, once bool) (Lock, error) {
-	body := struct {
+// extendAt is one extension sent to addr alone, under a request id of its
+// own: the lease handle's keep-alive chooses the address, and dates what
+// the answer confirms from when this very request was sent.
+func (c *Client) extendAt(ctx context.Context, addr, key, holder string, token uint64, ttl time.Duration) (Lock, error) {
+	return c.extend(ctx, call{at: addr}, key, holder, token, ttl)
+}
+
+func (c *Client) extend(ctx context.Context, cl call, key, holder string, token uint64, ttl time.Duration) (Lock, error) {
+	cl.body = struct {
 		Key       string `json:"key"`
 		Holder    string `json:"holder"`
 		Token     uint64 `json:"token"`
@@ -100,7 +114,8 @@ func (c *Client) extend(ctx context.Context, key, holder string, token uint64, t
 		RequestID string `json:"request_id"`
 	}{key, holder, token, ms(ttl), newRequestID()}
 	var out Lock
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/extend", body: body, out: &out, once: once})
+	cl.method, cl.path, cl.out = http.MethodPost, "/v1/extend", &out
+	err := c.do(ctx, cl)
 	return out, err
 }
 

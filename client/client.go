@@ -33,6 +33,7 @@ type Client struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	framed     bool
+	waitCheck  time.Duration
 
 	mu    sync.Mutex
 	addrs []string // base URLs, no trailing slash
@@ -71,6 +72,24 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 // most once.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
+// WithWaitCheck sets how often a waiting acquire asks the node it waits on
+// whether it still answers (GET /healthz), and how long that node has to
+// answer (default 1s). A node that does not answer in time is left, and the
+// wait goes on at the new leader with the same request id: in the same
+// queue place, and never granted twice. A wait moves within about two of
+// these intervals after its node froze or was cut off. A node that answers
+// but loses leadership answers its waits not_leader itself. A leader too
+// loaded to answer in time is left too, and the wait queues there again
+// behind those that came meanwhile: keep the interval well above the
+// answer times seen under load.
+func WithWaitCheck(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.waitCheck = d
+		}
+	}
+}
+
 // WithBackoff sets the first back-off between retries and its cap (default
 // 50ms and 1s). Each wait is drawn uniformly from [d/2, d).
 func WithBackoff(first, limit time.Duration) Option {
@@ -88,6 +107,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		backoff:    50 * time.Millisecond,
 		maxBackoff: time.Second,
 		framed:     true,
+		waitCheck:  time.Second,
 		frames:     framing.Pool{DialTimeout: dialTimeout},
 	}
 	for _, a := range addrs {
@@ -165,6 +185,13 @@ func (c *Client) prefer(addr string) {
 	c.cur = len(c.addrs) - 1
 }
 
+// size returns how many addresses the client knows.
+func (c *Client) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.addrs)
+}
+
 // newRequestID names one logical write so that its retries are applied once.
 func newRequestID() string {
 	var b [12]byte
@@ -179,7 +206,10 @@ type call struct {
 	query  url.Values
 	body   any
 	out    any
-	once   bool // no retries (the caller has its own retry loop)
+	at     string // one attempt at exactly this address: no retries, no redirects
+	// watch: a wait that may last long; while it is out, the node it went
+	// to is asked whether it still answers (see watched).
+	watch bool
 }
 
 // do runs a call with failover and retries. It returns nil, an *APIError, an
@@ -192,13 +222,21 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return fmt.Errorf("fencelock: encoding request: %w", err)
 		}
 	}
+	if cl.at != "" {
+		return c.once(ctx, cl.at, cl, body)
+	}
 	var lastErr error
 	backoff := c.backoff
 	redirects := 0
 	backoffs := 0
 	for next := 0; ; {
 		addr := c.pick(next)
-		err := c.once(ctx, addr, cl, body)
+		var err error
+		if cl.watch {
+			err = c.watched(ctx, addr, cl, body)
+		} else {
+			err = c.once(ctx, addr, cl, body)
+		}
 		if err == nil {
 			c.prefer(addr)
 			return nil
@@ -221,9 +259,6 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return err // an answer: retrying would get the same one
 		}
 		lastErr = err
-		if cl.once {
-			return lastErr
-		}
 		next++
 		// Try every address once before backing off; the budget counts
 		// back-offs, so a cluster with a dead node and an election in
@@ -240,6 +275,47 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			backoff = min(2*backoff, c.maxBackoff)
 		}
 	}
+}
+
+// watched sends a waiting call to addr and, while it waits, asks addr
+// every waitCheck whether it still answers at all (GET /healthz, bounded by
+// waitCheck too: cheap, no quorum round). A node that is frozen or cut off
+// cannot grant the wait nor say that it will not: its call is abandoned
+// with ErrUnreachable, and do sends the same request (same request_id) to
+// the next node, whose queue already holds this holder's place. A node that
+// answers but stops leading says so itself: it answers its waits
+// not_leader, naming the new leader.
+func (c *Client) watched(ctx context.Context, addr string, cl call, body []byte) error {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		for {
+			if !sleep(c.clock, c.waitCheck, stopped) {
+				return
+			}
+			pctx, pcancel := context.WithCancelCause(actx)
+			t := c.clock.AfterFunc(c.waitCheck, func() { pcancel(errors.New("no answer")) })
+			err := c.once(pctx, addr, call{method: http.MethodGet, path: "/healthz"}, nil)
+			t.Stop()
+			pcancel(nil)
+			select {
+			case <-stopped:
+				return
+			default:
+			}
+			if err != nil && actx.Err() == nil {
+				cancel(fmt.Errorf("%w: %s stopped leading or answering while we waited: %v", ErrUnreachable, addr, err))
+				return
+			}
+		}
+	}()
+	err := c.once(actx, addr, cl, body)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		return context.Cause(actx)
+	}
+	return err
 }
 
 // gaveUp is the error of a call whose ctx ended while it retried: the

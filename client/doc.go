@@ -13,7 +13,9 @@
 //  1. Acquire waits in the key's FIFO queue (TryAcquire does not wait) and
 //     returns a *Lease with its fencing Token.
 //  2. One goroutine per Lease extends it every TTL/3 or so (with jitter),
-//     keeping the token.
+//     keeping the token. An extension that fails on one node is sent at
+//     once to the next, or to the leader a node names, so a lease rides
+//     through a leader change under the same token.
 //  3. If no extension has been confirmed by TTL/2 after the send time of the
 //     last confirmed one, measured on the client's monotonic clock, the lease
 //     is lost: Done is closed and Err says why (ErrExpired, ErrUnreachable,
@@ -40,8 +42,11 @@
 //
 // Defaults: TTL DefaultTTL (10s); holder DefaultHolder() (hostname-pid-
 // random, new per lease); Acquire waits until ctx ends unless WithWait; an
-// extension attempt gives up after TTL/6 and is retried about TTL/15 later;
-// plain calls retry 4 times with jittered back-off from 50ms to 1s.
+// extension attempt waits TTL/12 for one node (100ms to 2s), the next node
+// is tried at once, and a round of every node is tried again about TTL/30
+// later (at most 250ms); a waiting acquire checks its node every second
+// (WithWaitCheck) and moves on, same request_id, when it does not answer;
+// plain calls retry 6 rounds with jittered back-off from 50ms to 1s.
 //
 // A Client takes several addresses: it moves to the next one when a node
 // cannot be reached, retries with jittered back-off, and follows a node that

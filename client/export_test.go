@@ -1,6 +1,9 @@
 package client
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // LastErr exposes the last transient extension failure to tests, so they
 // can wait for it as an event instead of sleeping.
@@ -15,3 +18,7 @@ func (l *Lease) LastErr() error {
 func (c *Client) Framed(addr string) bool {
 	return c.frames.Has(strings.TrimPrefix(addr, "http://"))
 }
+
+// AttemptTimeout exposes how long one extension waits for one node, so a
+// test on a fake clock can move time by exactly that much.
+func (l *Lease) AttemptTimeout() time.Duration { return l.attemptTimeout() }

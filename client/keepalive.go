@@ -19,8 +19,12 @@ func (l *Lease) run() {
 		if !sleep(l.clock, next.Sub(l.clock.Now()), l.ctx.Done()) {
 			return
 		}
-		for !l.extendOnce() {
-			if !sleep(l.clock, l.retryDelay(), l.ctx.Done()) {
+		for {
+			done, pause := l.extendOnce()
+			if done {
+				break
+			}
+			if !sleep(l.clock, pause, l.ctx.Done()) {
 				return
 			}
 		}
@@ -37,57 +41,96 @@ func (l *Lease) interval() time.Duration {
 	return third - third/10 + mrand.N(third/5+1)
 }
 
-// retryDelay spaces retries of a failed extension: about TTL/15, so several
-// fit between TTL/3 and the deadline at TTL/2.
+// retryDelay spaces rounds of failed extensions (a round tries every
+// address once): about TTL/30, at most 250ms, so that the retries notice a
+// newly elected leader soon and several rounds fit between TTL/3 and the
+// deadline at TTL/2.
 func (l *Lease) retryDelay() time.Duration {
-	d := l.ttl / 15
+	d := min(max(l.ttl/30, 2*time.Millisecond), 250*time.Millisecond)
 	return d/2 + mrand.N(d/2+1)
 }
 
-// extendOnce sends one extension and records its outcome. It reports false
-// after a failure worth retrying.
-func (l *Lease) extendOnce() bool {
+// attemptTimeout bounds one extension sent to one node: about TTL/12
+// (100ms to 2s, never more than TTL/6), so that a node that is frozen or
+// cut off costs only a part of the TTL/6 between the due time and the
+// deadline, and the other nodes are tried in time.
+func (l *Lease) attemptTimeout() time.Duration {
+	return min(max(l.ttl/12, 100*time.Millisecond), 2*time.Second, max(l.ttl/6, time.Millisecond))
+}
+
+// extendOnce sends one extension to one node and records its outcome. It
+// reports done after a confirmation or once the lease has ended; otherwise
+// it says how long to pause before the next attempt. After a failure the
+// next attempt goes to the next address, or at once to the leader a node
+// named, so that a dead, frozen or deposed leader is left for the node the
+// others elected (the token never changes: every attempt is an Extend).
+// Each attempt has its own request id and send time, so a confirmation is
+// always dated from the send of the request that the server applied.
+func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 	// Woken past the deadline (the process was paused): the lease is
 	// already lost, and an extension sent now could not save it.
 	l.mu.Lock()
-	l.checkLocked(l.clock.Now())
+	sent := l.clock.Now()
+	l.checkLocked(sent)
 	ended := l.err != nil
+	left := l.deadlineLocked().Sub(sent)
 	l.mu.Unlock()
 	if ended {
-		return true
+		return true, 0
 	}
-	timeout := max(l.ttl/6, time.Millisecond)
+	timeout := max(min(l.attemptTimeout(), left), time.Millisecond)
 	actx, cancel := context.WithCancelCause(l.ctx)
+	addr := l.c.pick(l.next)
 	t := l.clock.AfterFunc(timeout, func() {
-		cancel(fmt.Errorf("%w: no answer to extend within %v", ErrUnreachable, timeout))
+		cancel(fmt.Errorf("%w: %s: no answer to extend within %v", ErrUnreachable, addr, timeout))
 	})
-	sent := l.clock.Now()
-	lk, err := l.c.extend(actx, l.key, l.holder, l.token, l.ttl, true)
+	lk, err := l.c.extendAt(actx, addr, l.key, l.holder, l.token, l.ttl)
 	t.Stop()
 	cancel(nil)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
-		return true // ended while the request was out
+		return true, 0 // ended while the request was out
 	}
 	now := l.clock.Now()
+	var ae *APIError
 	switch {
 	case err == nil:
 		l.checkLocked(now) // a confirmation after the deadline is too late
 		if l.err != nil {
-			return true
+			return true, 0
 		}
+		l.c.prefer(addr)
+		l.next, l.tries = 0, 0
 		l.lastSent, l.lock, l.lastErr = sent, lk, nil
 		l.timer.Stop()
 		l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(now), l.expire)
-		return true
+		return true, 0
+	case errors.As(err, &ae) && ae.Code == "not_leader" && ae.Leader != "":
+		if u, perr := baseURL(ae.Leader); perr == nil && u != addr {
+			l.c.prefer(u)
+			l.next = 0
+		} else {
+			l.next++
+		}
 	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal):
-		l.lastErr = err
-		l.checkLocked(now)
-		return l.err != nil
+		l.next++
 	default:
 		l.endLocked(&LostError{Key: l.key, Token: l.token, Reason: err})
-		return true
+		return true, 0
 	}
+	l.lastErr = err
+	l.checkLocked(now)
+	if l.err != nil {
+		return true, 0
+	}
+	// Move on at once while this round has addresses left to try; pause
+	// after each full round, so that a cluster without a leader is not
+	// asked in a tight loop.
+	l.tries++
+	if l.tries%l.c.size() != 0 {
+		return false, 0
+	}
+	return false, l.retryDelay()
 }

@@ -36,6 +36,8 @@ type Lease struct {
 	lastErr  error     // the last transient failure since the last confirmation
 	err      error     // ErrReleased or *LostError once the lease has ended
 	released bool
+	next     int // the next attempt goes this many places after the preferred address
+	tries    int // attempts since the last confirmation
 }
 
 // Key returns the locked key.

@@ -23,12 +23,15 @@ type Server struct {
 	Addr  string // host:port
 	srv   *httptest.Server
 	clock client.Clock
+	stop  chan struct{} // closed by Close: hung requests end
+	once  sync.Once
 
 	mu        sync.Mutex
 	locks     map[string]*entry
 	last      uint64
 	counts    map[string]int
-	faults    map[string]string // route -> wire code to answer, or "drop"
+	ids       map[string][]string // route -> request ids, in arrival order
+	faults    map[string]string   // route -> wire code to answer, or "drop"
 	notLeader *string
 }
 
@@ -51,7 +54,7 @@ type waiter struct {
 
 // NewServer starts a fake server on 127.0.0.1. Close it when done.
 func NewServer(clock client.Clock) *Server {
-	s := &Server{clock: clock, locks: map[string]*entry{}, counts: map[string]int{}, faults: map[string]string{}}
+	s := &Server{clock: clock, stop: make(chan struct{}), locks: map[string]*entry{}, counts: map[string]int{}, ids: map[string][]string{}, faults: map[string]string{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
 	s.Addr = strings.TrimPrefix(s.URL, "http://")
@@ -59,9 +62,13 @@ func NewServer(clock client.Clock) *Server {
 }
 
 // Close stops the server, cutting off requests still waiting in a queue.
+// Calls after the first do nothing.
 func (s *Server) Close() {
-	s.srv.CloseClientConnections()
-	s.srv.Close()
+	s.once.Do(func() {
+		close(s.stop)
+		s.srv.CloseClientConnections()
+		s.srv.Close()
+	})
 }
 
 // Count returns how many requests reached route ("acquire", "extend", …).
@@ -71,10 +78,19 @@ func (s *Server) Count(route string) int {
 	return s.counts[route]
 }
 
+// RequestIDs returns the request_id of every write that reached route, in
+// the order they arrived.
+func (s *Server) RequestIDs(route string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.ids[route]...)
+}
+
 // Fail makes every later request to route answer the wire error code
 // ("not_held", "unavailable", …), or, with code "drop", close the connection
-// without an answer (the client sees the server as unreachable). An empty
-// code heals the route.
+// without an answer (the client sees the server as unreachable), or, with
+// code "hang", never answer until the client gives up or the server closes
+// (a frozen node). An empty code heals the route.
 func (s *Server) Fail(route, code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,7 +159,7 @@ func reply(w http.ResponseWriter, status int, v any) {
 func fail(w http.ResponseWriter, e wireErr) { reply(w, codeStatus[e.Code], e) }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	route := strings.TrimPrefix(r.URL.Path, "/v1/")
+	route := strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/v1/"), "/")
 	s.mu.Lock()
 	s.counts[route]++
 	fault, nl := s.faults[route], s.notLeader
@@ -154,6 +170,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch fault {
 	case "":
+	case "hang":
+		select {
+		case <-r.Context().Done():
+		case <-s.stop:
+		}
+		return
 	case "drop":
 		if hj, ok := w.(http.Hijacker); ok {
 			if conn, _, err := hj.Hijack(); err == nil {
@@ -168,16 +190,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	want := http.MethodPost
-	if route == "check" || route == "lock" || route == "locks" {
+	if route == "check" || route == "lock" || route == "locks" || route == "healthz" {
 		want = http.MethodGet
 	}
 	handlers := map[string]func(http.ResponseWriter, *http.Request){
 		"acquire": s.acquire, "renew": s.renew, "extend": s.extend, "extend-batch": s.extendBatch,
 		"release": s.release, "check": s.check, "lock": s.get, "locks": s.list,
+		"healthz": func(w http.ResponseWriter, _ *http.Request) { reply(w, 200, map[string]string{"status": "ok"}) },
 	}
 	h, ok := handlers[route]
 	switch {
-	case !ok || !strings.HasPrefix(r.URL.Path, "/v1/"):
+	case !ok || !strings.HasPrefix(r.URL.Path, "/v1/") && route != "healthz":
 		fail(w, wireErr{Error: "no such route", Code: "not_found"})
 	case r.Method != want:
 		fail(w, wireErr{Error: "use " + want, Code: "method_not_allowed"})
@@ -201,13 +224,19 @@ type request struct {
 
 // decode reads and validates a write's body; needKey/needTTL say which
 // fields the call requires.
-func decode(w http.ResponseWriter, r *http.Request, needKey, needTTL bool) (request, bool) {
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, needKey, needTTL bool) (request, bool) {
 	var req request
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		fail(w, wireErr{Error: "bad JSON: " + err.Error(), Code: "invalid_argument", Field: "body"})
 		return req, false
+	}
+	if req.RequestID != "" {
+		route := strings.TrimPrefix(r.URL.Path, "/v1/")
+		s.mu.Lock()
+		s.ids[route] = append(s.ids[route], req.RequestID)
+		s.mu.Unlock()
 	}
 	bad := func(field, msg string) (request, bool) {
 		fail(w, wireErr{Error: msg, Code: "invalid_argument", Field: field})
@@ -275,7 +304,7 @@ func (s *Server) held(w http.ResponseWriter, e *entry, now time.Time) {
 }
 
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, true, true)
+	req, ok := s.decode(w, r, true, true)
 	if !ok {
 		return
 	}
@@ -333,7 +362,7 @@ func (s *Server) leave(e *entry, wt *waiter) (client.Lock, bool) {
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, true, true)
+	req, ok := s.decode(w, r, true, true)
 	if !ok {
 		return
 	}
@@ -365,7 +394,7 @@ func (s *Server) extendLocked(key, holder string, token uint64, ttl time.Duratio
 }
 
 func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, true, true)
+	req, ok := s.decode(w, r, true, true)
 	if !ok {
 		return
 	}
@@ -380,7 +409,7 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) extendBatch(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, false, true)
+	req, ok := s.decode(w, r, false, true)
 	if !ok {
 		return
 	}
@@ -410,7 +439,7 @@ func (s *Server) extendBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	req, ok := decode(w, r, true, false)
+	req, ok := s.decode(w, r, true, false)
 	if !ok {
 		return
 	}

@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -17,9 +18,16 @@ import (
 // entries at the same log position: the oldest go first once there are
 // more than RememberCount, and any older than RememberFor cluster time.
 //
-// Wait is not remembered: a retried wait re-queues (the table keeps the
-// holder's place) or is granted anew, and a grant whose waiter went away is
-// released by the server. Extend batches are not remembered either: a
+// Wait is remembered while it is queued and once it is granted, whether
+// at once or later by a hand-off from the queue: a wait re-sent with the
+// same id (its client lost the answer, or moved to a new leader) keeps
+// the holder's place while it is queued, and once granted is answered with
+// that grant and its token, never renewed under a new one, as long as the
+// grant is still the key's live lease. A grant answered that way is
+// claimed: the server's release of a grant whose waiter went away names
+// the wait's request id and does nothing to a claimed grant, so a grant
+// that a re-sent wait answered is never released behind its holder.
+// Extend batches are not remembered either: a
 // batch result can be a thousand leases, and re-running a batch of extends
 // only moves the same leases' expiries again, under the same tokens.
 const (
@@ -29,7 +37,7 @@ const (
 
 func remembers(op Op) bool {
 	switch op {
-	case OpAcquire, OpRenew, OpExtend, OpRelease:
+	case OpAcquire, OpRenew, OpExtend, OpRelease, OpWait:
 		return true
 	}
 	return false
@@ -39,10 +47,15 @@ type remembered struct {
 	id  string // holder, NUL, request id
 	op  Op
 	at  locktable.Time
-	res Result // Op, Lease, Granted, Released, Batch, Err only
+	res Result // Op, Lease, Granted, Queued, Released, Batch, Err only
+	// OpWait: a re-sent wait was answered with this grant.
+	claimed bool
 }
 
 func requestKey(c Command) string { return c.Holder + "\x00" + c.Key + "\x00" + c.RequestID }
+
+// waitKey names a queue place: the table keeps one per (key, holder).
+func waitKey(key, holder string) string { return key + "\x00" + holder }
 
 // recall answers a retry from memory.
 func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
@@ -53,6 +66,16 @@ func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
 	if !ok || m.op != c.Op {
 		return nil, false
 	}
+	if c.Op == OpWait {
+		// Only a grant that is still the key's live lease is answered;
+		// a queued wait runs again (and keeps its place), and a grant
+		// that ended is asked for anew.
+		l, live := f.table.Get(c.Key, now)
+		if !m.res.Granted || !live || l.Holder != m.res.Lease.Holder || l.Token != m.res.Lease.Token {
+			return nil, false
+		}
+		m.claimed = true
+	}
 	r := m.res
 	r.Now, r.Duplicate = now, true
 	r.Batch = append([]BatchResult(nil), m.res.Batch...)
@@ -61,14 +84,24 @@ func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
 
 // remember records r for c, then forgets what is too old or too many.
 func (f *FSM) remember(c Command, r *Result, now locktable.Time) {
-	if c.RequestID != "" && remembers(c.Op) && !isInputError(r.Err) {
+	keep := c.RequestID != "" && remembers(c.Op) && !isInputError(r.Err)
+	if c.Op == OpWait {
+		keep = keep && (r.Granted || r.Queued)
+	}
+	if keep {
 		m := &remembered{id: requestKey(c), op: c.Op, at: now,
-			res: Result{Op: r.Op, Lease: r.Lease, Granted: r.Granted, Released: r.Released, Batch: r.Batch, Err: r.Err}}
+			res: Result{Op: r.Op, Lease: r.Lease, Granted: r.Granted, Queued: r.Queued, Released: r.Released, Batch: r.Batch, Err: r.Err}}
+		if r.Queued {
+			m.res.Lease = locktable.Lease{Key: c.Key, Holder: c.Holder}
+		}
 		if old, ok := f.seen[m.id]; ok {
 			f.forget(old)
 		}
 		f.seen[m.id] = m
 		f.order = append(f.order, m)
+		if r.Queued {
+			f.waits[waitKey(c.Key, c.Holder)] = m
+		}
 	}
 	for len(f.order) > 0 && (len(f.order) > RememberCount || f.order[0].at <= now-locktable.Time(RememberFor)) {
 		f.forget(f.order[0])
@@ -79,6 +112,11 @@ func (f *FSM) remember(c Command, r *Result, now locktable.Time) {
 func (f *FSM) forget(m *remembered) {
 	if f.seen[m.id] == m {
 		delete(f.seen, m.id)
+	}
+	if m.res.Queued {
+		if wk := waitKey(m.res.Lease.Key, m.res.Lease.Holder); f.waits[wk] == m {
+			delete(f.waits, wk)
+		}
 	}
 	if f.order[0] == m {
 		f.order[0] = nil
@@ -93,6 +131,47 @@ func (f *FSM) forget(m *remembered) {
 	}
 }
 
+// waitEnded records what became of a queued wait: granted by a hand-off
+// (remembered as the grant of the wait's request id), or dropped or
+// cancelled (forgotten).
+func (f *FSM) waitEnded(ev locktable.Event) {
+	wk := waitKey(ev.Key, ev.Holder)
+	m := f.waits[wk]
+	if m == nil {
+		return
+	}
+	delete(f.waits, wk)
+	if ev.Kind != locktable.EventGranted {
+		f.forget(m)
+		return
+	}
+	m.res = Result{Op: OpWait, Granted: true, Lease: locktable.Lease{Key: ev.Key, Holder: ev.Holder, Token: ev.Token,
+		Granted: ev.At, Expiry: ev.Expiry, TTL: locktable.Duration(ev.Expiry - ev.At)}}
+}
+
+// claimedWait reports whether c, a release naming a wait's request id,
+// would take a grant that a re-sent wait was answered with.
+func (f *FSM) claimedWait(c Command) bool {
+	m, ok := f.seen[requestKey(c)]
+	return ok && m.op == OpWait && m.claimed && m.res.Lease.Token == c.Token
+}
+
+// UnclaimedWaitGrant returns the request id of the wait that was handed
+// token on key for holder, if no re-sent wait has been answered with it
+// yet: a release naming that id releases it only while that holds.
+func (f *FSM) UnclaimedWaitGrant(key, holder string, token uint64) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	prefix := holder + "\x00" + key + "\x00"
+	for _, m := range f.order {
+		if m.op == OpWait && m.res.Granted && !m.claimed && m.res.Lease.Token == token &&
+			m.res.Lease.Key == key && m.res.Lease.Holder == holder && strings.HasPrefix(m.id, prefix) {
+			return m.id[len(prefix):], true
+		}
+	}
+	return "", false
+}
+
 func isInputError(err error) bool {
 	var in *locktable.InputError
 	return errors.As(err, &in) || errors.Is(err, ErrBadCommand)
@@ -101,7 +180,7 @@ func isInputError(err error) bool {
 // Encoding of the memory in a snapshot, oldest first:
 //
 //	uvarint count | each: string id | byte op | varint at | result
-//	result: byte flags (1 granted, 2 released) | error | byte has lease | [lease] |
+//	result: byte flags (1 granted, 2 released, 4 claimed, 8 queued) | error | byte has lease | [lease] |
 //	        uvarint batch | each: string key | uvarint token | error | byte has lease | [lease]
 //	error:  byte 0 none, 1 held (then lease), 2 not held
 //	lease:  string key | string holder | uvarint token | varint granted | varint expiry | varint ttl
@@ -123,6 +202,12 @@ func appendRemembered(b []byte, order []*remembered) []byte {
 		}
 		if m.res.Released {
 			flags |= 2
+		}
+		if m.claimed {
+			flags |= 4
+		}
+		if m.res.Queued {
+			flags |= 8
 		}
 		b = append(b, flags)
 		b = appendErr(b, m.res.Err)
@@ -181,6 +266,7 @@ func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
 		flags := r.byte()
 		m.res.Op = m.op
 		m.res.Granted, m.res.Released = flags&1 != 0, flags&2 != 0
+		m.claimed, m.res.Queued = flags&4 != 0, flags&8 != 0
 		m.res.Err = readErr(r)
 		m.res.Lease = readOptLease(r)
 		nb := r.uvarint()
@@ -196,7 +282,13 @@ func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
 		if r.err != nil {
 			break
 		}
-		if !remembers(m.op) || flags > 3 || seen[m.id] != nil {
+		bad := !remembers(m.op) || seen[m.id] != nil
+		if m.op == OpWait {
+			bad = bad || flags > 15 || flags&2 != 0 || flags&(1|8) == 0
+		} else {
+			bad = bad || flags > 3
+		}
+		if bad {
 			r.fail("bad remembered request %d", i)
 			break
 		}

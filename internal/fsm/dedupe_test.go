@@ -46,10 +46,88 @@ func TestRetryWithRequestIDIsAppliedOnce(t *testing.T) {
 	if r := a.do(Command{Op: OpAcquire, RequestID: "bad", Now: 11, Key: "ok", Holder: "h", TTL: 100}); r.Duplicate || r.Err != nil {
 		t.Fatalf("after an input error: %+v", r)
 	}
-	// Waits are not remembered.
-	a.do(Command{Op: OpWait, RequestID: "w", Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 1000})
-	if r := a.do(Command{Op: OpWait, RequestID: "w", Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 1000}); r.Duplicate {
-		t.Fatal("a wait was deduplicated")
+	// A wait granted at once and re-sent is answered with its grant; a
+	// new wait of the same holder (another id) renews under a new token.
+	w := a.do(Command{Op: OpWait, RequestID: "w", Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 1000})
+	if r := a.do(Command{Op: OpWait, RequestID: "w", Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 1000}); !r.Duplicate || r.Lease != w.Lease {
+		t.Fatalf("re-sent wait: %+v, want the grant %+v", r, w.Lease)
+	}
+	if r := a.do(Command{Op: OpWait, RequestID: "w2", Now: 13, Key: "w", Holder: "h", TTL: 100, Deadline: 1000}); r.Duplicate || r.Lease.Token == w.Lease.Token {
+		t.Fatalf("new wait of the holder: %+v, want a renewal", r)
+	}
+}
+
+// TestResentWaitAfterHandOff: a wait queued under a request id is granted
+// by a hand-off while its client is away (its answer lost, or its leader
+// gone). The re-sent wait gets that grant and token, not a renewal; a
+// re-sent wait still queued keeps its place; a release of the grant by the
+// wait's id (the server's release of an unanswered grant) does nothing
+// once a re-sent wait was answered with it. Replicas restored from a
+// snapshot in between decide the same.
+func TestResentWaitAfterHandOff(t *testing.T) {
+	a, _ := newApplier(t)
+	b, _ := newApplier(t)
+	both := func(c Command) (*Result, *Result) { return a.do(c), b.do(c) }
+	both(Command{Op: OpAcquire, RequestID: "x", Now: 1, Key: "k", Holder: "x", TTL: 100})
+	for i, h := range []string{"h1", "h2", "h3"} {
+		if r, _ := both(Command{Op: OpWait, RequestID: "id-" + h, Now: locktable.Time(2 + i), Key: "k", Holder: h, TTL: 50, Deadline: 1000}); !r.Queued {
+			t.Fatalf("%s: %+v", h, r)
+		}
+	}
+	// h1 re-sends while queued: same place, not a duplicate answer.
+	if r, _ := both(Command{Op: OpWait, RequestID: "id-h1", Now: 6, Key: "k", Holder: "h1", TTL: 50, Deadline: 1000}); !r.Queued || r.Duplicate {
+		t.Fatalf("re-sent queued wait: %+v", r)
+	}
+	if got := a.f.Waiters("k"); len(got) != 3 || got[0] != "h1" || got[1] != "h2" {
+		t.Fatalf("queue after a re-send: %v", got)
+	}
+	// b restarts from a snapshot here.
+	snap, _ := b.f.MarshalBinary()
+	b.f = New(nil)
+	if err := b.f.UnmarshalBinary(snap); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := both(Command{Op: OpRelease, RequestID: "rx", Now: 7, Key: "k", Holder: "x", Token: 1})
+	if !rel.Released {
+		t.Fatalf("release: %+v", rel)
+	}
+	grant, ok := a.f.Get("k", 7)
+	if !ok || grant.Holder != "h1" || grant.Token != 2 {
+		t.Fatalf("hand-off: %+v %v", grant, ok)
+	}
+	last := a.f.LastToken()
+	ra, rb := both(Command{Op: OpWait, RequestID: "id-h1", Now: 8, Key: "k", Holder: "h1", TTL: 50, Deadline: 1000})
+	for _, r := range []*Result{ra, rb} {
+		if !r.Duplicate || !r.Granted || r.Lease.Token != 2 || r.Lease.Holder != "h1" {
+			t.Fatalf("re-sent wait after its hand-off: %+v; want the grant with token 2", r)
+		}
+	}
+	if a.f.LastToken() != last || b.f.LastToken() != last {
+		t.Fatal("the re-sent wait issued a token")
+	}
+	// The grant was claimed: a release of it by the wait's id is refused.
+	if r, _ := both(Command{Op: OpRelease, RequestID: "id-h1", Now: 9, Key: "k", Holder: "h1", Token: 2}); r.Released {
+		t.Fatalf("release of a claimed grant: %+v", r)
+	}
+	if l, ok := a.f.Get("k", 9); !ok || l.Token != 2 {
+		t.Fatalf("after the refused release: %+v %v", l, ok)
+	}
+	// h2's grant, never claimed, is released by its wait's id.
+	both(Command{Op: OpRelease, RequestID: "r-h1", Now: 10, Key: "k", Holder: "h1", Token: 2})
+	if l, ok := a.f.Get("k", 10); !ok || l.Holder != "h2" || l.Token != 3 {
+		t.Fatalf("second hand-off: %+v %v", l, ok)
+	}
+	if r, _ := both(Command{Op: OpRelease, RequestID: "id-h2", Now: 11, Key: "k", Holder: "h2", Token: 3}); !r.Released {
+		t.Fatalf("release of an unclaimed grant: %+v", r)
+	}
+	// h2 comes back after its grant was released: it waits anew.
+	if r, _ := both(Command{Op: OpWait, RequestID: "id-h2", Now: 12, Key: "k", Holder: "h2", TTL: 50, Deadline: 1000}); r.Duplicate || !r.Queued {
+		t.Fatalf("re-sent wait after its grant ended: %+v", r)
+	}
+	sa, _ := a.f.MarshalBinary()
+	sb, _ := b.f.MarshalBinary()
+	if !bytes.Equal(sa, sb) {
+		t.Fatal("the replica restored from a snapshot diverged")
 	}
 }
 

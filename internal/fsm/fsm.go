@@ -57,8 +57,9 @@ type FSM struct {
 	changed chan struct{}
 	seen    map[string]*remembered // see dedupe.go
 	order   []*remembered
-	members map[string]Member // see members.go
-	cluster string            // the cluster id (members.go); "" until the first leader sets it
+	waits   map[string]*remembered // queued waits by waitKey, a view of seen
+	members map[string]Member      // see members.go
+	cluster string                 // the cluster id (members.go); "" until the first leader sets it
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -66,12 +67,15 @@ var _ raft.FSM = (*FSM)(nil)
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
 	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{},
-		members: map[string]Member{}}
+		waits: map[string]*remembered{}, members: map[string]Member{}}
 	f.table.SetObserver(f.emit)
 	return f
 }
 
 func (f *FSM) emit(ev locktable.Event) {
+	if ev.Kind == locktable.EventGranted || ev.Kind == locktable.EventWaitDropped {
+		f.waitEnded(ev)
+	}
 	if f.observe != nil {
 		f.observe(f.index, ev)
 	}
@@ -144,14 +148,19 @@ func (f *FSM) apply(c Command) *Result {
 	case OpCancelWait:
 		if t.CancelWait(c.Key, c.Holder) {
 			r.Cancelled = 1
+			f.waitEnded(locktable.Event{Key: c.Key, Holder: c.Holder})
 		}
 	case OpCancelWaits:
 		for _, it := range c.Items {
 			if t.CancelWait(it.Key, it.Holder) {
 				r.Cancelled++
+				f.waitEnded(locktable.Event{Key: it.Key, Holder: it.Holder})
 			}
 		}
 	case OpRelease:
+		if c.RequestID != "" && c.Token != 0 && f.claimedWait(c) {
+			break // a re-sent wait was answered with this grant: it is held
+		}
 		if c.Token == 0 {
 			r.Released, r.Err = t.Release(c.Key, c.Holder, now)
 		} else {
@@ -359,6 +368,12 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	t.SetObserver(f.emit)
 	f.table, f.now, f.index = t, now, index
 	f.seen, f.order = seen, order
+	f.waits = map[string]*remembered{}
+	for _, m := range order {
+		if m.res.Queued {
+			f.waits[waitKey(m.res.Lease.Key, m.res.Lease.Holder)] = m
+		}
+	}
 	f.members, f.cluster = members, cluster
 	f.poke()
 	return nil

@@ -287,16 +287,41 @@ func (s *Server) acquireWait(w http.ResponseWriter, r *http.Request, req acquire
 					// to be answered with it.
 					defer s.waiters.remove(sub)
 					if s.waiters.leave(sub) {
-						s.releaseUnanswered(we.ev)
+						s.releaseUnanswered(we.ev, req.RequestID)
 					}
 					return unavailable("client went away")
 				}
 				s.waiters.remove(sub)
 				return s.answerWaitEvent(w, req.Key, we.ev)
 			}
+			if s.waiters.takeAgain(sub) {
+				// A departed request of this holder cancelled the queue
+				// place after our Wait had joined it: queue again.
+				now, err := s.stamp()
+				if err == nil {
+					res, err = s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
+						Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait)})
+				}
+				switch {
+				case err != nil:
+					s.waiters.remove(sub)
+					return proposalError(err)
+				case res.Err != nil:
+					s.waiters.remove(sub)
+					return s.commandError(res.Err, res.Now)
+				case res.Granted:
+					s.waiters.remove(sub)
+					writeJSON(w, http.StatusOK, wireLease(res.Lease, s.answerNow(res.Now)))
+					return nil
+				}
+				after = res.Index
+			}
 			if failed {
+				// The queue place is in the replicated table: the same
+				// request sent to the new leader keeps it.
 				s.waiters.remove(sub)
-				return unavailable("leadership lost while waiting; retry")
+				return &apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeader,
+					Message: "leadership lost while waiting; send the same request to the leader"}
 			}
 		case <-r.Context().Done():
 			gone, cause = true, unavailable("client went away")
@@ -306,19 +331,19 @@ func (s *Server) acquireWait(w http.ResponseWriter, r *http.Request, req acquire
 			cause = s.heldNow(req.Key, "wait elapsed")
 		}
 	}
-	return s.giveUp(w, sub, after, gone, cause)
+	return s.giveUp(w, sub, req.RequestID, after, gone, cause)
 }
 
 // giveUp takes a waiter out of the queue. If its grant was committed before
 // the cancel, a client that is gone has it released by token (so the next
 // waiter gets the key now, not at expiry); a client still there is answered
 // with it.
-func (s *Server) giveUp(w http.ResponseWriter, sub *sub, after uint64, gone bool, cause *apiError) *apiError {
+func (s *Server) giveUp(w http.ResponseWriter, sub *sub, id string, after uint64, gone bool, cause *apiError) *apiError {
 	defer s.waiters.remove(sub)
 	if !s.waiters.leave(sub) {
 		return cause // another request of the same holder keeps the position
 	}
-	res, err := s.propose(fsm.Command{Op: fsm.OpCancelWait, Key: sub.wk.key, Holder: sub.wk.holder})
+	res, err := s.cancelWait(sub.wk)
 	if err != nil {
 		// No leader: the next leader cancels waiters nobody serves.
 		return cause
@@ -338,17 +363,31 @@ func (s *Server) giveUp(w http.ResponseWriter, sub *sub, after uint64, gone bool
 		if !gone {
 			return s.answerWaitEvent(w, sub.wk.key, we.ev)
 		}
-		s.releaseUnanswered(we.ev)
+		s.releaseUnanswered(we.ev, id)
 		return cause
 	}
 	return cause
 }
 
+// cancelWait takes a queue place away for a request that gives up. A
+// request of the same holder that joined after the giver-up looked (a
+// client re-sending its wait after leaving a node it thought stuck) may
+// have had its Wait applied before this cancel: it is told to queue again.
+func (s *Server) cancelWait(wk waitKey) (*fsm.Result, error) {
+	res, err := s.propose(fsm.Command{Op: fsm.OpCancelWait, Key: wk.key, Holder: wk.holder})
+	if err == nil && res.Cancelled > 0 {
+		s.waiters.requeue(wk)
+	}
+	return res, err
+}
+
 // releaseUnanswered releases, by token, a grant whose waiter went away
 // before it could be told, so the next waiter gets the key now rather than
-// at expiry.
-func (s *Server) releaseUnanswered(ev locktable.Event) {
-	rel, err := s.propose(fsm.Command{Op: fsm.OpRelease, Key: ev.Key, Holder: ev.Holder, Token: ev.Token})
+// at expiry. It names the wait's request id: if the client re-sent its wait
+// (to this node or another) and was answered with this grant, the state
+// machine leaves it held.
+func (s *Server) releaseUnanswered(ev locktable.Event, id string) {
+	rel, err := s.propose(fsm.Command{Op: fsm.OpRelease, RequestID: id, Key: ev.Key, Holder: ev.Holder, Token: ev.Token})
 	released := err == nil && rel.Released
 	s.log.Info("released a grant whose waiter went away", "key", ev.Key, "holder", ev.Holder,
 		"token", ev.Token, "released", released)

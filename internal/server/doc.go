@@ -36,8 +36,12 @@
 // which expires leases and hands keys to waiters in one committed step.
 //
 // Waiters after a restart or leader change: queue entries restored from the
-// log have no connection behind them, so the new leader cancels every queued
-// waiter it does not serve itself before it accepts writes.
+// log have no connection behind them. A single node cancels every queued
+// waiter it does not serve itself before it accepts writes. A new leader of
+// a cluster keeps them for orphanGrace, so that clients of the old leader
+// re-send the same waits (same request id) and keep their places; then it
+// cancels those that did not come back and releases grants the queue made
+// to them, unless a re-sent wait was answered with the grant.
 //
 // A waiter that gives up (disconnect, shutdown) proposes CancelWait. If the
 // grant committed first, the handler finds it among its events: a

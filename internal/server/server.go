@@ -301,6 +301,18 @@ func (s *Server) lead() (stop func()) {
 		if !s.takeOver(ctx) {
 			return
 		}
+		if s.clustered() {
+			s.waiters.watchUnserved(true)
+			graced := make(chan struct{})
+			go func() {
+				defer close(graced)
+				if sleepCtx(ctx, orphanGrace) {
+					s.cancelOrphans(ctx)
+				}
+				s.waiters.watchUnserved(false)
+			}()
+			defer func() { <-graced }()
+		}
 		s.tickLoop(ctx)
 	}()
 	notLeading := func() {
@@ -348,6 +360,51 @@ func (s *Server) takeOver(ctx context.Context) bool {
 			return false
 		}
 	}
+	// Alone, nobody can re-send a wait to another node: waiters restored
+	// from the log are orphans now. In a cluster their clients re-send
+	// their waits here (same request id, same queue place), so they keep
+	// their places for orphanGrace first; see lead.
+	if !s.clustered() && !s.cancelOrphans(ctx) {
+		return false
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	now, _ := s.clock.now()
+	s.counting.Store(true)
+	s.ready.Store(true)
+	s.metrics.leader.Set(1)
+	s.log.Info("ready", "cluster_time", time.Duration(now).String(),
+		"last_token", s.fsm.LastToken(), "applied_index", s.fsm.AppliedIndex())
+	return true
+}
+
+// orphanGrace is how long a new leader of a cluster keeps queued waiters
+// that no request on this node serves: long enough for a client whose
+// leader died or froze to notice (client.WithWaitCheck, about two seconds)
+// and re-send its wait here.
+const orphanGrace = 5 * time.Second
+
+// clustered reports whether the configuration has other voters.
+func (s *Server) clustered() bool {
+	f := s.node.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	voters := 0
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	return voters > 1
+}
+
+// cancelOrphans cancels every queued waiter that no request on this node
+// serves, and releases what the queue handed to such waiters meanwhile
+// unless a re-sent wait was answered with it. It reports false if ctx
+// ended first.
+func (s *Server) cancelOrphans(ctx context.Context) bool {
 	for {
 		var orphans []fsm.Item
 		for _, q := range s.fsm.QueuedWaiters() {
@@ -371,16 +428,16 @@ func (s *Server) takeOver(ctx context.Context) bool {
 		}
 		s.log.Info("cancelled waiters left from before the takeover", "count", res.Cancelled)
 	}
-	if ctx.Err() != nil {
-		return false
+	for _, ev := range s.waiters.takeUnserved() {
+		id, ok := s.fsm.UnclaimedWaitGrant(ev.Key, ev.Holder, ev.Token)
+		if !ok || s.waiters.has(ev.Key, ev.Holder) {
+			continue
+		}
+		rel, err := s.propose(fsm.Command{Op: fsm.OpRelease, RequestID: id, Key: ev.Key, Holder: ev.Holder, Token: ev.Token})
+		s.log.Info("released a grant whose waiter did not come back", "key", ev.Key, "holder", ev.Holder,
+			"token", ev.Token, "released", err == nil && rel.Released)
 	}
-	now, _ := s.clock.now()
-	s.counting.Store(true)
-	s.ready.Store(true)
-	s.metrics.leader.Set(1)
-	s.log.Info("ready", "cluster_time", time.Duration(now).String(),
-		"last_token", s.fsm.LastToken(), "applied_index", s.fsm.AppliedIndex())
-	return true
+	return ctx.Err() == nil
 }
 
 // tickLoop is the leader-only expiry timer: it sleeps until the table's

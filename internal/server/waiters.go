@@ -26,6 +26,7 @@ type sub struct {
 	events  []waitEvent
 	leaving bool
 	failed  bool // leadership was lost: no one will tell this waiter anything
+	again   bool // its queue place was cancelled by another request: queue again
 }
 
 // waitRegistry maps queue positions to the requests waiting on them.
@@ -34,6 +35,10 @@ type waitRegistry struct {
 	subs map[waitKey]map[*sub]struct{}
 	n    int
 	gone func(n int) // reports the count, for the gauge
+	// While a new leader keeps orphaned waiters (see orphanGrace), the
+	// grants the queue hands to a waiter no request here serves.
+	watching bool
+	unserved []locktable.Event
 }
 
 func newWaitRegistry(gauge func(n int)) *waitRegistry {
@@ -93,10 +98,55 @@ func (r *waitRegistry) remove(s *sub) {
 func (r *waitRegistry) deliver(index uint64, ev locktable.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.watching && ev.Kind == locktable.EventGranted && len(r.subs[waitKey{ev.Key, ev.Holder}]) == 0 {
+		r.unserved = append(r.unserved, ev)
+	}
 	for s := range r.subs[waitKey{ev.Key, ev.Holder}] {
 		s.events = append(s.events, waitEvent{index, ev})
 		notify(s.signal)
 	}
+}
+
+// requeue tells the requests still waiting on wk that their queue place
+// was cancelled under them.
+func (r *waitRegistry) requeue(wk waitKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for s := range r.subs[wk] {
+		if !s.leaving && !s.failed {
+			s.again = true
+			notify(s.signal)
+		}
+	}
+}
+
+// takeAgain reports and clears whether s must queue again.
+func (r *waitRegistry) takeAgain(s *sub) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	again := s.again
+	s.again = false
+	return again
+}
+
+// watchUnserved starts or stops recording grants to waiters that no
+// request here serves.
+func (r *waitRegistry) watchUnserved(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watching = on
+	if !on {
+		r.unserved = nil
+	}
+}
+
+// takeUnserved returns and clears the grants recorded so far.
+func (r *waitRegistry) takeUnserved() []locktable.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	evs := r.unserved
+	r.unserved = nil
+	return evs
 }
 
 // take returns and clears s's pending events.

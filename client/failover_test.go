@@ -1,0 +1,215 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/client/clienttest"
+)
+
+// twoNodes is a client for nodes a and b, and a lease on "k" taken on a
+// that b knows too, as the replica that the cluster elects next would.
+func twoNodes(t *testing.T, clk *clienttest.Clock) (a, b *clienttest.Server, c *client.Client, l *client.Lease) {
+	t.Helper()
+	a, b = clienttest.NewServer(clk), clienttest.NewServer(clk)
+	c, err := client.New([]string{a.Addr, b.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := client.New([]string{b.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); cb.Close(); a.Close(); b.Close() })
+	ctx := context.Background()
+	l, err = c.TryAcquire(ctx, "k", client.WithTTL(ttl), client.WithHolder("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk, err := cb.Grant(ctx, "k", "h", ttl, 0); err != nil || lk.Token != l.Token() {
+		t.Fatalf("replica grant = %v, %v; want token %d", lk, err, l.Token())
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return a, b, c, l
+}
+
+// TestLeaseExtendFailsOver: the node the lease was taken on dies, freezes or
+// stops leading; the keep-alive's next attempt goes to the other node, which
+// confirms the extension under the same token, well before the deadline.
+// Nothing here waits on the clock: time moves only when the test says.
+func TestLeaseExtendFailsOver(t *testing.T) {
+	for _, fault := range []string{"dead", "drop", "hang", "not_leader"} {
+		t.Run(fault, func(t *testing.T) {
+			leakCheck(t)
+			clk := clienttest.NewClock()
+			a, b, c, l := twoNodes(t, clk)
+			token := l.Token()
+			switch fault {
+			case "dead":
+				a.Close()
+			case "drop", "hang":
+				a.Fail("extend", fault)
+			case "not_leader":
+				a.NotLeader(&b.Addr)
+			}
+			waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 4 })
+			next, _ := clk.Next()
+			clk.Advance(next) // the first extension is due
+			sent := clk.Now()
+			if fault == "hang" {
+				// The attempt at a gets no answer; its own timeout, a part
+				// of the budget, sends the keep-alive on to b.
+				waitFor(t, "the extension to reach a", func() bool { return a.Count("extend") == 1 })
+				// At rest: two server expiries, the lease's deadline and
+				// now the attempt's timeout instead of the keep-alive's sleep.
+				waitFor(t, "the attempt's timer", func() bool { return clk.Pending() == 4 })
+				if b.Count("extend") != 0 {
+					t.Fatal("b was asked before a's attempt timed out")
+				}
+				clk.Advance(l.AttemptTimeout())
+				sent = clk.Now()
+			}
+			waitFor(t, "the extension to reach b", func() bool { return b.Count("extend") == 1 })
+			waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(sent.Add(ttl / 2)) })
+			if err := l.Err(); err != nil || l.Token() != token || l.Context().Err() != nil {
+				t.Fatalf("after failover: Err %v, token %d (want %d), ctx %v", err, l.Token(), token, l.Context().Err())
+			}
+			if !sent.Before(l.Deadline()) || clk.Now().Sub(sent) != 0 {
+				t.Fatal("the confirmation must be dated from its own send")
+			}
+			if h, tok, ok := b.Holder("k"); !ok || h != "h" || tok != token {
+				t.Fatalf("b: %q %d %v; the failover must extend, not re-acquire", h, tok, ok)
+			}
+			if got := c.Addrs()[0]; got != b.URL {
+				t.Fatalf("preferred address %s, want b %s", got, b.URL)
+			}
+			// The next extension goes straight to b.
+			aBefore := a.Count("extend")
+			waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 4 })
+			next, _ = clk.Next()
+			clk.Advance(next)
+			waitFor(t, "the second extension", func() bool { return b.Count("extend") == 2 })
+			if a.Count("extend") != aBefore {
+				t.Fatal("the second extension went to a again")
+			}
+			if l.Err() != nil || l.Token() != token {
+				t.Fatalf("after the second extension: %v, token %d", l.Err(), l.Token())
+			}
+		})
+	}
+}
+
+// TestLeaseLostWhenNoNodeConfirms: with every node failing, the lease is
+// still lost exactly at TTL/2 after the last confirmed send, whatever
+// the number of addresses tried.
+func TestLeaseLostWhenNoNodeConfirms(t *testing.T) {
+	leakCheck(t)
+	clk := clienttest.NewClock()
+	a, b, _, l := twoNodes(t, clk)
+	last := l.Deadline().Add(-ttl / 2)
+	a.Fail("extend", "drop")
+	b.NotLeader(&a.Addr)
+	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 4 })
+	next, _ := clk.Next()
+	clk.Advance(next)
+	waitFor(t, "a failed extension at b", func() bool { return b.Count("extend") >= 1 })
+	for clk.Now().Before(last.Add(ttl/2 - time.Millisecond)) {
+		step := min(10*time.Millisecond, last.Add(ttl/2-time.Millisecond).Sub(clk.Now()))
+		clk.Advance(step)
+		if isDone(l) {
+			t.Fatalf("lost %v before the deadline: %v", l.Deadline().Sub(clk.Now()), l.Err())
+		}
+	}
+	clk.Advance(time.Millisecond)
+	if !isDone(l) {
+		t.Fatal("not lost at the deadline")
+	}
+	if err := l.Err(); !errors.Is(err, client.ErrLeaseLost) || !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, client.ErrUnreachable) {
+		t.Fatalf("Err = %v, want ErrLeaseLost for an unreachable cluster", err)
+	}
+	if a.Count("extend") < 1 || b.Count("extend") < 1 {
+		t.Fatalf("extends tried: a %d, b %d; want every node tried", a.Count("extend"), b.Count("extend"))
+	}
+}
+
+// TestAcquireWaitMovesOffAStuckNode: a waiting acquire is queued on a node
+// that then freezes (answers nothing) or fails its health check. The
+// client notices through its periodic check and sends
+// the same request, same request_id, to the other node, which grants it.
+func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
+	for _, fault := range []string{"frozen", "unhealthy"} {
+		t.Run(fault, func(t *testing.T) {
+			leakCheck(t)
+			clk := clienttest.NewClock()
+			a, b := clienttest.NewServer(clk), clienttest.NewServer(clk)
+			c, err := client.New([]string{a.Addr, b.Addr}, client.WithClock(clk), client.WithWaitCheck(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca, err := client.New([]string{a.Addr}, client.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close(); ca.Close(); a.Close(); b.Close() })
+			ctx := context.Background()
+			if _, err := ca.Grant(ctx, "k", "x", time.Hour, 0); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				l   *client.Lease
+				err error
+			}
+			got := make(chan result, 1)
+			go func() {
+				l, err := c.Acquire(ctx, "k", client.WithTTL(ttl), client.WithHolder("w"))
+				got <- result{l, err}
+			}()
+			waitFor(t, "the wait to queue on a", func() bool { return len(a.Waiters("k")) == 1 })
+			// A healthy node is checked and kept. Timers at rest: x's
+			// expiry and the wait's bound on a, and the check's sleep.
+			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 3 })
+			clk.Advance(time.Second)
+			waitFor(t, "the first check", func() bool { return a.Count("healthz") == 1 })
+			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 3 })
+			if len(a.Waiters("k")) != 1 || b.Count("acquire") != 0 {
+				t.Fatal("the wait left a node that answered its check")
+			}
+			switch fault {
+			case "frozen":
+				a.Fail("healthz", "hang")
+			case "unhealthy":
+				a.Fail("healthz", "unavailable")
+			}
+			clk.Advance(time.Second)
+			waitFor(t, "the second check", func() bool { return a.Count("healthz") == 2 })
+			if fault == "frozen" {
+				waitFor(t, "the check's timeout", func() bool { return clk.Pending() == 3 })
+				clk.Advance(time.Second)
+			}
+			var r result
+			select {
+			case r = <-got:
+			case <-time.After(10 * time.Second): // a bound on a hang, not a timing
+				t.Fatal("the wait is still stuck on a")
+			}
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			t.Cleanup(func() { _ = r.l.Release(context.Background()) })
+			if r.l.Holder() != "w" || r.l.Token() != 1 {
+				t.Fatalf("granted %q token %d; want w with b's token 1", r.l.Holder(), r.l.Token())
+			}
+			if h, tok, ok := b.Holder("k"); !ok || h != "w" || tok != 1 {
+				t.Fatalf("b: %q %d %v", h, tok, ok)
+			}
+			ia, ib := a.RequestIDs("acquire")[1:], b.RequestIDs("acquire") // a's first is x's grant
+			if len(ia) != 1 || len(ib) != 1 || ia[0] != ib[0] {
+				t.Fatalf("request ids: a %v, b %v; want the same one re-sent", ia, ib)
+			}
+			waitFor(t, "a's queue to empty", func() bool { return len(a.Waiters("k")) == 0 })
+		})
+	}
+}
