@@ -152,7 +152,8 @@ func TestFaults(t *testing.T) {
 		for i := range p.runs {
 			s := seed + int64(i)
 			name := fmt.Sprintf("%s/n%d/seed=%d", p.class.name, p.size, s)
-			t.Run(name, func(t *testing.T) {
+			before := len(rw.results)
+			ok := t.Run(name, func(t *testing.T) {
 				if p.class.netns {
 					if why := netnsUnavailable(); why != "" {
 						rw.results = append(rw.results, result{skipped: why})
@@ -171,6 +172,11 @@ func TestFaults(t *testing.T) {
 				t.Logf("%s n=%d seed=%d: %d ops, %d violations, unavailable %v, run took %v",
 					p.class.name, p.size, s, res.ops, len(res.violations), res.unavail.Round(time.Millisecond), res.took.Round(time.Millisecond))
 			})
+			if !ok && len(rw.results) == before {
+				// The run stopped early (a cluster that never healed, say):
+				// it counts, as a violation.
+				rw.results = append(rw.results, result{unavail: -1, violations: []Violation{{"harness", "run aborted"}}})
+			}
 		}
 	}
 	var b strings.Builder
@@ -704,52 +710,109 @@ func faultPartition(r *run) error {
 	return r.c.isolate(l, false)
 }
 
-// faultMembership removes a follower with `fencelock cluster remove`,
-// then joins a fresh node in its place with `fencelock server --join`,
-// under load, and waits until the new node is a voter.
+// faultMembership changes the membership under load, one of (seeded):
+// remove a follower with `fencelock cluster remove` and join a fresh node
+// in its place with `fencelock server --join`; the same with the leader;
+// or ask `fencelock cluster join` to add a node that is not running (an
+// operator's typo) and then remove it. Whatever the change, the cluster
+// must keep a ready leader and end with the membership asked for.
 func faultMembership(r *run) error {
 	c := r.c
 	l := c.leader(60 * time.Second)
-	var followers []int
-	for i, n := range c.nodes {
-		if n != l {
-			followers = append(followers, i)
-		}
-	}
-	idx := followers[r.rng.IntN(len(followers))]
-	old := c.nodes[idx]
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	r.mark()
-	if out, err := c.cli(ctx, "cluster", "remove", "--id", old.id, "--addr", strings.Join(c.addrs(), ","), "--timeout", "50s"); err != nil {
-		return fmt.Errorf("cluster remove %s: %v: %s", old.id, err, out)
-	}
-	c.kill(old)
-	r.sleep(100*time.Millisecond, 500*time.Millisecond)
-	c.gen++
-	fresh := &node{id: fmt.Sprintf("%sr%d", old.id, c.gen), client: freeAddr(r.t), raft: freeAddr(r.t),
-		data: filepath.Join(c.dir, fmt.Sprintf("%sr%d", old.id, c.gen))}
-	var join []string
-	for _, n := range c.nodes {
-		if n != old {
-			join = append(join, n.client)
+	addrs := strings.Join(c.addrs(), ",")
+	switch r.rng.IntN(3) {
+	case 0, 1: // replace a follower, or the leader
+		idx := slices.Index(c.nodes, l)
+		if r.rng.IntN(2) == 0 {
+			var followers []int
+			for i, n := range c.nodes {
+				if n != l {
+					followers = append(followers, i)
+				}
+			}
+			idx = followers[r.rng.IntN(len(followers))]
 		}
+		old := c.nodes[idx]
+		r.logf("membership: replacing %s (leader %s)", old.id, l.id)
+		r.mark()
+		if out, err := c.cli(ctx, "cluster", "remove", "--id", old.id, "--addr", addrs, "--timeout", "60s"); err != nil {
+			return fmt.Errorf("cluster remove %s: %v: %s", old.id, err, out)
+		}
+		c.kill(old)
+		if c.waitLeader(old, 60*time.Second) == nil {
+			r.violate("membership", "no ready leader within 60s of removing %s", old.id)
+		}
+		r.sleep(100*time.Millisecond, 500*time.Millisecond)
+		c.gen++
+		fresh := &node{id: fmt.Sprintf("%sr%d", old.id, c.gen), client: freeAddr(r.t), raft: freeAddr(r.t),
+			data: filepath.Join(c.dir, fmt.Sprintf("%sr%d", old.id, c.gen))}
+		var join []string
+		for _, n := range c.nodes {
+			if n != old {
+				join = append(join, n.client)
+			}
+		}
+		c.nodes[idx] = fresh
+		c.start(fresh, "--join", strings.Join(join, ","))
+		return r.waitMembers(fresh.id, true)
+	default: // joins of nodes that are not running, then their removal
+		var ghosts []string
+		r.mark()
+		for range 1 + r.rng.IntN(len(c.nodes)) {
+			ghost := fmt.Sprintf("ghost%d", c.gen)
+			c.gen++
+			ghosts = append(ghosts, ghost)
+			out, err := c.cli(ctx, "cluster", "join", "--id", ghost, "--raft", freeAddr(r.t), "--client", freeAddr(r.t), "--addr", addrs, "--timeout", "20s")
+			r.logf("cluster join %s (not running): %v: %s", ghost, err, firstLine(out))
+		}
+		if c.waitLeader(nil, 60*time.Second) == nil {
+			r.violate("membership", "no ready leader within 60s of joins of %v, nodes that are not running", ghosts)
+			return nil
+		}
+		for _, ghost := range ghosts {
+			ld := c.findLeader(nil)
+			if ld == nil {
+				r.violate("membership", "no ready leader while removing %v, nodes that never ran", ghosts)
+				return nil
+			}
+			if m, merr := members(ld.client); merr == nil && slices.ContainsFunc(m.Members, func(mm member) bool { return mm.ID == ghost }) {
+				if out, err := c.cli(ctx, "cluster", "remove", "--id", ghost, "--addr", addrs, "--timeout", "30s"); err != nil {
+					r.violate("membership", "%s, a node that never ran, was added and cannot be removed: %v: %s", ghost, err, firstLine(out))
+					return nil
+				}
+			}
+			if err := r.waitMembers(ghost, false); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	c.nodes[idx] = fresh
-	c.start(fresh, "--join", strings.Join(join, ","))
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+// waitMembers polls the leader's view until id is a voter (or, with want
+// false, not a member at all); failing that within 60s is a violation.
+func (r *run) waitMembers(id string, want bool) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if ld := c.findLeader(nil); ld != nil {
+		if ld := r.c.findLeader(nil); ld != nil {
 			if m, err := members(ld.client); err == nil {
-				for _, mm := range m.Members {
-					if mm.ID == fresh.id && strings.EqualFold(mm.Suffrage, "voter") {
-						return nil
-					}
+				voter := slices.ContainsFunc(m.Members, func(mm member) bool { return mm.ID == id && strings.EqualFold(mm.Suffrage, "voter") })
+				present := slices.ContainsFunc(m.Members, func(mm member) bool { return mm.ID == id })
+				if (want && voter) || (!want && !present) {
+					return nil
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not become a voter within 60s", fresh.id)
+			r.violate("membership", "%s: not %s within 60s", id, map[bool]string{true: "a voter", false: "gone"}[want])
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
