@@ -386,7 +386,15 @@ func runOnce(t *testing.T, cl class, size int, seed int64) result {
 	for v := range r.errs {
 		res.violations = append(res.violations, v)
 	}
+	expiries := 0
+	for _, o := range ops {
+		if o.Input.Key == "exp" && o.Input.Kind == Wait && o.Output.Result == OK {
+			expiries++
+		}
+	}
+	checkStart := time.Now()
 	lv := CheckLinearizable(ops, 2*time.Minute)
+	r.logf("porcupine: %v on %d operations in %v; %d expiry hand-offs checked", lv.Result, lv.Ops, time.Since(checkStart).Round(time.Millisecond), expiries)
 	switch lv.Result {
 	case porcupine.Ok:
 	case porcupine.Illegal:
