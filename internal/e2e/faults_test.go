@@ -330,7 +330,22 @@ func runOnce(t *testing.T, cl class, size int, seed int64) result {
 		t.Fatalf("injecting %s: %v", cl.name, err)
 	}
 	r.healAt = r.rec.Since()
-	c.leader(60 * time.Second)
+	if c.waitLeader(nil, 60*time.Second) == nil {
+		// The cluster never came back: that is the finding; the other
+		// checks need a cluster to read.
+		close(stop)
+		wg.Wait()
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = lease.Release(rctx) // stops its keep-alive
+		cancel()
+		close(r.errs)
+		res := result{unavail: -1, ops: len(r.rec.Ops()), took: time.Since(began)}
+		for v := range r.errs {
+			res.violations = append(res.violations, v)
+		}
+		res.violations = append(res.violations, Violation{"availability", fmt.Sprintf("no ready leader within 60s after %s healed (at %v)", cl.name, r.healAt.Round(time.Millisecond))})
+		return res
+	}
 	r.logf("fault at %v, healed at %v", r.faultAt, r.healAt)
 
 	// Load until a write after the heal succeeded, the lease's keep-alive
