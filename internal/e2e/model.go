@@ -40,13 +40,6 @@ func (s keyState) live(holder string, token uint64) (bool, keyState) {
 	return true, s
 }
 
-// couldBe reports whether (holder, token) may be the live grant without
-// learning anything: with an unknown token, any token above Max may be.
-func (s keyState) couldBe(holder string, token uint64) bool {
-	ok, _ := s.live(holder, token)
-	return ok
-}
-
 func (s keyState) grantable(holder string) bool { return s.Holder == "" || s.Holder == holder }
 
 // step is the lock table's specification for one key: every state the
