@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +63,16 @@ func wantLinearizable(t *testing.T, h *hb, want porcupine.CheckResult) {
 			t.Log(o)
 		}
 		t.Fatalf("linearizability: got %v, want %v", v.Result, want)
+	}
+	if want == porcupine.Illegal {
+		// What a failed run leaves for a human to look at.
+		path := filepath.Join(t.TempDir(), "history.html")
+		if err := v.Visualize(path); err != nil {
+			t.Fatalf("visualizing: %v", err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+			t.Fatalf("no visualization written: %v", err)
+		}
 	}
 }
 
