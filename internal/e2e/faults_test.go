@@ -169,8 +169,12 @@ func TestFaults(t *testing.T) {
 					t.Errorf("replay: go test ./internal/e2e -run 'TestFaults/%s/n%d/' -v -class %s -nodes %d -seed %d -runs 1",
 						p.class.name, p.size, p.class.name, p.size, s)
 				}
-				t.Logf("%s n=%d seed=%d: %d ops, %d violations, unavailable %v, run took %v",
-					p.class.name, p.size, s, res.ops, len(res.violations), res.unavail.Round(time.Millisecond), res.took.Round(time.Millisecond))
+				un := "-"
+				if res.unavail >= 0 {
+					un = res.unavail.Round(time.Millisecond).String()
+				}
+				t.Logf("%s n=%d seed=%d: %d ops, %d violations, unavailable %s, run took %v",
+					p.class.name, p.size, s, res.ops, len(res.violations), un, res.took.Round(time.Millisecond))
 			})
 			if !ok && len(rw.results) == before {
 				// The run stopped early (a cluster that never healed, say):
