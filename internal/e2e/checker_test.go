@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -272,4 +273,20 @@ func TestRecorderWaitPhantoms(t *testing.T) {
 	if ops[1].Return != ops[0].Return || ops[0].Output.Token != 4 || ops[open].Output.Result != Unknown {
 		t.Fatalf("ops: %v", ops)
 	}
+}
+
+func TestCheckLease(t *testing.T) {
+	held := LeaseRecord{Holder: "h", Token: 7, Sent: ms(900), FaultAt: ms(500), Final: Final{Found: true, Holder: "h", Token: 7}}
+	if vs := CheckLease(held); len(vs) != 0 {
+		t.Fatalf("a lease that rode through reported: %v", vs)
+	}
+	lost := held
+	lost.Lost = errors.New("lease lost: server unreachable")
+	wantViolation(t, CheckLease(lost), "lease", "was lost")
+	untested := held
+	untested.Sent = ms(400)
+	wantViolation(t, CheckLease(untested), "lease", "no extension sent after the fault")
+	gone := held
+	gone.Final = Final{Found: true, Holder: "other", Token: 8}
+	wantViolation(t, CheckLease(gone), "lease", "healed cluster answers")
 }

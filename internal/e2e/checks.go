@@ -204,3 +204,31 @@ func CheckExpiry(ops []Op) []Violation {
 	}
 	return vs
 }
+
+// LeaseRecord is what a lease handle held through a fault (client.Lease,
+// its keep-alive running) showed, and what the healed cluster answered
+// for its key.
+type LeaseRecord struct {
+	Holder  string
+	Token   uint64
+	Lost    error         // the handle's Err() after the fault healed; nil: held
+	Sent    time.Duration // send time of its last confirmed grant or extension
+	FaultAt time.Duration
+	Final   Final // the healed cluster's answer for the key (when not Lost)
+}
+
+// CheckLease checks a lease held while a majority stayed up: it was not
+// lost, its keep-alive confirmed an extension sent after the fault (so the
+// fault was one it had to ride through), and the healed cluster still
+// answers it under its token.
+func CheckLease(l LeaseRecord) []Violation {
+	switch {
+	case l.Lost != nil:
+		return []Violation{{"lease", fmt.Sprintf("a lease held with its keep-alive running while a majority was up was lost: %v", l.Lost)}}
+	case l.Sent < l.FaultAt:
+		return []Violation{{"lease", fmt.Sprintf("the lease's keep-alive confirmed no extension sent after the fault (last at %v, fault at %v)", l.Sent, l.FaultAt)}}
+	case !l.Final.Found || l.Final.Holder != l.Holder || l.Final.Token != l.Token:
+		return []Violation{{"lease", fmt.Sprintf("the lease handle holds token %d but the healed cluster answers %+v", l.Token, l.Final)}}
+	}
+	return nil
+}

@@ -376,21 +376,27 @@ func runOnce(t *testing.T, cl class, size int, seed int64) result {
 
 	res := result{unavail: -1}
 	// The lease: never lost while a majority was up, still the cluster's.
-	leaseErr := lease.Err()
-	if cl.majority {
-		if leaseErr != nil {
-			res.violations = append(res.violations, Violation{"lease", fmt.Sprintf("a lease held through %s with its keep-alive running was lost: %v (fault at %v, healed at %v)",
-				cl.name, leaseErr, r.faultAt.Round(time.Millisecond), r.healAt.Round(time.Millisecond))})
-		} else if r.leaseSent(lease) < r.faultAt {
-			res.violations = append(res.violations, Violation{"lease", fmt.Sprintf("the lease's keep-alive confirmed no extension sent after the fault within %v", *flagLeaseTTL)})
+	lrec := LeaseRecord{Holder: "leaseholder", Token: lease.Token(), Lost: lease.Err(), Sent: r.leaseSent(lease), FaultAt: r.faultAt}
+	if lrec.Lost == nil {
+		for deadline := time.Now().Add(60 * time.Second); ; {
+			gctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			lk, err := lc.Get(gctx, "lease")
+			cancel()
+			if err == nil || errors.Is(err, client.ErrNotFound) {
+				lrec.Final = Final{Found: err == nil, Holder: lk.Holder, Token: lk.Token}
+				break
+			}
+			if time.Now().After(deadline) {
+				res.violations = append(res.violations, Violation{"lease", fmt.Sprintf("no definite answer for the lease's key from the healed cluster: %v", err)})
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	if leaseErr == nil {
-		gctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		lk, err := lc.Get(gctx, "lease")
-		cancel()
-		if err != nil || lk.Token != lease.Token() || lk.Holder != "leaseholder" {
-			res.violations = append(res.violations, Violation{"lease", fmt.Sprintf("the lease handle says held (token %d) but the cluster answers %+v, %v", lease.Token(), lk, err)})
+	if cl.majority {
+		for _, v := range CheckLease(lrec) {
+			v.Msg += fmt.Sprintf(" (%s: fault at %v, healed at %v)", cl.name, r.faultAt.Round(time.Millisecond), r.healAt.Round(time.Millisecond))
+			res.violations = append(res.violations, v)
 		}
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
