@@ -730,10 +730,10 @@ func faultStop(r *run) error {
 // reach it) until another node leads, and a little longer.
 func faultPartition(r *run) error {
 	l := r.c.leader(60 * time.Second)
-	r.mark()
 	if err := r.c.isolate(l, true); err != nil {
 		return err
 	}
+	r.mark() // once every route is cut: it takes a few ip(8) calls
 	if r.c.waitLeader(l, 60*time.Second) == nil {
 		_ = r.c.isolate(l, false)
 		return fmt.Errorf("no other leader within 60s of isolating %s", l.id)
