@@ -1,0 +1,406 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The harness: `fencelock server` processes on free loopback ports (or,
+// for partitions, each in a network namespace of its own on a bridge), and
+// what a fault needs to do to them. Polling with a deadline decides when
+// something happened; nothing is decided by sleeping.
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// fencelockBinary builds cmd/fencelock once per test binary.
+func fencelockBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fencelock-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "fencelock")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/fencelock/fencelock/cmd/fencelock").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// tailBuffer keeps the last 64 KiB a process wrote.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (w *tailBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if len(w.b) > 64<<10 {
+		w.b = append([]byte(nil), w.b[len(w.b)-64<<10:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.b)
+}
+
+type node struct {
+	id           string
+	client, raft string // host:port
+	data         string
+	ns           string // network namespace; "" on loopback
+	ip           string // in ns
+
+	cmd     *exec.Cmd
+	done    chan struct{}
+	log     *tailBuffer
+	stopped bool // SIGSTOPped
+}
+
+func (n *node) running() bool {
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+type cluster struct {
+	t     *testing.T
+	bin   string
+	dir   string
+	nodes []*node
+	net   *bridgeNet // nil on loopback
+	gen   int
+}
+
+// startCluster starts size nodes bootstrapped with --peers and waits for a
+// ready leader. With netns, every node runs in a namespace of its own.
+func startCluster(t *testing.T, size int, netns bool) *cluster {
+	t.Helper()
+	c := &cluster{t: t, bin: fencelockBinary(t), dir: t.TempDir()}
+	if netns {
+		bn, err := newBridgeNet(size)
+		if err != nil {
+			t.Fatalf("network namespaces: %v", err)
+		}
+		c.net = bn
+		t.Cleanup(bn.close)
+	}
+	var peers []string
+	for i := range size {
+		n := &node{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(c.dir, fmt.Sprintf("n%d", i+1))}
+		if c.net != nil {
+			n.ns, n.ip = c.net.ns[i], c.net.ips[i]
+			n.client, n.raft = n.ip+":7100", n.ip+":7101"
+		} else {
+			n.client, n.raft = freeAddr(t), freeAddr(t)
+		}
+		c.nodes = append(c.nodes, n)
+		peers = append(peers, n.id+"="+n.raft)
+	}
+	t.Cleanup(c.stopAll)
+	for _, n := range c.nodes {
+		c.start(n, "--peers", strings.Join(peers, ","))
+	}
+	c.leader(60 * time.Second)
+	return c
+}
+
+func (c *cluster) start(n *node, extra ...string) {
+	c.t.Helper()
+	args := append([]string{"server", "--id", n.id, "--listen", n.client, "--raft", n.raft, "--data", n.data, "--log-level", "warn"}, extra...)
+	var cmd *exec.Cmd
+	if n.ns != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", n.ns, c.bin}, args...)...)
+	} else {
+		cmd = exec.Command(c.bin, args...)
+	}
+	n.log = &tailBuffer{}
+	cmd.Stdout, cmd.Stderr = n.log, n.log
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("starting %s: %v", n.id, err)
+	}
+	n.cmd, n.done, n.stopped = cmd, make(chan struct{}), false
+	done := n.done
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+}
+
+func (c *cluster) kill(n *node) {
+	if !n.running() {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.done
+	n.stopped = false
+}
+
+func (c *cluster) signal(n *node, sig syscall.Signal) {
+	if n.running() {
+		_ = n.cmd.Process.Signal(sig)
+		n.stopped = sig == syscall.SIGSTOP
+	}
+}
+
+func (c *cluster) stopAll() {
+	for _, n := range c.nodes {
+		c.kill(n)
+	}
+	if c.t.Failed() {
+		for _, n := range c.nodes {
+			if n.log != nil {
+				c.t.Logf("%s (%s) log tail:\n%s", n.id, n.client, lastLines(n.log.String(), 30))
+			}
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (c *cluster) addrs() []string {
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.client)
+	}
+	return out
+}
+
+type member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	Suffrage string `json:"suffrage"`
+}
+
+type membersAnswer struct {
+	Leader  string   `json:"leader"`
+	Node    string   `json:"node"`
+	Ready   bool     `json:"ready"`
+	Members []member `json:"members"`
+}
+
+var probe = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+
+func members(addr string) (membersAnswer, error) {
+	var m membersAnswer
+	resp, err := probe.Get("http://" + addr + "/v1/cluster/members")
+	if err != nil {
+		return m, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return m, fmt.Errorf("members: HTTP %d", resp.StatusCode)
+	}
+	return m, json.NewDecoder(resp.Body).Decode(&m)
+}
+
+// findLeader is one look for a ready leader among the running nodes that
+// are not excluded.
+func (c *cluster) findLeader(exclude *node) *node {
+	for _, n := range c.nodes {
+		if n == exclude || !n.running() || n.stopped {
+			continue
+		}
+		if m, err := members(n.client); err == nil && m.Ready && m.Leader == n.id {
+			return n
+		}
+	}
+	return nil
+}
+
+// leader polls, bounded, for a ready leader.
+func (c *cluster) leader(within time.Duration) *node {
+	c.t.Helper()
+	n := c.waitLeader(nil, within)
+	if n == nil {
+		c.t.Fatalf("no ready leader within %v", within)
+	}
+	return n
+}
+
+// waitLeader polls, bounded, for a ready leader other than exclude; nil if
+// none came.
+func (c *cluster) waitLeader(exclude *node, within time.Duration) *node {
+	deadline := time.Now().Add(within)
+	for {
+		if n := c.findLeader(exclude); n != nil {
+			return n
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cli runs the fencelock binary (on the host: the cluster's client
+// addresses are reachable from here in both set-ups).
+func (c *cluster) cli(ctx context.Context, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// bridgeNet is one bridge on the host and a namespace per node, each with
+// a veth pair into the bridge. A partition is made of blackhole routes
+// inside the namespaces, so the host (the clients) still reaches every
+// node while the nodes cannot reach each other.
+type bridgeNet struct {
+	prefix string
+	bridge string
+	ns     []string
+	ips    []string
+}
+
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// netnsUnavailable says why namespaces cannot be used here, or "".
+func netnsUnavailable() string {
+	if os.Geteuid() != 0 {
+		return "network namespaces need root"
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return "iproute2 (ip) is not installed"
+	}
+	name := "flprobe" + randHex(3)
+	if err := ipCmd("netns", "add", name); err != nil {
+		return err.Error()
+	}
+	_ = ipCmd("netns", "del", name)
+	return ""
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func newBridgeNet(size int) (*bridgeNet, error) {
+	b := make([]byte, 1)
+	_, _ = rand.Read(b)
+	bn := &bridgeNet{prefix: "fl" + randHex(2)}
+	bn.bridge = bn.prefix + "br"
+	subnet := fmt.Sprintf("10.213.%d", b[0])
+	steps := [][]string{
+		{"link", "add", bn.bridge, "type", "bridge"},
+		{"addr", "add", subnet + ".1/24", "dev", bn.bridge},
+		{"link", "set", bn.bridge, "up"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(s...); err != nil {
+			bn.close()
+			return nil, err
+		}
+	}
+	for i := range size {
+		ns := fmt.Sprintf("%sn%d", bn.prefix, i+1)
+		host, peer := fmt.Sprintf("%sh%d", bn.prefix, i+1), fmt.Sprintf("%sp%d", bn.prefix, i+1)
+		ip := fmt.Sprintf("%s.%d", subnet, 10+i)
+		bn.ns, bn.ips = append(bn.ns, ns), append(bn.ips, ip)
+		steps := [][]string{
+			{"netns", "add", ns},
+			{"link", "add", host, "type", "veth", "peer", "name", peer},
+			{"link", "set", peer, "netns", ns},
+			{"link", "set", host, "master", bn.bridge},
+			{"link", "set", host, "up"},
+			{"-n", ns, "addr", "add", ip + "/24", "dev", peer},
+			{"-n", ns, "link", "set", peer, "up"},
+			{"-n", ns, "link", "set", "lo", "up"},
+		}
+		for _, s := range steps {
+			if err := ipCmd(s...); err != nil {
+				bn.close()
+				return nil, err
+			}
+		}
+	}
+	return bn, nil
+}
+
+func (bn *bridgeNet) close() {
+	for _, ns := range bn.ns {
+		_ = ipCmd("netns", "del", ns) // takes its end of the veth pair along
+	}
+	_ = ipCmd("link", "del", bn.bridge)
+}
+
+// isolate cuts n off from every other node, both ways; clients on the host
+// still reach all of them.
+func (c *cluster) isolate(n *node, cut bool) error {
+	verb := "add"
+	if !cut {
+		verb = "del"
+	}
+	for _, m := range c.nodes {
+		if m == n {
+			continue
+		}
+		if err := ipCmd("-n", n.ns, "route", verb, "blackhole", m.ip+"/32"); err != nil {
+			return err
+		}
+		if err := ipCmd("-n", m.ns, "route", verb, "blackhole", n.ip+"/32"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
