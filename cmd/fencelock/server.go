@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/server"
 )
 
@@ -17,10 +18,12 @@ func init() {
 	register(command{name: "server", summary: "run a durable lock server (HTTP/JSON API)", run: runServer})
 }
 
-const (
-	defaultListen = "127.0.0.1:7470"
-	defaultData   = "fencelock-data"
-)
+const defaultData = "fencelock-data"
+
+// defaultListen is where a server listens, and where the client commands
+// look for one, when nothing else is said. A variable only so that the
+// tests can point it at a tripwire (main_test.go).
+var defaultListen = client.DefaultAddr
 
 const serverUsage = `Usage: fencelock server [--listen ADDR] [--data DIR]
        fencelock server --id ID --raft HOST:PORT [--listen ADDR] [--data DIR]
