@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +61,12 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	snapThreshold := fs.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once this many log `entries` follow the last one")
 	trailing := fs.Uint64("trailing-logs", defaults.TrailingLogs, "log `entries` kept after a snapshot; a peer further behind is sent the snapshot")
 	snapInterval := fs.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
+	heartbeat := fs.String("heartbeat-timeout", envOr(e, "FENCELOCK_HEARTBEAT_TIMEOUT", defaults.HeartbeatTimeout.String()),
+		"raft: a follower that hears no leader for this `duration` (randomized up to twice it) starts an election (env FENCELOCK_HEARTBEAT_TIMEOUT)")
+	election := fs.String("election-timeout", envOr(e, "FENCELOCK_ELECTION_TIMEOUT", defaults.ElectionTimeout.String()),
+		"raft: a candidate that wins no election in this `duration` (randomized up to twice it) starts another; >= --heartbeat-timeout (env FENCELOCK_ELECTION_TIMEOUT)")
+	leaderLease := fs.String("leader-lease-timeout", envOr(e, "FENCELOCK_LEADER_LEASE_TIMEOUT", defaults.LeaderLeaseTimeout.String()),
+		"raft: a leader that has not reached a quorum for this `duration` steps down; <= --heartbeat-timeout (env FENCELOCK_LEADER_LEASE_TIMEOUT)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			fmt.Fprint(e.stdout, serverUsage)
@@ -95,6 +102,10 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *snapThreshold == 0 || *trailing == 0 || *snapInterval < 5*time.Millisecond {
 		return usageError("server: --snapshot-threshold and --trailing-logs must be > 0, --snapshot-interval >= 5ms")
 	}
+	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
+	if err != nil {
+		return usageError("server: %v", err)
+	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	if server.MemoryPolicyWanted(e.getenv) {
 		// A process-wide setting, so it is made here and not by the
@@ -103,6 +114,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	} else {
 		log.Info("GOGC or GOMEMLIMIT set: the server's memory policy is off")
 	}
+
+	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat, "election_timeout", timing.election,
+		"leader_lease_timeout", timing.leaderLease)
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -114,7 +128,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 	cfg := server.Config{DataDir: *data, Logger: log, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
 		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
-		SnapshotInterval: *snapInterval}
+		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
+		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e)}
 	if *join == "" {
 		return server.Serve(ctx, ln, cfg, *grace)
 	}
@@ -138,6 +153,50 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cancel()
 	<-joined
 	return err
+}
+
+// testWALSegmentSize reads FENCELOCK_TEST_WAL_SEGMENT_SIZE, a knob for the
+// tests only (not in the usage): small segments make the log rotate every
+// few hundred entries. Anything but a positive byte count means the
+// default.
+func testWALSegmentSize(e *env) int {
+	n, err := strconv.Atoi(e.getenv("FENCELOCK_TEST_WAL_SEGMENT_SIZE"))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+type raftTiming struct{ heartbeat, election, leaderLease time.Duration }
+
+// parseRaftTiming reads the three raft timeouts and checks them against
+// each other with the rules raft itself applies, named by their flags.
+func parseRaftTiming(heartbeat, election, leaderLease string) (raftTiming, error) {
+	var t raftTiming
+	for _, f := range []struct {
+		name, env, val string
+		dst            *time.Duration
+	}{
+		{"heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT", heartbeat, &t.heartbeat},
+		{"election-timeout", "FENCELOCK_ELECTION_TIMEOUT", election, &t.election},
+		{"leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT", leaderLease, &t.leaderLease},
+	} {
+		d, err := time.ParseDuration(f.val)
+		if err != nil {
+			return t, fmt.Errorf("--%s (or %s) %q is not a duration like 1s or 750ms", f.name, f.env, f.val)
+		}
+		if d < 5*time.Millisecond || d > time.Minute {
+			return t, fmt.Errorf("--%s %s is out of range: 5ms to 1m", f.name, d)
+		}
+		*f.dst = d
+	}
+	if t.election < t.heartbeat {
+		return t, fmt.Errorf("--election-timeout %s must be at least --heartbeat-timeout %s", t.election, t.heartbeat)
+	}
+	if t.leaderLease > t.heartbeat {
+		return t, fmt.Errorf("--leader-lease-timeout %s must not exceed --heartbeat-timeout %s", t.leaderLease, t.heartbeat)
+	}
+	return t, nil
 }
 
 // parsePeers reads ID=HOST:PORT,...

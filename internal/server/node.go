@@ -64,6 +64,9 @@ type Config struct {
 	// recorded time, so it extends live leases by at most its own downtime
 	// plus this interval.
 	ClockCheckpoint time.Duration
+	// WALSegmentSize is the size of each preallocated log segment file;
+	// 0 means 16 MiB. Tests make it small to rotate segments often.
+	WALSegmentSize int
 }
 
 // DefaultConfig returns the values used for zero fields.
@@ -114,10 +117,13 @@ func (c Config) withDefaults() Config {
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = d.TrailingLogs
 	}
+	if c.WALSegmentSize <= 0 {
+		c.WALSegmentSize = walSegmentSize
+	}
 	return c
 }
 
-// walSegmentSize is the size of each preallocated log segment file.
+// walSegmentSize is the default size of each preallocated log segment file.
 const walSegmentSize = 16 << 20
 
 type closerFunc func() error
@@ -183,7 +189,7 @@ func openNode(cfg Config, f raft.FSM) (*node, error) {
 		}
 		// raft-wal appends and fsyncs once per batch of entries; segments
 		// whose entries are all covered by a snapshot are deleted.
-		w, err := wal.Open(walDir, wal.WithLogger(rc.Logger), wal.WithSegmentSize(walSegmentSize))
+		w, err := wal.Open(walDir, wal.WithLogger(rc.Logger), wal.WithSegmentSize(cfg.WALSegmentSize))
 		if err != nil {
 			n.close()
 			return nil, fmt.Errorf("server: opening the log in %s: %w", walDir, err)
