@@ -61,6 +61,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	snapThreshold := fs.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once this many log `entries` follow the last one")
 	trailing := fs.Uint64("trailing-logs", defaults.TrailingLogs, "log `entries` kept after a snapshot; a peer further behind is sent the snapshot")
 	snapInterval := fs.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
+	maxConns := fs.Int("max-connections", 0, "cap on open client `connections`; 0: the open-file limit less a reserve for the log and peers (env FENCELOCK_MAX_CONNECTIONS)")
 	heartbeat := fs.String("heartbeat-timeout", envOr(e, "FENCELOCK_HEARTBEAT_TIMEOUT", defaults.HeartbeatTimeout.String()),
 		"raft: a follower that hears no leader for this `duration` (randomized up to twice it) starts an election (env FENCELOCK_HEARTBEAT_TIMEOUT)")
 	election := fs.String("election-timeout", envOr(e, "FENCELOCK_ELECTION_TIMEOUT", defaults.ElectionTimeout.String()),
@@ -102,6 +103,16 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *snapThreshold == 0 || *trailing == 0 || *snapInterval < 5*time.Millisecond {
 		return usageError("server: --snapshot-threshold and --trailing-logs must be > 0, --snapshot-interval >= 5ms")
 	}
+	if v := e.getenv("FENCELOCK_MAX_CONNECTIONS"); v != "" && !flagGiven(fs, "max-connections") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return usageError("server: FENCELOCK_MAX_CONNECTIONS %q is not a number", v)
+		}
+		*maxConns = n
+	}
+	if *maxConns < 0 {
+		return usageError("server: --max-connections must be >= 0")
+	}
 	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
 	if err != nil {
 		return usageError("server: %v", err)
@@ -115,6 +126,22 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		log.Info("GOGC or GOMEMLIMIT set: the server's memory policy is off")
 	}
 
+	// Out of file descriptors, the log could not open its next segment
+	// and sealed itself for good (issue 11): raise the soft limit and keep
+	// client connections below it.
+	fdLimit, err := server.RaiseFDLimit()
+	if err != nil {
+		log.Warn("open-file limit", "err", err)
+	}
+	if *maxConns == 0 && fdLimit > 0 {
+		if *maxConns, err = server.ConnectionCap(fdLimit); err != nil {
+			return err
+		}
+	} else if fdLimit > 0 && uint64(*maxConns) > fdLimit-min(fdLimit, server.FDReserve(fdLimit)) {
+		return usageError("server: --max-connections %d leaves fewer than %d of the %d open files for the log and peers; lower it or raise the limit (ulimit -n)",
+			*maxConns, server.FDReserve(fdLimit), fdLimit)
+	}
+	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns)
 	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat, "election_timeout", timing.election,
 		"leader_lease_timeout", timing.leaderLease)
 
@@ -129,7 +156,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cfg := server.Config{DataDir: *data, Logger: log, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
 		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
-		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e)}
+		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns}
 	if *join == "" {
 		return server.Serve(ctx, ln, cfg, *grace)
 	}
@@ -218,6 +245,13 @@ func parsePeers(s string) ([]server.Peer, error) {
 		peers = append(peers, server.Peer{ID: id, RaftAddr: addr})
 	}
 	return peers, nil
+}
+
+// flagGiven says whether name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 func envOr(e *env, name, def string) string {

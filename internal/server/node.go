@@ -64,6 +64,11 @@ type Config struct {
 	// recorded time, so it extends live leases by at most its own downtime
 	// plus this interval.
 	ClockCheckpoint time.Duration
+	// MaxConnections caps the client connections Serve keeps open; one
+	// over it is answered 503 too_many_connections and closed. 0 means no
+	// cap (the server command sets one from the open-file limit:
+	// ConnectionCap).
+	MaxConnections int
 	// WALSegmentSize is the size of each preallocated log segment file;
 	// 0 means 16 MiB. Tests make it small to rotate segments often.
 	WALSegmentSize int

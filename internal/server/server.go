@@ -126,6 +126,11 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		ln.Close()
 		return err
 	}
+	if cfg.MaxConnections > 0 {
+		cl := newConnLimiter(ln, cfg.MaxConnections, s.log)
+		s.metrics.reg.MustRegister(cl.collectors()...)
+		ln = cl
+	}
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
