@@ -125,6 +125,10 @@ func writeError(w http.ResponseWriter, e *apiError) {
 
 // proposalError maps a failed proposal to a 503.
 func proposalError(err error) *apiError {
+	var se *StorageError
+	if errors.As(err, &se) {
+		return storageError(se)
+	}
 	if errors.Is(err, ErrNotLeader) {
 		return &apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeader, Message: "this node is not the leader"}
 	}
@@ -162,6 +166,13 @@ func (s *Server) commandError(err error, now locktable.Time) *apiError {
 
 // writable refuses writes until this node leads and has caught up.
 func (s *Server) writable() *apiError {
+	if s.node.wal != nil {
+		// A node whose log cannot write says why, whether or not it
+		// still leads (it steps down after the failed append).
+		if se := s.node.wal.Fault(); se != nil {
+			return storageError(se)
+		}
+	}
 	if !s.ready.Load() {
 		return s.notReady()
 	}

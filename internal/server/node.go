@@ -13,7 +13,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	wal "github.com/hashicorp/raft-wal"
 )
 
 // Config configures a Server. The zero value plus a DataDir is a durable
@@ -139,6 +138,7 @@ func (f closerFunc) Close() error { return f() }
 type node struct {
 	raft    *raft.Raft
 	addr    raft.ServerAddress // this node's raft address
+	wal     *healingWAL        // nil with in-memory stores
 	closers []io.Closer
 }
 
@@ -194,12 +194,13 @@ func openNode(cfg Config, f raft.FSM) (*node, error) {
 		}
 		// raft-wal appends and fsyncs once per batch of entries; segments
 		// whose entries are all covered by a snapshot are deleted.
-		w, err := wal.Open(walDir, wal.WithLogger(rc.Logger), wal.WithSegmentSize(cfg.WALSegmentSize))
+		w, err := openHealingWAL(walDir, cfg.WALSegmentSize, rc.Logger, cfg.Logger)
 		if err != nil {
 			n.close()
 			return nil, fmt.Errorf("server: opening the log in %s: %w", walDir, err)
 		}
 		n.closers = append(n.closers, w)
+		n.wal = w
 		logs, stable = w, w
 		fss, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, rc.Logger)
 		if err != nil {

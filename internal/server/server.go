@@ -238,7 +238,7 @@ func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
 			errors.Is(err, raft.ErrLeadershipTransferInProgress):
 			return nil, fmt.Errorf("%w: %v", ErrNotLeader, err)
 		default:
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
 	s.metrics.commit.WithLabelValues(cmd.Op.String()).Observe(time.Since(start).Seconds())
