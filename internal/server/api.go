@@ -168,9 +168,12 @@ func (s *Server) commandError(err error, now locktable.Time) *apiError {
 func (s *Server) writable() *apiError {
 	if s.node.wal != nil {
 		// A node whose log cannot write says why, whether or not it
-		// still leads (it steps down after the failed append).
+		// still leads (it steps down after the failed append), unless
+		// another node leads: then not_leader sends the client there.
 		if se := s.node.wal.Fault(); se != nil {
-			return storageError(se)
+			if addr, _ := s.node.raft.LeaderWithID(); addr == "" || addr == s.node.addr {
+				return storageError(se)
+			}
 		}
 	}
 	if !s.ready.Load() {
