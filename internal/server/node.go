@@ -76,10 +76,13 @@ type Config struct {
 // DefaultConfig returns the values used for zero fields.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:             "fencelock-1",
-		HeartbeatTimeout:   500 * time.Millisecond,
-		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		NodeID: "fencelock-1",
+		// raft's own defaults. 500/500/250ms changed leaders under CPU
+		// load on a 2-core machine; these fail over in about 2 s, well
+		// inside half the default 10 s lease (docs/OPERATIONS.md).
+		HeartbeatTimeout:   time.Second,
+		ElectionTimeout:    time.Second,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		SnapshotThreshold:  4096,
 		TrailingLogs:       1024,
 		SnapshotInterval:   10 * time.Second,
