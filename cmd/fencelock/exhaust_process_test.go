@@ -128,7 +128,12 @@ func TestServerProcessRecoversFromFullDisk(t *testing.T) {
 		}
 	})
 	addr := freeAddr(t)
-	p := startProc(t, mnt, []string{"FENCELOCK_TEST_WAL_SEGMENT_SIZE=131072"}, "--listen", addr, "--data", "d")
+	// Frequent snapshots: a log compaction while the rotation failure
+	// stood used to record the sealed segment as the open one, and then
+	// not even a restart could append.
+	args := []string{"--listen", addr, "--data", "d", "--snapshot-threshold", "200", "--trailing-logs", "10", "--snapshot-interval", "200ms"}
+	env := []string{"FENCELOCK_TEST_WAL_SEGMENT_SIZE=131072"}
+	p := startProc(t, mnt, env, args...)
 	p.waitReady(addr)
 	t.Cleanup(func() { p.cmd.Process.Kill(); <-p.done }) // before the umount
 
@@ -173,6 +178,24 @@ func TestServerProcessRecoversFromFullDisk(t *testing.T) {
 			t.Fatalf("no write acknowledged after the space came back: %v\n%s", r, p.stderr.String())
 		}
 	}
+	// Snapshots and compactions run again (more than the threshold of
+	// writes); then a kill -9 and a restart on the same data.
+	for i := range 400 {
+		key := fmt.Sprintf("disk/later/%d", i)
+		if r := mustCall(t, addr, "POST", "/v1/acquire", `{"key":"`+key+`","holder":"h","ttl_ms":600000}`); r.status == 200 {
+			acked[key] = token(r)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // let a snapshot and compaction run; correctness does not depend on it
+	p.cmd.Process.Kill()
+	<-p.done
+	p = startProc(t, mnt, env, args...)
+	p.waitReady(addr)
+	r = mustCall(t, addr, "POST", "/v1/acquire", `{"key":"disk/restarted","holder":"h","ttl_ms":60000}`)
+	if r.status != 200 {
+		t.Fatalf("a write after the restart: %d %v\n%s", r.status, r.body, p.stderr.String())
+	}
+
 	var top uint64
 	for key, tok := range acked {
 		top = max(top, tok)
