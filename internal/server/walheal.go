@@ -119,8 +119,42 @@ func (h *healingWAL) StoreLogs(logs []*raft.Log) error {
 		w, done = h.current()
 		err = w.StoreLogs(logs)
 		done()
+		if errors.Is(err, wal.ErrSealed) {
+			// Reopened and still sealed: the metadata records the sealed
+			// segment as the open one (see unsealTail).
+			if uerr := h.unseal(); uerr != nil {
+				return uerr
+			}
+			w, done = h.current()
+			err = w.StoreLogs(logs)
+			done()
+		}
 	}
 	return h.result(err)
+}
+
+// unseal closes the WAL, unseals its last segment and reopens it.
+func (h *healingWAL) unseal() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return wal.ErrClosed
+	}
+	if err := h.w.Close(); err != nil {
+		h.log.Warn("closing the log for repair", "err", err)
+	}
+	path, uerr := unsealTail(h.dir)
+	w, err := h.open()
+	if err != nil {
+		return fmt.Errorf("reopening the log after unsealing %s: %w", path, errors.Join(uerr, err))
+	}
+	h.w = w
+	if uerr != nil {
+		return fmt.Errorf("server: the log's last segment is sealed and cannot be appended to: %w", uerr)
+	}
+	h.rotateFailed.Store(false)
+	h.log.Warn("the log's last segment was sealed but recorded as open; it was unsealed, every entry kept", "file", path)
+	return nil
 }
 
 func (h *healingWAL) StoreLog(l *raft.Log) error { return h.StoreLogs([]*raft.Log{l}) }
