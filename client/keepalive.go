@@ -34,11 +34,13 @@ func (l *Lease) run() {
 	}
 }
 
-// interval is TTL/3 give or take 10%, so that many clients started together
-// do not extend in lockstep.
+// interval is TTL/3 less up to 10%, so that many clients started together
+// do not extend in lockstep. The jitter only ever moves an extension
+// earlier: one sent late would leave less than TTL/6 before the deadline at
+// TTL/2 for riding out a leader's death just before it was due.
 func (l *Lease) interval() time.Duration {
 	third := l.ttl / 3
-	return third - third/10 + mrand.N(third/5+1)
+	return third - mrand.N(third/10+1)
 }
 
 // retryDelay spaces rounds of failed extensions (a round tries every

@@ -39,7 +39,7 @@ func newClientFlagSet(name string, e *env) (*flag.FlagSet, *clientFlags) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cf := &clientFlags{}
-	addr := client.DefaultAddr
+	addr := defaultListen
 	if v := e.getenv("FENCELOCK_ADDR"); v != "" {
 		addr = v
 	}

@@ -150,20 +150,6 @@ func TestFailoverProcessLeaseRidesThroughKill9OfLeader(t *testing.T) {
 	}
 }
 
-// metricValue is the value of the first line of addr's /metrics that
-// starts with series followed by a space; -1 if none.
-func metricValue(t *testing.T, addr, series string) float64 {
-	for _, line := range strings.Split(metricsText(t, addr), "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err == nil {
-				return v
-			}
-		}
-	}
-	return -1
-}
-
 // TestFailoverProcessWaitersMoveOffAFrozenLeader: waiting acquires queued
 // on the leader, which is then frozen with SIGSTOP. Each waiter notices
 // (its check of the node goes unanswered), re-sends the same wait to the
@@ -200,7 +186,7 @@ func TestFailoverProcessWaitersMoveOffAFrozenLeader(t *testing.T) {
 		}()
 		// Queued (committed) before the next one asks: that is the FIFO.
 		poll(t, fmt.Sprintf("w%d's wait to commit", i), func() bool {
-			return metricValue(t, old.client, `fencelock_commit_seconds_count{op="wait"}`) == float64(i+1)
+			return metricValue(metricsText(t, old.client), `fencelock_commit_seconds_count{op="wait"}`) == float64(i+1)
 		})
 	}
 	old.p.cmd.Process.Signal(syscall.SIGSTOP)
@@ -208,7 +194,7 @@ func TestFailoverProcessWaitersMoveOffAFrozenLeader(t *testing.T) {
 	var next *pnode
 	poll(t, "a new leader", func() bool { next = c.waitLeader(); return next != old })
 	poll(t, "every waiter to re-send its wait to the new leader", func() bool {
-		return metricValue(t, next.client, "fencelock_waiters") == n
+		return metricValue(metricsText(t, next.client), "fencelock_waiters") == n
 	})
 	r := mustCall(t, next.client, "POST", "/v1/release", `{"key":"fo/w","holder":"x","request_id":"x2"}`)
 	if r.body["released"] != true {
@@ -236,7 +222,7 @@ func TestFailoverProcessWaitersMoveOffAFrozenLeader(t *testing.T) {
 		}
 		want++
 	}
-	if last := metricValue(t, next.client, "fencelock_last_token"); last != float64(want-1) {
+	if last := metricValue(metricsText(t, next.client), "fencelock_last_token"); last != float64(want-1) {
 		t.Fatalf("last token %v; want %d: one grant for x and one per waiter", last, want-1)
 	}
 	old.p.cmd.Process.Signal(syscall.SIGCONT)

@@ -8,9 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/server"
 )
 
@@ -18,10 +20,12 @@ func init() {
 	register(command{name: "server", summary: "run a durable lock server (HTTP/JSON API)", run: runServer})
 }
 
-const (
-	defaultListen = "127.0.0.1:7470"
-	defaultData   = "fencelock-data"
-)
+const defaultData = "fencelock-data"
+
+// defaultListen is where a server listens, and where the client commands
+// look for one, when nothing else is said. A variable only so that the
+// tests can point it at a tripwire (main_test.go).
+var defaultListen = client.DefaultAddr
 
 const serverUsage = `Usage: fencelock server [--listen ADDR] [--data DIR]
        fencelock server --id ID --raft HOST:PORT [--listen ADDR] [--data DIR]
@@ -58,6 +62,13 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	snapThreshold := fs.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once this many log `entries` follow the last one")
 	trailing := fs.Uint64("trailing-logs", defaults.TrailingLogs, "log `entries` kept after a snapshot; a peer further behind is sent the snapshot")
 	snapInterval := fs.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
+	maxConns := fs.Int("max-connections", 0, "cap on open client `connections`; 0: the open-file limit less a reserve for the log and peers (env FENCELOCK_MAX_CONNECTIONS)")
+	heartbeat := fs.String("heartbeat-timeout", envOr(e, "FENCELOCK_HEARTBEAT_TIMEOUT", defaults.HeartbeatTimeout.String()),
+		"raft: a follower that hears no leader for this `duration` (randomized up to twice it) starts an election (env FENCELOCK_HEARTBEAT_TIMEOUT)")
+	election := fs.String("election-timeout", envOr(e, "FENCELOCK_ELECTION_TIMEOUT", defaults.ElectionTimeout.String()),
+		"raft: a candidate that wins no election in this `duration` (randomized up to twice it) starts another; >= --heartbeat-timeout (env FENCELOCK_ELECTION_TIMEOUT)")
+	leaderLease := fs.String("leader-lease-timeout", envOr(e, "FENCELOCK_LEADER_LEASE_TIMEOUT", defaults.LeaderLeaseTimeout.String()),
+		"raft: a leader that has not reached a quorum for this `duration` steps down; <= --heartbeat-timeout (env FENCELOCK_LEADER_LEASE_TIMEOUT)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			fmt.Fprint(e.stdout, serverUsage)
@@ -93,6 +104,20 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *snapThreshold == 0 || *trailing == 0 || *snapInterval < 5*time.Millisecond {
 		return usageError("server: --snapshot-threshold and --trailing-logs must be > 0, --snapshot-interval >= 5ms")
 	}
+	if v := e.getenv("FENCELOCK_MAX_CONNECTIONS"); v != "" && !flagGiven(fs, "max-connections") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return usageError("server: FENCELOCK_MAX_CONNECTIONS %q is not a number", v)
+		}
+		*maxConns = n
+	}
+	if *maxConns < 0 {
+		return usageError("server: --max-connections must be >= 0")
+	}
+	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
+	if err != nil {
+		return usageError("server: %v", err)
+	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	if server.MemoryPolicyWanted(e.getenv) {
 		// A process-wide setting, so it is made here and not by the
@@ -101,6 +126,25 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	} else {
 		log.Info("GOGC or GOMEMLIMIT set: the server's memory policy is off")
 	}
+
+	// Out of file descriptors, the log could not open its next segment
+	// and sealed itself for good (issue 11): raise the soft limit and keep
+	// client connections below it.
+	fdLimit, err := server.RaiseFDLimit()
+	if err != nil {
+		log.Warn("open-file limit", "err", err)
+	}
+	if *maxConns == 0 && fdLimit > 0 {
+		if *maxConns, err = server.ConnectionCap(fdLimit); err != nil {
+			return err
+		}
+	} else if fdLimit > 0 && uint64(*maxConns) > fdLimit-min(fdLimit, server.FDReserve(fdLimit)) {
+		return usageError("server: --max-connections %d leaves fewer than %d of the %d open files for the log and peers; lower it or raise the limit (ulimit -n)",
+			*maxConns, server.FDReserve(fdLimit), fdLimit)
+	}
+	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns)
+	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat, "election_timeout", timing.election,
+		"leader_lease_timeout", timing.leaderLease)
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -112,7 +156,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 	cfg := server.Config{DataDir: *data, Logger: log, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
 		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
-		SnapshotInterval: *snapInterval}
+		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
+		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns}
 	if *join == "" {
 		return server.Serve(ctx, ln, cfg, *grace)
 	}
@@ -157,6 +202,50 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	return err
 }
 
+// testWALSegmentSize reads FENCELOCK_TEST_WAL_SEGMENT_SIZE, a knob for the
+// tests only (not in the usage): small segments make the log rotate every
+// few hundred entries. Anything but a positive byte count means the
+// default.
+func testWALSegmentSize(e *env) int {
+	n, err := strconv.Atoi(e.getenv("FENCELOCK_TEST_WAL_SEGMENT_SIZE"))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+type raftTiming struct{ heartbeat, election, leaderLease time.Duration }
+
+// parseRaftTiming reads the three raft timeouts and checks them against
+// each other with the rules raft itself applies, named by their flags.
+func parseRaftTiming(heartbeat, election, leaderLease string) (raftTiming, error) {
+	var t raftTiming
+	for _, f := range []struct {
+		name, env, val string
+		dst            *time.Duration
+	}{
+		{"heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT", heartbeat, &t.heartbeat},
+		{"election-timeout", "FENCELOCK_ELECTION_TIMEOUT", election, &t.election},
+		{"leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT", leaderLease, &t.leaderLease},
+	} {
+		d, err := time.ParseDuration(f.val)
+		if err != nil {
+			return t, fmt.Errorf("--%s (or %s) %q is not a duration like 1s or 750ms", f.name, f.env, f.val)
+		}
+		if d < 5*time.Millisecond || d > time.Minute {
+			return t, fmt.Errorf("--%s %s is out of range: 5ms to 1m", f.name, d)
+		}
+		*f.dst = d
+	}
+	if t.election < t.heartbeat {
+		return t, fmt.Errorf("--election-timeout %s must be at least --heartbeat-timeout %s", t.election, t.heartbeat)
+	}
+	if t.leaderLease > t.heartbeat {
+		return t, fmt.Errorf("--leader-lease-timeout %s must not exceed --heartbeat-timeout %s", t.leaderLease, t.heartbeat)
+	}
+	return t, nil
+}
+
 // parsePeers reads ID=HOST:PORT,...
 func parsePeers(s string) ([]server.Peer, error) {
 	var peers []server.Peer
@@ -176,6 +265,13 @@ func parsePeers(s string) ([]server.Peer, error) {
 		peers = append(peers, server.Peer{ID: id, RaftAddr: addr})
 	}
 	return peers, nil
+}
+
+// flagGiven says whether name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 func envOr(e *env, name, def string) string {

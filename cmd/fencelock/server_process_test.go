@@ -60,8 +60,17 @@ func freeAddr(t *testing.T) string {
 // until /readyz answers 200.
 func startProc(t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
+	return startProcVia(t, dir, env, nil, args...)
+}
+
+// startProcVia is startProc with the server started through via, a command
+// that ends by exec'ing its arguments (say sh -c 'ulimit -n 200; exec "$@"' sh):
+// the process is the server's own.
+func startProcVia(t *testing.T, dir string, env, via []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, append([]string{"server"}, args...)...)
+	argv := append(append(append([]string{}, via...), binary, "server"), args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = p.stderr

@@ -126,6 +126,10 @@ func writeError(w http.ResponseWriter, e *apiError) {
 
 // proposalError maps a failed proposal to a 503.
 func proposalError(err error) *apiError {
+	var se *StorageError
+	if errors.As(err, &se) {
+		return storageError(se)
+	}
 	if errors.Is(err, ErrNotLeader) {
 		return &apiError{Status: http.StatusServiceUnavailable, Code: codeNotLeader, Message: "this node is not the leader"}
 	}
@@ -163,6 +167,16 @@ func (s *Server) commandError(err error, now locktable.Time) *apiError {
 
 // writable refuses writes until this node leads and has caught up.
 func (s *Server) writable() *apiError {
+	if s.node.wal != nil {
+		// A node whose log cannot write says why, whether or not it
+		// still leads (it steps down after the failed append), unless
+		// another node leads: then not_leader sends the client there.
+		if se := s.node.wal.Fault(); se != nil {
+			if addr, _ := s.node.raft.LeaderWithID(); addr == "" || addr == s.node.addr {
+				return storageError(se)
+			}
+		}
+	}
 	if !s.ready.Load() {
 		return s.notReady()
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -37,6 +38,7 @@ const walMetaFile = "wal-meta.db"
 // stores are the opened, verified raft stores of a data directory.
 type stores struct {
 	logs    *checkedLog
+	wal     *healingWAL
 	stable  raft.StableStore
 	snaps   raft.SnapshotStore
 	state   *stateFile
@@ -87,6 +89,17 @@ func openWAL(walDir string, logger hclog.Logger) (w *wal.WAL, err error) {
 	return wal.Open(walDir, wal.WithLogger(logger), wal.WithSegmentSize(walSegmentSize))
 }
 
+// openHealing opens the server's self-repairing log (walheal.go), turning
+// a panic inside raft-wal into an error as openWAL does.
+func openHealing(walDir string, segSize int, logger hclog.Logger, log *slog.Logger) (w *healingWAL, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			w, err = nil, fmt.Errorf("%w: the log reader failed: %v", wal.ErrCorrupt, p)
+		}
+	}()
+	return openHealingWAL(walDir, segSize, logger, log)
+}
+
 // readEntry reads one entry through the checksum, turning a panic inside
 // raft-wal into an error.
 func readEntry(l *checkedLog, index uint64, out *raft.Log) (err error) {
@@ -119,7 +132,7 @@ func latestSnapshot(snaps *raft.FileSnapshotStore) (*raft.SnapshotMeta, error) {
 // entries, every entry's checksum matches, the log reaches the watermark
 // of what had been durably written, and a snapshot covers what the log
 // no longer holds. Any damage is a *DataDirError.
-func openStores(dir string, logger hclog.Logger) (_ *stores, err error) {
+func openStores(dir string, segSize int, logger hclog.Logger, log *slog.Logger) (_ *stores, err error) {
 	st := &stores{}
 	defer func() {
 		if err != nil {
@@ -159,7 +172,7 @@ func openStores(dir string, logger hclog.Logger) (_ *stores, err error) {
 	}
 	// raft-wal appends and fsyncs once per batch of entries; segments
 	// whose entries are all covered by a snapshot are deleted.
-	w, err := openWAL(walDir, logger)
+	w, err := openHealing(walDir, segSize, logger, log)
 	if err != nil {
 		if errors.Is(err, wal.ErrCorrupt) {
 			return nil, damage(dir, segmentFor(segs, ^uint64(0)), "%v", err)
@@ -167,7 +180,7 @@ func openStores(dir string, logger hclog.Logger) (_ *stores, err error) {
 		return nil, fmt.Errorf("server: opening the log in %s: %w", walDir, err)
 	}
 	st.closers = append(st.closers, w)
-	st.stable = w
+	st.stable, st.wal = w, w
 	fss, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, logger)
 	if err != nil {
 		return nil, fmt.Errorf("server: snapshot store: %w", err)

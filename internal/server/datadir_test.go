@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,7 +155,7 @@ func TestLegacyDataDirStarts(t *testing.T) {
 	ts.stop()
 	// Rewrite the log's entries without checksums, as an older server
 	// wrote them, and drop the state file.
-	st, err := openStores(dir, hclog.NewNullLogger())
+	st, err := openStores(dir, walSegmentSize, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

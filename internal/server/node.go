@@ -71,15 +71,29 @@ type Config struct {
 	// recorded time, so it extends live leases by at most its own downtime
 	// plus this interval.
 	ClockCheckpoint time.Duration
+	// MaxConnections caps the client connections Serve keeps open; one
+	// over it is answered 503 too_many_connections and closed. 0 means no
+	// cap (the server command sets one from the open-file limit:
+	// ConnectionCap).
+	MaxConnections int
+	// WALSegmentSize is the size of each preallocated log segment file;
+	// 0 means 16 MiB. Tests make it small to rotate segments often.
+	WALSegmentSize int
 }
 
 // DefaultConfig returns the values used for zero fields.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:             "fencelock-1",
+		NodeID: "fencelock-1",
+		// A failover must fit in TTL/6 of the default 10 s lease (a
+		// leader that dies just before an extension is due leaves its
+		// holders that long): these fail over in 0.7-1.3 s, raft's own
+		// 1s/1s/500ms in 1.3-2.6 s. The leader lease was 250ms, and a
+		// leader starved of CPU for that long stepped down; 500ms is as
+		// long as raft allows with this heartbeat (docs/OPERATIONS.md).
 		HeartbeatTimeout:   500 * time.Millisecond,
 		ElectionTimeout:    500 * time.Millisecond,
-		LeaderLeaseTimeout: 250 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
 		SnapshotThreshold:  4096,
 		TrailingLogs:       1024,
 		SnapshotInterval:   10 * time.Second,
@@ -123,10 +137,13 @@ func (c Config) withDefaults() Config {
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = d.TrailingLogs
 	}
+	if c.WALSegmentSize <= 0 {
+		c.WALSegmentSize = walSegmentSize
+	}
 	return c
 }
 
-// walSegmentSize is the size of each preallocated log segment file.
+// walSegmentSize is the default size of each preallocated log segment file.
 const walSegmentSize = 16 << 20
 
 type closerFunc func() error
@@ -137,6 +154,7 @@ func (f closerFunc) Close() error { return f() }
 type node struct {
 	raft    *raft.Raft
 	addr    raft.ServerAddress // this node's raft address
+	wal     *healingWAL        // nil with in-memory stores
 	closers []io.Closer
 	state   *stateFile // nil without a data dir
 	floor   *floorFSM  // nil without a data dir
@@ -189,14 +207,14 @@ func openNode(cfg Config, f raft.FSM) (*node, error) {
 		n.closers = append(n.closers, closerFunc(unlock))
 		// The stores are verified before raft reads them (datadir.go):
 		// damage refuses to start instead of losing or reissuing tokens.
-		st, err := openStores(cfg.DataDir, rc.Logger)
+		st, err := openStores(cfg.DataDir, cfg.WALSegmentSize, rc.Logger, cfg.Logger)
 		if err != nil {
 			n.close()
 			return nil, err
 		}
 		n.closers = append(n.closers, closerFunc(st.close))
 		logs, stable, snaps = st.logs, st.stable, st.snaps
-		n.state = st.state
+		n.state, n.wal = st.state, st.wal
 		ff, ok := newFloorFSM(f, st.state)
 		if !ok {
 			n.close()

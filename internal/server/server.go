@@ -127,6 +127,11 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		ln.Close()
 		return err
 	}
+	if cfg.MaxConnections > 0 {
+		cl := newConnLimiter(ln, cfg.MaxConnections, s.log)
+		s.metrics.reg.MustRegister(cl.collectors()...)
+		ln = cl
+	}
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -234,7 +239,7 @@ func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
 			errors.Is(err, raft.ErrLeadershipTransferInProgress):
 			return nil, fmt.Errorf("%w: %v", ErrNotLeader, err)
 		default:
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
 	if err := s.node.durableErr(); err != nil {

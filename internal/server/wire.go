@@ -34,6 +34,10 @@ const (
 	codeNotLeader        = "not_leader"
 	codeUnavailable      = "unavailable"
 	codeInternal         = "internal"
+	// The log cannot write for lack of disk space (507) or of file
+	// descriptors (503); retry later: the node recovers by itself.
+	codeNoSpace          = "no_space"
+	codeTooManyOpenFiles = "too_many_open_files"
 )
 
 // apiError is every non-2xx body.
