@@ -287,10 +287,16 @@ func (c *Client) do(ctx context.Context, cl call) error {
 // not_leader, naming the new leader.
 func (c *Client) watched(ctx context.Context, addr string, cl call, body []byte) error {
 	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	stopped := make(chan struct{})
-	defer close(stopped)
+	checked := make(chan struct{})
+	defer func() {
+		// Stop the checker, ending a check still out, and wait for it.
+		close(stopped)
+		cancel(nil)
+		<-checked
+	}()
 	go func() {
+		defer close(checked)
 		for {
 			if !sleep(c.clock, c.waitCheck, stopped) {
 				return

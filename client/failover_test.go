@@ -171,9 +171,12 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 			// A healthy node is checked and kept. Timers at rest: x's
 			// expiry and the wait's bound on a, and the check's sleep.
 			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 3 })
+			// The check arms its answer bound, then (answered) its next
+			// sleep: both are 1s timers, so wait for the second one made.
+			armed := clk.Scheduled()
 			clk.Advance(time.Second)
 			waitFor(t, "the first check", func() bool { return a.Count("healthz") == 1 })
-			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 3 })
+			waitFor(t, "the check's sleep", func() bool { return clk.Scheduled() == armed+2 && clk.Pending() == 3 })
 			if len(a.Waiters("k")) != 1 || b.Count("acquire") != 0 {
 				t.Fatal("the wait left a node that answered its check")
 			}

@@ -106,6 +106,14 @@ func (c *Clock) Advance(d time.Duration) {
 	}
 }
 
+// Scheduled returns how many callbacks have ever been scheduled, so a test
+// can tell a timer armed anew from one that was already pending.
+func (c *Clock) Scheduled() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
 // Pending returns how many callbacks are scheduled.
 func (c *Clock) Pending() int {
 	c.mu.Lock()
