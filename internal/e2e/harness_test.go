@@ -51,14 +51,30 @@ func fencelockBinary(t *testing.T) string {
 	return binary
 }
 
+// handedOut are the ports freeAddr has given this test binary: the kernel
+// may hand a port it just freed to the next :0 listener, and two nodes of
+// one cluster given the same port leave one of them dead from the start.
+var handedOut = struct {
+	sync.Mutex
+	ports map[string]bool
+}{ports: map[string]bool{}}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if !handedOut.ports[addr] {
+			handedOut.ports[addr] = true
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // tailBuffer keeps the last 64 KiB a process wrote.
@@ -147,6 +163,24 @@ func startCluster(t *testing.T, size int, netns bool) *cluster {
 		c.start(n, "--peers", strings.Join(peers, ","))
 	}
 	c.leader(60 * time.Second)
+	// A fault is only meaningful on a whole cluster: a node that did not
+	// start (its port taken by another program meanwhile) would make a
+	// minority of the rest.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.nodes {
+		for {
+			if !n.running() {
+				t.Fatalf("harness: %s exited at start:\n%s", n.id, lastLines(n.log.String(), 5))
+			}
+			if _, err := members(n.client); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("harness: %s does not answer at %s", n.id, n.client)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	return c
 }
 
