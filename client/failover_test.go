@@ -216,3 +216,69 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseExtendPassesOverASilentNode: the leader a freezes just as an
+// extension is due, and the others have not elected anyone yet. The
+// attempt at a times out, b and c answer not_leader naming nobody, and
+// after the pause the next round must not wait on a again: c, elected
+// meanwhile, confirms. A frozen leader costs one attempt's timeout of the
+// TTL/6 left, not one per round.
+func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
+	leakCheck(t)
+	clk := clienttest.NewClock()
+	a, b, c3 := clienttest.NewServer(clk), clienttest.NewServer(clk), clienttest.NewServer(clk)
+	c, err := client.New([]string{a.Addr, b.Addr, c3.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); a.Close(); b.Close(); c3.Close() })
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "k", client.WithTTL(ttl), client.WithHolder("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	// c is the replica the cluster will elect: it knows the grant.
+	cc, err := client.New([]string{c3.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Close)
+	if lk, err := cc.Grant(ctx, "k", "h", ttl, 0); err != nil || lk.Token != l.Token() {
+		t.Fatalf("replica grant = %v, %v; want token %d", lk, err, l.Token())
+	}
+	nobody := ""
+	a.Fail("extend", "hang")
+	b.NotLeader(&nobody)
+	c3.NotLeader(&nobody)
+
+	// At rest: two server expiries (a's and c's), the lease's deadline and
+	// the keep-alive's sleep.
+	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 4 })
+	next, _ := clk.Next()
+	clk.Advance(next)
+	waitFor(t, "the extension to reach a", func() bool { return a.Count("extend") == 1 })
+	waitFor(t, "the attempt's timer", func() bool { return clk.Pending() == 4 })
+	armed := clk.Scheduled()
+	clk.Advance(l.AttemptTimeout())
+	// b's and c's attempts arm a timer each, then the pause its own.
+	waitFor(t, "the pause after the round", func() bool { return clk.Scheduled() == armed+3 && clk.Pending() == 4 })
+	if b.Count("extend") != 1 || c3.Count("extend") != 1 {
+		t.Fatalf("round one asked b %d and c %d times; want once each", b.Count("extend"), c3.Count("extend"))
+	}
+	c3.NotLeader(nil) // c has won its election
+	pause, _ := clk.Next()
+	clk.Advance(pause)
+	sent := clk.Now()
+	waitFor(t, "the second round to reach c", func() bool { return c3.Count("extend") == 2 })
+	if n := a.Count("extend"); n != 1 {
+		t.Fatalf("a, silent, was asked %d times; want once", n)
+	}
+	waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(sent.Add(ttl / 2)) })
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease: %v", err)
+	}
+	if got := c.Addrs()[0]; got != c3.URL {
+		t.Fatalf("preferred address %s, want c %s", got, c3.URL)
+	}
+}

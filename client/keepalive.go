@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,6 +61,19 @@ func (l *Lease) attemptTimeout() time.Duration {
 	return min(max(l.ttl/12, 100*time.Millisecond), 2*time.Second, max(l.ttl/6, time.Millisecond))
 }
 
+// pickLocked is the address of the next attempt: l.next places after the
+// preferred one, passing over silent addresses while another is left.
+func (l *Lease) pickLocked() string {
+	n := l.c.size()
+	for i := range n {
+		if a := l.c.pick(l.next + i); !l.silent[a] {
+			l.next += i
+			return a
+		}
+	}
+	return l.c.pick(l.next)
+}
+
 // extendOnce sends one extension to one node and records its outcome. It
 // reports done after a confirmation or once the lease has ended; otherwise
 // it says how long to pause before the next attempt. After a failure the
@@ -82,8 +96,12 @@ func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 	}
 	timeout := max(min(l.attemptTimeout(), left), time.Millisecond)
 	actx, cancel := context.WithCancelCause(l.ctx)
-	addr := l.c.pick(l.next)
+	l.mu.Lock()
+	addr := l.pickLocked()
+	l.mu.Unlock()
+	var silent atomic.Bool
 	t := l.clock.AfterFunc(timeout, func() {
+		silent.Store(true)
 		cancel(fmt.Errorf("%w: %s: no answer to extend within %v", ErrUnreachable, addr, timeout))
 	})
 	lk, err := l.c.extendAt(actx, addr, l.key, l.holder, l.token, l.ttl)
@@ -95,6 +113,12 @@ func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 	if l.err != nil {
 		return true, 0 // ended while the request was out
 	}
+	if err != nil && silent.Load() {
+		if l.silent == nil {
+			l.silent = map[string]bool{}
+		}
+		l.silent[addr] = true
+	}
 	now := l.clock.Now()
 	var ae *APIError
 	switch {
@@ -104,7 +128,7 @@ func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 			return true, 0
 		}
 		l.c.prefer(addr)
-		l.next, l.tries = 0, 0
+		l.next, l.tries, l.silent = 0, 0, nil
 		l.lastSent, l.lock, l.lastErr = sent, lk, nil
 		l.timer.Stop()
 		l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(now), l.expire)
@@ -113,6 +137,7 @@ func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 		if u, perr := baseURL(ae.Leader); perr == nil && u != addr {
 			l.c.prefer(u)
 			l.next = 0
+			delete(l.silent, u) // named as the leader: ask it
 		} else {
 			l.next++
 		}

@@ -38,6 +38,12 @@ type Lease struct {
 	released bool
 	next     int // the next attempt goes this many places after the preferred address
 	tries    int // attempts since the last confirmation
+	// silent are the addresses whose attempt got no answer at all since
+	// the last confirmation (a frozen or cut-off node). Later rounds skip
+	// them while another address is left, so a frozen leader costs one
+	// attempt's timeout, not one per round. A node named as the leader is
+	// still asked.
+	silent map[string]bool
 }
 
 // Key returns the locked key.
