@@ -122,21 +122,19 @@ func (c *checkedLog) StoreLogs(logs []*raft.Log) error {
 	return c.state.update(func(s *dirState) { s.Durable = max(s.Durable, last) }, false)
 }
 
-// DeleteRange deletes [min, max]. A deletion of the log's suffix (raft
+// DeleteRange deletes [lo, hi]. A deletion of the log's suffix (raft
 // replacing entries that a new leader did not keep, or dropping the whole
 // log after installing a snapshot) first lowers the watermark, durably,
 // so that a crash right after it is not taken for a lost tail.
-func (c *checkedLog) DeleteRange(min, max uint64) error {
+func (c *checkedLog) DeleteRange(lo, hi uint64) error {
 	last, err := c.inner.LastIndex()
 	if err != nil {
 		return err
 	}
-	if max >= last && min > 0 {
-		if err := c.state.update(func(s *dirState) { s.Durable = minU(s.Durable, min-1) }, true); err != nil {
+	if hi >= last && lo > 0 {
+		if err := c.state.update(func(s *dirState) { s.Durable = min(s.Durable, lo-1) }, true); err != nil {
 			return err
 		}
 	}
-	return c.inner.DeleteRange(min, max)
+	return c.inner.DeleteRange(lo, hi)
 }
-
-func minU(a, b uint64) uint64 { return min(a, b) }

@@ -79,25 +79,23 @@ func segmentFor(segs []string, index uint64) string {
 	return name
 }
 
-// openWAL opens raft-wal, turning a panic inside it into an error.
-func openWAL(walDir string, logger hclog.Logger) (w *wal.WAL, err error) {
+// openGuarded runs open, turning a panic inside raft-wal (it panics on
+// some damaged segments) into an error matching wal.ErrCorrupt.
+func openGuarded[W any](open func() (W, error)) (w W, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			w, err = nil, fmt.Errorf("%w: the log reader failed: %v", wal.ErrCorrupt, p)
+			var none W
+			w, err = none, fmt.Errorf("%w: the log reader failed: %v", wal.ErrCorrupt, p)
 		}
 	}()
-	return wal.Open(walDir, wal.WithLogger(logger), wal.WithSegmentSize(walSegmentSize))
+	return open()
 }
 
-// openHealing opens the server's self-repairing log (walheal.go), turning
-// a panic inside raft-wal into an error as openWAL does.
-func openHealing(walDir string, segSize int, logger hclog.Logger, log *slog.Logger) (w *healingWAL, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			w, err = nil, fmt.Errorf("%w: the log reader failed: %v", wal.ErrCorrupt, p)
-		}
-	}()
-	return openHealingWAL(walDir, segSize, logger, log)
+// openWAL opens raft-wal itself, for recover's offline repair.
+func openWAL(walDir string, logger hclog.Logger) (*wal.WAL, error) {
+	return openGuarded(func() (*wal.WAL, error) {
+		return wal.Open(walDir, wal.WithLogger(logger), wal.WithSegmentSize(walSegmentSize))
+	})
 }
 
 // readEntry reads one entry through the checksum, turning a panic inside
@@ -172,7 +170,7 @@ func openStores(dir string, segSize int, logger hclog.Logger, log *slog.Logger) 
 	}
 	// raft-wal appends and fsyncs once per batch of entries; segments
 	// whose entries are all covered by a snapshot are deleted.
-	w, err := openHealing(walDir, segSize, logger, log)
+	w, err := openGuarded(func() (*healingWAL, error) { return openHealingWAL(walDir, segSize, logger, log) })
 	if err != nil {
 		if errors.Is(err, wal.ErrCorrupt) {
 			return nil, damage(dir, segmentFor(segs, ^uint64(0)), "%v", err)
