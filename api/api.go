@@ -1,0 +1,289 @@
+package api
+
+import (
+	"net/http"
+	"time"
+)
+
+// Paths of the API. Lock calls are POST (writes) or GET (reads); see Method.
+const (
+	PathAcquire     = "/v1/acquire"
+	PathRenew       = "/v1/renew"
+	PathExtend      = "/v1/extend"
+	PathExtendBatch = "/v1/extend-batch"
+	PathRelease     = "/v1/release"
+	PathCheck       = "/v1/check"
+	PathLock        = "/v1/lock"
+	PathLocks       = "/v1/locks"
+
+	PathHealth  = "/healthz"
+	PathReady   = "/readyz"
+	PathMetrics = "/metrics"
+
+	PathMembers  = "/v1/cluster/members"
+	PathJoin     = "/v1/cluster/join"
+	PathRemove   = "/v1/cluster/remove"
+	PathAnnounce = "/v1/cluster/announce"
+	PathIdentity = "/v1/cluster/identity"
+)
+
+// Query parameters of the GET calls.
+const (
+	QueryKey    = "key"    // check, lock
+	QueryToken  = "token"  // check
+	QueryPrefix = "prefix" // locks
+	QueryLimit  = "limit"  // locks
+)
+
+// ContentType is the media type of every body, both ways.
+const ContentType = "application/json"
+
+// Limits. A request outside them is refused with CodeInvalid naming the
+// field; nothing changes.
+const (
+	MinTTL          = 100 * time.Millisecond
+	MaxTTL          = 24 * time.Hour
+	MaxWait         = time.Hour
+	MaxBodyBytes    = 64 << 10 // one request body
+	MaxKeyLen       = 1024     // bytes, also of a list prefix
+	MaxHolderLen    = 256      // bytes
+	MaxRequestIDLen = 64       // bytes
+	MaxBatch        = 1000     // leases in one extend-batch
+	DefaultLimit    = 1000     // locks listed when limit is not given
+	MaxLimit        = 10000
+	MaxNodeIDLen    = 128 // bytes of a member id in join and remove
+	MaxAddrLen      = 256 // bytes of an address in join
+)
+
+// Error codes: the code field of every Error.
+const (
+	CodeInvalid          = "invalid_argument"     // 400: a field is missing, malformed or out of range
+	CodeHeld             = "held"                 // 409: another holder has a live lease (or a wait elapsed)
+	CodeNotHeld          = "not_held"             // 409: not the live holder of this token
+	CodeNotFound         = "not_found"            // 404: no live lease, no such route, no such member
+	CodeMethodNotAllowed = "method_not_allowed"   // 405
+	CodeNotLeader        = "not_leader"           // 503: send it to Error.Leader
+	CodeUnavailable      = "unavailable"          // 503: no leader, shutting down, not ready
+	CodeInternal         = "internal"             // 500
+	CodeNoSpace          = "no_space"             // 507: the log cannot write for lack of disk space
+	CodeTooManyOpenFiles = "too_many_open_files"  // 503: the log cannot open a file
+	CodeTooManyConns     = "too_many_connections" // 503: the server is at its connection cap
+
+	// Membership refusals (409 unless noted); nothing changed.
+	CodeNoRaft          = "no_raft_transport" // this node cannot add nodes
+	CodeNodeUnreachable = "node_unreachable"  // the new node does not answer at its addresses
+	CodeWrongNode       = "wrong_node"        // it answers as another node or at another raft address
+	CodeWrongCluster    = "wrong_cluster"     // it belongs to another cluster
+	CodeNoQuorum        = "no_quorum"         // the new configuration would have no reachable quorum
+	CodeChangeUnknown   = "change_unknown"    // 503: the change may or may not have applied
+)
+
+// Status is the HTTP status a code is answered with.
+func Status(code string) int {
+	switch code {
+	case CodeInvalid:
+		return http.StatusBadRequest
+	case CodeHeld, CodeNotHeld, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeNoQuorum:
+		return http.StatusConflict
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case CodeNoSpace:
+		return http.StatusInsufficientStorage
+	case CodeNotLeader, CodeUnavailable, CodeTooManyOpenFiles, CodeTooManyConns, CodeChangeUnknown:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// Error is the body of every answer that is not 2xx.
+type Error struct {
+	Message string `json:"error"`
+	Code    string `json:"code"`
+	// Field names the request field at fault (CodeInvalid).
+	Field string `json:"field,omitempty"`
+	// Holder and RemainingMs name the lease in the way (CodeHeld).
+	Holder      string `json:"holder,omitempty"`
+	RemainingMs *int64 `json:"remaining_ms,omitempty"`
+	// Leader is the leader's client address, when known (CodeNotLeader).
+	Leader string `json:"leader,omitempty"`
+}
+
+// Lease is one grant: who holds a key, under which fencing token, for how
+// long. RemainingMs is measured on cluster time when the answer was made.
+type Lease struct {
+	Key         string `json:"key"`
+	Holder      string `json:"holder"`
+	Token       uint64 `json:"token"`
+	TTLMs       int64  `json:"ttl_ms"`
+	RemainingMs int64  `json:"remaining_ms"`
+}
+
+// AcquireRequest is POST /v1/acquire; the answer is a Lease. WaitMs 0 tries
+// once; more queues in the key's FIFO for that long. A request re-sent
+// under the same RequestID (after a lost answer or a failover) is answered
+// with the grant it got, not given a new one.
+type AcquireRequest struct {
+	Key       string `json:"key"`
+	Holder    string `json:"holder"`
+	TTLMs     int64  `json:"ttl_ms"`
+	WaitMs    int64  `json:"wait_ms,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// RenewRequest is POST /v1/renew: the live holder gets a new token and a
+// fresh TTL. The answer is a Lease.
+type RenewRequest struct {
+	Key       string `json:"key"`
+	Holder    string `json:"holder"`
+	TTLMs     int64  `json:"ttl_ms"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// ExtendRequest is POST /v1/extend: the live holder of Token gets a fresh
+// TTL under the same token. The answer is a Lease.
+type ExtendRequest struct {
+	Key       string `json:"key"`
+	Holder    string `json:"holder"`
+	Token     uint64 `json:"token"`
+	TTLMs     int64  `json:"ttl_ms"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// BatchItem names one lease of an extend-batch.
+type BatchItem struct {
+	Key   string `json:"key"`
+	Token uint64 `json:"token"`
+}
+
+// ExtendBatchRequest is POST /v1/extend-batch: Extend for up to MaxBatch
+// leases of one holder in one log entry. The answer is ExtendBatchResponse.
+type ExtendBatchRequest struct {
+	Holder    string      `json:"holder"`
+	TTLMs     int64       `json:"ttl_ms"`
+	Leases    []BatchItem `json:"leases"`
+	RequestID string      `json:"request_id,omitempty"`
+}
+
+// BatchResult is one item's outcome, in request order: a Lease when OK,
+// else the code and message Extend would have answered.
+type BatchResult struct {
+	Key   string `json:"key"`
+	Token uint64 `json:"token"`
+	OK    bool   `json:"ok"`
+	Lease *Lease `json:"lease,omitempty"`
+	Code  string `json:"code,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// ExtendBatchResponse answers an ExtendBatchRequest.
+type ExtendBatchResponse struct {
+	Results []BatchResult `json:"results"`
+}
+
+// ReleaseRequest is POST /v1/release. Token 0 releases whatever Holder
+// holds on Key; otherwise only that grant.
+type ReleaseRequest struct {
+	Key       string `json:"key"`
+	Holder    string `json:"holder"`
+	Token     uint64 `json:"token,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// ReleaseResponse answers a release; Released is false when there was
+// nothing of Holder's to release (already expired or released).
+type ReleaseResponse struct {
+	Released bool `json:"released"`
+}
+
+// CheckResponse answers GET /v1/check?key=K&token=T: whether T is the live
+// grant on K now.
+type CheckResponse struct {
+	Key   string `json:"key"`
+	Token uint64 `json:"token"`
+	Valid bool   `json:"valid"`
+}
+
+// ListResponse answers GET /v1/locks?prefix=P&limit=N, in key order. GET
+// /v1/lock?key=K answers a single Lease or CodeNotFound.
+type ListResponse struct {
+	Locks []Lease `json:"locks"`
+}
+
+// StatusResponse answers /healthz ("ok") and /readyz ("ready").
+type StatusResponse struct {
+	Status string `json:"status"`
+}
+
+// Member is one server of the raft configuration.
+type Member struct {
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ClientAddr string `json:"client_addr,omitempty"`
+	Suffrage   string `json:"suffrage"` // Voter, Nonvoter or Staging
+	Leader     bool   `json:"leader"`
+}
+
+// MembersResponse answers GET /v1/cluster/members from the answering
+// node's view: the configuration, the leader, and the node's own progress.
+type MembersResponse struct {
+	Leader        string   `json:"leader"`      // leader's id, "" if none known
+	LeaderAddr    string   `json:"leader_addr"` // leader's client address
+	Members       []Member `json:"members"`
+	Node          string   `json:"node"`  // the answering node
+	Ready         bool     `json:"ready"` // it leads, has caught up, and a quorum confirms it
+	AppliedIndex  uint64   `json:"applied_index"`
+	AppliedTimeMs int64    `json:"applied_time_ms"` // cluster time of its last applied entry
+	ClusterID     string   `json:"cluster_id"`
+}
+
+// JoinRequest is POST /v1/cluster/join (and /announce, by which a node
+// records its own client address).
+type JoinRequest struct {
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ClientAddr string `json:"client_addr"`
+}
+
+// Joined names the node a join added and the suffrage it has now.
+type Joined struct {
+	ID       string `json:"id"`
+	Suffrage string `json:"suffrage"`
+}
+
+// JoinResponse is the members answer after the change. Message says why
+// a node that joined is not (yet) a voter.
+type JoinResponse struct {
+	MembersResponse
+	Joined  Joined `json:"joined"`
+	Message string `json:"message,omitempty"`
+}
+
+// RemoveRequest is POST /v1/cluster/remove.
+type RemoveRequest struct {
+	ID string `json:"id"`
+}
+
+// RemoveResponse answers a removal.
+type RemoveResponse struct {
+	Removed string `json:"removed"`
+}
+
+// Identity answers GET /v1/cluster/identity: who a node is, which cluster
+// it belongs to ("" for a node no cluster has added yet) and how far it
+// has applied the log. A leader asks it of a node before adding it.
+type Identity struct {
+	Node         string `json:"node"`
+	RaftAddr     string `json:"raft_addr"`
+	ClientAddr   string `json:"client_addr"`
+	ClusterID    string `json:"cluster_id"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Raft         bool   `json:"raft"` // false: no raft transport (started without --raft)
+}
+
+// Ms is d in whole milliseconds, as the _ms fields carry it.
+func Ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// Duration is an _ms field as a time.Duration.
+func Duration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
