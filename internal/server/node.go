@@ -13,16 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-
-	"github.com/fencelock/fencelock/internal/clock"
 )
-
-// Clock is the time source of a server's lease work (Config.Clock); see
-// package internal/clock for the real one and a fake.
-type Clock = clock.Clock
-
-// Timer is a call scheduled on a Clock.
-type Timer = clock.Timer
 
 // Config configures a Server. The zero value plus a DataDir is a durable
 // single-node server; see DefaultConfig for the values zero fields take.
@@ -136,7 +127,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = clock.Real()
+		c.Clock = realClock()
 	}
 	setDur := func(p *time.Duration, v time.Duration) {
 		if *p == 0 {
