@@ -51,6 +51,10 @@ type Config struct {
 	// clock that wants a waiter granted the moment the lease before it
 	// expires sets MinTickInterval to 1ns.
 	Clock Clock
+	// Authorizer, if set, is asked before every routed request runs
+	// (the seam where authentication and authorization go); nil allows
+	// everything.
+	Authorizer Authorizer
 
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration

@@ -166,7 +166,7 @@ func TestGrantRacingGiveUpIsReleased(t *testing.T) {
 		t.Fatalf("b not granted: %+v", l)
 	}
 	// b gives up having seen nothing (its client disconnected).
-	if e := ts.giveUp(nil, sub, "", res.Index, true, unavailable("gone")); e == nil {
+	if _, e := ts.giveUp(sub, "", res.Index, true, unavailable("gone")); e == nil {
 		t.Fatal("giveUp answered nothing")
 	}
 	l, ok := ts.fsm.Get("k", ts.fsm.Now())
