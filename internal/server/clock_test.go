@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,12 +24,7 @@ func fakeClockServer(t *testing.T) (*testServer, *clock.Fake) {
 
 // queued reports whether holder has a place in key's queue.
 func (ts *testServer) queued(key, holder string) bool {
-	for _, q := range ts.fsm.QueuedWaiters() {
-		if q.Key == key && q.Holder == holder {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(ts.Waiters(key), holder)
 }
 
 func TestFakeClockExpiresALeaseAtItsTTL(t *testing.T) {

@@ -48,10 +48,15 @@ type Server struct {
 	wg       sync.WaitGroup
 }
 
-// New opens the data directory and starts raft. The server becomes ready
+// New checks cfg (Config.Validate), opens the data directory and starts
+// raft. With DataDir and RaftAddr empty it is a single node on in-memory
+// stores and transport. The server becomes ready
 // (Ready, /readyz) once it leads and has caught up; until then writes
 // answer 503.
 func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	s := &Server{
 		cfg:     cfg,
