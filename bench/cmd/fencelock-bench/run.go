@@ -17,8 +17,9 @@ const runUsage = `Usage: fencelock-bench run --system fencelock|etcd|redis|zooke
 
 Runs one of compare's workloads on one system and prints its row of the
 table, with the system's own recipe: etcd's concurrency.Mutex, Redis SET
-NX PX with an INCR fencing counter in Lua, ZooKeeper's ephemeral-
-sequential recipe, or fencelock's API (framed, or HTTP with --http).
+NX PX with an INCR fencing counter in Lua, ZooKeeper's
+ephemeral-sequential recipe, or fencelock's API (framed, or HTTP with
+--http).
 --addr defaults to that system's address in peers/setup.sh (fencelock:
 127.0.0.1:7470). For load against fencelock alone, 'fencelock bench' is
 in the product binary.
