@@ -99,6 +99,9 @@ func FuzzParseLine(f *testing.F) {
 	f.Add("extend k a 1 2 10")
 	f.Add("check k 1 2.4")
 	f.Add("acquire k a 99999999999.999999999 0.1")
+	f.Add("wait k a 0 10 5")
+	f.Add(`list "" 0 1`)
+	f.Add("tick 4294967296")
 	f.Fuzz(func(t *testing.T, line string) {
 		c, err := ParseLine(line)
 		if err != nil {
