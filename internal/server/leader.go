@@ -48,6 +48,16 @@ func (c *clusterClock) now() (locktable.Time, bool) {
 	return c.base + locktable.Time(c.clk.Now().Sub(c.start)), true
 }
 
+// when is the instant on the local clock at which cluster time reaches t.
+func (c *clusterClock) when(t locktable.Time) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		return time.Time{}, false
+	}
+	return c.start.Add(time.Duration(t - c.base)), true
+}
+
 // stamp is the cluster time for a command proposed now.
 func (s *Server) stamp() (locktable.Time, error) {
 	now, ok := s.clock.now()
@@ -284,8 +294,8 @@ func (s *Server) cancelOrphans(ctx context.Context) bool {
 // ClockCheckpoint while something is held or queued, and proposes a Tick
 // stamped with cluster time.
 func (s *Server) tickLoop(ctx context.Context) {
-	// The timer is a Clock's AfterFunc, so an injected clock fires it
-	// when its time is advanced.
+	// The timer is the Clock's, armed for the deadline's instant on that
+	// clock, so an injected clock fires it when its time is advanced.
 	fire := make(chan struct{}, 1)
 	var (
 		lastTick time.Time
@@ -293,20 +303,19 @@ func (s *Server) tickLoop(ctx context.Context) {
 	)
 	for {
 		at, ok := s.fsm.NextDeadline()
-		var wait time.Duration
+		var due time.Time // when to tick, on s.clk
 		if ok {
-			now, running := s.clock.now()
-			if !running {
-				return
-			}
 			if cp := s.fsm.Now() + locktable.Time(s.cfg.ClockCheckpoint); cp < at {
 				at = cp
 			}
-			wait = time.Duration(at - now)
-			if gap := s.cfg.MinTickInterval - s.clk.Now().Sub(lastTick); ticked && wait < gap {
-				wait = gap
+			var running bool
+			if due, running = s.clock.when(at); !running {
+				return
 			}
-			if wait <= 0 {
+			if gap := lastTick.Add(s.cfg.MinTickInterval); ticked && due.Before(gap) {
+				due = gap
+			}
+			if !due.After(s.clk.Now()) {
 				lastTick, ticked = s.clk.Now(), true
 				if _, err := s.propose(fsm.Command{Op: fsm.OpTick}); err != nil {
 					s.log.Warn("tick failed", "err", err)
@@ -319,7 +328,7 @@ func (s *Server) tickLoop(ctx context.Context) {
 		}
 		var timer Timer
 		if ok {
-			timer = s.clk.AfterFunc(wait, func() { notify(fire) })
+			timer = afterAt(s.clk, due, func() { notify(fire) })
 		}
 		select {
 		case <-ctx.Done():
