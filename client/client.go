@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/framing"
 )
 
@@ -67,7 +68,7 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 // server could not be reached or was unavailable (default 6). A round tries
 // every address once; between rounds the client backs off with jittered
 // exponential delays, so the default rides out a leader election of about
-// two seconds (25ms..1s per wait, about 1.3 to 2.7 s in all). A write
+// two seconds (25ms..1s per wait, about 1.3 to 2.6 s in all). A write
 // carries the same request_id on every try, so the server applies it at
 // most once.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
@@ -91,7 +92,7 @@ func WithWaitCheck(d time.Duration) Option {
 }
 
 // WithBackoff sets the first back-off between retries and its cap (default
-// 50ms and 1s). Each wait is drawn uniformly from [d/2, d).
+// 50ms and 1s). Each wait is drawn uniformly from [d/2, d].
 func WithBackoff(first, limit time.Duration) Option {
 	return func(c *Client) { c.backoff, c.maxBackoff = first, limit }
 }
@@ -246,7 +247,7 @@ func (c *Client) do(ctx context.Context, cl call) error {
 		}
 		var ae *APIError
 		switch {
-		case errors.As(err, &ae) && ae.Code == "not_leader" && ae.Leader != "" && redirects < 3:
+		case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "" && redirects < 3:
 			// Follow the named leader at once; it does not use up a retry.
 			if u, perr := baseURL(ae.Leader); perr == nil {
 				redirects++
@@ -303,7 +304,7 @@ func (c *Client) watched(ctx context.Context, addr string, cl call, body []byte)
 			}
 			pctx, pcancel := context.WithCancelCause(actx)
 			t := c.clock.AfterFunc(c.waitCheck, func() { pcancel(errors.New("no answer")) })
-			err := c.once(pctx, addr, call{method: http.MethodGet, path: "/healthz"}, nil)
+			err := c.once(pctx, addr, call{method: http.MethodGet, path: api.PathHealth}, nil)
 			t.Stop()
 			pcancel(nil)
 			select {
@@ -404,9 +405,9 @@ func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte
 		return invalidf("addr", "bad request to %s: %v", addr, err)
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", api.ContentType)
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", api.ContentType)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -434,7 +435,7 @@ func answer(addr string, cl call, status int, data []byte) error {
 		return nil
 	}
 	if err := json.Unmarshal(data, cl.out); err != nil {
-		return &APIError{Status: status, Code: "internal", Message: fmt.Sprintf("%s answered %s %s with unreadable JSON: %v", addr, cl.method, cl.path, err)}
+		return &APIError{Status: status, Code: api.CodeInternal, Message: fmt.Sprintf("%s answered %s %s with unreadable JSON: %v", addr, cl.method, cl.path, err)}
 	}
 	return nil
 }
@@ -447,18 +448,9 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-type wireError struct {
-	Error       string `json:"error"`
-	Code        string `json:"code"`
-	Field       string `json:"field"`
-	Holder      string `json:"holder"`
-	RemainingMS int64  `json:"remaining_ms"`
-	Leader      string `json:"leader"`
-}
-
 func decodeError(status int, data []byte) error {
-	var we wireError
-	if err := json.Unmarshal(data, &we); err != nil || (we.Code == "" && we.Error == "") {
+	var we api.Error
+	if err := json.Unmarshal(data, &we); err != nil || (we.Code == "" && we.Message == "") {
 		msg := strings.TrimSpace(string(data))
 		if len(msg) > 200 {
 			msg = msg[:200] + "…"
@@ -468,15 +460,18 @@ func decodeError(status int, data []byte) error {
 		}
 		return &APIError{Status: status, Message: fmt.Sprintf("HTTP %d: %s", status, msg)}
 	}
-	return &APIError{
-		Status:    status,
-		Code:      we.Code,
-		Message:   we.Error,
-		Field:     we.Field,
-		Holder:    we.Holder,
-		Remaining: time.Duration(we.RemainingMS) * time.Millisecond,
-		Leader:    we.Leader,
+	ae := &APIError{
+		Status:  status,
+		Code:    we.Code,
+		Message: we.Message,
+		Field:   we.Field,
+		Holder:  we.Holder,
+		Leader:  we.Leader,
 	}
+	if we.RemainingMs != nil {
+		ae.Remaining = api.Duration(*we.RemainingMs)
+	}
+	return ae
 }
 
 // Close drops idle HTTP connections and closes framed ones (calls still
