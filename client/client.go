@@ -211,6 +211,17 @@ type call struct {
 	// watch: a wait that may last long; while it is out, the node it went
 	// to is asked whether it still answers (see watched).
 	watch bool
+	// maybeApplied, when set, is called for each attempt that may have
+	// been applied without an answer saying so: it was sent (or may have
+	// been) and no answer came, or the answer was change_unknown.
+	maybeApplied func()
+}
+
+// noteMaybe calls cl.maybeApplied, if set.
+func (cl call) noteMaybe() {
+	if cl.maybeApplied != nil {
+		cl.maybeApplied()
+	}
 }
 
 // do runs a call with failover and retries. It returns nil, an *APIError, an
@@ -246,6 +257,9 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return gaveUp(ctx, lastErr)
 		}
 		var ae *APIError
+		if errors.As(err, &ae) && ae.Code == api.CodeChangeUnknown {
+			cl.noteMaybe()
+		}
 		switch {
 		case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "" && redirects < 3:
 			// Follow the named leader at once; it does not use up a retry.
@@ -383,6 +397,7 @@ func (c *Client) onceFramed(ctx context.Context, fc *framing.Conn, addr string, 
 	}
 	status, data, err := fc.RoundTrip(ctx, cl.method, target, body)
 	if err != nil {
+		cl.noteMaybe()
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
@@ -410,6 +425,9 @@ func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte
 	req.Header.Set("Accept", api.ContentType)
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if oe := (*net.OpError)(nil); !errors.As(err, &oe) || oe.Op != "dial" {
+			cl.noteMaybe() // it may have been sent: only a failed dial is sure not to have been
+		}
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
@@ -418,6 +436,7 @@ func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
+		cl.noteMaybe()
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
