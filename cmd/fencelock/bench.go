@@ -6,12 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/internal/bench"
-	"github.com/fencelock/fencelock/internal/peerbench"
 )
 
 func init() {
@@ -24,7 +22,6 @@ const (
 )
 
 const benchUsage = `Usage: fencelock bench [--addr A[,B,...]] [--mode uncontended|contended] [--clients N] [--duration D]
-       fencelock bench --system fencelock|etcd|redis|zookeeper [--workload w1|w2|w3|w4] [--addr A] [--duration D]
 
 Runs N clients doing acquire+release cycles against a running server for
 D. uncontended gives each client keys of its own; contended puts every
@@ -35,11 +32,9 @@ them over HTTP/1.1 instead. The last line is: cycles/s=N p50=D p99=D
 Against a cluster, give the nodes' addresses: the bench sends its load to
 the one that serves writes, and follows a not_leader answer to the leader.
 
-With --system, runs one of the side-by-side workloads of 'fencelock
-compare' on that system instead (peers: bash bench/peers/setup.sh), with
-its recipe: etcd's concurrency.Mutex, Redis SET NX PX with an INCR fencing
-counter in Lua, ZooKeeper's ephemeral-sequential recipe, or fencelock's
-API (framed, or HTTP with --http). --addr then defaults to that system's address in setup.sh.
+Side-by-side runs against etcd, Redis and ZooKeeper ('compare' and the
+former 'bench --system') are in the bench module of the source tree:
+cd bench && go run ./cmd/fencelock-bench -h (bench/README.md).
 
 Flags:
 `
@@ -53,8 +48,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	duration := fs.Duration("duration", defaultBenchDuration, "how long to run")
 	ttl := fs.Duration("ttl", defaultBenchTTL, "lease TTL of each grant")
 	useHTTP := fs.Bool("http", false, "send the requests over HTTP/1.1 instead of a framed connection")
-	system := fs.String("system", "", "run a side-by-side `workload` on this system: fencelock, etcd, redis or zookeeper")
-	workload := fs.String("workload", string(peerbench.W1), "with --system: w1, w2, w3 or w4 (see 'fencelock compare -h')")
+	if f := movedBenchFlag(args); f != "" {
+		return usageError("bench --%s moved to the bench module: cd bench && go run ./cmd/fencelock-bench run --%s ... (bench/README.md)", f, f)
+	}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			fmt.Fprint(e.stdout, benchUsage)
@@ -66,15 +62,6 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usageError("bench: unexpected argument %q", fs.Arg(0))
-	}
-	if *system != "" {
-		addrSet := false
-		fs.Visit(func(f *flag.Flag) { addrSet = addrSet || f.Name == "addr" })
-		o := peerbench.Options{TTL: *ttl, FencelockHTTP: *useHTTP}
-		if addrSet {
-			o.Addr = *addr
-		}
-		return benchSystem(ctx, e, *system, peerbench.Workload(*workload), o, *duration)
 	}
 	if *mode != bench.Uncontended && *mode != bench.Contended {
 		return usageError("bench: --mode must be uncontended or contended, not %q", *mode)
@@ -95,23 +82,17 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// benchSystem runs one peerbench workload on one system and prints its row
-// of the comparison table.
-func benchSystem(ctx context.Context, e *env, system string, w peerbench.Workload, o peerbench.Options, d time.Duration) error {
-	if !slices.Contains(peerbench.Systems, system) {
-		return usageError("bench: --system must be one of %s, not %q", strings.Join(peerbench.Systems, ", "), system)
+// movedBenchFlag names the first of bench's former side-by-side flags
+// (--system, --workload) among args, or "" when none is there.
+func movedBenchFlag(args []string) string {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && (name == "system" || name == "workload") {
+			return name
+		}
 	}
-	switch w {
-	case peerbench.W1, peerbench.W2, peerbench.W3, peerbench.W4:
-	default:
-		return usageError("bench: --workload must be w1, w2, w3 or w4, not %q", w)
-	}
-	r, err := peerbench.RunSystem(ctx, system, w, o, peerbench.Params{Duration: d})
-	if errors.Is(err, peerbench.ErrUnreachable) {
-		return &exitError{Code: exitUnreachable, Err: err}
-	}
-	if err != nil {
-		return err
-	}
-	return peerbench.FormatTable(e.stdout, []peerbench.Result{r}, false)
+	return ""
 }

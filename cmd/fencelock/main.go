@@ -55,6 +55,7 @@ type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, e *env, args []string) error
+	hidden  bool // not listed in help: a command that moved elsewhere
 }
 
 // commands is the dispatch table; each entry lives in a file of its own.
@@ -110,6 +111,9 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands {
+		if c.hidden {
+			continue
+		}
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
