@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/server"
 )
 
@@ -52,6 +53,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	listen := fs.String("listen", envOr(e, "FENCELOCK_LISTEN", defaultListen), "HTTP `address` to listen on (env FENCELOCK_LISTEN)")
 	data := fs.String("data", envOr(e, "FENCELOCK_DATA", defaultData), "data `directory` (env FENCELOCK_DATA)")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
+	logFormat := fs.String("log-format", envOr(e, "FENCELOCK_LOG_FORMAT", "text"), "log line `format`: text or json (env FENCELOCK_LOG_FORMAT)")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "how long in-flight requests may take at shutdown")
 	id := fs.String("id", envOr(e, "FENCELOCK_ID", server.DefaultConfig().NodeID), "this node's `id` in the cluster (env FENCELOCK_ID)")
 	raftAddr := fs.String("raft", envOr(e, "FENCELOCK_RAFT", ""), "raft `address` host:port for cluster peers (env FENCELOCK_RAFT); empty: single node")
@@ -84,6 +86,13 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageError("server: --log-level: %v", err)
+	}
+	if *logFormat != "text" && *logFormat != "json" {
+		name := "--log-format"
+		if !flagGiven(fs, "log-format") {
+			name = "FENCELOCK_LOG_FORMAT"
+		}
+		return usageError("server: %s must be text or json, got %q", name, *logFormat)
 	}
 	if *data == "" {
 		return usageError("server: --data must not be empty")
@@ -118,11 +127,15 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageError("server: %v", err)
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-	if server.MemoryPolicyWanted(e.getenv) {
+	var handler slog.Handler = slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})
+	if *logFormat == "json" {
+		handler = slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})
+	}
+	log := slog.New(handler)
+	if memorypolicy.Wanted(e.getenv) {
 		// A process-wide setting, so it is made here and not by the
-		// server package: see internal/server/memory.go.
-		defer server.StartMemoryPolicy()()
+		// server package: see internal/memorypolicy.
+		defer memorypolicy.Start()()
 	} else {
 		log.Info("GOGC or GOMEMLIMIT set: the server's memory policy is off")
 	}
