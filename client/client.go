@@ -12,9 +12,11 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -415,6 +417,12 @@ func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
+	// A request may have reached the server once it had a connection;
+	// before, it surely did not.
+	var connected atomic.Bool
+	if cl.maybeApplied != nil {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+	}
 	req, err := http.NewRequestWithContext(ctx, cl.method, u, rd)
 	if err != nil {
 		return invalidf("addr", "bad request to %s: %v", addr, err)
@@ -425,8 +433,8 @@ func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte
 	req.Header.Set("Accept", api.ContentType)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		if oe := (*net.OpError)(nil); !errors.As(err, &oe) || oe.Op != "dial" {
-			cl.noteMaybe() // it may have been sent: only a failed dial is sure not to have been
+		if connected.Load() {
+			cl.noteMaybe()
 		}
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
