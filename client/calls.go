@@ -101,12 +101,8 @@ func (c *Client) extend(ctx context.Context, cl call, key, holder string, token 
 	return lockOf(out), err
 }
 
-// Held names one lease in a batch: a key and the token it was granted under
-// (api.BatchItem).
-type Held struct {
-	Key   string `json:"key"`
-	Token uint64 `json:"token"`
-}
+// Held names one lease in a batch: a key and the token it was granted under.
+type Held = api.BatchItem
 
 // ExtendResult is the outcome for one lease of ExtendBatch: Err is nil and
 // Lock is the extended lease, or Err says why that one was refused (it
@@ -122,11 +118,7 @@ type ExtendResult struct {
 // 1000). The error is about the request as a whole; per-lease refusals are
 // in the results, in the order of leases.
 func (c *Client) ExtendBatch(ctx context.Context, holder string, ttl time.Duration, leases []Held) ([]ExtendResult, error) {
-	items := make([]api.BatchItem, len(leases))
-	for i, h := range leases {
-		items[i] = api.BatchItem{Key: h.Key, Token: h.Token}
-	}
-	body := api.ExtendBatchRequest{Holder: holder, TTLMs: api.Ms(ttl), Leases: items, RequestID: newRequestID()}
+	body := api.ExtendBatchRequest{Holder: holder, TTLMs: api.Ms(ttl), Leases: leases, RequestID: newRequestID()}
 	var out api.ExtendBatchResponse
 	if err := c.do(ctx, call{method: http.MethodPost, path: api.PathExtendBatch, body: body, out: &out}); err != nil {
 		return nil, err
