@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
 // Errors a proposal can end with besides the command's own refusal.
@@ -37,6 +38,9 @@ type Server struct {
 	clk     Clock // what clock measures by; also lease timers
 	handler http.Handler
 	change  membership // cluster.go: joins and removals
+
+	tls      *tlsconfig.Reloader // nil without TLS (tls.go)
+	peerHTTP *http.Client        // this node's calls to other nodes' client ports
 
 	ready    atomic.Bool   // leader, caught up, orphans dropped
 	counting atomic.Bool   // count table events in metrics
@@ -68,8 +72,16 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) })
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
 	s.handler = s.routes()
+	if cfg.TLS.Enabled() {
+		r, err := tlsconfig.Load(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.tls = r
+	}
+	s.peerHTTP = newPeerHTTP(s.tls, 5*time.Second) // probes bound themselves to probeTimeout
 	freed := make(chan struct{}, 1)
-	n, err := openNode(cfg, &memorySignaller{FSM: s.fsm, freed: freed, big: bigSnapshot})
+	n, err := openNode(cfg, &memorySignaller{FSM: s.fsm, freed: freed, big: bigSnapshot}, s.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -151,8 +163,10 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	// the same handler answers both.
 	fs := &framing.Server{Handler: s.Handler()}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(framing.Listen(ln, fs)) }()
-	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir)
+	// With TLS the handshake comes first; the sorting reads decrypted
+	// bytes, in each connection's own goroutine.
+	go func() { served <- hs.Serve(framing.Listen(s.wrapListener(ln), fs)) }()
+	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir, "tls", s.tls != nil)
 
 	var serveErr error
 	select {
