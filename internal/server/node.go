@@ -46,6 +46,9 @@ type Config struct {
 	// and the raft transport, where peers authenticate each other with
 	// client certificates signed by TLS.CAFile (tls.go).
 	TLS tlsconfig.Files
+	// Insecure allows serving the client port or the raft port on an
+	// address other than loopback without TLS (insecure.go).
+	Insecure bool
 	// raftListener, if set, is the listener the TLS raft transport
 	// accepts on instead of one on RaftAddr (tests: ports chosen first).
 	raftListener net.Listener
@@ -262,6 +265,10 @@ func openNode(cfg Config, f raft.FSM, tr *tlsconfig.Reloader) (*node, error) {
 		if err != nil {
 			n.close()
 			return nil, fmt.Errorf("server: raft address: %w", err)
+		}
+		if err := checkLoopback(cfg, "raft", addr); err != nil {
+			n.close()
+			return nil, err
 		}
 		tcp, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 10*time.Second, rc.Logger)
 		if err != nil {

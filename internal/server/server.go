@@ -140,10 +140,17 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	if cfg.ClientAddr == "" {
 		cfg.ClientAddr = ln.Addr().String()
 	}
+	if err := checkLoopback(cfg, "client", ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
 	s, err := New(cfg)
 	if err != nil {
 		ln.Close()
 		return err
+	}
+	if !cfg.TLS.Enabled() && !cfg.Insecure {
+		s.log.Info("no TLS: the client and raft ports serve loopback addresses only")
 	}
 	if cfg.MaxConnections > 0 {
 		cl := newConnLimiter(ln, cfg.MaxConnections, s.log)
