@@ -46,6 +46,9 @@ type Config struct {
 	// and the raft transport, where peers authenticate each other with
 	// client certificates signed by TLS.CAFile (tls.go).
 	TLS tlsconfig.Files
+	// TLSReload: each value received rereads the TLS files, as ReloadTLS
+	// does (the server command sends one on SIGHUP). nil: none.
+	TLSReload <-chan struct{}
 	// Insecure allows serving the client port or the raft port on an
 	// address other than loopback without TLS (insecure.go).
 	Insecure bool

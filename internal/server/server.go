@@ -94,6 +94,10 @@ func New(cfg Config) (*Server, error) {
 		s.wg.Add(1)
 		go s.announceLoop()
 	}
+	if cfg.TLSReload != nil {
+		s.wg.Add(1)
+		go s.reloadLoop(cfg.TLSReload)
+	}
 	return s, nil
 }
 

@@ -41,6 +41,25 @@ func (s *Server) ReloadTLS() error {
 	return nil
 }
 
+// reloadLoop reloads the TLS files on each value from reload.
+func (s *Server) reloadLoop(reload <-chan struct{}) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-reload:
+			if s.tls == nil {
+				s.log.Warn("asked to reload TLS certificates, but TLS is not configured")
+				continue
+			}
+			if err := s.ReloadTLS(); err != nil {
+				s.log.Error("reloading TLS certificates failed; the previous ones stay in use", "err", err)
+			}
+		}
+	}
+}
+
 // TLSEnabled reports whether the server serves TLS.
 func (s *Server) TLSEnabled() bool { return s.tls != nil }
 

@@ -391,6 +391,8 @@ func TestTLSReloadPresentsTheNewCertificate(t *testing.T) {
 	ca := tlstest.NewCA(t, "cluster CA")
 	cfg := fastConfig("")
 	cfg.TLS = nodeFiles(t, ca, "n1")
+	reload := make(chan struct{})
+	cfg.TLSReload = reload
 	n := serveTLSNode(t, cfg, listen(t))
 	served := func() *x509.Certificate {
 		t.Helper()
@@ -424,12 +426,19 @@ func TestTLSReloadPresentsTheNewCertificate(t *testing.T) {
 		t.Fatal("a connection made before the reload changed certificates")
 	}
 
+	// Config.TLSReload does the same (the server command feeds it SIGHUP).
+	third := ca.Issue(t, "n1")
+	writeFile(t, cfg.TLS.CertFile, third.CertPEM)
+	writeFile(t, cfg.TLS.KeyFile, third.KeyPEM)
+	reload <- struct{}{}
+	eventually(t, "the reload asked for on TLSReload", func() bool { return served().Equal(third.Cert) })
+
 	// A reload that fails keeps the certificate in use.
 	writeFile(t, cfg.TLS.KeyFile, []byte("not a key"))
 	if err := n.ReloadTLS(); err == nil {
 		t.Fatal("Reload accepted a broken key")
 	}
-	if got := served(); !got.Equal(next.Cert) {
+	if got := served(); !got.Equal(third.Cert) {
 		t.Fatal("a failed reload changed the certificate presented")
 	}
 }
