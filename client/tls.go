@@ -32,7 +32,7 @@ func WithTLSConfig(cfg *tls.Config) Option {
 // returns the error if a file cannot be read.
 func WithTLSFiles(caFile, certFile, keyFile string) Option {
 	return func(c *Client) {
-		cfg, err := tlsFiles(caFile, certFile, keyFile)
+		cfg, err := LoadTLSConfig(caFile, certFile, keyFile)
 		if err != nil {
 			c.optErr = errors.Join(c.optErr, err)
 			return
@@ -41,7 +41,10 @@ func WithTLSFiles(caFile, certFile, keyFile string) Option {
 	}
 }
 
-func tlsFiles(caFile, certFile, keyFile string) (*tls.Config, error) {
+// LoadTLSConfig is the config WithTLSFiles makes, for a caller that also
+// needs it elsewhere (an http.Client of its own given WithHTTPClient).
+// Its errors match ErrInvalid.
+func LoadTLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
 		pool, err := tlsconfig.LoadPool(caFile)
