@@ -461,3 +461,49 @@ func TestTLSConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A join over TLS: the leader probes the new node's client port over
+// https and its raft port with a full handshake, then replicates to it.
+func TestTLSJoin(t *testing.T) {
+	ca := tlstest.NewCA(t, "cluster CA")
+	var nodes []*tlsNode
+	for i := range 2 {
+		id := fmt.Sprintf("n%d", i+1)
+		rln := listen(t)
+		cfg := clusterConfig(id)
+		cfg.RaftAddr, cfg.raftListener, cfg.Join = rln.Addr().String(), rln, i > 0
+		cfg.TLS = nodeFiles(t, ca, id)
+		nodes = append(nodes, serveTLSNode(t, cfg, listen(t)))
+	}
+	l := tlsLeader(t, nodes[:1])
+	hc := httpsClient(ca.Pool())
+	n2 := nodes[1]
+	body := fmt.Sprintf(`{"id":"n2","raft_addr":%q,"client_addr":%q}`, n2.node.addr, n2.addr)
+	eventually(t, "the join to be accepted", func() bool {
+		st, m := postJSON(t, hc, "https://"+l.addr+api.PathJoin, body)
+		if st != 200 && st != 503 {
+			t.Fatalf("join: %d %v", st, m)
+		}
+		return st == 200
+	})
+	if st, m := postJSON(t, hc, "https://"+l.addr+api.PathAcquire, acquireBody("k", "a", 60000, "")); st != 200 {
+		t.Fatalf("acquire: %d %v", st, m)
+	}
+	eventually(t, "the joined node to replicate", func() bool { return n2.fsm.LastToken() == 1 })
+
+	// A node whose certificate is from another CA is refused: the probe
+	// of its client port fails verification, nothing changes.
+	rogueCA := tlstest.NewCA(t, "rogue CA")
+	rln := listen(t)
+	cfg := clusterConfig("n3")
+	cfg.RaftAddr, cfg.raftListener, cfg.Join = rln.Addr().String(), rln, true
+	cfg.TLS = nodeFiles(t, rogueCA, "n3")
+	n3 := serveTLSNode(t, cfg, listen(t))
+	body = fmt.Sprintf(`{"id":"n3","raft_addr":%q,"client_addr":%q}`, n3.node.addr, n3.addr)
+	if st, m := postJSON(t, hc, "https://"+l.addr+api.PathJoin, body); st == 200 || m["code"] != api.CodeNodeUnreachable {
+		t.Fatalf("join of a node with another CA's certificate: %d %v", st, m)
+	}
+	if ms := l.fsm.Members(); len(ms) != 2 {
+		t.Fatalf("members after the refused join: %v", ms)
+	}
+}
