@@ -14,10 +14,6 @@ import (
 	"github.com/fencelock/fencelock/internal/peerbench"
 )
 
-func init() {
-	register(command{name: "bench", summary: "measure acquire+release cycles/s, p50, p99 against a server", run: runBench})
-}
-
 const (
 	defaultBenchDuration = 10 * time.Second
 	defaultBenchTTL      = 10 * time.Second

@@ -16,10 +16,6 @@ import (
 	"time"
 )
 
-func init() {
-	register(command{name: "cluster", summary: "list, join or remove the nodes of a cluster", run: runCluster})
-}
-
 const clusterUsage = `Usage: fencelock cluster members [--addr ADDRS]
        fencelock cluster join   --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
        fencelock cluster remove --id ID [--addr ADDRS]

@@ -12,10 +12,6 @@ import (
 	"github.com/fencelock/fencelock/internal/peerbench"
 )
 
-func init() {
-	register(command{name: "compare", summary: "run fencelock, etcd, Redis and ZooKeeper through the same workloads; one table", run: runCompare})
-}
-
 const compareUsage = `Usage: fencelock compare [flags]
 
 Runs each listed system through the same workloads, one system after the
