@@ -38,10 +38,9 @@ signalled; SIGINT, SIGTERM and SIGHUP sent to fencelock are forwarded to
 that group, and the lock is released after CMD exits. When CMD's first
 process exits, whatever it left running in its group is killed (SIGKILL)
 before the lock is released or the loss reported: nothing started under
-the lock outlives it. CMD therefore does
-not own the terminal: interactive programs that read from it are not
-supported. Without "--", flags must come before KEY and everything after
-KEY is CMD.
+the lock outlives it. CMD therefore does not own the terminal:
+interactive programs that read from it are not supported. Without "--",
+flags must come before KEY and everything after KEY is CMD.
 `
 
 const lockExit = `Exit status:
@@ -57,7 +56,7 @@ const lockExit = `Exit status:
 func runLock(ctx context.Context, e *env, args []string) error {
 	f, cf := newClientFlags(e, "lock", lockUsage)
 	f.after = lockExit
-	holder := holderFlag(f, "holder `NAME` (default hostname-pid-random)")
+	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
 	wait := f.Duration("wait", 0, "wait in the key's queue up to D, at most 1h (0: try once)")
 	cf.common(f, "write the granted lease as one JSON line on stderr (stdout belongs to CMD)")

@@ -163,10 +163,10 @@ func lookup(name string) (*command, error) {
 	if s := suggest(name, names); s != "" {
 		msg += fmt.Sprintf("; did you mean %q?", s)
 	}
-	return nil, (&usageErr{message: msg}).exit()
+	return nil, (&usageErr{message: msg, hint: "Run 'fencelock help' for the list of commands."}).exit()
 }
 
-const helpUsage = `Usage: fencelock help [COMMAND]
+const helpUsage = `Usage: fencelock help [COMMAND [SUBCOMMAND]]
 
 Shows COMMAND's usage and flags (the same as 'fencelock COMMAND -h'), or
 the list of commands.
@@ -178,9 +178,6 @@ func runHelp(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(pos, 0, 1, "at most a COMMAND"); err != nil {
-		return err
-	}
 	if len(pos) == 0 {
 		printCommands(e.stdout)
 		return nil
@@ -189,7 +186,8 @@ func runHelp(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return dispatch(ctx, e, c, []string{"-h"})
+	// help lab replay: lab's subcommand replay.
+	return dispatch(ctx, e, c, append(pos[1:], "-h"))
 }
 
 func printCommands(w io.Writer) {

@@ -61,15 +61,6 @@ func usageError(format string, args ...any) error {
 	return (&usageErr{message: msg}).exit()
 }
 
-// withHint is usageError with a hint of its own.
-func withHint(err error, hint string) error {
-	var ue *usageErr
-	if errors.As(err, &ue) {
-		ue.hint = hint
-	}
-	return err
-}
-
 // named gives the usage errors of err that name no command the name
 // cmd, for a subcommand ("lab replay", "cluster join").
 func named(cmd string, err error) error {
@@ -278,10 +269,13 @@ func (f *flags) flagLine(fl *flag.Flag) string {
 	if _, ok := fl.Value.(*durationList); ok && arg == "value" {
 		arg = "LIST"
 	}
-	if arg == "value" || isBoolFlag(fl) {
-		if isBoolFlag(fl) {
-			arg = ""
-		}
+	switch {
+	case isBoolFlag(fl):
+		arg = ""
+	case arg == "int" || arg == "uint":
+		arg = "N"
+	case arg == "string" || arg == "value" || arg == "float":
+		arg = "VALUE"
 	}
 	head := "  --" + fl.Name
 	if arg != "" {

@@ -28,9 +28,16 @@ type buildVersion struct {
 // binary: the module version, and with a build from a git checkout the
 // vcs.* settings.
 func readVersion() buildVersion {
-	v := buildVersion{Version: "(devel)", Go: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
+		bi = nil
+	}
+	return versionOf(bi)
+}
+
+func versionOf(bi *debug.BuildInfo) buildVersion {
+	v := buildVersion{Version: "(devel)", Go: runtime.Version()}
+	if bi == nil {
 		return v
 	}
 	if bi.Main.Version != "" {
