@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # W4 restart time: kill -9 a server that holds many locks (left by
-# 'fencelock compare --workloads w4 --w4-keep'), start it again on the same
+# 'fencelock-bench compare --workloads w4 --w4-keep'), start it again on the same
 # data, and time until it serves a WRITE. A write is the honest finish line:
 # it commits after everything before it is applied, where a health or
 # leader check may answer while the state is still loading.

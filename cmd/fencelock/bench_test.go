@@ -6,13 +6,11 @@ import (
 	"testing"
 )
 
-func TestBenchSystemUsage(t *testing.T) {
+func TestBenchUsage(t *testing.T) {
 	cases := []struct {
 		args []string
 		want string
 	}{
-		{[]string{"bench", "--system", "mysql"}, "--system must be one of"},
-		{[]string{"bench", "--system", "redis", "--workload", "w9"}, "--workload must be"},
 		{[]string{"bench", "--mode", "sideways"}, "--mode must be"},
 		{[]string{"bench", "--clients", "0"}, "--clients must be"},
 	}
@@ -24,7 +22,34 @@ func TestBenchSystemUsage(t *testing.T) {
 	}
 }
 
-func TestBenchSystemUnreachable(t *testing.T) {
+// compare and bench --system moved to the bench module (bench/): asking
+// the product binary for them says where they went, in one line (and a
+// hint), exit 2.
+func TestBenchMovedCommands(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compare"}, "compare moved to the bench module: cd bench && go run ./cmd/fencelock-bench compare"},
+		{[]string{"compare", "--systems", "redis", "--bogus"}, "compare moved to the bench module"},
+		{[]string{"bench", "--system", "redis"}, "bench --system moved to the bench module: cd bench && go run ./cmd/fencelock-bench run --system"},
+		{[]string{"bench", "-system=etcd", "--duration", "1s"}, "bench --system moved"},
+		{[]string{"bench", "--workload", "w2"}, "bench --workload moved"},
+	}
+	for _, c := range cases {
+		out, errs, code := runCLI(t, "", c.args...)
+		// One line, and the hint under it (the one usage path).
+		if code != exitUsage || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 2 || out != "" {
+			t.Errorf("%v: code %d, stdout %q, stderr %q; want 2 and one line with %q and a hint", c.args, code, out, errs, c.want)
+		}
+	}
+	out, _, _ := runCLI(t, "", "help")
+	if strings.Contains(out, "  compare ") {
+		t.Errorf("help still lists compare:\n%s", out)
+	}
+}
+
+func TestBenchUnreachable(t *testing.T) {
 	// A port that was free a moment ago: nothing answers there.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,11 +57,9 @@ func TestBenchSystemUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	for _, sys := range []string{"fencelock", "redis"} {
-		_, errs, code := runCLI(t, "", "bench", "--system", sys, "--addr", addr, "--duration", "1s")
-		if code != exitUnreachable || !strings.Contains(errs, "unreachable") {
-			t.Errorf("%s: code %d, stderr %q; want 3", sys, code, errs)
-		}
+	_, errs, code := runCLI(t, "", "bench", "--addr", addr, "--duration", "1s")
+	if code != exitUnreachable || !strings.Contains(errs, "unreachable") {
+		t.Errorf("code %d, stderr %q; want 3", code, errs)
 	}
 }
 

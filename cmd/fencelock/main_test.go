@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/fencelock/fencelock/internal/peerbench"
 	"github.com/fencelock/fencelock/internal/testguard"
 )
 
@@ -17,17 +16,14 @@ var binary string
 // guard is the tripwire that stands in for every default address while
 // the tests run (internal/testguard): the client commands' and the
 // server's default 127.0.0.1:7470, FENCELOCK_ADDR and FENCELOCK_LISTEN
-// (which the binaries the tests start inherit), and compare's peer
-// defaults. A test that reaches it fails the run.
+// (which the binaries the tests start inherit). A test that reaches it
+// fails the run.
 var guard *testguard.Tripwire
 
 func TestMain(m *testing.M) {
 	os.Exit(testguard.Wrap(builder{m}, func(t *testguard.Tripwire) {
 		guard = t
 		defaultListen = t.Addr()
-		for name := range peerbench.DefaultAddrs {
-			peerbench.DefaultAddrs[name] = t.Addr()
-		}
 	}).Run())
 }
 

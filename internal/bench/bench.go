@@ -1,7 +1,7 @@
 // Package bench generates acquire+release load against a running fencelock
-// server over HTTP and measures cycles per second and cycle latency.
+// server and measures cycles per second and cycle latency.
 //
-// It speaks the wire API directly (docs/API.md), over one framed
+// It speaks the wire API directly (package api, docs/API.md), over one framed
 // connection per server (internal/framing) or, with Config.HTTP, one tuned
 // shared http.Client, so it measures the server, not a client library.
 package bench
@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/framing"
 )
 
@@ -101,7 +102,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TTL == 0 {
 		c.TTL = 10 * time.Second
 	}
-	if c.Clients < 1 || c.Duration < 0 || c.TTL < 100*time.Millisecond {
+	if c.Clients < 1 || c.Duration < 0 || c.TTL < api.MinTTL {
 		return c, fmt.Errorf("bench: need clients >= 1, duration >= 0, ttl >= 100ms")
 	}
 	if c.Prefix == "" {
@@ -186,7 +187,7 @@ func (b *bench) findLeader(ctx context.Context) {
 	b.base.Store(&first)
 	for _, a := range addrs {
 		base := "http://" + strings.TrimSpace(a)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+api.PathReady, nil)
 		if err != nil {
 			continue
 		}
@@ -194,9 +195,7 @@ func (b *bench) findLeader(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		var e struct {
-			Leader string `json:"leader"`
-		}
+		var e api.Error
 		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e)
 		resp.Body.Close()
 		switch {
@@ -211,21 +210,15 @@ func (b *bench) findLeader(ctx context.Context) {
 	}
 }
 
-type leaseAnswer struct {
-	Token uint64 `json:"token"`
-	Code  string `json:"code"`
-	Error string `json:"error"`
-}
-
 // client runs cycles until ctx ends. It reports the latency of each
 // completed cycle, the number of failed calls, whether any call reached
 // the server, and the first transport error.
 func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs int, reached bool, firstErr error) {
 	holder := fmt.Sprintf("%s/client-%d", b.cfg.Prefix, id)
-	ttlMs := b.cfg.TTL.Milliseconds()
+	ttlMs := api.Ms(b.cfg.TTL)
 	waitMs := int64(0)
 	if b.cfg.Mode == Contended {
-		waitMs = min(max(b.cfg.Duration.Milliseconds()*2, 1000), time.Hour.Milliseconds())
+		waitMs = min(max(api.Ms(b.cfg.Duration)*2, 1000), api.Ms(api.MaxWait))
 	}
 	if b.cfg.Mode == Contended {
 		// A grant answered just as the run ended may never have been read;
@@ -233,8 +226,8 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			var rel struct{}
-			_, _ = b.post(cctx, "/v1/release", map[string]any{"key": b.cfg.Prefix + "/shared", "holder": holder}, &rel)
+			var rel api.ReleaseResponse
+			_, _ = b.post(cctx, api.PathRelease, api.ReleaseRequest{Key: b.cfg.Prefix + "/shared", Holder: holder}, &rel)
 		}()
 	}
 	for i := 0; ctx.Err() == nil; i++ {
@@ -249,9 +242,9 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 		// client stops asking, the queue drains one hand-off at a time.
 		acqCtx, cancelAcq := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(waitMs)*time.Millisecond+10*time.Second)
 		start := time.Now()
-		var got leaseAnswer
-		status, err := b.post(acqCtx, "/v1/acquire", map[string]any{
-			"key": key, "holder": holder, "ttl_ms": ttlMs, "wait_ms": waitMs,
+		var got api.Lease
+		status, err := b.post(acqCtx, api.PathAcquire, api.AcquireRequest{
+			Key: key, Holder: holder, TTLMs: ttlMs, WaitMs: waitMs,
 		}, &got)
 		cancelAcq()
 		if err != nil {
@@ -279,10 +272,8 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 		// The release is never cut off by the end of the run, so no key is
 		// left held; a cycle counts only if it completed within the run.
 		relCtx, cancelRel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		var rel struct {
-			Released bool `json:"released"`
-		}
-		status, err = b.post(relCtx, "/v1/release", map[string]any{"key": key, "holder": holder, "token": got.Token}, &rel)
+		var rel api.ReleaseResponse
+		status, err = b.post(relCtx, api.PathRelease, api.ReleaseRequest{Key: key, Holder: holder, Token: got.Token}, &rel)
 		cancelRel()
 		if err != nil || status != http.StatusOK || !rel.Released {
 			if ctx.Err() == nil {
@@ -297,8 +288,6 @@ func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs i
 	return lat, errs, reached, firstErr
 }
 
-// post sends one call. A not_leader answer that names the leader moves
-// the bench there and the call is sent again, at most twice.
 // pause waits a little after a failed call, so that clients do not spin
 // while a cluster elects a leader.
 func pause(ctx context.Context) {
@@ -308,6 +297,8 @@ func pause(ctx context.Context) {
 	}
 }
 
+// post sends one call. A not_leader answer that names the leader moves
+// the bench there and the call is sent again, at most twice.
 func (b *bench) post(ctx context.Context, path string, body, out any) (int, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -322,11 +313,8 @@ func (b *bench) post(ctx context.Context, path string, body, out any) (int, erro
 			return status, err
 		}
 		if status == http.StatusServiceUnavailable && attempt < 2 {
-			var e struct {
-				Code   string `json:"code"`
-				Leader string `json:"leader"`
-			}
-			if json.Unmarshal(raw, &e) == nil && e.Code == "not_leader" && e.Leader != "" {
+			var e api.Error
+			if json.Unmarshal(raw, &e) == nil && e.Code == api.CodeNotLeader && e.Leader != "" {
 				l := "http://" + e.Leader
 				b.base.Store(&l)
 				continue
@@ -354,7 +342,7 @@ func (b *bench) send(ctx context.Context, path string, data []byte) (int, []byte
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", api.ContentType)
 	resp, err := b.http.Do(req)
 	if err != nil {
 		return 0, nil, err

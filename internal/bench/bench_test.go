@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/server"
 )
@@ -64,7 +65,7 @@ func TestRunBothModes(t *testing.T) {
 		// to hide.
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			resp, err := http.Get(hs.URL + "/v1/locks?prefix=bench/")
+			resp, err := http.Get(hs.URL + api.PathLocks + "?" + api.QueryPrefix + "=bench/")
 			if err != nil {
 				t.Fatal(err)
 			}

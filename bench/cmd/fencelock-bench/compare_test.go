@@ -24,7 +24,7 @@ func TestCompareUsageErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			e := &env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			e := &env{stdout: &out, stderr: &errb}
 			err := run(context.Background(), e, append([]string{"compare"}, tt.args...))
 			var xe *exitError
 			if !errors.As(err, &xe) || xe.Code != exitUsage {
@@ -39,7 +39,7 @@ func TestCompareUsageErrors(t *testing.T) {
 
 func TestCompareNoSystemAnswers(t *testing.T) {
 	var out, errb bytes.Buffer
-	e := &env{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	e := &env{stdout: &out, stderr: &errb}
 	// Port 1 on loopback: nothing listens there.
 	err := run(context.Background(), e, []string{"compare", "--systems", "redis", "--addr-redis", "127.0.0.1:1", "--duration", "1s"})
 	var xe *exitError

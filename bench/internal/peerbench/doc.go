@@ -18,8 +18,11 @@
 //     predecessor. The token is the node's sequence number, monotonic per
 //     lock key (plus one: sequences start at 0). The ZooKeeper session is the lease: there is no per-lock
 //     extend, which is why Extend reports ErrNotSupported.
-//   - fencelock: its HTTP/JSON API (docs/API.md) over one shared, tuned
-//     http.Transport; this package does not import the client package.
+//   - fencelock: its wire API (package api, docs/API.md) spoken directly,
+//     on one framed connection (internal/framing), as the client package
+//     does by default, or with Options.FencelockHTTP over one shared, tuned
+//     http.Transport; this package does not import the client package, so
+//     the numbers measure the server, not a client library.
 //
 // Run executes one workload against one system; FormatTable prints results
 // side by side. Nothing here logs or panics: every failure is an error, and

@@ -386,7 +386,7 @@ func runW2(ctx context.Context, sys System, p Params) (Result, error) {
 }
 
 // RunSystem opens the named system, runs one workload on it and closes it:
-// the whole of what 'fencelock bench --system NAME' needs.
+// the whole of what 'fencelock-bench run --system NAME' needs.
 func RunSystem(ctx context.Context, name string, w Workload, o Options, p Params) (Result, error) {
 	if o.Clients <= 0 {
 		pp := p.withDefaults()

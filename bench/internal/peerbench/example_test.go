@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/peerbench"
+	"github.com/fencelock/fencelock/bench/internal/peerbench"
 )
 
 // One workload on one system, printed as a table. Needs Redis on its

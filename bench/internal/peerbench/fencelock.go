@@ -14,11 +14,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/framing"
 )
 
-// The fencelock driver speaks the wire contract of docs/API.md directly,
-// so the numbers measure the server, not a particular client library. It
+// The fencelock driver speaks the wire contract (package api, docs/API.md)
+// directly, so the numbers measure the server, not a particular client
+// library. It
 // carries the requests on framed connections (internal/framing), as the
 // client package does by default, or over HTTP/1.1 when
 // Options.FencelockHTTP is set.
@@ -49,7 +51,7 @@ func openFencelock(ctx context.Context, o Options) (System, error) {
 	s := &flSystem{o: o, base: "http://" + o.Addr, hc: &http.Client{Transport: tr}}
 	hctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(hctx, http.MethodGet, s.base+"/healthz", nil)
+	req, err := http.NewRequestWithContext(hctx, http.MethodGet, s.base+api.PathHealth, nil)
 	if err != nil {
 		return nil, fmt.Errorf("peerbench: fencelock: %w", err)
 	}
@@ -62,7 +64,7 @@ func openFencelock(ctx context.Context, o Options) (System, error) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		tr.CloseIdleConnections()
-		return nil, unreachable("fencelock", o.Addr, fmt.Errorf("/healthz answered %s", resp.Status))
+		return nil, unreachable("fencelock", o.Addr, fmt.Errorf("%s answered %s", api.PathHealth, resp.Status))
 	}
 	if o.FencelockHTTP {
 		return s, nil
@@ -99,17 +101,6 @@ type flClient struct {
 
 func (c *flClient) Close() error { return nil }
 
-// flError is the API's error body.
-type flError struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-}
-
-type flLeaseBody struct {
-	Key   string `json:"key"`
-	Token uint64 `json:"token"`
-}
-
 // post sends one JSON request and decodes a 200 answer into out. A non-2xx
 // answer comes back as its API code with a nil error, so callers can tell
 // "held" from a failure.
@@ -123,15 +114,15 @@ func (s *flSystem) post(ctx context.Context, route string, in, out any) (code st
 		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
 	}
 	if status/100 != 2 {
-		var e flError
+		var e api.Error
 		if json.Unmarshal(data, &e) != nil || e.Code == "" {
 			return "", fmt.Errorf("peerbench: fencelock %s: HTTP %d: %.200s", route, status, data)
 		}
 		switch e.Code {
-		case "held", "not_held":
+		case api.CodeHeld, api.CodeNotHeld:
 			return e.Code, nil
 		}
-		return "", fmt.Errorf("peerbench: fencelock %s: %s (%s)", route, e.Error, e.Code)
+		return "", fmt.Errorf("peerbench: fencelock %s: %s (%s)", route, e.Message, e.Code)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -155,7 +146,7 @@ func (s *flSystem) roundTrip(ctx context.Context, route string, body []byte) (in
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", api.ContentType)
 	resp, err := s.hc.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -172,15 +163,8 @@ func (s *flSystem) roundTrip(ctx context.Context, route string, body []byte) (in
 // the request was written (HTTP requests use httptrace for that).
 type sentKey struct{}
 
-type flAcquire struct {
-	Key    string `json:"key"`
-	Holder string `json:"holder"`
-	TTLms  int64  `json:"ttl_ms"`
-	WaitMs int64  `json:"wait_ms,omitempty"`
-}
-
 // maxWait is the API's longest wait_ms; Lock re-queues after it.
-const maxWait = time.Hour
+const maxWait = api.MaxWait
 
 // Lock waits in the key's server-side FIFO queue (wait_ms), as long as ctx
 // allows; the server hands the lock to the head waiter on release.
@@ -216,8 +200,8 @@ func (c *flClient) Lock(ctx context.Context, key string) (Lease, error) {
 }
 
 func (c *flClient) acquire(ctx context.Context, key string, ttl, wait time.Duration) (Lease, string, error) {
-	var lb flLeaseBody
-	code, err := c.s.post(ctx, "/v1/acquire", flAcquire{Key: key, Holder: c.holder, TTLms: ttl.Milliseconds(), WaitMs: wait.Milliseconds()}, &lb)
+	var lb api.Lease
+	code, err := c.s.post(ctx, api.PathAcquire, api.AcquireRequest{Key: key, Holder: c.holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait)}, &lb)
 	if err != nil || code != "" {
 		return nil, code, err
 	}
@@ -248,15 +232,8 @@ func (l *flLease) Token() uint64 { return l.token }
 // SentAt is when the request that was granted was written to the socket.
 func (l *flLease) SentAt() time.Time { return l.sent }
 
-type flExtend struct {
-	Key    string `json:"key"`
-	Holder string `json:"holder"`
-	Token  uint64 `json:"token"`
-	TTLms  int64  `json:"ttl_ms,omitempty"`
-}
-
 func (l *flLease) Extend(ctx context.Context) error {
-	code, err := l.c.s.post(ctx, "/v1/extend", flExtend{Key: l.key, Holder: l.c.holder, Token: l.token, TTLms: l.ttl.Milliseconds()}, nil)
+	code, err := l.c.s.post(ctx, api.PathExtend, api.ExtendRequest{Key: l.key, Holder: l.c.holder, Token: l.token, TTLMs: api.Ms(l.ttl)}, nil)
 	if err != nil {
 		return err
 	}
@@ -267,10 +244,8 @@ func (l *flLease) Extend(ctx context.Context) error {
 }
 
 func (l *flLease) Unlock(ctx context.Context) error {
-	var out struct {
-		Released bool `json:"released"`
-	}
-	code, err := l.c.s.post(ctx, "/v1/release", flExtend{Key: l.key, Holder: l.c.holder, Token: l.token}, &out)
+	var out api.ReleaseResponse
+	code, err := l.c.s.post(ctx, api.PathRelease, api.ReleaseRequest{Key: l.key, Holder: l.c.holder, Token: l.token}, &out)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock/bench/internal/peerbench"
+)
+
+const runUsage = `Usage: fencelock-bench run --system fencelock|etcd|redis|zookeeper [--workload w1|w2|w3|w4] [--addr A] [--duration D]
+
+Runs one of compare's workloads on one system and prints its row of the
+table, with the system's own recipe: etcd's concurrency.Mutex, Redis SET
+NX PX with an INCR fencing counter in Lua, ZooKeeper's
+ephemeral-sequential recipe, or fencelock's API (framed, or HTTP with
+--http).
+--addr defaults to that system's address in peers/setup.sh (fencelock:
+127.0.0.1:7470). For load against fencelock alone, 'fencelock bench' is
+in the product binary.
+
+Flags:
+`
+
+func runSystem(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	system := fs.String("system", "", "the `system` to run: fencelock, etcd, redis or zookeeper")
+	workload := fs.String("workload", string(peerbench.W1), "the `workload`: w1, w2, w3 or w4 (see 'fencelock-bench compare -h')")
+	addr := fs.String("addr", "", "the system's `address` (default: its address in peers/setup.sh)")
+	duration := fs.Duration("duration", 10*time.Second, "how long to run")
+	ttl := fs.Duration("ttl", 10*time.Second, "lease TTL of each grant")
+	useHTTP := fs.Bool("http", false, "fencelock: send the requests over HTTP/1.1 instead of a framed connection")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(e.stdout, runUsage)
+			fs.SetOutput(e.stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return usageError("run: %v (run 'fencelock-bench run -h')", err)
+	}
+	if fs.NArg() > 0 {
+		return usageError("run: unexpected argument %q", fs.Arg(0))
+	}
+	if !slices.Contains(peerbench.Systems, *system) {
+		return usageError("run: --system must be one of %s, not %q", strings.Join(peerbench.Systems, ", "), *system)
+	}
+	w := peerbench.Workload(*workload)
+	if !slices.Contains(peerbench.Workloads, w) {
+		return usageError("run: --workload must be w1, w2, w3 or w4, not %q", w)
+	}
+	if *duration <= 0 {
+		return usageError("run: --duration must be positive")
+	}
+	o := peerbench.Options{Addr: *addr, TTL: *ttl, FencelockHTTP: *useHTTP}
+	r, err := peerbench.RunSystem(ctx, *system, w, o, peerbench.Params{Duration: *duration})
+	if errors.Is(err, peerbench.ErrUnreachable) {
+		return &exitError{Code: exitUnreachable, Err: err}
+	}
+	if err != nil {
+		return err
+	}
+	return peerbench.FormatTable(e.stdout, []peerbench.Result{r}, false)
+}
