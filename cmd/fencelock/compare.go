@@ -13,5 +13,5 @@ func runCompare(context.Context, *env, []string) error {
 // this binary: its message says where, and so its hint cannot point at
 // the command's help.
 func movedError(msg string) error {
-	return (&usageErr{message: msg, hint: "It is no longer part of the fencelock binary; see bench/README.md."}).exit()
+	return (&usageErr{message: msg, hint: "Run 'fencelock help' for the commands of this binary."}).exit()
 }

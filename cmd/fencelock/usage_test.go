@@ -256,6 +256,11 @@ func TestJSONOutputs(t *testing.T) {
 	if !rel.Released || rel.Key != "j/a" {
 		t.Errorf("release --json: %+v", rel)
 	}
+	var b benchAnswer
+	decode([]string{"bench", "--http", "--clients", "2", "--duration", "200ms", "--json"}, 0, &b)
+	if b.Cycles == 0 || b.Clients != 2 || b.DurationMs != 200 || b.PerSecond <= 0 {
+		t.Errorf("bench --json: %+v", b)
+	}
 	var rec recoverAnswer
 	decode([]string{"recover", "--data", t.TempDir(), "--min-token", "5", "--json"}, 0, &rec)
 	if len(rec.Did) == 0 || !strings.Contains(strings.Join(rec.Did, "\n"), "token floor 5") {
