@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 )
 
@@ -59,7 +60,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
 	wait := f.Duration("wait", 0, "wait in the key's queue up to D, at most 1h (0: try once)")
-	cf.common(f, "write the granted lease as one JSON line on stderr (stdout belongs to CMD)")
+	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
 
 	var pos, argv []string
 	dash := slices.Index(args, "--")
@@ -195,7 +196,11 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 				return &exitError{Code: exitLost, Err: fmt.Errorf("lock %s: %s; CMD %s", key, trimPrefix(lost), describeExit(cmd.ProcessState))}
 			}
 			if err := release(); err != nil {
-				fmt.Fprintf(e.stderr, "fencelock: lock %s: release: %s (the lease expires by itself within %v)\n", key, trimPrefix(err), lease.TTL())
+				if *cf.json {
+					_ = writeJSON(e.stderr, lockEvent{Key: key, Token: lease.Token(), Event: "release_failed", Error: trimPrefix(err)})
+				} else {
+					fmt.Fprintf(e.stderr, "fencelock: lock %s: release: %s (the lease expires by itself within %v)\n", key, trimPrefix(err), lease.TTL())
+				}
 			}
 			if code := statusOf(cmd.ProcessState); code != 0 {
 				return &exitError{Code: code}
@@ -207,7 +212,12 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 			lostc = nil
 			lost = lease.Err()
 			grace := time.Until(lease.HeldUntil()) - lease.TTL()/10
-			fmt.Fprintf(e.stderr, "fencelock: lock %s: %s; sending SIGTERM to CMD, SIGKILL in %v\n", key, trimPrefix(lost), max(grace, 0).Round(time.Millisecond))
+			if *cf.json {
+				kill := api.Ms(max(grace, 0))
+				_ = writeJSON(e.stderr, lockEvent{Key: key, Token: lease.Token(), Event: "lost", Error: trimPrefix(lost), SIGKILLInMs: &kill})
+			} else {
+				fmt.Fprintf(e.stderr, "fencelock: lock %s: %s; sending SIGTERM to CMD, SIGKILL in %v\n", key, trimPrefix(lost), max(grace, 0).Round(time.Millisecond))
+			}
 			sendGroup(sigTerm)
 			if grace <= 0 {
 				sendGroup(sigKill)
@@ -219,4 +229,16 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 			sendGroup(sigKill)
 		}
 	}
+}
+
+// lockEvent is what lock --json says on stderr besides the grant (one
+// JSON line each): the lease was lost while CMD ran (and when SIGKILL
+// follows the SIGTERM), or releasing it after CMD failed. The final error
+// is main's one text line, as for every command.
+type lockEvent struct {
+	Key         string `json:"key"`
+	Token       uint64 `json:"token"`
+	Event       string `json:"event"` // lost, release_failed
+	Error       string `json:"error"`
+	SIGKILLInMs *int64 `json:"sigkill_in_ms,omitempty"`
 }
