@@ -48,6 +48,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	data := f.String("data", defaultData, "data `DIR`")
 	f.Env("data", "FENCELOCK_DATA")
 	logLevel := f.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
+	logFormat := f.String("log-format", "text", "log line `FORMAT`: text or json")
+	f.Env("log-format", "FENCELOCK_LOG_FORMAT")
 	grace := f.Duration("shutdown-grace", 10*time.Second, "how long in-flight requests may take at shutdown")
 	id := f.String("id", defaults.NodeID, "this node's `ID` in the cluster")
 	f.Env("id", "FENCELOCK_ID")
@@ -81,6 +83,13 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageError("--log-level: %v", err)
 	}
+	if *logFormat != "text" && *logFormat != "json" {
+		name := "--log-format"
+		if !f.given("log-format") {
+			name = "FENCELOCK_LOG_FORMAT"
+		}
+		return usageError("%s must be text or json, got %q", name, *logFormat)
+	}
 	if *data == "" {
 		return usageError("--data must not be empty")
 	}
@@ -107,7 +116,11 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler = slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})
+	if *logFormat == "json" {
+		handler = slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})
+	}
+	log := slog.New(handler)
 	if server.MemoryPolicyWanted(e.getenv) {
 		// A process-wide setting, so it is made here and not by the
 		// server package: see internal/server/memory.go.

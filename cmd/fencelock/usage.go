@@ -77,13 +77,14 @@ var errHelp = errors.New("help")
 
 // flags is one command's flag set.
 type flags struct {
-	fs    *flag.FlagSet
-	e     *env
-	cmd   string // as typed after fencelock: "acquire", "cluster join"
-	usage string // the command's text, printed before its flags
-	after string // printed after the flags (exit statuses, notes)
-	order []string
-	env   map[string]string // flag name → environment variable
+	fs        *flag.FlagSet
+	e         *env
+	cmd       string // as typed after fencelock: "acquire", "cluster join"
+	usage     string // the command's text, printed before its flags
+	after     string // printed after the flags (exit statuses, notes)
+	order     []string
+	env       map[string]string // flag name → environment variable
+	onCmdLine map[string]bool   // the flags given on the command line
 	// stopAtArg ends flag parsing at the first argument, so that
 	// everything after it is an argument (lock without "--").
 	stopAtArg bool
@@ -147,12 +148,9 @@ func (f *flags) Env(name, envVar string) {
 	f.env[name] = envVar
 }
 
-// given says whether name was set on the command line.
-func (f *flags) given(name string) bool {
-	given := false
-	f.fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == name })
-	return given
-}
+// given says whether name was set on the command line (not by its
+// variable).
+func (f *flags) given(name string) bool { return f.onCmdLine[name] }
 
 // parse parses args, accepting flags before and after the arguments (Go's
 // flag package stops at the first one) unless stopAtArg; everything after
@@ -191,6 +189,8 @@ func (f *flags) parse(args []string) ([]string, error) {
 		}
 		return nil, f.flagError(err)
 	}
+	f.onCmdLine = map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { f.onCmdLine[fl.Name] = true })
 	for _, name := range f.order {
 		v, ok := f.env[name]
 		if !ok || f.given(name) {

@@ -12,8 +12,20 @@
 //	check KEY TOKEN NOW            -> True or False (valid and alive at NOW)
 //	extend KEY HOLDER TOKEN NOW TTL -> the same token, or None if refused
 //
-// NOW and TTL are decimal seconds ("0", "10", "2.5"). Blank lines and lines
-// whose first non-blank character is '#' are skipped.
+// The rest of the table is reachable too, for the lock table's data-driven
+// tests (internal/locktable/testdata):
+//
+//	wait KEY HOLDER NOW TTL [DEADLINE] -> the new token, queued, or None
+//	cancel KEY HOLDER              -> True if HOLDER was queued (CancelWait)
+//	tick NOW                       -> ok (expiries and late waiters at NOW)
+//	get KEY NOW                    -> HOLDER TOKEN granted= expiry= ttl= remaining=, or None
+//	list PREFIX NOW [LIMIT]        -> the live keys, or (none); PREFIX "" is every key
+//	waiters KEY                    -> the queued holders, head first, or (none)
+//	next                           -> the next deadline (NextDeadline), or None
+//	len                            -> the number of keys the table tracks
+//
+// NOW, TTL and DEADLINE are decimal seconds ("0", "10", "2.5"). Blank lines
+// and lines whose first non-blank character is '#' are skipped.
 package replay
 
 import (
@@ -37,24 +49,43 @@ const (
 	OpValid   Op = "valid"
 	OpCheck   Op = "check"
 	OpExtend  Op = "extend"
+	OpWait    Op = "wait"
+	OpCancel  Op = "cancel"
+	OpTick    Op = "tick"
+	OpGet     Op = "get"
+	OpList    Op = "list"
+	OpWaiters Op = "waiters"
+	OpNext    Op = "next"
+	OpLen     Op = "len"
 )
 
 // Call is one parsed line.
 type Call struct {
-	Op     Op
-	Key    string
-	Holder string
-	Token  uint64
-	Now    locktable.Time
-	TTL    locktable.Duration
+	Op       Op
+	Key      string // the key, or list's prefix
+	Holder   string
+	Token    uint64
+	Now      locktable.Time
+	TTL      locktable.Duration
+	Deadline locktable.Time // wait's; locktable.NoDeadline when not given
+	Limit    int            // list's; 0 is no limit
 }
 
+// usage is each call's form; arguments in brackets may be left out.
 var usage = map[Op]string{
 	OpAcquire: "acquire KEY HOLDER NOW TTL",
 	OpRelease: "release KEY HOLDER NOW",
 	OpValid:   "valid KEY TOKEN",
 	OpCheck:   "check KEY TOKEN NOW",
 	OpExtend:  "extend KEY HOLDER TOKEN NOW TTL",
+	OpWait:    "wait KEY HOLDER NOW TTL [DEADLINE]",
+	OpCancel:  "cancel KEY HOLDER",
+	OpTick:    "tick NOW",
+	OpGet:     "get KEY NOW",
+	OpList:    "list PREFIX NOW [LIMIT]",
+	OpWaiters: "waiters KEY",
+	OpNext:    "next",
+	OpLen:     "len",
 }
 
 // ErrSkip is ParseLine's answer for a blank or comment line.
@@ -67,21 +98,32 @@ func ParseLine(line string) (Call, error) {
 	if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 		return Call{}, ErrSkip
 	}
-	c := Call{Op: Op(f[0])}
+	c := Call{Op: Op(f[0]), Deadline: locktable.NoDeadline}
 	want, known := usage[c.Op]
 	if !known {
-		return Call{}, fmt.Errorf("unknown call %q (want acquire, release, valid, check or extend)", f[0])
+		return Call{}, fmt.Errorf("unknown call %q (want acquire, release, valid, check, extend, wait, cancel, tick, get, list, waiters, next or len)", f[0])
 	}
-	if len(f) != len(strings.Fields(want)) {
-		return Call{}, fmt.Errorf("%s takes %d arguments (%s), got %d", c.Op, len(strings.Fields(want))-1, want, len(f)-1)
+	maxArgs := len(strings.Fields(want)) - 1
+	minArgs := maxArgs - strings.Count(want, "[")
+	if n := len(f) - 1; n < minArgs || n > maxArgs {
+		takes := strconv.Itoa(maxArgs)
+		if minArgs != maxArgs {
+			takes = fmt.Sprintf("%d or %d", minArgs, maxArgs)
+		}
+		return Call{}, fmt.Errorf("%s takes %s arguments (%s), got %d", c.Op, takes, want, n)
 	}
 	var err error
-	c.Key = f[1]
+	if len(f) > 1 {
+		c.Key = f[1]
+	}
 	switch c.Op {
-	case OpAcquire:
+	case OpAcquire, OpWait:
 		c.Holder = f[2]
 		if c.Now, err = parseNow(f[3]); err == nil {
 			c.TTL, err = parseTTL(f[4])
+		}
+		if err == nil && len(f) == 6 {
+			c.Deadline, err = parseTime("DEADLINE", f[5])
 		}
 	case OpRelease:
 		c.Holder = f[2]
@@ -99,6 +141,20 @@ func ParseLine(line string) (Call, error) {
 				c.TTL, err = parseTTL(f[5])
 			}
 		}
+	case OpCancel:
+		c.Holder = f[2]
+	case OpTick:
+		c.Key = ""
+		c.Now, err = parseNow(f[1])
+	case OpGet:
+		c.Now, err = parseNow(f[2])
+	case OpList:
+		if c.Key == `""` { // the empty prefix: every key
+			c.Key = ""
+		}
+		if c.Now, err = parseNow(f[2]); err == nil && len(f) == 4 {
+			c.Limit, err = parseLimit(f[3])
+		}
 	}
 	if err != nil {
 		return Call{}, err
@@ -112,6 +168,14 @@ func ParseLine(line string) (Call, error) {
 	return c, nil
 }
 
+func parseLimit(s string) (int, error) {
+	v, err := strconv.ParseUint(s, 10, 31)
+	if err != nil {
+		return 0, fmt.Errorf("LIMIT %q is not a non-negative integer", s)
+	}
+	return int(v), nil
+}
+
 func parseToken(s string) (uint64, error) {
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
@@ -120,10 +184,12 @@ func parseToken(s string) (uint64, error) {
 	return v, nil
 }
 
-func parseNow(s string) (locktable.Time, error) {
+func parseNow(s string) (locktable.Time, error) { return parseTime("NOW", s) }
+
+func parseTime(name, s string) (locktable.Time, error) {
 	ns, err := parseSeconds(s)
 	if err != nil {
-		return 0, fmt.Errorf("NOW %q: %v", s, err)
+		return 0, fmt.Errorf("%s %q: %v", name, s, err)
 	}
 	return locktable.Time(ns), nil
 }
@@ -201,8 +267,87 @@ func Apply(t *locktable.Table, c Call) (string, error) {
 			return "", err
 		}
 		return strconv.FormatUint(l.Token, 10), nil
+	case OpWait:
+		l, granted, err := t.Wait(c.Key, c.Holder, c.Now, c.TTL, c.Deadline)
+		switch {
+		case errors.Is(err, locktable.ErrHeld):
+			return "None", nil
+		case err != nil:
+			return "", err
+		case !granted:
+			return "queued", nil
+		}
+		return strconv.FormatUint(l.Token, 10), nil
+	case OpCancel:
+		return pyBool(t.CancelWait(c.Key, c.Holder)), nil
+	case OpTick:
+		t.Tick(c.Now)
+		return "ok", nil
+	case OpGet:
+		l, ok := t.Get(c.Key, c.Now)
+		if !ok {
+			return "None", nil
+		}
+		return fmt.Sprintf("%s %d granted=%s expiry=%s ttl=%s remaining=%s", l.Holder, l.Token,
+			FormatSeconds(int64(l.Granted)), FormatSeconds(int64(l.Expiry)),
+			FormatSeconds(int64(l.TTL)), FormatSeconds(int64(l.Remaining(c.Now)))), nil
+	case OpList:
+		var keys []string
+		for _, l := range t.List(c.Key, c.Now, c.Limit) {
+			keys = append(keys, l.Key)
+		}
+		return words(keys), nil
+	case OpWaiters:
+		return words(t.Waiters(c.Key)), nil
+	case OpNext:
+		at, ok := t.NextDeadline()
+		if !ok {
+			return "None", nil
+		}
+		return FormatSeconds(int64(at)), nil
+	case OpLen:
+		return strconv.Itoa(t.Len()), nil
 	}
 	return "", fmt.Errorf("unknown call %q", c.Op)
+}
+
+// words joins ss with spaces; an empty list is "(none)".
+func words(ss []string) string {
+	if len(ss) == 0 {
+		return "(none)"
+	}
+	return strings.Join(ss, " ")
+}
+
+// FormatSeconds writes ns nanoseconds as the decimal seconds the scripts
+// use ("0", "10", "2.5"), exactly.
+func FormatSeconds(ns int64) string {
+	sign := ""
+	if ns < 0 {
+		sign, ns = "-", -ns
+	}
+	whole, frac := ns/1e9, ns%1e9
+	if frac == 0 {
+		return sign + strconv.FormatInt(whole, 10)
+	}
+	return sign + strconv.FormatInt(whole, 10) + "." + strings.TrimRight(fmt.Sprintf("%09d", frac), "0")
+}
+
+// FormatEvent writes one table event on a line of its own:
+//
+//	event granted KEY HOLDER TOKEN since=S expiry=E
+//	event released KEY HOLDER TOKEN
+//	event expired KEY HOLDER TOKEN
+//	event wait-dropped KEY HOLDER since=S
+func FormatEvent(ev locktable.Event) string {
+	switch ev.Kind {
+	case locktable.EventGranted:
+		return fmt.Sprintf("event %s %s %s %d since=%s expiry=%s", ev.Kind, ev.Key, ev.Holder, ev.Token,
+			FormatSeconds(int64(ev.Since)), FormatSeconds(int64(ev.Expiry)))
+	case locktable.EventWaitDropped:
+		return fmt.Sprintf("event %s %s %s since=%s", ev.Kind, ev.Key, ev.Holder, FormatSeconds(int64(ev.Since)))
+	}
+	return fmt.Sprintf("event %s %s %s %d", ev.Kind, ev.Key, ev.Holder, ev.Token)
 }
 
 func pyBool(b bool) string {
@@ -212,22 +357,55 @@ func pyBool(b bool) string {
 	return "False"
 }
 
+// Session is one table and the script lines run against it so far.
+type Session struct {
+	table  *locktable.Table
+	trace  bool
+	events []locktable.Event
+}
+
+// NewSession starts a session on an empty table. With trace, each answer is
+// followed by the table's events that call caused, one FormatEvent line
+// each (the data-driven tests use it; the exercise's answers do not).
+func NewSession(trace bool) *Session {
+	s := &Session{table: locktable.New(), trace: trace}
+	if trace {
+		s.table.SetObserver(func(ev locktable.Event) { s.events = append(s.events, ev) })
+	}
+	return s
+}
+
+// Exec parses and runs one line. It returns ErrSkip for a blank or comment
+// line, an error for a malformed one, and otherwise the answer (and, when
+// tracing, its events), without a final newline.
+func (s *Session) Exec(line string) (string, error) {
+	c, err := ParseLine(line)
+	if err != nil {
+		return "", err
+	}
+	s.events = s.events[:0]
+	answer, err := Apply(s.table, c)
+	if err != nil {
+		return "", err
+	}
+	for _, ev := range s.events {
+		answer += "\n" + FormatEvent(ev)
+	}
+	return answer, nil
+}
+
 // Run reads a script from r, writes one answer per call to out and one
 // message per malformed line to errs, naming its line number. It returns
 // the number of malformed lines; the error is only for failing to read r or
 // write out.
 func Run(r io.Reader, out, errs io.Writer) (bad int, err error) {
-	t := locktable.New()
+	s := NewSession(false)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for n := 1; sc.Scan(); n++ {
-		c, err := ParseLine(sc.Text())
+		answer, err := s.Exec(sc.Text())
 		if errors.Is(err, ErrSkip) {
 			continue
-		}
-		var answer string
-		if err == nil {
-			answer, err = Apply(t, c)
 		}
 		if err != nil {
 			bad++

@@ -99,6 +99,9 @@ func FuzzParseLine(f *testing.F) {
 	f.Add("extend k a 1 2 10")
 	f.Add("check k 1 2.4")
 	f.Add("acquire k a 99999999999.999999999 0.1")
+	f.Add("wait k a 0 10 5")
+	f.Add(`list "" 0 1`)
+	f.Add("tick 4294967296")
 	f.Fuzz(func(t *testing.T, line string) {
 		c, err := ParseLine(line)
 		if err != nil {
@@ -115,4 +118,35 @@ func FuzzParseLine(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+func TestTableCallsBeyondTheExercise(t *testing.T) {
+	script := `wait k a 0 10
+wait k b 1 4 3
+waiters k
+next
+tick 3
+get k 3
+list "" 3 1
+cancel k b
+len
+wait k a 1
+list k
+tick -1
+wait k a 0 10 x
+list k 0 -2
+`
+	out, errs, bad := run(t, script)
+	want := "1\nqueued\nb\n3\nok\na 1 granted=0 expiry=10 ttl=10 remaining=7\nk\nFalse\n1\n"
+	if out != want || bad != 5 {
+		t.Fatalf("out %q, want %q; bad %d, errs:\n%s", out, want, bad, errs)
+	}
+}
+
+func TestFormatSeconds(t *testing.T) {
+	for ns, want := range map[int64]string{0: "0", 10e9: "10", 2_500_000_000: "2.5", 1: "0.000000001", -1_500_000_000: "-1.5"} {
+		if got := FormatSeconds(ns); got != want {
+			t.Errorf("%d: %q, want %q", ns, got, want)
+		}
+	}
 }

@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/raftlog"
 )
 
 // Config configures a Server. The zero value plus a DataDir is a durable
@@ -167,11 +167,7 @@ type node struct {
 func openNode(cfg Config, f raft.FSM) (*node, error) {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.Logger = hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  hclog.Warn,
-		Output: &slogWriter{log: cfg.Logger.With("component", "raft")},
-	})
+	rc.Logger = raftlog.New(cfg.Logger.With("component", "raft"))
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
@@ -300,18 +296,4 @@ func (n *node) close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// slogWriter passes raft's log lines to slog.
-type slogWriter struct{ log *slog.Logger }
-
-func (w *slogWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	switch {
-	case strings.Contains(line, "[ERROR]"):
-		w.log.Error(line)
-	default:
-		w.log.Warn(line)
-	}
-	return len(p), nil
 }
