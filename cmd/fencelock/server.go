@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/server"
 )
 
@@ -121,10 +122,10 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		handler = slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})
 	}
 	log := slog.New(handler)
-	if server.MemoryPolicyWanted(e.getenv) {
+	if memorypolicy.Wanted(e.getenv) {
 		// A process-wide setting, so it is made here and not by the
-		// server package: see internal/server/memory.go.
-		defer server.StartMemoryPolicy()()
+		// server package: see internal/memorypolicy.
+		defer memorypolicy.Start()()
 	} else {
 		log.Info("GOGC or GOMEMLIMIT set: the server's memory policy is off")
 	}

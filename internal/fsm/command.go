@@ -66,7 +66,7 @@ type Item struct {
 // constants); the others must be zero, and Encode leaves them out.
 type Command struct {
 	Op        Op
-	RequestID string         // optional; lets a retry be recognised (reserved)
+	RequestID string         // optional; a retry under the same id gets the first answer (dedupe.go)
 	Now       locktable.Time // cluster time, stamped by the leader
 	Key       string
 	Holder    string

@@ -280,7 +280,8 @@ func (s *Server) acquireWait(w http.ResponseWriter, r *http.Request, req acquire
 
 	// The table drops the waiter at its deadline through a leader Tick;
 	// this backstop only matters if ticks stop (no leader).
-	backstop := time.NewTimer(time.Duration(wait) + 5*time.Second)
+	backstopC := make(chan struct{}, 1)
+	backstop := s.clk.AfterFunc(time.Duration(wait)+5*time.Second, func() { notify(backstopC) })
 	defer backstop.Stop()
 	var (
 		gone  bool // the client disconnected
@@ -341,7 +342,7 @@ func (s *Server) acquireWait(w http.ResponseWriter, r *http.Request, req acquire
 			gone, cause = true, unavailable("client went away")
 		case <-s.closing:
 			cause = unavailable("shutting down")
-		case <-backstop.C:
+		case <-backstopC:
 			cause = s.heldNow(req.Key, "wait elapsed")
 		}
 	}

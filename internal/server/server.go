@@ -35,7 +35,8 @@ type Server struct {
 	node    *node
 	metrics *metrics
 	waiters *waitRegistry
-	clock   clock
+	clock   clusterClock
+	clk     Clock // what clock measures by; also lease timers
 	handler http.Handler
 	change  membership // cluster.go: joins and removals
 
@@ -57,7 +58,9 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		closing: make(chan struct{}),
 		stop:    make(chan struct{}),
+		clk:     cfg.Clock,
 	}
+	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
 	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) })
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
@@ -184,34 +187,35 @@ func (s *Server) observe(index uint64, ev locktable.Event) {
 	}
 }
 
-// clock is the cluster clock on the leader: the last applied cluster time
-// at takeover plus local monotonic time since.
-type clock struct {
+// clusterClock is the cluster clock on the leader: the last applied
+// cluster time at takeover plus local (monotonic, or injected) time since.
+type clusterClock struct {
+	clk     Clock
 	mu      sync.Mutex
 	running bool
 	base    locktable.Time
 	start   time.Time
 }
 
-func (c *clock) resume(base locktable.Time) {
+func (c *clusterClock) resume(base locktable.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.running, c.base, c.start = true, base, time.Now()
+	c.running, c.base, c.start = true, base, c.clk.Now()
 }
 
-func (c *clock) halt() {
+func (c *clusterClock) halt() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.running = false
 }
 
-func (c *clock) now() (locktable.Time, bool) {
+func (c *clusterClock) now() (locktable.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.running {
 		return 0, false
 	}
-	return c.base + locktable.Time(time.Since(c.start)), true
+	return c.base + locktable.Time(c.clk.Now().Sub(c.start)), true
 }
 
 // stamp is the cluster time for a command proposed now.
@@ -311,7 +315,7 @@ func (s *Server) lead() (stop func()) {
 			graced := make(chan struct{})
 			go func() {
 				defer close(graced)
-				if sleepCtx(ctx, orphanGrace) {
+				if sleepClock(ctx, s.clk, orphanGrace) {
 					s.cancelOrphans(ctx)
 				}
 				s.waiters.watchUnserved(false)
@@ -450,9 +454,13 @@ func (s *Server) cancelOrphans(ctx context.Context) bool {
 // ClockCheckpoint while something is held or queued, and proposes a Tick
 // stamped with cluster time.
 func (s *Server) tickLoop(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var lastTick time.Time
+	// The timer is a Clock's AfterFunc, so an injected clock fires it
+	// when its time is advanced.
+	fire := make(chan struct{}, 1)
+	var (
+		lastTick time.Time
+		ticked   bool
+	)
 	for {
 		at, ok := s.fsm.NextDeadline()
 		var wait time.Duration
@@ -465,11 +473,11 @@ func (s *Server) tickLoop(ctx context.Context) {
 				at = cp
 			}
 			wait = time.Duration(at - now)
-			if gap := s.cfg.MinTickInterval - time.Since(lastTick); wait < gap {
+			if gap := s.cfg.MinTickInterval - s.clk.Now().Sub(lastTick); ticked && wait < gap {
 				wait = gap
 			}
 			if wait <= 0 {
-				lastTick = time.Now()
+				lastTick, ticked = s.clk.Now(), true
 				if _, err := s.propose(fsm.Command{Op: fsm.OpTick}); err != nil {
 					s.log.Warn("tick failed", "err", err)
 					if !sleepCtx(ctx, 100*time.Millisecond) {
@@ -479,18 +487,21 @@ func (s *Server) tickLoop(ctx context.Context) {
 				continue
 			}
 		}
-		var fire <-chan time.Time
+		var timer Timer
 		if ok {
-			timer.Reset(wait)
-			fire = timer.C
+			timer = s.clk.AfterFunc(wait, func() { notify(fire) })
 		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-s.fsm.Changed():
 		case <-fire:
 		}
-		timer.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
 	}
 }
 
@@ -501,6 +512,19 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
+		return true
+	}
+}
+
+// sleepClock is sleepCtx on clk's time.
+func sleepClock(ctx context.Context, clk Clock, d time.Duration) bool {
+	done := make(chan struct{}, 1)
+	t := clk.AfterFunc(d, func() { notify(done) })
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-done:
 		return true
 	}
 }
