@@ -17,6 +17,17 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) Timer
 }
 
+// AtClock is a Clock that can also schedule a call for an instant. The
+// server arms its lease timers this way when the clock offers it: a timer
+// armed for d after a reading would fire late if the clock moved between
+// the reading and the arming, which a test advancing a fake clock can do.
+type AtClock interface {
+	Clock
+	// AtFunc calls f in its own goroutine once the clock reads t (at once
+	// if it already does), unless the returned Timer is stopped first.
+	AtFunc(t time.Time, f func()) Timer
+}
+
 // Timer is a scheduled call.
 type Timer interface {
 	// Stop cancels the call; it reports false if the call already ran or
@@ -33,11 +44,11 @@ func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
-// Fake is a clock that moves only when told to. Timers whose time comes
-// run during Advance or Set, in order of their deadlines, on the
-// caller's goroutine; a timer armed with d <= 0 runs at once in a
-// goroutine of its own, as with the real clock. It is safe for
-// concurrent use.
+// Fake is a clock that moves only when told to; it is an AtClock. Timers
+// whose time comes run during Advance or Set, in order of their
+// deadlines, on the caller's goroutine; a timer armed for a time already
+// reached runs at once in a goroutine of its own, as with the real clock.
+// It is safe for concurrent use.
 type Fake struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -66,9 +77,20 @@ func (f *Fake) Now() time.Time {
 func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.at(f.now.Add(d), fn)
+}
+
+// AtFunc schedules fn for the fake time t.
+func (f *Fake) AtFunc(t time.Time, fn func()) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at(t, fn)
+}
+
+func (f *Fake) at(when time.Time, fn func()) Timer {
 	f.seq++
-	t := &fakeTimer{f: f, when: f.now.Add(d), seq: f.seq, fn: fn}
-	if d <= 0 {
+	t := &fakeTimer{f: f, when: when, seq: f.seq, fn: fn}
+	if !when.After(f.now) {
 		go fn()
 		return t
 	}

@@ -71,3 +71,23 @@ func TestFakeZeroDelayRunsAtOnce(t *testing.T) {
 	f.AfterFunc(0, func() { close(done) })
 	<-done
 }
+
+func TestFakeAtFuncRunsAtItsInstant(t *testing.T) {
+	start := time.Unix(0, 0)
+	f := NewFake(start)
+	var at time.Duration
+	ran := 0
+	f.AtFunc(start.Add(3*time.Second), func() { ran++; at = f.Now().Sub(start) })
+	f.Advance(2 * time.Second)
+	if ran != 0 {
+		t.Fatal("ran before its instant")
+	}
+	f.Advance(2 * time.Second)
+	if ran != 1 || at != 3*time.Second {
+		t.Fatalf("ran %d times, at %v; want once at 3s", ran, at)
+	}
+	done := make(chan struct{})
+	f.AtFunc(start, func() { close(done) }) // in the past: at once
+	<-done
+	var _ AtClock = f
+}

@@ -8,7 +8,9 @@
 // per system call. The requests and answers are those of the HTTP API
 // (docs/API.md) — same paths, same JSON bodies, same status codes — and the
 // server answers them with the same http.Handler, so the two ways in cannot
-// drift apart.
+// drift apart: this package is an adapter over the server's HTTP adapter,
+// which is itself one over the server's typed operations
+// (internal/server).
 //
 // A framed connection begins with the client sending Preface, which starts
 // with a NUL byte and so can never begin an HTTP request; the server echoes

@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fencelock/fencelock/internal/clock"
 )
@@ -23,12 +26,7 @@ func fakeClockServer(t *testing.T) (*testServer, *clock.Fake) {
 
 // queued reports whether holder has a place in key's queue.
 func (ts *testServer) queued(key, holder string) bool {
-	for _, q := range ts.fsm.QueuedWaiters() {
-		if q.Key == key && q.Holder == holder {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(ts.Waiters(key), holder)
 }
 
 func TestFakeClockExpiresALeaseAtItsTTL(t *testing.T) {
@@ -68,4 +66,55 @@ func TestFakeClockExpiresALeaseAtItsTTL(t *testing.T) {
 	if a.body["ttl_ms"] != float64(10000) || a.body["remaining_ms"] != float64(10000) {
 		t.Fatalf("waiter's lease measured on the wrong clock: %v", a.body)
 	}
+}
+
+// racingClock is a fake clock that moves on by jump while the server
+// arms a timer for the instant want: the worst a test's Advance can do.
+type racingClock struct {
+	*clock.Fake
+	want   time.Time
+	jump   time.Duration
+	jumped chan struct{}
+}
+
+func (c *racingClock) race(t time.Time) {
+	if t.Equal(c.want) {
+		select {
+		case <-c.jumped:
+		default:
+			c.Advance(c.jump)
+			close(c.jumped)
+		}
+	}
+}
+
+func (c *racingClock) AfterFunc(d time.Duration, f func()) Timer {
+	t := c.Now().Add(d)
+	c.race(t)
+	return c.Fake.AfterFunc(d, f)
+}
+
+func (c *racingClock) AtFunc(t time.Time, f func()) Timer {
+	c.race(t)
+	return c.Fake.AtFunc(t, f)
+}
+
+// The expiry timer fires at the lease's expiry even when the clock moves
+// between the server's reading it and arming the timer.
+func TestExpiryTimerIsNotLateWhenTheClockMovesWhileItIsArmed(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rc := &racingClock{Fake: clock.NewFake(start), want: start.Add(time.Second), jump: 500 * time.Millisecond, jumped: make(chan struct{})}
+	cfg := fastConfig("")
+	cfg.Clock = rc
+	cfg.MinTickInterval = time.Nanosecond
+	cfg.ClockCheckpoint = time.Hour // only the lease's expiry is due
+	ts := startServer(t, cfg)
+	if a := ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":1000}`); a.status != 200 {
+		t.Fatalf("acquire: %d %v", a.status, a.body)
+	}
+	<-rc.jumped
+	rc.Advance(500 * time.Millisecond) // now at the expiry
+	eventually(t, "the expiry tick", func() bool {
+		return testutil.ToFloat64(ts.metrics.leaseEnds.WithLabelValues("expired")) == 1
+	})
 }

@@ -1,10 +1,44 @@
 // Package server runs fencelock's lock service: a raft node whose state
 // machine is the lock table, the leader-only timers that expire leases, the
-// HTTP/JSON API of docs/API.md, and its metrics.
+// service's operations, the HTTP/JSON API of docs/API.md over them, and
+// its metrics.
+//
+// The files, by what they own:
+//
+//	service_lock.go     the lock operations: Acquire, Renew, Extend, ExtendBatch,
+//	                    Release, Check, Get, List, CheckReady
+//	service_wait.go     a waiting Acquire: hand-off, crossing grants, giving up
+//	service_cluster.go  Identity, Members, Join, Announce, Remove
+//	membership.go       the probes and quorum checks behind a membership change
+//	errors.go           Error, the one error type of the operations
+//	validate.go         request field checks, in the API's terms
+//	http.go             the HTTP adapter, its router and the Authorizer seam
+//	server.go           Server: New, Serve, Close
+//	leader.go           cluster clock, proposals, takeover, the expiry timer
+//	cluster.go          not_leader answers, this node's record, announcements
+//	waiters.go          the requests waiting on queue places
+//	node.go, config.go  Config and its Validate; the raft node and its stores
+//	clock.go            the Clock lease time is measured by (Config.Clock)
+//	metrics.go          Prometheus metrics
+//	inspect.go          Waiters, a read-only view for tests
+//	memory.go           freed memory returned after big snapshots
+//	datadir.go, wal*.go, statefile.go, floor.go, checkedlog.go, recover.go
+//	                    the durable stores, their checks and their repair
+//	connlimit.go, fdlimit_*.go, lock_*.go
+//	                    the connection cap, the open-file limit, the data dir lock
+//
+// The operations are methods of Server that take the api package's
+// requests and answer its answers or an *Error; they know nothing of a
+// transport, and a context that ends is a caller gone away. The HTTP
+// handlers decode, call, encode and map an *Error's code to a status
+// (api.Status). The framed protocol (internal/framing) serves the same
+// http.Handler, so it is an adapter over the HTTP adapter. Every routed
+// request passes Config.Authorizer, if set, before its operation runs.
 //
 // How a write travels:
 //
-//  1. A handler validates the request (400 naming the field on bad input).
+//  1. The operation validates the request (invalid_argument naming the
+//     field on bad input).
 //  2. It stamps the command with cluster time from the leader's clock and
 //     proposes it with raft.Apply; it answers only after the entry is
 //     committed to the durable log and applied (the Apply future).
@@ -14,7 +48,8 @@
 //
 // The cluster clock: when this node becomes leader it waits for every
 // committed entry to be applied (a barrier) and resumes cluster time from
-// the last applied time, advancing it on the local monotonic clock. So a
+// the last applied time, advancing it on the local monotonic clock
+// (Config.Clock: tests drive a fake one). So a
 // restart or failover neither shortens a lease nor resets it to a full TTL;
 // it extends live leases by at most the time the cluster had no leader plus
 // Config.ClockCheckpoint: while anything is held or queued, the leader
@@ -44,7 +79,7 @@
 // to them, unless a re-sent wait was answered with the grant.
 //
 // A waiter that gives up (disconnect, shutdown) proposes CancelWait. If the
-// grant committed first, the handler finds it among its events: a
+// grant committed first, the operation finds it among its events: a
 // disconnected client's grant is released at once by token, so the next
 // waiter gets the key; a client still connected is answered with it.
 package server

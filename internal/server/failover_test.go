@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/clock"
 )
 
 func waitBody(key, holder, requestID string) string {
@@ -19,7 +21,8 @@ func waitBody(key, holder, requestID string) string {
 // back is released when the grace ends, and waiters that never came back
 // are cancelled.
 func TestClusterResentWaitKeepsItsPlaceAndItsGrant(t *testing.T) {
-	c := startCluster(t, 3, nil)
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := startCluster(t, 3, func(cfg *Config) { cfg.Clock = fake })
 	old := c.leader()
 	if a := old.post("/v1/acquire", acquireBody("k", "x", 60000, "x1")); a.status != 200 || num(a, "token") != 1 {
 		t.Fatalf("x: %v", a.body)
@@ -62,7 +65,10 @@ func TestClusterResentWaitKeepsItsPlaceAndItsGrant(t *testing.T) {
 	if l, ok := nl.fsm.Get("k", nl.fsm.Now()); !ok || l.Holder != "w2" || l.Token != 3 {
 		t.Fatalf("second hand-off: %+v %v", l, ok)
 	}
+	// The grace runs on the fake clock: move it on while looking (the
+	// grace timer may not be armed yet), far less than w2's TTL each time.
 	eventually(t, "the grace to end", func() bool {
+		fake.Advance(100 * time.Millisecond)
 		_, held := nl.fsm.Get("k", nl.fsm.Now())
 		return !held && len(nl.fsm.Waiters("k")) == 0 || !nl.Ready()
 	})

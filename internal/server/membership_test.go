@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/api"
 )
 
 // Membership changes are checked before they are made: the new node must
@@ -99,7 +101,7 @@ func TestJoinOfANodeThatIsNotRunningIsRefused(t *testing.T) {
 	before := suffrages(t, l)
 	for range 3 {
 		a := c.post("/v1/cluster/join", joinBody("ghost", "ghost", deadAddr(t)))
-		if a.status != 409 || a.body["code"] != codeNodeUnreachable {
+		if a.status != 409 || a.body["code"] != api.CodeNodeUnreachable {
 			t.Fatalf("join of a ghost: %d %v", a.status, a.body)
 		}
 	}
@@ -115,12 +117,12 @@ func TestJoinOfANodeThatIsNotRunningIsRefused(t *testing.T) {
 	if other == l {
 		other = c.nodes[2]
 	}
-	if a := c.post("/v1/cluster/join", joinBody("ghost", "ghost", other.addr)); a.status != 409 || a.body["code"] != codeWrongNode {
+	if a := c.post("/v1/cluster/join", joinBody("ghost", "ghost", other.addr)); a.status != 409 || a.body["code"] != api.CodeWrongNode {
 		t.Fatalf("join naming another node's client address: %d %v", a.status, a.body)
 	}
 	// A raft address that accepts no connection is refused.
 	n4 := c.addNode("dead-n4", func(cfg *Config) { cfg.Join = true })
-	if a := c.post("/v1/cluster/join", joinBody("dead-n4", "dead-n4", n4.addr)); a.status != 409 || a.body["code"] != codeNodeUnreachable {
+	if a := c.post("/v1/cluster/join", joinBody("dead-n4", "dead-n4", n4.addr)); a.status != 409 || a.body["code"] != api.CodeNodeUnreachable {
 		t.Fatalf("join of a node whose raft address is dead: %d %v", a.status, a.body)
 	}
 	if after := suffrages(t, l); fmt.Sprint(after) != fmt.Sprint(before) {
@@ -140,7 +142,7 @@ func TestJoinOfANodeOfAnotherClusterIsRefused(t *testing.T) {
 		t.Fatalf("cluster ids %q and %q", stranger.fsm.ClusterID(), l.fsm.ClusterID())
 	}
 	a := c.post("/v1/cluster/join", joinBody("n4", "n4", stranger.addr))
-	if a.status != 409 || a.body["code"] != codeWrongCluster {
+	if a.status != 409 || a.body["code"] != api.CodeWrongCluster {
 		t.Fatalf("join of another cluster's node: %d %v", a.status, a.body)
 	}
 	if s := suffrages(t, l); len(s) != 3 {
@@ -216,7 +218,7 @@ func TestJoinOfANodeThatDoesNotCatchUpLeavesItANonvoter(t *testing.T) {
 func TestJoinOnANodeWithoutRaftIsRefused(t *testing.T) {
 	s := startServer(t, fastConfig(""))
 	a := s.post("/v1/cluster/join", joinBody("n2", "127.0.0.1:1", deadAddr(t)))
-	if a.status != 409 || a.body["code"] != codeNoRaft {
+	if a.status != 409 || a.body["code"] != api.CodeNoRaft {
 		t.Fatalf("join on a node without raft: %d %v", a.status, a.body)
 	}
 	if a := s.post("/v1/acquire", acquireBody("k", "a", 60000, "")); a.status != 200 {
@@ -237,7 +239,7 @@ func TestRemoveThatWouldLoseQuorumIsRefused(t *testing.T) {
 	f := c.others(l)
 	f[0].stop()
 	a := c.post("/v1/cluster/remove", fmt.Sprintf(`{"id":%q}`, f[1].id))
-	if a.status != 409 || a.body["code"] != codeNoQuorum {
+	if a.status != 409 || a.body["code"] != api.CodeNoQuorum {
 		t.Fatalf("remove that loses quorum: %d %v", a.status, a.body)
 	}
 	if s := suffrages(t, l); len(s) != 3 {
@@ -262,7 +264,7 @@ func TestRemoveOfTheLeaderHandsOver(t *testing.T) {
 	c.announced(old)
 	body := fmt.Sprintf(`{"id":%q}`, old.id)
 	a := old.post("/v1/cluster/remove", body)
-	if a.status != 503 || a.body["code"] != codeNotLeader || a.body["leader"] == nil || a.body["leader"] == old.addr {
+	if a.status != 503 || a.body["code"] != api.CodeNotLeader || a.body["leader"] == nil || a.body["leader"] == old.addr {
 		t.Fatalf("remove of the leader: %d %v", a.status, a.body)
 	}
 	var nl *clusterNode

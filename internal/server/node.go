@@ -12,16 +12,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/raftlog"
 )
-
-// Clock is the time source of a server's lease work (Config.Clock); see
-// package internal/clock for the real one and a fake.
-type Clock = clock.Clock
-
-// Timer is a call scheduled on a Clock.
-type Timer = clock.Timer
 
 // Config configures a Server. The zero value plus a DataDir is a durable
 // single-node server; see DefaultConfig for the values zero fields take.
@@ -59,6 +51,10 @@ type Config struct {
 	// clock that wants a waiter granted the moment the lease before it
 	// expires sets MinTickInterval to 1ns.
 	Clock Clock
+	// Authorizer, if set, is asked before every routed request runs
+	// (the seam where authentication and authorization go); nil allows
+	// everything.
+	Authorizer Authorizer
 
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
@@ -135,7 +131,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = clock.Real()
+		c.Clock = realClock()
 	}
 	setDur := func(p *time.Duration, v time.Duration) {
 		if *p == 0 {

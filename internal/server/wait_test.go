@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -34,7 +35,7 @@ type grant struct {
 }
 
 func TestHandOffIsFIFOAndOnePerWaiter(t *testing.T) {
-	ts := startServer(t, fastConfig(""))
+	ts, _ := fakeClockServer(t)
 	const n = 6
 	first := ts.post("/v1/acquire", `{"key":"q","holder":"h0","ttl_ms":60000}`)
 	if first.status != 200 {
@@ -91,9 +92,15 @@ func TestHandOffIsFIFOAndOnePerWaiter(t *testing.T) {
 }
 
 func TestWaitElapsedAnswersHeld(t *testing.T) {
-	ts := startServer(t, fastConfig(""))
+	ts, fake := fakeClockServer(t)
 	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
-	a := ts.post("/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":150}`)
+	got := make(chan answer, 1)
+	go func() {
+		got <- ts.do(context.Background(), "POST", "/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":150}`)
+	}()
+	eventually(t, "b queued", func() bool { return ts.queued("k", "b") })
+	fake.Advance(150 * time.Millisecond)
+	a := <-got
 	if a.status != 409 || a.body["code"] != "held" || a.body["holder"] != "a" {
 		t.Fatalf("elapsed wait: %d %v", a.status, a.body)
 	}
@@ -103,9 +110,15 @@ func TestWaitElapsedAnswersHeld(t *testing.T) {
 }
 
 func TestWaitGrantedWhenLeaseExpires(t *testing.T) {
-	ts := startServer(t, fastConfig(""))
+	ts, fake := fakeClockServer(t)
 	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":200}`)
-	a := ts.post("/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":60000}`)
+	got := make(chan answer, 1)
+	go func() {
+		got <- ts.do(context.Background(), "POST", "/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":60000}`)
+	}()
+	eventually(t, "b queued", func() bool { return ts.queued("k", "b") })
+	fake.Advance(200 * time.Millisecond)
+	a := <-got
 	if a.status != 200 || a.body["holder"] != "b" || num(a, "token") != 2 {
 		t.Fatalf("wait across expiry: %d %v", a.status, a.body)
 	}
@@ -118,7 +131,7 @@ func TestWaitGrantedWhenLeaseExpires(t *testing.T) {
 }
 
 func TestWaitImmediateGrant(t *testing.T) {
-	ts := startServer(t, fastConfig(""))
+	ts, _ := fakeClockServer(t)
 	a := ts.post("/v1/acquire", `{"key":"free","holder":"a","ttl_ms":1000,"wait_ms":1000}`)
 	if a.status != 200 || num(a, "token") != 1 {
 		t.Fatalf("wait on a free key: %d %v", a.status, a.body)
@@ -126,7 +139,7 @@ func TestWaitImmediateGrant(t *testing.T) {
 }
 
 func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
-	ts := startServer(t, fastConfig(""))
+	ts, _ := fakeClockServer(t)
 	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -151,7 +164,7 @@ func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
 // The race the package comment describes: the grant commits just before the
 // waiter's cancel. A waiter that is gone must not keep the lease.
 func TestGrantRacingGiveUpIsReleased(t *testing.T) {
-	ts := startServer(t, fastConfig(""))
+	ts, _ := fakeClockServer(t)
 	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
 	sub := ts.waiters.join("k", "b")
 	now, _ := ts.stamp()
@@ -166,7 +179,7 @@ func TestGrantRacingGiveUpIsReleased(t *testing.T) {
 		t.Fatalf("b not granted: %+v", l)
 	}
 	// b gives up having seen nothing (its client disconnected).
-	if e := ts.giveUp(nil, sub, "", res.Index, true, unavailable("gone")); e == nil {
+	if _, e := ts.giveUp(sub, "", res.Index, true, unavailable("gone")); e == nil {
 		t.Fatal("giveUp answered nothing")
 	}
 	l, ok := ts.fsm.Get("k", ts.fsm.Now())
@@ -176,7 +189,7 @@ func TestGrantRacingGiveUpIsReleased(t *testing.T) {
 }
 
 func TestShutdownEndsWaiters(t *testing.T) {
-	ts := startServer(t, fastConfig(""))
+	ts, _ := fakeClockServer(t)
 	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
 	got := make(chan answer, 1)
 	go func() {
@@ -205,6 +218,8 @@ func TestShutdownEndsWaiters(t *testing.T) {
 func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
 	dir := t.TempDir()
 	cfg := fastConfig(dir)
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg.Clock = fake
 	cfg.SnapshotThreshold = 8
 	cfg.TrailingLogs = 4
 	ts := startServer(t, cfg)
@@ -225,13 +240,13 @@ func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
 	before := ts.fsm.Now()
 	ts.stop()
 
-	restarted := time.Now()
+	fake.Advance(time.Hour) // the downtime
 	ts2 := startServer(t, cfg)
 	// Cluster time resumes from the last applied time: it moved forward by
-	// at most this process's own run time, not by the downtime.
-	now2, _ := ts2.clock.now()
-	if ran := time.Since(restarted); now2 < before || now2-before > locktable.Time(ran) {
-		t.Fatalf("cluster time %d after restart; before %d, process ran %s", now2, before, ran)
+	// this process's own run time (none on the fake clock), not by the
+	// downtime.
+	if now2, _ := ts2.clock.now(); now2 != before {
+		t.Fatalf("cluster time %d after restart; before %d", now2, before)
 	}
 	if w := ts2.fsm.Waiters("k0"); len(w) != 0 {
 		t.Fatalf("orphan waiter survived the restart: %v", w)
@@ -270,15 +285,15 @@ func TestDataDirInUseFailsFast(t *testing.T) {
 // While something is held, cluster time reaches the log even when no
 // client writes, so a restart cannot rewind it far.
 func TestClockCheckpointRecordsTimeWhileHeld(t *testing.T) {
-	cfg := fastConfig("")
-	cfg.ClockCheckpoint = 20 * time.Millisecond
-	ts := startServer(t, cfg)
+	ts, fake := fakeClockServer(t)
 	a := ts.post("/v1/acquire", `{"key":"k","holder":"h","ttl_ms":600000}`)
 	if a.status != 200 {
 		t.Fatalf("acquire: %v", a.body)
 	}
 	start := ts.fsm.Now()
-	eventually(t, "a checkpoint", func() bool { return ts.fsm.Now() >= start+locktable.Time(40*time.Millisecond) })
+	// No client writes: only the checkpoint can move the log's time.
+	fake.Advance(DefaultConfig().ClockCheckpoint)
+	eventually(t, "a checkpoint", func() bool { return ts.fsm.Now() >= start+locktable.Time(DefaultConfig().ClockCheckpoint) })
 	// With nothing held there is no deadline, so the timer sleeps.
 	ts.post("/v1/release", `{"key":"k","holder":"h"}`)
 	if _, ok := ts.fsm.NextDeadline(); ok {

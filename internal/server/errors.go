@@ -1,0 +1,108 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// Error is how every operation of the service refuses or fails: the body
+// a transport answers (api.Error) with the status api.Status(Code).
+// Operations return it as their error; use errors.As to get it.
+type Error api.Error
+
+func (e *Error) Error() string { return e.Message }
+
+// Wire is e as the api package declares it.
+func (e *Error) Wire() *api.Error { return (*api.Error)(e) }
+
+// Status is the HTTP status e is answered with.
+func (e *Error) Status() int { return api.Status(e.Code) }
+
+// asError is err as an *Error; anything else is an internal error.
+func asError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: api.CodeInternal, Message: "internal error"}
+}
+
+func newError(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func invalid(field, format string, args ...any) *Error {
+	return &Error{Code: api.CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+func unavailable(msg string) *Error {
+	return &Error{Code: api.CodeUnavailable, Message: msg}
+}
+
+// refused is a membership change refused with code; nothing changed.
+func refused(code, format string, args ...any) *Error {
+	return newError(code, format, args...)
+}
+
+// fail is how an operation hands its *Error back as an error: nil stays
+// nil, and a not_leader that names no leader yet is completed with where
+// to go.
+func (s *Server) fail(e *Error) error {
+	if e == nil {
+		return nil
+	}
+	if e.Code == api.CodeNotLeader && e.Leader == "" {
+		e = s.notLeader(e)
+	}
+	return e
+}
+
+// proposalError maps a failed proposal to a 503.
+func proposalError(err error) *Error {
+	var se *StorageError
+	if errors.As(err, &se) {
+		return storageError(se)
+	}
+	if errors.Is(err, ErrNotLeader) {
+		return &Error{Code: api.CodeNotLeader, Message: "this node is not the leader"}
+	}
+	return unavailable(err.Error())
+}
+
+// storageError answers a write the log could not make durable: 507
+// no_space for a full disk, 503 too_many_open_files for exhausted file
+// descriptors. Nothing was committed.
+func storageError(se *StorageError) *Error {
+	if se.NoSpace() {
+		return &Error{Code: api.CodeNoSpace, Message: se.Error()}
+	}
+	return &Error{Code: api.CodeTooManyOpenFiles, Message: se.Error()}
+}
+
+// commandError maps a refusal in a Result. Input errors cannot normally
+// happen (operations validate first); they still answer invalid_argument.
+func (s *Server) commandError(err error, now locktable.Time) *Error {
+	var (
+		held *locktable.HeldError
+		in   *locktable.InputError
+	)
+	switch {
+	case errors.As(err, &held):
+		rem := ms(held.Lease.Remaining(now))
+		return &Error{Code: api.CodeHeld, Holder: held.Lease.Holder, RemainingMs: &rem,
+			Message: "held by another holder"}
+	case errors.Is(err, locktable.ErrNotHeld):
+		return &Error{Code: api.CodeNotHeld, Message: "not the live holder of this token"}
+	case errors.As(err, &in):
+		field := in.Field
+		if field == "ttl" {
+			field = "ttl_ms"
+		}
+		return invalid(field, "%s", in.Error())
+	}
+	s.log.Error("command failed", "err", err)
+	return &Error{Code: api.CodeInternal, Message: "internal error"}
+}

@@ -1,0 +1,64 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/fencelock/fencelock/api"
+)
+
+// The authorization seam sees every route before the operation runs, and
+// a refusal is answered as its *Error with nothing done.
+func TestAuthorizerSeesEveryRouteAndCanRefuse(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		seen   = map[string]Call{}
+		refuse = map[string]bool{}
+	)
+	cfg := fastConfig("")
+	cfg.Authorizer = AuthorizerFunc(func(ctx context.Context, c Call) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[c.Path] = c
+		if refuse[c.Op] {
+			return &Error{Code: api.CodeUnavailable, Message: "refused by the test: " + c.Op}
+		}
+		return nil
+	})
+	ts := startServer(t, cfg)
+	rt := ts.Handler().(*router)
+	if len(rt.routes) != 16 {
+		t.Errorf("%d routes; this test knows 16", len(rt.routes))
+	}
+	for path, rte := range rt.routes {
+		ts.do(context.Background(), rte.method, path, "{}")
+		mu.Lock()
+		c, ok := seen[path]
+		mu.Unlock()
+		switch {
+		case !ok:
+			t.Errorf("%s %s: the authorizer was not asked", rte.method, path)
+		case c.Op == "" || c.Op != rte.op || c.Method != rte.method || c.Remote == "" || c.Header == nil:
+			t.Errorf("%s %s: the authorizer saw %+v", rte.method, path, c)
+		}
+	}
+
+	mu.Lock()
+	refuse["acquire"] = true
+	mu.Unlock()
+	a := ts.post(api.PathAcquire, `{"key":"k","holder":"a","ttl_ms":60000}`)
+	if a.status != http.StatusServiceUnavailable || a.body["code"] != api.CodeUnavailable || a.body["error"] != "refused by the test: acquire" {
+		t.Fatalf("refused acquire answered %d %v", a.status, a.body)
+	}
+	if g := ts.get(api.PathLock + "?key=k"); g.status != http.StatusNotFound {
+		t.Fatalf("a refused acquire ran: %d %v", g.status, g.body)
+	}
+	mu.Lock()
+	refuse["acquire"] = false
+	mu.Unlock()
+	if a := ts.post(api.PathAcquire, `{"key":"k","holder":"a","ttl_ms":60000}`); a.status != http.StatusOK {
+		t.Fatalf("allowed acquire answered %d %v", a.status, a.body)
+	}
+}

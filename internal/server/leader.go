@@ -1,0 +1,369 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// The leader's side of the node: the cluster clock, proposals, and the
+// duties a leader takes on at takeover (the barrier, the orphaned
+// waiters, the expiry timer).
+
+// clusterClock is the cluster clock on the leader: the last applied
+// cluster time at takeover plus local (monotonic, or injected) time since.
+type clusterClock struct {
+	clk     Clock
+	mu      sync.Mutex
+	running bool
+	base    locktable.Time
+	start   time.Time
+}
+
+func (c *clusterClock) resume(base locktable.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running, c.base, c.start = true, base, c.clk.Now()
+}
+
+func (c *clusterClock) halt() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running = false
+}
+
+func (c *clusterClock) now() (locktable.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		return 0, false
+	}
+	return c.base + locktable.Time(c.clk.Now().Sub(c.start)), true
+}
+
+// when is the instant on the local clock at which cluster time reaches t.
+func (c *clusterClock) when(t locktable.Time) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		return time.Time{}, false
+	}
+	return c.start.Add(time.Duration(t - c.base)), true
+}
+
+// stamp is the cluster time for a command proposed now.
+func (s *Server) stamp() (locktable.Time, error) {
+	now, ok := s.clock.now()
+	if !ok {
+		return 0, ErrNotLeader
+	}
+	return now, nil
+}
+
+// apply proposes a stamped command and waits until it is committed and
+// applied. The error is about the proposal; the command's own refusal is in
+// the Result.
+func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
+	data, err := fsm.Encode(cmd)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	f := s.node.raft.Apply(data, s.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+			errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return nil, fmt.Errorf("%w: %v", ErrNotLeader, err)
+		default:
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	if err := s.node.durableErr(); err != nil {
+		// The entry is committed but this node could not record the
+		// token floor that covers it: do not answer it as a grant.
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	s.metrics.commit.WithLabelValues(cmd.Op.String()).Observe(time.Since(start).Seconds())
+	res, ok := f.Response().(*fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("%w: unexpected apply response %T", ErrUnavailable, f.Response())
+	}
+	if res.Duplicate {
+		s.metrics.retries.Inc()
+	}
+	return res, nil
+}
+
+// propose stamps cmd with cluster time and applies it.
+func (s *Server) propose(cmd fsm.Command) (*fsm.Result, error) {
+	now, err := s.stamp()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Now = now
+	return s.apply(cmd)
+}
+
+// watchLeadership starts the leader's duties on gaining leadership and
+// stops them on losing it.
+func (s *Server) watchLeadership() {
+	defer s.wg.Done()
+	var stopLeading func()
+	defer func() {
+		if stopLeading != nil {
+			stopLeading()
+		}
+	}()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case leader := <-s.node.raft.LeaderCh():
+			if stopLeading != nil {
+				stopLeading()
+				stopLeading = nil
+			}
+			if leader {
+				s.log.Info("became leader")
+				stopLeading = s.lead()
+			} else {
+				s.log.Info("lost leadership")
+			}
+		}
+	}
+}
+
+// lead runs the leader's duties until the returned stop is called.
+func (s *Server) lead() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if !s.takeOver(ctx) {
+			return
+		}
+		if s.clustered() {
+			s.waiters.watchUnserved(true)
+			graced := make(chan struct{})
+			go func() {
+				defer close(graced)
+				if sleepClock(ctx, s.clk, orphanGrace) {
+					s.cancelOrphans(ctx)
+				}
+				s.waiters.watchUnserved(false)
+			}()
+			defer func() { <-graced }()
+		}
+		s.tickLoop(ctx)
+	}()
+	notLeading := func() {
+		s.ready.Store(false)
+		s.counting.Store(false)
+		s.metrics.leader.Set(0)
+	}
+	return func() {
+		notLeading()
+		cancel()
+		<-done
+		// takeOver may have declared itself ready between the first
+		// notLeading and cancel: say it again once it has returned.
+		notLeading()
+		s.clock.halt()
+		s.waiters.failAll()
+	}
+}
+
+// takeOver makes a new leader ready: every committed entry applied, the
+// clock resumed from the last applied cluster time, and queued waiters that
+// no request on this node serves cancelled.
+func (s *Server) takeOver(ctx context.Context) bool {
+	for {
+		err := s.node.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		if err == nil {
+			break
+		}
+		s.log.Warn("barrier failed", "err", err)
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
+	s.clock.resume(s.fsm.Now())
+	if !s.raisePendingFloor(ctx) {
+		return false
+	}
+	for {
+		err := s.recordSelf()
+		if err == nil {
+			break
+		}
+		s.log.Warn("recording this node's client address failed", "err", err)
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
+	// Alone, nobody can re-send a wait to another node: waiters restored
+	// from the log are orphans now. In a cluster their clients re-send
+	// their waits here (same request id, same queue place), so they keep
+	// their places for orphanGrace first; see lead.
+	if !s.clustered() && !s.cancelOrphans(ctx) {
+		return false
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	now, _ := s.clock.now()
+	s.counting.Store(true)
+	s.ready.Store(true)
+	s.metrics.leader.Set(1)
+	s.log.Info("ready", "cluster_time", time.Duration(now).String(),
+		"last_token", s.fsm.LastToken(), "applied_index", s.fsm.AppliedIndex())
+	return true
+}
+
+// orphanGrace is how long a new leader of a cluster keeps queued waiters
+// that no request on this node serves: long enough for a client whose
+// leader died or froze to notice (client.WithWaitCheck, about two seconds)
+// and re-send its wait here.
+const orphanGrace = 5 * time.Second
+
+// clustered reports whether the configuration has other voters.
+func (s *Server) clustered() bool {
+	f := s.node.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	voters := 0
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	return voters > 1
+}
+
+// cancelOrphans cancels every queued waiter that no request on this node
+// serves, and releases what the queue handed to such waiters meanwhile
+// unless a re-sent wait was answered with it. It reports false if ctx
+// ended first.
+func (s *Server) cancelOrphans(ctx context.Context) bool {
+	for {
+		var orphans []fsm.Item
+		for _, q := range s.fsm.QueuedWaiters() {
+			if !s.waiters.has(q.Key, q.Holder) {
+				orphans = append(orphans, fsm.Item{Key: q.Key, Holder: q.Holder})
+			}
+		}
+		if len(orphans) == 0 {
+			break
+		}
+		if len(orphans) > fsm.MaxBatch {
+			orphans = orphans[:fsm.MaxBatch]
+		}
+		res, err := s.propose(fsm.Command{Op: fsm.OpCancelWaits, Items: orphans})
+		if err != nil {
+			s.log.Warn("cancelling orphaned waiters failed", "err", err)
+			if !sleepCtx(ctx, 100*time.Millisecond) {
+				return false
+			}
+			continue
+		}
+		s.log.Info("cancelled waiters left from before the takeover", "count", res.Cancelled)
+	}
+	for _, ev := range s.waiters.takeUnserved() {
+		id, ok := s.fsm.UnclaimedWaitGrant(ev.Key, ev.Holder, ev.Token)
+		if !ok || s.waiters.has(ev.Key, ev.Holder) {
+			continue
+		}
+		rel, err := s.propose(fsm.Command{Op: fsm.OpRelease, RequestID: id, Key: ev.Key, Holder: ev.Holder, Token: ev.Token})
+		s.log.Info("released a grant whose waiter did not come back", "key", ev.Key, "holder", ev.Holder,
+			"token", ev.Token, "released", err == nil && rel.Released)
+	}
+	return ctx.Err() == nil
+}
+
+// tickLoop is the leader-only expiry timer: it sleeps until the table's
+// next deadline, or until cluster time has gone unrecorded for
+// ClockCheckpoint while something is held or queued, and proposes a Tick
+// stamped with cluster time.
+func (s *Server) tickLoop(ctx context.Context) {
+	// The timer is the Clock's, armed for the deadline's instant on that
+	// clock, so an injected clock fires it when its time is advanced.
+	fire := make(chan struct{}, 1)
+	var (
+		lastTick time.Time
+		ticked   bool
+	)
+	for {
+		at, ok := s.fsm.NextDeadline()
+		var due time.Time // when to tick, on s.clk
+		if ok {
+			if cp := s.fsm.Now() + locktable.Time(s.cfg.ClockCheckpoint); cp < at {
+				at = cp
+			}
+			var running bool
+			if due, running = s.clock.when(at); !running {
+				return
+			}
+			if gap := lastTick.Add(s.cfg.MinTickInterval); ticked && due.Before(gap) {
+				due = gap
+			}
+			if !due.After(s.clk.Now()) {
+				lastTick, ticked = s.clk.Now(), true
+				if _, err := s.propose(fsm.Command{Op: fsm.OpTick}); err != nil {
+					s.log.Warn("tick failed", "err", err)
+					if !sleepCtx(ctx, 100*time.Millisecond) {
+						return
+					}
+				}
+				continue
+			}
+		}
+		var timer Timer
+		if ok {
+			timer = afterAt(s.clk, due, func() { notify(fire) })
+		}
+		select {
+		case <-ctx.Done():
+		case <-s.fsm.Changed():
+		case <-fire:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// sleepClock is sleepCtx on clk's time.
+func sleepClock(ctx context.Context, clk Clock, d time.Duration) bool {
+	done := make(chan struct{}, 1)
+	t := clk.AfterFunc(d, func() { notify(done) })
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-done:
+		return true
+	}
+}
