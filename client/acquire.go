@@ -77,7 +77,7 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 }
 
 // maxOutages is how many times in a row a waiting acquire starts its
-// retries again after they all failed (each time about 1.3 to 2.7 s)
+// retries again after they all failed (each time about 1.3 to 2.6 s)
 // before it reports the cluster unreachable.
 const maxOutages = 3
 

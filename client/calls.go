@@ -8,11 +8,13 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/fencelock/fencelock/api"
 )
 
 // Lock is the server's account of one lease: who holds a key, under which
-// fencing token, for how long. It encodes to and from the wire's lease shape
-// (docs/API.md), durations in milliseconds.
+// fencing token, for how long. It is api.Lease with durations as
+// time.Duration, and encodes to and from that wire shape (docs/API.md).
 type Lock struct {
 	Key       string
 	Holder    string
@@ -21,30 +23,27 @@ type Lock struct {
 	Remaining time.Duration // on cluster time, when the answer was produced
 }
 
-type wireLock struct {
-	Key         string `json:"key"`
-	Holder      string `json:"holder"`
-	Token       uint64 `json:"token"`
-	TTLMS       int64  `json:"ttl_ms"`
-	RemainingMS int64  `json:"remaining_ms"`
-}
+// MarshalJSON writes the wire shape, api.Lease.
+func (l Lock) MarshalJSON() ([]byte, error) { return json.Marshal(l.lease()) }
 
-// MarshalJSON writes the wire shape.
-func (l Lock) MarshalJSON() ([]byte, error) {
-	return json.Marshal(wireLock{l.Key, l.Holder, l.Token, l.TTL.Milliseconds(), l.Remaining.Milliseconds()})
-}
-
-// UnmarshalJSON reads the wire shape.
+// UnmarshalJSON reads the wire shape, api.Lease.
 func (l *Lock) UnmarshalJSON(data []byte) error {
-	var w wireLock
+	var w api.Lease
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*l = Lock{w.Key, w.Holder, w.Token, time.Duration(w.TTLMS) * time.Millisecond, time.Duration(w.RemainingMS) * time.Millisecond}
+	*l = lockOf(w)
 	return nil
 }
 
-func ms(d time.Duration) int64 { return d.Milliseconds() }
+// lockOf is the server's lease in the client's terms.
+func lockOf(w api.Lease) Lock {
+	return Lock{Key: w.Key, Holder: w.Holder, Token: w.Token, TTL: api.Duration(w.TTLMs), Remaining: api.Duration(w.RemainingMs)}
+}
+
+func (l Lock) lease() api.Lease {
+	return api.Lease{Key: l.Key, Holder: l.Holder, Token: l.Token, TTLMs: api.Ms(l.TTL), RemainingMs: api.Ms(l.Remaining)}
+}
 
 // Grant is the plain acquire call: it asks for key on behalf of holder for
 // ttl. With wait 0 it tries once; with wait > 0 it queues in the key's FIFO
@@ -64,31 +63,20 @@ func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.D
 	if wait < 0 {
 		return Lock{}, invalidf("wait_ms", "wait must not be negative")
 	}
-	body := struct {
-		Key       string `json:"key"`
-		Holder    string `json:"holder"`
-		TTLMS     int64  `json:"ttl_ms"`
-		WaitMS    int64  `json:"wait_ms,omitempty"`
-		RequestID string `json:"request_id"`
-	}{key, holder, ms(ttl), ms(wait), id}
-	var out Lock
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/acquire", body: body, out: &out, watch: wait > 0})
-	return out, err
+	body := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: id}
+	var out api.Lease
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: body, out: &out, watch: wait > 0})
+	return lockOf(out), err
 }
 
 // Renew re-acquires key for the holder that holds it live, which issues a
 // NEW token (the old one stops being current). It matches ErrNotHeld when
 // holder does not hold a live lease on key.
 func (c *Client) Renew(ctx context.Context, key, holder string, ttl time.Duration) (Lock, error) {
-	body := struct {
-		Key       string `json:"key"`
-		Holder    string `json:"holder"`
-		TTLMS     int64  `json:"ttl_ms"`
-		RequestID string `json:"request_id"`
-	}{key, holder, ms(ttl), newRequestID()}
-	var out Lock
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/renew", body: body, out: &out})
-	return out, err
+	body := api.RenewRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), RequestID: newRequestID()}
+	var out api.Lease
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathRenew, body: body, out: &out})
+	return lockOf(out), err
 }
 
 // Extend keeps the live grant (holder, token) on key alive for ttl from now,
@@ -106,24 +94,15 @@ func (c *Client) extendAt(ctx context.Context, addr, key, holder string, token u
 }
 
 func (c *Client) extend(ctx context.Context, cl call, key, holder string, token uint64, ttl time.Duration) (Lock, error) {
-	cl.body = struct {
-		Key       string `json:"key"`
-		Holder    string `json:"holder"`
-		Token     uint64 `json:"token"`
-		TTLMS     int64  `json:"ttl_ms"`
-		RequestID string `json:"request_id"`
-	}{key, holder, token, ms(ttl), newRequestID()}
-	var out Lock
-	cl.method, cl.path, cl.out = http.MethodPost, "/v1/extend", &out
+	cl.body = api.ExtendRequest{Key: key, Holder: holder, Token: token, TTLMs: api.Ms(ttl), RequestID: newRequestID()}
+	var out api.Lease
+	cl.method, cl.path, cl.out = http.MethodPost, api.PathExtend, &out
 	err := c.do(ctx, cl)
-	return out, err
+	return lockOf(out), err
 }
 
 // Held names one lease in a batch: a key and the token it was granted under.
-type Held struct {
-	Key   string `json:"key"`
-	Token uint64 `json:"token"`
-}
+type Held = api.BatchItem
 
 // ExtendResult is the outcome for one lease of ExtendBatch: Err is nil and
 // Lock is the extended lease, or Err says why that one was refused (it
@@ -139,28 +118,17 @@ type ExtendResult struct {
 // 1000). The error is about the request as a whole; per-lease refusals are
 // in the results, in the order of leases.
 func (c *Client) ExtendBatch(ctx context.Context, holder string, ttl time.Duration, leases []Held) ([]ExtendResult, error) {
-	body := struct {
-		Holder    string `json:"holder"`
-		TTLMS     int64  `json:"ttl_ms"`
-		Leases    []Held `json:"leases"`
-		RequestID string `json:"request_id"`
-	}{holder, ms(ttl), leases, newRequestID()}
-	var out struct {
-		Results []struct {
-			Key   string `json:"key"`
-			Token uint64 `json:"token"`
-			OK    bool   `json:"ok"`
-			Lease Lock   `json:"lease"`
-			Code  string `json:"code"`
-			Error string `json:"error"`
-		} `json:"results"`
-	}
-	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/extend-batch", body: body, out: &out}); err != nil {
+	body := api.ExtendBatchRequest{Holder: holder, TTLMs: api.Ms(ttl), Leases: leases, RequestID: newRequestID()}
+	var out api.ExtendBatchResponse
+	if err := c.do(ctx, call{method: http.MethodPost, path: api.PathExtendBatch, body: body, out: &out}); err != nil {
 		return nil, err
 	}
 	res := make([]ExtendResult, len(out.Results))
 	for i, r := range out.Results {
-		res[i] = ExtendResult{Key: r.Key, Token: r.Token, Lock: r.Lease}
+		res[i] = ExtendResult{Key: r.Key, Token: r.Token}
+		if r.Lease != nil {
+			res[i].Lock = lockOf(*r.Lease)
+		}
 		if !r.OK {
 			res[i].Err = &APIError{Status: http.StatusConflict, Code: r.Code, Message: r.Error}
 		}
@@ -173,16 +141,9 @@ func (c *Client) ExtendBatch(ctx context.Context, holder string, ttl time.Durati
 // holder did not hold a live lease (never someone else's, never an expired
 // one that may have been granted again).
 func (c *Client) Release(ctx context.Context, key, holder string, token uint64) (bool, error) {
-	body := struct {
-		Key       string `json:"key"`
-		Holder    string `json:"holder"`
-		Token     uint64 `json:"token,omitempty"`
-		RequestID string `json:"request_id"`
-	}{key, holder, token, newRequestID()}
-	var out struct {
-		Released bool `json:"released"`
-	}
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/release", body: body, out: &out})
+	body := api.ReleaseRequest{Key: key, Holder: holder, Token: token, RequestID: newRequestID()}
+	var out api.ReleaseResponse
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathRelease, body: body, out: &out})
 	return out.Released, err
 }
 
@@ -191,39 +152,36 @@ func (c *Client) Release(ctx context.Context, key, holder string, token uint64) 
 // by the resource (package fence) is stronger, because the answer can be
 // stale by the time the write lands.
 func (c *Client) Check(ctx context.Context, key string, token uint64) (bool, error) {
-	q := url.Values{"key": {key}, "token": {strconv.FormatUint(token, 10)}}
-	var out struct {
-		Valid bool `json:"valid"`
-	}
-	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/check", query: q, out: &out})
+	q := url.Values{api.QueryKey: {key}, api.QueryToken: {strconv.FormatUint(token, 10)}}
+	var out api.CheckResponse
+	err := c.do(ctx, call{method: http.MethodGet, path: api.PathCheck, query: q, out: &out})
 	return out.Valid, err
 }
 
 // Get returns the live lease on key; it matches ErrNotFound when there is
 // none.
 func (c *Client) Get(ctx context.Context, key string) (Lock, error) {
-	var out Lock
-	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/lock", query: url.Values{"key": {key}}, out: &out})
-	return out, err
+	var out api.Lease
+	err := c.do(ctx, call{method: http.MethodGet, path: api.PathLock, query: url.Values{api.QueryKey: {key}}, out: &out})
+	return lockOf(out), err
 }
 
 // List returns the live leases whose keys start with prefix, sorted by key;
 // limit <= 0 leaves the limit to the server.
 func (c *Client) List(ctx context.Context, prefix string, limit int) ([]Lock, error) {
-	q := url.Values{"prefix": {prefix}}
+	q := url.Values{api.QueryPrefix: {prefix}}
 	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
+		q.Set(api.QueryLimit, strconv.Itoa(limit))
 	}
-	var out struct {
-		Locks []Lock `json:"locks"`
-	}
-	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/locks", query: q, out: &out}); err != nil {
+	var out api.ListResponse
+	if err := c.do(ctx, call{method: http.MethodGet, path: api.PathLocks, query: q, out: &out}); err != nil {
 		return nil, err
 	}
-	if out.Locks == nil {
-		out.Locks = []Lock{}
+	locks := make([]Lock, len(out.Locks))
+	for i, w := range out.Locks {
+		locks[i] = lockOf(w)
 	}
-	return out.Locks, nil
+	return locks, nil
 }
 
 // String is a one-line account of l for messages.

@@ -12,11 +12,14 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/framing"
 )
 
@@ -67,7 +70,7 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 // server could not be reached or was unavailable (default 6). A round tries
 // every address once; between rounds the client backs off with jittered
 // exponential delays, so the default rides out a leader election of about
-// two seconds (25ms..1s per wait, about 1.3 to 2.7 s in all). A write
+// two seconds (25ms..1s per wait, about 1.3 to 2.6 s in all). A write
 // carries the same request_id on every try, so the server applies it at
 // most once.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
@@ -91,7 +94,7 @@ func WithWaitCheck(d time.Duration) Option {
 }
 
 // WithBackoff sets the first back-off between retries and its cap (default
-// 50ms and 1s). Each wait is drawn uniformly from [d/2, d).
+// 50ms and 1s). Each wait is drawn uniformly from [d/2, d].
 func WithBackoff(first, limit time.Duration) Option {
 	return func(c *Client) { c.backoff, c.maxBackoff = first, limit }
 }
@@ -210,6 +213,17 @@ type call struct {
 	// watch: a wait that may last long; while it is out, the node it went
 	// to is asked whether it still answers (see watched).
 	watch bool
+	// maybeApplied, when set, is called for each attempt that may have
+	// been applied without an answer saying so: it was sent (or may have
+	// been) and no answer came, or the answer was change_unknown.
+	maybeApplied func()
+}
+
+// noteMaybe calls cl.maybeApplied, if set.
+func (cl call) noteMaybe() {
+	if cl.maybeApplied != nil {
+		cl.maybeApplied()
+	}
 }
 
 // do runs a call with failover and retries. It returns nil, an *APIError, an
@@ -245,8 +259,11 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return gaveUp(ctx, lastErr)
 		}
 		var ae *APIError
+		if errors.As(err, &ae) && ae.Code == api.CodeChangeUnknown {
+			cl.noteMaybe()
+		}
 		switch {
-		case errors.As(err, &ae) && ae.Code == "not_leader" && ae.Leader != "" && redirects < 3:
+		case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "" && redirects < 3:
 			// Follow the named leader at once; it does not use up a retry.
 			if u, perr := baseURL(ae.Leader); perr == nil {
 				redirects++
@@ -303,7 +320,7 @@ func (c *Client) watched(ctx context.Context, addr string, cl call, body []byte)
 			}
 			pctx, pcancel := context.WithCancelCause(actx)
 			t := c.clock.AfterFunc(c.waitCheck, func() { pcancel(errors.New("no answer")) })
-			err := c.once(pctx, addr, call{method: http.MethodGet, path: "/healthz"}, nil)
+			err := c.once(pctx, addr, call{method: http.MethodGet, path: api.PathHealth}, nil)
 			t.Stop()
 			pcancel(nil)
 			select {
@@ -382,6 +399,7 @@ func (c *Client) onceFramed(ctx context.Context, fc *framing.Conn, addr string, 
 	}
 	status, data, err := fc.RoundTrip(ctx, cl.method, target, body)
 	if err != nil {
+		cl.noteMaybe()
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
@@ -399,16 +417,25 @@ func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
+	// A request may have reached the server once it had a connection;
+	// before, it surely did not.
+	var connected atomic.Bool
+	if cl.maybeApplied != nil {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+	}
 	req, err := http.NewRequestWithContext(ctx, cl.method, u, rd)
 	if err != nil {
 		return invalidf("addr", "bad request to %s: %v", addr, err)
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", api.ContentType)
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", api.ContentType)
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if connected.Load() {
+			cl.noteMaybe()
+		}
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
@@ -417,6 +444,7 @@ func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
+		cl.noteMaybe()
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
@@ -434,7 +462,7 @@ func answer(addr string, cl call, status int, data []byte) error {
 		return nil
 	}
 	if err := json.Unmarshal(data, cl.out); err != nil {
-		return &APIError{Status: status, Code: "internal", Message: fmt.Sprintf("%s answered %s %s with unreadable JSON: %v", addr, cl.method, cl.path, err)}
+		return &APIError{Status: status, Code: api.CodeInternal, Message: fmt.Sprintf("%s answered %s %s with unreadable JSON: %v", addr, cl.method, cl.path, err)}
 	}
 	return nil
 }
@@ -447,18 +475,9 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-type wireError struct {
-	Error       string `json:"error"`
-	Code        string `json:"code"`
-	Field       string `json:"field"`
-	Holder      string `json:"holder"`
-	RemainingMS int64  `json:"remaining_ms"`
-	Leader      string `json:"leader"`
-}
-
 func decodeError(status int, data []byte) error {
-	var we wireError
-	if err := json.Unmarshal(data, &we); err != nil || (we.Code == "" && we.Error == "") {
+	var we api.Error
+	if err := json.Unmarshal(data, &we); err != nil || (we.Code == "" && we.Message == "") {
 		msg := strings.TrimSpace(string(data))
 		if len(msg) > 200 {
 			msg = msg[:200] + "…"
@@ -468,15 +487,18 @@ func decodeError(status int, data []byte) error {
 		}
 		return &APIError{Status: status, Message: fmt.Sprintf("HTTP %d: %s", status, msg)}
 	}
-	return &APIError{
-		Status:    status,
-		Code:      we.Code,
-		Message:   we.Error,
-		Field:     we.Field,
-		Holder:    we.Holder,
-		Remaining: time.Duration(we.RemainingMS) * time.Millisecond,
-		Leader:    we.Leader,
+	ae := &APIError{
+		Status:  status,
+		Code:    we.Code,
+		Message: we.Message,
+		Field:   we.Field,
+		Holder:  we.Holder,
+		Leader:  we.Leader,
 	}
+	if we.RemainingMs != nil {
+		ae.Remaining = api.Duration(*we.RemainingMs)
+	}
+	return ae
 }
 
 // Close drops idle HTTP connections and closes framed ones (calls still

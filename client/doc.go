@@ -5,7 +5,8 @@
 //
 // The plain calls mirror the HTTP API one to one (docs/API.md): Grant (the
 // acquire call, try or wait), Renew, Extend, ExtendBatch, Release, Check, Get
-// and List. They do nothing behind your back.
+// and List, and the cluster calls Members, Join and Remove. They do nothing
+// behind your back. On the wire they send and read package api's types.
 //
 // Lease handles keep a lock alive and tell you when they can no longer
 // vouch for it:

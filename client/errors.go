@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencelock/fencelock/api"
 )
 
 // Sentinel errors. Every error the client returns matches at most one of the
@@ -49,7 +51,7 @@ var (
 // its code with errors.Is.
 type APIError struct {
 	Status  int    // HTTP status
-	Code    string // wire code, e.g. "held"
+	Code    string // wire code, one of the api.Code* constants
 	Message string // the server's message
 	Field   string // for invalid_argument: the offending field
 	// For "held": the holder in the way and what is left of its lease.
@@ -64,7 +66,7 @@ func (e *APIError) Error() string {
 	if msg == "" {
 		msg = fmt.Sprintf("HTTP %d", e.Status)
 	}
-	if e.Code == "held" && e.Holder != "" {
+	if e.Code == api.CodeHeld && e.Holder != "" {
 		return fmt.Sprintf("fencelock: %s (holder %q, %v left)", msg, e.Holder, e.Remaining)
 	}
 	return "fencelock: " + msg
@@ -74,17 +76,17 @@ func (e *APIError) Error() string {
 // to a sentinel.
 func (e *APIError) Unwrap() error {
 	switch e.Code {
-	case "held":
+	case api.CodeHeld:
 		return ErrHeld
-	case "not_held":
+	case api.CodeNotHeld:
 		return ErrNotHeld
-	case "not_found":
+	case api.CodeNotFound:
 		return ErrNotFound
-	case "invalid_argument":
+	case api.CodeInvalid:
 		return ErrInvalid
-	case "unavailable", "not_leader":
+	case api.CodeUnavailable, api.CodeNotLeader:
 		return ErrUnavailable
-	case "internal":
+	case api.CodeInternal:
 		return ErrInternal
 	}
 	switch {
@@ -115,5 +117,5 @@ func (e *LostError) Unwrap() []error { return []error{ErrLeaseLost, e.Reason} }
 
 // invalidf is a refusal made before anything is sent.
 func invalidf(field, format string, args ...any) error {
-	return &APIError{Code: "invalid_argument", Field: field, Message: fmt.Sprintf(format, args...)}
+	return &APIError{Code: api.CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
 }

@@ -55,7 +55,9 @@ func TestLeaseExtendFailsOver(t *testing.T) {
 			case "not_leader":
 				a.NotLeader(&b.Addr)
 			}
-			waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 4 })
+			// At rest: the lease's deadline and the keep-alive's sleep
+			// (the servers' own timers are not counted).
+			waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 			next, _ := clk.Next()
 			clk.Advance(next) // the first extension is due
 			sent := clk.Now()
@@ -63,9 +65,9 @@ func TestLeaseExtendFailsOver(t *testing.T) {
 				// The attempt at a gets no answer; its own timeout, a part
 				// of the budget, sends the keep-alive on to b.
 				waitFor(t, "the extension to reach a", func() bool { return a.Count("extend") == 1 })
-				// At rest: two server expiries, the lease's deadline and
-				// now the attempt's timeout instead of the keep-alive's sleep.
-				waitFor(t, "the attempt's timer", func() bool { return clk.Pending() == 4 })
+				// At rest: the lease's deadline and now the attempt's
+				// timeout instead of the keep-alive's sleep.
+				waitFor(t, "the attempt's timer", func() bool { return clk.Pending() == 2 })
 				if b.Count("extend") != 0 {
 					t.Fatal("b was asked before a's attempt timed out")
 				}
@@ -88,7 +90,7 @@ func TestLeaseExtendFailsOver(t *testing.T) {
 			}
 			// The next extension goes straight to b.
 			aBefore := a.Count("extend")
-			waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 4 })
+			waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 			next, _ = clk.Next()
 			clk.Advance(next)
 			waitFor(t, "the second extension", func() bool { return b.Count("extend") == 2 })
@@ -112,7 +114,7 @@ func TestLeaseLostWhenNoNodeConfirms(t *testing.T) {
 	last := l.Deadline().Add(-ttl / 2)
 	a.Fail("extend", "drop")
 	b.NotLeader(&a.Addr)
-	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 4 })
+	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	next, _ := clk.Next()
 	clk.Advance(next)
 	waitFor(t, "a failed extension at b", func() bool { return b.Count("extend") >= 1 })
@@ -168,15 +170,16 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 				got <- result{l, err}
 			}()
 			waitFor(t, "the wait to queue on a", func() bool { return len(a.Waiters("k")) == 1 })
-			// A healthy node is checked and kept. Timers at rest: x's
-			// expiry and the wait's bound on a, and the check's sleep.
-			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 3 })
+			// A healthy node is checked and kept. The client's one timer
+			// at rest is the check's sleep (the wait's bound and x's
+			// expiry are the server's).
+			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 1 })
 			// The check arms its answer bound, then (answered) its next
 			// sleep: both are 1s timers, so wait for the second one made.
 			armed := clk.Scheduled()
 			clk.Advance(time.Second)
 			waitFor(t, "the first check", func() bool { return a.Count("healthz") == 1 })
-			waitFor(t, "the check's sleep", func() bool { return clk.Scheduled() == armed+2 && clk.Pending() == 3 })
+			waitFor(t, "the check's sleep", func() bool { return clk.Scheduled() == armed+2 && clk.Pending() == 1 })
 			if len(a.Waiters("k")) != 1 || b.Count("acquire") != 0 {
 				t.Fatal("the wait left a node that answered its check")
 			}
@@ -189,7 +192,7 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 			clk.Advance(time.Second)
 			waitFor(t, "the second check", func() bool { return a.Count("healthz") == 2 })
 			if fault == "frozen" {
-				waitFor(t, "the check's timeout", func() bool { return clk.Pending() == 3 })
+				waitFor(t, "the check's timeout", func() bool { return clk.Pending() == 1 })
 				clk.Advance(time.Second)
 			}
 			var r result
@@ -252,17 +255,17 @@ func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
 	b.NotLeader(&nobody)
 	c3.NotLeader(&nobody)
 
-	// At rest: two server expiries (a's and c's), the lease's deadline and
-	// the keep-alive's sleep.
-	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 4 })
+	// At rest: the lease's deadline and the keep-alive's sleep (the
+	// servers' own timers are not counted).
+	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	next, _ := clk.Next()
 	clk.Advance(next)
 	waitFor(t, "the extension to reach a", func() bool { return a.Count("extend") == 1 })
-	waitFor(t, "the attempt's timer", func() bool { return clk.Pending() == 4 })
+	waitFor(t, "the attempt's timer", func() bool { return clk.Pending() == 2 })
 	armed := clk.Scheduled()
 	clk.Advance(l.AttemptTimeout())
 	// b's and c's attempts arm a timer each, then the pause its own.
-	waitFor(t, "the pause after the round", func() bool { return clk.Scheduled() == armed+3 && clk.Pending() == 4 })
+	waitFor(t, "the pause after the round", func() bool { return clk.Scheduled() == armed+3 && clk.Pending() == 2 })
 	if b.Count("extend") != 1 || c3.Count("extend") != 1 {
 		t.Fatalf("round one asked b %d and c %d times; want once each", b.Count("extend"), c3.Count("extend"))
 	}

@@ -7,6 +7,8 @@ import (
 	mrand "math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencelock/fencelock/api"
 )
 
 // run is the lease's one goroutine: extend at about TTL/3 after each
@@ -133,7 +135,7 @@ func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 		l.timer.Stop()
 		l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(now), l.expire)
 		return true, 0
-	case errors.As(err, &ae) && ae.Code == "not_leader" && ae.Leader != "":
+	case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "":
 		if u, perr := baseURL(ae.Leader); perr == nil && u != addr {
 			l.c.prefer(u)
 			l.next = 0

@@ -53,9 +53,9 @@ func TestLeaseExtendCadence(t *testing.T) {
 		t.Fatalf("lease = %d %q %q %v", l.Token(), l.Holder(), l.Key(), l.TTL())
 	}
 	lastSent := clk.Now()
-	// Pending timers at rest: the server's expiry, the lease's deadline and
-	// the keep-alive's sleep.
-	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 3 })
+	// Pending timers at rest: the lease's deadline and the keep-alive's
+	// sleep (the server's own timers are not counted).
+	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	for i := 1; i <= 5; i++ {
 		if got := l.Deadline(); !got.Equal(lastSent.Add(ttl / 2)) {
 			t.Fatalf("cycle %d: deadline %v after the last send, want TTL/2", i, got.Sub(lastSent))
@@ -72,7 +72,7 @@ func TestLeaseExtendCadence(t *testing.T) {
 		lastSent = clk.Now()
 		waitFor(t, "the extension", func() bool { return srv.Count("extend") == i })
 		waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(lastSent.Add(ttl / 2)) })
-		waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 3 })
+		waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	}
 	if h, tok, ok := srv.Holder("k"); !ok || h != "a" || tok != 1 {
 		t.Fatalf("server: %q %d %v; the extensions must keep token 1", h, tok, ok)

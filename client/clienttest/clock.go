@@ -11,10 +11,16 @@ import (
 // Clock is a client.Clock that moves only when told to. AfterFunc callbacks
 // run synchronously inside Advance, in deadline order, so a test decides
 // exactly which deadlines have passed.
+//
+// A Server given the Clock measures its leases on it too, and its timers
+// (the expiry of leases and waits) run in Advance like the others, but
+// Pending, Next and Scheduled leave them out: they count the timers of the
+// code under test, which the server's, re-armed as it commits, would blur.
 type Clock struct {
 	mu     sync.Mutex
 	now    time.Time
-	seq    int
+	seq    int // every timer, for the order of those due together
+	armed  int // timers counted by Scheduled
 	timers []*timer
 }
 
@@ -24,6 +30,9 @@ type timer struct {
 	seq  int
 	f    func()
 	dead bool
+	// server: one of a Server's timers, left out of Pending, Next and
+	// Scheduled.
+	server bool
 }
 
 // NewClock returns a clock standing at an arbitrary fixed instant.
@@ -44,7 +53,24 @@ func (c *Clock) AfterFunc(d time.Duration, f func()) client.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
+	c.armed++
 	t := &timer{c: c, at: c.now.Add(d), seq: c.seq, f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// serverAt schedules one of a Server's timers for at; one already due
+// runs at once in a goroutine of its own, as a real timer would.
+func (c *Clock) serverAt(at time.Time, f func()) *timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	t := &timer{c: c, at: at, seq: c.seq, f: f, server: true}
+	if !at.After(c.now) {
+		t.dead = true
+		go f()
+		return t
+	}
 	c.timers = append(c.timers, t)
 	return t
 }
@@ -106,34 +132,42 @@ func (c *Clock) Advance(d time.Duration) {
 	}
 }
 
-// Scheduled returns how many callbacks have ever been scheduled, so a test
-// can tell a timer armed anew from one that was already pending.
+// Scheduled returns how many callbacks have ever been scheduled (a
+// Server's left out), so a test can tell a timer armed anew from one that
+// was already pending.
 func (c *Clock) Scheduled() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.seq
+	return c.armed
 }
 
-// Pending returns how many callbacks are scheduled.
+// Pending returns how many callbacks are scheduled (a Server's left out).
 func (c *Clock) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.timers)
+	n := 0
+	for _, t := range c.timers {
+		if !t.server {
+			n++
+		}
+	}
+	return n
 }
 
-// Next returns how long until the earliest scheduled callback, and false when
-// there is none.
+// Next returns how long until the earliest scheduled callback (a Server's
+// left out), and false when there is none.
 func (c *Clock) Next() (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.timers) == 0 {
-		return 0, false
-	}
-	first := c.timers[0].at
-	for _, t := range c.timers[1:] {
-		if t.at.Before(first) {
-			first = t.at
+	var first time.Time
+	found := false
+	for _, t := range c.timers {
+		if !t.server && (!found || t.at.Before(first)) {
+			first, found = t.at, true
 		}
+	}
+	if !found {
+		return 0, false
 	}
 	return first.Sub(c.now), true
 }

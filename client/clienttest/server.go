@@ -1,63 +1,86 @@
 package clienttest
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sort"
-	"strconv"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/server"
 )
 
-// Server is an in-memory test double of the fencelock server that speaks the
-// wire contract of docs/API.md over a real loopback HTTP listener. It keeps
-// time on the given clock, so with a *Clock a test decides when leases
-// expire and waits elapse. It is not durable and knows nothing of clusters
-// beyond answering not_leader when told to.
+// Server is the real fencelock server (internal/server) run in-process for
+// tests: one node on in-memory stores and an in-memory raft transport,
+// answering HTTP on a loopback port, behind a handler that injects faults
+// (Fail, NotLeader) and records what reached it (Count, RequestIDs). The
+// lock rules are the server's own; this package has none.
+//
+// The server measures leases on the clock given to NewServer: with a
+// *Clock, the test decides when leases expire and waits elapse. Raft
+// itself runs on real time, so a write is committed a moment after it was
+// sent: wait for its effect (Holder, Waiters) rather than assume it.
 type Server struct {
-	URL   string // base URL, e.g. http://127.0.0.1:34567
-	Addr  string // host:port
-	srv   *httptest.Server
-	clock client.Clock
-	stop  chan struct{} // closed by Close: hung requests end
-	once  sync.Once
+	URL  string // base URL, e.g. http://127.0.0.1:34567
+	Addr string // host:port
+
+	srv  *server.Server
+	hs   *httptest.Server
+	stop chan struct{} // closed by Close: hung requests end
+	once sync.Once
 
 	mu        sync.Mutex
-	locks     map[string]*entry
-	last      uint64
 	counts    map[string]int
 	ids       map[string][]string // route -> request ids, in arrival order
-	faults    map[string]string   // route -> wire code to answer, or "drop"
+	faults    map[string]string   // route -> wire code to answer, "drop" or "hang"
 	notLeader *string
 }
 
-type entry struct {
-	key     string
-	holder  string
-	token   uint64
-	ttl     time.Duration
-	expiry  time.Time
-	held    bool
-	waiters []*waiter
-	timer   client.Timer
-}
-
-type waiter struct {
-	holder string
-	ttl    time.Duration
-	ch     chan client.Lock // buffered: the grant
-}
-
-// NewServer starts a fake server on 127.0.0.1. Close it when done.
+// NewServer starts a server on 127.0.0.1 whose lease time is clock's, and
+// returns once it serves writes. Close it when done. It panics if the
+// server cannot start, as httptest.NewServer does.
 func NewServer(clock client.Clock) *Server {
-	s := &Server{clock: clock, stop: make(chan struct{}), locks: map[string]*entry{}, counts: map[string]int{}, ids: map[string][]string{}, faults: map[string]string{}}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
-	s.Addr = strings.TrimPrefix(s.URL, "http://")
+	s := &Server{stop: make(chan struct{}), counts: map[string]int{}, ids: map[string][]string{}, faults: map[string]string{}}
+	s.hs = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.Addr = s.hs.Listener.Addr().String()
+	s.URL = "http://" + s.Addr
+	srv, err := server.New(server.Config{
+		// No DataDir and no RaftAddr: in-memory stores and transport.
+		ClientAddr: s.Addr,
+		Logger:     slog.New(slog.DiscardHandler),
+		Clock:      serverClock(clock),
+		// A single node elects itself after one election timeout.
+		HeartbeatTimeout:   20 * time.Millisecond,
+		ElectionTimeout:    20 * time.Millisecond,
+		LeaderLeaseTimeout: 20 * time.Millisecond,
+		// On a test clock, a lease that ends hands the key on at that
+		// very instant, and no tick is due but the table's own
+		// deadlines (the checkpoint only matters to a restart, which an
+		// in-memory server never has).
+		MinTickInterval: time.Nanosecond,
+		ClockCheckpoint: 365 * 24 * time.Hour,
+	})
+	if err != nil {
+		s.hs.Close()
+		panic(fmt.Sprintf("clienttest: starting the server: %v", err))
+	}
+	s.srv = srv
+	s.hs.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.WaitReady(ctx); err != nil {
+		s.Close()
+		panic(fmt.Sprintf("clienttest: the server did not become ready: %v", err))
+	}
 	return s
 }
 
@@ -66,20 +89,23 @@ func NewServer(clock client.Clock) *Server {
 func (s *Server) Close() {
 	s.once.Do(func() {
 		close(s.stop)
-		s.srv.CloseClientConnections()
-		s.srv.Close()
+		s.srv.BeginShutdown()
+		s.hs.CloseClientConnections()
+		s.hs.Close()
+		_ = s.srv.Close()
 	})
 }
 
-// Count returns how many requests reached route ("acquire", "extend", …).
+// Count returns how many requests reached route ("acquire", "extend",
+// "healthz", "cluster/members", …), faulted ones included.
 func (s *Server) Count(route string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.counts[route]
 }
 
-// RequestIDs returns the request_id of every write that reached route, in
-// the order they arrived.
+// RequestIDs returns the request_id of every write that reached route and
+// was passed to the server, in the order they arrived.
 func (s *Server) RequestIDs(route string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -87,10 +113,10 @@ func (s *Server) RequestIDs(route string) []string {
 }
 
 // Fail makes every later request to route answer the wire error code
-// ("not_held", "unavailable", …), or, with code "drop", close the connection
-// without an answer (the client sees the server as unreachable), or, with
-// code "hang", never answer until the client gives up or the server closes
-// (a frozen node). An empty code heals the route.
+// (api.CodeNotHeld, api.CodeUnavailable, …), or, with code "drop", close
+// the connection without an answer (the client sees the server as
+// unreachable), or, with code "hang", never answer until the client gives
+// up or the server closes (a frozen node). An empty code heals the route.
 func (s *Server) Fail(route, code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -101,71 +127,45 @@ func (s *Server) Fail(route, code string) {
 	s.faults[route] = code
 }
 
-// NotLeader makes every request answer 503 not_leader naming leader; nil
-// makes this node serve again.
+// NotLeader makes every request answer 503 not_leader naming leader (""
+// names none); nil makes this node serve again.
 func (s *Server) NotLeader(leader *string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.notLeader = leader
 }
 
-// Waiters returns the holders queued on key, head first.
-func (s *Server) Waiters(key string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.locks[key]
-	if e == nil {
-		return nil
-	}
-	var out []string
-	for _, w := range e.waiters {
-		out = append(out, w.holder)
-	}
-	return out
-}
+// Waiters returns the holders queued on key, head first, as the server
+// has applied them.
+func (s *Server) Waiters(key string) []string { return s.srv.Waiters(key) }
 
-// Holder returns who holds key live, and its token.
+// Holder returns who holds key live now, and its token, as the server
+// answers GET /v1/lock (not counted, never faulted).
 func (s *Server) Holder(key string) (string, uint64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.locks[key]
-	if e == nil {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, api.PathLock+"?"+url.Values{api.QueryKey: {key}}.Encode(), nil)
+	s.srv.Handler().ServeHTTP(rec, req)
+	var l api.Lease
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &l) != nil {
 		return "", 0, false
 	}
-	s.settle(e, s.clock.Now())
-	return e.holder, e.token, e.held
+	return l.Holder, l.Token, true
 }
 
-type wireErr struct {
-	Error       string `json:"error"`
-	Code        string `json:"code"`
-	Field       string `json:"field,omitempty"`
-	Holder      string `json:"holder,omitempty"`
-	RemainingMS int64  `json:"remaining_ms,omitempty"`
-	Leader      string `json:"leader,omitempty"`
+// route names a request by its path: "acquire" for /v1/acquire, "healthz"
+// for /healthz.
+func route(path string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(path, "/v1/"), "/")
 }
-
-var codeStatus = map[string]int{
-	"invalid_argument": 400, "held": 409, "not_held": 409, "not_found": 404,
-	"method_not_allowed": 405, "not_leader": 503, "unavailable": 503, "internal": 500,
-}
-
-func reply(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func fail(w http.ResponseWriter, e wireErr) { reply(w, codeStatus[e.Code], e) }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	route := strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/v1/"), "/")
+	rt := route(r.URL.Path)
 	s.mu.Lock()
-	s.counts[route]++
-	fault, nl := s.faults[route], s.notLeader
+	s.counts[rt]++
+	fault, nl := s.faults[rt], s.notLeader
 	s.mu.Unlock()
 	if nl != nil {
-		fail(w, wireErr{Error: "not the leader", Code: "not_leader", Leader: *nl})
+		reply(w, api.Error{Message: "not the leader (injected)", Code: api.CodeNotLeader, Leader: *nl})
 		return
 	}
 	switch fault {
@@ -183,328 +183,33 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		fail(w, wireErr{Error: "dropped", Code: "unavailable"})
+		reply(w, api.Error{Message: "dropped (injected)", Code: api.CodeUnavailable})
 		return
 	default:
-		fail(w, wireErr{Error: "injected " + fault, Code: fault})
+		reply(w, api.Error{Message: "injected " + fault, Code: fault})
 		return
 	}
-	want := http.MethodPost
-	if route == "check" || route == "lock" || route == "locks" || route == "healthz" {
-		want = http.MethodGet
-	}
-	handlers := map[string]func(http.ResponseWriter, *http.Request){
-		"acquire": s.acquire, "renew": s.renew, "extend": s.extend, "extend-batch": s.extendBatch,
-		"release": s.release, "check": s.check, "lock": s.get, "locks": s.list,
-		"healthz": func(w http.ResponseWriter, _ *http.Request) { reply(w, 200, map[string]string{"status": "ok"}) },
-	}
-	h, ok := handlers[route]
-	switch {
-	case !ok || !strings.HasPrefix(r.URL.Path, "/v1/") && route != "healthz":
-		fail(w, wireErr{Error: "no such route", Code: "not_found"})
-	case r.Method != want:
-		fail(w, wireErr{Error: "use " + want, Code: "method_not_allowed"})
-	default:
-		h(w, r)
-	}
-}
-
-type request struct {
-	Key       string `json:"key"`
-	Holder    string `json:"holder"`
-	Token     uint64 `json:"token"`
-	TTLMS     int64  `json:"ttl_ms"`
-	WaitMS    int64  `json:"wait_ms"`
-	RequestID string `json:"request_id"`
-	Leases    []struct {
-		Key   string `json:"key"`
-		Token uint64 `json:"token"`
-	} `json:"leases"`
-}
-
-// decode reads and validates a write's body; needKey/needTTL say which
-// fields the call requires.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, needKey, needTTL bool) (request, bool) {
-	var req request
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		fail(w, wireErr{Error: "bad JSON: " + err.Error(), Code: "invalid_argument", Field: "body"})
-		return req, false
-	}
-	if req.RequestID != "" {
-		route := strings.TrimPrefix(r.URL.Path, "/v1/")
-		s.mu.Lock()
-		s.ids[route] = append(s.ids[route], req.RequestID)
-		s.mu.Unlock()
-	}
-	bad := func(field, msg string) (request, bool) {
-		fail(w, wireErr{Error: msg, Code: "invalid_argument", Field: field})
-		return req, false
-	}
-	switch {
-	case needKey && (req.Key == "" || len(req.Key) > 1024):
-		return bad("key", "key must be 1..1024 bytes")
-	case req.Holder == "" || len(req.Holder) > 256:
-		return bad("holder", "holder must be 1..256 bytes")
-	case needTTL && (req.TTLMS < 100 || req.TTLMS > 86400000):
-		return bad("ttl_ms", "ttl_ms must be between 100 and 86400000")
-	case req.WaitMS < 0 || req.WaitMS > 3600000:
-		return bad("wait_ms", "wait_ms must be between 0 and 3600000")
-	}
-	return req, true
-}
-
-func (s *Server) entryLocked(key string) *entry {
-	e := s.locks[key]
-	if e == nil {
-		e = &entry{key: key}
-		s.locks[key] = e
-	}
-	return e
-}
-
-// settle expires e's lease at now and hands the key to the head waiter.
-func (s *Server) settle(e *entry, now time.Time) {
-	if e.held && !now.Before(e.expiry) {
-		e.held = false
-	}
-	for !e.held && len(e.waiters) > 0 {
-		w := e.waiters[0]
-		e.waiters = e.waiters[1:]
-		w.ch <- s.grant(e, w.holder, w.ttl, now)
-	}
-}
-
-func (s *Server) grant(e *entry, holder string, ttl time.Duration, now time.Time) client.Lock {
-	s.last++
-	e.holder, e.token, e.ttl, e.held = holder, s.last, ttl, true
-	s.setExpiry(e, now.Add(ttl))
-	return s.lockOf(e, now)
-}
-
-func (s *Server) setExpiry(e *entry, at time.Time) {
-	e.expiry = at
-	if e.timer != nil {
-		e.timer.Stop()
-	}
-	e.timer = s.clock.AfterFunc(at.Sub(s.clock.Now()), func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.settle(e, s.clock.Now())
-	})
-}
-
-func (s *Server) lockOf(e *entry, now time.Time) client.Lock {
-	return client.Lock{Key: e.key, Holder: e.holder, Token: e.token, TTL: e.ttl, Remaining: e.expiry.Sub(now)}
-}
-
-func (s *Server) held(w http.ResponseWriter, e *entry, now time.Time) {
-	fail(w, wireErr{Error: "held by another holder", Code: "held", Holder: e.holder, RemainingMS: e.expiry.Sub(now).Milliseconds()})
-}
-
-func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.decode(w, r, true, true)
-	if !ok {
-		return
-	}
-	ttl := time.Duration(req.TTLMS) * time.Millisecond
-	s.mu.Lock()
-	now := s.clock.Now()
-	e := s.entryLocked(req.Key)
-	s.settle(e, now)
-	if !e.held || e.holder == req.Holder {
-		lk := s.grant(e, req.Holder, ttl, now)
-		s.mu.Unlock()
-		reply(w, 200, lk)
-		return
-	}
-	if req.WaitMS == 0 {
-		s.held(w, e, now)
-		s.mu.Unlock()
-		return
-	}
-	wt := &waiter{holder: req.Holder, ttl: ttl, ch: make(chan client.Lock, 1)}
-	e.waiters = append(e.waiters, wt)
-	// The wait is timed from the same instant the waiter became visible.
-	elapsed := make(chan struct{})
-	t := s.clock.AfterFunc(time.Duration(req.WaitMS)*time.Millisecond, func() { close(elapsed) })
-	defer t.Stop()
-	s.mu.Unlock()
-
-	select {
-	case lk := <-wt.ch:
-		reply(w, 200, lk)
-	case <-elapsed:
-		if lk, granted := s.leave(e, wt); granted {
-			reply(w, 200, lk)
-			return
+	if r.Method == http.MethodPost && r.Body != nil {
+		body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBodyBytes+1))
+		if err != nil {
+			return // the client went away
 		}
-		s.mu.Lock()
-		s.held(w, e, s.clock.Now())
-		s.mu.Unlock()
-	case <-r.Context().Done():
-		s.leave(e, wt) // a grant that crossed the disconnect simply expires
-	}
-}
-
-// leave takes wt out of e's queue, or returns the grant it got meanwhile.
-func (s *Server) leave(e *entry, wt *waiter) (client.Lock, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, x := range e.waiters {
-		if x == wt {
-			e.waiters = append(e.waiters[:i], e.waiters[i+1:]...)
-			return client.Lock{}, false
+		var req struct {
+			RequestID string `json:"request_id"`
 		}
-	}
-	return <-wt.ch, true
-}
-
-func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.decode(w, r, true, true)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	e := s.entryLocked(req.Key)
-	s.settle(e, now)
-	if !e.held || e.holder != req.Holder {
-		fail(w, wireErr{Error: "not the live holder", Code: "not_held"})
-		return
-	}
-	reply(w, 200, s.grant(e, req.Holder, time.Duration(req.TTLMS)*time.Millisecond, now))
-}
-
-// extendLocked extends (key, holder, token) or says why not.
-func (s *Server) extendLocked(key, holder string, token uint64, ttl time.Duration, now time.Time) (client.Lock, bool) {
-	e := s.locks[key]
-	if e == nil {
-		return client.Lock{}, false
-	}
-	s.settle(e, now)
-	if !e.held || e.holder != holder || e.token != token {
-		return client.Lock{}, false
-	}
-	e.ttl = ttl
-	s.setExpiry(e, now.Add(ttl))
-	return s.lockOf(e, now), true
-}
-
-func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.decode(w, r, true, true)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	lk, ok := s.extendLocked(req.Key, req.Holder, req.Token, time.Duration(req.TTLMS)*time.Millisecond, s.clock.Now())
-	if !ok {
-		fail(w, wireErr{Error: "not the live holder", Code: "not_held"})
-		return
-	}
-	reply(w, 200, lk)
-}
-
-func (s *Server) extendBatch(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.decode(w, r, false, true)
-	if !ok {
-		return
-	}
-	type result struct {
-		Key   string       `json:"key"`
-		Token uint64       `json:"token"`
-		OK    bool         `json:"ok"`
-		Lease *client.Lock `json:"lease,omitempty"`
-		Code  string       `json:"code,omitempty"`
-		Error string       `json:"error,omitempty"`
-	}
-	out := struct {
-		Results []result `json:"results"`
-	}{Results: []result{}}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	for _, l := range req.Leases {
-		lk, ok := s.extendLocked(l.Key, req.Holder, l.Token, time.Duration(req.TTLMS)*time.Millisecond, now)
-		if ok {
-			out.Results = append(out.Results, result{Key: l.Key, Token: l.Token, OK: true, Lease: &lk})
-		} else {
-			out.Results = append(out.Results, result{Key: l.Key, Token: l.Token, Code: "not_held", Error: "not the live holder"})
+		if json.Unmarshal(body, &req) == nil && req.RequestID != "" {
+			s.mu.Lock()
+			s.ids[rt] = append(s.ids[rt], req.RequestID)
+			s.mu.Unlock()
 		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	reply(w, 200, out)
+	s.srv.Handler().ServeHTTP(w, r)
 }
 
-func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.decode(w, r, true, false)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	e := s.entryLocked(req.Key)
-	s.settle(e, now)
-	released := e.held && e.holder == req.Holder && (req.Token == 0 || req.Token == e.token)
-	if released {
-		e.held = false
-		e.timer.Stop()
-		s.settle(e, now)
-	}
-	reply(w, 200, map[string]bool{"released": released})
-}
-
-func (s *Server) check(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("key")
-	token, err := strconv.ParseUint(r.URL.Query().Get("token"), 10, 64)
-	if key == "" || err != nil {
-		fail(w, wireErr{Error: "key and token are required", Code: "invalid_argument", Field: "token"})
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	valid := false
-	if e := s.locks[key]; e != nil {
-		s.settle(e, s.clock.Now())
-		valid = e.held && e.token == token
-	}
-	reply(w, 200, map[string]any{"key": key, "token": token, "valid": valid})
-}
-
-func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("key")
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	if e := s.locks[key]; e != nil {
-		s.settle(e, now)
-		if e.held {
-			reply(w, 200, s.lockOf(e, now))
-			return
-		}
-	}
-	fail(w, wireErr{Error: "no lease on " + strconv.Quote(key), Code: "not_found"})
-}
-
-func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	prefix := r.URL.Query().Get("prefix")
-	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	out := []client.Lock{}
-	for k, e := range s.locks {
-		s.settle(e, now)
-		if e.held && strings.HasPrefix(k, prefix) {
-			out = append(out, s.lockOf(e, now))
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	reply(w, 200, map[string]any{"locks": out})
+// reply answers an injected error with the status its code has.
+func reply(w http.ResponseWriter, e api.Error) {
+	w.Header().Set("Content-Type", api.ContentType)
+	w.WriteHeader(api.Status(e.Code))
+	_ = json.NewEncoder(w).Encode(e)
 }

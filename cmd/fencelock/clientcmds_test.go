@@ -40,7 +40,7 @@ func TestClientCommands(t *testing.T) {
 		{[]string{"extend", "jobs/a", "1", "--holder", "bob"}, 1, "", "extend jobs/a: not the live holder"},
 		{[]string{"get", "jobs/a", "--json"}, 0, `{"key":"jobs/a","holder":"alice","token":1,"ttl_ms":60000,…`, ""},
 		{[]string{"get", "jobs/a"}, 0, "KEY     HOLDER  TOKEN  TTL   REMAINING\njobs/a  alice   1      1m0s…", ""},
-		{[]string{"get", "jobs/zzz"}, 1, "", "get jobs/zzz: no lease"},
+		{[]string{"get", "jobs/zzz"}, 1, "", "get jobs/zzz: no live lease"}, // the server's words (the old double said "no lease on")
 		{[]string{"list", "jobs/", "--json"}, 0, `{"locks":[{"key":"jobs/a",…`, ""},
 		{[]string{"list", "nothing/"}, 0, "KEY  HOLDER  TOKEN  TTL  REMAINING\n", ""},
 		{[]string{"release", "jobs/a", "--holder", "bob"}, 1, "", "release jobs/a: bob holds no live lease on it"},

@@ -1,22 +1,25 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
+	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fencelock/fencelock/api"
+	fencelock "github.com/fencelock/fencelock/client" // "client" is the --client flag here
 )
 
-const clusterUsage = `Usage: fencelock cluster members [--addr ADDRS]
+// The cluster command and its subcommands, each with its own flags and
+// usage on the one usage path.
+
+const clusterUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
        fencelock cluster join   --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
        fencelock cluster remove --id ID [--addr ADDRS]
 
@@ -24,18 +27,46 @@ members lists the nodes as the answering node sees them, with each one's
 raft and client address, suffrage (voter or nonvoter) and which one leads.
 
 join adds a node that is running with 'fencelock server --join' (an empty
-data directory, or the data of a former member of this cluster). The
-leader first checks that the node answers at --client and --raft as --id
-and belongs to no other cluster, and that a majority of the voters would
+data directory, or the data of a former member of this cluster).
+
+remove takes a node out, unless the voters left would not have a
+majority answering.
+
+Run 'fencelock cluster SUBCOMMAND -h' for its flags and exit statuses.
+`
+
+const clusterMembersUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
+
+Lists the nodes as the answering node sees them, with each one's raft and
+client address, suffrage (voter or nonvoter) and which one leads (with
+--json, the API's members answer, which also says which node answered,
+whether it is ready, and how far it has applied the log).
+`
+
+const clusterJoinUsage = `Usage: fencelock cluster join --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
+
+Adds a node that is running with 'fencelock server --join' (an empty data
+directory, or the data of a former member of this cluster). The leader
+first checks that the node answers at --client and --raft as --id and
+belongs to no other cluster, and that a majority of the voters would
 answer after the change; then it adds the node as a non-voter, waits for
 it to catch up with the log, and promotes it to voter.
 
-remove takes a node out, unless the voters left would not have a
-majority answering. Removing the leader makes it hand leadership to
-another voter first; the command then sends the removal to the new leader.
+The join is done by the leader: the command follows a not_leader answer
+to it.
+`
 
-join and remove are done by the leader: the command follows a not_leader
-answer to it. They exit with:
+const clusterRemoveUsage = `Usage: fencelock cluster remove --id ID [--addr ADDRS]
+
+Takes a node out, unless the voters left would not have a majority
+answering. Removing the leader makes it hand leadership to another voter
+first; the command then sends the removal to the new leader.
+
+The removal is done by the leader: the command follows a not_leader
+answer to it.
+`
+
+const clusterChangeExit = `Exit status:
   0  applied (join: the node is a voter; remove: the node is out)
   1  refused, nothing changed (the message says why)
   2  bad usage
@@ -44,12 +75,13 @@ answer to it. They exit with:
      check 'fencelock cluster members'
   6  join applied in part: the node is a non-voter that has not caught up;
      run the same join again to promote it (or remove it)
-
-ADDRS is one host:port or a comma-separated list of cluster nodes (env
-FENCELOCK_ADDR; default 127.0.0.1:7470); they are tried in order.
-
-Flags:
 `
+
+const clusterMembersExit = `Exit status: 0 listed; 1 refused; 2 bad usage; 3 no node could be
+reached (or none could answer) before --timeout.
+`
+
+var clusterSubcommands = []string{"members", "join", "remove"}
 
 // Exit statuses of join and remove beyond the shared ones.
 const (
@@ -58,113 +90,125 @@ const (
 )
 
 func runCluster(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		fmt.Fprint(e.stdout, clusterUsage)
 		if len(args) == 0 {
 			return &exitError{Code: exitUsage}
 		}
-		return nil
+		return errHelp
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("cluster "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	addrs := fs.String("addr", envOr(e, "FENCELOCK_ADDR", defaultListen), "server `addresses`, comma-separated (env FENCELOCK_ADDR)")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	id := fs.String("id", "", "node `id`")
-	raftAddr := fs.String("raft", "", "the node's raft `address`")
-	client := fs.String("client", "", "the node's client (HTTP) `address`")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(e.stdout, clusterUsage)
-			fs.SetOutput(e.stdout)
-			fs.PrintDefaults()
-			return nil
+	if !slices.Contains(clusterSubcommands, sub) {
+		msg := fmt.Sprintf("unknown subcommand %q: members, join or remove", sub)
+		if s := suggest(sub, clusterSubcommands); s != "" {
+			msg = fmt.Sprintf("unknown subcommand %q; did you mean %q?", sub, s)
 		}
-		return usageError("cluster %s: %v (run 'fencelock cluster -h')", sub, err)
+		return usageError("%s", msg)
 	}
-	if fs.NArg() > 0 {
-		return usageError("cluster %s: unexpected argument %q", sub, fs.Arg(0))
+	return named("cluster "+sub, runClusterSub(ctx, e, sub, args))
+}
+
+func runClusterSub(ctx context.Context, e *env, sub string, args []string) error {
+	usage := map[string]string{"members": clusterMembersUsage, "join": clusterJoinUsage, "remove": clusterRemoveUsage}[sub]
+	f := newFlags(e, "cluster "+sub, usage)
+	f.after = clusterChangeExit
+	var id, raftAddr, clientAddr *string
+	switch sub {
+	case "members":
+		f.after = clusterMembersExit
+	case "join":
+		id = f.String("id", "", "the new node's `ID`, as its --id; required")
+		raftAddr = f.String("raft", "", "the new node's raft `HOST:PORT`, as its --raft; required")
+		clientAddr = f.String("client", "", "the new node's client (HTTP) `HOST:PORT`; required")
+	case "remove":
+		id = f.String("id", "", "the `ID` of the node to take out; required")
+	}
+	addrs := f.String("addr", defaultListen, "`ADDRS`: host:port, or a comma-separated list of cluster nodes, tried in order")
+	f.Env("addr", "FENCELOCK_ADDR")
+	asJSON := f.Bool("json", false, "print the answer as JSON (the API's shapes, package api)")
+	timeout := f.Duration("timeout", 30*time.Second, "give up after this long")
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
 	}
 	nodes := splitAddrs(*addrs)
 	if len(nodes) == 0 {
-		return usageError("cluster %s: --addr %q names no address", sub, *addrs)
+		return usageError("--addr %q names no address", *addrs)
+	}
+	if *timeout <= 0 {
+		return usageError("--timeout must be positive, not %v", *timeout)
+	}
+	switch {
+	case sub == "join" && (*id == "" || *raftAddr == "" || *clientAddr == ""):
+		return usageError("--id, --raft and --client are required")
+	case sub == "remove" && *id == "":
+		return usageError("--id is required")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c := newClusterClient(nodes)
+	c, err := newClusterClient(nodes)
+	if err != nil {
+		return usageError("--addr: %s", trimPrefix(err))
+	}
+	defer c.Close()
 	switch sub {
 	case "members":
-		var out membersReply
-		if err := c.call(ctx, http.MethodGet, "/v1/cluster/members", nil, &out); err != nil {
-			return err
+		out, err := c.Members(ctx)
+		if err != nil {
+			return clusterFail("GET "+api.PathMembers, err)
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, out)
 		}
 		printMembers(e.stdout, out)
 		return nil
 	case "join":
-		if *id == "" || *raftAddr == "" || *client == "" {
-			return usageError("cluster join: --id, --raft and --client are required")
+		out, err := c.Join(ctx, *id, *raftAddr, *clientAddr)
+		if err != nil {
+			return changeFail(err)
 		}
-		var out joinReply
-		body := map[string]string{"id": *id, "raft_addr": *raftAddr, "client_addr": *client}
-		if _, err := c.change(ctx, "/v1/cluster/join", body, &out); err != nil {
-			return err
+		voter := strings.EqualFold(out.Joined.Suffrage, "voter")
+		switch {
+		case *asJSON:
+			if err := writeJSON(e.stdout, out); err != nil {
+				return err
+			}
+		case voter:
+			fmt.Fprintf(e.stdout, "applied: %s joined and is a voter\n", *id)
+			printMembers(e.stdout, out.MembersResponse)
+		default:
+			printMembers(e.stdout, out.MembersResponse)
 		}
-		if !strings.EqualFold(out.Joined.Suffrage, "voter") {
-			printMembers(e.stdout, out.membersReply)
+		if !voter {
 			msg := out.Message
 			if msg == "" {
 				msg = fmt.Sprintf("%s is in the configuration as %q, not a voter", *id, out.Joined.Suffrage)
 			}
 			return &exitError{Code: exitNonvoter, Err: errors.New("applied in part: " + msg)}
 		}
-		fmt.Fprintf(e.stdout, "applied: %s joined and is a voter\n", *id)
-		printMembers(e.stdout, out.membersReply)
 		return nil
-	case "remove":
-		if *id == "" {
-			return usageError("cluster remove: --id is required")
-		}
-		maybe, err := c.change(ctx, "/v1/cluster/remove", map[string]string{"id": *id}, nil)
-		var we *wireError
-		if maybe && errors.As(err, &we) && we.Status == http.StatusNotFound {
+	default: // remove
+		out, err := c.Remove(ctx, *id)
+		gone := ""
+		if errors.Is(err, fencelock.ErrChangeUnknown) && errors.Is(err, fencelock.ErrNotFound) {
 			// An earlier attempt that got no answer did it.
-			fmt.Fprintf(e.stdout, "applied: removed %s (it is no longer a member)\n", *id)
-			return nil
+			err, gone, out = nil, " (it is no longer a member)", api.RemoveResponse{Removed: *id}
 		}
 		if err != nil {
-			return err
+			return changeFail(err)
 		}
-		fmt.Fprintf(e.stdout, "applied: removed %s\n", *id)
+		if *asJSON {
+			return writeJSON(e.stdout, out)
+		}
+		fmt.Fprintf(e.stdout, "applied: removed %s%s\n", *id, gone)
 		return nil
 	}
-	return usageError("cluster: unknown subcommand %q: members, join or remove", sub)
 }
 
-type memberReply struct {
-	ID         string `json:"id"`
-	RaftAddr   string `json:"raft_addr"`
-	ClientAddr string `json:"client_addr"`
-	Suffrage   string `json:"suffrage"`
-	Leader     bool   `json:"leader"`
-}
-
-type membersReply struct {
-	Leader     string        `json:"leader"`
-	LeaderAddr string        `json:"leader_addr"`
-	ClusterID  string        `json:"cluster_id"`
-	Members    []memberReply `json:"members"`
-}
-
-type joinReply struct {
-	membersReply
-	Joined struct {
-		ID       string `json:"id"`
-		Suffrage string `json:"suffrage"`
-	} `json:"joined"`
-	Message string `json:"message"`
-}
-
-func printMembers(w io.Writer, m membersReply) {
+func printMembers(w io.Writer, m api.MembersResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRAFT\tCLIENT\tSUFFRAGE\tLEADER")
 	for _, n := range m.Members {
@@ -190,153 +234,69 @@ func splitAddrs(s string) []string {
 	return out
 }
 
-// clusterClient sends one call to a cluster: it tries the addresses in
-// turn, goes straight to a leader named in a not_leader answer, and
-// retries 503s with a jittered pause until ctx ends. It is the small
-// subset of the client package that 'cluster' and 'server --join' need.
-type clusterClient struct {
-	addrs []string
-	http  *http.Client
+// newClusterClient is the client of 'cluster' and 'server --join': plain
+// HTTP (an attempt that was sent and got no answer must be told from one
+// that never left), 30s for one attempt (a join waits for the new node to
+// catch up, up to the server's JoinCatchUp, 10s by default), and retries
+// of unreachable and unavailable nodes until ctx ends, with short pauses.
+func newClusterClient(addrs []string) (*fencelock.Client, error) {
+	return fencelock.New(addrs,
+		fencelock.WithFramed(false),
+		fencelock.WithHTTPClient(&http.Client{Timeout: 30 * time.Second}),
+		fencelock.WithRetries(math.MaxInt),
+		fencelock.WithBackoff(50*time.Millisecond, 250*time.Millisecond))
 }
 
-func newClusterClient(addrs []string) *clusterClient {
-	// A join waits for the new node to catch up (up to the server's
-	// JoinCatchUp, 10s by default) before it answers.
-	return &clusterClient{addrs: addrs, http: &http.Client{Timeout: 30 * time.Second}}
-}
-
-type wireError struct {
-	Status int    `json:"-"`
-	Msg    string `json:"error"`
-	Code   string `json:"code"`
-	Leader string `json:"leader"`
-}
-
-func (e *wireError) Error() string { return fmt.Sprintf("%s (%s)", e.Msg, e.Code) }
-
-func (c *clusterClient) call(ctx context.Context, method, path string, body, out any) error {
-	err := c.loop(ctx, body, func(ctx context.Context, addr string, raw []byte) error {
-		return c.once(ctx, method, "http://"+addr+path, raw, out)
-	})
-	var xe *exitError
-	if errors.As(err, &xe) && xe.Code == exitUnreachable {
-		xe.Err = fmt.Errorf("%s %s: %w", method, path, xe.Err)
+// refusal is the answer of a node that refused a call (not a 503: those
+// are retried until ctx ends), or nil.
+func refusal(err error) *fencelock.APIError {
+	var ae *fencelock.APIError
+	if errors.As(err, &ae) && !errors.Is(ae, fencelock.ErrUnavailable) {
+		return ae
 	}
-	return err
+	return nil
 }
 
-// loop runs attempt against the addresses in turn, following not_leader
-// and retrying 503s, until an answer other than a 503 or ctx ends.
-func (c *clusterClient) loop(ctx context.Context, body any, attempt func(ctx context.Context, addr string, raw []byte) error) error {
-	var raw []byte
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		raw = b
-	}
-	var last error
-	next := 0
-	redirect := ""
-	for try := 0; ; try++ {
-		addr := redirect
-		if addr == "" {
-			addr = c.addrs[next%len(c.addrs)]
-			next++
-		}
-		redirect = ""
-		err := attempt(ctx, addr, raw)
-		if err == nil {
-			return nil
-		}
-		last = err
-		var we *wireError
-		if errors.As(err, &we) {
-			if we.Status != http.StatusServiceUnavailable {
-				return &exitError{Code: exitNo, Err: err}
-			}
-			if we.Code == "not_leader" && we.Leader != "" && we.Leader != addr {
-				redirect = we.Leader
-				continue
-			}
-		}
-		pause := 50*time.Millisecond + rand.N(time.Duration(min(try+1, 8))*25*time.Millisecond)
-		select {
-		case <-ctx.Done():
-			return &exitError{Code: exitUnreachable, Err: last}
-		case <-time.After(pause):
-		}
-	}
+// refusedWith reports whether err is a refusal with the given code.
+func refusedWith(err error, code string) bool {
+	ae := refusal(err)
+	return ae != nil && ae.Code == code
 }
 
-// change sends a membership change like call, and says exactly what
-// became of it: on an error, a refusal (4xx: nothing changed) exits 1, no
-// node reached exits 3, and anything after which the change may have been
-// applied (an attempt that was sent and got no answer, or a change_unknown
-// answer) exits 5. maybe reports that an earlier attempt may have applied
-// it, for a caller that can tell from a later refusal.
-func (c *clusterClient) change(ctx context.Context, path string, body, out any) (maybe bool, err error) {
-	attempt := func(ctx context.Context, addr string, raw []byte) error {
-		err := c.once(ctx, http.MethodPost, "http://"+addr+path, raw, out)
-		var (
-			we *wireError
-			oe *net.OpError
-		)
-		switch {
-		case err == nil:
-		case errors.As(err, &we):
-			maybe = maybe || we.Code == "change_unknown"
-		case errors.As(err, &oe) && oe.Op == "dial":
-			// never sent
-		default:
-			maybe = true // sent; the answer was lost
-		}
-		return err
+// describe is a refusal as the message and the code the node answered.
+func describe(ae *fencelock.APIError) string {
+	code := ae.Code
+	if code == "" {
+		code = fmt.Sprint(ae.Status)
 	}
-	err = c.loop(ctx, body, attempt)
-	var xe *exitError
-	switch {
-	case err == nil:
-		return maybe, nil
-	case errors.As(err, &xe) && xe.Code == exitNo:
-		msg := xe.Err.Error()
+	return fmt.Sprintf("%s (%s)", trimPrefix(errors.New(ae.Message)), code)
+}
+
+// clusterFail is the exit of a call that changes nothing: 1 refused, 3
+// no node could be reached (or none could serve) before the timeout.
+func clusterFail(what string, err error) error {
+	if ae := refusal(err); ae != nil {
+		return &exitError{Code: exitNo, Err: errors.New(describe(ae))}
+	}
+	return &exitError{Code: exitUnreachable, Err: fmt.Errorf("%s: %s", what, trimPrefix(err))}
+}
+
+// changeFail says exactly what became of a membership change that did not
+// succeed: a refusal (nothing changed) exits 1, no node reached exits 3,
+// and anything after which the change may have been applied (an attempt
+// that was sent and got no answer, or a change_unknown answer) exits 5.
+func changeFail(err error) error {
+	switch ae := refusal(err); {
+	case ae != nil:
+		msg := describe(ae)
 		if !strings.HasPrefix(msg, "refused") {
 			msg = "refused, nothing changed: " + msg
 		}
-		return maybe, &exitError{Code: exitNo, Err: errors.New(msg)}
-	case maybe:
-		return maybe, &exitError{Code: exitChangeUnknown, Err: fmt.Errorf(
-			"unknown: the change may or may not have been applied (%v); check 'fencelock cluster members'", xe.Err)}
+		return &exitError{Code: exitNo, Err: errors.New(msg)}
+	case errors.Is(err, fencelock.ErrChangeUnknown):
+		return &exitError{Code: exitChangeUnknown, Err: fmt.Errorf(
+			"unknown: %s; check 'fencelock cluster members'", trimPrefix(err))}
 	default:
-		return maybe, &exitError{Code: exitUnreachable, Err: fmt.Errorf("nothing changed: %w", xe.Err)}
+		return &exitError{Code: exitUnreachable, Err: fmt.Errorf("nothing changed: %s", trimPrefix(err))}
 	}
-}
-
-func (c *clusterClient) once(ctx context.Context, method, url string, raw []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(raw))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		we := &wireError{Status: resp.StatusCode}
-		if json.Unmarshal(data, we) != nil || we.Code == "" {
-			we.Msg, we.Code = strings.TrimSpace(string(data)), fmt.Sprint(resp.StatusCode)
-		}
-		return we
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(data, out)
 }

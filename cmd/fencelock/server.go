@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/server"
@@ -172,19 +172,21 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	joined := make(chan struct{})
 	go func() {
 		defer close(joined)
-		c := newClusterClient(splitAddrs(*join))
-		body := map[string]string{"id": *id, "raft_addr": *raftAddr, "client_addr": client}
+		c, err := newClusterClient(splitAddrs(*join))
+		if err != nil {
+			log.Error("joining the cluster failed", "join", *join, "err", err)
+			return
+		}
+		defer c.Close()
 		for {
-			var out joinReply
-			err := c.call(jctx, "POST", "/v1/cluster/join", body, &out)
-			var we *wireError
+			out, err := c.Join(jctx, *id, *raftAddr, client)
 			switch {
 			case err == nil && strings.EqualFold(out.Joined.Suffrage, "voter"):
 				log.Info("joined the cluster", "via", *join)
 				return
 			case err == nil:
 				log.Warn("joined as a non-voter; asking again to be promoted", "message", out.Message)
-			case errors.As(err, &we) && we.Code == "node_unreachable":
+			case refusedWith(err, api.CodeNodeUnreachable):
 				log.Warn("the leader cannot reach this node yet; asking again", "err", err)
 			default:
 				if jctx.Err() == nil {
@@ -268,11 +270,4 @@ func parsePeers(s string) ([]server.Peer, error) {
 		peers = append(peers, server.Peer{ID: id, RaftAddr: addr})
 	}
 	return peers, nil
-}
-
-func envOr(e *env, name, def string) string {
-	if v := strings.TrimSpace(e.getenv(name)); v != "" {
-		return v
-	}
-	return def
 }

@@ -53,12 +53,7 @@ func (e *usageErr) Hint() string {
 
 // usageError is bad usage (exit 2), the message in the command's terms.
 func usageError(format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	// Older messages carried their own pointer to -h; the hint says it now.
-	if i := strings.Index(msg, " (run 'fencelock "); i >= 0 && strings.HasSuffix(msg, "')") {
-		msg = msg[:i]
-	}
-	return (&usageErr{message: msg}).exit()
+	return (&usageErr{message: fmt.Sprintf(format, args...)}).exit()
 }
 
 // named gives the usage errors of err that name no command the name

@@ -256,6 +256,11 @@ func TestJSONOutputs(t *testing.T) {
 	if !rel.Released || rel.Key != "j/a" {
 		t.Errorf("release --json: %+v", rel)
 	}
+	var m api.MembersResponse
+	decode([]string{"cluster", "members", "--json"}, 0, &m)
+	if len(m.Members) == 0 || m.Node == "" {
+		t.Errorf("cluster members --json: %+v", m)
+	}
 	var b benchAnswer
 	decode([]string{"bench", "--http", "--clients", "2", "--duration", "200ms", "--json"}, 0, &b)
 	if b.Cycles == 0 || b.Clients != 2 || b.DurationMs != 200 || b.PerSecond <= 0 {
