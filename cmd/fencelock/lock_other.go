@@ -20,7 +20,8 @@ var (
 	forwardedSignals = []os.Signal{os.Interrupt}
 )
 
-// errLockUnsupported exits 126: CMD could not be started.
+// lockSupported refuses lock here, with exit status 126 (CMD could not
+// be started), before anything is acquired.
 func lockSupported() error {
 	return &exitError{Code: 126, Err: fmt.Errorf("lock: not supported on %s: it needs process groups to stop all of CMD when the lease is lost; use acquire, extend and release", runtime.GOOS)}
 }
