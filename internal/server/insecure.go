@@ -18,5 +18,9 @@ func checkLoopback(cfg Config, what string, addr net.Addr) error {
 	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("server: refusing to serve the %s port on %s without TLS: anyone who reaches it owns every lock; bind a loopback address, configure TLS, or pass --insecure", what, addr)
+	harm := "owns every lock"
+	if what == "raft" {
+		harm = "can forge the cluster's log"
+	}
+	return fmt.Errorf("server: refusing to serve the %s port on %s without TLS: anyone who reaches it %s; bind a loopback address, configure TLS, or pass --insecure", what, addr, harm)
 }
