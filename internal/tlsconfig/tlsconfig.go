@@ -30,7 +30,9 @@ type Files struct {
 	// certificates are verified against it unless ClientCAFile is set.
 	CAFile string
 	// ClientCAFile, if set, holds the CAs that sign clients'
-	// certificates on the client port instead of CAFile.
+	// certificates on the client port. Certificates from CAFile are
+	// accepted there too: nodes call each other's client ports (joins,
+	// announcements) with their own certificates.
 	ClientCAFile string
 	// RequireClientCert: the client port refuses a client that presents
 	// no certificate signed by the client CA. Otherwise a certificate is
@@ -105,7 +107,7 @@ func (r *Reloader) Reload() error {
 		m.clients = m.peers
 	}
 	if f.ClientCAFile != "" {
-		if m.clients, err = LoadPool(f.ClientCAFile); err != nil {
+		if m.clients, err = LoadPool(f.ClientCAFile, f.CAFile); err != nil {
 			return err
 		}
 	}
@@ -119,15 +121,21 @@ func (r *Reloader) Certificate() *tls.Certificate { return r.cur.Load().cert }
 // HasPeerCA reports whether a CA for peers was loaded.
 func (r *Reloader) HasPeerCA() bool { return r.cur.Load().peers != nil }
 
-// LoadPool reads the PEM certificates in file into a pool.
-func LoadPool(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("tls: reading CA file: %w", err)
-	}
+// LoadPool reads the PEM certificates in files (empty names skipped)
+// into one pool.
+func LoadPool(files ...string) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("tls: %s holds no PEM certificate", file)
+	for _, file := range files {
+		if file == "" {
+			continue
+		}
+		pem, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("tls: reading CA file: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls: %s holds no PEM certificate", file)
+		}
 	}
 	return pool, nil
 }
