@@ -157,8 +157,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 			*maxConns, server.FDReserve(fdLimit), fdLimit)
 	}
 	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns)
-	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat, "election_timeout", timing.election,
-		"leader_lease_timeout", timing.leaderLease)
+	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat.String(), "election_timeout", timing.election.String(),
+		"leader_lease_timeout", timing.leaderLease.String())
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
