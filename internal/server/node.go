@@ -256,7 +256,7 @@ func openNode(cfg Config, f raft.FSM, tr *tlsconfig.Reloader) (*node, error) {
 		_, mem := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		trans = mem
 	} else if tr != nil {
-		nt, _, err := newRaftTLSTransport(cfg, tr, rc.Logger)
+		nt, err := newRaftTLSTransport(cfg, tr, rc.Logger)
 		if err != nil {
 			n.close()
 			return nil, fmt.Errorf("server: raft transport: %w", err)

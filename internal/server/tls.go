@@ -60,9 +60,6 @@ func (s *Server) reloadLoop(reload <-chan struct{}) {
 	}
 }
 
-// TLSEnabled reports whether the server serves TLS.
-func (s *Server) TLSEnabled() bool { return s.tls != nil }
-
 // wrapListener makes ln serve TLS when it is configured.
 func (s *Server) wrapListener(ln net.Listener) net.Listener {
 	if s.tls == nil {
@@ -257,17 +254,17 @@ func (st *tlsStream) dial(ctx context.Context, addr string) (net.Conn, error) {
 
 // newRaftTLSTransport listens on cfg.RaftAddr (or uses cfg.raftListener)
 // and runs raft's network transport over TLS.
-func newRaftTLSTransport(cfg Config, r *tlsconfig.Reloader, rlog hclog.Logger) (*raft.NetworkTransport, *tlsStream, error) {
+func newRaftTLSTransport(cfg Config, r *tlsconfig.Reloader, rlog hclog.Logger) (*raft.NetworkTransport, error) {
 	ln := cfg.raftListener
 	if ln == nil {
 		var err error
 		if ln, err = net.Listen("tcp", cfg.RaftAddr); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() {
 		ln.Close()
-		return nil, nil, errors.New("the raft address must be one peers can dial, not " + a.String())
+		return nil, errors.New("the raft address must be one peers can dial, not " + a.String())
 	}
 	st := newTLSStream(ln, r, cfg.Logger.With("component", "raft-tls"))
 	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
@@ -276,5 +273,5 @@ func newRaftTLSTransport(cfg Config, r *tlsconfig.Reloader, rlog hclog.Logger) (
 		Timeout: 10 * time.Second,
 		Logger:  rlog,
 	})
-	return t, st, nil
+	return t, nil
 }
