@@ -17,10 +17,14 @@ import (
 )
 
 // tlsServer runs an in-memory server with TLS on its one port, the way
-// the server command does, and returns its host:port.
-func tlsServer(t *testing.T, ca *tlstest.CA, requireClientCert bool) string {
+// the server command does, and returns its host:port. A nil ca: no TLS.
+func tlsServer(t testing.TB, ca *tlstest.CA, requireClientCert bool) string {
 	t.Helper()
-	f := tlstest.Write(t, t.TempDir(), "node", ca, ca.Issue(t, "node"))
+	var files tlsconfig.Files
+	if ca != nil {
+		f := tlstest.Write(t, t.TempDir(), "node", ca, ca.Issue(t, "node"))
+		files = tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA, RequireClientCert: requireClientCert}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -33,8 +37,7 @@ func tlsServer(t *testing.T, ca *tlstest.CA, requireClientCert bool) string {
 			ElectionTimeout:    50 * time.Millisecond,
 			LeaderLeaseTimeout: 50 * time.Millisecond,
 			Logger:             slog.New(slog.DiscardHandler),
-			TLS: tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA,
-				RequireClientCert: requireClientCert},
+			TLS:                files,
 		}, 5*time.Second)
 	}()
 	t.Cleanup(func() {
@@ -141,5 +144,44 @@ func TestTLSFilesThatCannotBeReadFailNew(t *testing.T) {
 	}
 	if _, err := client.New([]string{"127.0.0.1:1"}, client.WithTLSFiles("", "cert.pem", "")); !errors.Is(err, client.ErrInvalid) {
 		t.Errorf("a certificate without its key: %v, want ErrInvalid", err)
+	}
+}
+
+// BenchmarkCheckOverTLS compares one check's round trip on a framed
+// connection and over HTTP/1.1, with and without TLS:
+//
+//	go test ./client -run '^$' -bench CheckOverTLS -benchtime 3000x
+func BenchmarkCheckOverTLS(b *testing.B) {
+	ca := tlstest.NewCA(b, "cluster CA")
+	tlsAddr := tlsServer(b, ca, false)
+	plainAddr := tlsServer(b, nil, false)
+	f := tlstest.Write(b, b.TempDir(), "alice", ca, ca.Issue(b, "alice"))
+	for _, tc := range []struct {
+		name string
+		addr string
+		opts []client.Option
+	}{
+		{"plain/framed", plainAddr, nil},
+		{"plain/http", plainAddr, []client.Option{client.WithFramed(false)}},
+		{"tls/framed", tlsAddr, []client.Option{client.WithTLSFiles(f.CA, "", "")}},
+		{"tls/http", tlsAddr, []client.Option{client.WithTLSFiles(f.CA, "", ""), client.WithFramed(false)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c, err := client.New([]string{tc.addr}, tc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			if _, err := c.Check(ctx, "k", 1); err != nil { // the election, the dial
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Check(ctx, "k", 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
