@@ -134,6 +134,9 @@ func (s *Server) Close() error {
 	s.BeginShutdown()
 	close(s.stop)
 	s.wg.Wait()
+	// Connections to other nodes' client ports: one dialed for a call
+	// that gave up would sit idle on the other node until it times out.
+	s.peerHTTP.CloseIdleConnections()
 	return s.node.close()
 }
 
