@@ -80,19 +80,18 @@ func (s *Server) scheme() string {
 // ports: with TLS it verifies them against the CA and presents this
 // node's certificate, both as loaded at the time of each dial.
 func newPeerHTTP(r *tlsconfig.Reloader, timeout time.Duration) *http.Client {
-	if r == nil {
-		return &http.Client{Timeout: timeout}
-	}
-	d := &net.Dialer{Timeout: timeout}
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{
-		Proxy: nil,
-		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	// Its own transport (net/http's defaults), so that Close drops only
+	// this server's idle connections.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if r != nil {
+		tr.Proxy = nil // the TLS dial below must reach the node itself
+		d := &net.Dialer{Timeout: timeout}
+		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			td := &tls.Dialer{NetDialer: d, Config: r.PeerClient(addr)}
 			return td.DialContext(ctx, network, addr)
-		},
-		MaxIdleConnsPerHost: 2,
-		IdleConnTimeout:     time.Minute,
-	}}
+		}
+	}
+	return &http.Client{Timeout: timeout, Transport: tr}
 }
 
 // tlsStream is a raft StreamLayer over TLS. Dial presents this node's
