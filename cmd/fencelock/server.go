@@ -38,6 +38,13 @@ nothing and asks the nodes in ADDRS (client addresses) to add it. After
 the first start these flags are ignored: the membership is in DIR. See
 docs/OPERATIONS.md.
 
+With --cert and --key the client port serves TLS (HTTP and framed
+connections alike) and, with --raft and --ca, raft runs over mutual TLS:
+a peer without a certificate signed by --ca is refused at the handshake.
+SIGHUP rereads the certificate files. Without TLS the client and raft
+ports serve loopback addresses only, unless --insecure. See
+docs/SECURITY.md.
+
 A flag beats its environment variable.
 `
 
@@ -73,6 +80,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	leaderLease := f.String("leader-lease-timeout", defaults.LeaderLeaseTimeout.String(),
 		"raft: a leader that has not reached a quorum for this long (`D`) steps down; <= --heartbeat-timeout")
 	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
+	tlsFlags := addServerTLSFlags(f)
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -117,6 +125,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
+	if err := tlsFlags.check(*raftAddr != ""); err != nil {
+		return err
+	}
 	var handler slog.Handler = slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})
 	if *logFormat == "json" {
 		handler = slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})
@@ -160,7 +171,11 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cfg := server.Config{DataDir: *data, Logger: log, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
 		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
-		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns}
+		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
+		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure}
+	if cfg.TLS.Enabled() {
+		cfg.TLSReload = reloadOnHangup(ctx, log)
+	}
 	if *join == "" {
 		return server.Serve(ctx, ln, cfg, *grace)
 	}
@@ -172,7 +187,12 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	joined := make(chan struct{})
 	go func() {
 		defer close(joined)
-		c, err := newClusterClient(splitAddrs(*join))
+		tlsCfg, err := tlsFlags.clientConfig()
+		if err != nil {
+			log.Error("joining the cluster failed", "join", *join, "err", err)
+			return
+		}
+		c, err := newClusterClient(splitAddrs(*join), tlsCfg)
 		if err != nil {
 			log.Error("joining the cluster failed", "join", *join, "err", err)
 			return

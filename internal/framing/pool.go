@@ -3,6 +3,7 @@ package framing
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"time"
 )
@@ -15,6 +16,9 @@ import (
 type Pool struct {
 	// DialTimeout bounds one dial with its preface (default 2s).
 	DialTimeout time.Duration
+	// Dial, if set, makes the connection to addr (a TLS dial, say) that
+	// the preface is then sent on; nil is a TCP dial.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 
 	mu    sync.Mutex
 	conns map[string]*Conn // nil value: that address speaks only HTTP
@@ -38,7 +42,7 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Conn, error) {
 	defer cancel()
 	// Dial outside the lock: a dead server must not hold up calls to
 	// the others.
-	c, err := Dial(dctx, addr)
+	c, err := p.dial(dctx, addr)
 	switch {
 	case errors.Is(err, ErrNotFramed):
 		c = nil
@@ -59,6 +63,17 @@ func (p *Pool) Get(ctx context.Context, addr string) (*Conn, error) {
 	}
 	p.conns[addr] = c
 	return c, nil
+}
+
+func (p *Pool) dial(ctx context.Context, addr string) (*Conn, error) {
+	if p.Dial == nil {
+		return Dial(ctx, addr)
+	}
+	c, err := p.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return Start(ctx, c)
 }
 
 // Has reports whether the pool holds a framed connection to addr.
