@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/google/btree"
 )
 
 // Time is an instant on the caller's clock, in nanoseconds. The table never
@@ -147,11 +149,25 @@ type Table struct {
 	last     uint64 // the last token issued; 0 before the first
 	maxNow   Time   // the largest now ever passed in
 	observe  func(Event)
+	// index orders the entries that hold a lease record by key, for List.
+	// A B-tree is a pure data structure: it reads no clock, does no I/O,
+	// and two tables fed the same calls hold the same tree.
+	index *btree.BTreeG[*entry]
+	// visit, when set (by tests), is called for each entry List looks at.
+	// List only reads the table, so that concurrent readers may call it.
+	visit func()
 }
+
+// indexDegree is the B-tree's degree: nodes of up to 63 keys, a few
+// cache lines of pointers, shallow (4 levels for a million keys).
+const indexDegree = 32
+
+func byKey(a, b *entry) bool { return a.key < b.key }
 
 // New returns an empty table whose first grant will carry token 1.
 func New() *Table {
-	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{}}
+	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{},
+		index: btree.NewG(indexDegree, byKey)}
 }
 
 // SetObserver registers fn to be called, synchronously and in order, with
@@ -347,16 +363,32 @@ func (t *Table) Waiters(key string) []string {
 // List returns the leases alive at now whose key starts with prefix, sorted
 // by key, at most limit of them (limit <= 0: all).
 func (t *Table) List(prefix string, now Time, limit int) []Lease {
+	return t.ListAfter(prefix, "", now, limit)
+}
+
+// ListAfter is List of the keys after after (the last key of the previous
+// page; "" starts at the first). It walks the key index from the first key
+// the page can hold, so a page costs O(log n + page + e), where e is the
+// number of expired leases in its range that no Tick has ended yet (a
+// leader ticks them away at their expiry).
+func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 	var out []Lease
-	for k, e := range t.entries {
-		if e.held() && e.alive(now) && strings.HasPrefix(k, prefix) {
+	start := prefix
+	if after >= prefix {
+		start = after + "\x00" // the least key greater than after
+	}
+	t.index.AscendGreaterOrEqual(&entry{key: start}, func(e *entry) bool {
+		if t.visit != nil {
+			t.visit()
+		}
+		if !strings.HasPrefix(e.key, prefix) {
+			return false
+		}
+		if e.alive(now) {
 			out = append(out, e.lease())
 		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
+		return limit <= 0 || len(out) < limit
+	})
 	return out
 }
 
@@ -448,6 +480,7 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 		heap.Fix(&t.expiries, int(e.heapIdx))
 	} else {
 		heap.Push(&t.expiries, e)
+		t.index.ReplaceOrInsert(e)
 	}
 	if q := t.queueOf(e); q != nil {
 		for i := range q.waiters {
@@ -502,6 +535,7 @@ func (t *Table) expire(e *entry, now Time) {
 // drop removes e's lease record.
 func (t *Table) drop(e *entry) {
 	heap.Remove(&t.expiries, int(e.heapIdx))
+	t.index.Delete(e)
 	t.releaseHolder(e.holder)
 	e.holder, e.token, e.granted, e.expiry, e.ttl = nil, 0, 0, 0, 0
 }
