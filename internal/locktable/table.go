@@ -116,6 +116,7 @@ func (t *Table) forgetIfEmpty(e *entry, q *waitQueue) {
 
 // setWaiters makes ws e's queue; an empty one forgets it.
 func (t *Table) setWaiters(e *entry, ws []waiter) {
+	t.queued += len(ws) - len(t.waitersOf(e))
 	if len(ws) == 0 {
 		if e.queued {
 			delete(t.waiting, e.key)
@@ -148,6 +149,7 @@ type Table struct {
 	unused   int    // holders entries whose n is 0
 	last     uint64 // the last token issued; 0 before the first
 	maxNow   Time   // the largest now ever passed in
+	queued   int    // waiters in all queues
 	observe  func(Event)
 	// index orders the entries that hold a lease record by key, for List.
 	// A B-tree is a pure data structure: it reads no clock, does no I/O,
@@ -214,6 +216,20 @@ func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, erro
 // released or expires. A waiter leaves the queue at now >= deadline; a
 // deadline that has already passed refuses at once with a *HeldError.
 func (t *Table) Wait(key, holder string, now Time, ttl Duration, deadline Time) (Lease, bool, error) {
+	return t.WaitWithin(key, holder, now, ttl, deadline, WaitLimits{})
+}
+
+// WaitLimits caps the wait queues; a zero field is no cap.
+type WaitLimits struct {
+	PerKey int // waiters in one key's queue
+	Total  int // waiters in all queues
+}
+
+// WaitWithin is Wait that refuses, with a *QueueFullError and changing
+// nothing, a holder that would join a queue already at a limit. A holder
+// already queued keeps its place (and takes the new ttl and deadline)
+// whatever the limits.
+func (t *Table) WaitWithin(key, holder string, now Time, ttl Duration, deadline Time, lim WaitLimits) (Lease, bool, error) {
 	if err := validateGrant(key, holder, now, ttl); err != nil {
 		return Lease{}, false, err
 	}
@@ -231,20 +247,32 @@ func (t *Table) Wait(key, holder string, now Time, ttl Duration, deadline Time) 
 		return Lease{}, false, &HeldError{Lease: e.lease()}
 	}
 	q := t.queueOf(e)
+	if q != nil {
+		for i := range q.waiters {
+			if q.waiters[i].holder == holder {
+				q.waiters[i].ttl, q.waiters[i].deadline = ttl, deadline
+				return Lease{}, false, nil
+			}
+		}
+	}
+	switch n := len(t.waitersOf(e)); {
+	case lim.PerKey > 0 && n >= lim.PerKey:
+		return Lease{}, false, &QueueFullError{Key: key, Scope: "key", Limit: lim.PerKey}
+	case lim.Total > 0 && t.queued >= lim.Total:
+		return Lease{}, false, &QueueFullError{Key: key, Scope: "total", Limit: lim.Total}
+	}
 	if q == nil {
 		q = &waitQueue{}
 		t.waiting[e.key] = q
 		e.queued = true
 	}
-	for i := range q.waiters {
-		if q.waiters[i].holder == holder {
-			q.waiters[i].ttl, q.waiters[i].deadline = ttl, deadline
-			return Lease{}, false, nil
-		}
-	}
 	q.waiters = append(q.waiters, waiter{holder: holder, ttl: ttl, since: now, deadline: deadline})
+	t.queued++
 	return Lease{}, false, nil
 }
+
+// QueuedCount is the number of waiters in all queues.
+func (t *Table) QueuedCount() int { return t.queued }
 
 // CancelWait takes holder out of key's queue. It reports whether holder was
 // queued. It never touches a lease.
@@ -486,6 +514,7 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 		for i := range q.waiters {
 			if q.waiters[i].holder == holder {
 				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+				t.queued--
 				break
 			}
 		}
@@ -523,6 +552,7 @@ func (t *Table) dropLateWaiters(e *entry, q *waitQueue, now Time) {
 		kept = append(kept, w)
 	}
 	clear(ws[len(kept):])
+	t.queued -= len(ws) - len(kept)
 	q.waiters = kept
 	t.forgetIfEmpty(e, q)
 }
