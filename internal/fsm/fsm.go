@@ -15,8 +15,8 @@ import (
 )
 
 // Result is Apply's answer to one command. Err holds a refusal
-// (*locktable.HeldError, locktable.ErrNotHeld, *locktable.InputError) or
-// ErrBadCommand; the other fields are meaningful only when Err is nil.
+// (*locktable.HeldError, locktable.ErrNotHeld, *locktable.InputError,
+// *locktable.QueueFullError), ErrClockStep or ErrBadCommand; the other fields are meaningful only when Err is nil.
 type Result struct {
 	Op        Op
 	Index     uint64         // the log index of the entry
@@ -121,6 +121,9 @@ func (f *FSM) ApplyCommand(index uint64, cmd Command) *Result {
 }
 
 func (f *FSM) apply(c Command) *Result {
+	if err := f.checkStamp(c.Now); err != nil {
+		return &Result{Op: c.Op, Now: f.now, Err: err}
+	}
 	if c.Now > f.now {
 		f.now = c.Now
 	}
