@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -23,7 +24,8 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 	}
 	wait := locktable.Duration(api.Duration(req.WaitMs))
 	res, err := s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
-		Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait)})
+		Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait),
+		MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters)})
 	if err != nil {
 		s.waiters.remove(sub)
 		return none, proposalError(err)
@@ -31,7 +33,7 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 	if res.Err != nil || res.Granted {
 		s.waiters.remove(sub)
 		if res.Err != nil {
-			s.metrics.refusals.WithLabelValues("acquire").Inc()
+			s.countWaitRefusal(res.Err)
 			return none, s.commandError(res.Err, res.Now)
 		}
 		return wireLease(res.Lease, s.answerNow(res.Now)), nil
@@ -75,7 +77,8 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 				now, err := s.stamp()
 				if err == nil {
 					res, err = s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
-						Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait)})
+						Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait),
+						MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters)})
 				}
 				switch {
 				case err != nil:
@@ -83,6 +86,7 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 					return none, proposalError(err)
 				case res.Err != nil:
 					s.waiters.remove(sub)
+					s.countWaitRefusal(res.Err)
 					return none, s.commandError(res.Err, res.Now)
 				case res.Granted:
 					s.waiters.remove(sub)
@@ -106,6 +110,22 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 		}
 	}
 	return s.giveUp(sub, req.RequestID, after, gone, cause)
+}
+
+// waitLimit is a configured queue cap as a wait command carries it: 0 for
+// no cap (-1 in Config).
+func (s *Server) waitLimit(v int) int { return max(v, 0) }
+
+// countWaitRefusal counts a wait the state machine refused: a full queue
+// under fencelock_wait_queue_full_total{scope}, anything else (held, a
+// wait that had already elapsed) as an acquire refusal.
+func (s *Server) countWaitRefusal(err error) {
+	var full *locktable.QueueFullError
+	if errors.As(err, &full) {
+		s.metrics.queueFull.WithLabelValues(full.Scope).Inc()
+		return
+	}
+	s.metrics.refusals.WithLabelValues("acquire").Inc()
 }
 
 // giveUp takes a waiter out of the queue. If its grant was committed before
