@@ -33,7 +33,9 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 	if res.Err != nil || res.Granted {
 		s.waiters.remove(sub)
 		if res.Err != nil {
-			s.countWaitRefusal(res.Err)
+			if !s.countQueueFull(res.Err) {
+				s.metrics.refusals.WithLabelValues("acquire").Inc()
+			}
 			return none, s.commandError(res.Err, res.Now)
 		}
 		return wireLease(res.Lease, s.answerNow(res.Now)), nil
@@ -86,7 +88,7 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 					return none, proposalError(err)
 				case res.Err != nil:
 					s.waiters.remove(sub)
-					s.countWaitRefusal(res.Err)
+					s.countQueueFull(res.Err)
 					return none, s.commandError(res.Err, res.Now)
 				case res.Granted:
 					s.waiters.remove(sub)
@@ -116,16 +118,15 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 // no cap (-1 in Config).
 func (s *Server) waitLimit(v int) int { return max(v, 0) }
 
-// countWaitRefusal counts a wait the state machine refused: a full queue
-// under fencelock_wait_queue_full_total{scope}, anything else (held, a
-// wait that had already elapsed) as an acquire refusal.
-func (s *Server) countWaitRefusal(err error) {
+// countQueueFull counts a wait refused for a full queue under
+// fencelock_wait_queue_full_total{scope}, and reports whether err was one.
+func (s *Server) countQueueFull(err error) bool {
 	var full *locktable.QueueFullError
-	if errors.As(err, &full) {
-		s.metrics.queueFull.WithLabelValues(full.Scope).Inc()
-		return
+	if !errors.As(err, &full) {
+		return false
 	}
-	s.metrics.refusals.WithLabelValues("acquire").Inc()
+	s.metrics.queueFull.WithLabelValues(full.Scope).Inc()
+	return true
 }
 
 // giveUp takes a waiter out of the queue. If its grant was committed before
