@@ -310,7 +310,6 @@ func (t *Table) restoreLease(e *entry, l Lease) {
 	e.holder = t.internHolder(l.Holder)
 	e.token, e.granted, e.expiry, e.ttl = l.Token, l.Granted, l.Expiry, l.TTL
 	t.expiries = append(t.expiries, e)
-	t.index.ReplaceOrInsert(e)
 }
 
 func decodeV2(d *decoder) (*Table, error) {

@@ -151,8 +151,9 @@ type Table struct {
 	maxNow   Time   // the largest now ever passed in
 	queued   int    // waiters in all queues
 	observe  func(Event)
-	// index orders the entries that hold a lease record by key, for List.
-	// A B-tree is a pure data structure: it reads no clock, does no I/O,
+	// index orders the entries by key, for List: it holds exactly the
+	// entries of the map, so a lease that passes from holder to waiter
+	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
 	// and two tables fed the same calls hold the same tree.
 	index *btree.BTreeG[*entry]
 	// visit, when set (by tests), is called for each entry List looks at.
@@ -396,9 +397,10 @@ func (t *Table) List(prefix string, now Time, limit int) []Lease {
 
 // ListAfter is List of the keys after after (the last key of the previous
 // page; "" starts at the first). It walks the key index from the first key
-// the page can hold, so a page costs O(log n + page + e), where e is the
-// number of expired leases in its range that no Tick has ended yet (a
-// leader ticks them away at their expiry).
+// the page can hold, so a page costs O(log n + page + e), where e counts
+// the keys in its range that hold no live lease yet are still kept:
+// expired leases no Tick has ended yet (a leader ticks them away at their
+// expiry).
 func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 	var out []Lease
 	start := prefix
@@ -412,7 +414,7 @@ func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 		if !strings.HasPrefix(e.key, prefix) {
 			return false
 		}
-		if e.alive(now) {
+		if e.held() && e.alive(now) {
 			out = append(out, e.lease())
 		}
 		return limit <= 0 || len(out) < limit
@@ -477,6 +479,7 @@ func (t *Table) see(now Time) {
 func (t *Table) newEntry(key string) *entry {
 	e := &entry{key: key, heapIdx: -1}
 	t.entries[key] = e
+	t.index.ReplaceOrInsert(e)
 	return e
 }
 
@@ -508,7 +511,6 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 		heap.Fix(&t.expiries, int(e.heapIdx))
 	} else {
 		heap.Push(&t.expiries, e)
-		t.index.ReplaceOrInsert(e)
 	}
 	if q := t.queueOf(e); q != nil {
 		for i := range q.waiters {
@@ -565,7 +567,6 @@ func (t *Table) expire(e *entry, now Time) {
 // drop removes e's lease record.
 func (t *Table) drop(e *entry) {
 	heap.Remove(&t.expiries, int(e.heapIdx))
-	t.index.Delete(e)
 	t.releaseHolder(e.holder)
 	e.holder, e.token, e.granted, e.expiry, e.ttl = nil, 0, 0, 0, 0
 }
@@ -574,6 +575,7 @@ func (t *Table) drop(e *entry) {
 func (t *Table) tidy(e *entry) {
 	if !e.queued && !e.held() {
 		delete(t.entries, e.key)
+		t.index.Delete(e)
 	}
 }
 
