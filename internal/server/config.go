@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/fsm"
 )
 
 // Validate reports what is wrong with c, naming the field; zero fields
@@ -34,6 +35,14 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections < 0 {
 		bad("MaxConnections is %d; it must not be negative (0 is no cap)", c.MaxConnections)
+	}
+	for _, w := range []struct {
+		name string
+		v    int
+	}{{"MaxWaitersPerKey", c.MaxWaitersPerKey}, {"MaxWaiters", c.MaxWaiters}} {
+		if w.v < -1 || w.v > fsm.MaxWaitLimit {
+			bad("%s is %d; it must be between 1 and %d (0 is the default, -1 no cap)", w.name, w.v, fsm.MaxWaitLimit)
+		}
 	}
 	if c.WALSegmentSize < 0 {
 		bad("WALSegmentSize is %d; it must not be negative (0 is the default)", c.WALSegmentSize)
