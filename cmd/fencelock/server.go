@@ -71,6 +71,10 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
 	maxConns := f.Int("max-connections", 0, "at most `N` open client connections; 0: the open-file limit less a reserve for the log and peers")
 	f.Env("max-connections", "FENCELOCK_MAX_CONNECTIONS")
+	maxWaitersKey := f.Int("max-waiters-per-key", defaults.MaxWaitersPerKey, "at most `N` waiting acquires queued on one key; -1: no cap")
+	f.Env("max-waiters-per-key", "FENCELOCK_MAX_WAITERS_PER_KEY")
+	maxWaiters := f.Int("max-waiters", defaults.MaxWaiters, "at most `N` waiting acquires queued in all; -1: no cap")
+	f.Env("max-waiters", "FENCELOCK_MAX_WAITERS")
 	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
 		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
 	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
@@ -120,6 +124,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 	if *maxConns < 0 {
 		return usageError("--max-connections must be >= 0")
+	}
+	if *maxWaitersKey < -1 || *maxWaitersKey == 0 || *maxWaiters < -1 || *maxWaiters == 0 {
+		return usageError("--max-waiters-per-key and --max-waiters must be > 0, or -1 for no cap")
 	}
 	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
 	if err != nil {
@@ -172,6 +179,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
+		MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
 		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure}
 	if cfg.TLS.Enabled() {
 		cfg.TLSReload = reloadOnHangup(ctx, log)
