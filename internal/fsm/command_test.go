@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -26,6 +27,14 @@ var sampleCommands = []Command{
 	{Op: OpMember, RequestID: "m", Now: 9, NodeID: "n1", RaftAddr: "127.0.0.1:7471", ClientAddr: "127.0.0.1:7470"},
 	{Op: OpClusterID, Now: 10, ClusterID: "7f3a9c"},
 	{Op: OpTokenFloor, Now: 11, Token: 1 << 50},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLBootstrap, Principal: acl.Principal{TokenHash: acl.HashToken("s")}}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLSetPrincipal, Replace: true,
+		Principal: acl.Principal{Name: "ci", Policies: []string{"jobs", "read"}, TokenHash: acl.HashToken("t")}}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLSetPrincipal, Principal: acl.Principal{Name: "node1"}}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLDeletePrincipal, Name: "ci"}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLSetPolicy, Policy: acl.Policy{Name: "jobs",
+		Rules: []acl.Rule{{Prefix: "jobs/", Verbs: acl.Lock | acl.Read}, {Prefix: "jobs/secret/", Verbs: acl.Read, Deny: true}}}}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLDeletePolicy, Name: "jobs"}},
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
@@ -59,6 +68,10 @@ func TestEncodeRefuses(t *testing.T) {
 		{Op: OpAcquire, Holder: strings.Repeat("h", locktable.MaxHolderLen+1)},
 		{Op: OpExtendBatch, Items: many},
 		{Op: OpExtendBatch, Items: []Item{{Key: strings.Repeat("k", locktable.MaxKeyLen+1)}}},
+		{Op: OpACL},
+		{Op: OpACL, ACL: &ACLChange{Kind: ACLBootstrap}},
+		{Op: OpACL, ACL: &ACLChange{Kind: ACLSetPrincipal, Principal: acl.Principal{Name: "a/b"}}},
+		{Op: OpACL, ACL: &ACLChange{Kind: ACLSetPolicy, Policy: acl.Policy{Name: "p", Rules: []acl.Rule{{Prefix: "x"}}}}},
 	} {
 		if _, err := Encode(c); !errors.Is(err, ErrBadCommand) {
 			t.Errorf("Encode(%+v): %v, want ErrBadCommand", c.Op, err)
