@@ -49,7 +49,7 @@ func TestAllowed(t *testing.T) {
 		{[]string{"jobs/:lock", "jobs/:lock:deny"}, Lock, "jobs/a", false},    // deny beats allow at one prefix
 		{[]string{"jobs/:lock:deny", "jobs/:lock"}, Lock, "jobs/a", false},
 		{[]string{"jobs/:read:deny", "jobs/:lock"}, Lock, "jobs/a", true}, // a deny of another verb is not this one's
-		{[]string{"a:b:lock"}, Lock, "a:b:c", true},                         // colons in the prefix
+		{[]string{"a:b:lock"}, Lock, "a:b:c", true},                       // colons in the prefix
 	} {
 		s, p := state(t, c.rules...)
 		if got := s.Allowed(p, c.verb, c.key); got != c.want {
