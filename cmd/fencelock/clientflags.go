@@ -13,9 +13,10 @@ import (
 
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
-	addr    *string
-	json    *bool
-	timeout *time.Duration
+	addr      *string
+	json      *bool
+	timeout   *time.Duration
+	authToken *string
 }
 
 // clientExit is the exit status text of the client commands.
@@ -42,10 +43,11 @@ func (cf *clientFlags) common(f *flags, jsonUsage string) {
 	}
 	cf.json = f.Bool("json", false, jsonUsage)
 	cf.timeout = f.Duration("timeout", 10*time.Second, "how long to wait for an answer, on top of any --wait")
+	cf.authToken = authTokenFlag(f) // acl.go
 }
 
 func (cf *clientFlags) client() (*client.Client, error) {
-	c, err := client.New([]string{*cf.addr})
+	c, err := client.New([]string{*cf.addr}, authOption(*cf.authToken)...)
 	if err != nil {
 		return nil, usageError("--addr: %s", trimPrefix(err))
 	}

@@ -127,6 +127,7 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 	f.Env("addr", "FENCELOCK_ADDR")
 	asJSON := f.Bool("json", false, "print the answer as JSON (the API's shapes, package api)")
 	timeout := f.Duration("timeout", 30*time.Second, "give up after this long")
+	token := authTokenFlag(f) // acl.go
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -149,7 +150,7 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c, err := newClusterClient(nodes)
+	c, err := newClusterClient(nodes, authOption(*token)...)
 	if err != nil {
 		return usageError("--addr: %s", trimPrefix(err))
 	}
@@ -239,12 +240,12 @@ func splitAddrs(s string) []string {
 // that never left), 30s for one attempt (a join waits for the new node to
 // catch up, up to the server's JoinCatchUp, 10s by default), and retries
 // of unreachable and unavailable nodes until ctx ends, with short pauses.
-func newClusterClient(addrs []string) (*fencelock.Client, error) {
-	return fencelock.New(addrs,
+func newClusterClient(addrs []string, opts ...fencelock.Option) (*fencelock.Client, error) {
+	return fencelock.New(addrs, append([]fencelock.Option{
 		fencelock.WithFramed(false),
 		fencelock.WithHTTPClient(&http.Client{Timeout: 30 * time.Second}),
 		fencelock.WithRetries(math.MaxInt),
-		fencelock.WithBackoff(50*time.Millisecond, 250*time.Millisecond))
+		fencelock.WithBackoff(50*time.Millisecond, 250*time.Millisecond)}, opts...)...)
 }
 
 // refusal is the answer of a node that refused a call (not a 503: those

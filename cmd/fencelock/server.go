@@ -73,6 +73,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	leaderLease := f.String("leader-lease-timeout", defaults.LeaderLeaseTimeout.String(),
 		"raft: a leader that has not reached a quorum for this long (`D`) steps down; <= --heartbeat-timeout")
 	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
+	authToken := authTokenFlag(f) // acl.go: this node's own calls (announce, join)
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -160,7 +161,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cfg := server.Config{DataDir: *data, Logger: log, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
 		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
-		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns}
+		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
+		AuthToken: *authToken}
 	if *join == "" {
 		return server.Serve(ctx, ln, cfg, *grace)
 	}
@@ -172,7 +174,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	joined := make(chan struct{})
 	go func() {
 		defer close(joined)
-		c, err := newClusterClient(splitAddrs(*join))
+		c, err := newClusterClient(splitAddrs(*join), authOption(*authToken)...)
 		if err != nil {
 			log.Error("joining the cluster failed", "join", *join, "err", err)
 			return

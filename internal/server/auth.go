@@ -47,7 +47,7 @@ func unauthenticated(format string, args ...any) *Error {
 }
 
 func denied(format string, args ...any) *Error {
-	return newError(api.CodePermissionDenied, format, args...)
+	return newError(api.CodePermissionDenied, "permission denied: "+format, args...)
 }
 
 // authenticate finds the principal of r when ACLs are on: a bearer token,
