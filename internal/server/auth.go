@@ -111,7 +111,7 @@ func (c *caller) may(verb acl.Verb, key, what string) *Error {
 // with its name and "/").
 func (c *caller) lockAs(key, holder, what string) *Error {
 	if !acl.OwnsHolder(c.p.Name, holder) {
-		return denied("principal %q may act only as holder %q or %q/...; not as %q", c.p.Name, c.p.Name, c.p.Name, holder)
+		return denied("principal %q may act only as holder %q or %q; not as %q", c.p.Name, c.p.Name, c.p.Name+"/...", holder)
 	}
 	return c.may(acl.Lock, key, what)
 }
@@ -274,7 +274,7 @@ func (s *Server) guardedRelease(ctx context.Context, req api.ReleaseRequest) (ap
 		return resp, c.redact(req.Key, err)
 	}
 	if !c.st.Allowed(c.p, acl.Admin, req.Key) {
-		e := denied("principal %q may act only as holder %q or %q/...; releasing %q's lease needs admin on the key", c.p.Name, c.p.Name, c.p.Name, req.Holder)
+		e := denied("principal %q may act only as holder %q or %q; releasing %q's lease needs admin on the key", c.p.Name, c.p.Name, c.p.Name+"/...", req.Holder)
 		s.audit(ctx, "force-release", req.Key+" "+req.Holder, e)
 		return api.ReleaseResponse{}, e
 	}
