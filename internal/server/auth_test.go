@@ -187,6 +187,23 @@ func TestAuthPrefixRules(t *testing.T) {
 	if a := ts.authDo("POST", "/v1/acquire", acquireBody("jobs/secret/1", "ci", 60000, ""), ci); a.status != 403 {
 		t.Fatalf("ci acquire under the deny: %d %v", a.status, a.body)
 	}
+	// Leases below a read deny are left out of a list and their holders
+	// out of a 409.
+	ts.authDo("POST", "/v1/acquire", acquireBody("jobs/hidden/x", "admin", 60000, ""), admin)
+	body = `{"name":"ci-policy","rules":[{"prefix":"jobs/","verbs":["lock","read"]},{"prefix":"jobs/hidden/","verbs":["read"],"deny":true}]}`
+	if a := ts.authDo("POST", "/v1/acl/policy/set", body, admin); a.status != 200 {
+		t.Fatalf("policy set: %d %v", a.status, a.body)
+	}
+	if a := ts.authDo("GET", "/v1/locks?prefix=jobs/", "", ci); a.status != 200 || !strings.Contains(jsonString(a.body), "jobs/a") ||
+		strings.Contains(jsonString(a.body), "hidden") {
+		t.Fatalf("ci list jobs/: %d %v", a.status, a.body)
+	}
+	if a := ts.authDo("POST", "/v1/acquire", acquireBody("jobs/hidden/x", "ci", 60000, ""), ci); a.status != 409 || a.body["holder"] != nil {
+		t.Fatalf("ci acquire of a held key it may not read: %d %v", a.status, a.body)
+	}
+	if a := ts.authDo("POST", "/v1/acquire", acquireBody("jobs/hidden/x", "admin/2", 60000, ""), admin); a.status != 409 || a.body["holder"] != "admin" {
+		t.Fatalf("with read, the 409 names the holder: %d %v", a.status, a.body)
+	}
 	// Deleting the token ends it at once.
 	if a := ts.authDo("POST", "/v1/acl/token/delete", `{"name":"ci"}`, admin); a.status != 200 {
 		t.Fatalf("token delete: %d %v", a.status, a.body)
