@@ -247,10 +247,20 @@ var (
 	ErrExists       = errors.New("acl: a principal of that name exists")
 	ErrTooMany      = errors.New("acl: table full")
 	ErrTokenInUse   = errors.New("acl: that token hash is already in use")
+	// ErrNotBootstrapped: tables change only once ACLs are on, so that
+	// nothing made while anyone could call (before bootstrap) survives it.
+	ErrNotBootstrapped = errors.New("acl: the cluster's ACLs are not bootstrapped")
 )
 
 // SetPrincipal adds or replaces p (in a clone; s itself is not changed).
 func (s *State) SetPrincipal(p Principal, replace bool) (*State, error) {
+	if !s.On {
+		return nil, ErrNotBootstrapped
+	}
+	return s.setPrincipal(p, replace)
+}
+
+func (s *State) setPrincipal(p Principal, replace bool) (*State, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
@@ -276,6 +286,9 @@ func (s *State) SetPrincipal(p Principal, replace bool) (*State, error) {
 
 // DeletePrincipal removes the principal name.
 func (s *State) DeletePrincipal(name string) (*State, error) {
+	if !s.On {
+		return nil, ErrNotBootstrapped
+	}
 	p, ok := s.Principals[name]
 	if !ok {
 		return nil, ErrNotFound
@@ -290,6 +303,13 @@ func (s *State) DeletePrincipal(name string) (*State, error) {
 
 // SetPolicy adds or replaces p.
 func (s *State) SetPolicy(p Policy) (*State, error) {
+	if !s.On {
+		return nil, ErrNotBootstrapped
+	}
+	return s.setPolicy(p)
+}
+
+func (s *State) setPolicy(p Policy) (*State, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
@@ -305,6 +325,9 @@ func (s *State) SetPolicy(p Policy) (*State, error) {
 // DeletePolicy removes the policy name; principals that name it keep the
 // name, which then grants nothing.
 func (s *State) DeletePolicy(name string) (*State, error) {
+	if !s.On {
+		return nil, ErrNotBootstrapped
+	}
 	if _, ok := s.Policies[name]; !ok {
 		return nil, ErrNotFound
 	}
@@ -319,11 +342,11 @@ func (s *State) Bootstrap(hash [32]byte) (*State, error) {
 	if s.On {
 		return nil, ErrBootstrapped
 	}
-	c, err := s.SetPolicy(Policy{Name: AdminPolicy, Rules: AdminRules()})
+	c, err := s.setPolicy(Policy{Name: AdminPolicy, Rules: AdminRules()})
 	if err != nil {
 		return nil, err
 	}
-	if c, err = c.SetPrincipal(Principal{Name: BootstrapPrincipal, Policies: []string{AdminPolicy}, TokenHash: hash}, true); err != nil {
+	if c, err = c.setPrincipal(Principal{Name: BootstrapPrincipal, Policies: []string{AdminPolicy}, TokenHash: hash}, true); err != nil {
 		return nil, err
 	}
 	c.On = true

@@ -7,6 +7,31 @@ import (
 	"pgregory.net/rapid"
 )
 
+// on is an empty state with ACLs on.
+func on() *State {
+	s := Empty()
+	s.On = true
+	return s
+}
+
+// Before bootstrap nothing may be added: whatever anyone made then would
+// survive it.
+func TestChangesNeedBootstrap(t *testing.T) {
+	e := Empty()
+	if _, err := e.SetPolicy(Policy{Name: "admin", Rules: AdminRules()}); err != ErrNotBootstrapped {
+		t.Errorf("SetPolicy before bootstrap: %v", err)
+	}
+	if _, err := e.SetPrincipal(Principal{Name: "evil", Policies: []string{"admin"}}, false); err != ErrNotBootstrapped {
+		t.Errorf("SetPrincipal before bootstrap: %v", err)
+	}
+	if _, err := e.DeletePolicy("x"); err != ErrNotBootstrapped {
+		t.Errorf("DeletePolicy before bootstrap: %v", err)
+	}
+	if _, err := e.DeletePrincipal("x"); err != ErrNotBootstrapped {
+		t.Errorf("DeletePrincipal before bootstrap: %v", err)
+	}
+}
+
 func state(t *testing.T, rules ...string) (*State, Principal) {
 	t.Helper()
 	var rs []Rule
@@ -17,7 +42,7 @@ func state(t *testing.T, rules ...string) (*State, Principal) {
 		}
 		rs = append(rs, rule)
 	}
-	s, err := Empty().SetPolicy(Policy{Name: "p", Rules: rs})
+	s, err := on().SetPolicy(Policy{Name: "p", Rules: rs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +162,7 @@ func TestAllowedModel(t *testing.T) {
 		verb := []Verb{Lock, Read, Admin}[rapid.IntRange(0, 2).Draw(t, "verb")]
 		// Split the rules over two policies: the result must not depend on it.
 		cut := rapid.IntRange(0, len(rules)).Draw(t, "cut")
-		s, _ := Empty().SetPolicy(Policy{Name: "one", Rules: rules[:cut]})
+		s, _ := on().SetPolicy(Policy{Name: "one", Rules: rules[:cut]})
 		s, _ = s.SetPolicy(Policy{Name: "two", Rules: rules[cut:]})
 		p := Principal{Name: "p", Policies: []string{"two", "one"}}
 

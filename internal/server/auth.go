@@ -63,8 +63,8 @@ func (s *Server) authenticate(r *http.Request, op string) (*http.Request, *Error
 		ok bool
 	)
 	if h := r.Header.Get(api.HeaderAuthorization); h != "" {
-		secret, isBearer := strings.CutPrefix(h, "Bearer ")
-		if !isBearer {
+		scheme, secret, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
 			return nil, unauthenticated("the Authorization header must be \"Bearer <secret>\"")
 		}
 		if p, ok = st.ByToken(strings.TrimSpace(secret)); !ok {
@@ -451,6 +451,8 @@ func (s *Server) proposeACL(c fsm.ACLChange) *Error {
 		return nil
 	case errors.Is(res.Err, acl.ErrBootstrapped):
 		return denied("the cluster's ACLs are already bootstrapped; bootstrap works once")
+	case errors.Is(res.Err, acl.ErrNotBootstrapped):
+		return invalid("acl", "the cluster's ACLs are not bootstrapped: run fencelock acl bootstrap first (nothing made before it may survive it)")
 	case errors.Is(res.Err, acl.ErrNotFound):
 		return newError(api.CodeNotFound, "%v", res.Err)
 	case errors.Is(res.Err, acl.ErrExists):

@@ -79,7 +79,17 @@ func TestAuthUnauthenticatedCallsAreRefusedAndChangeNothing(t *testing.T) {
 	if a := ts.post("/v1/acquire", acquireBody("open", "anyone", 60000, "")); a.status != 200 {
 		t.Fatalf("acquire before bootstrap: %d %v", a.status, a.body)
 	}
+	// Nothing made before bootstrap can survive it.
+	if a := ts.post("/v1/acl/policy/set", `{"name":"admin","rules":[{"prefix":"","verbs":["admin"]}]}`); a.status != 400 {
+		t.Fatalf("policy set before bootstrap: %d %v", a.status, a.body)
+	}
+	if a := ts.post("/v1/acl/token/create", `{"name":"evil","policies":["admin"]}`); a.status != 400 || a.body["secret"] != nil {
+		t.Fatalf("token create before bootstrap: %d %v", a.status, a.body)
+	}
 	admin := ts.bootstrap()
+	if _, ok := ts.fsm.ACL().Principals["evil"]; ok {
+		t.Fatal("a principal made before bootstrap survived it")
+	}
 	if a := ts.post("/v1/acl/bootstrap", "{}"); a.status != 403 || a.body["code"] != "permission_denied" || a.body["secret"] != nil {
 		t.Fatalf("second bootstrap: %d %v", a.status, a.body)
 	}
