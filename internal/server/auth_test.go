@@ -11,7 +11,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/fencelock/fencelock/internal/acl"
+	"github.com/fencelock/fencelock/internal/fsm"
 )
 
 // The attacks of issue 13 against ACLs: each call below was answered 200
@@ -361,4 +364,41 @@ func TestAuthPolicyIsReplicatedAndEnforcedAfterLeaderChange(t *testing.T) {
 		p, _ := st.ByToken(ci)
 		return !st.Allowed(p, acl.Lock, "jobs/1")
 	})
+}
+
+// A node announces its client address to the leader with Config.AuthToken
+// once ACLs are on; without a valid token the announce is refused 401 and
+// the members table is not changed.
+func TestAuthNodesAnnounceWithTheirToken(t *testing.T) {
+	const nodeSecret = "flk_test-node-secret"
+	c := startCluster(t, 3, func(cfg *Config) { cfg.AuthToken = nodeSecret })
+	l := c.leader()
+	c.announced(l)
+	l.bootstrap()
+	if e := l.proposeACL(fsm.ACLChange{Kind: fsm.ACLSetPrincipal, Principal: acl.Principal{Name: "nodes",
+		Policies: []string{acl.AdminPolicy}, TokenHash: acl.HashToken(nodeSecret)}}); e != nil {
+		t.Fatal(e)
+	}
+	f := c.others(l)[0]
+	forget := func() {
+		t.Helper()
+		if _, err := l.propose(fsm.Command{Op: fsm.OpMember, NodeID: f.id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forget()
+	eventually(t, "the follower to announce itself again", func() bool {
+		m, ok := l.fsm.Member(f.id)
+		return ok && m.ClientAddr == f.addr
+	})
+	if e := l.proposeACL(fsm.ACLChange{Kind: fsm.ACLDeletePrincipal, Name: "nodes"}); e != nil {
+		t.Fatal(e)
+	}
+	refused := l.metrics.requests.WithLabelValues("/v1/cluster/announce", "401")
+	before := testutil.ToFloat64(refused)
+	forget()
+	eventually(t, "a refused announce", func() bool { return testutil.ToFloat64(refused) > before })
+	if m, ok := l.fsm.Member(f.id); ok {
+		t.Fatalf("an announce with a revoked token was recorded: %+v", m)
+	}
 }
