@@ -113,7 +113,7 @@ func readACLChange(r *reader) *ACLChange {
 			r.fail("bootstrap without a token hash")
 		}
 	case ACLSetPrincipal:
-		c.Replace = r.byte() == 1
+		c.Replace = r.bool()
 		c.Principal = readPrincipal(r)
 		if err := c.Principal.Check(); r.err == nil && err != nil {
 			r.fail("%v", err)
@@ -129,6 +129,17 @@ func readACLChange(r *reader) *ACLChange {
 		r.fail("unknown acl change %d", c.Kind)
 	}
 	return c
+}
+
+// bool reads a byte that must be 0 or 1, so every encoding is canonical.
+func (r *reader) bool() bool {
+	switch b := r.byte(); b {
+	case 0, 1:
+		return b == 1
+	default:
+		r.fail("flag byte %d", b)
+		return false
+	}
 }
 
 func boolByte(v bool) byte {
@@ -160,6 +171,9 @@ func readHash(r *reader) [32]byte {
 		r.fail("token hash of %d bytes", len(s))
 	}
 	copy(h[:], s)
+	if len(s) == 32 && h == ([32]byte{}) {
+		r.fail("zero token hash") // written as "": not canonical
+	}
 	return h
 }
 
@@ -187,7 +201,7 @@ func readPolicy(r *reader) acl.Policy {
 	p := acl.Policy{Name: r.string(acl.MaxNameLen)}
 	n := r.bounded(acl.MaxRules)
 	for i := 0; i < n && r.err == nil; i++ {
-		p.Rules = append(p.Rules, acl.Rule{Prefix: r.string(acl.MaxPrefixLen), Verbs: acl.Verb(r.byte()), Deny: r.byte() == 1})
+		p.Rules = append(p.Rules, acl.Rule{Prefix: r.string(acl.MaxPrefixLen), Verbs: acl.Verb(r.byte()), Deny: r.bool()})
 	}
 	return p
 }
@@ -225,7 +239,7 @@ func appendACLState(b []byte, s *acl.State) []byte {
 
 func readACLState(r *reader) *acl.State {
 	s := acl.Empty()
-	s.On = r.byte() == 1
+	s.On = r.bool()
 	if r.err == nil && !s.On {
 		r.fail("acl tables of a cluster not bootstrapped")
 	}
@@ -233,6 +247,9 @@ func readACLState(r *reader) *acl.State {
 	last := ""
 	for i := 0; i < n && r.err == nil; i++ {
 		p := readPrincipal(r)
+		if err := p.Check(); r.err == nil && err != nil {
+			r.fail("%v", err)
+		}
 		if i > 0 && p.Name <= last {
 			r.fail("principals out of order")
 		}
@@ -243,6 +260,9 @@ func readACLState(r *reader) *acl.State {
 	last = ""
 	for i := 0; i < n && r.err == nil; i++ {
 		p := readPolicy(r)
+		if err := p.Check(); r.err == nil && err != nil {
+			r.fail("%v", err)
+		}
 		if i > 0 && p.Name <= last {
 			r.fail("policies out of order")
 		}
