@@ -250,14 +250,32 @@ var (
 	// ErrNotBootstrapped: tables change only once ACLs are on, so that
 	// nothing made while anyone could call (before bootstrap) survives it.
 	ErrNotBootstrapped = errors.New("acl: the cluster's ACLs are not bootstrapped")
+	// ErrLastAdmin: the change would leave no principal with admin on
+	// "", and with it no way to change the tables again (there is no
+	// reset).
+	ErrLastAdmin = errors.New("acl: the change would leave no principal with admin on \"\"")
 )
+
+// keepsAdmin refuses next unless some principal still has admin on "".
+func keepsAdmin(next *State) (*State, error) {
+	for _, p := range next.Principals {
+		if next.Allowed(p, Admin, "") {
+			return next, nil
+		}
+	}
+	return nil, ErrLastAdmin
+}
 
 // SetPrincipal adds or replaces p (in a clone; s itself is not changed).
 func (s *State) SetPrincipal(p Principal, replace bool) (*State, error) {
 	if !s.On {
 		return nil, ErrNotBootstrapped
 	}
-	return s.setPrincipal(p, replace)
+	next, err := s.setPrincipal(p, replace)
+	if err != nil {
+		return nil, err
+	}
+	return keepsAdmin(next)
 }
 
 func (s *State) setPrincipal(p Principal, replace bool) (*State, error) {
@@ -298,7 +316,7 @@ func (s *State) DeletePrincipal(name string) (*State, error) {
 	if p.HasToken() {
 		delete(c.byHash, p.TokenHash)
 	}
-	return c, nil
+	return keepsAdmin(c)
 }
 
 // SetPolicy adds or replaces p.
@@ -306,7 +324,11 @@ func (s *State) SetPolicy(p Policy) (*State, error) {
 	if !s.On {
 		return nil, ErrNotBootstrapped
 	}
-	return s.setPolicy(p)
+	next, err := s.setPolicy(p)
+	if err != nil {
+		return nil, err
+	}
+	return keepsAdmin(next)
 }
 
 func (s *State) setPolicy(p Policy) (*State, error) {
@@ -333,7 +355,7 @@ func (s *State) DeletePolicy(name string) (*State, error) {
 	}
 	c := s.Clone()
 	delete(c.Policies, name)
-	return c, nil
+	return keepsAdmin(c)
 }
 
 // Bootstrap turns ACLs on with one admin principal whose token hashes to

@@ -42,12 +42,12 @@ func state(t *testing.T, rules ...string) (*State, Principal) {
 		}
 		rs = append(rs, rule)
 	}
-	s, err := on().SetPolicy(Policy{Name: "p", Rules: rs})
+	s, err := on().setPolicy(Policy{Name: "p", Rules: rs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := Principal{Name: "alice", Policies: []string{"p", "missing"}}
-	if s, err = s.SetPrincipal(p, false); err != nil {
+	if s, err = s.setPrincipal(p, false); err != nil {
 		t.Fatal(err)
 	}
 	return s, p
@@ -130,6 +130,23 @@ func TestTokens(t *testing.T) {
 	if _, ok := s.ByToken(secret); !ok {
 		t.Error("the change modified the state it was made from")
 	}
+	// The last admin cannot go: nothing could change the tables again.
+	if _, err := s2.DeletePrincipal(BootstrapPrincipal); err != ErrLastAdmin {
+		t.Fatalf("deleting the last admin: %v", err)
+	}
+	if _, err := s2.DeletePolicy(AdminPolicy); err != ErrLastAdmin {
+		t.Fatalf("deleting the last admin's policy: %v", err)
+	}
+	if _, err := s2.SetPolicy(Policy{Name: AdminPolicy, Rules: []Rule{{Prefix: "jobs/", Verbs: Admin}}}); err != ErrLastAdmin {
+		t.Fatalf("narrowing the last admin's policy: %v", err)
+	}
+	if _, err := s2.SetPrincipal(Principal{Name: BootstrapPrincipal, TokenHash: HashToken("new")}, true); err != ErrLastAdmin {
+		t.Fatalf("taking the last admin's policies: %v", err)
+	}
+	s2, err = s2.SetPrincipal(Principal{Name: "ops", Policies: []string{AdminPolicy}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s3, err := s2.DeletePrincipal(BootstrapPrincipal)
 	if err != nil {
 		t.Fatal(err)
@@ -162,8 +179,8 @@ func TestAllowedModel(t *testing.T) {
 		verb := []Verb{Lock, Read, Admin}[rapid.IntRange(0, 2).Draw(t, "verb")]
 		// Split the rules over two policies: the result must not depend on it.
 		cut := rapid.IntRange(0, len(rules)).Draw(t, "cut")
-		s, _ := on().SetPolicy(Policy{Name: "one", Rules: rules[:cut]})
-		s, _ = s.SetPolicy(Policy{Name: "two", Rules: rules[cut:]})
+		s, _ := on().setPolicy(Policy{Name: "one", Rules: rules[:cut]})
+		s, _ = s.setPolicy(Policy{Name: "two", Rules: rules[cut:]})
 		p := Principal{Name: "p", Policies: []string{"two", "one"}}
 
 		want, best := false, -1

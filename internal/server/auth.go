@@ -453,6 +453,8 @@ func (s *Server) proposeACL(c fsm.ACLChange) *Error {
 		return denied("the cluster's ACLs are already bootstrapped; bootstrap works once")
 	case errors.Is(res.Err, acl.ErrNotBootstrapped):
 		return invalid("acl", "the cluster's ACLs are not bootstrapped: run fencelock acl bootstrap first (nothing made before it may survive it)")
+	case errors.Is(res.Err, acl.ErrLastAdmin):
+		return invalid("name", "refused: no principal would be left with admin on \"\", and nothing could change the ACLs again")
 	case errors.Is(res.Err, acl.ErrNotFound):
 		return newError(api.CodeNotFound, "%v", res.Err)
 	case errors.Is(res.Err, acl.ErrExists):

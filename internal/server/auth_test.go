@@ -143,6 +143,9 @@ func TestAuthUnauthenticatedCallsAreRefusedAndChangeNothing(t *testing.T) {
 	if a := ts.authDo("POST", "/v1/acquire", acquireBody("k", "admin/job", 60000, ""), admin); a.status != 200 {
 		t.Fatalf("admin acquire: %d %v", a.status, a.body)
 	}
+	if a := ts.authDo("POST", "/v1/acl/token/delete", `{"name":"admin"}`, admin); a.status != 400 {
+		t.Fatalf("deleting the last admin: %d %v", a.status, a.body)
+	}
 	if a := ts.authDo("GET", "/v1/acl/whoami", "", admin); a.status != 200 || a.body["principal"] != "admin" || a.body["auth"] != true {
 		t.Fatalf("whoami: %d %v", a.status, a.body)
 	}
