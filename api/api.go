@@ -70,6 +70,8 @@ const (
 	CodeTooManyOpenFiles = "too_many_open_files"  // 503: the log cannot open a file
 	CodeTooManyConns     = "too_many_connections" // 503: the server is at its connection cap
 	CodeTooManyWaiters   = "too_many_waiters"     // 429: the key's wait queue, or all queues, are at their limit; nothing changed
+	CodeUnauthenticated  = "unauthenticated"      // 401: auth is on and the call carries no known credential
+	CodePermissionDenied = "permission_denied"    // 403: the caller's policies do not allow this call
 
 	// Membership refusals (409 unless noted); nothing changed.
 	CodeNoRaft          = "no_raft_transport" // this node cannot add nodes
@@ -85,6 +87,10 @@ func Status(code string) int {
 	switch code {
 	case CodeInvalid:
 		return http.StatusBadRequest
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodePermissionDenied:
+		return http.StatusForbidden
 	case CodeHeld, CodeNotHeld, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeNoQuorum:
 		return http.StatusConflict
 	case CodeNotFound:

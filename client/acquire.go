@@ -26,6 +26,9 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LeaseOption
 }
 
 func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait time.Duration) (*Lease, error) {
+	if err := c.ownHolder(ctx, &o); err != nil { // auth.go
+		return nil, err
+	}
 	if o.ttl <= 0 {
 		return nil, invalidf("ttl_ms", "ttl must be positive, not %v", o.ttl)
 	}

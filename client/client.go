@@ -38,6 +38,7 @@ type Client struct {
 	maxBackoff time.Duration
 	framed     bool
 	waitCheck  time.Duration
+	auth       authState // auth.go
 
 	mu    sync.Mutex
 	addrs []string // base URLs, no trailing slash
@@ -374,7 +375,7 @@ func ctxErr(ctx context.Context) error {
 const maxAnswer = 8 << 20
 
 func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) error {
-	if c.framed && (strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")) {
+	if c.framed && c.auth.token == "" && (strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")) {
 		fc, err := c.frameConn(ctx, addr)
 		if err != nil {
 			return err
@@ -445,6 +446,9 @@ func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte
 		req.Header.Set("Content-Type", api.ContentType)
 	}
 	req.Header.Set("Accept", api.ContentType)
+	if c.auth.token != "" {
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+c.auth.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if connected.Load() {

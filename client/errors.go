@@ -32,6 +32,12 @@ var (
 	ErrUnreachable = errors.New("fencelock: server unreachable")
 	// ErrInternal: the server reported a bug. Wire code "internal".
 	ErrInternal = errors.New("fencelock: server internal error")
+	// ErrUnauthenticated: the cluster's ACLs are on and the call carried
+	// no known credential (WithAuthToken). Wire code "unauthenticated".
+	ErrUnauthenticated = errors.New("fencelock: unauthenticated")
+	// ErrPermissionDenied: the caller's policies do not allow the call, or
+	// the holder is not the caller's. Wire code "permission_denied".
+	ErrPermissionDenied = errors.New("fencelock: permission denied")
 )
 
 // Reasons a Lease ends. Lease.Err and context.Cause(Lease.Context()) return
@@ -88,6 +94,10 @@ func (e *APIError) Unwrap() error {
 		return ErrUnavailable
 	case api.CodeInternal:
 		return ErrInternal
+	case api.CodeUnauthenticated:
+		return ErrUnauthenticated
+	case api.CodePermissionDenied:
+		return ErrPermissionDenied
 	}
 	switch {
 	case e.Status == 400:

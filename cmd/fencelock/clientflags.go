@@ -13,10 +13,11 @@ import (
 
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
-	addr    *string
-	json    *bool
-	timeout *time.Duration
-	tls     *clientTLSFlags
+	addr      *string
+	json      *bool
+	timeout   *time.Duration
+	tls       *clientTLSFlags
+	authToken *string
 }
 
 // clientExit is the exit status text of the client commands.
@@ -44,6 +45,7 @@ func (cf *clientFlags) common(f *flags, jsonUsage string) {
 	cf.json = f.Bool("json", false, jsonUsage)
 	cf.timeout = f.Duration("timeout", 10*time.Second, "how long to wait for an answer, on top of any --wait")
 	cf.tls = addClientTLSFlags(f)
+	cf.authToken = authTokenFlag(f) // acl.go
 }
 
 func (cf *clientFlags) client() (*client.Client, error) {
@@ -51,7 +53,7 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	var opts []client.Option
+	opts := authOption(*cf.authToken)
 	if cfg != nil {
 		opts = append(opts, client.WithTLSConfig(cfg))
 	}

@@ -128,6 +128,7 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 	asJSON := f.Bool("json", false, "print the answer as JSON (the API's shapes, package api)")
 	timeout := f.Duration("timeout", 30*time.Second, "give up after this long")
 	tlsFlags := addClientTLSFlags(f)
+	token := authTokenFlag(f) // acl.go
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -154,7 +155,7 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c, err := newClusterClient(nodes, tlsCfg)
+	c, err := newClusterClient(nodes, tlsCfg, authOption(*token)...)
 	if err != nil {
 		return usageError("--addr: %s", trimPrefix(err))
 	}
@@ -244,8 +245,8 @@ func splitAddrs(s string) []string {
 // that never left), 30s for one attempt (a join waits for the new node to
 // catch up, up to the server's JoinCatchUp, 10s by default), and retries
 // of unreachable and unavailable nodes until ctx ends, with short pauses.
-// With tlsCfg, https.
-func newClusterClient(addrs []string, tlsCfg *tls.Config) (*fencelock.Client, error) {
+// With tlsCfg, https; opts come last.
+func newClusterClient(addrs []string, tlsCfg *tls.Config, more ...fencelock.Option) (*fencelock.Client, error) {
 	opts := []fencelock.Option{
 		fencelock.WithFramed(false),
 		fencelock.WithHTTPClient(clusterHTTP(tlsCfg)),
@@ -255,7 +256,7 @@ func newClusterClient(addrs []string, tlsCfg *tls.Config) (*fencelock.Client, er
 	if tlsCfg != nil {
 		opts = append(opts, fencelock.WithTLSConfig(tlsCfg))
 	}
-	return fencelock.New(addrs, opts...)
+	return fencelock.New(addrs, append(opts, more...)...)
 }
 
 // refusal is the answer of a node that refused a call (not a 503: those

@@ -76,6 +76,7 @@ func init() {
 		{"list", "list live locks by key prefix", runList, listUsage},
 		{"lock", "run a command while holding a lock, with its fencing token", runLock, lockUsage},
 		{"cluster", "list, join or remove the nodes of a cluster", runCluster, clusterUsage},
+		{"acl", "turn authentication on, manage tokens and key-prefix policies", runACL, aclUsage},
 		{"recover", "repair a damaged data dir without ever reissuing a token", runRecover, recoverUsage},
 		{"lab", "the c11 lab, measured (lab replay: step through lock calls)", runLab, labUsage},
 		{"bench", "measure acquire+release cycles/s, p50, p99 against a server", runBench, benchUsage},

@@ -85,6 +85,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		"raft: a leader that has not reached a quorum for this long (`D`) steps down; <= --heartbeat-timeout")
 	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
 	tlsFlags := addServerTLSFlags(f)
+	authToken := authTokenFlag(f) // acl.go: this node's own calls (announce, join)
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -180,7 +181,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
 		MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
-		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure}
+		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure, AuthToken: *authToken}
 	if cfg.TLS.Enabled() {
 		cfg.TLSReload = reloadOnHangup(ctx, log)
 	}
@@ -200,7 +201,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 			log.Error("joining the cluster failed", "join", *join, "err", err)
 			return
 		}
-		c, err := newClusterClient(splitAddrs(*join), tlsCfg)
+		c, err := newClusterClient(splitAddrs(*join), tlsCfg, authOption(*authToken)...)
 		if err != nil {
 			log.Error("joining the cluster failed", "join", *join, "err", err)
 			return

@@ -22,8 +22,12 @@ func invocations() [][]string {
 	for _, c := range commands {
 		out = append(out, []string{c.name})
 	}
-	return append(out, []string{"lab", "replay"}, []string{"cluster", "members"},
+	out = append(out, []string{"lab", "replay"}, []string{"cluster", "members"},
 		[]string{"cluster", "join"}, []string{"cluster", "remove"})
+	for _, sub := range aclSubcommands {
+		out = append(out, append([]string{"acl"}, strings.Fields(sub)...))
+	}
+	return out
 }
 
 var flagLine = regexp.MustCompile(`(?m)^  (-{1,2})([a-z][a-z0-9-]*)(?: (\S+))?`)

@@ -25,7 +25,8 @@ const (
 	OpMember      Op = 10 // NodeID, RaftAddr, ClientAddr (both empty: forget the node)
 	OpClusterID   Op = 11 // ClusterID (set once; later ones change nothing)
 	OpTokenFloor  Op = 12 // Token: raise the token counter to at least Token
-	opLimit       Op = 13
+	OpACL         Op = 13 // ACL: one change of the ACL tables (acl.go)
+	opLimit       Op = 14
 )
 
 var opNames = [...]string{
@@ -33,6 +34,7 @@ var opNames = [...]string{
 	OpRelease: "release", OpExtend: "extend", OpExtendBatch: "extend-batch",
 	OpRenew: "renew", OpTick: "tick", OpCancelWaits: "cancel-waits",
 	OpMember: "member", OpClusterID: "cluster-id", OpTokenFloor: "token-floor",
+	OpACL: "acl",
 }
 
 func (o Op) String() string {
@@ -91,6 +93,9 @@ type Command struct {
 
 	// OpClusterID: the cluster's identity, chosen by its first leader.
 	ClusterID string
+
+	// OpACL: the change (acl.go).
+	ACL *ACLChange
 }
 
 // Encoding, after the op byte, all integers varints:
@@ -176,6 +181,11 @@ func Encode(c Command) ([]byte, error) {
 		b = appendString(b, c.ClientAddr)
 	case OpClusterID:
 		b = appendString(b, c.ClusterID)
+	case OpACL:
+		var err error
+		if b, err = appendACLChange(b, c.ACL); err != nil {
+			return nil, err
+		}
 	case OpCancelWaits:
 		b = binary.AppendUvarint(b, uint64(len(c.Items)))
 		for _, it := range c.Items {
@@ -254,6 +264,8 @@ func Decode(data []byte) (Command, error) {
 		if c.ClusterID = d.string(MaxClusterIDLen); c.ClusterID == "" && d.err == nil {
 			d.fail("empty cluster id")
 		}
+	case OpACL:
+		c.ACL = readACLChange(&d)
 	case OpCancelWaits:
 		n := d.count()
 		for i := 0; i < n && d.err == nil; i++ {

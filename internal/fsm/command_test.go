@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -28,6 +29,14 @@ var sampleCommands = []Command{
 	{Op: OpTokenFloor, Now: 11, Token: 1 << 50},
 	{Op: OpWait, Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 200, MaxKeyWaiters: 1000, MaxWaiters: 100000},
 	{Op: OpWait, Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 200, MaxWaiters: MaxWaitLimit},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLBootstrap, Principal: acl.Principal{TokenHash: acl.HashToken("s")}}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLSetPrincipal, Replace: true,
+		Principal: acl.Principal{Name: "ci", Policies: []string{"jobs", "read"}, TokenHash: acl.HashToken("t")}}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLSetPrincipal, Principal: acl.Principal{Name: "node1"}}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLDeletePrincipal, Name: "ci"}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLSetPolicy, Policy: acl.Policy{Name: "jobs",
+		Rules: []acl.Rule{{Prefix: "jobs/", Verbs: acl.Lock | acl.Read}, {Prefix: "jobs/secret/", Verbs: acl.Read, Deny: true}}}}},
+	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLDeletePolicy, Name: "jobs"}},
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
@@ -64,6 +73,10 @@ func TestEncodeRefuses(t *testing.T) {
 		{Op: OpWait, MaxKeyWaiters: -1},
 		{Op: OpWait, MaxWaiters: MaxWaitLimit + 1},
 		{Op: OpAcquire, MaxKeyWaiters: 1},
+		{Op: OpACL},
+		{Op: OpACL, ACL: &ACLChange{Kind: ACLBootstrap}},
+		{Op: OpACL, ACL: &ACLChange{Kind: ACLSetPrincipal, Principal: acl.Principal{Name: "a/b"}}},
+		{Op: OpACL, ACL: &ACLChange{Kind: ACLSetPolicy, Policy: acl.Policy{Name: "p", Rules: []acl.Rule{{Prefix: "x"}}}}},
 	} {
 		if _, err := Encode(c); !errors.Is(err, ErrBadCommand) {
 			t.Errorf("Encode(%+v): %v, want ErrBadCommand", c.Op, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -60,6 +61,7 @@ type FSM struct {
 	waits   map[string]*remembered // queued waits by waitKey, a view of seen
 	members map[string]Member      // see members.go
 	cluster string                 // the cluster id (members.go); "" until the first leader sets it
+	acls    *acl.State             // acl.go; replaced whole on each change
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -67,7 +69,7 @@ var _ raft.FSM = (*FSM)(nil)
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
 	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{},
-		waits: map[string]*remembered{}, members: map[string]Member{}}
+		waits: map[string]*remembered{}, members: map[string]Member{}, acls: acl.Empty()}
 	f.table.SetObserver(f.emit)
 	return f
 }
@@ -188,6 +190,8 @@ func (f *FSM) apply(c Command) *Result {
 		}
 	case OpTokenFloor:
 		t.RaiseLastToken(c.Token)
+	case OpACL:
+		r.Err = f.applyACL(c.ACL)
 	default:
 		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}
@@ -278,7 +282,8 @@ func (f *FSM) NextDeadline() (locktable.Time, bool) {
 // (dedupe.go) | members (members.go; absent when there are none and no
 // cluster id, as in snapshots from before clustering) | cluster id (a
 // string; absent until one is set, as in snapshots from before it
-// existed) | CRC-32 of all before.
+// existed, unless ACL tables follow, when it may be "") | ACL tables
+// (acl.go; absent until bootstrapped) | CRC-32 of all before.
 const snapshotMagic = "FLS1"
 
 // Snapshot encodes the state under the lock; Persist only writes bytes.
@@ -299,11 +304,15 @@ func (f *FSM) marshalParts() [][]byte {
 	head = binary.AppendUvarint(head, f.index)
 	head = binary.AppendUvarint(head, uint64(len(tbl)))
 	tail := appendRemembered(nil, f.order)
-	if len(f.members) > 0 || f.cluster != "" {
+	acls := f.acls.On
+	if len(f.members) > 0 || f.cluster != "" || acls {
 		tail = appendMembers(tail, f.members)
 	}
-	if f.cluster != "" {
+	if f.cluster != "" || acls {
 		tail = appendString(tail, f.cluster)
+	}
+	if acls {
+		tail = appendACLState(tail, f.acls)
 	}
 	sum := crc32.ChecksumIEEE(head)
 	sum = crc32.Update(sum, crc32.IEEETable, tbl)
@@ -362,14 +371,18 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	seen, order := readRemembered(&r)
 	members := map[string]Member{}
 	cluster := ""
+	acls := acl.Empty()
 	if r.err == nil && len(r.b) > 0 {
 		members = readMembers(&r)
 		if r.err == nil && len(r.b) > 0 {
-			if cluster = r.string(MaxClusterIDLen); cluster == "" {
+			if cluster = r.string(MaxClusterIDLen); cluster == "" && len(r.b) == 0 {
 				r.fail("empty cluster id")
 			}
 		}
-		if r.err == nil && len(members) == 0 && cluster == "" {
+		if r.err == nil && len(r.b) > 0 {
+			acls = readACLState(&r)
+		}
+		if r.err == nil && len(members) == 0 && cluster == "" && !acls.On {
 			r.fail("empty member list")
 		}
 	}
@@ -393,7 +406,7 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 			f.waits[waitKey(m.res.Lease.Key, m.res.Lease.Holder)] = m
 		}
 	}
-	f.members, f.cluster = members, cluster
+	f.members, f.cluster, f.acls = members, cluster, acls
 	f.poke()
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -315,6 +316,10 @@ func FuzzRestore(f *testing.F) {
 	fsm.ApplyCommand(5, Command{Op: OpMember, NodeID: "n2", RaftAddr: "r2", ClientAddr: "c2"})
 	members, _ := fsm.MarshalBinary()
 	f.Add(members)
+	fsm.ApplyCommand(6, Command{Op: OpACL, ACL: &ACLChange{Kind: ACLBootstrap, Principal: acl.Principal{TokenHash: acl.HashToken("s")}}})
+	fsm.ApplyCommand(7, Command{Op: OpACL, ACL: &ACLChange{Kind: ACLSetPrincipal, Principal: acl.Principal{Name: "node1", Policies: []string{"admin"}}}})
+	acls, _ := fsm.MarshalBinary()
+	f.Add(acls)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g := New(nil)
 		if err := g.UnmarshalBinary(data); err != nil {

@@ -160,6 +160,9 @@ func (s *Server) announceLoop() {
 		if err != nil {
 			continue
 		}
+		if s.cfg.AuthToken != "" {
+			req.Header.Set(api.HeaderAuthorization, "Bearer "+s.cfg.AuthToken)
+		}
 		resp, err := hc.Do(req)
 		if err != nil {
 			continue

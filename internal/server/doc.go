@@ -13,6 +13,8 @@
 //	errors.go           Error, the one error type of the operations
 //	validate.go         request field checks, in the API's terms
 //	http.go             the HTTP adapter, its router and the Authorizer seam
+//	auth.go             authentication and ACLs: a call's principal, the route
+//	                    guards (key prefixes, own holders), the ACL operations
 //	server.go           Server: New, Serve, Close
 //	leader.go           cluster clock, proposals, takeover, the expiry timer
 //	cluster.go          not_leader answers, this node's record, announcements
@@ -35,7 +37,9 @@
 // handlers decode, call, encode and map an *Error's code to a status
 // (api.Status). The framed protocol (internal/framing) serves the same
 // http.Handler, so it is an adapter over the HTTP adapter. Every routed
-// request passes Config.Authorizer, if set, before its operation runs.
+// request passes Config.Authorizer, if set, before its operation runs,
+// and, once the cluster's ACLs are bootstrapped, is authenticated to a
+// principal and checked against the replicated policies (auth.go).
 //
 // How a write travels:
 //

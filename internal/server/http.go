@@ -76,7 +76,7 @@ func (s *Server) routes() http.Handler {
 	metrics := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
 	post := http.MethodPost
 	get := http.MethodGet
-	return &router{s: s, routes: map[string]route{
+	routes := map[string]route{
 		api.PathAcquire:     {post, "acquire", body(s.Acquire)},
 		api.PathRenew:       {post, "renew", body(s.Renew)},
 		api.PathExtend:      {post, "extend", body(s.Extend)},
@@ -105,7 +105,9 @@ func (s *Server) routes() http.Handler {
 			metrics.ServeHTTP(w, r)
 			return nil
 		}},
-	}}
+	}
+	s.guardRoutes(routes) // auth.go
+	return &router{s: s, routes: routes}
 }
 
 // body adapts an operation that takes a JSON body.
@@ -222,7 +224,12 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if e := rte.handle(sw, r); e != nil {
+	ar, e := rt.s.authenticate(r, rte.op) // auth.go
+	if e != nil {
+		writeError(sw, e)
+		return
+	}
+	if e := rte.handle(sw, ar); e != nil {
 		writeError(sw, asError(rt.s.fail(e)))
 	}
 }

@@ -29,10 +29,12 @@ func TestAuthorizerSeesEveryRouteAndCanRefuse(t *testing.T) {
 	})
 	ts := startServer(t, cfg)
 	rt := ts.Handler().(*router)
-	if len(rt.routes) != 16 {
-		t.Errorf("%d routes; this test knows 16", len(rt.routes))
+	if len(rt.routes) != 24 {
+		t.Errorf("%d routes; this test knows 24", len(rt.routes))
 	}
-	for path, rte := range rt.routes {
+	// Bootstrap turns ACLs on: it goes last (below).
+	check := func(path string, rte route) {
+		t.Helper()
 		ts.do(context.Background(), rte.method, path, "{}")
 		mu.Lock()
 		c, ok := seen[path]
@@ -42,6 +44,11 @@ func TestAuthorizerSeesEveryRouteAndCanRefuse(t *testing.T) {
 			t.Errorf("%s %s: the authorizer was not asked", rte.method, path)
 		case c.Op == "" || c.Op != rte.op || c.Method != rte.method || c.Remote == "" || c.Header == nil:
 			t.Errorf("%s %s: the authorizer saw %+v", rte.method, path, c)
+		}
+	}
+	for path, rte := range rt.routes {
+		if path != api.PathACLBootstrap {
+			check(path, rte)
 		}
 	}
 
@@ -61,4 +68,5 @@ func TestAuthorizerSeesEveryRouteAndCanRefuse(t *testing.T) {
 	if a := ts.post(api.PathAcquire, `{"key":"k","holder":"a","ttl_ms":60000}`); a.status != http.StatusOK {
 		t.Fatalf("allowed acquire answered %d %v", a.status, a.body)
 	}
+	check(api.PathACLBootstrap, rt.routes[api.PathACLBootstrap])
 }

@@ -69,6 +69,10 @@ type Config struct {
 	// (the seam where authentication and authorization go); nil allows
 	// everything.
 	Authorizer Authorizer
+	// AuthToken is the bearer token this node sends on its own calls to
+	// the leader (announcing its client address), needed once the
+	// cluster's ACLs are on: a principal with admin (docs/SECURITY.md).
+	AuthToken string
 
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
