@@ -2,6 +2,7 @@ package framing
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -112,3 +113,19 @@ type peekedConn struct {
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// TLSState is the TLS state of a connection this package's listener handed
+// out (or of a *tls.Conn), nil for a plain one. An http.Server serving
+// Listen's HTTP connections sees them wrapped and leaves Request.TLS nil;
+// its ConnContext can take the state from here.
+func TLSState(c net.Conn) *tls.ConnectionState {
+	if pc, ok := c.(*peekedConn); ok {
+		c = pc.Conn
+	}
+	tc, ok := c.(interface{ ConnectionState() tls.ConnectionState })
+	if !ok {
+		return nil
+	}
+	st := tc.ConnectionState()
+	return &st
+}

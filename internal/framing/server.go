@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -70,6 +71,7 @@ func (s *Server) serve(c net.Conn, br *bufio.Reader) error {
 	sc := &serverConn{
 		local:   c.LocalAddr().String(),
 		remote:  c.RemoteAddr().String(),
+		tls:     TLSState(c),
 		bw:      batchWriter{w: c},
 		s:       s,
 		c:       c,
@@ -184,6 +186,7 @@ type serverConn struct {
 	local, remote string // the connection's addresses, for each request
 	br            *bufio.Reader
 	ctx           context.Context
+	tls           *tls.ConnectionState // nil on a plain connection
 	cancel        context.CancelCauseFunc
 
 	bw       batchWriter
@@ -338,6 +341,7 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 		Host:          sc.local,
 		RemoteAddr:    sc.remote,
 		RequestURI:    q.target,
+		TLS:           sc.tls,
 	}
 	if len(q.body) > 0 {
 		r.Header.Set("Content-Type", "application/json")

@@ -189,6 +189,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	requestTLS(r) // tls.go
 	sw := &statusWriter{ResponseWriter: w}
 	name := r.URL.Path
 	rte, ok := rt.routes[r.URL.Path]

@@ -172,6 +172,10 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// The sorting listener hands out wrapped connections, so
+		// net/http cannot see a TLS one: carry its state (a client
+		// certificate names a principal) in the context instead.
+		ConnContext: withConnTLS,
 	}
 	// One port serves HTTP and framed connections (internal/framing):
 	// the same handler answers both.

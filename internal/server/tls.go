@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
@@ -273,4 +274,25 @@ func newRaftTLSTransport(cfg Config, r *tlsconfig.Reloader, rlog hclog.Logger) (
 		Logger:  rlog,
 	})
 	return t, nil
+}
+
+type connTLSKey struct{}
+
+// withConnTLS is http.Server.ConnContext: the TLS state of a connection
+// the sorting listener wrapped.
+func withConnTLS(ctx context.Context, c net.Conn) context.Context {
+	if st := framing.TLSState(c); st != nil {
+		return context.WithValue(ctx, connTLSKey{}, st)
+	}
+	return ctx
+}
+
+// requestTLS fills in r.TLS from the connection's context when net/http
+// could not (see withConnTLS).
+func requestTLS(r *http.Request) {
+	if r.TLS == nil {
+		if st, ok := r.Context().Value(connTLSKey{}).(*tls.ConnectionState); ok {
+			r.TLS = st
+		}
+	}
 }
