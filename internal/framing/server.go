@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencelock/fencelock/api"
 )
 
 // Server answers framed connections with an http.Handler. The zero value
@@ -34,9 +36,10 @@ type Server struct {
 	MaxPriorityInFlight int
 	// MaxPendingAnswerBytes bounds the answer bytes a connection may have
 	// waiting to be written: past it the server stops reading that
-	// connection's requests until its peer reads. The requests already in
-	// flight still answer, so a connection holds at most this plus the
-	// answers of its in-flight requests. Default
+	// connection's requests, and starts none of its lists, until its peer
+	// reads. The requests already running still answer, so a connection
+	// holds at most this plus the answers of the few lists running (four
+	// at most) and of its small requests in flight. Default
 	// DefaultMaxPendingAnswerBytes.
 	MaxPendingAnswerBytes int64
 	// WriteTimeout cuts off a connection whose peer takes no answer bytes
@@ -281,6 +284,7 @@ type serverConn struct {
 	// (or the connection fails): requests by budget, and answer bytes.
 	inFlight, inFlightPri int
 	pendingBytes          int64
+	heavy                 int   // lists running (handle)
 	midFrame              bool  // the reader has a frame's length and waits for the rest
 	failed                error // a write failed: the connection is done
 }
@@ -442,6 +446,14 @@ func (sc *serverConn) written(tags []frameTag, err error) {
 	}
 }
 
+// heavyPaths answer in proportion to a page, up to about 1.3 MiB (a list
+// of 1000 leases); every other answer is bounded by the API's limits to a
+// few hundred bytes, a batch to some hundred kilobytes.
+var heavyPaths = map[string]bool{api.PathLocks: true}
+
+// maxHeavy bounds the heavy requests running at once on one connection.
+const maxHeavy = 4
+
 // job is one request for a worker.
 type job struct {
 	ctx      context.Context
@@ -484,13 +496,41 @@ func (sc *serverConn) worker(j job) {
 }
 
 func (sc *serverConn) handle(j job) {
-	status, body := sc.serveOne(j.ctx, j.q)
+	// A list builds an answer of up to a megabyte or so: a burst of them
+	// read at once (up to MaxInFlight) would build every answer before one
+	// could be counted. So lists run at most maxHeavy at a time per
+	// connection, and only while its pending answers are under their
+	// bound; the others' answers are small (the API's limits bound them).
+	// Once the connection failed nothing will be written: the handler is
+	// not run.
+	heavy := heavyPaths[j.q.target[:strings.IndexByte(j.q.target+"?", '?')]]
+	failed := false
+	if heavy {
+		sc.mu.Lock()
+		for sc.failed == nil && (sc.pendingBytes > sc.maxPending || sc.heavy >= maxHeavy) {
+			sc.room.Wait()
+		}
+		failed = sc.failed != nil
+		sc.heavy++
+		sc.mu.Unlock()
+	}
+	var status int
+	var body []byte
+	if failed {
+		status = http.StatusServiceUnavailable
+	} else {
+		status, body = sc.serveOne(j.ctx, j.q)
+	}
 	j.cancel()
 	size := answerHeader + len(body)
 	sc.mu.Lock()
 	delete(sc.pending, j.q.id)
 	sc.pendingBytes += int64(size)
 	peak := sc.pendingBytes
+	if heavy {
+		sc.heavy--
+		sc.room.Broadcast()
+	}
 	sc.mu.Unlock()
 	sc.s.stats.pending.Add(int64(size))
 	for {
