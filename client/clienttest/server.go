@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -33,15 +34,17 @@ type Server struct {
 	URL  string // base URL, e.g. http://127.0.0.1:34567
 	Addr string // host:port
 
-	srv  *server.Server
-	hs   *httptest.Server
-	stop chan struct{} // closed by Close: hung requests end
-	once sync.Once
+	srv   *server.Server
+	hs    *httptest.Server
+	clock client.Clock
+	stop  chan struct{} // closed by Close: hung requests end
+	once  sync.Once
 
 	mu        sync.Mutex
 	counts    map[string]int
 	ids       map[string][]string // route -> request ids, in arrival order
-	faults    map[string]string   // route -> wire code to answer, "drop" or "hang"
+	faults    map[string]string   // route -> wire code to answer, "drop", "hang" or "reset"
+	delays    map[string]time.Duration
 	notLeader *string
 }
 
@@ -49,7 +52,8 @@ type Server struct {
 // returns once it serves writes. Close it when done. It panics if the
 // server cannot start, as httptest.NewServer does.
 func NewServer(clock client.Clock) *Server {
-	s := &Server{stop: make(chan struct{}), counts: map[string]int{}, ids: map[string][]string{}, faults: map[string]string{}}
+	s := &Server{stop: make(chan struct{}), clock: clock, counts: map[string]int{}, ids: map[string][]string{},
+		faults: map[string]string{}, delays: map[string]time.Duration{}}
 	s.hs = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	s.Addr = s.hs.Listener.Addr().String()
 	s.URL = "http://" + s.Addr
@@ -114,9 +118,12 @@ func (s *Server) RequestIDs(route string) []string {
 
 // Fail makes every later request to route answer the wire error code
 // (api.CodeNotHeld, api.CodeUnavailable, …), or, with code "drop", close
-// the connection without an answer (the client sees the server as
-// unreachable), or, with code "hang", never answer until the client gives
-// up or the server closes (a frozen node). An empty code heals the route.
+// the connection without an answer and without serving the request (the
+// client sees the server as unreachable), or, with code "hang", never
+// answer until the client gives up or the server closes (a frozen node),
+// or, with code "reset", serve the request (its effect is committed) and
+// then reset the connection instead of answering: the answer is lost, as
+// when a node dies just after a commit. An empty code heals the route.
 func (s *Server) Fail(route, code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -125,6 +132,20 @@ func (s *Server) Fail(route, code string) {
 		return
 	}
 	s.faults[route] = code
+}
+
+// Delay holds every later request to route for d on the server's clock
+// before it is served (or faulted): with a test Clock, until the test
+// advances it by d. A client that gives up first is not served. Zero
+// heals the route.
+func (s *Server) Delay(route string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d <= 0 {
+		delete(s.delays, route)
+		return
+	}
+	s.delays[route] = d
 }
 
 // NotLeader makes every request answer 503 not_leader naming leader (""
@@ -162,14 +183,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	rt := route(r.URL.Path)
 	s.mu.Lock()
 	s.counts[rt]++
-	fault, nl := s.faults[rt], s.notLeader
+	fault, delay := s.faults[rt], s.delays[rt]
+	s.mu.Unlock()
+	if delay > 0 && !s.wait(r.Context(), delay) {
+		return
+	}
+	s.mu.Lock()
+	nl := s.notLeader
 	s.mu.Unlock()
 	if nl != nil {
 		reply(w, api.Error{Message: "not the leader (injected)", Code: api.CodeNotLeader, Leader: *nl})
 		return
 	}
 	switch fault {
-	case "":
+	case "", "reset":
 	case "hang":
 		select {
 		case <-r.Context().Done():
@@ -204,7 +231,43 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
+	if fault == "reset" {
+		s.srv.Handler().ServeHTTP(httptest.NewRecorder(), r)
+		reset(w)
+		return
+	}
 	s.srv.Handler().ServeHTTP(w, r)
+}
+
+// wait holds a request for d on the server's clock; false if the client
+// or the server went away first.
+func (s *Server) wait(ctx context.Context, d time.Duration) bool {
+	done := make(chan struct{})
+	t := s.clock.AfterFunc(d, func() { close(done) })
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	case <-s.stop:
+	}
+	t.Stop()
+	return false
+}
+
+// reset closes the connection with a TCP RST and no answer.
+func reset(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		return
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	conn.Close()
 }
 
 // reply answers an injected error with the status its code has.

@@ -6,10 +6,6 @@ import (
 	"github.com/fencelock/fencelock/client"
 )
 
-func init() {
-	register(command{name: "acquire", summary: "acquire a lock once and print its fencing token", run: runAcquire})
-}
-
 const acquireUsage = `Usage: fencelock acquire KEY --holder H [--ttl D] [--wait D]
 
 Asks the server for KEY on behalf of holder H and prints the fencing token
@@ -23,24 +19,25 @@ Exit status 1 when another holder has the key (or the wait elapsed).
 `
 
 func runAcquire(ctx context.Context, e *env, args []string) error {
-	fs, cf := newClientFlagSet("acquire", e)
-	holder := fs.String("holder", e.getenv("FENCELOCK_HOLDER"), "holder `name` (env FENCELOCK_HOLDER; required)")
-	ttl := fs.Duration("ttl", client.DefaultTTL, "lease `TTL`, 100ms to 24h")
-	wait := fs.Duration("wait", 0, "wait in the queue up to `D` (0: try once)")
-	pos, err := parseArgs(fs, e, acquireUsage+clientFlagsUsage, args)
+	f, cf := newClientFlags(e, "acquire", acquireUsage)
+	holder := holderFlag(f, "holder `NAME`; required")
+	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
+	wait := f.Duration("wait", 0, "wait in the key's queue up to D, at most 1h (0: try once)")
+	cf.common(f, "")
+	pos, err := f.parse(args)
 	if err != nil {
-		return helpOK(err)
+		return err
 	}
-	if err := wantArgs(fs, pos, 1, 1, "KEY"); err != nil {
+	if err := wantArgs(pos, 1, 1, "KEY"); err != nil {
 		return err
 	}
 	if *holder == "" {
-		return usageError("acquire: --holder is required (or set FENCELOCK_HOLDER)")
+		return usageError("--holder is required (or set FENCELOCK_HOLDER)")
 	}
-	if err := positiveDuration("acquire", "ttl", *ttl, false); err != nil {
+	if err := checkDuration("ttl_ms", *ttl); err != nil {
 		return err
 	}
-	if err := positiveDuration("acquire", "wait", *wait, true); err != nil {
+	if err := checkDuration("wait_ms", *wait); err != nil {
 		return err
 	}
 	var lk client.Lock
@@ -54,10 +51,9 @@ func runAcquire(ctx context.Context, e *env, args []string) error {
 	return printGrant(e, cf, lk)
 }
 
-// helpOK turns errHelp into success: -h is not a mistake.
-func helpOK(err error) error {
-	if err == errHelp {
-		return nil
-	}
-	return err
+// holderFlag is the --holder flag, defaulting to FENCELOCK_HOLDER.
+func holderFlag(f *flags, usage string) *string {
+	h := f.String("holder", "", usage)
+	f.Env("holder", "FENCELOCK_HOLDER")
+	return h
 }

@@ -3,18 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/bench"
 )
-
-func init() {
-	register(command{name: "bench", summary: "measure acquire+release cycles/s, p50, p99 against a server", run: runBench})
-}
 
 const (
 	defaultBenchDuration = 10 * time.Second
@@ -35,47 +30,48 @@ the one that serves writes, and follows a not_leader answer to the leader.
 Side-by-side runs against etcd, Redis and ZooKeeper ('compare' and the
 former 'bench --system') are in the bench module of the source tree:
 cd bench && go run ./cmd/fencelock-bench -h (bench/README.md).
-
-Flags:
 `
 
 func runBench(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	addr := fs.String("addr", envOr(e, "FENCELOCK_ADDR", defaultListen), "server `address`, or cluster addresses comma-separated (env FENCELOCK_ADDR)")
-	mode := fs.String("mode", bench.Uncontended, "load `mode`: uncontended or contended")
-	clients := fs.Int("clients", 8, "concurrent `clients`")
-	duration := fs.Duration("duration", defaultBenchDuration, "how long to run")
-	ttl := fs.Duration("ttl", defaultBenchTTL, "lease TTL of each grant")
-	useHTTP := fs.Bool("http", false, "send the requests over HTTP/1.1 instead of a framed connection")
 	if f := movedBenchFlag(args); f != "" {
-		return usageError("bench --%s moved to the bench module: cd bench && go run ./cmd/fencelock-bench run --%s ... (bench/README.md)", f, f)
+		return movedError(fmt.Sprintf("bench --%s moved to the bench module: cd bench && go run ./cmd/fencelock-bench run --%s ... (bench/README.md)", f, f))
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(e.stdout, benchUsage)
-			fs.SetOutput(e.stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return usageError("bench: %v (run 'fencelock bench -h')", err)
+	f := newFlags(e, "bench", benchUsage)
+	addr := f.String("addr", defaultListen, "server `ADDRS`: host:port, or a comma-separated list of cluster nodes")
+	f.Env("addr", "FENCELOCK_ADDR")
+	mode := f.String("mode", bench.Uncontended, "load `MODE`: uncontended or contended")
+	clients := f.Int("clients", 8, "`N` concurrent clients")
+	duration := f.Duration("duration", defaultBenchDuration, "how long to run")
+	ttl := f.Duration("ttl", defaultBenchTTL, "lease TTL of each grant")
+	useHTTP := f.Bool("http", false, "send the requests over HTTP/1.1 instead of a framed connection")
+	asJSON := f.Bool("json", false, "print the result as one JSON object instead of the text lines")
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError("bench: unexpected argument %q", fs.Arg(0))
+	if err := noArgs(pos); err != nil {
+		return err
 	}
 	if *mode != bench.Uncontended && *mode != bench.Contended {
-		return usageError("bench: --mode must be uncontended or contended, not %q", *mode)
+		return usageError("--mode must be uncontended or contended, not %q", *mode)
 	}
 	if *clients < 1 || *duration <= 0 {
-		return usageError("bench: --clients must be >= 1 and --duration > 0")
+		return usageError("--clients must be >= 1 and --duration > 0")
 	}
-	fmt.Fprintf(e.stdout, "bench: addr=%s mode=%s clients=%d duration=%s ttl=%s\n", *addr, *mode, *clients, *duration, *ttl)
+	if !*asJSON {
+		fmt.Fprintf(e.stdout, "bench: addr=%s mode=%s clients=%d duration=%s ttl=%s\n", *addr, *mode, *clients, *duration, *ttl)
+	}
 	r, err := bench.Run(ctx, bench.Config{Addr: *addr, Mode: *mode, Clients: *clients, Duration: *duration, TTL: *ttl, HTTP: *useHTTP})
 	if errors.Is(err, bench.ErrUnreachable) {
 		return &exitError{Code: exitUnreachable, Err: err}
 	}
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		return writeJSON(e.stdout, benchAnswer{Addr: *addr, Mode: *mode, Clients: *clients, DurationMs: api.Ms(*duration),
+			TTLMs: api.Ms(*ttl), Cycles: r.Cycles, Errors: r.Errors, ElapsedMs: api.Ms(r.Elapsed), PerSecond: r.PerSecond(),
+			P50Ms: ms(r.P50), P99Ms: ms(r.P99), MaxMs: ms(r.Max)})
 	}
 	fmt.Fprintf(e.stdout, "cycles=%d errors=%d elapsed=%s max=%s\n", r.Cycles, r.Errors, r.Elapsed.Round(1e6), r.Max)
 	fmt.Fprintln(e.stdout, r.Summary())
@@ -96,3 +92,23 @@ func movedBenchFlag(args []string) string {
 	}
 	return ""
 }
+
+// benchAnswer is bench's --json: the run's parameters and its result,
+// durations in milliseconds like the API's _ms fields (latencies with a
+// fraction).
+type benchAnswer struct {
+	Addr       string  `json:"addr"`
+	Mode       string  `json:"mode"`
+	Clients    int     `json:"clients"`
+	DurationMs int64   `json:"duration_ms"`
+	TTLMs      int64   `json:"ttl_ms"`
+	Cycles     int     `json:"cycles"`
+	Errors     int     `json:"errors"`
+	ElapsedMs  int64   `json:"elapsed_ms"`
+	PerSecond  float64 `json:"cycles_per_second"`
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 )
-
-func init() {
-	register(command{name: "check", summary: "tell whether a fencing token is current", run: runCheck})
-}
 
 const checkUsage = `Usage: fencelock check KEY TOKEN
 
@@ -20,15 +17,16 @@ write based on it lands.
 `
 
 func runCheck(ctx context.Context, e *env, args []string) error {
-	fs, cf := newClientFlagSet("check", e)
-	pos, err := parseArgs(fs, e, checkUsage+clientFlagsUsage, args)
+	f, cf := newClientFlags(e, "check", checkUsage)
+	cf.common(f, "")
+	pos, err := f.parse(args)
 	if err != nil {
-		return helpOK(err)
-	}
-	if err := wantArgs(fs, pos, 2, 2, "KEY TOKEN"); err != nil {
 		return err
 	}
-	token, err := parseToken("check", pos[1])
+	if err := wantArgs(pos, 2, 2, "KEY TOKEN"); err != nil {
+		return err
+	}
+	token, err := parseToken(pos[1])
 	if err != nil {
 		return err
 	}
@@ -40,8 +38,8 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		err = writeJSON(e.stdout, map[string]any{"key": pos[0], "token": token, "valid": valid})
+	if *cf.json {
+		err = writeJSON(e.stdout, api.CheckResponse{Key: pos[0], Token: token, Valid: valid})
 	} else {
 		_, err = fmt.Fprintln(e.stdout, valid)
 	}

@@ -63,3 +63,13 @@ func TestClientLeaseAgainstServer(t *testing.T) {
 		t.Fatalf("after Release the server has %+v, %v; want no lease", got, err)
 	}
 }
+
+// eventually polls cond, bounded; the bound only turns a hang into a failure.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}

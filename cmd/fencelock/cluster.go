@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,11 +16,10 @@ import (
 	fencelock "github.com/fencelock/fencelock/client" // "client" is the --client flag here
 )
 
-func init() {
-	register(command{name: "cluster", summary: "list, join or remove the nodes of a cluster", run: runCluster})
-}
+// The cluster command and its subcommands, each with its own flags and
+// usage on the one usage path.
 
-const clusterUsage = `Usage: fencelock cluster members [--addr ADDRS]
+const clusterUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
        fencelock cluster join   --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
        fencelock cluster remove --id ID [--addr ADDRS]
 
@@ -28,18 +27,46 @@ members lists the nodes as the answering node sees them, with each one's
 raft and client address, suffrage (voter or nonvoter) and which one leads.
 
 join adds a node that is running with 'fencelock server --join' (an empty
-data directory, or the data of a former member of this cluster). The
-leader first checks that the node answers at --client and --raft as --id
-and belongs to no other cluster, and that a majority of the voters would
+data directory, or the data of a former member of this cluster).
+
+remove takes a node out, unless the voters left would not have a
+majority answering.
+
+Run 'fencelock cluster SUBCOMMAND -h' for its flags and exit statuses.
+`
+
+const clusterMembersUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
+
+Lists the nodes as the answering node sees them, with each one's raft and
+client address, suffrage (voter or nonvoter) and which one leads (with
+--json, the API's members answer, which also says which node answered,
+whether it is ready, and how far it has applied the log).
+`
+
+const clusterJoinUsage = `Usage: fencelock cluster join --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
+
+Adds a node that is running with 'fencelock server --join' (an empty data
+directory, or the data of a former member of this cluster). The leader
+first checks that the node answers at --client and --raft as --id and
+belongs to no other cluster, and that a majority of the voters would
 answer after the change; then it adds the node as a non-voter, waits for
 it to catch up with the log, and promotes it to voter.
 
-remove takes a node out, unless the voters left would not have a
-majority answering. Removing the leader makes it hand leadership to
-another voter first; the command then sends the removal to the new leader.
+The join is done by the leader: the command follows a not_leader answer
+to it.
+`
 
-join and remove are done by the leader: the command follows a not_leader
-answer to it. They exit with:
+const clusterRemoveUsage = `Usage: fencelock cluster remove --id ID [--addr ADDRS]
+
+Takes a node out, unless the voters left would not have a majority
+answering. Removing the leader makes it hand leadership to another voter
+first; the command then sends the removal to the new leader.
+
+The removal is done by the leader: the command follows a not_leader
+answer to it.
+`
+
+const clusterChangeExit = `Exit status:
   0  applied (join: the node is a voter; remove: the node is out)
   1  refused, nothing changed (the message says why)
   2  bad usage
@@ -48,12 +75,13 @@ answer to it. They exit with:
      check 'fencelock cluster members'
   6  join applied in part: the node is a non-voter that has not caught up;
      run the same join again to promote it (or remove it)
-
-ADDRS is one host:port or a comma-separated list of cluster nodes (env
-FENCELOCK_ADDR; default 127.0.0.1:7470); they are tried in order.
-
-Flags:
 `
+
+const clusterMembersExit = `Exit status: 0 listed; 1 refused; 2 bad usage; 3 no node could be
+reached (or none could answer) before --timeout.
+`
+
+var clusterSubcommands = []string{"members", "join", "remove"}
 
 // Exit statuses of join and remove beyond the shared ones.
 const (
@@ -62,42 +90,68 @@ const (
 )
 
 func runCluster(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		fmt.Fprint(e.stdout, clusterUsage)
 		if len(args) == 0 {
 			return &exitError{Code: exitUsage}
 		}
-		return nil
+		return errHelp
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("cluster "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	addrs := fs.String("addr", envOr(e, "FENCELOCK_ADDR", defaultListen), "server `addresses`, comma-separated (env FENCELOCK_ADDR)")
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	id := fs.String("id", "", "node `id`")
-	raftAddr := fs.String("raft", "", "the node's raft `address`")
-	client := fs.String("client", "", "the node's client (HTTP) `address`")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(e.stdout, clusterUsage)
-			fs.SetOutput(e.stdout)
-			fs.PrintDefaults()
-			return nil
+	if !slices.Contains(clusterSubcommands, sub) {
+		msg := fmt.Sprintf("unknown subcommand %q: members, join or remove", sub)
+		if s := suggest(sub, clusterSubcommands); s != "" {
+			msg = fmt.Sprintf("unknown subcommand %q; did you mean %q?", sub, s)
 		}
-		return usageError("cluster %s: %v (run 'fencelock cluster -h')", sub, err)
+		return usageError("%s", msg)
 	}
-	if fs.NArg() > 0 {
-		return usageError("cluster %s: unexpected argument %q", sub, fs.Arg(0))
+	return named("cluster "+sub, runClusterSub(ctx, e, sub, args))
+}
+
+func runClusterSub(ctx context.Context, e *env, sub string, args []string) error {
+	usage := map[string]string{"members": clusterMembersUsage, "join": clusterJoinUsage, "remove": clusterRemoveUsage}[sub]
+	f := newFlags(e, "cluster "+sub, usage)
+	f.after = clusterChangeExit
+	var id, raftAddr, clientAddr *string
+	switch sub {
+	case "members":
+		f.after = clusterMembersExit
+	case "join":
+		id = f.String("id", "", "the new node's `ID`, as its --id; required")
+		raftAddr = f.String("raft", "", "the new node's raft `HOST:PORT`, as its --raft; required")
+		clientAddr = f.String("client", "", "the new node's client (HTTP) `HOST:PORT`; required")
+	case "remove":
+		id = f.String("id", "", "the `ID` of the node to take out; required")
+	}
+	addrs := f.String("addr", defaultListen, "`ADDRS`: host:port, or a comma-separated list of cluster nodes, tried in order")
+	f.Env("addr", "FENCELOCK_ADDR")
+	asJSON := f.Bool("json", false, "print the answer as JSON (the API's shapes, package api)")
+	timeout := f.Duration("timeout", 30*time.Second, "give up after this long")
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
 	}
 	nodes := splitAddrs(*addrs)
 	if len(nodes) == 0 {
-		return usageError("cluster %s: --addr %q names no address", sub, *addrs)
+		return usageError("--addr %q names no address", *addrs)
+	}
+	if *timeout <= 0 {
+		return usageError("--timeout must be positive, not %v", *timeout)
+	}
+	switch {
+	case sub == "join" && (*id == "" || *raftAddr == "" || *clientAddr == ""):
+		return usageError("--id, --raft and --client are required")
+	case sub == "remove" && *id == "":
+		return usageError("--id is required")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	c, err := newClusterClient(nodes)
 	if err != nil {
-		return usageError("cluster %s: --addr: %s", sub, trimPrefix(err))
+		return usageError("--addr: %s", trimPrefix(err))
 	}
 	defer c.Close()
 	switch sub {
@@ -106,44 +160,52 @@ func runCluster(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return clusterFail("GET "+api.PathMembers, err)
 		}
+		if *asJSON {
+			return writeJSON(e.stdout, out)
+		}
 		printMembers(e.stdout, out)
 		return nil
 	case "join":
-		if *id == "" || *raftAddr == "" || *client == "" {
-			return usageError("cluster join: --id, --raft and --client are required")
-		}
-		out, err := c.Join(ctx, *id, *raftAddr, *client)
+		out, err := c.Join(ctx, *id, *raftAddr, *clientAddr)
 		if err != nil {
 			return changeFail(err)
 		}
-		if !strings.EqualFold(out.Joined.Suffrage, "voter") {
+		voter := strings.EqualFold(out.Joined.Suffrage, "voter")
+		switch {
+		case *asJSON:
+			if err := writeJSON(e.stdout, out); err != nil {
+				return err
+			}
+		case voter:
+			fmt.Fprintf(e.stdout, "applied: %s joined and is a voter\n", *id)
 			printMembers(e.stdout, out.MembersResponse)
+		default:
+			printMembers(e.stdout, out.MembersResponse)
+		}
+		if !voter {
 			msg := out.Message
 			if msg == "" {
 				msg = fmt.Sprintf("%s is in the configuration as %q, not a voter", *id, out.Joined.Suffrage)
 			}
 			return &exitError{Code: exitNonvoter, Err: errors.New("applied in part: " + msg)}
 		}
-		fmt.Fprintf(e.stdout, "applied: %s joined and is a voter\n", *id)
-		printMembers(e.stdout, out.MembersResponse)
 		return nil
-	case "remove":
-		if *id == "" {
-			return usageError("cluster remove: --id is required")
-		}
-		_, err := c.Remove(ctx, *id)
+	default: // remove
+		out, err := c.Remove(ctx, *id)
+		gone := ""
 		if errors.Is(err, fencelock.ErrChangeUnknown) && errors.Is(err, fencelock.ErrNotFound) {
 			// An earlier attempt that got no answer did it.
-			fmt.Fprintf(e.stdout, "applied: removed %s (it is no longer a member)\n", *id)
-			return nil
+			err, gone, out = nil, " (it is no longer a member)", api.RemoveResponse{Removed: *id}
 		}
 		if err != nil {
 			return changeFail(err)
 		}
-		fmt.Fprintf(e.stdout, "applied: removed %s\n", *id)
+		if *asJSON {
+			return writeJSON(e.stdout, out)
+		}
+		fmt.Fprintf(e.stdout, "applied: removed %s%s\n", *id, gone)
 		return nil
 	}
-	return usageError("cluster: unknown subcommand %q: members, join or remove", sub)
 }
 
 func printMembers(w io.Writer, m api.MembersResponse) {

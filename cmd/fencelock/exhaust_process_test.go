@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -143,7 +145,7 @@ func TestServerProcessRecoversFromFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	filler := filepath.Join(mnt, "filler")
-	if err := os.WriteFile(filler, make([]byte, int64(st.Bavail)*st.Bsize-48<<10), 0o600); err != nil {
+	if err := os.WriteFile(filler, make([]byte, int64(st.Bavail)*int64(st.Bsize)-48<<10), 0o600); err != nil {
 		t.Fatal(err)
 	}
 

@@ -10,23 +10,20 @@ import (
 	"github.com/fencelock/fencelock/client"
 )
 
-func init() {
-	register(command{name: "get", summary: "show who holds a lock", run: runGet})
-}
-
 const getUsage = `Usage: fencelock get KEY
 
-Shows KEY's live lease: holder, token, TTL and remaining time. Exit status 1
-when nobody holds it.
+Shows KEY's live lease: holder, token, TTL and remaining time (with --json,
+the lease). Exit status 1 when nobody holds it.
 `
 
 func runGet(ctx context.Context, e *env, args []string) error {
-	fs, cf := newClientFlagSet("get", e)
-	pos, err := parseArgs(fs, e, getUsage+clientFlagsUsage, args)
+	f, cf := newClientFlags(e, "get", getUsage)
+	cf.common(f, "")
+	pos, err := f.parse(args)
 	if err != nil {
-		return helpOK(err)
+		return err
 	}
-	if err := wantArgs(fs, pos, 1, 1, "KEY"); err != nil {
+	if err := wantArgs(pos, 1, 1, "KEY"); err != nil {
 		return err
 	}
 	var lk client.Lock
@@ -37,8 +34,8 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return writeJSON(e.stdout, lk)
+	if *cf.json {
+		return writeJSON(e.stdout, apiLease(lk))
 	}
 	return printLocks(e.stdout, []client.Lock{lk})
 }

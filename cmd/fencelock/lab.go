@@ -2,63 +2,47 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/fencelock/fencelock/lab"
 )
-
-func init() {
-	register(command{name: "lab", summary: "the c11 lab, measured (lab replay: step through lock calls)", run: runLab})
-}
 
 const labUsage = `Usage: fencelock lab [FLAGS]
        fencelock lab replay [FILE|-]
 
 Prints the six blocks of the c11 page, run on fencelock's own lock table and
 fence, then the assembly that compares four designs. With no flags every
-figure matches the page.
-
-Flags:
+figure matches the page. 'fencelock lab replay -h' shows replay's usage.
 `
 
 func runLab(ctx context.Context, e *env, args []string) error {
 	if len(args) > 0 && args[0] == "replay" {
-		return runLabReplay(ctx, e, args[1:])
+		return named("lab replay", runLabReplay(ctx, e, args[1:]))
 	}
 	cfg := lab.DefaultConfig()
-	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), labUsage)
-		fs.PrintDefaults()
+	f := newFlags(e, "lab", labUsage)
+	block := f.Int("block", 0, "print only block `N` (1-6)")
+	quiet := f.Bool("quiet", false, "print the assembly only")
+	verify := f.Bool("verify", false, "re-derive the page's claims, one PASS/FAIL line each; exit 1 if any fails (with --block, that block's claims; 7 is the assembly)")
+	seed := f.Int64("seed", 0, "seed both simulations with `S` (default: the page's 11 for block 5, 23 for the assembly)")
+	f.IntVar(&cfg.Ops, "n", cfg.Ops, "operations per simulation")
+	f.Var(labDurations(&cfg.TTLs), "ttls", "block 5's lease lengths: a comma-separated `LIST` of durations")
+	f.Var(labDurations(&cfg.Gaps), "gaps", "the assembly's check→write gaps to sweep: a `LIST` like --ttls")
+	f.Var((*durationValue)(&cfg.CheckGap), "check-gap", "check→write gap of the client check in the assembly's design table")
+	plot := f.String("plot", "", "also write SVG charts into directory `DIR`")
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
 	}
-	block := fs.Int("block", 0, "print only block `N` (1-6)")
-	quiet := fs.Bool("quiet", false, "print the assembly only")
-	verify := fs.Bool("verify", false, "re-derive the page's claims, one PASS/FAIL line each; exit 1 if any fails (with -block, that block's claims; 7 is the assembly)")
-	seed := fs.Int64("seed", 0, "seed both simulations with `S` (default: the page's 11 for block 5, 23 for the assembly)")
-	fs.IntVar(&cfg.Ops, "n", cfg.Ops, "operations per simulation")
-	fs.Var((*lab.Durations)(&cfg.TTLs), "ttls", "block 5's lease lengths: a comma-separated `list` of durations or bare seconds")
-	fs.Var((*lab.Durations)(&cfg.Gaps), "gaps", "the assembly's check→write gaps to sweep: a `list` like -ttls")
-	fs.DurationVar(&cfg.CheckGap, "check-gap", cfg.CheckGap, "check→write gap of the client check in the assembly's design table")
-	plot := fs.String("plot", "", "also write SVG charts into directory `DIR`")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError("lab: %v", err)
+	if err := noArgs(pos); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError("lab: unexpected argument %q (see 'fencelock lab -h')", fs.Arg(0))
+	if f.given("seed") {
+		cfg.SizingSeed, cfg.AssemblySeed = *seed, *seed
 	}
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "seed" {
-			cfg.SizingSeed, cfg.AssemblySeed = *seed, *seed
-		}
-	})
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
@@ -67,10 +51,10 @@ func runLab(ctx context.Context, e *env, args []string) error {
 		maxBlock = lab.AssemblyBlock
 	}
 	if *block < 0 || *block > maxBlock {
-		return usageError("lab: -block %d: want 1..%d", *block, maxBlock)
+		return usageError("--block %d: want 1..%d", *block, maxBlock)
 	}
 	if *quiet && (*block != 0 || *verify) {
-		return usageError("lab: -quiet prints the assembly alone; it does not combine with -block or -verify")
+		return usageError("--quiet prints the assembly alone; it does not combine with --block or --verify")
 	}
 
 	if *plot != "" {
@@ -115,4 +99,15 @@ func writePlots(e *env, dir string, cfg lab.Config) error {
 		fmt.Fprintf(e.stderr, "lab: wrote %s\n", f.Name())
 	}
 	return nil
+}
+
+// labDurations is a lab list flag under the CLI's rule for durations: the
+// lab package reads a bare number as seconds (the page's Python), the
+// command line refuses it like every other duration flag.
+func labDurations(dst *[]time.Duration) *durationList {
+	return &durationList{
+		dst:   dst,
+		parse: lab.ParseDurations,
+		str:   func() string { return lab.Durations(*dst).String() },
+	}
 }

@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 )
-
-func init() {
-	register(command{name: "list", summary: "list live locks by key prefix", run: runList})
-}
 
 const listUsage = `Usage: fencelock list [PREFIX] [--limit N]
 
@@ -17,17 +14,18 @@ sorted by key.
 `
 
 func runList(ctx context.Context, e *env, args []string) error {
-	fs, cf := newClientFlagSet("list", e)
-	limit := fs.Int("limit", 0, "at most `N` leases (0: the server's default)")
-	pos, err := parseArgs(fs, e, listUsage+clientFlagsUsage, args)
+	f, cf := newClientFlags(e, "list", listUsage)
+	limit := f.Int("limit", 0, "at most `N` leases (0: the server's default)")
+	cf.common(f, "")
+	pos, err := f.parse(args)
 	if err != nil {
-		return helpOK(err)
+		return err
 	}
-	if err := wantArgs(fs, pos, 0, 1, "at most a PREFIX"); err != nil {
+	if err := wantArgs(pos, 0, 1, "at most a PREFIX"); err != nil {
 		return err
 	}
 	if *limit < 0 {
-		return usageError("list: --limit must not be negative")
+		return usageError("--limit must not be negative")
 	}
 	prefix := ""
 	if len(pos) == 1 {
@@ -41,8 +39,12 @@ func runList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		return writeJSON(e.stdout, map[string][]client.Lock{"locks": locks})
+	if *cf.json {
+		out := api.ListResponse{Locks: make([]api.Lease, len(locks))}
+		for i, lk := range locks {
+			out.Locks[i] = apiLease(lk)
+		}
+		return writeJSON(e.stdout, out)
 	}
 	return printLocks(e.stdout, locks)
 }

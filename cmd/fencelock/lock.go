@@ -3,21 +3,17 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 )
-
-func init() {
-	register(command{name: "lock", summary: "run a command while holding a lock, with its fencing token", run: runLock})
-}
 
 // exitLost is lock's status when the lease was lost while CMD ran.
 const exitLost = 4
@@ -43,60 +39,57 @@ signalled; SIGINT, SIGTERM and SIGHUP sent to fencelock are forwarded to
 that group, and the lock is released after CMD exits. When CMD's first
 process exits, whatever it left running in its group is killed (SIGKILL)
 before the lock is released or the loss reported: nothing started under
-the lock outlives it. CMD therefore does
-not own the terminal: interactive programs that read from it are not
-supported. Without "--", flags must come before KEY and everything after
-KEY is CMD.
+the lock outlives it. CMD therefore does not own the terminal:
+interactive programs that read from it are not supported. Without "--",
+flags must come before KEY and everything after KEY is CMD.
+`
 
-Exit status:
+const lockExit = `Exit status:
   CMD's own status when it ran and the lease held (128+N if killed by signal N)
   1    the lock could not be had within --wait (CMD never started)
   2    bad usage
   3    the server cannot be reached (CMD never started)
   4    the lease was lost while CMD ran; CMD was stopped
-  126  CMD could not be started; 127 CMD was not found
+  126  CMD could not be started (or lock does not run on this platform:
+       it needs unix process groups); 127 CMD was not found
 `
 
 func runLock(ctx context.Context, e *env, args []string) error {
-	fs, cf := newClientFlagSet("lock", e)
-	holder := fs.String("holder", e.getenv("FENCELOCK_HOLDER"), "holder `name` (env FENCELOCK_HOLDER; default hostname-pid-random)")
-	ttl := fs.Duration("ttl", client.DefaultTTL, "lease `TTL`, 100ms to 24h")
-	wait := fs.Duration("wait", 0, "wait in the queue up to `D` (0: try once)")
-	usage := lockUsage + commonFlagsUsage + "  (lock --json writes the granted lease as one JSON line on stderr;\n   stdout belongs to CMD)\n"
+	f, cf := newClientFlags(e, "lock", lockUsage)
+	f.after = lockExit
+	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
+	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
+	wait := f.Duration("wait", 0, "wait in the key's queue up to D, at most 1h (0: try once)")
+	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
 
 	var pos, argv []string
-	dash := -1
-	for i, a := range args {
-		if a == "--" {
-			dash = i
-			break
-		}
-	}
+	dash := slices.Index(args, "--")
 	if dash >= 0 {
 		var err error
-		if pos, err = parseArgs(fs, e, usage, args[:dash]); err != nil {
-			return helpOK(err)
+		if pos, err = f.parse(args[:dash]); err != nil {
+			return err
 		}
 		argv = args[dash+1:]
 	} else {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printUsageOf(e.stdout, fs, usage)
-				return nil
-			}
-			return usageError("lock: %v (run 'fencelock lock -h')", err)
+		f.stopAtArg = true
+		all, err := f.parse(args)
+		if err != nil {
+			return err
 		}
-		if fs.NArg() > 0 {
-			pos, argv = fs.Args()[:1], fs.Args()[1:]
+		if len(all) > 0 {
+			pos, argv = all[:1], all[1:]
 		}
 	}
 	if len(pos) != 1 || len(argv) == 0 {
-		return usageError("lock: want KEY -- CMD [ARGS...] (run 'fencelock lock -h')")
+		return usageError("want KEY -- CMD [ARGS...]")
 	}
-	if err := positiveDuration("lock", "ttl", *ttl, false); err != nil {
+	if err := checkDuration("ttl_ms", *ttl); err != nil {
 		return err
 	}
-	if err := positiveDuration("lock", "wait", *wait, true); err != nil {
+	if err := checkDuration("wait_ms", *wait); err != nil {
+		return err
+	}
+	if err := lockSupported(); err != nil {
 		return err
 	}
 	key := pos[0]
@@ -110,8 +103,8 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return clientFail("lock "+key, err)
 	}
-	if cf.json {
-		if err := writeJSON(e.stderr, lease.Lock()); err != nil {
+	if *cf.json {
+		if err := writeJSON(e.stderr, apiLease(lease.Lock())); err != nil {
 			_ = lease.Release(context.WithoutCancel(ctx))
 			return err
 		}
@@ -138,7 +131,7 @@ func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key,
 func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.Lease, argv []string) error {
 	key := lease.Key()
 	release := func() error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cf.timeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *cf.timeout)
 		defer cancel()
 		return lease.Release(rctx)
 	}
@@ -152,12 +145,12 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 	)
 	// Its own process group: a loss must stop the whole tree CMD started,
 	// not just its first process (a shell's children would outlive it).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	newGroup(cmd)
 	cmd.WaitDelay = time.Second // do not hang on pipes kept open by orphans
 
 	// Catch signals before the child exists, so none is lost in between.
 	sigc := make(chan os.Signal, 4)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigc, forwardedSignals...)
 	defer signal.Stop(sigc)
 
 	// The lease may already be gone (a slow start, a pause): never start
@@ -175,7 +168,7 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 		return &exitError{Code: code, Err: fmt.Errorf("lock %s: %v", key, err)}
 	}
 	pgid := cmd.Process.Pid
-	signalGroup := func(s syscall.Signal) { _ = syscall.Kill(-pgid, s) }
+	sendGroup := func(s os.Signal) { signalGroup(pgid, s) }
 
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
@@ -190,7 +183,7 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 			// (a worker that ignores SIGTERM, a background job): nothing of
 			// CMD may run past the point where the lock is released or
 			// lost, so kill whatever is left in its process group first.
-			signalGroup(syscall.SIGKILL)
+			sendGroup(sigKill)
 			if lost == nil {
 				// A loss not yet noticed (e.g. we were paused) still counts:
 				// CMD may have run without the lock.
@@ -203,43 +196,49 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 				return &exitError{Code: exitLost, Err: fmt.Errorf("lock %s: %s; CMD %s", key, trimPrefix(lost), describeExit(cmd.ProcessState))}
 			}
 			if err := release(); err != nil {
-				fmt.Fprintf(e.stderr, "fencelock: lock %s: release: %s (the lease expires by itself within %v)\n", key, trimPrefix(err), lease.TTL())
+				if *cf.json {
+					_ = writeJSON(e.stderr, lockEvent{Key: key, Token: lease.Token(), Event: "release_failed", Error: trimPrefix(err)})
+				} else {
+					fmt.Fprintf(e.stderr, "fencelock: lock %s: release: %s (the lease expires by itself within %v)\n", key, trimPrefix(err), lease.TTL())
+				}
 			}
 			if code := statusOf(cmd.ProcessState); code != 0 {
 				return &exitError{Code: code}
 			}
 			return nil
 		case s := <-sigc:
-			signalGroup(s.(syscall.Signal))
+			sendGroup(s)
 		case <-lostc:
 			lostc = nil
 			lost = lease.Err()
 			grace := time.Until(lease.HeldUntil()) - lease.TTL()/10
-			fmt.Fprintf(e.stderr, "fencelock: lock %s: %s; sending SIGTERM to CMD, SIGKILL in %v\n", key, trimPrefix(lost), max(grace, 0).Round(time.Millisecond))
-			signalGroup(syscall.SIGTERM)
+			if *cf.json {
+				kill := api.Ms(max(grace, 0))
+				_ = writeJSON(e.stderr, lockEvent{Key: key, Token: lease.Token(), Event: "lost", Error: trimPrefix(lost), SIGKILLInMs: &kill})
+			} else {
+				fmt.Fprintf(e.stderr, "fencelock: lock %s: %s; sending SIGTERM to CMD, SIGKILL in %v\n", key, trimPrefix(lost), max(grace, 0).Round(time.Millisecond))
+			}
+			sendGroup(sigTerm)
 			if grace <= 0 {
-				signalGroup(syscall.SIGKILL)
+				sendGroup(sigKill)
 			} else {
 				killc = time.After(grace)
 			}
 		case <-killc:
 			killc = nil
-			signalGroup(syscall.SIGKILL)
+			sendGroup(sigKill)
 		}
 	}
 }
 
-// statusOf is CMD's exit status in the shell's convention.
-func statusOf(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
-}
-
-func describeExit(ps *os.ProcessState) string {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "was stopped by " + ws.Signal().String()
-	}
-	return fmt.Sprintf("exited with status %d", ps.ExitCode())
+// lockEvent is what lock --json says on stderr besides the grant (one
+// JSON line each): the lease was lost while CMD ran (and when SIGKILL
+// follows the SIGTERM), or releasing it after CMD failed. The final error
+// is main's one text line, as for every command.
+type lockEvent struct {
+	Key         string `json:"key"`
+	Token       uint64 `json:"token"`
+	Event       string `json:"event"` // lost, release_failed
+	Error       string `json:"error"`
+	SIGKILLInMs *int64 `json:"sigkill_in_ms,omitempty"`
 }

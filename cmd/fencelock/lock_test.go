@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/client/clienttest"
 )
@@ -184,5 +186,33 @@ func TestLockForwardsSignals(t *testing.T) {
 	}
 	if _, _, held := srv.Holder("k"); held {
 		t.Fatal("the lock is still held after CMD exited")
+	}
+}
+
+// TestLockJSONLoss: with --json the grant and the loss are JSON lines on
+// stderr; the final error stays main's one line.
+func TestLockJSONLoss(t *testing.T) {
+	srv := clienttest.NewServer(client.SystemClock{})
+	defer srv.Close()
+	srv.Fail("extend", "not_held")
+	code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "300ms", "--json", "--",
+		"sh", "-c", `while :; do sleep 0.05; done`)
+	if code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
+	}
+	lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("stderr %q: want the grant, the loss and the error", errs)
+	}
+	var grant api.Lease
+	var lost lockEvent
+	if err := json.Unmarshal([]byte(lines[0]), &grant); err != nil || grant.Key != "k" || grant.Token == 0 {
+		t.Errorf("grant line %q: %+v, %v", lines[0], grant, err)
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &lost); err != nil || lost.Event != "lost" || lost.Token != grant.Token || lost.SIGKILLInMs == nil {
+		t.Errorf("loss line %q: %+v, %v", lines[1], lost, err)
+	}
+	if !strings.HasPrefix(lines[2], "fencelock: lock k: ") {
+		t.Errorf("last line %q", lines[2])
 	}
 }

@@ -1,5 +1,10 @@
 // Command fencelock is the single fencelock binary: the lock server, the
 // client commands, `lock -- CMD`, the lab and the benchmark.
+//
+// main is thin: it hands os.Args to run with the process's streams and
+// turns what run returns into the exit status. Every command is listed
+// once, in the table below; every command parses flags and reports usage
+// through usage.go.
 package main
 
 import (
@@ -13,7 +18,8 @@ import (
 )
 
 // Exit statuses shared by every subcommand. A subcommand reports them by
-// returning an *exitError; main is the only place that calls os.Exit.
+// returning an *exitError (or a usage error); exitCode, called by main, is
+// the only place that turns an error into a status.
 const (
 	exitOK          = 0
 	exitNo          = 1 // the answer is no: held by another, not released, token not current
@@ -37,11 +43,6 @@ func (e *exitError) Error() string {
 
 func (e *exitError) Unwrap() error { return e.Err }
 
-// usageError is bad usage: it exits 2 and prints the message with a hint.
-func usageError(format string, args ...any) error {
-	return &exitError{Code: exitUsage, Err: fmt.Errorf(format, args...)}
-}
-
 // env is what a subcommand may touch of the outside world, so tests can run
 // subcommands in-process with their own streams.
 type env struct {
@@ -51,17 +52,38 @@ type env struct {
 	getenv func(string) string
 }
 
+// command is one entry of the command table.
 type command struct {
 	name    string
-	summary string
+	summary string // one line, for 'fencelock help'; "": not listed (it moved elsewhere)
 	run     func(ctx context.Context, e *env, args []string) error
-	hidden  bool // not listed in help: a command that moved elsewhere
+	usage   string // the text of 'fencelock NAME -h' before the flags
 }
 
-// commands is the dispatch table; each entry lives in a file of its own.
+// commands is every command fencelock has, in the order 'fencelock help'
+// lists them; each one's code lives in a file of its own. It is filled in
+// by init because help and the suggestion read it.
 var commands []command
 
-func register(c command) { commands = append(commands, c) }
+func init() {
+	commands = []command{
+		{"server", "run a durable lock server (HTTP/JSON API)", runServer, serverUsage},
+		{"acquire", "acquire a lock once and print its fencing token", runAcquire, acquireUsage},
+		{"extend", "extend a held lock, keeping its token", runExtend, extendUsage},
+		{"release", "release a lock you hold", runRelease, releaseUsage},
+		{"check", "tell whether a fencing token is current", runCheck, checkUsage},
+		{"get", "show who holds a lock", runGet, getUsage},
+		{"list", "list live locks by key prefix", runList, listUsage},
+		{"lock", "run a command while holding a lock, with its fencing token", runLock, lockUsage},
+		{"cluster", "list, join or remove the nodes of a cluster", runCluster, clusterUsage},
+		{"recover", "repair a damaged data dir without ever reissuing a token", runRecover, recoverUsage},
+		{"lab", "the c11 lab, measured (lab replay: step through lock calls)", runLab, labUsage},
+		{"bench", "measure acquire+release cycles/s, p50, p99 against a server", runBench, benchUsage},
+		{"version", "print the version and the commit it was built from", runVersion, versionUsage},
+		{"help", "show a command's usage, or this list", runHelp, helpUsage},
+		{"compare", "", runCompare, ""}, // moved to the bench module
+	}
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -71,11 +93,16 @@ func main() {
 	os.Exit(exitCode(e, err))
 }
 
-// exitCode turns the result of run into a process status, printing the error
-// in one line on stderr.
+// exitCode turns the result of run into a process status, printing the
+// error on stderr: one line, and for bad usage a hint under it.
 func exitCode(e *env, err error) int {
 	if err == nil {
 		return exitOK
+	}
+	var ue *usageErr
+	if errors.As(err, &ue) {
+		fmt.Fprintf(e.stderr, "fencelock: %v\n%s\n", ue, ue.Hint())
+		return exitUsage
 	}
 	var xe *exitError
 	if errors.As(err, &xe) {
@@ -88,34 +115,95 @@ func exitCode(e *env, err error) int {
 	return exitNo
 }
 
+// run runs the command named by args[0].
 func run(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(e.stdout)
-		if len(args) == 0 {
-			return &exitError{Code: exitUsage}
-		}
-		return nil
+	if len(args) == 0 {
+		// Not a mistake worth one line: show what there is, but do not
+		// pretend it succeeded.
+		printCommands(e.stdout)
+		return &exitError{Code: exitUsage}
 	}
-	for _, c := range commands {
-		if c.name == args[0] {
-			return c.run(ctx, e, args[1:])
-		}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	case "-version", "--version":
+		name = "version"
 	}
-	return usageError("unknown command %q (run 'fencelock help' for the list)", args[0])
+	c, err := lookup(name)
+	if err != nil {
+		return err
+	}
+	return dispatch(ctx, e, c, args[1:])
 }
 
-func printUsage(w io.Writer) {
+// dispatch runs c: -h is success, and a usage error names the command.
+func dispatch(ctx context.Context, e *env, c *command, args []string) error {
+	err := c.run(ctx, e, args)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	var ue *usageErr
+	if errors.As(err, &ue) && ue.cmd == "" {
+		ue.cmd = c.name
+	}
+	return err
+}
+
+// lookup finds a command by name, or says which one was probably meant.
+func lookup(name string) (*command, error) {
+	names := make([]string, len(commands))
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i], nil
+		}
+		names[i] = commands[i].name
+	}
+	msg := fmt.Sprintf("unknown command %q", name)
+	if s := suggest(name, names); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return nil, (&usageErr{message: msg, hint: "Run 'fencelock help' for the list of commands."}).exit()
+}
+
+const helpUsage = `Usage: fencelock help [COMMAND [SUBCOMMAND]]
+
+Shows COMMAND's usage and flags (the same as 'fencelock COMMAND -h'), or
+the list of commands.
+`
+
+func runHelp(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "help", helpUsage)
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		printCommands(e.stdout)
+		return nil
+	}
+	c, err := lookup(pos[0])
+	if err != nil {
+		return err
+	}
+	// help lab replay: lab's subcommand replay.
+	return dispatch(ctx, e, c, append(pos[1:], "-h"))
+}
+
+func printCommands(w io.Writer) {
 	fmt.Fprintln(w, "fencelock: leases with fencing tokens.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Usage: fencelock COMMAND [ARGS...]")
+	fmt.Fprintln(w, "Usage: fencelock COMMAND [ARGS...] [FLAGS]")
+	fmt.Fprintln(w, "       fencelock --version")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands {
-		if c.hidden {
+		if c.summary == "" {
 			continue
 		}
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'fencelock COMMAND -h' for a command's flags.")
+	fmt.Fprintln(w, "Run 'fencelock help COMMAND' (or 'fencelock COMMAND -h') for a command's flags.")
+	fmt.Fprintln(w, "Flags are written --flag (-flag works too), before or after the arguments.")
 }

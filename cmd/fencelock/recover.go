@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 
 	"github.com/fencelock/fencelock/internal/server"
 )
-
-func init() {
-	register(command{name: "recover", summary: "repair a damaged data dir without ever reissuing a token", run: runRecover})
-}
 
 const recoverUsage = `Usage: fencelock recover --data DIR [--min-token N]
 
@@ -27,33 +21,33 @@ Leases granted in the dropped entries are lost. It prints what it did.
 
 A node of a cluster is better wiped and rejoined from its peers (see
 docs/OPERATIONS.md).
-
-Flags:
 `
 
 func runRecover(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("recover", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	data := fs.String("data", envOr(e, "FENCELOCK_DATA", defaultData), "data `directory` to repair (env FENCELOCK_DATA)")
-	minToken := fs.Uint64("min-token", 0, "a `token` at or above every token ever issued; required when DIR/fencelock.state is unreadable")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(e.stdout, recoverUsage)
-			fs.SetOutput(e.stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return usageError("recover: %v (run 'fencelock recover -h')", err)
+	f := newFlags(e, "recover", recoverUsage)
+	data := f.String("data", defaultData, "data `DIR` to repair")
+	f.Env("data", "FENCELOCK_DATA")
+	minToken := f.Uint64("min-token", 0, "a `TOKEN` at or above every token ever issued; required when DIR/fencelock.state is unreadable")
+	asJSON := f.Bool("json", false, "print what it did as JSON: {\"data\": DIR, \"did\": [...]}")
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError("recover: unexpected argument %q (run 'fencelock recover -h')", fs.Arg(0))
+	if err := noArgs(pos); err != nil {
+		return err
 	}
 	if *data == "" {
-		return usageError("recover: --data must not be empty")
+		return usageError("--data must not be empty")
 	}
 	did, err := server.Recover(*data, server.RecoverOptions{MinToken: *minToken})
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		if did == nil {
+			did = []string{}
+		}
+		return writeJSON(e.stdout, recoverAnswer{Data: *data, Did: did})
 	}
 	for _, line := range did {
 		if _, err := fmt.Fprintf(e.stdout, "recover: %s\n", line); err != nil {
@@ -61,4 +55,10 @@ func runRecover(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	return nil
+}
+
+// recoverAnswer is recover's --json.
+type recoverAnswer struct {
+	Data string   `json:"data"`
+	Did  []string `json:"did"`
 }

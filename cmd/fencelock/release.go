@@ -4,34 +4,40 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 )
-
-func init() {
-	register(command{name: "release", summary: "release a lock you hold", run: runRelease})
-}
 
 const releaseUsage = `Usage: fencelock release KEY --holder H [--token N]
 
 Releases H's live lease on KEY (with --token, only if N is its token).
-Prints nothing on success. Exit status 1 when H holds no live lease on KEY:
-an expired lease is never released, because it may already belong to
-someone else.
+Prints nothing on success (with --json, the answer). Exit status 1 when H
+holds no live lease on KEY: an expired lease is never released, because
+it may already belong to someone else.
 `
 
+// releaseAnswer is release's --json: the API's answer, with what it was
+// asked.
+type releaseAnswer struct {
+	Holder string `json:"holder"`
+	Key    string `json:"key"`
+	api.ReleaseResponse
+}
+
 func runRelease(ctx context.Context, e *env, args []string) error {
-	fs, cf := newClientFlagSet("release", e)
-	holder := fs.String("holder", e.getenv("FENCELOCK_HOLDER"), "holder `name` (env FENCELOCK_HOLDER; required)")
-	token := fs.Uint64("token", 0, "release only the grant with this `token`")
-	pos, err := parseArgs(fs, e, releaseUsage+clientFlagsUsage, args)
+	f, cf := newClientFlags(e, "release", releaseUsage)
+	holder := holderFlag(f, "holder `NAME`; required")
+	token := f.Uint64("token", 0, "release only the grant with this `N`")
+	cf.common(f, "")
+	pos, err := f.parse(args)
 	if err != nil {
-		return helpOK(err)
+		return err
 	}
-	if err := wantArgs(fs, pos, 1, 1, "KEY"); err != nil {
+	if err := wantArgs(pos, 1, 1, "KEY"); err != nil {
 		return err
 	}
 	if *holder == "" {
-		return usageError("release: --holder is required (or set FENCELOCK_HOLDER)")
+		return usageError("--holder is required (or set FENCELOCK_HOLDER)")
 	}
 	var ok bool
 	err = cf.call(ctx, 0, "release "+pos[0], func(ctx context.Context, c *client.Client) (err error) {
@@ -41,8 +47,8 @@ func runRelease(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.json {
-		if err := writeJSON(e.stdout, map[string]any{"key": pos[0], "holder": *holder, "released": ok}); err != nil {
+	if *cf.json {
+		if err := writeJSON(e.stdout, releaseAnswer{*holder, pos[0], api.ReleaseResponse{Released: ok}}); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,20 +31,20 @@ Example:
 `
 
 func runLabReplay(_ context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("lab replay", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() { fmt.Fprint(e.stderr, replayUsage) }
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		return &exitError{Code: exitUsage}
+	f := newFlags(e, "lab replay", replayUsage)
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 1 {
-		return usageError("lab replay takes at most one FILE, got %d", fs.NArg())
+	if len(pos) > 1 {
+		return usageError("takes at most one FILE, got %d", len(pos))
+	}
+	name := ""
+	if len(pos) == 1 {
+		name = pos[0]
 	}
 	var in io.Reader = e.stdin
-	if name := fs.Arg(0); name != "" && name != "-" {
+	if name != "" && name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
 			return usageError("%v", err)

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -16,10 +14,6 @@ import (
 	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/server"
 )
-
-func init() {
-	register(command{name: "server", summary: "run a durable lock server (HTTP/JSON API)", run: runServer})
-}
 
 const defaultData = "fencelock-data"
 
@@ -44,88 +38,84 @@ nothing and asks the nodes in ADDRS (client addresses) to add it. After
 the first start these flags are ignored: the membership is in DIR. See
 docs/OPERATIONS.md.
 
-Flags (a flag beats its environment variable):
+A flag beats its environment variable.
 `
 
 func runServer(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	listen := fs.String("listen", envOr(e, "FENCELOCK_LISTEN", defaultListen), "HTTP `address` to listen on (env FENCELOCK_LISTEN)")
-	data := fs.String("data", envOr(e, "FENCELOCK_DATA", defaultData), "data `directory` (env FENCELOCK_DATA)")
-	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
-	logFormat := fs.String("log-format", envOr(e, "FENCELOCK_LOG_FORMAT", "text"), "log line `format`: text or json (env FENCELOCK_LOG_FORMAT)")
-	grace := fs.Duration("shutdown-grace", 10*time.Second, "how long in-flight requests may take at shutdown")
-	id := fs.String("id", envOr(e, "FENCELOCK_ID", server.DefaultConfig().NodeID), "this node's `id` in the cluster (env FENCELOCK_ID)")
-	raftAddr := fs.String("raft", envOr(e, "FENCELOCK_RAFT", ""), "raft `address` host:port for cluster peers (env FENCELOCK_RAFT); empty: single node")
-	advertise := fs.String("advertise", "", "client `address` other nodes send clients to (default: the --listen address)")
-	peersFlag := fs.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
-	join := fs.String("join", "", "client `addresses` of running nodes to ask to add this one")
+	f := newFlags(e, "server", serverUsage)
 	defaults := server.DefaultConfig()
-	snapThreshold := fs.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once this many log `entries` follow the last one")
-	trailing := fs.Uint64("trailing-logs", defaults.TrailingLogs, "log `entries` kept after a snapshot; a peer further behind is sent the snapshot")
-	snapInterval := fs.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
-	maxConns := fs.Int("max-connections", 0, "cap on open client `connections`; 0: the open-file limit less a reserve for the log and peers (env FENCELOCK_MAX_CONNECTIONS)")
-	heartbeat := fs.String("heartbeat-timeout", envOr(e, "FENCELOCK_HEARTBEAT_TIMEOUT", defaults.HeartbeatTimeout.String()),
-		"raft: a follower that hears no leader for this `duration` (randomized up to twice it) starts an election (env FENCELOCK_HEARTBEAT_TIMEOUT)")
-	election := fs.String("election-timeout", envOr(e, "FENCELOCK_ELECTION_TIMEOUT", defaults.ElectionTimeout.String()),
-		"raft: a candidate that wins no election in this `duration` (randomized up to twice it) starts another; >= --heartbeat-timeout (env FENCELOCK_ELECTION_TIMEOUT)")
-	leaderLease := fs.String("leader-lease-timeout", envOr(e, "FENCELOCK_LEADER_LEASE_TIMEOUT", defaults.LeaderLeaseTimeout.String()),
-		"raft: a leader that has not reached a quorum for this `duration` steps down; <= --heartbeat-timeout (env FENCELOCK_LEADER_LEASE_TIMEOUT)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(e.stdout, serverUsage)
-			fs.SetOutput(e.stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return usageError("server: %v (run 'fencelock server -h')", err)
+	listen := f.String("listen", defaultListen, "HTTP `ADDR` to listen on")
+	f.Env("listen", "FENCELOCK_LISTEN")
+	data := f.String("data", defaultData, "data `DIR`")
+	f.Env("data", "FENCELOCK_DATA")
+	logLevel := f.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
+	logFormat := f.String("log-format", "text", "log line `FORMAT`: text or json")
+	f.Env("log-format", "FENCELOCK_LOG_FORMAT")
+	grace := f.Duration("shutdown-grace", 10*time.Second, "how long in-flight requests may take at shutdown")
+	id := f.String("id", defaults.NodeID, "this node's `ID` in the cluster")
+	f.Env("id", "FENCELOCK_ID")
+	raftAddr := f.String("raft", "", "raft `HOST:PORT` for cluster peers; empty: single node")
+	f.Env("raft", "FENCELOCK_RAFT")
+	advertise := f.String("advertise", "", "client `ADDR` other nodes send clients to (default: the --listen address)")
+	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
+	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
+	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
+	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")
+	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
+	maxConns := f.Int("max-connections", 0, "at most `N` open client connections; 0: the open-file limit less a reserve for the log and peers")
+	f.Env("max-connections", "FENCELOCK_MAX_CONNECTIONS")
+	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
+		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
+	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
+	election := f.String("election-timeout", defaults.ElectionTimeout.String(),
+		"raft: a candidate that wins no election in this long (`D`, randomized up to twice it) starts another; >= --heartbeat-timeout")
+	f.Env("election-timeout", "FENCELOCK_ELECTION_TIMEOUT")
+	leaderLease := f.String("leader-lease-timeout", defaults.LeaderLeaseTimeout.String(),
+		"raft: a leader that has not reached a quorum for this long (`D`) steps down; <= --heartbeat-timeout")
+	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError("server: unexpected argument %q (run 'fencelock server -h')", fs.Arg(0))
+	if err := noArgs(pos); err != nil {
+		return err
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageError("server: --log-level: %v", err)
+		return usageError("--log-level: %v", err)
 	}
 	if *logFormat != "text" && *logFormat != "json" {
 		name := "--log-format"
-		if !flagGiven(fs, "log-format") {
+		if !f.given("log-format") {
 			name = "FENCELOCK_LOG_FORMAT"
 		}
-		return usageError("server: %s must be text or json, got %q", name, *logFormat)
+		return usageError("%s must be text or json, got %q", name, *logFormat)
 	}
 	if *data == "" {
-		return usageError("server: --data must not be empty")
+		return usageError("--data must not be empty")
 	}
 	peers, err := parsePeers(*peersFlag)
 	if err != nil {
-		return usageError("server: --peers: %v", err)
+		return usageError("--peers: %v", err)
 	}
 	if *raftAddr == "" && (len(peers) > 0 || *join != "") {
-		return usageError("server: --peers and --join need --raft")
+		return usageError("--peers and --join need --raft")
 	}
 	if *join != "" && len(splitAddrs(*join)) == 0 {
-		return usageError("server: --join %q names no address", *join)
+		return usageError("--join %q names no address", *join)
 	}
 	if len(peers) > 0 && *join != "" {
-		return usageError("server: --peers and --join exclude each other")
+		return usageError("--peers and --join exclude each other")
 	}
 	if *snapThreshold == 0 || *trailing == 0 || *snapInterval < 5*time.Millisecond {
-		return usageError("server: --snapshot-threshold and --trailing-logs must be > 0, --snapshot-interval >= 5ms")
-	}
-	if v := e.getenv("FENCELOCK_MAX_CONNECTIONS"); v != "" && !flagGiven(fs, "max-connections") {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil {
-			return usageError("server: FENCELOCK_MAX_CONNECTIONS %q is not a number", v)
-		}
-		*maxConns = n
+		return usageError("--snapshot-threshold and --trailing-logs must be > 0, --snapshot-interval >= 5ms")
 	}
 	if *maxConns < 0 {
-		return usageError("server: --max-connections must be >= 0")
+		return usageError("--max-connections must be >= 0")
 	}
 	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
 	if err != nil {
-		return usageError("server: %v", err)
+		return usageError("%v", err)
 	}
 	var handler slog.Handler = slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})
 	if *logFormat == "json" {
@@ -152,12 +142,12 @@ func runServer(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	} else if fdLimit > 0 && uint64(*maxConns) > fdLimit-min(fdLimit, server.FDReserve(fdLimit)) {
-		return usageError("server: --max-connections %d leaves fewer than %d of the %d open files for the log and peers; lower it or raise the limit (ulimit -n)",
+		return usageError("--max-connections %d leaves fewer than %d of the %d open files for the log and peers; lower it or raise the limit (ulimit -n)",
 			*maxConns, server.FDReserve(fdLimit), fdLimit)
 	}
 	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns)
-	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat, "election_timeout", timing.election,
-		"leader_lease_timeout", timing.leaderLease)
+	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat.String(), "election_timeout", timing.election.String(),
+		"leader_lease_timeout", timing.leaderLease.String())
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -280,18 +270,4 @@ func parsePeers(s string) ([]server.Peer, error) {
 		peers = append(peers, server.Peer{ID: id, RaftAddr: addr})
 	}
 	return peers, nil
-}
-
-// flagGiven says whether name was set on the command line.
-func flagGiven(fs *flag.FlagSet, name string) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-	return given
-}
-
-func envOr(e *env, name, def string) string {
-	if v := strings.TrimSpace(e.getenv(name)); v != "" {
-		return v
-	}
-	return def
 }

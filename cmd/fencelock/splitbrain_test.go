@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The page's split-brain scenario with real processes: holder A runs under
@@ -92,16 +94,6 @@ func readStore(t *testing.T, url string) storedValue {
 		t.Fatalf("GET %s: %v", url, err)
 	}
 	return v
-}
-
-// eventually polls cond, bounded; the bound only turns a hang into a failure.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 func fileExists(path string) bool {

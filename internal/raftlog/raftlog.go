@@ -167,6 +167,13 @@ func value(v any) any {
 		return fmt.Sprintf("0b%b", int(v))
 	case hclog.Quote:
 		return fmt.Sprintf("%q", string(v))
+	case error:
+		return v
+	case fmt.Stringer:
+		// hclog prints a Stringer with String; raft passes itself and
+		// its peers this way, and a JSON handler would otherwise print
+		// their unexported fields as {}.
+		return v.String()
 	}
 	return v
 }

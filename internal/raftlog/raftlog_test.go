@@ -233,3 +233,18 @@ func TestStandardWriter(t *testing.T) {
 		}
 	}
 }
+
+type node struct{ addr string }
+
+func (n *node) String() string { return "Node at " + n.addr }
+
+// raft logs itself ("entering leader state", "leader", r) and its peers as
+// Stringers; a JSON handler must not print them as {}.
+func TestStringersAreStrings(t *testing.T) {
+	l, lines := newJSON(slog.LevelInfo)
+	l.Info("entering leader state", "leader", &node{"127.0.0.1:7480"}, "err", errors.New("boom"))
+	got := lines()
+	if len(got) != 1 || got[0]["leader"] != "Node at 127.0.0.1:7480" || got[0]["err"] != "boom" {
+		t.Fatalf("got %v", got)
+	}
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/client"
+)
+
+// An error in the CLI's terms. The server and the client name the request
+// field at fault (ttl_ms, wait_ms, key, ...) in the API's words; the user
+// typed a flag or an argument. This table, the only place that knows both,
+// says which, and for a range the rule in the flag's units.
+type term struct {
+	name string // --ttl, KEY
+	rule string // the whole message for any refusal of the field, if fixed
+}
+
+var terms = map[string]term{
+	"ttl_ms":      {"--ttl", fmt.Sprintf("must be between %s and %s", fmtDuration(api.MinTTL), fmtDuration(api.MaxTTL))},
+	"wait_ms":     {"--wait", fmt.Sprintf("must be between 0s and %s", fmtDuration(api.MaxWait))},
+	"key":         {"KEY", ""},
+	"prefix":      {"PREFIX", ""},
+	"holder":      {"--holder", ""},
+	"token":       {"TOKEN", ""},
+	"limit":       {"--limit", fmt.Sprintf("must be between 1 and %d (0: the server's default)", api.MaxLimit)},
+	"addr":        {"--addr", ""},
+	"id":          {"--id", ""},
+	"raft_addr":   {"--raft", ""},
+	"client_addr": {"--client", ""},
+}
+
+// termsFor returns the table with a command's own spellings: release
+// takes the token as --token, not as an argument.
+func termsFor(cmd string) map[string]term {
+	if cmd != "release" {
+		return terms
+	}
+	t := make(map[string]term, len(terms))
+	for k, v := range terms {
+		t[k] = v
+	}
+	t["token"] = term{name: "--token"}
+	return t
+}
+
+// fieldRule is the message for a refusal of field, in CLI terms.
+func fieldRule(field string) string {
+	t := terms[field]
+	return t.name + " " + t.rule
+}
+
+// inCLITerms rewrites a client error naming an API field in the words of
+// cmd's flags and arguments; ok is false when err names no field.
+func inCLITerms(cmd string, err error) (msg string, ok bool) {
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Field == "" {
+		return "", false
+	}
+	t, known := termsFor(cmd)[ae.Field]
+	if !known {
+		return "", false
+	}
+	if t.rule != "" {
+		return t.name + " " + t.rule, true
+	}
+	m := strings.TrimPrefix(ae.Message, "fencelock: ")
+	re := regexp.MustCompile(`\b` + regexp.QuoteMeta(ae.Field) + `\b`)
+	if re.MatchString(m) {
+		return re.ReplaceAllLiteralString(m, t.name), true
+	}
+	return t.name + ": " + m, true
+}
+
+// checkDuration refuses d outside the range of field (ttl_ms, wait_ms)
+// with the same message the server's refusal turns into.
+func checkDuration(field string, d time.Duration) error {
+	lo, hi := time.Duration(0), time.Duration(0)
+	switch field {
+	case "ttl_ms":
+		lo, hi = api.MinTTL, api.MaxTTL
+	case "wait_ms":
+		lo, hi = 0, api.MaxWait
+	}
+	if d < lo || d > hi {
+		return usageError("%s", fieldRule(field))
+	}
+	return nil
+}
+
+// fmtDuration prints d the way a user writes it: 100ms, 24h, 1h30m.
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// clientFail turns a client error into the command's exit status, with
+// what as the start of the one-line message: 2 for a refused argument
+// (named as the user typed it), 3 when no server could answer, else 1.
+func clientFail(what string, err error) error {
+	cmd, _, _ := strings.Cut(what, " ")
+	if errors.Is(err, client.ErrInvalid) {
+		if msg, ok := inCLITerms(cmd, err); ok {
+			return (&usageErr{cmd: cmd, message: msg}).exit()
+		}
+		return (&usageErr{cmd: cmd, message: fmt.Sprintf("%s: %s", what, trimPrefix(err))}).exit()
+	}
+	code := exitNo
+	switch {
+	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrUnavailable),
+		errors.Is(err, context.DeadlineExceeded):
+		code = exitUnreachable
+	}
+	return &exitError{Code: code, Err: fmt.Errorf("%s: %s", what, trimPrefix(err))}
+}
+
+// trimPrefix drops the package prefix of client errors: main adds its own.
+func trimPrefix(err error) string {
+	return strings.ReplaceAll(err.Error(), "fencelock: ", "")
+}
