@@ -64,6 +64,14 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
 	maxConns := f.Int("max-connections", 0, "at most `N` open client connections; 0: the open-file limit less a reserve for the log and peers")
 	f.Env("max-connections", "FENCELOCK_MAX_CONNECTIONS")
+	maxConnsPerAddr := f.Int("max-connections-per-address", 0, "at most `N` open client connections from one remote address; 0: a quarter of --max-connections")
+	f.Env("max-connections-per-address", "FENCELOCK_MAX_CONNECTIONS_PER_ADDRESS")
+	framedInFlight := f.Int("framed-max-in-flight", defaults.FramedMaxInFlight, "framed: at most `N` requests unanswered per connection (extends and releases aside); the Go client keeps to 1024")
+	framedPriority := f.Int("framed-max-priority-in-flight", defaults.FramedMaxPriorityInFlight, "framed: at most `N` extends and releases unanswered per connection, a budget of their own")
+	framedPending := f.Int64("framed-max-pending-bytes", defaults.FramedMaxPendingAnswerBytes, "framed: stop reading a connection with more than `BYTES` of answers waiting to be written")
+	framedWrite := f.Duration("framed-write-timeout", defaults.FramedWriteTimeout, "framed: close a connection that takes no answer byte for this long (`D`) while answers wait")
+	framedRead := f.Duration("framed-read-timeout", defaults.FramedReadTimeout, "framed: close a connection whose frame, once begun, takes longer than `D` to arrive")
+	framedIdle := f.Duration("framed-idle-timeout", defaults.FramedIdleTimeout, "framed: close a connection with nothing in flight that sends nothing for `D`")
 	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
 		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
 	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
@@ -113,6 +121,15 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *maxConns < 0 {
 		return usageError("--max-connections must be >= 0")
 	}
+	if *maxConnsPerAddr < 0 {
+		return usageError("--max-connections-per-address must be >= 0")
+	}
+	if *framedInFlight <= 0 || *framedPriority <= 0 || *framedPending <= 0 {
+		return usageError("--framed-max-in-flight, --framed-max-priority-in-flight and --framed-max-pending-bytes must be > 0")
+	}
+	if *framedWrite <= 0 || *framedRead <= 0 || *framedIdle <= 0 {
+		return usageError("--framed-write-timeout, --framed-read-timeout and --framed-idle-timeout must be > 0")
+	}
 	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
 	if err != nil {
 		return usageError("%v", err)
@@ -145,7 +162,10 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		return usageError("--max-connections %d leaves fewer than %d of the %d open files for the log and peers; lower it or raise the limit (ulimit -n)",
 			*maxConns, server.FDReserve(fdLimit), fdLimit)
 	}
-	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns)
+	if *maxConnsPerAddr == 0 && *maxConns > 0 {
+		*maxConnsPerAddr = max(*maxConns/4, 1)
+	}
+	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns, "max_connections_per_address", *maxConnsPerAddr)
 	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat.String(), "election_timeout", timing.election.String(),
 		"leader_lease_timeout", timing.leaderLease.String())
 
@@ -160,7 +180,10 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cfg := server.Config{DataDir: *data, Logger: log, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
 		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
-		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns}
+		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
+		MaxConnectionsPerAddr: *maxConnsPerAddr, FramedMaxInFlight: *framedInFlight, FramedMaxPriorityInFlight: *framedPriority,
+		FramedMaxPendingAnswerBytes: *framedPending, FramedWriteTimeout: *framedWrite, FramedReadTimeout: *framedRead,
+		FramedIdleTimeout: *framedIdle}
 	if *join == "" {
 		return server.Serve(ctx, ln, cfg, *grace)
 	}
