@@ -109,8 +109,14 @@ func TestSlowReaderGetsEveryAnswer(t *testing.T) {
 			t.Fatalf("got %d bytes, %v", len(body), err)
 		}
 	}
-	if st := f.fs.Stats(); st.WriteTimeouts != 0 || st.PendingAnswerBytes != 0 || st.InFlight != 0 {
-		t.Fatalf("stats after all were answered: %+v", st)
+	// The server counts an answer out once its write returns, which may
+	// be just after the peer has it.
+	eventually(t, "the last answer is counted out", func() bool {
+		st := f.fs.Stats()
+		return st.PendingAnswerBytes == 0 && st.InFlight == 0
+	})
+	if st := f.fs.Stats(); st.WriteTimeouts != 0 {
+		t.Fatalf("a reading peer was cut off: %+v", st)
 	}
 }
 
