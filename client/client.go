@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -42,7 +43,10 @@ type Client struct {
 	addrs []string // base URLs, no trailing slash
 	cur   int      // the address that answered last (the leader, in a cluster)
 
-	frames framing.Pool // by host:port of http:// addresses
+	frames    framing.Pool // by host:port of http:// addresses
+	tlsFrames framing.Pool // by host:port of https:// addresses (tls.go)
+	tls       *tls.Config  // for https:// addresses; nil: Go's defaults
+	optErr    error        // an option that could not be applied
 }
 
 // Option configures a Client.
@@ -58,8 +62,8 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 // carries every request on it, many at once (the server's framed protocol,
 // on the same port): several times the throughput of HTTP/1.1 for the same
 // CPU. A server that speaks only HTTP is noticed on the first request and
-// reached over HTTP from then on. With false every request is HTTP/1.1, as
-// it always is for https:// addresses.
+// reached over HTTP from then on. With false every request is HTTP/1.1.
+// https:// addresses carry framed connections over TLS (WithTLSConfig).
 func WithFramed(on bool) Option { return func(c *Client) { c.framed = on } }
 
 // WithClock sets the clock that lease deadlines and retry back-off are
@@ -113,13 +117,20 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		waitCheck:  time.Second,
 		frames:     framing.Pool{DialTimeout: dialTimeout},
 	}
+	c.tlsFrames = framing.Pool{DialTimeout: dialTimeout, Dial: c.tlsDial}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.optErr != nil {
+		return nil, c.optErr
+	}
 	for _, a := range addrs {
 		for _, one := range strings.Split(a, ",") {
 			one = strings.TrimSpace(one)
 			if one == "" {
 				continue
 			}
-			u, err := baseURL(one)
+			u, err := baseURL(one, c.defaultScheme())
 			if err != nil {
 				return nil, err
 			}
@@ -129,9 +140,6 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if len(c.addrs) == 0 {
 		return nil, invalidf("addr", "no server address given")
 	}
-	for _, o := range opts {
-		o(c)
-	}
 	if c.hc == nil {
 		c.hc = &http.Client{Transport: &http.Transport{
 			Proxy:               nil, // a lock server is never reached through a proxy by surprise
@@ -139,14 +147,16 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 			TLSHandshakeTimeout: 5 * time.Second,
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     90 * time.Second,
+			TLSClientConfig:     c.tls,
 		}}
 	}
 	return c, nil
 }
 
-func baseURL(addr string) (string, error) {
+// baseURL is addr as a base URL; an address without a scheme gets scheme.
+func baseURL(addr, scheme string) (string, error) {
 	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
+		addr = scheme + "://" + addr
 	}
 	u, err := url.Parse(addr)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
@@ -265,7 +275,7 @@ func (c *Client) do(ctx context.Context, cl call) error {
 		switch {
 		case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "" && redirects < 3:
 			// Follow the named leader at once; it does not use up a retry.
-			if u, perr := baseURL(ae.Leader); perr == nil {
+			if u, perr := leaderURL(addr, ae.Leader); perr == nil {
 				redirects++
 				c.prefer(u)
 				next = 0
@@ -364,7 +374,7 @@ func ctxErr(ctx context.Context) error {
 const maxAnswer = 8 << 20
 
 func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) error {
-	if c.framed && strings.HasPrefix(addr, "http://") {
+	if c.framed && (strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")) {
 		fc, err := c.frameConn(ctx, addr, cl.path)
 		if err != nil {
 			return err
@@ -379,13 +389,18 @@ func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) er
 // dialTimeout bounds connecting to one server.
 const dialTimeout = 2 * time.Second
 
-// frameConn returns a framed connection to addr (an http:// base URL)
-// with room for a request to path, or nil when that server speaks only
-// HTTP. Extends and releases have a budget of their own on every
-// connection; other requests past a connection's window go to another
-// one (framing.Pool), so thousands of waits cannot hold up an extend.
+// frameConn returns a framed connection to addr (an http:// or https://
+// base URL) with room for a request to path, or nil when that server
+// speaks only HTTP. Extends and releases have a budget of their own on
+// every connection; other requests past a connection's window go to
+// another one (framing.Pool), so thousands of waits cannot hold up an
+// extend.
 func (c *Client) frameConn(ctx context.Context, addr, path string) (*framing.Conn, error) {
-	fc, err := c.frames.GetFor(ctx, strings.TrimPrefix(addr, "http://"), path)
+	pool, host := &c.frames, strings.TrimPrefix(addr, "http://")
+	if h, ok := strings.CutPrefix(addr, "https://"); ok {
+		pool, host = &c.tlsFrames, h
+	}
+	fc, err := pool.GetFor(ctx, host, path)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctxErr(ctx)
@@ -511,4 +526,5 @@ func decodeError(status int, data []byte) error {
 func (c *Client) Close() {
 	c.hc.CloseIdleConnections()
 	c.frames.Close()
+	c.tlsFrames.Close()
 }

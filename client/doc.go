@@ -53,4 +53,8 @@
 // cannot be reached, retries with jittered back-off, and follows a node that
 // answers not_leader with the leader's address. Writes carry a request_id so
 // retries are applied once.
+//
+// TLS: WithTLSFiles (a CA, and a client certificate if the server asks for
+// one) or WithTLSConfig. https:// addresses, and with either option bare
+// host:port ones, carry both framed connections and HTTP over TLS.
 package client

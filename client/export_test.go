@@ -16,6 +16,9 @@ func (l *Lease) LastErr() error {
 // Framed reports whether the client holds a framed connection to addr (a
 // base URL), so tests can tell frames from the HTTP fallback.
 func (c *Client) Framed(addr string) bool {
+	if h, ok := strings.CutPrefix(addr, "https://"); ok {
+		return c.tlsFrames.Has(h)
+	}
 	return c.frames.Has(strings.TrimPrefix(addr, "http://"))
 }
 

@@ -136,7 +136,7 @@ func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 		l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(now), l.expire)
 		return true, 0
 	case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "":
-		if u, perr := baseURL(ae.Leader); perr == nil && u != addr {
+		if u, perr := leaderURL(addr, ae.Leader); perr == nil && u != addr {
 			l.c.prefer(u)
 			l.next = 0
 			delete(l.silent, u) // named as the leader: ask it

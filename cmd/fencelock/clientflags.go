@@ -16,6 +16,7 @@ type clientFlags struct {
 	addr    *string
 	json    *bool
 	timeout *time.Duration
+	tls     *clientTLSFlags
 }
 
 // clientExit is the exit status text of the client commands.
@@ -42,10 +43,19 @@ func (cf *clientFlags) common(f *flags, jsonUsage string) {
 	}
 	cf.json = f.Bool("json", false, jsonUsage)
 	cf.timeout = f.Duration("timeout", 10*time.Second, "how long to wait for an answer, on top of any --wait")
+	cf.tls = addClientTLSFlags(f)
 }
 
 func (cf *clientFlags) client() (*client.Client, error) {
-	c, err := client.New([]string{*cf.addr})
+	cfg, err := cf.tls.config()
+	if err != nil {
+		return nil, err
+	}
+	var opts []client.Option
+	if cfg != nil {
+		opts = append(opts, client.WithTLSConfig(cfg))
+	}
+	c, err := client.New([]string{*cf.addr}, opts...)
 	if err != nil {
 		return nil, usageError("--addr: %s", trimPrefix(err))
 	}

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -127,6 +127,7 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 	f.Env("addr", "FENCELOCK_ADDR")
 	asJSON := f.Bool("json", false, "print the answer as JSON (the API's shapes, package api)")
 	timeout := f.Duration("timeout", 30*time.Second, "give up after this long")
+	tlsFlags := addClientTLSFlags(f)
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -147,9 +148,13 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 	case sub == "remove" && *id == "":
 		return usageError("--id is required")
 	}
+	tlsCfg, err := tlsFlags.config()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c, err := newClusterClient(nodes)
+	c, err := newClusterClient(nodes, tlsCfg)
 	if err != nil {
 		return usageError("--addr: %s", trimPrefix(err))
 	}
@@ -239,12 +244,18 @@ func splitAddrs(s string) []string {
 // that never left), 30s for one attempt (a join waits for the new node to
 // catch up, up to the server's JoinCatchUp, 10s by default), and retries
 // of unreachable and unavailable nodes until ctx ends, with short pauses.
-func newClusterClient(addrs []string) (*fencelock.Client, error) {
-	return fencelock.New(addrs,
+// With tlsCfg, https.
+func newClusterClient(addrs []string, tlsCfg *tls.Config) (*fencelock.Client, error) {
+	opts := []fencelock.Option{
 		fencelock.WithFramed(false),
-		fencelock.WithHTTPClient(&http.Client{Timeout: 30 * time.Second}),
+		fencelock.WithHTTPClient(clusterHTTP(tlsCfg)),
 		fencelock.WithRetries(math.MaxInt),
-		fencelock.WithBackoff(50*time.Millisecond, 250*time.Millisecond))
+		fencelock.WithBackoff(50*time.Millisecond, 250*time.Millisecond),
+	}
+	if tlsCfg != nil {
+		opts = append(opts, fencelock.WithTLSConfig(tlsCfg))
+	}
+	return fencelock.New(addrs, opts...)
 }
 
 // refusal is the answer of a node that refused a call (not a 503: those

@@ -38,6 +38,13 @@ nothing and asks the nodes in ADDRS (client addresses) to add it. After
 the first start these flags are ignored: the membership is in DIR. See
 docs/OPERATIONS.md.
 
+With --cert and --key the client port serves TLS (HTTP and framed
+connections alike) and, with --raft and --ca, raft runs over mutual TLS:
+a peer without a certificate signed by --ca is refused at the handshake.
+SIGHUP rereads the certificate files. Without TLS the client and raft
+ports serve loopback addresses only, unless --insecure. See
+docs/SECURITY.md.
+
 A flag beats its environment variable.
 `
 
@@ -81,6 +88,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	leaderLease := f.String("leader-lease-timeout", defaults.LeaderLeaseTimeout.String(),
 		"raft: a leader that has not reached a quorum for this long (`D`) steps down; <= --heartbeat-timeout")
 	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
+	tlsFlags := addServerTLSFlags(f)
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -134,6 +142,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
+	if err := tlsFlags.check(*raftAddr != ""); err != nil {
+		return err
+	}
 	var handler slog.Handler = slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})
 	if *logFormat == "json" {
 		handler = slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})
@@ -183,7 +194,10 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
 		MaxConnectionsPerAddr: *maxConnsPerAddr, FramedMaxInFlight: *framedInFlight, FramedMaxPriorityInFlight: *framedPriority,
 		FramedMaxPendingAnswerBytes: *framedPending, FramedWriteTimeout: *framedWrite, FramedReadTimeout: *framedRead,
-		FramedIdleTimeout: *framedIdle}
+		FramedIdleTimeout: *framedIdle, TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure}
+	if cfg.TLS.Enabled() {
+		cfg.TLSReload = reloadOnHangup(ctx, log)
+	}
 	if *join == "" {
 		return server.Serve(ctx, ln, cfg, *grace)
 	}
@@ -195,7 +209,12 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	joined := make(chan struct{})
 	go func() {
 		defer close(joined)
-		c, err := newClusterClient(splitAddrs(*join))
+		tlsCfg, err := tlsFlags.clientConfig()
+		if err != nil {
+			log.Error("joining the cluster failed", "join", *join, "err", err)
+			return
+		}
+		c, err := newClusterClient(splitAddrs(*join), tlsCfg)
 		if err != nil {
 			log.Error("joining the cluster failed", "join", *join, "err", err)
 			return

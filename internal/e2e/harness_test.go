@@ -191,6 +191,9 @@ func (c *cluster) start(n *node, extra ...string) {
 	args := append([]string{"server", "--id", n.id, "--listen", n.client, "--raft", n.raft, "--data", n.data, "--log-level", "warn"}, extra...)
 	var cmd *exec.Cmd
 	if n.ns != "" {
+		// Each node has its own network namespace and a non-loopback
+		// address, served without TLS: that takes --insecure.
+		args = append(args, "--insecure")
 		cmd = exec.Command("ip", append([]string{"netns", "exec", n.ns, c.bin}, args...)...)
 	} else {
 		cmd = exec.Command(c.bin, args...)

@@ -62,12 +62,18 @@ func Dial(ctx context.Context, addr string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Start(ctx, c)
+}
+
+// Start sends the preface on c, a connection just made (a *tls.Conn, say),
+// and waits for its echo within ctx. It closes c if that fails.
+func Start(ctx context.Context, c net.Conn) (*Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	br := bufio.NewReaderSize(c, 16<<10)
-	err = handshake(c, br)
+	err := handshake(c, br)
 	if !stop() && err == nil {
 		err = ctx.Err()
 	}

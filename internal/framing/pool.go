@@ -3,6 +3,7 @@ package framing
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"time"
 )
@@ -20,6 +21,9 @@ type Pool struct {
 	// MaxConnsPerAddr bounds the connections kept to one server (default
 	// DefaultMaxConnsPerAddr).
 	MaxConnsPerAddr int
+	// Dial, if set, makes the connection to addr (a TLS dial, say) that
+	// the preface is then sent on; nil is a TCP dial.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 
 	mu    sync.Mutex
 	addrs map[string]*poolAddr
@@ -147,7 +151,14 @@ func (p *Pool) dial(ctx context.Context, addr string) (*Conn, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return Dial(dctx, addr)
+	if p.Dial == nil {
+		return Dial(dctx, addr)
+	}
+	c, err := p.Dial(dctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return Start(dctx, c)
 }
 
 func leastLoaded(conns []*Conn) *Conn {

@@ -135,7 +135,7 @@ func (s *Server) announceLoop() {
 		<-s.stop
 		cancel()
 	}()
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := s.peerHTTP
 	t := time.NewTicker(s.cfg.HeartbeatTimeout)
 	defer t.Stop()
 	for {
@@ -156,7 +156,7 @@ func (s *Server) announceLoop() {
 			continue
 		}
 		body, _ := json.Marshal(api.JoinRequest{ID: s.cfg.NodeID, RaftAddr: raftAddr, ClientAddr: s.cfg.ClientAddr})
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+leader+api.PathAnnounce, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.scheme()+leader+api.PathAnnounce, bytes.NewReader(body))
 		if err != nil {
 			continue
 		}

@@ -54,6 +54,14 @@ func (c Config) Validate() error {
 	if c.WALSegmentSize < 0 {
 		bad("WALSegmentSize is %d; it must not be negative (0 is the default)", c.WALSegmentSize)
 	}
+	if c.TLS.Enabled() {
+		if err := c.TLS.Check(); err != nil {
+			bad("TLS: %v", err)
+		}
+		if c.RaftAddr != "" && c.Transport == nil && c.TLS.CAFile == "" {
+			bad("TLS.CAFile is empty; raft over TLS needs the CA that signs the peers' certificates")
+		}
+	}
 	d := c.withDefaults()
 	if d.LeaderLeaseTimeout > d.HeartbeatTimeout {
 		bad("LeaderLeaseTimeout (%v) is longer than HeartbeatTimeout (%v); raft needs it no longer", d.LeaderLeaseTimeout, d.HeartbeatTimeout)

@@ -26,6 +26,8 @@
 //	                    the durable stores, their checks and their repair
 //	connlimit.go, fdlimit_*.go, lock_*.go
 //	                    the connection cap, the open-file limit, the data dir lock
+//	tls.go, insecure.go TLS on the client port and raft (mutual), its reload;
+//	                    loopback only without TLS
 //
 // The operations are methods of Server that take the api package's
 // requests and answer its answers or an *Error; they know nothing of a

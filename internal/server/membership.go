@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,18 +34,16 @@ type membership struct {
 // probeTimeout bounds each probe of a node; probes run in parallel.
 const probeTimeout = 2 * time.Second
 
-var probeClient = &http.Client{Timeout: probeTimeout}
-
 // probe asks the node at a client address who it is.
-func probe(ctx context.Context, clientAddr string) (api.Identity, error) {
+func (s *Server) probe(ctx context.Context, clientAddr string) (api.Identity, error) {
 	var id api.Identity
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+clientAddr+api.PathIdentity, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.scheme()+clientAddr+api.PathIdentity, nil)
 	if err != nil {
 		return id, err
 	}
-	resp, err := probeClient.Do(req)
+	resp, err := s.peerHTTP.Do(req)
 	if err != nil {
 		return id, err
 	}
@@ -71,7 +70,14 @@ func (s *Server) probeRaft(ctx context.Context, addr string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	var d net.Dialer
+	var d interface {
+		DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+	} = &net.Dialer{}
+	if s.tls != nil {
+		// A full handshake: the new node's raft port must also hold a
+		// certificate this cluster trusts.
+		d = &tls.Dialer{Config: s.tls.PeerClient(addr)}
+	}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return err
@@ -82,7 +88,7 @@ func (s *Server) probeRaft(ctx context.Context, addr string) error {
 // checkNewNode refuses a node that does not answer at the addresses given
 // or that belongs to another cluster. It returns its identity.
 func (s *Server) checkNewNode(ctx context.Context, req api.JoinRequest) (api.Identity, *Error) {
-	id, err := probe(ctx, req.ClientAddr)
+	id, err := s.probe(ctx, req.ClientAddr)
 	if err != nil {
 		return id, refused(api.CodeNodeUnreachable, "refused, nothing changed: node %s does not answer at its client address %s (%v); start it first (fencelock server --join) and give the addresses it serves",
 			req.ID, req.ClientAddr, err)
@@ -135,7 +141,7 @@ func (s *Server) checkQuorum(ctx context.Context, what string, voters []raft.Ser
 		wg.Add(1)
 		go func(id raft.ServerID, addr string) {
 			defer wg.Done()
-			got, err := probe(ctx, addr)
+			got, err := s.probe(ctx, addr)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -215,7 +221,7 @@ func (s *Server) caughtUp(ctx context.Context, req api.JoinRequest) bool {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.JoinCatchUp)
 	defer cancel()
 	for {
-		if id, err := probe(ctx, req.ClientAddr); err == nil && id.Node == req.ID && id.AppliedIndex >= target {
+		if id, err := s.probe(ctx, req.ClientAddr); err == nil && id.Node == req.ID && id.AppliedIndex >= target {
 			return true
 		}
 		if !sleepCtx(ctx, 50*time.Millisecond) {

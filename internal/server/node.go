@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/raftlog"
+	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
 // Config configures a Server. The zero value plus a DataDir is a durable
@@ -42,6 +43,19 @@ type Config struct {
 	// Transport replaces the one RaftAddr would make (tests use raft's
 	// in-memory transport to partition a cluster in-process).
 	Transport raft.Transport
+	// TLS, when it names files, turns TLS on for the client port (Serve)
+	// and the raft transport, where peers authenticate each other with
+	// client certificates signed by TLS.CAFile (tls.go).
+	TLS tlsconfig.Files
+	// TLSReload: each value received rereads the TLS files, as ReloadTLS
+	// does (the server command sends one on SIGHUP). nil: none.
+	TLSReload <-chan struct{}
+	// Insecure allows serving the client port or the raft port on an
+	// address other than loopback without TLS (insecure.go).
+	Insecure bool
+	// raftListener, if set, is the listener the TLS raft transport
+	// accepts on instead of one on RaftAddr (tests: ports chosen first).
+	raftListener net.Listener
 
 	Logger *slog.Logger
 	// Clock is what the server measures lease and cluster time by and
@@ -223,7 +237,7 @@ type node struct {
 // state yet (this node alone, or the configured peers; nothing when it is
 // to be joined), and starts raft. A running cluster adds and removes
 // voters on the leader (cluster.go).
-func openNode(cfg Config, f raft.FSM) (*node, error) {
+func openNode(cfg Config, f raft.FSM, tr *tlsconfig.Reloader) (*node, error) {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = raftlog.New(cfg.Logger.With("component", "raft"))
@@ -285,11 +299,23 @@ func openNode(cfg Config, f raft.FSM) (*node, error) {
 	} else if cfg.RaftAddr == "" {
 		_, mem := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		trans = mem
+	} else if tr != nil {
+		nt, err := newRaftTLSTransport(cfg, tr, rc.Logger)
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("server: raft transport: %w", err)
+		}
+		n.closers = append(n.closers, nt)
+		trans = nt
 	} else {
 		addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
 		if err != nil {
 			n.close()
 			return nil, fmt.Errorf("server: raft address: %w", err)
+		}
+		if err := checkLoopback(cfg, "raft", addr); err != nil {
+			n.close()
+			return nil, err
 		}
 		tcp, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 10*time.Second, rc.Logger)
 		if err != nil {

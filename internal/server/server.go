@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
 // Errors a proposal can end with besides the command's own refusal.
@@ -38,6 +39,9 @@ type Server struct {
 	clk     Clock // what clock measures by; also lease timers
 	handler http.Handler
 	change  membership // cluster.go: joins and removals
+
+	tls      *tlsconfig.Reloader // nil without TLS (tls.go)
+	peerHTTP *http.Client        // this node's calls to other nodes' client ports
 
 	ready    atomic.Bool   // leader, caught up, orphans dropped
 	counting atomic.Bool   // count table events in metrics
@@ -69,8 +73,16 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) })
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
 	s.handler = s.routes()
+	if cfg.TLS.Enabled() {
+		r, err := tlsconfig.Load(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.tls = r
+	}
+	s.peerHTTP = newPeerHTTP(s.tls, 5*time.Second) // probes bound themselves to probeTimeout
 	freed := make(chan struct{}, 1)
-	n, err := openNode(cfg, &memorySignaller{FSM: s.fsm, freed: freed, big: bigSnapshot})
+	n, err := openNode(cfg, &memorySignaller{FSM: s.fsm, freed: freed, big: bigSnapshot}, s.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -82,6 +94,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ClientAddr != "" {
 		s.wg.Add(1)
 		go s.announceLoop()
+	}
+	if cfg.TLSReload != nil {
+		s.wg.Add(1)
+		go s.reloadLoop(cfg.TLSReload)
 	}
 	return s, nil
 }
@@ -119,6 +135,9 @@ func (s *Server) Close() error {
 	s.BeginShutdown()
 	close(s.stop)
 	s.wg.Wait()
+	// Connections to other nodes' client ports: one dialed for a call
+	// that gave up would sit idle on the other node until it times out.
+	s.peerHTTP.CloseIdleConnections()
 	return s.node.close()
 }
 
@@ -129,10 +148,17 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	if cfg.ClientAddr == "" {
 		cfg.ClientAddr = ln.Addr().String()
 	}
+	if err := checkLoopback(cfg, "client", ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
 	s, err := New(cfg)
 	if err != nil {
 		ln.Close()
 		return err
+	}
+	if !cfg.TLS.Enabled() && !cfg.Insecure {
+		s.log.Info("no TLS: the client and raft ports serve loopback addresses only")
 	}
 	cfg = cfg.withDefaults()
 	if cfg.MaxConnections > 0 || cfg.MaxConnectionsPerAddr > 0 {
@@ -166,8 +192,10 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	}
 	s.metrics.reg.MustRegister(framedCollectors(fs)...)
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(framing.Listen(ln, fs)) }()
-	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir)
+	// With TLS the handshake comes first; the sorting reads decrypted
+	// bytes, in each connection's own goroutine.
+	go func() { served <- hs.Serve(framing.Listen(s.wrapListener(ln), fs)) }()
+	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir, "tls", s.tls != nil)
 
 	var serveErr error
 	select {

@@ -1,0 +1,199 @@
+// Package tlsconfig loads fencelock's certificates from PEM files and
+// reloads them without a restart.
+//
+// One set of files serves a node: its certificate and key (presented to
+// clients on the client port, to peers on the raft port, and to peers when
+// it dials them, so it must allow both server and client authentication)
+// and the CA that signs its peers' certificates (and, unless another is
+// given, its clients'). A Reloader holds what was last loaded; every
+// tls.Config it makes reads the current files' contents at handshake time,
+// so Reload changes what the next handshake presents and accepts, and
+// connections already open are left alone.
+package tlsconfig
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+)
+
+// Files names the PEM files of one node's TLS setup.
+type Files struct {
+	// CertFile and KeyFile are this node's certificate (chain) and key.
+	CertFile, KeyFile string
+	// CAFile holds the CA certificates that sign peers' certificates.
+	// Required for the raft transport; on the client port, clients'
+	// certificates are verified against it unless ClientCAFile is set.
+	CAFile string
+	// ClientCAFile, if set, holds the CAs that sign clients'
+	// certificates on the client port. Certificates from CAFile are
+	// accepted there too: nodes call each other's client ports (joins,
+	// announcements) with their own certificates.
+	ClientCAFile string
+	// RequireClientCert: the client port refuses a client that presents
+	// no certificate signed by the client CA. Otherwise a certificate is
+	// verified when given and a client may come without one.
+	RequireClientCert bool
+}
+
+// Enabled reports whether any file is named.
+func (f Files) Enabled() bool {
+	return f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" || f.ClientCAFile != ""
+}
+
+// Check reports what is missing from f.
+func (f Files) Check() error {
+	var errs []error
+	if f.CertFile == "" || f.KeyFile == "" {
+		errs = append(errs, errors.New("a certificate and its key are both needed"))
+	}
+	if f.RequireClientCert && f.CAFile == "" && f.ClientCAFile == "" {
+		errs = append(errs, errors.New("requiring client certificates needs a CA to verify them with"))
+	}
+	return errors.Join(errs...)
+}
+
+// material is one load of the files.
+type material struct {
+	cert      *tls.Certificate
+	peers     *x509.CertPool // nil without CAFile
+	clients   *x509.CertPool // nil without either CA file
+	requireCl bool
+}
+
+// Reloader holds the last successful load of its Files.
+type Reloader struct {
+	files Files
+	cur   atomic.Pointer[material]
+}
+
+// Load reads f and returns a Reloader serving it.
+func Load(f Files) (*Reloader, error) {
+	if err := f.Check(); err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	r := &Reloader{files: f}
+	if err := r.Reload(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Files returns the files r reads.
+func (r *Reloader) Files() Files { return r.files }
+
+// Reload reads the files again. On an error the previous certificates
+// stay in use; on success every later handshake uses the new ones.
+func (r *Reloader) Reload() error {
+	f := r.files
+	cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	if err != nil {
+		return fmt.Errorf("tls: loading %s and %s: %w", f.CertFile, f.KeyFile, err)
+	}
+	if cert.Leaf == nil && len(cert.Certificate) > 0 {
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return fmt.Errorf("tls: %s: %w", f.CertFile, err)
+		}
+	}
+	m := &material{cert: &cert, requireCl: f.RequireClientCert}
+	if f.CAFile != "" {
+		if m.peers, err = LoadPool(f.CAFile); err != nil {
+			return err
+		}
+		m.clients = m.peers
+	}
+	if f.ClientCAFile != "" {
+		if m.clients, err = LoadPool(f.ClientCAFile, f.CAFile); err != nil {
+			return err
+		}
+	}
+	r.cur.Store(m)
+	return nil
+}
+
+// Certificate returns the certificate now presented.
+func (r *Reloader) Certificate() *tls.Certificate { return r.cur.Load().cert }
+
+// HasPeerCA reports whether a CA for peers was loaded.
+func (r *Reloader) HasPeerCA() bool { return r.cur.Load().peers != nil }
+
+// LoadPool reads the PEM certificates in files (empty names skipped)
+// into one pool.
+func LoadPool(files ...string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	for _, file := range files {
+		if file == "" {
+			continue
+		}
+		pem, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("tls: reading CA file: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls: %s holds no PEM certificate", file)
+		}
+	}
+	return pool, nil
+}
+
+// ClientPort is the server's config for the client API port.
+func (r *Reloader) ClientPort() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			m := r.cur.Load()
+			c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*m.cert}}
+			switch {
+			case m.clients != nil && m.requireCl:
+				c.ClientCAs, c.ClientAuth = m.clients, tls.RequireAndVerifyClientCert
+			case m.clients != nil:
+				c.ClientCAs, c.ClientAuth = m.clients, tls.VerifyClientCertIfGiven
+			}
+			return c, nil
+		},
+	}
+}
+
+// PeerServer is the raft port's config: a peer must present a
+// certificate signed by the peer CA.
+func (r *Reloader) PeerServer() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			m := r.cur.Load()
+			if m.peers == nil {
+				return nil, errors.New("tls: no peer CA loaded")
+			}
+			return &tls.Config{
+				MinVersion:   tls.VersionTLS12,
+				Certificates: []tls.Certificate{*m.cert},
+				ClientCAs:    m.peers,
+				ClientAuth:   tls.RequireAndVerifyClientCert,
+			}, nil
+		},
+	}
+}
+
+// PeerClient is the config for dialing a peer at addr (host:port): its
+// certificate must be signed by the peer CA and name addr's host, and
+// this node presents its own certificate.
+func (r *Reloader) PeerClient(addr string) *tls.Config {
+	m := r.cur.Load()
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		ServerName:   hostOf(addr),
+		RootCAs:      m.peers,
+		Certificates: []tls.Certificate{*m.cert},
+	}
+}
+
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
