@@ -33,6 +33,7 @@ const (
 	QueryToken  = "token"  // check
 	QueryPrefix = "prefix" // locks
 	QueryLimit  = "limit"  // locks
+	QueryAfter  = "after"  // locks: the last key of the previous page; the page starts after it
 )
 
 // ContentType is the media type of every body, both ways.
@@ -68,6 +69,7 @@ const (
 	CodeNoSpace          = "no_space"             // 507: the log cannot write for lack of disk space
 	CodeTooManyOpenFiles = "too_many_open_files"  // 503: the log cannot open a file
 	CodeTooManyConns     = "too_many_connections" // 503: the server is at its connection cap
+	CodeTooManyWaiters   = "too_many_waiters"     // 429: the key's wait queue, or all queues, are at their limit; nothing changed
 
 	// Membership refusals (409 unless noted); nothing changed.
 	CodeNoRaft          = "no_raft_transport" // this node cannot add nodes
@@ -91,6 +93,8 @@ func Status(code string) int {
 		return http.StatusMethodNotAllowed
 	case CodeNoSpace:
 		return http.StatusInsufficientStorage
+	case CodeTooManyWaiters:
+		return http.StatusTooManyRequests
 	case CodeNotLeader, CodeUnavailable, CodeTooManyOpenFiles, CodeTooManyConns, CodeChangeUnknown:
 		return http.StatusServiceUnavailable
 	}
@@ -205,8 +209,11 @@ type CheckResponse struct {
 	Valid bool   `json:"valid"`
 }
 
-// ListResponse answers GET /v1/locks?prefix=P&limit=N, in key order. GET
-// /v1/lock?key=K answers a single Lease or CodeNotFound.
+// ListResponse answers GET /v1/locks?prefix=P&limit=N&after=A, in key
+// order: at most N live leases whose keys start with P and sort after A.
+// To read the next page, send the last key answered as A; a page shorter
+// than N is the last. GET /v1/lock?key=K answers a single Lease or
+// CodeNotFound.
 type ListResponse struct {
 	Locks []Lease `json:"locks"`
 }

@@ -169,7 +169,16 @@ func (c *Client) Get(ctx context.Context, key string) (Lock, error) {
 // List returns the live leases whose keys start with prefix, sorted by key;
 // limit <= 0 leaves the limit to the server.
 func (c *Client) List(ctx context.Context, prefix string, limit int) ([]Lock, error) {
+	return c.ListAfter(ctx, prefix, "", limit)
+}
+
+// ListAfter is List of the keys after after: pass the last key of one
+// page to get the next; a page shorter than the limit is the last.
+func (c *Client) ListAfter(ctx context.Context, prefix, after string, limit int) ([]Lock, error) {
 	q := url.Values{api.QueryPrefix: {prefix}}
+	if after != "" {
+		q.Set(api.QueryAfter, after)
+	}
 	if limit > 0 {
 		q.Set(api.QueryLimit, strconv.Itoa(limit))
 	}

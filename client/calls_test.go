@@ -66,6 +66,9 @@ func TestPlainCalls(t *testing.T) {
 	if err != nil || len(locks) != 2 || locks[0].Key != "jobs/a" || locks[1].Key != "jobs/b" {
 		t.Fatalf("List = %+v, %v", locks, err)
 	}
+	if page, err := c.ListAfter(ctx, "jobs/", "jobs/a", 1); err != nil || len(page) != 1 || page[0].Key != "jobs/b" {
+		t.Fatalf("ListAfter(jobs/a) = %+v, %v; want jobs/b", page, err)
+	}
 	if g, err := c.Get(ctx, "jobs/b"); err != nil || g.Holder != "bob" || g.Token != 3 {
 		t.Fatalf("Get = %+v, %v", g, err)
 	}

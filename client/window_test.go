@@ -48,8 +48,12 @@ func TestThousandsOfWaitsDoNotStarveExtends(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := c.Grant(ctx, "busy", "owner", time.Hour, 0); err != nil {
-		t.Fatal(err)
+	// Over four keys: a key queues at most 1,000 waiters by default.
+	const keys = 4
+	for k := range keys {
+		if _, err := c.Grant(ctx, fmt.Sprintf("busy/%d", k), "owner", time.Hour, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mine, err := c.Grant(ctx, "mine", "me", time.Hour, 0)
 	if err != nil {
@@ -63,7 +67,7 @@ func TestThousandsOfWaitsDoNotStarveExtends(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.Grant(wctx, "busy", fmt.Sprintf("w%d", i), time.Minute, time.Hour)
+			c.Grant(wctx, fmt.Sprintf("busy/%d", i%keys), fmt.Sprintf("w%d", i), time.Minute, time.Hour)
 		}()
 	}
 	defer func() {

@@ -43,6 +43,10 @@ func TestClientCommands(t *testing.T) {
 		{[]string{"get", "jobs/zzz"}, 1, "", "get jobs/zzz: no live lease"}, // the server's words (the old double said "no lease on")
 		{[]string{"list", "jobs/", "--json"}, 0, `{"locks":[{"key":"jobs/a",…`, ""},
 		{[]string{"list", "nothing/"}, 0, "KEY  HOLDER  TOKEN  TTL  REMAINING\n", ""},
+		{[]string{"acquire", "jobs/b", "--holder", "carol", "--ttl", "30s"}, 0, "2\n", ""},
+		{[]string{"list", "jobs/", "--limit", "1", "--json"}, 0, `{"locks":[{"key":"jobs/a",…`, ""},
+		{[]string{"list", "jobs/", "--limit", "1", "--after", "jobs/a", "--json"}, 0, `{"locks":[{"key":"jobs/b",…`, ""},
+		{[]string{"list", "jobs/", "--after", "jobs/b"}, 0, "KEY  HOLDER  TOKEN  TTL  REMAINING\n", ""},
 		{[]string{"release", "jobs/a", "--holder", "bob"}, 1, "", "release jobs/a: bob holds no live lease on it"},
 		{[]string{"release", "--holder", "alice", "jobs/a"}, 0, "", ""},
 		{[]string{"release", "--holder", "alice", "jobs/a", "--json"}, 1, `{"holder":"alice","key":"jobs/a","released":false}` + "\n", "no live lease"},
@@ -53,6 +57,7 @@ func TestClientCommands(t *testing.T) {
 		{[]string{"acquire", "k", "--holder", "h", "--ttl", "soon"}, 2, "", "invalid value"},
 		{[]string{"check", "k", "zero"}, 2, "", "TOKEN must be a positive integer"},
 		{[]string{"list", "a", "b"}, 2, "", "list: want at most a PREFIX"},
+		{[]string{"server", "--max-waiters-per-key", "0"}, 2, "", "--max-waiters-per-key and --max-waiters must be > 0, or -1"},
 		{[]string{"get", "k", "--bogus"}, 2, "", "flag provided but not defined"},
 		{[]string{"get", "k", "--addr", "ftp://x"}, 2, "", "--addr"},
 		// Unreachable: 3.

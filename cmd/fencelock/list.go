@@ -7,15 +7,17 @@ import (
 	"github.com/fencelock/fencelock/client"
 )
 
-const listUsage = `Usage: fencelock list [PREFIX] [--limit N]
+const listUsage = `Usage: fencelock list [PREFIX] [--limit N] [--after KEY]
 
 Lists the live leases whose keys start with PREFIX (all when omitted),
-sorted by key.
+sorted by key. A page holds at most --limit leases; the next page starts
+after the last key printed: --after KEY.
 `
 
 func runList(ctx context.Context, e *env, args []string) error {
 	f, cf := newClientFlags(e, "list", listUsage)
 	limit := f.Int("limit", 0, "at most `N` leases (0: the server's default)")
+	after := f.String("after", "", "start after `KEY` (the last key of the previous page)")
 	cf.common(f, "")
 	pos, err := f.parse(args)
 	if err != nil {
@@ -33,7 +35,7 @@ func runList(ctx context.Context, e *env, args []string) error {
 	}
 	var locks []client.Lock
 	err = cf.call(ctx, 0, "list", func(ctx context.Context, c *client.Client) (err error) {
-		locks, err = c.List(ctx, prefix, *limit)
+		locks, err = c.ListAfter(ctx, prefix, *after, *limit)
 		return err
 	})
 	if err != nil {

@@ -79,6 +79,10 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	framedWrite := f.Duration("framed-write-timeout", defaults.FramedWriteTimeout, "framed: close a connection that takes no answer byte for this long (`D`) while answers wait")
 	framedRead := f.Duration("framed-read-timeout", defaults.FramedReadTimeout, "framed: close a connection whose frame, once begun, takes longer than `D` to arrive")
 	framedIdle := f.Duration("framed-idle-timeout", defaults.FramedIdleTimeout, "framed: close a connection with nothing in flight that sends nothing for `D`")
+	maxWaitersKey := f.Int("max-waiters-per-key", defaults.MaxWaitersPerKey, "at most `N` waiting acquires queued on one key; -1: no cap")
+	f.Env("max-waiters-per-key", "FENCELOCK_MAX_WAITERS_PER_KEY")
+	maxWaiters := f.Int("max-waiters", defaults.MaxWaiters, "at most `N` waiting acquires queued in all; -1: no cap")
+	f.Env("max-waiters", "FENCELOCK_MAX_WAITERS")
 	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
 		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
 	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
@@ -138,6 +142,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *framedWrite <= 0 || *framedRead <= 0 || *framedIdle <= 0 {
 		return usageError("--framed-write-timeout, --framed-read-timeout and --framed-idle-timeout must be > 0")
 	}
+	if *maxWaitersKey < -1 || *maxWaitersKey == 0 || *maxWaiters < -1 || *maxWaiters == 0 {
+		return usageError("--max-waiters-per-key and --max-waiters must be > 0, or -1 for no cap")
+	}
 	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
 	if err != nil {
 		return usageError("%v", err)
@@ -194,7 +201,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
 		MaxConnectionsPerAddr: *maxConnsPerAddr, FramedMaxInFlight: *framedInFlight, FramedMaxPriorityInFlight: *framedPriority,
 		FramedMaxPendingAnswerBytes: *framedPending, FramedWriteTimeout: *framedWrite, FramedReadTimeout: *framedRead,
-		FramedIdleTimeout: *framedIdle, TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure}
+		FramedIdleTimeout: *framedIdle, MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
+		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure}
 	if cfg.TLS.Enabled() {
 		cfg.TLSReload = reloadOnHangup(ctx, log)
 	}

@@ -14,7 +14,7 @@ type Op uint8
 // The command types. Values are part of the log format: never renumber.
 const (
 	OpAcquire     Op = 1  // Key, Holder, TTL
-	OpWait        Op = 2  // Key, Holder, TTL, Deadline
+	OpWait        Op = 2  // Key, Holder, TTL, Deadline, [MaxKeyWaiters, MaxWaiters]
 	OpCancelWait  Op = 3  // Key, Holder
 	OpRelease     Op = 4  // Key, Holder, Token (0: any token)
 	OpExtend      Op = 5  // Key, Holder, Token, TTL
@@ -49,6 +49,7 @@ const (
 	MaxNodeIDLen    = 128
 	MaxAddrLen      = 256
 	MaxClusterIDLen = 64
+	MaxWaitLimit    = 1 << 30 // MaxKeyWaiters, MaxWaiters
 )
 
 // ErrBadCommand: a log entry could not be decoded.
@@ -75,6 +76,13 @@ type Command struct {
 	Deadline  locktable.Time
 	Items     []Item
 
+	// OpWait: the queue limits the leader applies (0: none). They travel
+	// in the command so that every node refuses the same waits whatever
+	// its own configuration, and a leader's new limits need no restart
+	// of the others.
+	MaxKeyWaiters int
+	MaxWaiters    int
+
 	// OpMember: a cluster member and the address its clients use, so that
 	// a follower can name the leader's client address.
 	NodeID     string
@@ -89,7 +97,9 @@ type Command struct {
 //
 //	string request id | varint now | the op's fields in the order listed
 //	at its constant; a string is uvarint length then bytes; Items is a
-//	uvarint count then each item's two fields.
+//	uvarint count then each item's two fields. Fields in brackets are
+//	left out, together, when they are all zero, as entries written before
+//	they existed are.
 
 // Encode appends nothing it cannot decode: it refuses commands whose strings
 // or batches exceed the limits.
@@ -112,6 +122,10 @@ func Encode(c Command) ([]byte, error) {
 	if len(c.ClusterID) > MaxClusterIDLen || (c.Op == OpClusterID && c.ClusterID == "") {
 		return nil, fmt.Errorf("%w: cluster id of %d bytes", ErrBadCommand, len(c.ClusterID))
 	}
+	if c.MaxKeyWaiters < 0 || c.MaxWaiters < 0 || c.MaxKeyWaiters > MaxWaitLimit || c.MaxWaiters > MaxWaitLimit ||
+		(c.Op != OpWait && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0)) {
+		return nil, fmt.Errorf("%w: wait limits %d, %d", ErrBadCommand, c.MaxKeyWaiters, c.MaxWaiters)
+	}
 	b := make([]byte, 0, 24+len(c.RequestID)+len(c.Key)+len(c.Holder)+len(c.Items)*24)
 	b = append(b, byte(c.Op))
 	b = appendString(b, c.RequestID)
@@ -126,6 +140,10 @@ func Encode(c Command) ([]byte, error) {
 		b = appendString(b, c.Holder)
 		b = binary.AppendVarint(b, int64(c.TTL))
 		b = binary.AppendVarint(b, int64(c.Deadline))
+		if c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 {
+			b = binary.AppendUvarint(b, uint64(c.MaxKeyWaiters))
+			b = binary.AppendUvarint(b, uint64(c.MaxWaiters))
+		}
 	case OpCancelWait:
 		b = appendString(b, c.Key)
 		b = appendString(b, c.Holder)
@@ -200,6 +218,12 @@ func Decode(data []byte) (Command, error) {
 		c.Holder = d.string(locktable.MaxHolderLen)
 		c.TTL = locktable.Duration(d.varint())
 		c.Deadline = locktable.Time(d.varint())
+		if d.err == nil && len(d.b) > 0 {
+			c.MaxKeyWaiters, c.MaxWaiters = d.limit(), d.limit()
+			if d.err == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 {
+				d.fail("wait limits both zero")
+			}
+		}
 	case OpCancelWait:
 		c.Key = d.string(locktable.MaxKeyLen)
 		c.Holder = d.string(locktable.MaxHolderLen)
@@ -267,6 +291,16 @@ func (r *reader) uvarint() uint64 {
 	}
 	r.b = r.b[n:]
 	return v
+}
+
+// limit reads a wait limit, 0..MaxWaitLimit.
+func (r *reader) limit() int {
+	v := r.uvarint()
+	if v > MaxWaitLimit {
+		r.fail("wait limit %d", v)
+		return 0
+	}
+	return int(v)
 }
 
 func (r *reader) varint() int64 {

@@ -26,6 +26,8 @@ var sampleCommands = []Command{
 	{Op: OpMember, RequestID: "m", Now: 9, NodeID: "n1", RaftAddr: "127.0.0.1:7471", ClientAddr: "127.0.0.1:7470"},
 	{Op: OpClusterID, Now: 10, ClusterID: "7f3a9c"},
 	{Op: OpTokenFloor, Now: 11, Token: 1 << 50},
+	{Op: OpWait, Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 200, MaxKeyWaiters: 1000, MaxWaiters: 100000},
+	{Op: OpWait, Now: 12, Key: "w", Holder: "h", TTL: 100, Deadline: 200, MaxWaiters: MaxWaitLimit},
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
@@ -59,6 +61,9 @@ func TestEncodeRefuses(t *testing.T) {
 		{Op: OpAcquire, Holder: strings.Repeat("h", locktable.MaxHolderLen+1)},
 		{Op: OpExtendBatch, Items: many},
 		{Op: OpExtendBatch, Items: []Item{{Key: strings.Repeat("k", locktable.MaxKeyLen+1)}}},
+		{Op: OpWait, MaxKeyWaiters: -1},
+		{Op: OpWait, MaxWaiters: MaxWaitLimit + 1},
+		{Op: OpAcquire, MaxKeyWaiters: 1},
 	} {
 		if _, err := Encode(c); !errors.Is(err, ErrBadCommand) {
 			t.Errorf("Encode(%+v): %v, want ErrBadCommand", c.Op, err)
@@ -68,14 +73,18 @@ func TestEncodeRefuses(t *testing.T) {
 
 func TestDecodeRefuses(t *testing.T) {
 	good, _ := Encode(Command{Op: OpExtend, Now: 4, Key: "k", Holder: "h", Token: 9, TTL: 30})
+	wait, _ := Encode(Command{Op: OpWait, Now: 4, Key: "k", Holder: "h", TTL: 30, Deadline: 50})
 	cases := map[string][]byte{
-		"empty":     nil,
-		"op 0":      {0},
-		"op 200":    {200, 0, 0},
-		"truncated": good[:len(good)-1],
-		"trailing":  append(append([]byte{}, good...), 0),
-		"long id":   append([]byte{byte(OpTick), MaxRequestIDLen + 1}, bytes.Repeat([]byte{'x'}, MaxRequestIDLen+1)...),
-		"big batch": {byte(OpCancelWaits), 0, 0, 0xff, 0xff, 0x03},
+		"wait limits both zero": append(append([]byte{}, wait...), 0, 0),
+		"wait limit too big":    append(append([]byte{}, wait...), 1, 0x80, 0x80, 0x80, 0x80, 0x08),
+		"wait limits truncated": append(append([]byte{}, wait...), 1),
+		"empty":                 nil,
+		"op 0":                  {0},
+		"op 200":                {200, 0, 0},
+		"truncated":             good[:len(good)-1],
+		"trailing":              append(append([]byte{}, good...), 0),
+		"long id":               append([]byte{byte(OpTick), MaxRequestIDLen + 1}, bytes.Repeat([]byte{'x'}, MaxRequestIDLen+1)...),
+		"big batch":             {byte(OpCancelWaits), 0, 0, 0xff, 0xff, 0x03},
 	}
 	for name, b := range cases {
 		if _, err := Decode(b); !errors.Is(err, ErrBadCommand) {

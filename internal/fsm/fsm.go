@@ -15,8 +15,8 @@ import (
 )
 
 // Result is Apply's answer to one command. Err holds a refusal
-// (*locktable.HeldError, locktable.ErrNotHeld, *locktable.InputError) or
-// ErrBadCommand; the other fields are meaningful only when Err is nil.
+// (*locktable.HeldError, locktable.ErrNotHeld, *locktable.InputError,
+// *locktable.QueueFullError), ErrClockStep or ErrBadCommand; the other fields are meaningful only when Err is nil.
 type Result struct {
 	Op        Op
 	Index     uint64         // the log index of the entry
@@ -121,6 +121,9 @@ func (f *FSM) ApplyCommand(index uint64, cmd Command) *Result {
 }
 
 func (f *FSM) apply(c Command) *Result {
+	if err := f.checkStamp(c.Now); err != nil {
+		return &Result{Op: c.Op, Now: f.now, Err: err}
+	}
 	if c.Now > f.now {
 		f.now = c.Now
 	}
@@ -136,7 +139,8 @@ func (f *FSM) apply(c Command) *Result {
 		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
 		r.Granted = r.Err == nil
 	case OpWait:
-		r.Lease, r.Granted, r.Err = t.Wait(c.Key, c.Holder, now, c.TTL, c.Deadline)
+		lim := locktable.WaitLimits{PerKey: c.MaxKeyWaiters, Total: c.MaxWaiters}
+		r.Lease, r.Granted, r.Err = t.WaitWithin(c.Key, c.Holder, now, c.TTL, c.Deadline, lim)
 		r.Queued = r.Err == nil && !r.Granted
 	case OpRenew:
 		if l, ok := t.Get(c.Key, now); !ok || l.Holder != c.Holder {
@@ -238,6 +242,21 @@ func (f *FSM) Waiters(key string) []string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.table.Waiters(key)
+}
+
+// QueuedCount is the number of waiters in all queues.
+func (f *FSM) QueuedCount() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.QueuedCount()
+}
+
+// ListAfter is List of the keys after after. Its cost under the lock is
+// O(log n + limit).
+func (f *FSM) ListAfter(prefix, after string, now locktable.Time, limit int) []locktable.Lease {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.ListAfter(prefix, after, now, limit)
 }
 
 // QueuedWaiters returns every queued waiter.

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/fencelock/fencelock/api"
@@ -25,5 +26,16 @@ func TestWireLimitsAreTheCoreLimits(t *testing.T) {
 		if c.api != c.core {
 			t.Errorf("api.%s = %d, the core's is %d", c.name, c.api, c.core)
 		}
+	}
+}
+
+// The clock's bounds leave room for the longest lease and wait, and let a
+// stamp advance at least as far as the longest lease.
+func TestClockBoundsFitTheWireLimits(t *testing.T) {
+	if fsm.MaxClockStep < locktable.Duration(api.MaxTTL) {
+		t.Errorf("MaxClockStep %v is shorter than api.MaxTTL %v", fsm.MaxClockStep, api.MaxTTL)
+	}
+	if headroom := locktable.Time(math.MaxInt64) - fsm.MaxClockTime; headroom < locktable.Time(api.MaxTTL+api.MaxWait) {
+		t.Errorf("MaxClockTime leaves %d ns before the int64 limit", headroom)
 	}
 }

@@ -22,6 +22,8 @@ var (
 	ErrHeld = errors.New("locktable: held by another holder")
 	// ErrNotHeld: the (holder, token) pair is not the key's live grant.
 	ErrNotHeld = errors.New("locktable: not the live holder")
+	// ErrTooManyWaiters: a wait queue is at its limit (WaitLimits).
+	ErrTooManyWaiters = errors.New("locktable: too many waiters")
 	// ErrCorrupt: a snapshot could not be decoded.
 	ErrCorrupt = errors.New("locktable: corrupt snapshot")
 )
@@ -51,6 +53,23 @@ func (e *HeldError) Error() string {
 }
 
 func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// QueueFullError is WaitWithin's refusal of a holder that would join a
+// queue at its limit. It matches ErrTooManyWaiters with errors.Is.
+type QueueFullError struct {
+	Key   string
+	Scope string // "key": the key's queue is full; "total": all queues are
+	Limit int
+}
+
+func (e *QueueFullError) Error() string {
+	if e.Scope == "key" {
+		return fmt.Sprintf("locktable: %q has %d waiters, the limit", e.Key, e.Limit)
+	}
+	return fmt.Sprintf("locktable: %d waiters in all queues, the limit", e.Limit)
+}
+
+func (e *QueueFullError) Unwrap() error { return ErrTooManyWaiters }
 
 func validateKey(key string) error {
 	switch {

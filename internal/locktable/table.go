@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/google/btree"
 )
 
 // Time is an instant on the caller's clock, in nanoseconds. The table never
@@ -114,6 +116,7 @@ func (t *Table) forgetIfEmpty(e *entry, q *waitQueue) {
 
 // setWaiters makes ws e's queue; an empty one forgets it.
 func (t *Table) setWaiters(e *entry, ws []waiter) {
+	t.queued += len(ws) - len(t.waitersOf(e))
 	if len(ws) == 0 {
 		if e.queued {
 			delete(t.waiting, e.key)
@@ -146,12 +149,28 @@ type Table struct {
 	unused   int    // holders entries whose n is 0
 	last     uint64 // the last token issued; 0 before the first
 	maxNow   Time   // the largest now ever passed in
+	queued   int    // waiters in all queues
 	observe  func(Event)
+	// index orders the entries by key, for List: it holds exactly the
+	// entries of the map, so a lease that passes from holder to waiter
+	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
+	// and two tables fed the same calls hold the same tree.
+	index *btree.BTreeG[*entry]
+	// visit, when set (by tests), is called for each entry List looks at.
+	// List only reads the table, so that concurrent readers may call it.
+	visit func()
 }
+
+// indexDegree is the B-tree's degree: nodes of up to 63 keys, a few
+// cache lines of pointers, shallow (4 levels for a million keys).
+const indexDegree = 32
+
+func byKey(a, b *entry) bool { return a.key < b.key }
 
 // New returns an empty table whose first grant will carry token 1.
 func New() *Table {
-	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{}}
+	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{},
+		index: btree.NewG(indexDegree, byKey)}
 }
 
 // SetObserver registers fn to be called, synchronously and in order, with
@@ -198,6 +217,20 @@ func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, erro
 // released or expires. A waiter leaves the queue at now >= deadline; a
 // deadline that has already passed refuses at once with a *HeldError.
 func (t *Table) Wait(key, holder string, now Time, ttl Duration, deadline Time) (Lease, bool, error) {
+	return t.WaitWithin(key, holder, now, ttl, deadline, WaitLimits{})
+}
+
+// WaitLimits caps the wait queues; a zero field is no cap.
+type WaitLimits struct {
+	PerKey int // waiters in one key's queue
+	Total  int // waiters in all queues
+}
+
+// WaitWithin is Wait that refuses, with a *QueueFullError and changing
+// nothing, a holder that would join a queue already at a limit. A holder
+// already queued keeps its place (and takes the new ttl and deadline)
+// whatever the limits.
+func (t *Table) WaitWithin(key, holder string, now Time, ttl Duration, deadline Time, lim WaitLimits) (Lease, bool, error) {
 	if err := validateGrant(key, holder, now, ttl); err != nil {
 		return Lease{}, false, err
 	}
@@ -215,20 +248,32 @@ func (t *Table) Wait(key, holder string, now Time, ttl Duration, deadline Time) 
 		return Lease{}, false, &HeldError{Lease: e.lease()}
 	}
 	q := t.queueOf(e)
+	if q != nil {
+		for i := range q.waiters {
+			if q.waiters[i].holder == holder {
+				q.waiters[i].ttl, q.waiters[i].deadline = ttl, deadline
+				return Lease{}, false, nil
+			}
+		}
+	}
+	switch n := len(t.waitersOf(e)); {
+	case lim.PerKey > 0 && n >= lim.PerKey:
+		return Lease{}, false, &QueueFullError{Key: key, Scope: "key", Limit: lim.PerKey}
+	case lim.Total > 0 && t.queued >= lim.Total:
+		return Lease{}, false, &QueueFullError{Key: key, Scope: "total", Limit: lim.Total}
+	}
 	if q == nil {
 		q = &waitQueue{}
 		t.waiting[e.key] = q
 		e.queued = true
 	}
-	for i := range q.waiters {
-		if q.waiters[i].holder == holder {
-			q.waiters[i].ttl, q.waiters[i].deadline = ttl, deadline
-			return Lease{}, false, nil
-		}
-	}
 	q.waiters = append(q.waiters, waiter{holder: holder, ttl: ttl, since: now, deadline: deadline})
+	t.queued++
 	return Lease{}, false, nil
 }
+
+// QueuedCount is the number of waiters in all queues.
+func (t *Table) QueuedCount() int { return t.queued }
 
 // CancelWait takes holder out of key's queue. It reports whether holder was
 // queued. It never touches a lease.
@@ -347,16 +392,33 @@ func (t *Table) Waiters(key string) []string {
 // List returns the leases alive at now whose key starts with prefix, sorted
 // by key, at most limit of them (limit <= 0: all).
 func (t *Table) List(prefix string, now Time, limit int) []Lease {
+	return t.ListAfter(prefix, "", now, limit)
+}
+
+// ListAfter is List of the keys after after (the last key of the previous
+// page; "" starts at the first). It walks the key index from the first key
+// the page can hold, so a page costs O(log n + page + e), where e counts
+// the keys in its range that hold no live lease yet are still kept:
+// expired leases no Tick has ended yet (a leader ticks them away at their
+// expiry).
+func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 	var out []Lease
-	for k, e := range t.entries {
-		if e.held() && e.alive(now) && strings.HasPrefix(k, prefix) {
+	start := prefix
+	if after >= prefix {
+		start = after + "\x00" // the least key greater than after
+	}
+	t.index.AscendGreaterOrEqual(&entry{key: start}, func(e *entry) bool {
+		if t.visit != nil {
+			t.visit()
+		}
+		if !strings.HasPrefix(e.key, prefix) {
+			return false
+		}
+		if e.held() && e.alive(now) {
 			out = append(out, e.lease())
 		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
+		return limit <= 0 || len(out) < limit
+	})
 	return out
 }
 
@@ -417,6 +479,7 @@ func (t *Table) see(now Time) {
 func (t *Table) newEntry(key string) *entry {
 	e := &entry{key: key, heapIdx: -1}
 	t.entries[key] = e
+	t.index.ReplaceOrInsert(e)
 	return e
 }
 
@@ -453,6 +516,7 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 		for i := range q.waiters {
 			if q.waiters[i].holder == holder {
 				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+				t.queued--
 				break
 			}
 		}
@@ -490,6 +554,7 @@ func (t *Table) dropLateWaiters(e *entry, q *waitQueue, now Time) {
 		kept = append(kept, w)
 	}
 	clear(ws[len(kept):])
+	t.queued -= len(ws) - len(kept)
 	q.waiters = kept
 	t.forgetIfEmpty(e, q)
 }
@@ -510,6 +575,7 @@ func (t *Table) drop(e *entry) {
 func (t *Table) tidy(e *entry) {
 	if !e.queued && !e.held() {
 		delete(t.entries, e.key)
+		t.index.Delete(e)
 	}
 }
 

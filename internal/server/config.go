@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/fsm"
 )
 
 // Validate reports what is wrong with c, naming the field; zero fields
@@ -49,6 +50,14 @@ func (c Config) Validate() error {
 	} {
 		if n.v < 0 {
 			bad("%s is %d; it must not be negative (0 is the default)", n.name, n.v)
+		}
+	}
+	for _, w := range []struct {
+		name string
+		v    int
+	}{{"MaxWaitersPerKey", c.MaxWaitersPerKey}, {"MaxWaiters", c.MaxWaiters}} {
+		if w.v < -1 || w.v > fsm.MaxWaitLimit {
+			bad("%s is %d; it must be between 1 and %d (0 is the default, -1 no cap)", w.name, w.v, fsm.MaxWaitLimit)
 		}
 	}
 	if c.WALSegmentSize < 0 {

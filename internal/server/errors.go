@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -88,6 +89,7 @@ func (s *Server) commandError(err error, now locktable.Time) *Error {
 	var (
 		held *locktable.HeldError
 		in   *locktable.InputError
+		full *locktable.QueueFullError
 	)
 	switch {
 	case errors.As(err, &held):
@@ -96,6 +98,17 @@ func (s *Server) commandError(err error, now locktable.Time) *Error {
 			Message: "held by another holder"}
 	case errors.Is(err, locktable.ErrNotHeld):
 		return &Error{Code: api.CodeNotHeld, Message: "not the live holder of this token"}
+	case errors.As(err, &full):
+		if full.Scope == "key" {
+			return &Error{Code: api.CodeTooManyWaiters,
+				Message: fmt.Sprintf("too many waiters: this key's queue is at its limit of %d; try again later", full.Limit)}
+		}
+		return &Error{Code: api.CodeTooManyWaiters,
+			Message: fmt.Sprintf("too many waiters: the server's queues are at their limit of %d in all; try again later", full.Limit)}
+	case errors.Is(err, fsm.ErrClockStep):
+		// The leader's stamp was out of bounds; apply has resumed its
+		// clock from the applied time, so the same request will do.
+		return unavailable("the cluster clock was resynchronised; retry")
 	case errors.As(err, &in):
 		field := in.Field
 		if field == "ttl" {

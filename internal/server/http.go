@@ -162,7 +162,7 @@ func (s *Server) httpList(w http.ResponseWriter, r *http.Request) *Error {
 		}
 		limit = n
 	}
-	l, err := s.List(r.Context(), q.Get(api.QueryPrefix), limit)
+	l, err := s.ListAfter(r.Context(), q.Get(api.QueryPrefix), q.Get(api.QueryAfter), limit)
 	return reply(w, l, err)
 }
 

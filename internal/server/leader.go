@@ -33,6 +33,17 @@ func (c *clusterClock) resume(base locktable.Time) {
 	c.running, c.base, c.start = true, base, c.clk.Now()
 }
 
+// rebase restarts a running clock from base, as resume does, and reports
+// whether it ran; a halted clock stays halted.
+func (c *clusterClock) rebase(base locktable.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		c.base, c.start = base, c.clk.Now()
+	}
+	return c.running
+}
+
 func (c *clusterClock) halt() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -99,17 +110,35 @@ func (s *Server) apply(cmd fsm.Command) (*fsm.Result, error) {
 	if res.Duplicate {
 		s.metrics.retries.Inc()
 	}
+	if errors.Is(res.Err, fsm.ErrClockStep) {
+		// Every node refused the stamp as too far ahead of the applied
+		// time (fsm.MaxClockStep): this leader's clock jumped (a process
+		// frozen for a day, or idle with nothing held for a year).
+		// Resume from the applied time, as a new leader would; the time
+		// that could not be accounted for is lost, which only makes
+		// leases outlast their holders' own reckoning.
+		if now := s.fsm.Now(); s.clock.rebase(now) {
+			s.log.Warn("cluster time stamp refused as a jump; clock resumed from the applied time",
+				"stamp", time.Duration(cmd.Now).String(), "applied", time.Duration(now).String(), "err", res.Err)
+		}
+	}
 	return res, nil
 }
 
-// propose stamps cmd with cluster time and applies it.
+// propose stamps cmd with cluster time and applies it. A stamp refused
+// as a clock jump is made again once, from the resumed clock.
 func (s *Server) propose(cmd fsm.Command) (*fsm.Result, error) {
-	now, err := s.stamp()
-	if err != nil {
-		return nil, err
+	for try := 0; ; try++ {
+		now, err := s.stamp()
+		if err != nil {
+			return nil, err
+		}
+		cmd.Now = now
+		res, err := s.apply(cmd)
+		if err != nil || try > 0 || !errors.Is(res.Err, fsm.ErrClockStep) {
+			return res, err
+		}
 	}
-	cmd.Now = now
-	return s.apply(cmd)
 }
 
 // watchLeadership starts the leader's duties on gaining leadership and

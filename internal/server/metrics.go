@@ -26,9 +26,10 @@ type metrics struct {
 	requests  *prometheus.CounterVec   // route, code
 	leader    prometheus.Gauge
 	retries   prometheus.Counter
+	queueFull *prometheus.CounterVec // scope: key | total
 }
 
-func newMetrics(lastToken func() float64) *metrics {
+func newMetrics(lastToken, queued func() float64) *metrics {
 	seconds := prometheus.ExponentialBuckets(0.001, 4, 10) // 1ms .. ~4.4 min
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
@@ -66,12 +67,18 @@ func newMetrics(lastToken func() float64) *metrics {
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencelock_retried_requests_total", Help: "Writes whose request_id repeated an earlier one: answered from memory, not applied.",
 		}),
+		queueFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelock_wait_queue_full_total", Help: "Waits refused (429 too_many_waiters) because the key's queue (scope=key) or all queues (scope=total) were at their limit.",
+		}, []string{"scope"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencelock_is_leader", Help: "1 while this node is the leader and serving writes.",
 		}),
 	}
 	m.reg.MustRegister(m.grants, m.refusals, m.leaseEnds, m.extends, m.waitEnds, m.waiters,
-		m.hold, m.wait, m.commit, m.requests, m.leader, m.retries,
+		m.hold, m.wait, m.commit, m.requests, m.leader, m.retries, m.queueFull,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_queued_waiters", Help: "Waiters in all wait queues of the replicated table (every node's view of the same queues).",
+		}, queued),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_last_token", Help: "The last fencing token issued.",
 		}, lastToken),

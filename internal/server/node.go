@@ -98,6 +98,13 @@ type Config struct {
 	// recorded time, so it extends live leases by at most its own downtime
 	// plus this interval.
 	ClockCheckpoint time.Duration
+	// MaxWaitersPerKey and MaxWaiters cap the wait queues: the waiters on
+	// one key and on all keys. A wait that would go past either is
+	// answered 429 too_many_waiters and changes nothing. The leader puts
+	// its limits in each wait command, so every node refuses the same
+	// waits. 0 means the default (1,000 and 100,000); -1 means no cap.
+	MaxWaitersPerKey int
+	MaxWaiters       int
 	// MaxConnections caps the client connections Serve keeps open; one
 	// over it is answered 503 too_many_connections and closed. 0 means no
 	// cap (the server command sets one from the open-file limit:
@@ -156,6 +163,8 @@ func DefaultConfig() Config {
 		FramedWriteTimeout:          framing.DefaultWriteTimeout,
 		FramedReadTimeout:           framing.DefaultReadTimeout,
 		FramedIdleTimeout:           framing.DefaultIdleTimeout,
+		MaxWaitersPerKey:            1000,
+		MaxWaiters:                  100000,
 	}
 }
 
@@ -212,6 +221,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WALSegmentSize <= 0 {
 		c.WALSegmentSize = walSegmentSize
+	}
+	if c.MaxWaitersPerKey == 0 {
+		c.MaxWaitersPerKey = d.MaxWaitersPerKey
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = d.MaxWaiters
 	}
 	return c
 }

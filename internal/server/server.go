@@ -70,7 +70,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
-	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) })
+	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) }, func() float64 { return float64(s.fsm.QueuedCount()) })
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
 	s.handler = s.routes()
 	if cfg.TLS.Enabled() {

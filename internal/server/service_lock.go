@@ -174,10 +174,22 @@ func (s *Server) Get(ctx context.Context, key string) (api.Lease, error) {
 // List answers up to limit live leases whose keys start with prefix, in
 // key order; limit 0 is api.DefaultLimit.
 func (s *Server) List(ctx context.Context, prefix string, limit int) (api.ListResponse, error) {
+	return s.ListAfter(ctx, prefix, "", limit)
+}
+
+// ListAfter is List of the keys after after, the last key of the previous
+// page ("" for the first page). A page costs O(log n + limit) under the
+// state machine's read lock, so lists cannot stall writes for long: the
+// lock is held while the page is copied out of the key index, and the
+// answer is made after it is released.
+func (s *Server) ListAfter(ctx context.Context, prefix, after string, limit int) (api.ListResponse, error) {
 	if limit == 0 {
 		limit = api.DefaultLimit
 	}
 	e := checkPrefix(prefix)
+	if e == nil && len(after) > api.MaxKeyLen {
+		e = invalid("after", "after is %d bytes; the limit is %d", len(after), api.MaxKeyLen)
+	}
 	if e == nil && (limit < 1 || limit > api.MaxLimit) {
 		e = invalid("limit", "limit must be an integer between 1 and %d", api.MaxLimit)
 	}
@@ -188,7 +200,7 @@ func (s *Server) List(ctx context.Context, prefix string, limit int) (api.ListRe
 	if e != nil {
 		return api.ListResponse{}, s.fail(e)
 	}
-	leases := s.fsm.List(prefix, now, limit)
+	leases := s.fsm.ListAfter(prefix, after, now, limit)
 	out := make([]api.Lease, len(leases))
 	for i, l := range leases {
 		out[i] = wireLease(l, now)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -23,7 +24,8 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 	}
 	wait := locktable.Duration(api.Duration(req.WaitMs))
 	res, err := s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
-		Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait)})
+		Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait),
+		MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters)})
 	if err != nil {
 		s.waiters.remove(sub)
 		return none, proposalError(err)
@@ -31,7 +33,9 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 	if res.Err != nil || res.Granted {
 		s.waiters.remove(sub)
 		if res.Err != nil {
-			s.metrics.refusals.WithLabelValues("acquire").Inc()
+			if !s.countQueueFull(res.Err) {
+				s.metrics.refusals.WithLabelValues("acquire").Inc()
+			}
 			return none, s.commandError(res.Err, res.Now)
 		}
 		return wireLease(res.Lease, s.answerNow(res.Now)), nil
@@ -75,7 +79,8 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 				now, err := s.stamp()
 				if err == nil {
 					res, err = s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
-						Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait)})
+						Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait),
+						MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters)})
 				}
 				switch {
 				case err != nil:
@@ -83,6 +88,7 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 					return none, proposalError(err)
 				case res.Err != nil:
 					s.waiters.remove(sub)
+					s.countQueueFull(res.Err)
 					return none, s.commandError(res.Err, res.Now)
 				case res.Granted:
 					s.waiters.remove(sub)
@@ -106,6 +112,21 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 		}
 	}
 	return s.giveUp(sub, req.RequestID, after, gone, cause)
+}
+
+// waitLimit is a configured queue cap as a wait command carries it: 0 for
+// no cap (-1 in Config).
+func (s *Server) waitLimit(v int) int { return max(v, 0) }
+
+// countQueueFull counts a wait refused for a full queue under
+// fencelock_wait_queue_full_total{scope}, and reports whether err was one.
+func (s *Server) countQueueFull(err error) bool {
+	var full *locktable.QueueFullError
+	if !errors.As(err, &full) {
+		return false
+	}
+	s.metrics.queueFull.WithLabelValues(full.Scope).Inc()
+	return true
 }
 
 // giveUp takes a waiter out of the queue. If its grant was committed before
