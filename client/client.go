@@ -376,7 +376,7 @@ const maxAnswer = 8 << 20
 
 func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) error {
 	if c.framed && c.auth.token == "" && (strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")) {
-		fc, err := c.frameConn(ctx, addr)
+		fc, err := c.frameConn(ctx, addr, cl.path)
 		if err != nil {
 			return err
 		}
@@ -390,14 +390,18 @@ func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) er
 // dialTimeout bounds connecting to one server.
 const dialTimeout = 2 * time.Second
 
-// frameConn returns the framed connection to addr (an http:// or
-// https:// base URL), or nil when that server speaks only HTTP.
-func (c *Client) frameConn(ctx context.Context, addr string) (*framing.Conn, error) {
+// frameConn returns a framed connection to addr (an http:// or https://
+// base URL) with room for a request to path, or nil when that server
+// speaks only HTTP. Extends and releases have a budget of their own on
+// every connection; other requests past a connection's window go to
+// another one (framing.Pool), so thousands of waits cannot hold up an
+// extend.
+func (c *Client) frameConn(ctx context.Context, addr, path string) (*framing.Conn, error) {
 	pool, host := &c.frames, strings.TrimPrefix(addr, "http://")
 	if h, ok := strings.CutPrefix(addr, "https://"); ok {
 		pool, host = &c.tlsFrames, h
 	}
-	fc, err := pool.Get(ctx, host)
+	fc, err := pool.GetFor(ctx, host, path)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctxErr(ctx)
