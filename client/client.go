@@ -125,6 +125,12 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if c.optErr != nil {
 		return nil, c.optErr
 	}
+	if c.auth.token != "" {
+		// Every framed connection sends the token once, first (an
+		// HTTP request carries it in each Authorization header).
+		c.frames.Auth = "Bearer " + c.auth.token
+		c.tlsFrames.Auth = c.frames.Auth
+	}
 	for _, a := range addrs {
 		for _, one := range strings.Split(a, ",") {
 			one = strings.TrimSpace(one)
@@ -375,7 +381,7 @@ func ctxErr(ctx context.Context) error {
 const maxAnswer = 8 << 20
 
 func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) error {
-	if c.framed && c.auth.token == "" && (strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")) {
+	if c.framed && (strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")) {
 		fc, err := c.frameConn(ctx, addr, cl.path)
 		if err != nil {
 			return err

@@ -197,6 +197,16 @@ func (c *Conn) Room(target string) bool {
 	return len(tokens) < cap(tokens)
 }
 
+// Authorize makes every later request on c carry credential (an
+// Authorization header value, e.g. "Bearer flk_…"), as an HTTP client
+// sends it with each request. The server answers nothing to it.
+func (c *Conn) Authorize(credential string) error {
+	if credential == "" || len(credential) > maxCredential {
+		return fmt.Errorf("framing: a credential is 1 to %d bytes", maxCredential)
+	}
+	return c.write(0, KindAuth, 0, "", []byte(credential))
+}
+
 // load is how many ordinary requests are out, to pick the least busy.
 func (c *Conn) load() int { return len(c.window) }
 

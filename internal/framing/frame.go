@@ -23,7 +23,8 @@
 //	answer:   length u32 | id u32 | status u16 | body
 //
 // length counts the bytes after itself. target is the path with an
-// optional "?query". kind is KindRequest or KindCancel; a cancel frame
+// optional "?query". kind is KindRequest, KindCancel or KindAuth (a
+// connection's credential, sent once before its requests); a cancel frame
 // carries the id of an earlier request whose caller stopped waiting, and
 // ends that request's context on the server, as closing an HTTP connection
 // would. A request that was cancelled may still be answered; the client
@@ -48,7 +49,14 @@ const Preface = "\x00FLP/1\r\n"
 const (
 	KindRequest byte = 1
 	KindCancel  byte = 2
+	// KindAuth carries, as its body, the credential (an Authorization
+	// header value, "Bearer …") that every later request of the
+	// connection is served with. Method 0, no target, no answer.
+	KindAuth byte = 3
 )
+
+// maxCredential bounds an auth frame's body.
+const maxCredential = 4096
 
 // Methods: the API uses two.
 const (
@@ -204,6 +212,12 @@ func parseRequest(buf []byte) (request, error) {
 		if buf[5] != 0 || tl != 0 || len(rest) != 0 {
 			return request{}, fmt.Errorf("%w: a cancel frame carries nothing", ErrFrame)
 		}
+		return q, nil
+	case KindAuth:
+		if buf[5] != 0 || tl != 0 || len(rest) == 0 || len(rest) > maxCredential {
+			return request{}, fmt.Errorf("%w: an auth frame carries a credential of 1 to %d bytes and nothing else", ErrFrame, maxCredential)
+		}
+		q.body = rest
 		return q, nil
 	case KindRequest:
 	default:

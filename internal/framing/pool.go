@@ -24,6 +24,9 @@ type Pool struct {
 	// Dial, if set, makes the connection to addr (a TLS dial, say) that
 	// the preface is then sent on; nil is a TCP dial.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Auth, if set, is sent on every new connection (Conn.Authorize)
+	// before its first request.
+	Auth string
 
 	mu    sync.Mutex
 	addrs map[string]*poolAddr
@@ -151,14 +154,28 @@ func (p *Pool) dial(ctx context.Context, addr string) (*Conn, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	var (
+		fc  *Conn
+		err error
+	)
 	if p.Dial == nil {
-		return Dial(dctx, addr)
+		fc, err = Dial(dctx, addr)
+	} else {
+		var c net.Conn
+		if c, err = p.Dial(dctx, addr); err != nil {
+			return nil, err
+		}
+		fc, err = Start(dctx, c)
 	}
-	c, err := p.Dial(dctx, addr)
+	if err == nil && p.Auth != "" {
+		if err = fc.Authorize(p.Auth); err != nil {
+			fc.Close()
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	return Start(dctx, c)
+	return fc, nil
 }
 
 func leastLoaded(conns []*Conn) *Conn {

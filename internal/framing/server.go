@@ -267,7 +267,8 @@ type serverConn struct {
 	local, remote string // the connection's addresses, for each request
 	br            *bufio.Reader
 	ctx           context.Context
-	tls           *tls.ConnectionState // nil on a plain connection
+	tls           *tls.ConnectionState   // nil on a plain connection
+	auth          atomic.Pointer[string] // the credential of the last auth frame
 	cancel        context.CancelCauseFunc
 
 	maxIn, maxPri   int
@@ -378,6 +379,11 @@ func (sc *serverConn) readLoop() error {
 		q, err := sc.next()
 		if err != nil {
 			return err
+		}
+		if q.kind == KindAuth {
+			cred := string(q.body)
+			sc.auth.Store(&cred)
+			continue
 		}
 		if q.kind == KindCancel {
 			sc.mu.Lock()
@@ -598,6 +604,9 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 	}
 	if len(q.body) > 0 {
 		r.Header.Set("Content-Type", "application/json")
+	}
+	if cred := sc.auth.Load(); cred != nil {
+		r.Header.Set("Authorization", *cred)
 	}
 	sc.s.Handler.ServeHTTP(w, r.WithContext(ctx))
 	if w.status == 0 {
