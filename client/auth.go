@@ -22,9 +22,9 @@ type authState struct {
 
 // WithAuthToken sends secret as "Authorization: Bearer <secret>" on every
 // call, as a cluster with ACLs on requires (the CLI's --auth-token, or
-// FENCELOCK_AUTH_TOKEN). Credentials travel only over HTTP: a client with
-// a token does not use the framed protocol (it carries no headers), and
-// should reach the servers over https:// unless they are on loopback.
+// FENCELOCK_AUTH_TOKEN). The token travels in each HTTP request's
+// Authorization header, and once at the start of each framed connection;
+// reach the servers over https:// unless they are on loopback.
 //
 // With ACLs on, a principal may act only as holders named after it: its
 // name, or its name followed by "/". A lease acquired without WithHolder

@@ -125,6 +125,12 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if c.optErr != nil {
 		return nil, c.optErr
 	}
+	if c.auth.token != "" {
+		// Every framed connection sends the token once, first (an
+		// HTTP request carries it in each Authorization header).
+		c.frames.Auth = "Bearer " + c.auth.token
+		c.tlsFrames.Auth = c.frames.Auth
+	}
 	for _, a := range addrs {
 		for _, one := range strings.Split(a, ",") {
 			one = strings.TrimSpace(one)
@@ -375,8 +381,8 @@ func ctxErr(ctx context.Context) error {
 const maxAnswer = 8 << 20
 
 func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) error {
-	if c.framed && c.auth.token == "" && (strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")) {
-		fc, err := c.frameConn(ctx, addr)
+	if c.framed && (strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")) {
+		fc, err := c.frameConn(ctx, addr, cl.path)
 		if err != nil {
 			return err
 		}
@@ -390,14 +396,18 @@ func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) er
 // dialTimeout bounds connecting to one server.
 const dialTimeout = 2 * time.Second
 
-// frameConn returns the framed connection to addr (an http:// or
-// https:// base URL), or nil when that server speaks only HTTP.
-func (c *Client) frameConn(ctx context.Context, addr string) (*framing.Conn, error) {
+// frameConn returns a framed connection to addr (an http:// or https://
+// base URL) with room for a request to path, or nil when that server
+// speaks only HTTP. Extends and releases have a budget of their own on
+// every connection; other requests past a connection's window go to
+// another one (framing.Pool), so thousands of waits cannot hold up an
+// extend.
+func (c *Client) frameConn(ctx context.Context, addr, path string) (*framing.Conn, error) {
 	pool, host := &c.frames, strings.TrimPrefix(addr, "http://")
 	if h, ok := strings.CutPrefix(addr, "https://"); ok {
 		pool, host = &c.tlsFrames, h
 	}
-	fc, err := pool.Get(ctx, host)
+	fc, err := pool.GetFor(ctx, host, path)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctxErr(ctx)

@@ -25,3 +25,9 @@ func (c *Client) Framed(addr string) bool {
 // AttemptTimeout exposes how long one extension waits for one node, so a
 // test on a fake clock can move time by exactly that much.
 func (l *Lease) AttemptTimeout() time.Duration { return l.attemptTimeout() }
+
+// FramedConns is how many framed connections the client holds to addr (a
+// base URL).
+func (c *Client) FramedConns(addr string) int {
+	return c.frames.Conns(strings.TrimPrefix(addr, "http://"))
+}

@@ -45,6 +45,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	ttl := f.Duration("ttl", defaultBenchTTL, "lease TTL of each grant")
 	useHTTP := f.Bool("http", false, "send the requests over HTTP/1.1 instead of a framed connection")
 	asJSON := f.Bool("json", false, "print the result as one JSON object instead of the text lines")
+	token := authTokenFlag(f) // acl.go: on a cluster with ACLs on; it needs lock on bench/
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -61,7 +62,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "bench: addr=%s mode=%s clients=%d duration=%s ttl=%s\n", *addr, *mode, *clients, *duration, *ttl)
 	}
-	r, err := bench.Run(ctx, bench.Config{Addr: *addr, Mode: *mode, Clients: *clients, Duration: *duration, TTL: *ttl, HTTP: *useHTTP})
+	r, err := bench.Run(ctx, bench.Config{Addr: *addr, Mode: *mode, Clients: *clients, Duration: *duration, TTL: *ttl, HTTP: *useHTTP, AuthToken: *token})
 	if errors.Is(err, bench.ErrUnreachable) {
 		return &exitError{Code: exitUnreachable, Err: err}
 	}
@@ -75,6 +76,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "cycles=%d errors=%d elapsed=%s max=%s\n", r.Cycles, r.Errors, r.Elapsed.Round(1e6), r.Max)
 	fmt.Fprintln(e.stdout, r.Summary())
+	if r.Cycles == 0 && r.Errors > 0 {
+		return fmt.Errorf("bench: all %d calls failed and no cycle completed; a cluster with ACLs on needs --auth-token", r.Errors)
+	}
 	return nil
 }
 

@@ -71,6 +71,14 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
 	maxConns := f.Int("max-connections", 0, "at most `N` open client connections; 0: the open-file limit less a reserve for the log and peers")
 	f.Env("max-connections", "FENCELOCK_MAX_CONNECTIONS")
+	maxConnsPerAddr := f.Int("max-connections-per-address", 0, "at most `N` open client connections from one remote address; 0: a quarter of --max-connections")
+	f.Env("max-connections-per-address", "FENCELOCK_MAX_CONNECTIONS_PER_ADDRESS")
+	framedInFlight := f.Int("framed-max-in-flight", defaults.FramedMaxInFlight, "framed: at most `N` requests unanswered per connection (extends and releases aside); the Go client keeps to 1024")
+	framedPriority := f.Int("framed-max-priority-in-flight", defaults.FramedMaxPriorityInFlight, "framed: at most `N` extends and releases unanswered per connection, a budget of their own")
+	framedPending := f.Int64("framed-max-pending-bytes", defaults.FramedMaxPendingAnswerBytes, "framed: stop reading a connection with more than `BYTES` of answers waiting to be written")
+	framedWrite := f.Duration("framed-write-timeout", defaults.FramedWriteTimeout, "framed: close a connection that takes no answer byte for this long (`D`) while answers wait")
+	framedRead := f.Duration("framed-read-timeout", defaults.FramedReadTimeout, "framed: close a connection whose frame, once begun, takes longer than `D` to arrive")
+	framedIdle := f.Duration("framed-idle-timeout", defaults.FramedIdleTimeout, "framed: close a connection with nothing in flight that sends nothing for `D`")
 	maxWaitersKey := f.Int("max-waiters-per-key", defaults.MaxWaitersPerKey, "at most `N` waiting acquires queued on one key; -1: no cap")
 	f.Env("max-waiters-per-key", "FENCELOCK_MAX_WAITERS_PER_KEY")
 	maxWaiters := f.Int("max-waiters", defaults.MaxWaiters, "at most `N` waiting acquires queued in all; -1: no cap")
@@ -126,6 +134,15 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *maxConns < 0 {
 		return usageError("--max-connections must be >= 0")
 	}
+	if *maxConnsPerAddr < 0 {
+		return usageError("--max-connections-per-address must be >= 0")
+	}
+	if *framedInFlight <= 0 || *framedPriority <= 0 || *framedPending <= 0 {
+		return usageError("--framed-max-in-flight, --framed-max-priority-in-flight and --framed-max-pending-bytes must be > 0")
+	}
+	if *framedWrite <= 0 || *framedRead <= 0 || *framedIdle <= 0 {
+		return usageError("--framed-write-timeout, --framed-read-timeout and --framed-idle-timeout must be > 0")
+	}
 	if *maxWaitersKey < -1 || *maxWaitersKey == 0 || *maxWaiters < -1 || *maxWaiters == 0 {
 		return usageError("--max-waiters-per-key and --max-waiters must be > 0, or -1 for no cap")
 	}
@@ -164,7 +181,10 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		return usageError("--max-connections %d leaves fewer than %d of the %d open files for the log and peers; lower it or raise the limit (ulimit -n)",
 			*maxConns, server.FDReserve(fdLimit), fdLimit)
 	}
-	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns)
+	if *maxConnsPerAddr == 0 && *maxConns > 0 {
+		*maxConnsPerAddr = max(*maxConns/4, 1)
+	}
+	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns, "max_connections_per_address", *maxConnsPerAddr)
 	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat.String(), "election_timeout", timing.election.String(),
 		"leader_lease_timeout", timing.leaderLease.String())
 
@@ -180,7 +200,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
-		MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
+		MaxConnectionsPerAddr: *maxConnsPerAddr, FramedMaxInFlight: *framedInFlight, FramedMaxPriorityInFlight: *framedPriority,
+		FramedMaxPendingAnswerBytes: *framedPending, FramedWriteTimeout: *framedWrite, FramedReadTimeout: *framedRead,
+		FramedIdleTimeout: *framedIdle, MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
 		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure, AuthToken: *authToken}
 	if cfg.TLS.Enabled() {
 		cfg.TLSReload = reloadOnHangup(ctx, log)

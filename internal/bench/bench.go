@@ -45,6 +45,10 @@ type Config struct {
 	TTL      time.Duration // lease TTL (default 10s)
 	Prefix   string        // key prefix (default bench/<pid>-<time>)
 	HTTP     bool          // HTTP/1.1 instead of framed connections
+	// AuthToken is the bearer secret sent with every call on a cluster
+	// with ACLs on; the holders are then named after its principal
+	// (asked once: GET /v1/acl/whoami), and it needs lock on Prefix.
+	AuthToken string
 }
 
 // Result is what a run measured. Latency is one full cycle: from sending
@@ -128,6 +132,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	b := &bench{cfg: cfg, http: &http.Client{Transport: transport}, frames: &framing.Pool{DialTimeout: 5 * time.Second}}
 	defer b.frames.Close()
 	b.findLeader(ctx)
+	if cfg.AuthToken != "" {
+		b.frames.Auth = "Bearer " + cfg.AuthToken
+		p, err := b.principal(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		if p != "" {
+			b.owner = p + "/"
+		}
+	}
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
@@ -176,6 +190,34 @@ type bench struct {
 	base atomic.Pointer[string] // the node requests go to: the leader, in a cluster
 
 	frames *framing.Pool // by host:port
+	owner  string        // "<principal>/" with ACLs on: every holder starts with it
+}
+
+// principal asks the server who the bench's token authenticates as.
+func (b *bench) principal(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *b.base.Load()+api.PathACLWhoAmI, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+b.cfg.AuthToken)
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("%w at %s: %v", ErrUnreachable, b.cfg.Addr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e api.Error
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e)
+		return "", fmt.Errorf("bench: the auth token was refused: %s (%d %s)", e.Message, resp.StatusCode, e.Code)
+	}
+	var w api.WhoAmI
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&w); err != nil {
+		return "", fmt.Errorf("bench: reading whoami: %w", err)
+	}
+	if !w.Auth || w.Principal == "" {
+		return "", nil
+	}
+	return w.Principal, nil
 }
 
 // findLeader points the bench at the first address that serves writes, or
@@ -214,7 +256,7 @@ func (b *bench) findLeader(ctx context.Context) {
 // completed cycle, the number of failed calls, whether any call reached
 // the server, and the first transport error.
 func (b *bench) client(ctx context.Context, id int) (lat []time.Duration, errs int, reached bool, firstErr error) {
-	holder := fmt.Sprintf("%s/client-%d", b.cfg.Prefix, id)
+	holder := fmt.Sprintf("%s%s/client-%d", b.owner, b.cfg.Prefix, id)
 	ttlMs := api.Ms(b.cfg.TTL)
 	waitMs := int64(0)
 	if b.cfg.Mode == Contended {
@@ -343,6 +385,9 @@ func (b *bench) send(ctx context.Context, path string, data []byte) (int, []byte
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", api.ContentType)
+	if b.cfg.AuthToken != "" {
+		req.Header.Set("Authorization", "Bearer "+b.cfg.AuthToken)
+	}
 	resp, err := b.http.Do(req)
 	if err != nil {
 		return 0, nil, err

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,5 +96,67 @@ func TestRunUnreachable(t *testing.T) {
 func TestConfigRefusesBadMode(t *testing.T) {
 	if _, err := Run(context.Background(), Config{Mode: "sideways"}); err == nil {
 		t.Fatal("bad mode accepted")
+	}
+}
+
+// With ACLs on, a run without a token completes nothing; with a token it
+// runs as the token's principal (its holders are the principal's own), over
+// frames and over HTTP.
+func TestRunWithACLs(t *testing.T) {
+	s, err := server.New(server.Config{HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond, LeaderLeaseTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(s.Handler())
+	fs := &framing.Server{Handler: s.Handler()}
+	hs.Listener = framing.Listen(hs.Listener, fs)
+	hs.Start()
+	defer func() {
+		s.BeginShutdown()
+		hs.Close()
+		fs.Close()
+		s.Close()
+	}()
+	post := func(path, token, body string) string {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", api.ContentType)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, data)
+		}
+		var m struct{ Secret string }
+		_ = json.Unmarshal(data, &m)
+		return m.Secret
+	}
+	admin := post(api.PathACLBootstrap, "", `{}`)
+	post(api.PathACLPolicySet, admin, `{"name":"bench","rules":[{"prefix":"bench/","verbs":["lock"]}]}`)
+	worker := post(api.PathACLTokenCreate, admin, `{"name":"w","policies":["bench"]}`)
+
+	addr := strings.TrimPrefix(hs.URL, "http://")
+	r, err := Run(ctx, Config{Addr: addr, Clients: 2, Duration: 200 * time.Millisecond})
+	if err != nil || r.Cycles != 0 || r.Errors == 0 {
+		t.Fatalf("without a token: %+v, %v; want no cycle and errors", r, err)
+	}
+	for _, useHTTP := range []bool{false, true} {
+		r, err := Run(ctx, Config{Addr: addr, Clients: 2, Duration: 200 * time.Millisecond, HTTP: useHTTP, AuthToken: worker})
+		if err != nil || r.Cycles == 0 || r.Errors != 0 {
+			t.Fatalf("with the worker's token (HTTP %v): %+v, %v", useHTTP, r, err)
+		}
+	}
+	if _, err := Run(ctx, Config{Addr: addr, Clients: 1, Duration: 100 * time.Millisecond, AuthToken: "flk_wrong"}); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("a wrong token: %v, want it refused", err)
 	}
 }

@@ -13,12 +13,24 @@ import (
 // of frames, so this is where a busy connection saves most.
 type batchWriter struct {
 	w io.Writer
+	// written, if set, is told of every frame once it has gone to the
+	// connection (err nil) or never will (err set): the server holds a
+	// request's in-flight slot and counts its answer's bytes until then.
+	written func(tags []frameTag, err error)
 
-	mu      sync.Mutex
-	buf     []byte // frames waiting to be written
-	spare   []byte // the last written buffer, for reuse
-	writing bool
-	err     error // the first write error; every later write fails with it
+	mu        sync.Mutex
+	buf       []byte     // frames waiting to be written
+	tags      []frameTag // one per frame in buf
+	spare     []byte     // the last written buffer, for reuse
+	spareTags []frameTag
+	writing   bool
+	err       error // the first write error; every later write fails with it
+}
+
+// frameTag describes one queued frame to batchWriter.written.
+type frameTag struct {
+	size     int  // bytes of the frame
+	priority bool // it holds a priority slot
 }
 
 // maxSpare bounds the buffer kept for reuse.
@@ -27,32 +39,46 @@ const maxSpare = 256 << 10
 // write appends a frame with add and makes sure it is written, by this
 // caller or by the one writing now. An error means the connection failed;
 // a nil error does not promise the peer received anything.
-func (b *batchWriter) write(add func([]byte) []byte) error {
+func (b *batchWriter) write(tag frameTag, add func([]byte) []byte) error {
 	b.mu.Lock()
 	if b.err != nil {
 		err := b.err
 		b.mu.Unlock()
+		if b.written != nil {
+			b.written([]frameTag{tag}, err)
+		}
 		return err
 	}
 	b.buf = add(b.buf)
+	b.tags = append(b.tags, tag)
 	if b.writing {
 		b.mu.Unlock()
 		return nil
 	}
 	b.writing = true
 	for len(b.buf) > 0 && b.err == nil {
-		out := b.buf
-		b.buf = b.spare[:0]
-		b.spare = nil
+		out, tags := b.buf, b.tags
+		b.buf, b.tags = b.spare[:0], b.spareTags[:0]
+		b.spare, b.spareTags = nil, nil
 		b.mu.Unlock()
 		_, err := b.w.Write(out)
+		if b.written != nil {
+			b.written(tags, err)
+		}
 		b.mu.Lock()
 		if cap(out) <= maxSpare {
-			b.spare = out[:0]
+			b.spare, b.spareTags = out[:0], tags[:0]
 		}
 		if err != nil {
 			b.err = err
-			b.buf = nil
+			if b.written != nil && len(b.tags) > 0 {
+				// Queued behind the failed write: never to be written.
+				left := b.tags
+				b.mu.Unlock()
+				b.written(left, err)
+				b.mu.Lock()
+			}
+			b.buf, b.tags = nil, nil
 		}
 	}
 	b.writing = false

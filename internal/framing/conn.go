@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -14,6 +15,10 @@ import (
 // ErrNotFramed: the server answered the preface with something else — a
 // server that speaks only HTTP. The caller can use HTTP instead.
 var ErrNotFramed = errors.New("framing: the server does not speak the frame protocol")
+
+// ErrRefused: the server answered the preface 503 — at its connection cap,
+// in total or for this client's address. It does speak frames; try later.
+var ErrRefused = errors.New("framing: the server refused the connection")
 
 // ErrConnClosed: the connection failed or was closed while a request was
 // unanswered. The request may or may not have been carried out.
@@ -26,11 +31,27 @@ type Conn struct {
 
 	bw batchWriter
 
+	// One token per request out whose answer has not come: window for
+	// most requests, priority for extends and releases (Priority). They
+	// mirror the server's budgets (DefaultMaxInFlight,
+	// DefaultMaxPriorityInFlight), so a request over them waits here, where
+	// it holds up nothing else, rather than stall the server's reading of
+	// this connection, which would hold up the extends behind it.
+	window, priority chan struct{}
+
 	mu      sync.Mutex
 	next    uint32
-	pending map[uint32]chan answer
+	pending map[uint32]*call
 	err     error         // why the connection ended
 	dead    chan struct{} // closed when the connection ended
+}
+
+// call is one request out. One whose caller's ctx ended stays until its
+// answer comes (into ch's buffer, read by no one), because the server
+// counts it until then.
+type call struct {
+	ch     chan answer
+	tokens chan struct{}
 }
 
 // Dial connects to addr (host:port), sends the preface and waits for its
@@ -61,7 +82,10 @@ func Start(ctx context.Context, c net.Conn) (*Conn, error) {
 		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	fc := &Conn{c: c, pending: make(map[uint32]chan answer), dead: make(chan struct{})}
+	fc := &Conn{c: c, pending: make(map[uint32]*call), dead: make(chan struct{}),
+		window:   make(chan struct{}, DefaultMaxInFlight),
+		priority: make(chan struct{}, DefaultMaxPriorityInFlight),
+	}
 	fc.bw.w = c
 	go fc.readLoop(br)
 	return fc, nil
@@ -77,6 +101,14 @@ func handshake(c net.Conn, br *bufio.Reader) error {
 		return nil
 	}
 	if n > 0 && p[0] != Preface[0] {
+		if string(p[:n]) == "HTTP/1.1" {
+			// The connection limiter answers 503 before anything else
+			// (internal/server): that is a busy server, not an HTTP one.
+			line, _ := br.ReadString('\n')
+			if strings.HasPrefix(line, " 503 ") {
+				return fmt.Errorf("%w: HTTP/1.1%s", ErrRefused, strings.TrimRight(line, "\r\n"))
+			}
+		}
 		return ErrNotFramed
 	}
 	if err == nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
@@ -95,16 +127,28 @@ func (c *Conn) RoundTrip(ctx context.Context, method, target string, body []byte
 	if err != nil {
 		return 0, nil, err
 	}
-	ch := make(chan answer, 1)
+	tokens := c.window
+	if Priority(target) {
+		tokens = c.priority
+	}
+	select {
+	case tokens <- struct{}{}:
+	case <-c.dead:
+		return 0, nil, c.Err()
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+	cl := &call{ch: make(chan answer, 1), tokens: tokens}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
+		<-tokens
 		return 0, nil, err
 	}
 	c.next++
 	id := c.next
-	c.pending[id] = ch
+	c.pending[id] = cl
 	c.mu.Unlock()
 
 	if err := c.write(id, KindRequest, mc, target, body); err != nil {
@@ -112,11 +156,11 @@ func (c *Conn) RoundTrip(ctx context.Context, method, target string, body []byte
 		return 0, nil, err
 	}
 	select {
-	case a := <-ch:
+	case a := <-cl.ch:
 		return a.status, a.body, nil
 	case <-c.dead:
 		select {
-		case a := <-ch: // answered just before the end
+		case a := <-cl.ch: // answered just before the end
 			return a.status, a.body, nil
 		default:
 		}
@@ -125,7 +169,6 @@ func (c *Conn) RoundTrip(ctx context.Context, method, target string, body []byte
 		c.mu.Unlock()
 		return 0, nil, err
 	case <-ctx.Done():
-		c.forget(id)
 		// Tell the server; a failure here means the connection is gone,
 		// which cancels the request anyway.
 		_ = c.write(id, KindCancel, 0, "", nil)
@@ -133,17 +176,45 @@ func (c *Conn) RoundTrip(ctx context.Context, method, target string, body []byte
 	}
 }
 
+// forget drops a request that was never sent, with its token.
 func (c *Conn) forget(id uint32) {
 	c.mu.Lock()
+	cl, ok := c.pending[id]
 	delete(c.pending, id)
 	c.mu.Unlock()
+	if ok {
+		<-cl.tokens
+	}
 }
+
+// Room reports whether a request for target would go out at once rather
+// than wait for an answer to free its budget.
+func (c *Conn) Room(target string) bool {
+	tokens := c.window
+	if Priority(target) {
+		tokens = c.priority
+	}
+	return len(tokens) < cap(tokens)
+}
+
+// Authorize makes every later request on c carry credential (an
+// Authorization header value, e.g. "Bearer flk_…"), as an HTTP client
+// sends it with each request. The server answers nothing to it.
+func (c *Conn) Authorize(credential string) error {
+	if credential == "" || len(credential) > maxCredential {
+		return fmt.Errorf("framing: a credential is 1 to %d bytes", maxCredential)
+	}
+	return c.write(0, KindAuth, 0, "", []byte(credential))
+}
+
+// load is how many ordinary requests are out, to pick the least busy.
+func (c *Conn) load() int { return len(c.window) }
 
 func (c *Conn) write(id uint32, kind, method byte, target string, body []byte) error {
 	if err := checkRequest(target, body); err != nil {
 		return err
 	}
-	err := c.bw.write(func(dst []byte) []byte {
+	err := c.bw.write(frameTag{}, func(dst []byte) []byte {
 		dst, _ = appendRequest(dst, id, kind, method, target, body)
 		return dst
 	})
@@ -162,11 +233,12 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 			return
 		}
 		c.mu.Lock()
-		ch, ok := c.pending[a.id]
+		cl, ok := c.pending[a.id]
 		delete(c.pending, a.id)
 		c.mu.Unlock()
 		if ok {
-			ch <- a
+			<-cl.tokens
+			cl.ch <- a
 		}
 	}
 }

@@ -23,7 +23,8 @@
 //	answer:   length u32 | id u32 | status u16 | body
 //
 // length counts the bytes after itself. target is the path with an
-// optional "?query". kind is KindRequest or KindCancel; a cancel frame
+// optional "?query". kind is KindRequest, KindCancel or KindAuth (a
+// connection's credential, sent once before its requests); a cancel frame
 // carries the id of an earlier request whose caller stopped waiting, and
 // ends that request's context on the server, as closing an HTTP connection
 // would. A request that was cancelled may still be answered; the client
@@ -36,6 +37,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+
+	"github.com/fencelock/fencelock/api"
 )
 
 // Preface opens every framed connection, from the client and back.
@@ -45,7 +49,14 @@ const Preface = "\x00FLP/1\r\n"
 const (
 	KindRequest byte = 1
 	KindCancel  byte = 2
+	// KindAuth carries, as its body, the credential (an Authorization
+	// header value, "Bearer …") that every later request of the
+	// connection is served with. Method 0, no target, no answer.
+	KindAuth byte = 3
 )
+
+// maxCredential bounds an auth frame's body.
+const maxCredential = 4096
 
 // Methods: the API uses two.
 const (
@@ -133,21 +144,46 @@ func appendAnswer(dst []byte, id uint32, status int, body []byte) []byte {
 
 // readFrame reads one length-prefixed frame into a new slice (the bytes
 // after the length).
-func readFrame(r io.Reader, min int) ([]byte, error) {
+func readFrame(r io.Reader, least int) ([]byte, error) {
+	return readFrameThen(r, least, nil)
+}
+
+// eagerFrame is the largest frame whose buffer is allocated at its
+// declared length; a longer one grows as its bytes arrive.
+const eagerFrame = 64 << 10
+
+// readFrameThen is readFrame calling began, if set, once the length has
+// been read (the server starts a frame's read deadline there). The buffer
+// is allocated at the declared length only up to eagerFrame and grows
+// from there as bytes arrive, at most doubling each time: a peer that
+// declares 4 MiB and sends ten bytes costs 64 KiB, not 4 MiB.
+func readFrameThen(r io.Reader, least int, began func()) ([]byte, error) {
 	var lb [4]byte
 	if _, err := io.ReadFull(r, lb[:]); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(lb[:])
-	if n > MaxFrame || int(n) < min {
+	n := int(binary.BigEndian.Uint32(lb[:]))
+	if n > MaxFrame || n < least {
 		return nil, fmt.Errorf("%w: length %d", ErrFrame, n)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	if began != nil {
+		began()
+	}
+	buf := make([]byte, 0, min(n, eagerFrame))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), len(buf)+min(cap(buf), n-len(buf)))
+			copy(grown, buf)
+			buf = grown
 		}
-		return nil, err
+		m, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err != nil && len(buf) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
 	}
 	return buf, nil
 }
@@ -176,6 +212,12 @@ func parseRequest(buf []byte) (request, error) {
 		if buf[5] != 0 || tl != 0 || len(rest) != 0 {
 			return request{}, fmt.Errorf("%w: a cancel frame carries nothing", ErrFrame)
 		}
+		return q, nil
+	case KindAuth:
+		if buf[5] != 0 || tl != 0 || len(rest) == 0 || len(rest) > maxCredential {
+			return request{}, fmt.Errorf("%w: an auth frame carries a credential of 1 to %d bytes and nothing else", ErrFrame, maxCredential)
+		}
+		q.body = rest
 		return q, nil
 	case KindRequest:
 	default:
@@ -211,4 +253,21 @@ func readAnswer(r io.Reader) (answer, error) {
 		status: int(binary.BigEndian.Uint16(buf[4:])),
 		body:   buf[answerHeader-4:],
 	}, nil
+}
+
+// priorityPaths are the requests that keep leases alive or give them up.
+// They have a budget of their own on both ends of a connection
+// (DefaultMaxPriorityInFlight), so a window full of waits cannot hold
+// them back and cost a holder its lease.
+var priorityPaths = map[string]bool{
+	api.PathExtend:      true,
+	api.PathExtendBatch: true,
+	api.PathRelease:     true,
+}
+
+// Priority reports whether a request for target (a path with an optional
+// ?query) travels on the priority budget: extends and releases.
+func Priority(target string) bool {
+	path, _, _ := strings.Cut(target, "?")
+	return priorityPaths[path]
 }

@@ -448,3 +448,28 @@ func TestPoolSharesRedialsAndRemembersHTTPOnlyServers(t *testing.T) {
 		t.Fatal("Has does not tell the framed server from the HTTP-only one")
 	}
 }
+
+func TestAuthFrame(t *testing.T) {
+	good, err := appendRequest(nil, 0, KindAuth, 0, "", []byte("Bearer flk_x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := parseRequest(good[4:])
+	if err != nil || q.kind != KindAuth || string(q.body) != "Bearer flk_x" {
+		t.Fatalf("parse = %+v, %v", q, err)
+	}
+	for name, f := range map[string]func() ([]byte, error){
+		"empty":     func() ([]byte, error) { return appendRequest(nil, 0, KindAuth, 0, "", nil) },
+		"a target":  func() ([]byte, error) { return appendRequest(nil, 0, KindAuth, 0, "/v1/locks", []byte("Bearer x")) },
+		"a method":  func() ([]byte, error) { return appendRequest(nil, 0, KindAuth, methodGet, "", []byte("Bearer x")) },
+		"too large": func() ([]byte, error) { return appendRequest(nil, 0, KindAuth, 0, "", make([]byte, maxCredential+1)) },
+	} {
+		b, err := f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parseRequest(b[4:]); !errors.Is(err, ErrFrame) {
+			t.Errorf("%s: parse = %v, want ErrFrame", name, err)
+		}
+	}
+}

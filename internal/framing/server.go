@@ -11,21 +11,49 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencelock/fencelock/api"
 )
 
 // Server answers framed connections with an http.Handler. The zero value
-// is not usable; set Handler.
+// is not usable; set Handler. Zero limits take the defaults named below.
 type Server struct {
 	// Handler answers every request, as it would over HTTP.
 	Handler http.Handler
-	// MaxInFlight bounds the requests one connection may have unanswered;
-	// past it the server stops reading that connection until one is
-	// answered. Default 1024.
+	// MaxInFlight bounds the requests one connection may have unanswered
+	// (an answer counts until it is written to the connection, not when it
+	// is ready); past it the server stops reading that connection until
+	// one is written. Extends and releases do not count against it (see
+	// MaxPriorityInFlight). Default DefaultMaxInFlight.
 	MaxInFlight int
+	// MaxPriorityInFlight is the separate budget of extends and releases
+	// (Priority), so that a connection full of waits still keeps its
+	// leases alive. Default DefaultMaxPriorityInFlight.
+	MaxPriorityInFlight int
+	// MaxPendingAnswerBytes bounds the answer bytes a connection may have
+	// waiting to be written: past it the server stops reading that
+	// connection's requests, and starts none of its lists, until its peer
+	// reads. The requests already running still answer, so a connection
+	// holds at most this plus the answers of the few lists running (four
+	// at most) and of its small requests in flight. Default
+	// DefaultMaxPendingAnswerBytes.
+	MaxPendingAnswerBytes int64
+	// WriteTimeout cuts off a connection whose peer takes no answer bytes
+	// for this long while answers wait: a client that does not read is
+	// bounded (MaxPendingAnswerBytes) and then closed. Default
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// ReadTimeout bounds how long a frame's bytes may take to arrive once
+	// its length has. Default DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// IdleTimeout closes a connection that has nothing in flight and sends
+	// no frame for this long. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// PrefaceTimeout bounds how long a new connection may take to send its
 	// preface (with Listen, its first byte). Default 10s.
 	PrefaceTimeout time.Duration
@@ -34,23 +62,69 @@ type Server struct {
 	conns    map[*serverConn]struct{}
 	shutdown bool
 	serving  sync.WaitGroup // connections being served
+
+	stats serverStats
+}
+
+// Defaults of the Server's limits.
+const (
+	DefaultMaxInFlight           = 1024
+	DefaultMaxPriorityInFlight   = 64
+	DefaultMaxPendingAnswerBytes = 8 << 20
+	DefaultWriteTimeout          = 10 * time.Second
+	DefaultReadTimeout           = 30 * time.Second
+	DefaultIdleTimeout           = 5 * time.Minute
+)
+
+// Stats is the server's own accounting of its framed connections.
+type Stats struct {
+	Conns    int   // connections being served
+	InFlight int64 // requests read whose answers are not yet written
+	// PendingAnswerBytes counts the bytes of answers ready but not yet
+	// written to their connections, over all connections.
+	PendingAnswerBytes int64
+	// PeakConnPendingAnswerBytes is the most any one connection has had
+	// pending since the server started.
+	PeakConnPendingAnswerBytes int64
+	// Connections closed: a peer that took no answer bytes for
+	// WriteTimeout; one that sent part of a frame and stalled for
+	// ReadTimeout; one idle for IdleTimeout.
+	WriteTimeouts, ReadTimeouts, IdleTimeouts int64
+}
+
+type serverStats struct {
+	inFlight, pending, peak                 atomic.Int64
+	writeTimeouts, readTimeouts, idleClosed atomic.Int64
+}
+
+// Stats returns the server's accounting now.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	n := len(s.conns)
+	s.mu.Unlock()
+	return Stats{
+		Conns:                      n,
+		InFlight:                   s.stats.inFlight.Load(),
+		PendingAnswerBytes:         s.stats.pending.Load(),
+		PeakConnPendingAnswerBytes: s.stats.peak.Load(),
+		WriteTimeouts:              s.stats.writeTimeouts.Load(),
+		ReadTimeouts:               s.stats.readTimeouts.Load(),
+		IdleTimeouts:               s.stats.idleClosed.Load(),
+	}
 }
 
 // ErrServerClosed: the server was shut down or closed.
 var ErrServerClosed = errors.New("framing: server closed")
 
-func (s *Server) maxInFlight() int {
-	if s.MaxInFlight > 0 {
-		return s.MaxInFlight
+func orDefault[T int | int64 | time.Duration](v, d T) T {
+	if v > 0 {
+		return v
 	}
-	return 1024
+	return d
 }
 
 func (s *Server) prefaceTimeout() time.Duration {
-	if s.PrefaceTimeout > 0 {
-		return s.PrefaceTimeout
-	}
-	return 10 * time.Second
+	return orDefault(s.PrefaceTimeout, 10*time.Second)
 }
 
 // serve reads the preface from br (c's reader, which may hold bytes read
@@ -69,19 +143,26 @@ func (s *Server) serve(c net.Conn, br *bufio.Reader) error {
 	c.SetReadDeadline(time.Time{})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sc := &serverConn{
-		local:   c.LocalAddr().String(),
-		remote:  c.RemoteAddr().String(),
-		tls:     TLSState(c),
-		bw:      batchWriter{w: c},
-		s:       s,
-		c:       c,
-		br:      br,
-		ctx:     ctx,
-		cancel:  cancel,
-		slots:   make(chan struct{}, s.maxInFlight()),
-		pending: make(map[uint32]context.CancelFunc),
-		stop:    make(chan struct{}),
-		work:    make(chan job),
+		local:      c.LocalAddr().String(),
+		remote:     c.RemoteAddr().String(),
+		tls:        TLSState(c),
+		s:          s,
+		c:          c,
+		br:         br,
+		ctx:        ctx,
+		cancel:     cancel,
+		maxIn:      orDefault(s.MaxInFlight, DefaultMaxInFlight),
+		maxPri:     orDefault(s.MaxPriorityInFlight, DefaultMaxPriorityInFlight),
+		maxPending: orDefault(s.MaxPendingAnswerBytes, DefaultMaxPendingAnswerBytes),
+		idle:       orDefault(s.IdleTimeout, DefaultIdleTimeout),
+		readLimit:  orDefault(s.ReadTimeout, DefaultReadTimeout),
+		pending:    make(map[uint32]context.CancelFunc),
+		work:       make(chan job),
+	}
+	sc.room.L = &sc.mu
+	sc.bw = batchWriter{
+		w:       deadlineWriter{c: c, timeout: orDefault(s.WriteTimeout, DefaultWriteTimeout)},
+		written: sc.written,
 	}
 	if !s.track(sc) {
 		c.Close()
@@ -186,28 +267,37 @@ type serverConn struct {
 	local, remote string // the connection's addresses, for each request
 	br            *bufio.Reader
 	ctx           context.Context
-	tls           *tls.ConnectionState // nil on a plain connection
+	tls           *tls.ConnectionState   // nil on a plain connection
+	auth          atomic.Pointer[string] // the credential of the last auth frame
 	cancel        context.CancelCauseFunc
 
+	maxIn, maxPri   int
+	maxPending      int64
+	idle, readLimit time.Duration
+
 	bw       batchWriter
-	slots    chan struct{}  // one per request in flight
 	work     chan job       // to idle workers; closed when reading ends
-	idle     atomic.Int32   // workers waiting on work
+	idleW    atomic.Int32   // workers waiting on work
 	handlers sync.WaitGroup // workers
 
-	stop     chan struct{} // closed by stopReading
-	stopOnce sync.Once
-
 	mu       sync.Mutex
+	room     sync.Cond // signalled when an answer is written, on stop and on failure
 	pending  map[uint32]context.CancelFunc
 	stopping bool
+	// Counted from when a request is read until its answer is written
+	// (or the connection fails): requests by budget, and answer bytes.
+	inFlight, inFlightPri int
+	pendingBytes          int64
+	heavy                 int   // lists running (handle)
+	midFrame              bool  // the reader has a frame's length and waits for the rest
+	failed                error // a write failed: the connection is done
 }
 
 func (sc *serverConn) stopReading() {
 	sc.mu.Lock()
+	defer sc.mu.Unlock()
 	sc.stopping = true
-	sc.mu.Unlock()
-	sc.stopOnce.Do(func() { close(sc.stop) })
+	sc.room.Broadcast()
 	// Wake a reader blocked in Read; it sees stopping and ends.
 	sc.c.SetReadDeadline(time.Now())
 }
@@ -218,17 +308,82 @@ func (sc *serverConn) close() {
 	sc.c.Close()
 }
 
+// armIdleLocked sets the read deadline for the wait before the next frame:
+// the idle timeout when nothing is in flight, none while requests are (a
+// long wait is not idleness). The caller holds sc.mu.
+func (sc *serverConn) armIdleLocked() {
+	if sc.stopping || sc.midFrame || sc.failed != nil {
+		return
+	}
+	if sc.inFlight+sc.inFlightPri == 0 {
+		sc.c.SetReadDeadline(time.Now().Add(sc.idle))
+	} else {
+		sc.c.SetReadDeadline(time.Time{})
+	}
+}
+
+// awaitRoom blocks while ok is false, until the connection stops or fails.
+func (sc *serverConn) awaitRoomLocked(ok func() bool) error {
+	for !sc.stopping && sc.failed == nil && !ok() {
+		sc.room.Wait()
+	}
+	if sc.stopping {
+		return ErrServerClosed
+	}
+	return sc.failed
+}
+
+// next reads the next frame once the connection's pending answers are
+// under their bound (backpressure on a peer that does not read).
+func (sc *serverConn) next() (request, error) {
+	sc.mu.Lock()
+	err := sc.awaitRoomLocked(func() bool { return sc.pendingBytes <= sc.maxPending })
+	if err == nil {
+		sc.armIdleLocked()
+	}
+	sc.mu.Unlock()
+	if err != nil {
+		return request{}, err
+	}
+	buf, err := readFrameThen(sc.br, requestHeader-4, func() {
+		sc.mu.Lock()
+		sc.midFrame = true
+		if !sc.stopping {
+			sc.c.SetReadDeadline(time.Now().Add(sc.readLimit))
+		}
+		sc.mu.Unlock()
+	})
+	sc.mu.Lock()
+	mid, stopping := sc.midFrame, sc.stopping
+	sc.midFrame = false
+	sc.mu.Unlock()
+	if err != nil {
+		if stopping {
+			return request{}, ErrServerClosed
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if mid {
+				sc.s.stats.readTimeouts.Add(1)
+				return request{}, fmt.Errorf("framing: no frame bytes for %v: %w", sc.readLimit, err)
+			}
+			sc.s.stats.idleClosed.Add(1)
+			return request{}, fmt.Errorf("framing: idle for %v: %w", sc.idle, err)
+		}
+		return request{}, err
+	}
+	return parseRequest(buf)
+}
+
 func (sc *serverConn) readLoop() error {
 	for {
-		q, err := readRequest(sc.br)
+		q, err := sc.next()
 		if err != nil {
-			sc.mu.Lock()
-			stopping := sc.stopping
-			sc.mu.Unlock()
-			if stopping {
-				return ErrServerClosed
-			}
 			return err
+		}
+		if q.kind == KindAuth {
+			cred := string(q.body)
+			sc.auth.Store(&cred)
+			continue
 		}
 		if q.kind == KindCancel {
 			sc.mu.Lock()
@@ -238,37 +393,82 @@ func (sc *serverConn) readLoop() error {
 			sc.mu.Unlock()
 			continue
 		}
-		// Backpressure: wait for a slot before reading more.
-		select {
-		case sc.slots <- struct{}{}:
-		case <-sc.stop:
-			return ErrServerClosed
-		}
-		rctx, rcancel := context.WithCancel(sc.ctx)
+		pri := Priority(q.target)
 		sc.mu.Lock()
-		if sc.stopping {
+		// Backpressure: wait for a slot of the request's budget before
+		// reading more.
+		if err := sc.awaitRoomLocked(func() bool {
+			if pri {
+				return sc.inFlightPri < sc.maxPri
+			}
+			return sc.inFlight < sc.maxIn
+		}); err != nil {
 			sc.mu.Unlock()
-			rcancel()
-			<-sc.slots
-			return ErrServerClosed
+			return err
 		}
 		if _, dup := sc.pending[q.id]; dup {
 			sc.mu.Unlock()
-			rcancel()
-			<-sc.slots
 			return fmt.Errorf("%w: request id %d is already in flight", ErrFrame, q.id)
 		}
+		rctx, rcancel := context.WithCancel(sc.ctx)
 		sc.pending[q.id] = rcancel
+		if pri {
+			sc.inFlightPri++
+		} else {
+			sc.inFlight++
+		}
+		sc.s.stats.inFlight.Add(1)
 		sc.mu.Unlock()
-		sc.dispatch(job{rctx, rcancel, q})
+		sc.dispatch(job{rctx, rcancel, q, pri})
 	}
 }
 
+// written gives back the slots and bytes of answers that went out (or
+// never will: err set, and then the connection is closed).
+func (sc *serverConn) written(tags []frameTag, err error) {
+	var bytes int64
+	sc.mu.Lock()
+	for _, t := range tags {
+		bytes += int64(t.size)
+		if t.priority {
+			sc.inFlightPri--
+		} else {
+			sc.inFlight--
+		}
+	}
+	sc.pendingBytes -= bytes
+	if err != nil && sc.failed == nil {
+		sc.failed = fmt.Errorf("framing: writing answers: %w", err)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			sc.s.stats.writeTimeouts.Add(1)
+		}
+	}
+	sc.armIdleLocked()
+	sc.room.Broadcast()
+	sc.mu.Unlock()
+	sc.s.stats.inFlight.Add(-int64(len(tags)))
+	sc.s.stats.pending.Add(-bytes)
+	if err != nil {
+		// The peer is gone or does not read: closing makes the reader
+		// stop too.
+		sc.c.Close()
+	}
+}
+
+// heavyPaths answer in proportion to a page, up to about 1.3 MiB (a list
+// of 1000 leases); every other answer is bounded by the API's limits to a
+// few hundred bytes, a batch to some hundred kilobytes.
+var heavyPaths = map[string]bool{api.PathLocks: true}
+
+// maxHeavy bounds the heavy requests running at once on one connection.
+const maxHeavy = 4
+
 // job is one request for a worker.
 type job struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	q      request
+	ctx      context.Context
+	cancel   context.CancelFunc
+	q        request
+	priority bool
 }
 
 // maxIdleWorkers bounds the goroutines a connection keeps waiting for
@@ -290,32 +490,91 @@ func (sc *serverConn) dispatch(j job) {
 func (sc *serverConn) worker(j job) {
 	defer sc.handlers.Done()
 	for {
-		sc.handle(j.ctx, j.cancel, j.q)
-		if sc.idle.Add(1) > maxIdleWorkers {
-			sc.idle.Add(-1)
+		sc.handle(j)
+		if sc.idleW.Add(1) > maxIdleWorkers {
+			sc.idleW.Add(-1)
 			return
 		}
 		var ok bool
 		j, ok = <-sc.work
-		sc.idle.Add(-1)
+		sc.idleW.Add(-1)
 		if !ok {
 			return
 		}
 	}
 }
 
-func (sc *serverConn) handle(ctx context.Context, cancel context.CancelFunc, q request) {
-	status, body := sc.serveOne(ctx, q)
-	cancel()
-	sc.mu.Lock()
-	delete(sc.pending, q.id)
-	sc.mu.Unlock()
-	err := sc.bw.write(func(dst []byte) []byte { return appendAnswer(dst, q.id, status, body) })
-	<-sc.slots
-	if err != nil {
-		// The peer is gone: closing makes the reader stop too.
-		sc.c.Close()
+func (sc *serverConn) handle(j job) {
+	// A list builds an answer of up to a megabyte or so: a burst of them
+	// read at once (up to MaxInFlight) would build every answer before one
+	// could be counted. So lists run at most maxHeavy at a time per
+	// connection, and only while its pending answers are under their
+	// bound; the others' answers are small (the API's limits bound them).
+	// Once the connection failed nothing will be written: the handler is
+	// not run.
+	heavy := heavyPaths[j.q.target[:strings.IndexByte(j.q.target+"?", '?')]]
+	failed := false
+	if heavy {
+		sc.mu.Lock()
+		for sc.failed == nil && (sc.pendingBytes > sc.maxPending || sc.heavy >= maxHeavy) {
+			sc.room.Wait()
+		}
+		failed = sc.failed != nil
+		sc.heavy++
+		sc.mu.Unlock()
 	}
+	var status int
+	var body []byte
+	if failed {
+		status = http.StatusServiceUnavailable
+	} else {
+		status, body = sc.serveOne(j.ctx, j.q)
+	}
+	j.cancel()
+	size := answerHeader + len(body)
+	sc.mu.Lock()
+	delete(sc.pending, j.q.id)
+	sc.pendingBytes += int64(size)
+	peak := sc.pendingBytes
+	if heavy {
+		sc.heavy--
+		sc.room.Broadcast()
+	}
+	sc.mu.Unlock()
+	sc.s.stats.pending.Add(int64(size))
+	for {
+		old := sc.s.stats.peak.Load()
+		if peak <= old || sc.s.stats.peak.CompareAndSwap(old, peak) {
+			break
+		}
+	}
+	// Errors are handled in written.
+	_ = sc.bw.write(frameTag{size: size, priority: j.priority}, func(dst []byte) []byte { return appendAnswer(dst, j.q.id, status, body) })
+}
+
+// deadlineWriter writes in chunks, each of which must go out within
+// timeout: a peer that reads slowly is fine, one that stops is cut off.
+type deadlineWriter struct {
+	c       net.Conn
+	timeout time.Duration
+}
+
+const writeChunk = 256 << 10
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		end := min(n+writeChunk, len(p))
+		if err := w.c.SetWriteDeadline(time.Now().Add(w.timeout)); err != nil {
+			return n, err
+		}
+		m, err := w.c.Write(p[n:end])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // serveOne runs the handler on one request.
@@ -345,6 +604,9 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 	}
 	if len(q.body) > 0 {
 		r.Header.Set("Content-Type", "application/json")
+	}
+	if cred := sc.auth.Load(); cred != nil {
+		r.Header.Set("Authorization", *cred)
 	}
 	sc.s.Handler.ServeHTTP(w, r.WithContext(ctx))
 	if w.status == 0 {

@@ -28,6 +28,9 @@ func (c Config) Validate() error {
 		{"MinTickInterval", c.MinTickInterval},
 		{"JoinCatchUp", c.JoinCatchUp},
 		{"ClockCheckpoint", c.ClockCheckpoint},
+		{"FramedWriteTimeout", c.FramedWriteTimeout},
+		{"FramedReadTimeout", c.FramedReadTimeout},
+		{"FramedIdleTimeout", c.FramedIdleTimeout},
 	} {
 		if d.v < 0 {
 			bad("%s is %v; it must not be negative (0 is the default)", d.name, d.v)
@@ -35,6 +38,19 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections < 0 {
 		bad("MaxConnections is %d; it must not be negative (0 is no cap)", c.MaxConnections)
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxConnectionsPerAddr", int64(c.MaxConnectionsPerAddr)},
+		{"FramedMaxInFlight", int64(c.FramedMaxInFlight)},
+		{"FramedMaxPriorityInFlight", int64(c.FramedMaxPriorityInFlight)},
+		{"FramedMaxPendingAnswerBytes", c.FramedMaxPendingAnswerBytes},
+	} {
+		if n.v < 0 {
+			bad("%s is %d; it must not be negative (0 is the default)", n.name, n.v)
+		}
 	}
 	for _, w := range []struct {
 		name string

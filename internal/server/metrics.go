@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -110,5 +111,32 @@ func (m *metrics) observe(ev locktable.Event) {
 	case locktable.EventWaitDropped:
 		m.waitEnds.WithLabelValues("elapsed").Inc()
 		m.wait.WithLabelValues("elapsed").Observe(dur(locktable.Duration(ev.At - ev.Since)))
+	}
+}
+
+// framedCollectors are the framed connections' metrics, read from the
+// framing server's own accounting.
+func framedCollectors(fs *framing.Server) []prometheus.Collector {
+	gauge := func(name, help string, v func(framing.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(fs.Stats()) })
+	}
+	closed := func(reason string, v func(framing.Stats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencelock_framed_connections_closed_total", Help: "Framed connections the server closed for a limit, by reason.",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(v(fs.Stats())) })
+	}
+	return []prometheus.Collector{
+		gauge("fencelock_framed_connections", "Framed client connections being served.",
+			func(st framing.Stats) float64 { return float64(st.Conns) }),
+		gauge("fencelock_framed_in_flight", "Framed requests read whose answers are not yet written.",
+			func(st framing.Stats) float64 { return float64(st.InFlight) }),
+		gauge("fencelock_framed_pending_answer_bytes", "Bytes of framed answers ready but not yet written, over all connections.",
+			func(st framing.Stats) float64 { return float64(st.PendingAnswerBytes) }),
+		gauge("fencelock_framed_peak_connection_pending_answer_bytes", "The most answer bytes any one framed connection has had pending.",
+			func(st framing.Stats) float64 { return float64(st.PeakConnPendingAnswerBytes) }),
+		closed("write_timeout", func(st framing.Stats) int64 { return st.WriteTimeouts }),
+		closed("read_timeout", func(st framing.Stats) int64 { return st.ReadTimeouts }),
+		closed("idle", func(st framing.Stats) int64 { return st.IdleTimeouts }),
 	}
 }

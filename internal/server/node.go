@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/raftlog"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
@@ -113,6 +114,27 @@ type Config struct {
 	// cap (the server command sets one from the open-file limit:
 	// ConnectionCap).
 	MaxConnections int
+	// MaxConnectionsPerAddr caps the client connections from one remote
+	// address (IP), so one host cannot take the whole MaxConnections; one
+	// over it is answered 503 too_many_connections and closed. 0 means a
+	// quarter of MaxConnections (at least 1), or no cap when MaxConnections
+	// is 0.
+	MaxConnectionsPerAddr int
+	// Limits of each framed connection (internal/framing; docs/OPERATIONS.md,
+	// Limits). FramedMaxInFlight requests may be unanswered at once, and
+	// FramedMaxPriorityInFlight extends and releases besides; an answer
+	// counts until it is written. Past FramedMaxPendingAnswerBytes of
+	// answers waiting to be written the server stops reading the
+	// connection, and a peer that takes no bytes for FramedWriteTimeout is
+	// cut off. A frame started must arrive within FramedReadTimeout; a
+	// connection with nothing in flight that sends nothing for
+	// FramedIdleTimeout is closed.
+	FramedMaxInFlight           int
+	FramedMaxPriorityInFlight   int
+	FramedMaxPendingAnswerBytes int64
+	FramedWriteTimeout          time.Duration
+	FramedReadTimeout           time.Duration
+	FramedIdleTimeout           time.Duration
 	// WALSegmentSize is the size of each preallocated log segment file;
 	// 0 means 16 MiB. Tests make it small to rotate segments often.
 	WALSegmentSize int
@@ -138,8 +160,15 @@ func DefaultConfig() Config {
 		MinTickInterval:    5 * time.Millisecond,
 		ClockCheckpoint:    time.Second,
 		JoinCatchUp:        10 * time.Second,
-		MaxWaitersPerKey:   1000,
-		MaxWaiters:         100000,
+
+		FramedMaxInFlight:           framing.DefaultMaxInFlight,
+		FramedMaxPriorityInFlight:   framing.DefaultMaxPriorityInFlight,
+		FramedMaxPendingAnswerBytes: framing.DefaultMaxPendingAnswerBytes,
+		FramedWriteTimeout:          framing.DefaultWriteTimeout,
+		FramedReadTimeout:           framing.DefaultReadTimeout,
+		FramedIdleTimeout:           framing.DefaultIdleTimeout,
+		MaxWaitersPerKey:            1000,
+		MaxWaiters:                  100000,
 	}
 }
 
@@ -173,6 +202,21 @@ func (c Config) withDefaults() Config {
 	setDur(&c.MinTickInterval, d.MinTickInterval)
 	setDur(&c.ClockCheckpoint, d.ClockCheckpoint)
 	setDur(&c.JoinCatchUp, d.JoinCatchUp)
+	setDur(&c.FramedWriteTimeout, d.FramedWriteTimeout)
+	setDur(&c.FramedReadTimeout, d.FramedReadTimeout)
+	setDur(&c.FramedIdleTimeout, d.FramedIdleTimeout)
+	if c.FramedMaxInFlight == 0 {
+		c.FramedMaxInFlight = d.FramedMaxInFlight
+	}
+	if c.FramedMaxPriorityInFlight == 0 {
+		c.FramedMaxPriorityInFlight = d.FramedMaxPriorityInFlight
+	}
+	if c.FramedMaxPendingAnswerBytes == 0 {
+		c.FramedMaxPendingAnswerBytes = d.FramedMaxPendingAnswerBytes
+	}
+	if c.MaxConnectionsPerAddr == 0 && c.MaxConnections > 0 {
+		c.MaxConnectionsPerAddr = max(c.MaxConnections/4, 1)
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = d.SnapshotThreshold
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -159,8 +160,13 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	if !cfg.TLS.Enabled() && !cfg.Insecure {
 		s.log.Info("no TLS: the client and raft ports serve loopback addresses only")
 	}
-	if cfg.MaxConnections > 0 {
-		cl := newConnLimiter(ln, cfg.MaxConnections, s.log)
+	cfg = cfg.withDefaults()
+	if cfg.MaxConnections > 0 || cfg.MaxConnectionsPerAddr > 0 {
+		total := cfg.MaxConnections
+		if total == 0 {
+			total = math.MaxInt32
+		}
+		cl := newConnLimiter(ln, total, cfg.MaxConnectionsPerAddr, s.log)
 		s.metrics.reg.MustRegister(cl.collectors()...)
 		ln = cl
 	}
@@ -179,7 +185,16 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	}
 	// One port serves HTTP and framed connections (internal/framing):
 	// the same handler answers both.
-	fs := &framing.Server{Handler: s.Handler()}
+	fs := &framing.Server{
+		Handler:               s.Handler(),
+		MaxInFlight:           cfg.FramedMaxInFlight,
+		MaxPriorityInFlight:   cfg.FramedMaxPriorityInFlight,
+		MaxPendingAnswerBytes: cfg.FramedMaxPendingAnswerBytes,
+		WriteTimeout:          cfg.FramedWriteTimeout,
+		ReadTimeout:           cfg.FramedReadTimeout,
+		IdleTimeout:           cfg.FramedIdleTimeout,
+	}
+	s.metrics.reg.MustRegister(framedCollectors(fs)...)
 	served := make(chan error, 1)
 	// With TLS the handshake comes first; the sorting reads decrypted
 	// bytes, in each connection's own goroutine.
