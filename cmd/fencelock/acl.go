@@ -139,6 +139,7 @@ func runACLSub(ctx context.Context, e *env, sub string, args []string) error {
 	}
 	addr := f.String("addr", defaultListen, "server `ADDRS`: host:port, or a comma-separated list of cluster nodes")
 	f.Env("addr", "FENCELOCK_ADDR")
+	tlsFlags := addClientTLSFlags(f)
 	token := authTokenFlag(f)
 	asJSON := f.Bool("json", false, "print the answer as JSON (the API's shapes, package api)")
 	timeout := f.Duration("timeout", 10*time.Second, "how long to wait for an answer")
@@ -175,7 +176,15 @@ func runACLSub(ctx context.Context, e *env, sub string, args []string) error {
 	if *timeout <= 0 {
 		return usageError("--timeout must be positive, not %v", *timeout)
 	}
-	c, err := client.New([]string{*addr}, authOption(*token)...)
+	tlsCfg, err := tlsFlags.config()
+	if err != nil {
+		return err
+	}
+	opts := authOption(*token)
+	if tlsCfg != nil {
+		opts = append(opts, client.WithTLSConfig(tlsCfg))
+	}
+	c, err := client.New([]string{*addr}, opts...)
 	if err != nil {
 		return usageError("--addr: %s", trimPrefix(err))
 	}
