@@ -56,7 +56,10 @@ func denied(format string, args ...any) *Error {
 func (s *Server) authenticate(r *http.Request, op string) (*http.Request, *Error) {
 	st := s.fsm.ACL()
 	if !st.On {
-		return r, nil
+		if openOps[op] || s.aclKnown() {
+			return r, nil
+		}
+		return nil, newError(api.CodeUnavailable, "this node has not yet applied the log it had when it started, so it cannot tell whether ACLs are on; retry, or ask another node")
 	}
 	var (
 		p  acl.Principal
@@ -461,4 +464,19 @@ func (s *Server) proposeACL(c fsm.ACLChange) *Error {
 		return invalid("name", "a principal named %q exists; pass replace to give it a new token", c.Principal.Name)
 	}
 	return invalid("body", "%v", res.Err)
+}
+
+// aclKnown reports whether this node has applied every entry its log held
+// when it started. Until then its tables may be older than its own log
+// (a restarted follower applies nothing until a leader tells it what is
+// committed), so tables that say ACLs are off cannot be believed.
+func (s *Server) aclKnown() bool {
+	if s.aclCaughtUp.Load() {
+		return true
+	}
+	if max(s.node.raft.AppliedIndex(), s.fsm.AppliedIndex()) < s.startIndex {
+		return false
+	}
+	s.aclCaughtUp.Store(true)
+	return true
 }

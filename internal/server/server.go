@@ -43,12 +43,16 @@ type Server struct {
 	tls      *tlsconfig.Reloader // nil without TLS (tls.go)
 	peerHTTP *http.Client        // this node's calls to other nodes' client ports
 
-	ready    atomic.Bool   // leader, caught up, orphans dropped
-	counting atomic.Bool   // count table events in metrics
-	closing  chan struct{} // closed by BeginShutdown
-	stop     chan struct{} // closed by Close
-	once     sync.Once
-	wg       sync.WaitGroup
+	ready atomic.Bool // leader, caught up, orphans dropped
+	// startIndex is the last index of the log when the node opened it;
+	// until it has applied that far its ACL tables may lag (auth.go).
+	startIndex  uint64
+	aclCaughtUp atomic.Bool
+	counting    atomic.Bool   // count table events in metrics
+	closing     chan struct{} // closed by BeginShutdown
+	stop        chan struct{} // closed by Close
+	once        sync.Once
+	wg          sync.WaitGroup
 }
 
 // New checks cfg (Config.Validate), opens the data directory and starts
@@ -87,6 +91,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.node = n
+	s.startIndex = n.raft.LastIndex()
 	s.wg.Add(1)
 	go s.returnFreedMemory(freed)
 	s.wg.Add(1)
