@@ -22,7 +22,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestRunBothModes(t *testing.T) {
+// startServer runs an in-memory server with HTTP and frames on one port,
+// as the server command serves them, until the test ends.
+func startServer(t *testing.T) *httptest.Server {
+	t.Helper()
 	s, err := server.New(server.Config{HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond, LeaderLeaseTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -32,17 +35,21 @@ func TestRunBothModes(t *testing.T) {
 	if err := s.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// HTTP and frames on one port, as the server command serves them.
 	hs := httptest.NewUnstartedServer(s.Handler())
 	fs := &framing.Server{Handler: s.Handler()}
 	hs.Listener = framing.Listen(hs.Listener, fs)
 	hs.Start()
-	defer func() {
+	t.Cleanup(func() {
 		s.BeginShutdown()
 		hs.Close()
 		fs.Close()
 		s.Close()
-	}()
+	})
+	return hs
+}
+
+func TestRunBothModes(t *testing.T) {
+	hs := startServer(t)
 	addr := strings.TrimPrefix(hs.URL, "http://")
 	line := regexp.MustCompile(`^cycles/s=\d+ p50=\S+ p99=\S+$`)
 	for _, run := range []struct {
@@ -103,25 +110,9 @@ func TestConfigRefusesBadMode(t *testing.T) {
 // runs as the token's principal (its holders are the principal's own), over
 // frames and over HTTP.
 func TestRunWithACLs(t *testing.T) {
-	s, err := server.New(server.Config{HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond, LeaderLeaseTimeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(s.Handler())
-	fs := &framing.Server{Handler: s.Handler()}
-	hs.Listener = framing.Listen(hs.Listener, fs)
-	hs.Start()
-	defer func() {
-		s.BeginShutdown()
-		hs.Close()
-		fs.Close()
-		s.Close()
-	}()
+	hs := startServer(t)
 	post := func(path, token, body string) string {
 		req, _ := http.NewRequest(http.MethodPost, hs.URL+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", api.ContentType)

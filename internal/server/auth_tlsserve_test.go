@@ -7,39 +7,17 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
 )
 
 // A client certificate names its principal through the real Serve path,
 // where the port's listener sorts TLS connections into HTTP and frames
 // (the handlers never see the *tls.Conn itself), on both ways in.
 func TestClientCertificatePrincipalThroughServe(t *testing.T) {
-	ca := tlstest.NewCA(t, "cluster CA")
-	cfg := fastConfig("")
-	cfg.TLS = nodeFiles(t, ca, "n1")
-	ln := listen(t)
-	addr := ln.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, ln, cfg, 5*time.Second) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	addr, ca := serveTLSReady(t)
+	ctx := context.Background()
 	hc := httpsClient(ca.Pool())
-	eventually(t, "the TLS server to be ready", func() bool {
-		resp, err := hc.Get("https://" + addr + api.PathReady)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
 	st, m := postJSON(t, hc, "https://"+addr+api.PathACLBootstrap, `{}`)
 	if st != 200 {
 		t.Fatalf("bootstrap: %d %v", st, m)

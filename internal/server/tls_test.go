@@ -153,21 +153,25 @@ func framedTLS(ctx context.Context, addr string, cfg *tls.Config) (*framing.Conn
 	return framing.Start(ctx, c)
 }
 
-func TestTLSClientPortServesHTTPAndFramedConnections(t *testing.T) {
-	ca := tlstest.NewCA(t, "cluster CA")
+// serveTLSReady runs a single TLS node through Serve, as the server
+// command does, until the test ends, and returns its address and the CA
+// once it is ready.
+func serveTLSReady(t *testing.T) (addr string, ca *tlstest.CA) {
+	t.Helper()
+	ca = tlstest.NewCA(t, "cluster CA")
 	cfg := fastConfig("")
 	cfg.TLS = nodeFiles(t, ca, "n1")
 	ln := listen(t)
-	addr := ln.Addr().String()
+	addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, ln, cfg, 5*time.Second) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-	}()
+	})
 	hc := httpsClient(ca.Pool())
 	eventually(t, "the TLS server to be ready", func() bool {
 		resp, err := hc.Get("https://" + addr + api.PathReady)
@@ -177,6 +181,13 @@ func TestTLSClientPortServesHTTPAndFramedConnections(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
+	return addr, ca
+}
+
+func TestTLSClientPortServesHTTPAndFramedConnections(t *testing.T) {
+	addr, ca := serveTLSReady(t)
+	ctx := context.Background()
+	hc := httpsClient(ca.Pool())
 	if st, m := postJSON(t, hc, "https://"+addr+api.PathAcquire, acquireBody("k", "a", 60000, "")); st != 200 || m["token"] != 1.0 {
 		t.Fatalf("acquire over HTTPS: %d %v", st, m)
 	}
