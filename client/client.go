@@ -393,6 +393,10 @@ func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) er
 	return c.onceHTTP(ctx, addr, cl, body)
 }
 
+// maxRoomTries bounds how often a call looks for a framed connection with
+// room before it waits on a full one.
+const maxRoomTries = 8
+
 // dialTimeout bounds connecting to one server.
 const dialTimeout = 2 * time.Second
 
@@ -422,7 +426,24 @@ func (c *Client) onceFramed(ctx context.Context, fc *framing.Conn, addr string, 
 	if len(cl.query) > 0 {
 		target += "?" + cl.query.Encode()
 	}
-	status, data, err := fc.RoundTrip(ctx, cl.method, target, body)
+	// The pool picked fc for its room, but other calls may have taken it
+	// since: try again (the pool then dials another connection, up to
+	// its limit) rather than wait on a window that long waits may hold
+	// for good. Only when every connection stays full, wait.
+	status, data, err := fc.TryRoundTrip(ctx, cl.method, target, body)
+	for tries := 0; errors.Is(err, framing.ErrNoRoom); tries++ {
+		if tries == maxRoomTries {
+			status, data, err = fc.RoundTrip(ctx, cl.method, target, body)
+			break
+		}
+		if fc, err = c.frameConn(ctx, addr, cl.path); err != nil {
+			return err
+		}
+		if fc == nil {
+			return c.onceHTTP(ctx, addr, cl, body)
+		}
+		status, data, err = fc.TryRoundTrip(ctx, cl.method, target, body)
+	}
 	if err != nil {
 		cl.noteMaybe()
 		if ctx.Err() != nil {

@@ -62,36 +62,46 @@ func TestThousandsOfWaitsDoNotStarveExtends(t *testing.T) {
 
 	const waits = 1100
 	wctx, stopWaits := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	var (
+		wg     sync.WaitGroup
+		failed = make(chan error, waits)
+	)
 	for i := range waits {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.Grant(wctx, fmt.Sprintf("busy/%d", i%keys), fmt.Sprintf("w%d", i), time.Minute, time.Hour)
+			if _, err := c.Grant(wctx, fmt.Sprintf("busy/%d", i%keys), fmt.Sprintf("w%d", i), time.Minute, time.Hour); err != nil && wctx.Err() == nil {
+				failed <- fmt.Errorf("wait w%d: %w", i, err)
+			}
 		}()
+	}
+	// A wait that fails outright is a bug of its own: say which.
+	queued := func(want int) {
+		t.Helper()
+		for n := waitersOn(t, addr); n < want; n = waitersOn(t, addr) {
+			select {
+			case err := <-failed:
+				t.Fatalf("%d of %d waits queued; %v", n, waits, err)
+			default:
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%d of %d waits were queued", n, waits)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	defer func() {
 		stopWaits()
 		wg.Wait()
 	}()
 	// At least one connection's window of waits is out before the extend.
-	for waitersOn(t, addr) < 1024 {
-		if ctx.Err() != nil {
-			t.Fatal("the waits were never queued")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	queued(1024)
 	ectx, ecancel := context.WithTimeout(ctx, 10*time.Second)
 	defer ecancel()
 	if _, err := c.Extend(ectx, "mine", "me", mine.Token, time.Hour); err != nil {
 		t.Fatalf("extend with %d waits out: %v", waits, err)
 	}
-	for n := waitersOn(t, addr); n < waits; n = waitersOn(t, addr) {
-		if ctx.Err() != nil {
-			t.Fatalf("%d of %d waits were queued", n, waits)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	queued(waits)
 	if n := c.FramedConns("http://" + addr); n < 2 {
 		t.Errorf("the waits shared %d connection(s); want them spread over more", n)
 	}

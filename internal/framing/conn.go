@@ -123,6 +123,22 @@ func handshake(c net.Conn, br *bufio.Reader) error {
 // POST; target is a path with an optional ?query. When ctx ends first, the
 // server is told to cancel the request and RoundTrip returns ctx's error.
 func (c *Conn) RoundTrip(ctx context.Context, method, target string, body []byte) (status int, answerBody []byte, err error) {
+	return c.roundTrip(ctx, method, target, body, true)
+}
+
+// ErrNoRoom is TryRoundTrip's answer when the request's budget on the
+// connection is full; nothing was sent.
+var ErrNoRoom = errors.New("framing: no room for another request on this connection")
+
+// TryRoundTrip is RoundTrip, except that when the request's budget is full
+// it sends nothing and returns ErrNoRoom at once instead of waiting for an
+// answer to free a place (which, on a connection full of long waits, may
+// never come): the caller can try another connection.
+func (c *Conn) TryRoundTrip(ctx context.Context, method, target string, body []byte) (status int, answerBody []byte, err error) {
+	return c.roundTrip(ctx, method, target, body, false)
+}
+
+func (c *Conn) roundTrip(ctx context.Context, method, target string, body []byte, wait bool) (status int, answerBody []byte, err error) {
 	mc, err := methodCode(method)
 	if err != nil {
 		return 0, nil, err
@@ -131,12 +147,24 @@ func (c *Conn) RoundTrip(ctx context.Context, method, target string, body []byte
 	if Priority(target) {
 		tokens = c.priority
 	}
-	select {
-	case tokens <- struct{}{}:
-	case <-c.dead:
-		return 0, nil, c.Err()
-	case <-ctx.Done():
-		return 0, nil, ctx.Err()
+	if wait {
+		select {
+		case tokens <- struct{}{}:
+		case <-c.dead:
+			return 0, nil, c.Err()
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		}
+	} else {
+		select {
+		case tokens <- struct{}{}:
+		case <-c.dead:
+			return 0, nil, c.Err()
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		default:
+			return 0, nil, ErrNoRoom
+		}
 	}
 	cl := &call{ch: make(chan answer, 1), tokens: tokens}
 	c.mu.Lock()
