@@ -203,4 +203,3 @@ func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effe
 	open = false
 	return effectErr
 }
-
