@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -253,4 +255,63 @@ func TestFenceProxyRaisesTheMarkBeforeForwarding(t *testing.T) {
 	if got := send(t, "PUT", proxy.URL+"/v/a", "8", "A"); got.code != "stale_token" {
 		t.Fatalf("older token after a failed newer request: %d %s", got.status, got.body)
 	}
+}
+
+// BenchmarkFenceProxy is one PUT per iteration straight to the upstream
+// and through the proxy, with the same token (no disk write: the mark is
+// already there) and with a rising token (one fsynced rewrite of the marks
+// file per request). plain-reverse-proxy is httputil.ReverseProxy with no
+// fence: the extra hop alone.
+func BenchmarkFenceProxy(b *testing.B) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer upstream.Close()
+	ff, err := filefence.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ff.Close()
+	u, _ := url.Parse(upstream.URL)
+	proxy := httptest.NewServer(newFenceProxy(ff, u, fence.ByPath, "", nil))
+	defer proxy.Close()
+	plain := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }})
+	defer plain.Close()
+	do := func(b *testing.B, base string, token uint64) {
+		req, _ := http.NewRequest(http.MethodPut, base+"/v/a", strings.NewReader("value"))
+		req.Header.Set(fence.Header, strconv.FormatUint(token, 10))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			do(b, upstream.URL, 1)
+		}
+	})
+	b.Run("plain-reverse-proxy", func(b *testing.B) {
+		for b.Loop() {
+			do(b, plain.URL, 1)
+		}
+	})
+	b.Run("proxy-same-token", func(b *testing.B) {
+		do(b, proxy.URL, 1<<40)
+		for b.Loop() {
+			do(b, proxy.URL, 1<<40)
+		}
+	})
+	var tok uint64 = 1 << 41
+	b.Run("proxy-rising-token", func(b *testing.B) {
+		for b.Loop() {
+			tok++
+			do(b, proxy.URL, tok)
+		}
+	})
 }
