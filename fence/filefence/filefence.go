@@ -92,6 +92,14 @@ func Open(dir string) (*Fence, error) {
 	return f, nil
 }
 
+var errClosed = errors.New("filefence: fence is closed")
+
+func (f *Fence) isClosed() bool {
+	f.fileMu.Lock()
+	defer f.fileMu.Unlock()
+	return f.closed
+}
+
 // Close releases the directory. Admit after Close fails.
 func (f *Fence) Close() error {
 	f.fileMu.Lock()
@@ -120,6 +128,9 @@ func (f *Fence) get(name string) *resource {
 func (f *Fence) Admit(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
 	if token == 0 {
 		return fence.ErrMissingToken
+	}
+	if f.isClosed() {
+		return errClosed
 	}
 	r := f.get(name)
 	select {
@@ -160,7 +171,7 @@ func (f *Fence) persist(name string, token uint64) error {
 	f.fileMu.Lock()
 	defer f.fileMu.Unlock()
 	if f.closed {
-		return errors.New("filefence: fence is closed")
+		return errClosed
 	}
 	next := make(map[string]uint64, len(f.marks)+1)
 	for k, v := range f.marks {

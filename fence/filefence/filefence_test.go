@@ -207,3 +207,15 @@ func TestConcurrentAdmitsAreOrdered(t *testing.T) {
 		t.Fatalf("restarted highest %d, want %d", h, max)
 	}
 }
+
+func TestAdmitAfterCloseFails(t *testing.T) {
+	f := open(t, t.TempDir())
+	if err := f.Admit(ctx, "a", 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	ran := false
+	if err := f.Admit(ctx, "a", 3, func(context.Context) error { ran = true; return nil }); err == nil || ran {
+		t.Fatalf("Admit after Close: err %v ran %v", err, ran)
+	}
+}
