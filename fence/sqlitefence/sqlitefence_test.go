@@ -137,9 +137,13 @@ func TestSQLiteRestartKeepsTheMarks(t *testing.T) {
 
 // Many goroutines race different tokens at one resource. In commit order
 // (the ledger's seq) the accepted tokens never decrease, every refusal
-// names a higher mark, and no refused write is visible.
+// names a higher mark, and no refused write is visible. Half of them go
+// through a second *sql.DB on the same file, as another process would.
 func TestSQLiteConcurrentAdmits(t *testing.T) {
-	db, f := setup(t, filepath.Join(t.TempDir(), "f.db"))
+	path := filepath.Join(t.TempDir(), "f.db")
+	db, f := setup(t, path)
+	_, f2 := setup(t, path)
+	fences := []*Fence{f, f2}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	admitted := map[uint64]int{}
@@ -147,7 +151,7 @@ func TestSQLiteConcurrentAdmits(t *testing.T) {
 		wg.Add(1)
 		go func(tok uint64) {
 			defer wg.Done()
-			err := f.AdmitTx(ctx, "acct", tok, write("acct", tok, strconv.FormatUint(tok, 10)))
+			err := fences[tok%2].AdmitTx(ctx, "acct", tok, write("acct", tok, strconv.FormatUint(tok, 10)))
 			var se *fence.StaleTokenError
 			switch {
 			case err == nil:
