@@ -15,10 +15,16 @@
 //   - a higher token is accepted and becomes the new highest.
 //
 // The comparison and the write happen together under the resource's lock
-// (Guard.Do). Checking first and writing afterwards, anywhere outside the
+// (Guard.Admit, Guard.Do). Checking first and writing afterwards, anywhere outside the
 // resource, leaves a window in which a newer holder can slip in between; that
 // window is the bug fencing exists to close.
 //
-// Middleware applies a Guard to an HTTP handler using the Fencing-Token
+// Fence is that rule as an interface. Guard keeps the marks in memory;
+// fence/filefence keeps them in a fsynced file, fence/sqlitefence in the
+// same SQLite transaction as the caller's write, and `fencelock fence-proxy`
+// puts a file fence in front of an HTTP service nobody can change.
+// docs/FENCING.md says which to use where.
+//
+// Middleware applies any Fence to an HTTP handler using the Fencing-Token
 // request header.
 package fence

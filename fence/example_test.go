@@ -1,6 +1,7 @@
 package fence_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -13,7 +14,7 @@ func ExampleGuard_Do() {
 	g := fence.NewGuard()
 	balance := 0
 	write := func(token uint64, v int) error {
-		return g.Do("balance", token, func() error { balance = v; return nil })
+		return g.Do(context.Background(), "balance", token, func() error { balance = v; return nil })
 	}
 	fmt.Println(write(33, 100))
 	fmt.Println(write(34, 200))

@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -39,9 +40,13 @@ type Guard struct {
 }
 
 type resource struct {
-	mu      sync.Mutex // held across the check and the effect
-	highest uint64
+	// lock is held across the check and the effect: a one-slot semaphore,
+	// so waiting for it gives up when the caller's ctx is done.
+	lock    chan struct{}
+	highest uint64 // guarded by lock
 }
+
+var _ Fence = (*Guard)(nil)
 
 // NewGuard returns an empty Guard.
 func NewGuard() *Guard { return &Guard{} }
@@ -54,42 +59,73 @@ func (g *Guard) get(name string) *resource {
 	}
 	r := g.resources[name]
 	if r == nil {
-		r = &resource{}
+		r = &resource{lock: make(chan struct{}, 1)}
 		g.resources[name] = r
 	}
 	return r
 }
 
-// Do runs fn if token may act on resource, atomically with the check: no
-// other Do on the same resource runs between the check and the end of fn.
-// Token 0 means "no token" (fencelock never issues 0) and is refused with
-// ErrMissingToken; a token below the highest honoured is refused with a
-// *StaleTokenError. An accepted token becomes the highest honoured before fn
-// runs, whether or not fn then succeeds: once a newer holder has shown up,
-// older ones are stale even if that holder's write failed. Do returns fn's
-// error.
-func (g *Guard) Do(name string, token uint64, fn func() error) error {
+// Admit implements Fence in memory: token 0 is refused with
+// ErrMissingToken, a token below the highest honoured with a
+// *StaleTokenError; an accepted token becomes the highest honoured before
+// effect runs, whether or not effect then succeeds (once a newer holder has
+// shown up, older ones are stale even if that holder's write failed). No
+// other Admit on the same resource runs between the check and the end of
+// effect. Admit returns effect's error, or ctx.Err() if ctx is done before
+// the resource could be locked.
+func (g *Guard) Admit(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
 	if token == 0 {
 		return ErrMissingToken
 	}
 	r := g.get(name)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if err := r.acquire(ctx); err != nil {
+		return err
+	}
+	defer r.release()
 	if token < r.highest {
 		return &StaleTokenError{Resource: name, Token: token, Highest: r.highest}
 	}
 	r.highest = token
-	if fn == nil {
+	if effect == nil {
 		return nil
 	}
-	return fn()
+	return effect(ctx)
 }
+
+// Do is Admit for an effect that needs no context: it runs fn if token may
+// act on resource, atomically with the check, by the same rules.
+func (g *Guard) Do(ctx context.Context, name string, token uint64, fn func() error) error {
+	var effect func(context.Context) error
+	if fn != nil {
+		effect = func(context.Context) error { return fn() }
+	}
+	return g.Admit(ctx, name, token, effect)
+}
+
+func (r *resource) acquire(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	select {
+	case r.lock <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case r.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *resource) release() { <-r.lock }
 
 // Highest is the highest token honoured on resource (0 if none).
 func (g *Guard) Highest(name string) uint64 {
 	r := g.get(name)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	_ = r.acquire(context.Background())
+	defer r.release()
 	return r.highest
 }
 
@@ -97,8 +133,8 @@ func (g *Guard) Highest(name string) uint64 {
 // resource reloading its persisted state. It never lowers it.
 func (g *Guard) Restore(name string, token uint64) {
 	r := g.get(name)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	_ = r.acquire(context.Background())
+	defer r.release()
 	if token > r.highest {
 		r.highest = token
 	}

@@ -1,11 +1,14 @@
 package fence
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
 )
+
+var ctx = context.Background()
 
 func TestGuardRules(t *testing.T) {
 	steps := []struct {
@@ -25,7 +28,7 @@ func TestGuardRules(t *testing.T) {
 	g := NewGuard()
 	for _, s := range steps {
 		ran := false
-		err := g.Do("db", s.token, func() error { ran = true; return nil })
+		err := g.Do(ctx, "db", s.token, func() error { ran = true; return nil })
 		if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) {
 			t.Fatalf("%s: err %v, want %v", s.name, err, s.wantErr)
 		}
@@ -40,8 +43,8 @@ func TestGuardRules(t *testing.T) {
 
 func TestStaleErrorNamesBothTokens(t *testing.T) {
 	g := NewGuard()
-	_ = g.Do("orders", 34, nil)
-	err := g.Do("orders", 33, nil)
+	_ = g.Do(ctx, "orders", 34, nil)
+	err := g.Do(ctx, "orders", 33, nil)
 	var se *StaleTokenError
 	if !errors.As(err, &se) || se.Token != 33 || se.Highest != 34 || se.Resource != "orders" {
 		t.Fatalf("err %#v", err)
@@ -53,10 +56,10 @@ func TestStaleErrorNamesBothTokens(t *testing.T) {
 
 func TestResourcesAreIndependent(t *testing.T) {
 	g := NewGuard()
-	if err := g.Do("a", 10, nil); err != nil {
+	if err := g.Do(ctx, "a", 10, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Do("b", 3, nil); err != nil {
+	if err := g.Do(ctx, "b", 3, nil); err != nil {
 		t.Fatalf("b must not see a's token: %v", err)
 	}
 }
@@ -64,10 +67,10 @@ func TestResourcesAreIndependent(t *testing.T) {
 func TestFnErrorIsReturnedAndTokenStillRaised(t *testing.T) {
 	g := NewGuard()
 	boom := errors.New("disk full")
-	if err := g.Do("f", 7, func() error { return boom }); !errors.Is(err, boom) {
+	if err := g.Do(ctx, "f", 7, func() error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("err %v", err)
 	}
-	if err := g.Do("f", 6, nil); !errors.Is(err, ErrStaleToken) {
+	if err := g.Do(ctx, "f", 6, nil); !errors.Is(err, ErrStaleToken) {
 		t.Fatalf("token 6 after a failed write by 7: %v", err)
 	}
 }
@@ -79,7 +82,7 @@ func TestRestoreNeverLowers(t *testing.T) {
 	if g.Highest("r") != 8 {
 		t.Fatalf("highest %d", g.Highest("r"))
 	}
-	if err := g.Do("r", 7, nil); !errors.Is(err, ErrStaleToken) {
+	if err := g.Do(ctx, "r", 7, nil); !errors.Is(err, ErrStaleToken) {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -102,7 +105,7 @@ func TestCheckAndEffectAreAtomic(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
 				tok := uint64((i*8+w*37)%997 + 1)
-				_ = g.Do("x", tok, func() error {
+				_ = g.Do(ctx, "x", tok, func() error {
 					mu.Lock()
 					log = append(log, tok)
 					mu.Unlock()
@@ -126,7 +129,7 @@ func BenchmarkGuardDo(b *testing.B) {
 	g := NewGuard()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		_ = g.Do("db", uint64(i+1), nil)
+		_ = g.Do(ctx, "db", uint64(i+1), nil)
 	}
 }
 
@@ -138,7 +141,35 @@ func BenchmarkGuardDoParallel(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i++
-			_ = g.Do(names[i%len(names)], uint64(i), nil)
+			_ = g.Do(ctx, names[i%len(names)], uint64(i), nil)
 		}
 	})
+}
+
+func TestAdmitGivesUpWhenCtxIsDone(t *testing.T) {
+	g := NewGuard()
+	inside := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Admit(ctx, "r", 3, func(context.Context) error {
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	ran := false
+	if err := g.Admit(cctx, "r", 4, func(context.Context) error { ran = true; return nil }); !errors.Is(err, context.Canceled) || ran {
+		t.Fatalf("err %v ran %v, want context.Canceled and no effect", err, ran)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if h := g.Highest("r"); h != 3 {
+		t.Fatalf("highest %d, want 3 (the cancelled admit must not raise it)", h)
+	}
 }

@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -26,18 +27,26 @@ type errorBody struct {
 	Highest  uint64 `json:"highest,omitempty"`
 }
 
-// Middleware fences next with g. Each request's token comes from the
-// Fencing-Token header (a decimal integer >= 1) and its resource from
-// resource (ByPath when nil). next runs inside Guard.Do, so the check and
-// the handler's effect are atomic per resource. Refusals are JSON:
+// Middleware fences next with f, any Fence (a Guard in memory, a file or a
+// database backend). Each request's token comes from the Fencing-Token
+// header (a decimal integer >= 1) and its resource from resource (ByPath
+// when nil). next runs inside f.Admit, so the check and the handler's effect
+// are atomic per resource; the request next sees carries Admit's ctx (a
+// transactional backend's transaction travels in it). Refusals are JSON:
 //
 //   - 409 {"code":"missing_token"} when the header is absent or empty;
 //   - 409 {"code":"stale_token","token":T,"highest":H} when T < H;
-//   - 400 {"code":"invalid_token"} when the header is not a positive integer.
+//   - 400 {"code":"invalid_token"} when the header is not a positive integer;
+//   - 503 {"code":"fence_unavailable"} when f could not check or record the
+//     token (a disk or database error), before next ran.
+//
+// If f fails after next has answered (a database commit failing), next's
+// answer has already gone out; a handler on a transactional backend that
+// must not answer success before the commit should buffer its answer.
 //
 // Methods in safe (e.g. GET, HEAD) pass through unfenced when listed; pass
 // none to fence every request.
-func Middleware(g *Guard, resource ResourceFunc, next http.Handler, safe ...string) http.Handler {
+func Middleware(f Fence, resource ResourceFunc, next http.Handler, safe ...string) http.Handler {
 	if resource == nil {
 		resource = ByPath
 	}
@@ -59,8 +68,10 @@ func Middleware(g *Guard, resource ResourceFunc, next http.Handler, safe ...stri
 			}
 			token = t
 		}
-		err := g.Do(name, token, func() error {
-			next.ServeHTTP(w, r)
+		ran := false
+		err := f.Admit(r.Context(), name, token, func(ctx context.Context) error {
+			ran = true
+			next.ServeHTTP(w, r.WithContext(ctx))
 			return nil
 		})
 		var stale *StaleTokenError
@@ -69,6 +80,10 @@ func Middleware(g *Guard, resource ResourceFunc, next http.Handler, safe ...stri
 			writeError(w, http.StatusConflict, errorBody{Error: stale.Error(), Code: "stale_token", Resource: name, Token: stale.Token, Highest: stale.Highest})
 		case errors.Is(err, ErrMissingToken):
 			writeError(w, http.StatusConflict, errorBody{Error: "request carries no " + Header + " header", Code: "missing_token", Resource: name})
+		case err != nil && !ran && r.Context().Err() == nil:
+			// The fence itself failed (a disk or database error) before
+			// the handler ran.
+			writeError(w, http.StatusServiceUnavailable, errorBody{Error: "fence: " + err.Error(), Code: "fence_unavailable", Resource: name})
 		}
 	})
 }

@@ -1,7 +1,9 @@
 package fence
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -77,5 +79,23 @@ func TestMiddleware(t *testing.T) {
 	resp.Body.Close()
 	if string(b) != "B2" || resp.StatusCode != 200 {
 		t.Fatalf("GET passes unfenced: %d %q", resp.StatusCode, b)
+	}
+}
+
+type brokenFence struct{}
+
+func (brokenFence) Admit(context.Context, string, uint64, func(context.Context) error) error {
+	return errors.New("disk full")
+}
+
+func TestMiddlewareAnswers503WhenTheFenceFails(t *testing.T) {
+	ran := false
+	h := Middleware(brokenFence{}, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true }))
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPut, "/x", nil)
+	req.Header.Set(Header, "5")
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || ran || !strings.Contains(rec.Body.String(), `"code":"fence_unavailable"`) {
+		t.Fatalf("status %d ran %v body %s", rec.Code, ran, rec.Body)
 	}
 }

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -94,7 +95,7 @@ func (r *resource) write(who string, value int, token uint64) (refusal, err erro
 	if r.guard == nil {
 		return nil, apply()
 	}
-	err = r.guard.Do(episodeKey, token, apply)
+	err = r.guard.Do(context.Background(), episodeKey, token, apply)
 	if errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrMissingToken) {
 		return err, nil
 	}

@@ -72,6 +72,7 @@ func init() {
 		{"extend", "extend a held lock, keeping its token", runExtend, extendUsage},
 		{"release", "release a lock you hold", runRelease, releaseUsage},
 		{"check", "tell whether a fencing token is current", runCheck, checkUsage},
+		{"fence-proxy", "fence an HTTP service by a reverse proxy that refuses stale tokens", runFenceProxy, fenceProxyUsage},
 		{"get", "show who holds a lock", runGet, getUsage},
 		{"list", "list live locks by key prefix", runList, listUsage},
 		{"lock", "run a command while holding a lock, with its fencing token", runLock, lockUsage},
@@ -198,11 +199,17 @@ func printCommands(w io.Writer) {
 	fmt.Fprintln(w, "       fencelock --version")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
+	width := 10
+	for _, c := range commands {
+		if c.summary != "" {
+			width = max(width, len(c.name))
+		}
+	}
 	for _, c := range commands {
 		if c.summary == "" {
 			continue
 		}
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-*s %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'fencelock help COMMAND' (or 'fencelock COMMAND -h') for a command's flags.")

@@ -2,7 +2,7 @@
 // resource you can point `fencelock lock` at to watch a stale writer being
 // refused.
 //
-//	fencedstore serve [--listen ADDR] [--no-fence]
+//	fencedstore serve [--listen ADDR] [--state DIR | --no-fence]
 //	fencedstore put URL VALUE [--token N]
 //	fencedstore get URL
 //
@@ -10,7 +10,12 @@
 // Fencing-Token header; the fence (package fence) refuses a missing token,
 // or one lower than the highest it has honoured for that NAME, with 409 and
 // a JSON reason. --no-fence serves the same store without the fence, to show
-// what goes wrong without it. GET /v/NAME answers {"name","value","token"}.
+// what goes wrong without it. The fence keeps its marks in memory unless
+// --state DIR is given: then they live in DIR (package fence/filefence,
+// fsynced before a write is answered), and a restarted store still refuses
+// a token older than one it honoured before the restart. The values
+// themselves stay in memory either way. GET /v/NAME answers
+// {"name","value","token"}.
 //
 // put sends VALUE with the token from --token or $FENCELOCK_TOKEN (which
 // `fencelock lock` sets), so a whole session is:
@@ -34,7 +39,7 @@ import (
 )
 
 const usage = `Usage:
-  fencedstore serve [--listen ADDR] [--no-fence]
+  fencedstore serve [--listen ADDR] [--state DIR | --no-fence]
   fencedstore put URL VALUE [--token N]    (token default: $FENCELOCK_TOKEN)
   fencedstore get URL
 `

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/fence/filefence"
 )
 
 // store is the resource: values by name, each with the token that wrote it.
@@ -29,14 +30,15 @@ type entry struct {
 	Token uint64 `json:"token"`
 }
 
-// newHandler serves the store under /v/, fenced unless fenced is false.
-// With the fence, a PUT's effect happens inside Guard.Do, atomically with
-// the token check: that is where the check has to live.
-func newHandler(fenced bool) http.Handler {
+// newHandler serves the store under /v/, fenced by f (unfenced when f is
+// nil). With the fence, a PUT's effect happens inside f.Admit, atomically
+// with the token check: that is where the check has to live.
+func newHandler(f fence.Fence) http.Handler {
 	s := &store{values: map[string]entry{}}
 	var values http.Handler = http.HandlerFunc(s.serve)
+	fenced := f != nil
 	if fenced {
-		values = fence.Middleware(fence.NewGuard(), fence.ByPath, values, http.MethodGet, http.MethodHead)
+		values = fence.Middleware(f, fence.ByPath, values, http.MethodGet, http.MethodHead)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v/", values)
@@ -93,23 +95,38 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	listen := fs.String("listen", "127.0.0.1:7480", "`address` to listen on (port 0 picks one)")
 	noFence := fs.Bool("no-fence", false, "serve without the fence (to see a stale write win)")
+	state := fs.String("state", "", "keep the fence's marks in `DIR` (fsynced), so a restarted store still refuses stale tokens; without it they are in memory only")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return &exitError{2, err}
 	}
+	if *noFence && *state != "" {
+		return &exitError{2, errors.New("--state and --no-fence do not go together")}
+	}
+	var f fence.Fence
+	mode := "fenced, marks in memory"
+	switch {
+	case *noFence:
+		mode = "NOT fenced"
+	case *state != "":
+		ff, err := filefence.Open(*state)
+		if err != nil {
+			return err
+		}
+		defer ff.Close()
+		f, mode = ff, "fenced, marks in "+*state
+	default:
+		f = fence.NewGuard()
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
 	}
-	mode := "fenced"
-	if *noFence {
-		mode = "NOT fenced"
-	}
 	// The first line says where: a script (or test) can start on port 0.
 	fmt.Fprintf(stdout, "fencedstore listening on http://%s (%s)\n", ln.Addr(), mode)
-	srv := &http.Server{Handler: newHandler(!*noFence), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: newHandler(f), ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/fence/filefence"
+)
+
+const fenceProxyUsage = `Usage: fencelock fence-proxy --listen ADDR --upstream URL --state DIR
+                             [--resource-from path|header:NAME] [--pass METHODS]
+
+Fences an HTTP service that cannot check fencing tokens itself: a reverse
+proxy in front of it that forwards a request only if its Fencing-Token
+header is at least the highest token already honoured for the request's
+resource (the URL path, or the value of header NAME). The marks live in
+DIR (fsynced before a request is forwarded), so a restarted proxy still
+refuses a token it had superseded. One proxy per DIR.
+
+Refusals are the fence middleware's JSON: 409 stale_token (naming the
+token and the highest honoured), 409 missing_token, 400 invalid_token;
+400 missing_resource when --resource-from names a header the request
+lacks; 502 upstream_unreachable.
+
+A token is honoured (the mark raised, on disk) before the request is
+forwarded, whatever the upstream then answers: once a newer holder has
+shown up, older ones are stale even if its request failed. Requests for
+one resource are forwarded one at a time, each only after the previous
+answer is back, so an older request cannot overtake a newer one on the
+way. Methods in --pass (e.g. GET,HEAD) are forwarded unfenced.
+
+The limit: only requests through the proxy are fenced. A writer that
+reaches the upstream another way is not, so the upstream should accept
+writes from the proxy only. See docs/FENCING.md.
+`
+
+// resourceFrom turns --resource-from into a ResourceFunc; header names a
+// header the request must carry ("" for the path).
+func resourceFrom(spec string) (fn fence.ResourceFunc, header string, err error) {
+	switch {
+	case spec == "path":
+		return fence.ByPath, "", nil
+	case strings.HasPrefix(spec, "header:") && len(spec) > len("header:"):
+		h := http.CanonicalHeaderKey(strings.TrimPrefix(spec, "header:"))
+		return func(r *http.Request) string { return r.Header.Get(h) }, h, nil
+	}
+	return nil, "", usageError("--resource-from %q: want path or header:NAME", spec)
+}
+
+// newFenceProxy forwards to upstream the requests f admits. The upstream
+// request runs inside f.Admit: the mark is raised before it is sent, and
+// the next request for the same resource waits for its answer.
+func newFenceProxy(f fence.Fence, upstream *url.URL, resource fence.ResourceFunc, header string, pass []string) http.Handler {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away; nobody to answer
+			}
+			proxyError(w, http.StatusBadGateway, "upstream_unreachable", "fence-proxy: upstream: "+err.Error())
+		},
+	}
+	fenced := fence.Middleware(f, resource, rp, pass...)
+	if header == "" {
+		return fenced
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.TrimSpace(r.Header.Get(header)) == "" {
+			for _, m := range pass {
+				if r.Method == m {
+					rp.ServeHTTP(w, r)
+					return
+				}
+			}
+			proxyError(w, http.StatusBadRequest, "missing_resource", "request carries no "+header+" header to name its resource")
+			return
+		}
+		fenced.ServeHTTP(w, r)
+	})
+}
+
+func proxyError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg, "code": code})
+}
+
+func runFenceProxy(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "fence-proxy", fenceProxyUsage)
+	listen := f.String("listen", "127.0.0.1:7490", "`ADDR` to listen on (port 0 picks one)")
+	upstreamFlag := f.String("upstream", "", "the service to fence, `URL` (http://host:port)")
+	state := f.String("state", "", "`DIR` for the highest tokens honoured (created if missing)")
+	from := f.String("resource-from", "path", "`SPEC` of what names a request's resource: path, or header:NAME")
+	passFlag := f.String("pass", "", "comma-separated `METHODS` forwarded without a token (e.g. GET,HEAD)")
+	grace := f.Duration("grace", 5*time.Second, "how long in-flight requests may finish on SIGINT/SIGTERM")
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if *upstreamFlag == "" {
+		return usageError("--upstream is required")
+	}
+	if *state == "" {
+		return usageError("--state is required (without it a restart would forget every token)")
+	}
+	upstream, err := url.Parse(*upstreamFlag)
+	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
+		return usageError("--upstream %q: want http://HOST:PORT or https://HOST:PORT", *upstreamFlag)
+	}
+	resource, header, err := resourceFrom(*from)
+	if err != nil {
+		return err
+	}
+	var pass []string
+	for _, m := range strings.Split(*passFlag, ",") {
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+			pass = append(pass, m)
+		}
+	}
+	ff, err := filefence.Open(*state)
+	if err != nil {
+		return fmt.Errorf("fence-proxy: %w", err)
+	}
+	defer ff.Close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("fence-proxy: %w", err)
+	}
+	// The first line says where: a script (or test) can start on port 0.
+	fmt.Fprintf(e.stdout, "fence-proxy listening on http://%s, fencing %s, marks in %s\n", ln.Addr(), upstream, *state)
+	srv := &http.Server{Handler: newFenceProxy(ff, upstream, resource, header, pass), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("fence-proxy: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), *grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("fence-proxy: %w", err)
+	}
+	return nil
+}
