@@ -92,7 +92,7 @@ func DB(t testing.TB, create func(ctx context.Context, adminDSN, stmt string) er
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := create(ctx, admin, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("pgtest: create database %s: %v", name, err)
+		t.Fatalf("pgtest: create database %s on %s: %v\n%s", name, admin, err, howTo)
 	}
 	dsn, err := withDB(admin, name)
 	if err != nil {
