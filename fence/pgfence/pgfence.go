@@ -1,0 +1,351 @@
+// Package pgfence fences writes to PostgreSQL: the fencing-token check runs
+// in the same transaction as the caller's write, so the write commits only if
+// the token was still current when it did, and rolls back with the check
+// otherwise.
+//
+// Two shapes, both plain SQL you can read (and run yourself):
+//
+// A fence table, one row per protected resource (CreateTable makes it):
+//
+//	CREATE TABLE IF NOT EXISTS fence (
+//	    resource text   PRIMARY KEY,
+//	    token    bigint NOT NULL
+//	);
+//
+// and, as the first statement of the writing transaction:
+//
+//	INSERT INTO fence (resource, token) VALUES ($1, $2)
+//	ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
+//	    WHERE fence.token <= EXCLUDED.token
+//	RETURNING token;
+//
+// One row back: the token is current (new resource, equal or higher token)
+// and the transaction now holds the fence row's lock until it commits or
+// rolls back. No row back: the stored token is higher; Admit reads it for the
+// error and rolls back.
+//
+// Why there is no read-then-write race, at READ COMMITTED and SERIALIZABLE:
+// the comparison is not a SELECT followed by a write but the WHERE clause of
+// the upsert, which PostgreSQL evaluates only after it has taken the
+// conflicting row's lock, against the newest committed version of the row (a
+// concurrent INSERT of the same new resource waits on the unique index and
+// then takes the conflict path). Any two transactions that pass the fence for
+// one resource therefore hold its row lock one after the other: the second
+// waits until the first commits and then compares against the first's token.
+// At SERIALIZABLE (and REPEATABLE READ) the second instead fails with a
+// serialization failure (SQLSTATE 40001) when the row changed under its
+// snapshot; that is an error, not an admission, and the caller may retry the
+// whole transaction (IsSerializationFailure tells).
+//
+// A table that carries its own token column needs no fence table: Row.Update
+// runs
+//
+//	UPDATE t SET <your assignments>, fence_token = $t
+//	WHERE id = $k AND fence_token <= $t
+//
+// where zero rows means stale (or no such row: it tells the two apart).
+//
+// Errors match errors.Is(err, fence.ErrStaleToken) (a *fence.StaleTokenError
+// naming both tokens) or fence.ErrMissingToken for token 0. Tokens are stored
+// as bigint, so a token above 2^63-1 is refused with an error.
+package pgfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/fencelock/fencelock/fence"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultTable is the fence table's name unless one is given.
+const DefaultTable = "fence"
+
+// ErrNoRow: Row.Update found no row with the key (distinct from stale).
+var ErrNoRow = errors.New("pgfence: no row with that key")
+
+// Querier is what the checks need of a connection or transaction: pgx.Tx,
+// *pgx.Conn and *pgxpool.Pool all have it. Run the checks in the transaction
+// that writes, or they fence nothing.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Beginner starts transactions: *pgx.Conn and *pgxpool.Pool have it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// ident quotes a possibly schema-qualified name ("s.t" -> "s"."t").
+func ident(name string) string {
+	return pgx.Identifier(strings.Split(name, ".")).Sanitize()
+}
+
+// TableDDL is the statement CreateTable runs for table.
+func TableDDL(table string) string {
+	return "CREATE TABLE IF NOT EXISTS " + ident(table) +
+		" (resource text PRIMARY KEY, token bigint NOT NULL)"
+}
+
+// CreateTable creates the fence table if it does not exist (idempotent).
+func CreateTable(ctx context.Context, q Querier, table string) error {
+	if _, err := q.Exec(ctx, TableDDL(table)); err != nil {
+		return fmt.Errorf("pgfence: create table %s: %w", table, err)
+	}
+	return nil
+}
+
+func admitSQL(table string) string {
+	t := ident(table)
+	return "INSERT INTO " + t + " (resource, token) VALUES ($1, $2) " +
+		"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE " + t + ".token <= EXCLUDED.token " +
+		"RETURNING token"
+}
+
+func storedSQL(table string) string {
+	return "SELECT token FROM " + ident(table) + " WHERE resource = $1"
+}
+
+func checkToken(token uint64) error {
+	if token == 0 {
+		return fence.ErrMissingToken
+	}
+	if token > math.MaxInt64 {
+		return fmt.Errorf("pgfence: token %d does not fit a bigint", token)
+	}
+	return nil
+}
+
+// Check is the fence-table check inside the caller's transaction tx: nil if
+// token is current for resource (and tx now holds the fence row's lock), a
+// *fence.StaleTokenError if a higher token is stored. After a stale answer
+// the caller must roll tx back rather than commit its writes.
+func Check(ctx context.Context, tx Querier, table, resource string, token uint64) error {
+	if err := checkToken(token); err != nil {
+		return err
+	}
+	var got int64
+	err := tx.QueryRow(ctx, admitSQL(table), resource, int64(token)).Scan(&got)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("pgfence: check %q: %w", resource, err)
+	}
+	var stored int64
+	if err := tx.QueryRow(ctx, storedSQL(table), resource).Scan(&stored); err != nil {
+		return fmt.Errorf("pgfence: token %d for %q refused, and reading the stored token failed: %w", token, resource, err)
+	}
+	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(stored)}
+}
+
+// CheckSQL is Check for a database/sql transaction (for example on the pgx
+// stdlib driver).
+func CheckSQL(ctx context.Context, tx *sql.Tx, table, resource string, token uint64) error {
+	if err := checkToken(token); err != nil {
+		return err
+	}
+	var got int64
+	err := tx.QueryRowContext(ctx, admitSQL(table), resource, int64(token)).Scan(&got)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("pgfence: check %q: %w", resource, err)
+	}
+	var stored int64
+	if err := tx.QueryRowContext(ctx, storedSQL(table), resource).Scan(&stored); err != nil {
+		return fmt.Errorf("pgfence: token %d for %q refused, and reading the stored token failed: %w", token, resource, err)
+	}
+	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(stored)}
+}
+
+// Fence admits tokens with the fence table, running each effect in the
+// transaction that checked it. It implements fence.Fence.
+type Fence struct {
+	db    Beginner
+	table string
+	opts  pgx.TxOptions
+}
+
+// Option configures a Fence.
+type Option func(*Fence)
+
+// WithTable names the fence table (default DefaultTable).
+func WithTable(name string) Option { return func(f *Fence) { f.table = name } }
+
+// WithTxOptions sets the transactions' options, e.g. the isolation level
+// (default: the server's, normally READ COMMITTED).
+func WithTxOptions(o pgx.TxOptions) Option { return func(f *Fence) { f.opts = o } }
+
+// New returns a Fence on db (a *pgxpool.Pool or *pgx.Conn).
+func New(db Beginner, opts ...Option) *Fence {
+	f := &Fence{db: db, table: DefaultTable}
+	for _, o := range opts {
+		o(f)
+	}
+	return f
+}
+
+var _ fence.Fence = (*Fence)(nil)
+
+// Table is the fence table's name.
+func (f *Fence) Table() string { return f.table }
+
+// Do begins a transaction, checks token for resource, runs fn in the same
+// transaction and commits, following fence.Fence's rule: a refused token
+// rolls back and fn does not run (the refusal matches fence.ErrStaleToken or
+// fence.ErrMissingToken); an admitted token's mark is committed even if fn
+// fails, in which case fn's writes are rolled back (to a savepoint taken
+// after the check) and Do returns fn's error unchanged. A failed commit
+// returns its error, and then neither the mark nor fn's writes are kept. Do
+// does not retry: with SERIALIZABLE, retry on IsSerializationFailure if fn
+// may run again.
+func (f *Fence) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+	if err := checkToken(token); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx, err := f.db.BeginTx(ctx, f.opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("pgfence: begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := Check(ctx, tx, f.table, resource, token); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, fence.ErrStaleToken) {
+			return ctx.Err()
+		}
+		return err
+	}
+	var fnErr error
+	if fn != nil {
+		// One round trip buys fence.Fence's rule: the mark outlives a
+		// failed effect. Committing releases the savepoint.
+		if _, err := tx.Exec(ctx, "SAVEPOINT pgfence_effect"); err != nil {
+			return fmt.Errorf("pgfence: savepoint: %w", err)
+		}
+		if fnErr = fn(ctx, tx); fnErr != nil {
+			if _, err := tx.Exec(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT pgfence_effect"); err != nil {
+				return errors.Join(fnErr, fmt.Errorf("pgfence: rollback to savepoint: %w", err))
+			}
+		}
+	}
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
+		committed = true // Commit rolled back; nothing left to undo
+		return errors.Join(fnErr, fmt.Errorf("pgfence: commit: %w", err))
+	}
+	committed = true
+	return fnErr
+}
+
+type txKey struct{}
+
+// Admit implements fence.Fence: Do for effects that take only a context.
+// The effect finds the transaction with Tx(ctx) and must write through it.
+func (f *Fence) Admit(ctx context.Context, resource string, token uint64, effect func(ctx context.Context) error) error {
+	return f.Do(ctx, resource, token, func(ctx context.Context, tx pgx.Tx) error {
+		if effect == nil {
+			return nil
+		}
+		return effect(context.WithValue(ctx, txKey{}, tx))
+	})
+}
+
+// Tx is the transaction Admit runs an effect in (nil outside one).
+func Tx(ctx context.Context) pgx.Tx {
+	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
+	return tx
+}
+
+// IsSerializationFailure reports whether err is PostgreSQL's SQLSTATE 40001
+// (the transaction may be retried) or 40P01 (deadlock detected).
+func IsSerializationFailure(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// Row describes a table that carries its own token column, for fenced
+// updates without a fence table.
+type Row struct {
+	Table       string // e.g. "accounts" or "app.accounts"
+	Key         string // the key column, e.g. "id"
+	TokenColumn string // e.g. "fence_token" (bigint NOT NULL)
+}
+
+// UpdateSQL is the statement Update runs for set with n arguments: set's
+// placeholders are $1..$n, the token is $n+1 and the key $n+2.
+func (r Row) UpdateSQL(set string, n int) string {
+	tok := ident(r.TokenColumn)
+	return fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND %s <= $%d",
+		ident(r.Table), set, tok, n+1, ident(r.Key), n+2, tok, n+1)
+}
+
+// Update runs, in tx, UPDATE table SET <set>, token_column = token WHERE
+// key = key AND token_column <= token. set is a list of assignments whose
+// placeholders are $1..$len(args). Zero rows updated means the stored token
+// is higher (a *fence.StaleTokenError naming both) or there is no such row
+// (ErrNoRow); tx is then unchanged.
+func (r Row) Update(ctx context.Context, tx Querier, key any, token uint64, set string, args ...any) error {
+	if err := checkToken(token); err != nil {
+		return err
+	}
+	all := append(append([]any{}, args...), int64(token), key)
+	tag, err := tx.Exec(ctx, r.UpdateSQL(set, len(args)), all...)
+	if err != nil {
+		return fmt.Errorf("pgfence: update %s: %w", r.Table, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	var stored int64
+	err = tx.QueryRow(ctx, "SELECT "+ident(r.TokenColumn)+" FROM "+ident(r.Table)+" WHERE "+ident(r.Key)+" = $1", key).Scan(&stored)
+	return r.refusal(key, token, stored, err, pgx.ErrNoRows)
+}
+
+// UpdateSQLTx is Update for a database/sql transaction.
+func (r Row) UpdateSQLTx(ctx context.Context, tx *sql.Tx, key any, token uint64, set string, args ...any) error {
+	if err := checkToken(token); err != nil {
+		return err
+	}
+	all := append(append([]any{}, args...), int64(token), key)
+	res, err := tx.ExecContext(ctx, r.UpdateSQL(set, len(args)), all...)
+	if err != nil {
+		return fmt.Errorf("pgfence: update %s: %w", r.Table, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return err
+	}
+	var stored int64
+	err = tx.QueryRowContext(ctx, "SELECT "+ident(r.TokenColumn)+" FROM "+ident(r.Table)+" WHERE "+ident(r.Key)+" = $1", key).Scan(&stored)
+	return r.refusal(key, token, stored, err, sql.ErrNoRows)
+}
+
+func (r Row) refusal(key any, token uint64, stored int64, err, noRows error) error {
+	switch {
+	case errors.Is(err, noRows):
+		return fmt.Errorf("%w: %s.%s = %v", ErrNoRow, r.Table, r.Key, key)
+	case err != nil:
+		return fmt.Errorf("pgfence: token %d refused for %s %v, and reading the stored token failed: %w", token, r.Table, key, err)
+	case uint64(stored) <= token:
+		// Zero rows, yet the row now holds an older token: it changed
+		// between the UPDATE and the read (deleted and re-inserted).
+		return fmt.Errorf("pgfence: %s %v changed concurrently; retry", r.Table, key)
+	}
+	return &fence.StaleTokenError{Resource: fmt.Sprintf("%s/%v", r.Table, key), Token: token, Highest: uint64(stored)}
+}
