@@ -35,6 +35,8 @@ class Lease:
     ``token`` is the fencing token. The context manager does not suppress
     exceptions; on exit it stops extending and releases the lease (best
     effort: if the release cannot be sent the lease expires by itself).
+    After exit ``lost`` is True with reason ``"released"``: the lease is no
+    longer safe to act on.
     """
 
     def __init__(self, client: Client, key: str, holder: str, ttl: float, *, wait: float = 0.0) -> None:

@@ -298,6 +298,28 @@ class FailoverTest(unittest.TestCase):
         self.assertEqual(len(_Fake.seen), 1)  # later calls go to the leader directly
 
 
+class AuthTest(unittest.TestCase):
+    """A server with ACLs bootstrapped: the bearer token is what lets calls in."""
+
+    def setUp(self) -> None:
+        self.srv = Server()
+        self.addCleanup(self.srv.close)
+
+    def test_bearer_token(self) -> None:
+        req = urllib.request.Request(
+            "http://%s/v1/acl/bootstrap" % self.srv.addr, data=b"{}", method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=5) as r:
+            secret = json.loads(r.read())["secret"]
+        with self.assertRaises(fencelock.UnauthenticatedError):
+            Client(self.srv.addr, auth_token="").acquire("auth/k", "admin", 30)
+        c = Client(self.srv.addr, auth_token=secret)
+        g = c.acquire("auth/k", "admin", 30)
+        self.assertTrue(c.check("auth/k", g.token))
+        self.assertTrue(c.release("auth/k", "admin", g.token))
+
+
 class FenceTest(unittest.TestCase):
     def test_admit_and_stale(self) -> None:
         f = Fence()
