@@ -1,9 +1,12 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -114,4 +117,85 @@ func grepLines(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestMetricsGrafanaDashboard: every metric the dashboard in deploy/
+// queries is in a real server's scrape (served through Serve, so the
+// connection and framed metrics are there too).
+func TestMetricsGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("deploy/grafana-dashboard.json: %v", err)
+	}
+	// A connection cap (fencelock server always has one: 0 derives it from
+	// the open-file limit) exports the connection metrics.
+	addr := serveForTest(t, Config{MaxConnections: 64})
+	url := "http://" + addr
+	eventually(t, "leader ready", func() bool {
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	for _, call := range [][2]string{
+		{"/v1/acquire", `{"key":"g/k","holder":"h","ttl_ms":5000}`},
+		{"/v1/release", `{"key":"g/k","holder":"h"}`},
+		{"/v1/acquire", `{"key":"g/held","holder":"h","ttl_ms":60000}`},
+	} {
+		path := call[0]
+		resp, err := http.Post(url+path, "application/json", strings.NewReader(call[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+	}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	scraped := map[string]bool{}
+	for _, l := range strings.Split(string(body), "\n") {
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		name, _, _ := strings.Cut(l, " ")
+		name, _, _ = strings.Cut(name, "{")
+		scraped[name] = true
+	}
+	name := regexp.MustCompile(`\bfencelock_[a-z_]+`)
+	n := 0
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q queries nothing", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, m := range name.FindAllString(tg.Expr, -1) {
+				n++
+				if !scraped[m] {
+					t.Errorf("panel %q queries %s, which the server does not export", p.Title, m)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the dashboard names no fencelock metric")
+	}
 }
