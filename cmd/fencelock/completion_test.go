@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -97,5 +98,28 @@ func TestCompletionUnknownShell(t *testing.T) {
 	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 	if err := run(context.Background(), e, []string{"completion", "fish"}); err == nil {
 		t.Fatal("completion fish succeeded")
+	}
+}
+
+// TestUsageDeployEnvNamesServerVariables: deploy/fencelock.env shows every
+// FENCELOCK_* variable 'fencelock server -h' says it reads.
+func TestUsageDeployEnvNamesServerVariables(t *testing.T) {
+	var out bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: func(string) string { return "" }}
+	if err := run(context.Background(), e, []string{"server", "-h"}); err != nil {
+		t.Fatal(err)
+	}
+	sample, err := os.ReadFile("../../deploy/fencelock.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := regexp.MustCompile(`FENCELOCK_[A-Z_]+[A-Z]`).FindAllString(out.String(), -1)
+	if len(vars) == 0 {
+		t.Fatal("server -h names no variable")
+	}
+	for _, v := range vars {
+		if !regexp.MustCompile(`(?m)^#?` + v + `=`).Match(sample) {
+			t.Errorf("deploy/fencelock.env lacks %s=", v)
+		}
 	}
 }
