@@ -158,14 +158,14 @@ const maxLeasePrefixes = 20
 // key prefix (the key up to and including its first "/"; a key without
 // one is its own prefix), from one walk of the table per scrape.
 type leaseCollector struct {
-	leases          func() []locktable.Lease
+	each            func(func(key string))
 	total, byPrefix *prometheus.Desc
 }
 
-func newLeaseCollector(leases func() []locktable.Lease) *leaseCollector {
+func newLeaseCollector(each func(func(key string))) *leaseCollector {
 	return &leaseCollector{
-		leases: leases,
-		total:  prometheus.NewDesc("fencelock_leases", "Leases held now, in this node's replicated table.", nil, nil),
+		each:  each,
+		total: prometheus.NewDesc("fencelock_leases", "Leases held now, in this node's replicated table.", nil, nil),
 		byPrefix: prometheus.NewDesc("fencelock_leases_by_prefix",
 			"Leases held now by top-level key prefix (up to the first /); past the first 20 prefixes in key order, prefix=\"other\".",
 			[]string{"prefix"}, nil),
@@ -178,9 +178,10 @@ func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
-	leases := c.leases()
-	ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(len(leases)))
-	for _, pc := range leasePrefixes(leases, maxLeasePrefixes) {
+	var pc prefixCounter
+	c.each(func(key string) { pc.add(key, maxLeasePrefixes) })
+	ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(pc.total))
+	for _, pc := range pc.counts() {
 		ch <- prometheus.MustNewConstMetric(c.byPrefix, prometheus.GaugeValue, float64(pc.n), pc.prefix)
 	}
 }
@@ -190,29 +191,35 @@ type prefixCount struct {
 	n      int
 }
 
-// leasePrefixes counts leases (sorted by key) by top-level prefix: the
+// prefixCounter counts keys, fed in key order, by top-level prefix: the
 // first max prefixes, then "other" for the rest.
-func leasePrefixes(leases []locktable.Lease, max int) []prefixCount {
-	var out []prefixCount
-	other := 0
-	for _, l := range leases {
-		p := l.Key
-		if i := strings.IndexByte(p, '/'); i >= 0 {
-			p = p[:i+1]
-		}
-		switch {
-		case len(out) > 0 && out[len(out)-1].prefix == p:
-			out[len(out)-1].n++
-		case len(out) < max:
-			out = append(out, prefixCount{p, 1})
-		default:
-			other++
-		}
+type prefixCounter struct {
+	total int
+	out   []prefixCount
+	other int
+}
+
+func (c *prefixCounter) add(key string, max int) {
+	c.total++
+	p := key
+	if i := strings.IndexByte(p, '/'); i >= 0 {
+		p = p[:i+1]
 	}
-	if other > 0 {
-		out = append(out, prefixCount{"other", other})
+	switch {
+	case len(c.out) > 0 && c.out[len(c.out)-1].prefix == p:
+		c.out[len(c.out)-1].n++
+	case len(c.out) < max:
+		c.out = append(c.out, prefixCount{p, 1})
+	default:
+		c.other++
 	}
-	return out
+}
+
+func (c *prefixCounter) counts() []prefixCount {
+	if c.other > 0 {
+		return append(c.out, prefixCount{"other", c.other})
+	}
+	return c.out
 }
 
 // buildInfo is fencelock_build_info{version,commit,goversion} 1.

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fencelock/fencelock/internal/locktable"
 )
 
 // scrape is the /metrics text of ts.
@@ -70,11 +68,15 @@ func TestMetricsLeases(t *testing.T) {
 }
 
 func TestMetricsLeasePrefixesCapped(t *testing.T) {
-	var leases []locktable.Lease
+	var c prefixCounter
 	for i := range 25 {
-		leases = append(leases, locktable.Lease{Key: fmt.Sprintf("p%02d/k", i)}, locktable.Lease{Key: fmt.Sprintf("p%02d/l", i)})
+		c.add(fmt.Sprintf("p%02d/k", i), 20)
+		c.add(fmt.Sprintf("p%02d/l", i), 20)
 	}
-	got := leasePrefixes(leases, 20)
+	got := c.counts()
+	if c.total != 50 {
+		t.Fatalf("total %d, want 50", c.total)
+	}
 	if len(got) != 21 {
 		t.Fatalf("%d series, want 20 prefixes and other: %v", len(got), got)
 	}

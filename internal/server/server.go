@@ -79,7 +79,7 @@ func New(cfg Config) (*Server, error) {
 	s.fsm = fsm.New(s.observe)
 	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) }, func() float64 { return float64(s.fsm.QueuedCount()) })
 	s.metrics.reg.MustRegister(
-		newLeaseCollector(s.liveLeases),
+		newLeaseCollector(s.eachLiveLease),
 		buildInfo(cfg.BuildVersion, cfg.BuildCommit),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_raft_state", Help: "This node's raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.",
@@ -258,12 +258,13 @@ func (s *Server) observe(index uint64, ev locktable.Event) {
 	}
 }
 
-// liveLeases are the leases held now, for fencelock_leases: at the running
-// cluster clock on the leader, at the last applied cluster time elsewhere.
-func (s *Server) liveLeases() []locktable.Lease {
+// eachLiveLease calls fn with the key of every lease held now, for
+// fencelock_leases: at the running cluster clock on the leader, at the last
+// applied cluster time elsewhere.
+func (s *Server) eachLiveLease(fn func(key string)) {
 	now, ok := s.clock.now()
 	if !ok {
 		now = s.fsm.Now()
 	}
-	return s.fsm.List("", now, 0)
+	s.fsm.EachLive(now, fn)
 }
