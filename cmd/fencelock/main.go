@@ -50,6 +50,10 @@ type env struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// probe, when set, is handed a command's flag set in place of parsing
+	// (the command then returns errHelp): completion reads the flags from
+	// the commands themselves.
+	probe func(*flags)
 }
 
 // command is one entry of the command table.
@@ -83,6 +87,7 @@ func init() {
 		{"bench", "measure acquire+release cycles/s, p50, p99 against a server", runBench, benchUsage},
 		{"version", "print the version and the commit it was built from", runVersion, versionUsage},
 		{"help", "show a command's usage, or this list", runHelp, helpUsage},
+		{"completion", "print a bash or zsh completion script", runCompletion, completionUsage},
 		{"compare", "", runCompare, ""}, // moved to the bench module
 	}
 }

@@ -152,6 +152,10 @@ func (f *flags) given(name string) bool { return f.onCmdLine[name] }
 // "--" is an argument as it stands. It returns the arguments. On -h it
 // prints the usage on stdout and returns errHelp.
 func (f *flags) parse(args []string) ([]string, error) {
+	if f.e.probe != nil {
+		f.e.probe(f)
+		return nil, errHelp
+	}
 	var fl, pos []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]

@@ -335,3 +335,15 @@ func TestEditDistance(t *testing.T) {
 		t.Errorf("suggest(frobnicate) = %q", s)
 	}
 }
+
+func TestVersionStamped(t *testing.T) {
+	base := buildVersion{Version: "(devel)", Commit: "abc", Modified: true, Go: "go1.26"}
+	if got := stamped(base, "", ""); got != base {
+		t.Fatalf("no stamp changed %+v to %+v", base, got)
+	}
+	got := stamped(base, "v1.2.3", "def")
+	want := buildVersion{Version: "v1.2.3", Commit: "def", Go: "go1.26"}
+	if got != want {
+		t.Fatalf("stamped = %+v, want %+v", got, want)
+	}
+}

@@ -32,7 +32,26 @@ func readVersion() buildVersion {
 	if !ok {
 		bi = nil
 	}
-	return versionOf(bi)
+	return stamped(versionOf(bi), stampVersion, stampCommit)
+}
+
+// stampVersion and stampCommit are set by a release build that cannot rely
+// on the toolchain's VCS stamping (a source tarball, -buildvcs=false):
+//
+//	go build -trimpath -ldflags "-X main.stampVersion=v0.1.0 -X main.stampCommit=$(git rev-parse HEAD)" ./cmd/fencelock
+//
+// When set they win over the build info.
+var stampVersion, stampCommit string
+
+func stamped(v buildVersion, version, commit string) buildVersion {
+	if version != "" {
+		v.Version = version
+	}
+	if commit != "" {
+		v.Commit = commit
+		v.Modified = false
+	}
+	return v
 }
 
 func versionOf(bi *debug.BuildInfo) buildVersion {

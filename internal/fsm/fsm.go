@@ -241,6 +241,14 @@ func (f *FSM) List(prefix string, now locktable.Time, limit int) []locktable.Lea
 	return f.table.List(prefix, now, limit)
 }
 
+// EachLive calls fn with the key of every lease alive at now, in key
+// order, under the read lock (fn must not call back into f).
+func (f *FSM) EachLive(now locktable.Time, fn func(key string)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	f.table.EachLive(now, fn)
+}
+
 // Waiters returns the holders queued on key, head first.
 func (f *FSM) Waiters(key string) []string {
 	f.mu.RLock()

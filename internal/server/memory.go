@@ -3,6 +3,7 @@ package server
 import (
 	"io"
 	"runtime/debug"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -26,6 +27,19 @@ type memorySignaller struct {
 	*fsm.FSM
 	freed chan<- struct{} // buffered; a pending signal covers later ones
 	big   int64           // bigSnapshot, or less in tests
+	// applied, when set, is told how long each log entry took to apply.
+	applied func(time.Duration)
+}
+
+// Apply is the FSM's Apply, timed for fencelock_apply_seconds.
+func (m *memorySignaller) Apply(l *raft.Log) any {
+	if m.applied == nil {
+		return m.FSM.Apply(l)
+	}
+	start := time.Now()
+	r := m.FSM.Apply(l)
+	m.applied(time.Since(start))
+	return r
 }
 
 func (m *memorySignaller) signal() {

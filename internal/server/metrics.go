@@ -1,6 +1,9 @@
 package server
 
 import (
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +26,8 @@ type metrics struct {
 	hold      *prometheus.HistogramVec // reason
 	wait      *prometheus.HistogramVec // outcome
 	commit    *prometheus.HistogramVec // op
-	requests  *prometheus.CounterVec   // route, code
+	apply     prometheus.Histogram
+	requests  *prometheus.CounterVec // route, code
 	leader    prometheus.Gauge
 	retries   prometheus.Counter
 	queueFull *prometheus.CounterVec // scope: key | total
@@ -61,6 +65,10 @@ func newMetrics(lastToken, queued func() float64) *metrics {
 			Name: "fencelock_commit_seconds", Help: "Time from proposal to committed and applied, by command.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 100µs .. ~3.3s
 		}, []string{"op"}),
+		apply: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fencelock_apply_seconds", Help: "Time the state machine took to apply one committed log entry, on every node.",
+			Buckets: prometheus.ExponentialBuckets(0.000001, 4, 12), // 1µs .. ~4.2s
+		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelock_http_requests_total", Help: "HTTP requests by route and status code.",
 		}, []string{"route", "code"}),
@@ -75,7 +83,7 @@ func newMetrics(lastToken, queued func() float64) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.grants, m.refusals, m.leaseEnds, m.extends, m.waitEnds, m.waiters,
-		m.hold, m.wait, m.commit, m.requests, m.leader, m.retries, m.queueFull,
+		m.hold, m.wait, m.commit, m.apply, m.requests, m.leader, m.retries, m.queueFull,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_queued_waiters", Help: "Waiters in all wait queues of the replicated table (every node's view of the same queues).",
 		}, queued),
@@ -139,4 +147,100 @@ func framedCollectors(fs *framing.Server) []prometheus.Collector {
 		closed("read_timeout", func(st framing.Stats) int64 { return st.ReadTimeouts }),
 		closed("idle", func(st framing.Stats) int64 { return st.IdleTimeouts }),
 	}
+}
+
+// maxLeasePrefixes bounds fencelock_leases_by_prefix: the first this many
+// top-level prefixes (in key order) get a series each, the rest are summed
+// under prefix="other".
+const maxLeasePrefixes = 20
+
+// leaseCollector reports the leases held now, in total and by top-level
+// key prefix (the key up to and including its first "/"; a key without
+// one is its own prefix), from one walk of the table per scrape.
+type leaseCollector struct {
+	each            func(func(key string))
+	total, byPrefix *prometheus.Desc
+}
+
+func newLeaseCollector(each func(func(key string))) *leaseCollector {
+	return &leaseCollector{
+		each:  each,
+		total: prometheus.NewDesc("fencelock_leases", "Leases held now, in this node's replicated table.", nil, nil),
+		byPrefix: prometheus.NewDesc("fencelock_leases_by_prefix",
+			"Leases held now by top-level key prefix (up to the first /); past the first 20 prefixes in key order, prefix=\"other\".",
+			[]string{"prefix"}, nil),
+	}
+}
+
+func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.total
+	ch <- c.byPrefix
+}
+
+func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	var pc prefixCounter
+	c.each(func(key string) { pc.add(key, maxLeasePrefixes) })
+	ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(pc.total))
+	for _, pc := range pc.counts() {
+		ch <- prometheus.MustNewConstMetric(c.byPrefix, prometheus.GaugeValue, float64(pc.n), pc.prefix)
+	}
+}
+
+type prefixCount struct {
+	prefix string
+	n      int
+}
+
+// prefixCounter counts keys, fed in key order, by top-level prefix: the
+// first max prefixes, then "other" for the rest.
+type prefixCounter struct {
+	total int
+	out   []prefixCount
+	other int
+}
+
+func (c *prefixCounter) add(key string, max int) {
+	c.total++
+	p := key
+	if i := strings.IndexByte(p, '/'); i >= 0 {
+		p = p[:i+1]
+	}
+	switch {
+	case len(c.out) > 0 && c.out[len(c.out)-1].prefix == p:
+		c.out[len(c.out)-1].n++
+	case len(c.out) < max:
+		c.out = append(c.out, prefixCount{p, 1})
+	default:
+		c.other++
+	}
+}
+
+func (c *prefixCounter) counts() []prefixCount {
+	if c.other > 0 {
+		return append(c.out, prefixCount{"other", c.other})
+	}
+	return c.out
+}
+
+// buildInfo is fencelock_build_info{version,commit,goversion} 1.
+func buildInfo(version, commit string) prometheus.Collector {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if version == "" {
+			version = bi.Main.Version
+		}
+		for _, st := range bi.Settings {
+			if st.Key == "vcs.revision" && commit == "" {
+				commit = st.Value
+			}
+		}
+	}
+	if version == "" {
+		version = "(devel)"
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencelock_build_info", Help: "1, labelled with the version, commit and Go version the binary was built from.",
+		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	return g
 }

@@ -58,6 +58,9 @@ type Config struct {
 	raftListener net.Listener
 
 	Logger *slog.Logger
+	// BuildVersion and BuildCommit label fencelock_build_info. Empty: the
+	// module version and vcs.revision of the binary's build info.
+	BuildVersion, BuildCommit string
 	// Clock is what the server measures lease and cluster time by and
 	// schedules lease work on (expiry ticks, the clock checkpoint, wait
 	// backstops, the orphan grace). nil is the real clock. Raft's own

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
@@ -75,6 +78,18 @@ func New(cfg Config) (*Server, error) {
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
 	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) }, func() float64 { return float64(s.fsm.QueuedCount()) })
+	s.metrics.reg.MustRegister(
+		newLeaseCollector(s.eachLiveLease),
+		buildInfo(cfg.BuildVersion, cfg.BuildCommit),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_raft_state", Help: "This node's raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.",
+		}, func() float64 {
+			if s.node == nil {
+				return float64(raft.Shutdown)
+			}
+			return float64(s.node.raft.State())
+		}),
+	)
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
 	s.handler = s.routes()
 	if cfg.TLS.Enabled() {
@@ -86,7 +101,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.peerHTTP = newPeerHTTP(s.tls, 5*time.Second) // probes bound themselves to probeTimeout
 	freed := make(chan struct{}, 1)
-	n, err := openNode(cfg, &memorySignaller{FSM: s.fsm, freed: freed, big: bigSnapshot}, s.tls)
+	n, err := openNode(cfg, &memorySignaller{FSM: s.fsm, freed: freed, big: bigSnapshot,
+		applied: func(d time.Duration) { s.metrics.apply.Observe(d.Seconds()) }}, s.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -240,4 +256,15 @@ func (s *Server) observe(index uint64, ev locktable.Event) {
 	if ev.Kind == locktable.EventGranted || ev.Kind == locktable.EventWaitDropped {
 		s.waiters.deliver(index, ev)
 	}
+}
+
+// eachLiveLease calls fn with the key of every lease held now, for
+// fencelock_leases: at the running cluster clock on the leader, at the last
+// applied cluster time elsewhere.
+func (s *Server) eachLiveLease(fn func(key string)) {
+	now, ok := s.clock.now()
+	if !ok {
+		now = s.fsm.Now()
+	}
+	s.fsm.EachLive(now, fn)
 }

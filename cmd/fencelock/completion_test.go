@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func completionScript(t *testing.T, shell string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if err := run(context.Background(), e, []string{"completion", shell}); err != nil {
+		t.Fatalf("completion %s: %v (%s)", shell, err, errb.String())
+	}
+	return out.String()
+}
+
+// TestCompletionBash: the bash script parses, names every listed command,
+// and completes commands, a command's flags and subcommands when bash runs
+// it.
+func TestCompletionBash(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	script := completionScript(t, "bash")
+	path := filepath.Join(t.TempDir(), "fencelock.bash")
+	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bash, "-n", path).CombinedOutput(); err != nil {
+		t.Fatalf("bash -n: %v\n%s", err, out)
+	}
+	for _, c := range commands {
+		if c.summary != "" && !strings.Contains(script, " "+c.name+" ") && !strings.Contains(script, "\""+c.name+" ") {
+			t.Errorf("the script does not name %q", c.name)
+		}
+	}
+	complete := func(words ...string) string {
+		t.Helper()
+		prog := `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); _fencelock; echo "${COMPREPLY[*]}"`
+		out, err := exec.Command(bash, append([]string{"-c", prog, "bash", path}, words...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("completing %q: %v\n%s", words, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := complete("fencelock", "acq"); got != "acquire" {
+		t.Errorf("fencelock acq<TAB> = %q, want acquire", got)
+	}
+	if got := complete("fencelock", "acquire", "--ho"); got != "--holder" {
+		t.Errorf("fencelock acquire --ho<TAB> = %q, want --holder", got)
+	}
+	if got := complete("fencelock", "server", "--max-waiters"); got != "--max-waiters-per-key --max-waiters" {
+		t.Errorf("fencelock server --max-waiters<TAB> = %q", got)
+	}
+	if got := complete("fencelock", "cluster", "j"); got != "join" {
+		t.Errorf("fencelock cluster j<TAB> = %q, want join", got)
+	}
+	if got := complete("fencelock", "help", "fence"); got != "fence-proxy" {
+		t.Errorf("fencelock help fence<TAB> = %q, want fence-proxy", got)
+	}
+}
+
+// TestCompletionZsh: the zsh script names every command and parses where
+// zsh is installed.
+func TestCompletionZsh(t *testing.T) {
+	script := completionScript(t, "zsh")
+	if !strings.HasPrefix(script, "#compdef fencelock\n") {
+		t.Errorf("zsh script does not start with #compdef:\n%s", script)
+	}
+	for _, c := range commands {
+		if c.summary != "" && !strings.Contains(script, "'"+c.name+":") {
+			t.Errorf("the zsh script does not name %q", c.name)
+		}
+	}
+	zsh, err := exec.LookPath("zsh")
+	if err != nil {
+		t.Skip("no zsh to parse the script")
+	}
+	path := filepath.Join(t.TempDir(), "_fencelock")
+	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(zsh, "-n", path).CombinedOutput(); err != nil {
+		t.Fatalf("zsh -n: %v\n%s", err, out)
+	}
+}
+
+func TestCompletionUnknownShell(t *testing.T) {
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if err := run(context.Background(), e, []string{"completion", "fish"}); err == nil {
+		t.Fatal("completion fish succeeded")
+	}
+}
+
+// TestUsageDeployEnvNamesServerVariables: deploy/fencelock.env shows every
+// FENCELOCK_* variable 'fencelock server -h' says it reads.
+func TestUsageDeployEnvNamesServerVariables(t *testing.T) {
+	var out bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: func(string) string { return "" }}
+	if err := run(context.Background(), e, []string{"server", "-h"}); err != nil {
+		t.Fatal(err)
+	}
+	sample, err := os.ReadFile("../../deploy/fencelock.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := regexp.MustCompile(`FENCELOCK_[A-Z_]+[A-Z]`).FindAllString(out.String(), -1)
+	if len(vars) == 0 {
+		t.Fatal("server -h names no variable")
+	}
+	for _, v := range vars {
+		if !regexp.MustCompile(`(?m)^#?` + v + `=`).Match(sample) {
+			t.Errorf("deploy/fencelock.env lacks %s=", v)
+		}
+	}
+}
