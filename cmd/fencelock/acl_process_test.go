@@ -19,8 +19,15 @@ import (
 // status.
 func aclCLI(t *testing.T, addrs []string, token string, args ...string) (string, string, int) {
 	t.Helper()
+	return runBinary(t, []string{"FENCELOCK_ADDR=" + strings.Join(addrs, ","), "FENCELOCK_AUTH_TOKEN=" + token}, args...)
+}
+
+// runBinary runs the built fencelock with env added to the test's
+// environment and returns its stdout, stderr and exit status.
+func runBinary(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "FENCELOCK_ADDR="+strings.Join(addrs, ","), "FENCELOCK_AUTH_TOKEN="+token)
+	cmd.Env = append(os.Environ(), env...)
 	var out, errs syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errs
 	err := cmd.Run()

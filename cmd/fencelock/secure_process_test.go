@@ -5,7 +5,6 @@ package main
 import (
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,21 +35,8 @@ import (
 // the exit status.
 func secureCLI(t *testing.T, addrs []string, ca, token string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "FENCELOCK_ADDR="+strings.Join(addrs, ","), "FENCELOCK_CA="+ca,
-		"FENCELOCK_AUTH_TOKEN="+token, "FENCELOCK_CERT=", "FENCELOCK_KEY=")
-	var out, errs syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errs
-	err := cmd.Run()
-	var xe *exec.ExitError
-	switch {
-	case err == nil:
-		return out.String(), errs.String(), 0
-	case errors.As(err, &xe):
-		return out.String(), errs.String(), xe.ExitCode()
-	}
-	t.Fatalf("%v: %v", args, err)
-	return "", "", 0
+	return runBinary(t, []string{"FENCELOCK_ADDR=" + strings.Join(addrs, ","), "FENCELOCK_CA=" + ca,
+		"FENCELOCK_AUTH_TOKEN=" + token, "FENCELOCK_CERT=", "FENCELOCK_KEY="}, args...)
 }
 
 // secureCall sends one request over https with a bearer token ("": none).

@@ -65,17 +65,8 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	for _, s := range peerbench.Systems {
 		addrs[s] = fs.String("addr-"+s, peerbench.DefaultAddrs[s], s+" `address`")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(e.stdout, compareUsage)
-			fs.SetOutput(e.stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return usageError("compare: %v (run 'fencelock-bench compare -h')", err)
-	}
-	if fs.NArg() > 0 {
-		return usageError("compare: unexpected argument %q", fs.Arg(0))
+	if help, err := parseFlags(e, fs, compareUsage, args); help || err != nil {
+		return err
 	}
 	if p.Duration <= 0 {
 		return usageError("compare: --duration must be positive")

@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -117,4 +118,24 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'fencelock-bench COMMAND -h' for a command's flags. Start the peers")
 	fmt.Fprintln(w, "with 'bash peers/setup.sh' (in bench/) and a server with 'fencelock server'.")
+}
+
+// parseFlags parses a command's flags, which take no arguments. With -h
+// it prints usage and the flags on stdout and reports help; a bad flag or
+// an argument is a usage error naming the command.
+func parseFlags(e *env, fs *flag.FlagSet, usage string, args []string) (help bool, err error) {
+	name := fs.Name()
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(e.stdout, usage)
+			fs.SetOutput(e.stdout)
+			fs.PrintDefaults()
+			return true, nil
+		}
+		return false, usageError("%s: %v (run 'fencelock-bench %s -h')", name, err, name)
+	}
+	if fs.NArg() > 0 {
+		return false, usageError("%s: unexpected argument %q", name, fs.Arg(0))
+	}
+	return false, nil
 }

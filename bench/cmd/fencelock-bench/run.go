@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -36,17 +35,8 @@ func runSystem(ctx context.Context, e *env, args []string) error {
 	duration := fs.Duration("duration", 10*time.Second, "how long to run")
 	ttl := fs.Duration("ttl", 10*time.Second, "lease TTL of each grant")
 	useHTTP := fs.Bool("http", false, "fencelock: send the requests over HTTP/1.1 instead of a framed connection")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(e.stdout, runUsage)
-			fs.SetOutput(e.stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return usageError("run: %v (run 'fencelock-bench run -h')", err)
-	}
-	if fs.NArg() > 0 {
-		return usageError("run: unexpected argument %q", fs.Arg(0))
+	if help, err := parseFlags(e, fs, runUsage, args); help || err != nil {
+		return err
 	}
 	if !slices.Contains(peerbench.Systems, *system) {
 		return usageError("run: --system must be one of %s, not %q", strings.Join(peerbench.Systems, ", "), *system)
