@@ -36,9 +36,14 @@ import (
 //	lease:    string holder | uvarint token | varint granted | varint expiry | varint ttl
 //	waiter:   string holder | varint ttl | varint since | varint deadline
 //	trailer:  4-byte CRC-32 (IEEE) of all the bytes before it
+//
+// Version 3 ("FLT3") is version 2 followed by sections (sections.go) for
+// state beyond plain leases and queues. A table without any such state is
+// still written as version 2, byte for byte as before.
 const (
 	snapshotMagic   = "FLT2"
 	snapshotMagicV1 = "FLT1"
+	snapshotMagicV3 = "FLT3"
 )
 
 const (
@@ -92,7 +97,12 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 	// About 24 bytes a held lease with keys that share prefixes: one
 	// allocation for most tables instead of a series of copies.
 	b := slices.Grow(dst, len(entries)*24+namesLen+64)
-	b = append(b, snapshotMagic...)
+	sections := t.appendSections(nil)
+	if len(sections) == 0 {
+		b = append(b, snapshotMagic...)
+	} else {
+		b = append(b, snapshotMagicV3...)
+	}
 	b = binary.AppendUvarint(b, t.last)
 	b = binary.AppendVarint(b, int64(t.maxNow))
 	b = binary.AppendUvarint(b, uint64(len(names)))
@@ -146,6 +156,7 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 			}
 		}
 	}
+	b = append(b, sections...)
 	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:])), nil
 }
 
@@ -195,7 +206,9 @@ func decode(data []byte) (*Table, error) {
 	)
 	switch d := (&decoder{b: body[len(snapshotMagic):]}); string(body[:len(snapshotMagic)]) {
 	case snapshotMagic:
-		t, err = decodeV2(d)
+		t, err = decodeV2(d, false)
+	case snapshotMagicV3:
+		t, err = decodeV2(d, true)
 	case snapshotMagicV1:
 		t, err = decodeV1(d)
 	default:
@@ -312,7 +325,8 @@ func (t *Table) restoreLease(e *entry, l Lease) {
 	t.expiries = append(t.expiries, e)
 }
 
-func decodeV2(d *decoder) (*Table, error) {
+// decodeV2 decodes version 2, and version 3 when sections is set.
+func decodeV2(d *decoder, sections bool) (*Table, error) {
 	t := New()
 	t.last = d.uvarint()
 	t.maxNow = Time(d.varint())
@@ -430,6 +444,11 @@ func decodeV2(d *decoder) (*Table, error) {
 	}
 	if d.err != nil {
 		return nil, d.err
+	}
+	if sections {
+		if err := t.decodeSections(d); err != nil {
+			return nil, err
+		}
 	}
 	if len(d.b) != 0 {
 		return nil, corrupt("%d trailing bytes", len(d.b))
