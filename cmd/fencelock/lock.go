@@ -55,7 +55,7 @@ A stopped CMD must not hold the lock. Ctrl-Z (SIGTSTP) is undone:
 fencelock says so and continues CMD. Any other stop (SIGSTOP, SIGTTIN,
 SIGTTOU) ends the hold as a loss does: SIGTERM and SIGCONT, SIGKILL when
 the grace period ends, release, exit status 4. (Stops are seen on Linux
-only.) See 'fencelock help lock'.
+only.) See 'fencelock help safe-stop'.
 
 --wait forever waits until the lock is granted, as etcdctl lock does, in
 rounds of an hour (the server's longest wait); each round queues again,
