@@ -61,12 +61,14 @@ func (j *job) started(pid int) <-chan os.Signal {
 func (j *job) takeBack() {
 	if j.handed {
 		j.handed = false
+		ignoreTTOU() // from the background, tcsetpgrp raises SIGTTOU
 		_ = setForeground(j.tty, j.own)
 	}
 }
 
 // finish takes the terminal back (also when CMD failed to start after it
-// was given it) and waits for the stop watcher.
+// was given it: the child sets the foreground before exec) and waits for
+// the stop watcher.
 func (j *job) finish() {
 	if j.tty != nil {
 		j.handed = true // a failed exec may have given it away already

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,9 +44,13 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	return m, s
 }
 
-// terminalLock is fencelock lock running in a session of its own with a
-// pseudo-terminal as its controlling terminal, stdin and stdout, as a
-// shell would run it in the foreground; stderr is kept apart.
+// terminalLock is fencelock lock run by a job-control shell (sh with set
+// -m) in a session of its own, with a pseudo-terminal as its controlling
+// terminal, stdin and stdout: as typed at a prompt, fencelock is a job in
+// a process group of its own, in the terminal's foreground, and its
+// parent, the shell, is in the same session (so its group is not
+// orphaned, and a background tcsetpgrp would stop it with SIGTTOU).
+// stderr is kept apart.
 type terminalLock struct {
 	t      *testing.T
 	cmd    *exec.Cmd
@@ -59,10 +64,10 @@ func startTerminalLock(t *testing.T, args ...string) *terminalLock {
 	t.Helper()
 	master, slave := openPTY(t)
 	tl := &terminalLock{t: t, master: master, done: make(chan struct{})}
-	tl.cmd = exec.Command(binary, args...)
+	tl.cmd = exec.Command("sh", append([]string{"-c", `set -m; "$@"`, "sh", binary}, args...)...)
 	tl.cmd.Stdin, tl.cmd.Stdout, tl.cmd.Stderr = slave, slave, &tl.stderr
-	// Setsid makes fencelock a session leader, Setctty the slave (its fd
-	// 0) its controlling terminal, whose foreground is then its group.
+	// Setsid makes the shell a session leader, Setctty the slave (its fd
+	// 0) its controlling terminal.
 	tl.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := tl.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -126,7 +131,8 @@ func (tl *terminalLock) foreground() int {
 	return pgid
 }
 
-// exit waits for fencelock to exit and returns its status.
+// exit waits for fencelock (and the shell, which exits with its status)
+// to exit and returns its status.
 func (tl *terminalLock) exit() int {
 	tl.t.Helper()
 	exited := make(chan struct{})
@@ -214,11 +220,10 @@ func TestLockTerminalForegroundComesBack(t *testing.T) {
 	defer srv.Close()
 	srv.Fail("release", "hang")
 	tl := startTerminalLock(t, "lock", "k", "--addr", srv.Addr, "--timeout", "1m", "--",
-		"sh", "-c", `echo "pid:$$."; read line`)
+		"sh", "-c", `echo "pids:$$,$PPID."; read line`)
 	tl.waitScreen(".")
-	lockPid := tl.cmd.Process.Pid
-	var cmdPid int
-	if _, err := fmt.Sscanf(tl.screen.String()[strings.Index(tl.screen.String(), "pid:"):], "pid:%d.", &cmdPid); err != nil {
+	var cmdPid, lockPid int
+	if _, err := fmt.Sscanf(tl.screen.String()[strings.Index(tl.screen.String(), "pids:"):], "pids:%d,%d.", &cmdPid, &lockPid); err != nil {
 		t.Fatalf("terminal %q: %v", tl.screen.String(), err)
 	}
 	if fg := tl.foreground(); fg != cmdPid {
@@ -229,5 +234,27 @@ func TestLockTerminalForegroundComesBack(t *testing.T) {
 	srv.Close() // the hung release fails; lock exits with CMD's status
 	if code := tl.exit(); code != 0 {
 		t.Fatalf("exit %d; stderr %q", code, tl.stderr.String())
+	}
+}
+
+// TestLockTerminalExecFails: CMD's process takes the foreground before
+// exec; when the exec then fails, lock takes it back (from the
+// background, without being stopped by SIGTTOU), releases and exits 126.
+func TestLockTerminalExecFails(t *testing.T) {
+	srv := clienttest.NewServer(client.SystemClock{})
+	defer srv.Close()
+	bad := filepath.Join(t.TempDir(), "not-a-program")
+	if err := os.WriteFile(bad, []byte{0x7f, 'X', 'Y', 'Z', 0, 1, 2, 3}, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tl := startTerminalLock(t, "lock", "k", "--addr", srv.Addr, "--", bad)
+	if code := tl.exit(); code != 126 {
+		t.Fatalf("exit %d, want 126; stderr %q", code, tl.stderr.String())
+	}
+	if !strings.Contains(tl.stderr.String(), "exec format error") {
+		t.Errorf("stderr %q", tl.stderr.String())
+	}
+	if _, _, held := srv.Holder("k"); held {
+		t.Fatal("the lock is still held after CMD failed to start")
 	}
 }
