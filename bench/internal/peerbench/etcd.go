@@ -20,7 +20,7 @@ type etcdSystem struct {
 
 func openEtcd(ctx context.Context, o Options) (System, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{o.Addr},
+		Endpoints:   o.addrs(),
 		DialTimeout: o.DialTimeout,
 		Logger:      zap.NewNop(), // library code does not log
 		Context:     context.WithoutCancel(ctx),
@@ -30,7 +30,7 @@ func openEtcd(ctx context.Context, o Options) (System, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
-	if _, err := cli.Status(sctx, o.Addr); err != nil {
+	if _, err := cli.Status(sctx, o.addrs()[0]); err != nil {
 		cli.Close()
 		return nil, unreachable("etcd", o.Addr, err)
 	}
