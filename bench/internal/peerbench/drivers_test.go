@@ -215,6 +215,13 @@ func TestFencelockFindsLeader(t *testing.T) {
 	if err != nil || got != "127.0.0.1:9" {
 		t.Fatalf("flLeader = %q, %v; want the leader address the second node names", got, err)
 	}
+	leads := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(api.MembersResponse{Node: "n4", Leader: "n4"})
+	}))
+	defer leads.Close()
+	if got, err := flLeader(context.Background(), http.DefaultClient, []string{host(noLeader), host(leads)}); err != nil || got != host(leads) {
+		t.Fatalf("a leader without a client address on record: flLeader = %q, %v; want the address asked", got, err)
+	}
 	if _, err := flLeader(context.Background(), http.DefaultClient, []string{host(noLeader)}); err == nil {
 		t.Fatal("no node knows a leader, yet flLeader found one")
 	}

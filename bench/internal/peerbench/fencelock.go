@@ -111,10 +111,14 @@ func flLeader(ctx context.Context, hc *http.Client, addrs []string) (string, err
 		switch {
 		case err != nil:
 			last = fmt.Errorf("%s: members: %w", a, err)
-		case m.LeaderAddr == "":
-			last = fmt.Errorf("%s knows no leader", a)
-		default:
+		case m.LeaderAddr != "":
 			return m.LeaderAddr, nil
+		case m.Leader != "" && m.Leader == m.Node:
+			// It leads but has no client address on record (a server
+			// started without one): it is where we asked.
+			return a, nil
+		default:
+			last = fmt.Errorf("%s knows no leader", a)
 		}
 	}
 	return "", fmt.Errorf("no leader among %v: %w", addrs, last)
