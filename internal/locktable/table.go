@@ -51,8 +51,8 @@ func (l Lease) Remaining(now Time) Duration {
 type waiter struct {
 	holder   string
 	ttl      Duration
-	since    Time // when it joined the queue
-	deadline Time // it leaves the queue at now >= deadline
+	since    Time     // when it joined the queue
+	deadline Time     // it leaves the queue at now >= deadline
 	sess     *session // granted under this session (session.go); nil: its own ttl
 	delay    Duration // the lock-delay its grant takes (lockdelay.go)
 }
@@ -166,9 +166,9 @@ type Table struct {
 	maxNow   Time   // the largest now ever passed in
 	queued   int    // waiters in all queues
 	observe  func(Event)
-	sessions *sessionTable           // session.go; nil until the first session
-	delays   map[*entry]Duration     // lockdelay.go: held leases that take a lock-delay
-	delayed  map[string]Time         // lockdelay.go: keys granted to nobody until then
+	sessions *sessionTable       // session.go; nil until the first session
+	delays   map[*entry]Duration // lockdelay.go: held leases that take a lock-delay
+	delayed  map[string]Time     // lockdelay.go: keys granted to nobody until then
 	// index orders the entries by key, for List: it holds exactly the
 	// entries of the map, so a lease that passes from holder to waiter
 	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
