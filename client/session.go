@@ -133,9 +133,7 @@ func NewSession(ctx context.Context, c *Client, opts ...SessionOption) (*Session
 		return nil, invalidf("ttl_ms", "session ttl must be between %v and %v, not %v", api.MinTTL, api.MaxTTL, o.ttl)
 	}
 	sent := c.clock.Now()
-	var out api.Session
-	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionOpen,
-		body: api.SessionOpenRequest{Holder: lo.holder, TTLMs: api.Ms(o.ttl)}, out: &out})
+	out, err := c.OpenSession(ctx, lo.holder, o.ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +198,7 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	<-s.done
-	err := s.c.do(ctx, call{method: http.MethodPost, path: api.PathSessionClose,
-		body: api.SessionRequest{ID: s.id, Holder: s.holder}, out: &api.Session{}})
+	_, err := s.c.CloseSession(ctx, s.id, s.holder)
 	switch {
 	case lost != nil:
 		return lost
@@ -502,9 +499,75 @@ func (s *Session) AcquireAll(ctx context.Context, keys []string, opts ...LeaseOp
 // loop is not fair (single-key waiters queue and go first), which is the
 // price of never holding some keys while waiting for others. The locks
 // are not kept alive: take them under a Session for that, or extend them.
-func (c *Client) AcquireAll(ctx context.Context, keys []string, holder string, ttl time.Duration, opts ...LeaseOption) ([]Lock, error) {
-	o := newLeaseOptions(opts)
-	return c.acquireAll(ctx, api.AcquireAllRequest{Keys: keys, Holder: holder, TTLMs: api.Ms(ttl), LockDelayMs: api.Ms(o.lockDelay)})
+// With g.Session the grants are taken under that session and ttl is
+// ignored.
+func (c *Client) AcquireAll(ctx context.Context, keys []string, holder string, ttl time.Duration, g GrantOptions) ([]Lock, error) {
+	return c.acquireAll(ctx, api.AcquireAllRequest{Keys: keys, Holder: holder, TTLMs: api.Ms(ttl),
+		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay)})
+}
+
+// GrantOptions are what a plain grant may ask for beyond Grant's
+// arguments.
+type GrantOptions struct {
+	Session   uint64        // take the lock under this session (its holder's); the ttl is the session's
+	LockDelay time.Duration // see WithLockDelay
+}
+
+// GrantWith is Grant with options: under a session, with a lock-delay.
+// Like Grant it does not keep the lease alive.
+func (c *Client) GrantWith(ctx context.Context, key, holder string, ttl, wait time.Duration, g GrantOptions) (Lock, error) {
+	if wait < 0 {
+		return Lock{}, invalidf("wait_ms", "wait must not be negative")
+	}
+	req := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: newRequestID(),
+		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay)}
+	if g.Session != 0 {
+		req.TTLMs = 0
+	}
+	var out api.Lease
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: req, out: &out, watch: wait > 0})
+	return lockOf(out), err
+}
+
+// SessionInfo is the server's account of a session.
+type SessionInfo struct {
+	ID        uint64
+	Holder    string
+	TTL       time.Duration
+	Remaining time.Duration // on cluster time, when the answer was produced
+	Locks     int           // locks held under it (after a close: released)
+	Waiting   int           // queue places under it
+}
+
+func sessionInfoOf(w api.Session) SessionInfo {
+	return SessionInfo{ID: w.ID, Holder: w.Holder, TTL: api.Duration(w.TTLMs), Remaining: api.Duration(w.RemainingMs),
+		Locks: w.Locks, Waiting: w.Waiting}
+}
+
+// OpenSession is the plain session-open call; nothing keeps the session
+// alive (NewSession does). Use it from scripts and tools.
+func (c *Client) OpenSession(ctx context.Context, holder string, ttl time.Duration) (SessionInfo, error) {
+	var out api.Session
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionOpen,
+		body: api.SessionOpenRequest{Holder: holder, TTLMs: api.Ms(ttl)}, out: &out})
+	return sessionInfoOf(out), err
+}
+
+// ExtendSession renews holder's session id, and every lock under it, for
+// the session's TTL. It matches ErrNoSession when the session has ended.
+func (c *Client) ExtendSession(ctx context.Context, id uint64, holder string) (SessionInfo, error) {
+	var out api.Session
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionExtend,
+		body: api.SessionRequest{ID: id, Holder: holder}, out: &out})
+	return sessionInfoOf(out), err
+}
+
+// CloseSession ends holder's session id, releasing every lock under it.
+func (c *Client) CloseSession(ctx context.Context, id uint64, holder string) (SessionInfo, error) {
+	var out api.Session
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionClose,
+		body: api.SessionRequest{ID: id, Holder: holder}, out: &out})
+	return sessionInfoOf(out), err
 }
 
 func (c *Client) acquireAll(ctx context.Context, req api.AcquireAllRequest) ([]Lock, error) {

@@ -191,13 +191,13 @@ func TestClientAcquireAllAndLockDelay(t *testing.T) {
 	if _, err := c.Grant(ctx, "b", "other", ttl, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.AcquireAll(ctx, []string{"a", "b"}, "me", ttl); !errors.Is(err, client.ErrHeld) {
+	if _, err := c.AcquireAll(ctx, []string{"a", "b"}, "me", ttl, client.GrantOptions{}); !errors.Is(err, client.ErrHeld) {
 		t.Fatalf("AcquireAll over a held key: %v", err)
 	}
 	if _, _, ok := srv.Holder("a"); ok {
 		t.Fatal("a refused AcquireAll left a held")
 	}
-	ls, err := c.AcquireAll(ctx, []string{"a", "c"}, "me", ttl, client.WithLockDelay(5*time.Second))
+	ls, err := c.AcquireAll(ctx, []string{"a", "c"}, "me", ttl, client.GrantOptions{LockDelay: 5 * time.Second})
 	if err != nil || len(ls) != 2 || ls[0].Token+1 != ls[1].Token {
 		t.Fatalf("AcquireAll: %v %v", ls, err)
 	}
