@@ -111,3 +111,66 @@ func TestApplySessionLifecycle(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeSessions is FuzzDecode from the session commands.
+func FuzzDecodeSessions(f *testing.F) {
+	for _, c := range sessionCommands {
+		b, err := Encode(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Decode(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadCommand) {
+				t.Fatalf("error %v does not match ErrBadCommand", err)
+			}
+			return
+		}
+		b, err := Encode(c)
+		if err != nil {
+			t.Fatalf("decoded %+v does not re-encode: %v", c, err)
+		}
+		if again, err := Decode(b); err != nil || !reflect.DeepEqual(again, c) {
+			t.Fatalf("re-decoding %x: %+v, %v; want %+v", b, again, err, c)
+		}
+	})
+}
+
+// A lock-delay and a delayed waiter survive a snapshot and restore exactly;
+// the restored FSM hands the key on at the delay's end, as the original.
+func TestApplyLockDelaySnapshot(t *testing.T) {
+	f := New(nil)
+	sec := locktable.Time(locktable.Second)
+	f.ApplyCommand(1, Command{Op: OpAcquire, Now: 0, Key: "k", Holder: "a", TTL: locktable.Second, LockDelay: 5 * locktable.Second})
+	if r := f.ApplyCommand(2, Command{Op: OpWait, Now: 0, Key: "k", Holder: "w", TTL: locktable.Second, Deadline: locktable.NoDeadline, LockDelay: 2 * locktable.Second}); !r.Queued {
+		t.Fatalf("wait: %+v", r)
+	}
+	f.ApplyCommand(3, Command{Op: OpTick, Now: 2 * sec})
+	if r := f.ApplyCommand(4, Command{Op: OpAcquire, Now: 2 * sec, Key: "k", Holder: "b", TTL: locktable.Second}); !errors.Is(r.Err, locktable.ErrLockDelay) {
+		t.Fatalf("acquire in the delay: %v", r.Err)
+	}
+	snap, _ := f.MarshalBinary()
+	g := New(nil)
+	if err := g.UnmarshalBinary(snap); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := g.MarshalBinary(); !bytes.Equal(snap, again) {
+		t.Fatal("not stable across restore")
+	}
+	for _, fs := range []*FSM{f, g} {
+		if until, ok := fs.LockDelay("k", 2*sec); !ok || until != 6*sec {
+			t.Fatalf("delay until %d %v, want 6 s", until, ok)
+		}
+		fs.ApplyCommand(5, Command{Op: OpTick, Now: 6 * sec})
+		if l, ok := fs.Get("k", 6*sec); !ok || l.Holder != "w" {
+			t.Fatalf("k at the delay's end: %+v %v", l, ok)
+		}
+		fs.ApplyCommand(6, Command{Op: OpTick, Now: 7 * sec}) // w's lease expires: its own 2 s delay
+		if until, ok := fs.LockDelay("k", 7*sec); !ok || until != 9*sec {
+			t.Fatalf("the waiter's own delay: until %d %v", until, ok)
+		}
+	}
+}

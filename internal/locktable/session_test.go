@@ -2,7 +2,9 @@ package locktable
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"testing"
 )
 
@@ -179,4 +181,51 @@ func TestSessionSnapshotSections(t *testing.T) {
 	if _, ok := back.LockDelay("z", 11); !ok || back.Len() != 0 {
 		t.Fatalf("session expiry: len %d", back.Len())
 	}
+}
+
+// sessionFuzzTable is a table with sessions, session locks and waiters, and
+// lock-delays, for fuzz seeds.
+func sessionFuzzTable(seed uint64) *Table {
+	tb := New()
+	s, _ := tb.OpenSession("svc", 0, 10)
+	s2, _ := tb.OpenSession("w", 0, 20)
+	tb.AcquireAll([]string{"a", "b", "c"}, "svc", 1, 0, Options{Session: s.ID, LockDelay: Duration(seed + 1)})
+	tb.AcquireWith("d", "x", 1, 5, Options{LockDelay: 3})
+	tb.WaitWith("a", "w", 2, 0, NoDeadline, WaitLimits{}, Options{Session: s2.ID})
+	tb.WaitWith("d", "y", 2, 4, 30, WaitLimits{}, Options{LockDelay: 2})
+	tb.Tick(Time(6 + seed))
+	return tb
+}
+
+// FuzzUnmarshalSessions is FuzzUnmarshal from seeds with session and
+// lock-delay sections.
+func FuzzUnmarshalSessions(f *testing.F) {
+	for seed := uint64(0); seed < 4; seed++ {
+		b, _ := sessionFuzzTable(seed).MarshalBinary()
+		f.Add(b, false)
+		f.Add(b[:len(b)-4], true)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, fixCRC bool) {
+		if fixCRC {
+			data = binary.LittleEndian.AppendUint32(bytes.Clone(data), crc32.ChecksumIEEE(data))
+		}
+		tb := New()
+		if err := tb.UnmarshalBinary(data); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not match ErrCorrupt", err)
+			}
+			return
+		}
+		once, _ := tb.MarshalBinary()
+		again := New()
+		if err := again.UnmarshalBinary(once); err != nil {
+			t.Fatalf("re-encoded snapshot does not decode: %v", err)
+		}
+		if twice, _ := again.MarshalBinary(); !bytes.Equal(once, twice) {
+			t.Fatal("encoding is not canonical after one round")
+		}
+		tb.Tick(tb.MaxNow())
+		_, _ = tb.Acquire("a", "h", tb.MaxNow(), Second)
+		tb.Tick(maxTime - 1)
+	})
 }

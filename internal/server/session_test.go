@@ -156,3 +156,23 @@ func TestHTTPSessionACL(t *testing.T) {
 		t.Fatalf("alice extends: %d %v", a.status, a.body)
 	}
 }
+
+// A wait under a session ends when the session does, answered no_session.
+func TestHTTPWaitUnderSessionEndsWithIt(t *testing.T) {
+	ts, fake := fakeClockServer(t)
+	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
+	ts.post("/v1/session/open", `{"holder":"w","ttl_ms":5000}`)
+	waited := make(chan answer, 1)
+	go func() {
+		waited <- ts.do(context.Background(), "POST", "/v1/acquire", `{"key":"k","holder":"w","session":1,"wait_ms":60000}`)
+	}()
+	eventually(t, "w queued", func() bool { return ts.queued("k", "w") })
+	fake.Advance(5 * time.Second)
+	got := <-waited
+	if got.status != 404 || got.body["code"] != "no_session" {
+		t.Fatalf("wait under an expired session: %d %v", got.status, got.body)
+	}
+	if len(ts.Waiters("k")) != 0 {
+		t.Fatalf("queue after the session's end: %v", ts.Waiters("k"))
+	}
+}
