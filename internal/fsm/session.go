@@ -168,3 +168,11 @@ func isSessionRefusal(err error) bool {
 	return errors.Is(err, locktable.ErrNoSession) || errors.Is(err, locktable.ErrTooManySessions) ||
 		errors.Is(err, locktable.ErrLockDelay) || errors.Is(err, locktable.ErrSessionLock)
 }
+
+// SessionStats is the number of sessions not yet ended and of the locks
+// held under them.
+func (f *FSM) SessionStats() (sessions, locks int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.SessionStats()
+}

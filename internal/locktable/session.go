@@ -354,3 +354,15 @@ func (e *SessionLimitError) Error() string {
 }
 
 func (e *SessionLimitError) Unwrap() error { return ErrTooManySessions }
+
+// SessionStats is the number of sessions not yet ended and of the locks
+// held under them.
+func (t *Table) SessionStats() (sessions, locks int) {
+	if t.sessions == nil {
+		return 0, 0
+	}
+	for _, s := range t.sessions.byID {
+		locks += len(s.locks)
+	}
+	return len(t.sessions.byID), locks
+}

@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/acl"
 )
@@ -42,4 +44,18 @@ func (s *Server) sessionRoutes(m map[string]route) {
 			}
 			return ""
 		}))}
+}
+
+// sessionCollectors are the gauges of sessions: how many are open and
+// how many locks they hold (the limits are per cluster, per holder and
+// per session; docs/PRIMITIVES.md).
+func (s *Server) sessionCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_sessions", Help: "Sessions not yet ended, in this node's replicated table.",
+		}, func() float64 { n, _ := s.fsm.SessionStats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_session_locks", Help: "Locks held under sessions, in this node's replicated table.",
+		}, func() float64 { _, n := s.fsm.SessionStats(); return float64(n) }),
+	}
 }

@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -174,5 +177,22 @@ func TestHTTPWaitUnderSessionEndsWithIt(t *testing.T) {
 	}
 	if len(ts.Waiters("k")) != 0 {
 		t.Fatalf("queue after the session's end: %v", ts.Waiters("k"))
+	}
+}
+
+func TestSessionMetrics(t *testing.T) {
+	ts, _ := fakeClockServer(t)
+	ts.post("/v1/session/open", `{"holder":"svc","ttl_ms":10000}`)
+	ts.post("/v1/acquire-all", `{"keys":["a","b"],"holder":"svc","session":1}`)
+	resp, err := http.Get(ts.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"fencelock_sessions 1\n", "fencelock_session_locks 2\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }
