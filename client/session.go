@@ -474,14 +474,22 @@ func (s *Session) acquire(ctx context.Context, key string, o leaseOptions, wait 
 
 // AcquireAll takes every key under the session in one command, or none: a
 // key held by another holder refuses the lot with ErrHeld and nothing is
-// granted. It does not wait; see Client.AcquireAll for why and for the
-// retry loop that waits. Of opts, WithLockDelay applies.
+// granted. It tries once; with WithWait(d) it retries for up to d (see
+// Client.AcquireAll for why it retries rather than queues). Of opts,
+// WithLockDelay and WithWait apply.
 func (s *Session) AcquireAll(ctx context.Context, keys []string, opts ...LeaseOption) ([]*SessionLock, error) {
 	if err := s.alive(); err != nil {
 		return nil, err
 	}
 	o := newLeaseOptions(opts)
-	lks, err := s.c.acquireAll(ctx, api.AcquireAllRequest{Keys: keys, Holder: s.holder, Session: s.id, LockDelayMs: api.Ms(o.lockDelay)})
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(s.ctx, func() { stop(context.Cause(s.ctx)) })()
+	lks, err := s.c.acquireAllRetry(wctx, api.AcquireAllRequest{Keys: keys, Holder: s.holder, Session: s.id,
+		LockDelayMs: api.Ms(o.lockDelay)}, max(o.wait, 0))
+	if err != nil && s.ctx.Err() != nil {
+		return nil, context.Cause(s.ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -493,17 +501,41 @@ func (s *Session) AcquireAll(ctx context.Context, keys []string, opts ...LeaseOp
 }
 
 // AcquireAll grants every key to holder for ttl in one command, or none:
-// no partial holds, so no lock-ordering deadlock can arise. It never waits:
-// a key held by another holder refuses the lot with an error matching
-// ErrHeld. A caller that must have all of them retries with backoff; that
-// loop is not fair (single-key waiters queue and go first), which is the
-// price of never holding some keys while waiting for others. The locks
-// are not kept alive: take them under a Session for that, or extend them.
-// With g.Session the grants are taken under that session and ttl is
-// ignored.
+// no partial holds, so no lock-ordering deadlock can arise. The server
+// never queues it: a key held by another holder (or in its lock-delay)
+// refuses the lot with an error matching ErrHeld (ErrLockDelay). With
+// g.RetryFor > 0 the client tries again, with jittered backoff on its
+// clock, for up to that long. That loop is not fair (single-key waiters
+// queue and go first), which is the price of never holding some keys while
+// waiting for others. The locks are not kept alive: take them under a
+// Session for that, or extend them. With g.Session the grants are taken
+// under that session and ttl is ignored.
 func (c *Client) AcquireAll(ctx context.Context, keys []string, holder string, ttl time.Duration, g GrantOptions) ([]Lock, error) {
-	return c.acquireAll(ctx, api.AcquireAllRequest{Keys: keys, Holder: holder, TTLMs: api.Ms(ttl),
-		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay)})
+	return c.acquireAllRetry(ctx, api.AcquireAllRequest{Keys: keys, Holder: holder, TTLMs: api.Ms(ttl),
+		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay)}, g.RetryFor)
+}
+
+// acquireAllRetry is acquireAll tried again on held and lock_delay for up
+// to retry, 10ms apart at first, doubling to at most 500ms, each pause
+// jittered down to half so that contenders do not retry in step.
+func (c *Client) acquireAllRetry(ctx context.Context, req api.AcquireAllRequest, retry time.Duration) ([]Lock, error) {
+	end := c.clock.Now().Add(retry)
+	pause := 10 * time.Millisecond
+	for {
+		lks, err := c.acquireAll(ctx, req)
+		if err == nil || retry <= 0 || !(errors.Is(err, ErrHeld) || errors.Is(err, ErrLockDelay)) {
+			return lks, err
+		}
+		left := end.Sub(c.clock.Now())
+		if left <= 0 {
+			return nil, err
+		}
+		d := min(pause/2+mrand.N(pause/2+1), left)
+		if !sleep(c.clock, d, ctx.Done()) {
+			return nil, err
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }
 
 // GrantOptions are what a plain grant may ask for beyond Grant's
@@ -511,6 +543,7 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, holder string, t
 type GrantOptions struct {
 	Session   uint64        // take the lock under this session (its holder's); the ttl is the session's
 	LockDelay time.Duration // see WithLockDelay
+	RetryFor  time.Duration // AcquireAll only: retry a refused attempt for up to this long (GrantWith waits in the queue instead)
 }
 
 // GrantWith is Grant with options: under a session, with a lock-delay.

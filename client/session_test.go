@@ -209,3 +209,44 @@ func TestClientAcquireAllAndLockDelay(t *testing.T) {
 		t.Fatalf("grant in the lock-delay: %v", err)
 	}
 }
+
+// A multi-key acquire with RetryFor tries again, on the client's clock,
+// until every key is free; it never holds some keys meanwhile.
+func TestClientAcquireAllRetries(t *testing.T) {
+	leakCheck(t)
+	clk := clienttest.NewClock()
+	srv, c := newPair(t, clk)
+	ctx := context.Background()
+	if _, err := c.Grant(ctx, "b", "other", ttl, 0); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		ls  []client.Lock
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		ls, err := c.AcquireAll(ctx, []string{"a", "b"}, "me", ttl, client.GrantOptions{RetryFor: 2 * ttl})
+		done <- res{ls, err}
+	}()
+	waitFor(t, "a first refusal", func() bool { return srv.Count("acquire-all") >= 1 })
+	for {
+		if ha, _, ok := srv.Holder("a"); ok && ha == "me" {
+			if hb, _, _ := srv.Holder("b"); hb != "me" {
+				t.Fatal("a held while b is not: a partial hold")
+			}
+		}
+		clk.Advance(50 * time.Millisecond)
+		select {
+		case r := <-done:
+			if r.err != nil || len(r.ls) != 2 {
+				t.Fatalf("AcquireAll: %v %v", r.ls, r.err)
+			}
+			if srv.Count("acquire-all") < 2 {
+				t.Fatal("granted without a retry")
+			}
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}

@@ -17,8 +17,9 @@ lease alive: extend it with 'fencelock extend' before the TTL runs out, or
 use 'fencelock lock KEY -- CMD', which does. Acquiring a key that H already
 holds renews it under a new token.
 
-Several KEYs are acquired all or none in one command (at most 64; no
---wait): it prints "KEY TOKEN" a line. --session takes the lock(s) under a
+Several KEYs are acquired all or none in one command (at most 64): it
+prints "KEY TOKEN" a line. With --wait it is tried again, with backoff,
+until all are free or D has passed; it never holds some while waiting. --session takes the lock(s) under a
 session ('fencelock session'), which keeps them alive instead of --ttl.
 --lock-delay keeps KEY from everyone for D after the lease EXPIRES (not
 after a release): a mitigation for resources that cannot check tokens.

@@ -98,11 +98,9 @@ func runSession(ctx context.Context, e *env, args []string) error {
 // acquireMany is 'fencelock acquire KEY1 KEY2 ...': every key or none, in
 // one command. It prints "KEY TOKEN" a line, in the order given.
 func acquireMany(ctx context.Context, e *env, cf *clientFlags, keys []string, holder string, ttl, wait time.Duration, g client.GrantOptions) error {
-	if wait > 0 {
-		return usageError("--wait takes one KEY: several keys are acquired all or none, at once, never waiting; retry to wait")
-	}
+	g.RetryFor = wait // all or none never queues: --wait retries
 	var lks []client.Lock
-	err := cf.call(ctx, 0, "acquire "+strings.Join(keys, " "), func(ctx context.Context, c *client.Client) (err error) {
+	err := cf.call(ctx, wait, "acquire "+strings.Join(keys, " "), func(ctx context.Context, c *client.Client) (err error) {
 		lks, err = c.AcquireAll(ctx, keys, holder, ttl, g)
 		return err
 	})

@@ -36,7 +36,7 @@ func TestSessionAndMultiKeyCommands(t *testing.T) {
 		{[]string{"session", "shut", "--holder", "h"}, 2, "", `unknown session command "shut"`},
 		{[]string{"session", "close", "x", "--holder", "h"}, 2, "", "ID must be a session id"},
 		{[]string{"session", "extend", "1", "--holder", "h", "--ttl", "1m"}, 2, "", "--ttl is the session's"},
-		{[]string{"acquire", "a", "b", "--holder", "h", "--wait", "1s"}, 2, "", "--wait takes one KEY"},
+		{[]string{"acquire", "e", "g", "--holder", "h2", "--ttl", "1m", "--wait", "200ms"}, 1, "", `"e" is held by another holder; no key was granted`},
 		{[]string{"acquire", "a", "a", "--holder", "h"}, 2, "", `acquire: KEY lists "a" twice`},
 		{[]string{"acquire", "a", "--holder", "h", "--lock-delay", "2m"}, 2, "", "--lock-delay must be between 0s and 1m"},
 		{[]string{"acquire", "a", "--holder", "h", "--session", "1", "--ttl", "1m"}, 2, "", "--ttl and --session"},
