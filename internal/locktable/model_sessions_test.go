@@ -534,3 +534,108 @@ func TestSessionsMatchModel(t *testing.T) {
 		})
 	})
 }
+
+// TestSessionsLazyInvariants drives the table without ticking on every
+// advance, so that dead sessions are found by whichever call touches one
+// of their locks first, and checks what must hold however that happens:
+// a session's locks are all alive or all dead at any instant; once one of
+// them expires, none of them is still the key's record after that call;
+// tokens only go up.
+func TestSessionsLazyInvariants(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		tb := New()
+		type grant struct {
+			key   string
+			token uint64
+		}
+		owned := map[uint64][]grant{} // session -> its grants, as answered
+		sessOf := map[uint64]uint64{} // token -> session
+		var expiredSessions []uint64
+		var last uint64
+		tb.SetObserver(func(ev Event) {
+			if ev.Kind == EventGranted {
+				if ev.Token <= last {
+					rt.Fatalf("token %d after %d", ev.Token, last)
+				}
+				last = ev.Token
+			}
+			if ev.Kind == EventExpired {
+				if s, ok := sessOf[ev.Token]; ok {
+					expiredSessions = append(expiredSessions, s)
+				}
+			}
+		})
+		now := Time(0)
+		var ids []uint64
+		key := rapid.SampledFrom([]string{"a", "b", "c", "d"})
+		holder := rapid.SampledFrom([]string{"h1", "h2"})
+		rt.Repeat(map[string]func(*rapid.T){
+			"advance": func(rt *rapid.T) { now += Time(rapid.IntRange(0, 4).Draw(rt, "dt")) },
+			"tick":    func(rt *rapid.T) { tb.Tick(now) },
+			"open": func(rt *rapid.T) {
+				s, err := tb.OpenSession(holder.Draw(rt, "holder"), now, Duration(rapid.IntRange(1, 8).Draw(rt, "ttl")))
+				if err != nil {
+					rt.Fatal(err)
+				}
+				ids = append(ids, s.ID)
+			},
+			"keepalive": func(rt *rapid.T) {
+				if len(ids) > 0 {
+					tb.ExtendSession(rapid.SampledFrom(ids).Draw(rt, "id"), holder.Draw(rt, "holder"), now)
+				}
+			},
+			"acquire": func(rt *rapid.T) {
+				h := holder.Draw(rt, "holder")
+				var o Options
+				if len(ids) > 0 && rapid.Bool().Draw(rt, "under") {
+					o.Session = rapid.SampledFrom(ids).Draw(rt, "id")
+				}
+				ks := rapid.SliceOfNDistinct(key, 1, 3, func(k string) string { return k }).Draw(rt, "keys")
+				ls, err := tb.AcquireAll(ks, h, now, Duration(rapid.IntRange(1, 6).Draw(rt, "ttl")), o)
+				if err == nil && o.Session != 0 {
+					for _, l := range ls {
+						owned[o.Session] = append(owned[o.Session], grant{l.Key, l.Token})
+						sessOf[l.Token] = o.Session
+					}
+				}
+			},
+			"wait": func(rt *rapid.T) {
+				h := holder.Draw(rt, "holder")
+				var o Options
+				if len(ids) > 0 && rapid.Bool().Draw(rt, "under") {
+					o.Session = rapid.SampledFrom(ids).Draw(rt, "id")
+				}
+				k := key.Draw(rt, "key")
+				l, granted, err := tb.WaitWith(k, h, now, 3, now+Time(rapid.IntRange(0, 8).Draw(rt, "patience")), WaitLimits{}, o)
+				if err == nil && granted && o.Session != 0 {
+					owned[o.Session] = append(owned[o.Session], grant{l.Key, l.Token})
+					sessOf[l.Token] = o.Session
+				}
+			},
+			"release": func(rt *rapid.T) { tb.Release(key.Draw(rt, "key"), holder.Draw(rt, "holder"), now) },
+			"close": func(rt *rapid.T) {
+				if len(ids) > 0 {
+					tb.CloseSession(rapid.SampledFrom(ids).Draw(rt, "id"), holder.Draw(rt, "holder"), now)
+				}
+			},
+			"": func(rt *rapid.T) {
+				for _, s := range expiredSessions {
+					for _, g := range owned[s] {
+						if tb.IsValidToken(g.key, g.token) {
+							rt.Fatalf("session %d expired, but its lock %s/%d is still the record", s, g.key, g.token)
+						}
+					}
+				}
+				expiredSessions = expiredSessions[:0]
+				for _, id := range ids {
+					_, alive := tb.GetSession(id, now)
+					for _, k := range tb.SessionKeys(id) {
+						if _, live := tb.Get(k, now); live != alive {
+							rt.Fatalf("session %d alive %v at %d, its lock %s live %v", id, alive, now, k, live)
+						}
+					}
+				}
+			},
+		})
+	})
+}
