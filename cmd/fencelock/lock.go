@@ -79,6 +79,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
 	wait := waitFlag(f) // lock_wait.go: a duration, or forever
+	lockDelay := f.Duration("lock-delay", 0, "grant KEY to nobody for D after the lease expires (not after a release), at most 60s")
 	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
 
 	var pos, argv []string
@@ -108,6 +109,9 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	if err := checkWait(*wait); err != nil {
 		return err
 	}
+	if err := checkDuration("lock_delay_ms", *lockDelay); err != nil {
+		return err
+	}
 	if err := lockSupported(); err != nil {
 		return err
 	}
@@ -118,7 +122,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	}
 	defer c.Close()
 
-	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait)
+	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait, client.WithLockDelay(*lockDelay))
 	if err != nil {
 		return clientFail("lock "+key, err)
 	}
@@ -131,10 +135,10 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	return runUnderLease(ctx, e, cf, lease, argv)
 }
 
-func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration) (*client.Lease, error) {
+func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration, more ...client.LeaseOption) (*client.Lease, error) {
 	actx, cancel := waitContext(ctx, cf, wait)
 	defer cancel()
-	opts := []client.LeaseOption{client.WithTTL(ttl)}
+	opts := append([]client.LeaseOption{client.WithTTL(ttl)}, more...)
 	if holder != "" {
 		// Left unset, the client picks a holder of its own and can safely
 		// release a grant that crossed a cancelled wait on the wire.
