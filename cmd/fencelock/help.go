@@ -6,6 +6,7 @@ import (
 	"embed"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -104,9 +105,15 @@ func lookupHelp(name string) (*command, error) {
 			names = append(names, commands[i].name)
 		}
 	}
-	msg := fmt.Sprintf("no command or topic %q", name)
+	// The words of every unknown command, so that 'fencelock aquire' and
+	// 'fencelock help aquire' say the same.
+	msg := fmt.Sprintf("unknown command %q", name)
 	if s := suggest(name, append(names, topicNames()...)); s != "" {
-		msg += fmt.Sprintf("; did you mean %q?", s)
+		if slices.Contains(names, s) {
+			msg += fmt.Sprintf("; did you mean %q?", s)
+		} else {
+			msg += fmt.Sprintf("; did you mean the topic %q?", s)
+		}
 	}
 	return nil, (&usageErr{cmd: "help", message: msg, hint: "Run 'fencelock help' for the commands and topics."}).exit()
 }

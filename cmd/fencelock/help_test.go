@@ -63,7 +63,7 @@ func TestHelpTopics(t *testing.T) {
 	}
 	code, out, errs := runClientCLI(t, nil, "help", "tokenz")
 	if code != exitUsage || out != "" ||
-		errs != "fencelock: help: no command or topic \"tokenz\"; did you mean \"tokens\"?\nRun 'fencelock help' for the commands and topics.\n" {
+		errs != "fencelock: help: unknown command \"tokenz\"; did you mean the topic \"tokens\"?\nRun 'fencelock help' for the commands and topics.\n" {
 		t.Errorf("help tokenz: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	if code, _, _ := runClientCLI(t, nil, "help", "--man", "lock"); code != exitUsage {

@@ -16,9 +16,10 @@ import (
 	"github.com/fencelock/fencelock/client/clienttest"
 )
 
-// stopCMD runs lock in-process with a CMD that writes its pid to a file,
-// SIGSTOPs that process once it is there, and returns lock's status and
-// stderr. Nothing waits for a lease to run out: the stop itself ends the
+// stopCMD runs lock in-process with CMD sh -c script, in which READY
+// stands for writing the shell's pid to a file (put it after whatever
+// must be in place before the stop), SIGSTOPs that process once the file
+// is there, and returns lock's status and stderr. Nothing waits for a lease to run out: the stop itself ends the
 // hold.
 func stopCMD(t *testing.T, srv *clienttest.Server, script string, lockArgs ...string) (int, string) {
 	t.Helper()
@@ -30,8 +31,8 @@ func stopCMD(t *testing.T, srv *clienttest.Server, script string, lockArgs ...st
 	}
 	resc := make(chan result, 1)
 	go func() {
-		args := append(append([]string{"lock", "k"}, lockArgs...), "--", "sh", "-c",
-			`echo $$ > "$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"; `+script)
+		ready := `echo $$ > "$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"`
+		args := append(append([]string{"lock", "k"}, lockArgs...), "--", "sh", "-c", strings.Replace(script, "READY", ready, 1))
 		code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, args...)
 		resc <- result{code, errs}
 	}()
@@ -69,7 +70,7 @@ func stopCMD(t *testing.T, srv *clienttest.Server, script string, lockArgs ...st
 func TestLockStoppedCMDEndsTheHold(t *testing.T) {
 	srv := clienttest.NewServer(client.SystemClock{})
 	defer srv.Close()
-	code, errs := stopCMD(t, srv, `while :; do sleep 0.05; done`, "--ttl", "1m")
+	code, errs := stopCMD(t, srv, `READY; while :; do sleep 0.05; done`, "--ttl", "1m")
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
 	}
@@ -91,7 +92,7 @@ func TestLockStoppedCMDEndsTheHold(t *testing.T) {
 func TestLockStoppedCMDIgnoringTERMIsKilled(t *testing.T) {
 	srv := clienttest.NewServer(client.SystemClock{})
 	defer srv.Close()
-	code, errs := stopCMD(t, srv, `trap '' TERM; while :; do sleep 0.05; done`, "--ttl", "500ms", "--json")
+	code, errs := stopCMD(t, srv, `trap '' TERM; READY; while :; do sleep 0.05; done`, "--ttl", "500ms", "--json")
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
 	}

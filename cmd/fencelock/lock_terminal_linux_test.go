@@ -221,10 +221,18 @@ func TestLockTerminalForegroundComesBack(t *testing.T) {
 	srv.Fail("release", "hang")
 	tl := startTerminalLock(t, "lock", "k", "--addr", srv.Addr, "--timeout", "1m", "--",
 		"sh", "-c", `echo "pids:$$,$PPID."; read line`)
-	tl.waitScreen(".")
 	var cmdPid, lockPid int
-	if _, err := fmt.Sscanf(tl.screen.String()[strings.Index(tl.screen.String(), "pids:"):], "pids:%d,%d.", &cmdPid, &lockPid); err != nil {
-		t.Fatalf("terminal %q: %v", tl.screen.String(), err)
+	tl.waitFor("CMD's pids", func() bool {
+		scr := tl.screen.String()
+		i := strings.Index(scr, "pids:")
+		if i < 0 {
+			return false
+		}
+		_, err := fmt.Sscanf(scr[i:], "pids:%d,%d.", &cmdPid, &lockPid)
+		return err == nil
+	})
+	if cmdPid == lockPid || lockPid == 0 {
+		t.Fatalf("terminal %q", tl.screen.String())
 	}
 	if fg := tl.foreground(); fg != cmdPid {
 		t.Fatalf("foreground group %d while CMD runs, want CMD's %d (lock is %d)", fg, cmdPid, lockPid)
