@@ -221,16 +221,7 @@ func TestLockTerminalForegroundComesBack(t *testing.T) {
 	srv.Fail("release", "hang")
 	tl := startTerminalLock(t, "lock", "k", "--addr", srv.Addr, "--timeout", "1m", "--",
 		"sh", "-c", `echo "pids:$$,$PPID."; read line`)
-	var cmdPid, lockPid int
-	tl.waitFor("CMD's pids", func() bool {
-		scr := tl.screen.String()
-		i := strings.Index(scr, "pids:")
-		if i < 0 {
-			return false
-		}
-		_, err := fmt.Sscanf(scr[i:], "pids:%d,%d.", &cmdPid, &lockPid)
-		return err == nil
-	})
+	cmdPid, lockPid := tl.pids()
 	if cmdPid == lockPid || lockPid == 0 {
 		t.Fatalf("terminal %q", tl.screen.String())
 	}
@@ -264,5 +255,64 @@ func TestLockTerminalExecFails(t *testing.T) {
 	}
 	if _, _, held := srv.Holder("k"); held {
 		t.Fatal("the lock is still held after CMD failed to start")
+	}
+}
+
+// pids waits for CMD to print "pids:$$,$PPID." and returns CMD's pid and
+// lock's (CMD's parent).
+func (tl *terminalLock) pids() (cmdPid, lockPid int) {
+	tl.t.Helper()
+	tl.waitFor("CMD's pids", func() bool {
+		scr := tl.screen.String()
+		i := strings.Index(scr, "pids:")
+		if i < 0 {
+			return false
+		}
+		_, err := fmt.Sscanf(scr[i:], "pids:%d,%d.", &cmdPid, &lockPid)
+		return err == nil
+	})
+	return cmdPid, lockPid
+}
+
+// TestLockTerminalForwardsSIGTERM: with CMD in the terminal's foreground,
+// a SIGTERM sent to lock itself still reaches CMD, and lock exits with
+// CMD's status after releasing.
+func TestLockTerminalForwardsSIGTERM(t *testing.T) {
+	srv := clienttest.NewServer(client.SystemClock{})
+	defer srv.Close()
+	tl := startTerminalLock(t, "lock", "k", "--addr", srv.Addr, "--",
+		"sh", "-c", `trap 'exit 5' TERM; echo "pids:$$,$PPID."; while :; do sleep 0.05; done`)
+	_, lockPid := tl.pids()
+	if err := syscall.Kill(lockPid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := tl.exit(); code != 5 {
+		t.Fatalf("exit %d, want CMD's 5; stderr %q", code, tl.stderr.String())
+	}
+	if _, _, held := srv.Holder("k"); held {
+		t.Fatal("the lock is still held after CMD exited")
+	}
+}
+
+// TestLockTerminalStoppedCMD: SIGSTOP of a CMD that has the terminal
+// ends the hold there too: lock takes the terminal back, says so, ends
+// CMD and exits 4 with the lock released.
+func TestLockTerminalStoppedCMD(t *testing.T) {
+	srv := clienttest.NewServer(client.SystemClock{})
+	defer srv.Close()
+	tl := startTerminalLock(t, "lock", "k", "--addr", srv.Addr, "--",
+		"sh", "-c", `echo "pids:$$,$PPID."; read line`)
+	cmdPid, _ := tl.pids()
+	if err := syscall.Kill(cmdPid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if code := tl.exit(); code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, tl.stderr.String())
+	}
+	if !strings.Contains(tl.stderr.String(), "CMD was stopped by SIGSTOP, and a stopped command must not hold the lock") {
+		t.Errorf("stderr %q", tl.stderr.String())
+	}
+	if _, _, held := srv.Holder("k"); held {
+		t.Fatal("the lock is still held after the stopped CMD was ended")
 	}
 }
