@@ -14,6 +14,8 @@ import "encoding/binary"
 // part of the snapshot format: never renumber one, never reuse one.
 const (
 	sectionNone byte = 0 // not a section; the tags start at 1
+	// sectionShared: semaphores and read/write locks (shared_snapshot.go).
+	sectionShared byte = 3
 )
 
 // section is one kind of state a snapshot may carry beyond version 2.
@@ -28,7 +30,9 @@ type section struct {
 }
 
 // sections lists every section kind in tag order.
-var sections = []section{}
+var sections = []section{
+	{tag: sectionShared, encode: appendShared, decode: decodeShared}, // semaphores and read/write locks
+}
 
 // appendSections appends every non-empty section of t to b.
 func (t *Table) appendSections(b []byte) []byte {

@@ -35,6 +35,11 @@ type Lease struct {
 	Granted Time     // when this token was issued
 	Expiry  Time     // alive while now < Expiry
 	TTL     Duration // the ttl of the grant or of the last Extend
+	// Multi-holder keys (shared.go): the key's kind, a semaphore's limit,
+	// and whether a read/write lock's holder is its writer.
+	Kind    Kind
+	Permits int
+	Write   bool
 }
 
 // Alive reports whether the lease is alive at now.
@@ -69,6 +74,7 @@ type entry struct {
 	ttl     Duration
 	heapIdx int32 // position in Table.expiries, -1 when not held
 	queued  bool  // Table.waiting holds this key's waiters
+	multi   bool  // a semaphore or read/write key, or one of its holders (shared.go)
 }
 
 // held reports whether e has a lease record (alive or not).
@@ -151,6 +157,7 @@ type Table struct {
 	maxNow   Time   // the largest now ever passed in
 	queued   int    // waiters in all queues
 	observe  func(Event)
+	multi    map[string]*multiKey // semaphores and read/write locks (shared.go); nil until one
 	// index orders the entries by key, for List: it holds exactly the
 	// entries of the map, so a lease that passes from holder to waiter
 	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
@@ -198,6 +205,12 @@ func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, erro
 	}
 	t.see(now)
 	e := t.entries[key]
+	if e != nil && e.multi {
+		if err := t.kindMismatch(e, now); err != nil {
+			return Lease{}, err
+		}
+		e = nil
+	}
 	if e != nil {
 		t.settle(e, now)
 		if e.held() && e.alive(now) && e.holder.name != holder {
@@ -236,6 +249,12 @@ func (t *Table) WaitWithin(key, holder string, now Time, ttl Duration, deadline 
 	}
 	t.see(now)
 	e := t.entries[key]
+	if e != nil && e.multi {
+		if err := t.kindMismatch(e, now); err != nil {
+			return Lease{}, false, err
+		}
+		e = nil
+	}
 	if e == nil {
 		e = t.newEntry(key)
 		return t.grant(e, holder, now, ttl, now), true, nil
@@ -278,9 +297,20 @@ func (t *Table) QueuedCount() int { return t.queued }
 // CancelWait takes holder out of key's queue. It reports whether holder was
 // queued. It never touches a lease.
 func (t *Table) CancelWait(key, holder string) bool {
+	return t.CancelWaitAt(key, holder, t.maxNow)
+}
+
+// CancelWaitAt is CancelWait at now: when the waiter leaving lets others
+// in (a writer at the head of a read/write lock's queue, with readers
+// behind it), they are granted at now.
+func (t *Table) CancelWaitAt(key, holder string, now Time) bool {
 	e := t.entries[key]
 	if e == nil {
 		return false
+	}
+	if e.multi {
+		t.see(now)
+		return t.cancelShared(e, holder, now)
 	}
 	ws := t.waitersOf(e)
 	for i := range ws {
@@ -306,6 +336,9 @@ func (t *Table) Release(key, holder string, now Time) (bool, error) {
 	if e == nil {
 		return false, nil
 	}
+	if e.multi {
+		return t.releaseShared(e, holder, 0, now), nil
+	}
 	t.settle(e, now)
 	if !e.held() || !e.alive(now) || e.holder.name != holder {
 		t.tidy(e) // settle may have emptied it
@@ -322,6 +355,10 @@ func (t *Table) Release(key, holder string, now Time) (bool, error) {
 func (t *Table) ReleaseToken(key, holder string, token uint64, now Time) (bool, error) {
 	if err := validate(key, holder); err != nil {
 		return false, err
+	}
+	if e := t.entries[key]; e != nil && e.multi {
+		t.see(now)
+		return t.releaseShared(e, holder, token, now), nil
 	}
 	if e := t.entries[key]; e == nil || !e.held() || e.token != token {
 		return false, nil
@@ -341,6 +378,9 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 	if e == nil {
 		return Lease{}, ErrNotHeld
 	}
+	if e.multi {
+		return t.extendShared(e, holder, token, now, ttl)
+	}
 	t.settle(e, now)
 	if !e.held() || !e.alive(now) || e.holder.name != holder || e.token != token {
 		t.tidy(e) // settle may have emptied it
@@ -356,6 +396,9 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 // Like the seed's is_valid_token it takes no time; see Check.
 func (t *Table) IsValidToken(key string, token uint64) bool {
 	e := t.entries[key]
+	if e != nil && e.multi {
+		return t.sharedToken(e, token, 0, false)
+	}
 	return e != nil && e.held() && e.token == token
 }
 
@@ -363,12 +406,20 @@ func (t *Table) IsValidToken(key string, token uint64) bool {
 // alive at now.
 func (t *Table) Check(key string, token uint64, now Time) bool {
 	e := t.entries[key]
+	if e != nil && e.multi {
+		return t.sharedToken(e, token, now, true)
+	}
 	return e != nil && e.held() && e.token == token && e.alive(now)
 }
 
-// Get returns key's lease if it is alive at now. It changes nothing.
+// Get returns key's lease if it is alive at now. It changes nothing. On a
+// multi-holder key it answers the live holder with the oldest token (see
+// Holders for all of them).
 func (t *Table) Get(key string, now Time) (Lease, bool) {
 	e := t.entries[key]
+	if e != nil && e.multi {
+		return t.sharedGet(e, now)
+	}
 	if e == nil || !e.held() || !e.alive(now) {
 		return Lease{}, false
 	}
@@ -380,6 +431,9 @@ func (t *Table) Waiters(key string) []string {
 	e := t.entries[key]
 	if e == nil {
 		return nil
+	}
+	if e.multi {
+		return t.sharedWaiters(e)
 	}
 	ws := t.waitersOf(e)
 	out := make([]string, len(ws))
@@ -414,7 +468,11 @@ func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 		if !strings.HasPrefix(e.key, prefix) {
 			return false
 		}
-		if e.held() && e.alive(now) {
+		if e.multi {
+			// A key's holders are never split across pages: the next
+			// page starts after the key.
+			out = t.holderLeases(out, e, now)
+		} else if e.held() && e.alive(now) {
 			out = append(out, e.lease())
 		}
 		return limit <= 0 || len(out) < limit
@@ -427,7 +485,13 @@ func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 // allocation.
 func (t *Table) EachLive(now Time, fn func(key string)) {
 	t.index.Ascend(func(e *entry) bool {
-		if e.held() && e.alive(now) {
+		if e.multi {
+			for _, h := range t.multi[e.key].holders {
+				if h.e.alive(now) {
+					fn(e.key)
+				}
+			}
+		} else if e.held() && e.alive(now) {
 			fn(e.key)
 		}
 		return true
@@ -439,8 +503,15 @@ func (t *Table) EachLive(now Time, fn func(key string)) {
 // deadline has passed leaves its queue (EventWaitDropped).
 func (t *Table) Tick(now Time) {
 	t.see(now)
+	if len(t.multi) > 0 {
+		defer t.tickSharedWaiters(now)
+	}
 	for len(t.expiries) > 0 && t.expiries[0].expiry <= now {
 		e := t.expiries[0]
+		if e.multi {
+			t.tickShared(e, now)
+			continue
+		}
 		t.expire(e, now)
 		t.handOff(e, now)
 		t.tidy(e)
@@ -478,6 +549,9 @@ func (t *Table) NextDeadline() (at Time, ok bool) {
 				at, ok = w.deadline, true
 			}
 		}
+	}
+	if len(t.multi) > 0 {
+		return t.nextSharedDeadline(at, ok)
 	}
 	return at, ok
 }
@@ -585,7 +659,7 @@ func (t *Table) drop(e *entry) {
 
 // tidy forgets e once it has neither a lease record nor a waiter.
 func (t *Table) tidy(e *entry) {
-	if !e.queued && !e.held() {
+	if !e.queued && !e.held() && !e.multi {
 		delete(t.entries, e.key)
 		t.index.Delete(e)
 	}
