@@ -26,7 +26,9 @@ const (
 	OpClusterID   Op = 11 // ClusterID (set once; later ones change nothing)
 	OpTokenFloor  Op = 12 // Token: raise the token counter to at least Token
 	OpACL         Op = 13 // ACL: one change of the ACL tables (acl.go)
-	opLimit       Op = 14
+	// Semaphores and read/write locks (shared.go): 20..24.
+	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters]
+	opLimit  Op = 21
 )
 
 var opNames = [...]string{
@@ -34,11 +36,11 @@ var opNames = [...]string{
 	OpRelease: "release", OpExtend: "extend", OpExtendBatch: "extend-batch",
 	OpRenew: "renew", OpTick: "tick", OpCancelWaits: "cancel-waits",
 	OpMember: "member", OpClusterID: "cluster-id", OpTokenFloor: "token-floor",
-	OpACL: "acl",
+	OpACL: "acl", OpShared: "shared-acquire",
 }
 
 func (o Op) String() string {
-	if o > 0 && o < opLimit {
+	if o > 0 && o < opLimit && opNames[o] != "" {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
@@ -96,6 +98,9 @@ type Command struct {
 
 	// OpACL: the change (acl.go).
 	ACL *ACLChange
+
+	// OpShared: the semaphore or read/write request (shared.go).
+	Shared locktable.Shared
 }
 
 // Encoding, after the op byte, all integers varints:
@@ -128,7 +133,7 @@ func Encode(c Command) ([]byte, error) {
 		return nil, fmt.Errorf("%w: cluster id of %d bytes", ErrBadCommand, len(c.ClusterID))
 	}
 	if c.MaxKeyWaiters < 0 || c.MaxWaiters < 0 || c.MaxKeyWaiters > MaxWaitLimit || c.MaxWaiters > MaxWaitLimit ||
-		(c.Op != OpWait && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0)) {
+		(c.Op != OpWait && c.Op != OpShared && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0)) {
 		return nil, fmt.Errorf("%w: wait limits %d, %d", ErrBadCommand, c.MaxKeyWaiters, c.MaxWaiters)
 	}
 	b := make([]byte, 0, 24+len(c.RequestID)+len(c.Key)+len(c.Holder)+len(c.Items)*24)
@@ -186,6 +191,8 @@ func Encode(c Command) ([]byte, error) {
 		if b, err = appendACLChange(b, c.ACL); err != nil {
 			return nil, err
 		}
+	case OpShared:
+		b = appendSharedCommand(b, c)
 	case OpCancelWaits:
 		b = binary.AppendUvarint(b, uint64(len(c.Items)))
 		for _, it := range c.Items {
@@ -266,6 +273,8 @@ func Decode(data []byte) (Command, error) {
 		}
 	case OpACL:
 		c.ACL = readACLChange(&d)
+	case OpShared:
+		readSharedCommand(&d, &c)
 	case OpCancelWaits:
 		n := d.count()
 		for i := 0; i < n && d.err == nil; i++ {

@@ -152,13 +152,13 @@ func (f *FSM) apply(c Command) *Result {
 		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
 		r.Granted = r.Err == nil
 	case OpCancelWait:
-		if t.CancelWait(c.Key, c.Holder) {
+		if t.CancelWaitAt(c.Key, c.Holder, now) {
 			r.Cancelled = 1
 			f.waitEnded(locktable.Event{Key: c.Key, Holder: c.Holder})
 		}
 	case OpCancelWaits:
 		for _, it := range c.Items {
-			if t.CancelWait(it.Key, it.Holder) {
+			if t.CancelWaitAt(it.Key, it.Holder, now) {
 				r.Cancelled++
 				f.waitEnded(locktable.Event{Key: it.Key, Holder: it.Holder})
 			}
@@ -192,6 +192,8 @@ func (f *FSM) apply(c Command) *Result {
 		t.RaiseLastToken(c.Token)
 	case OpACL:
 		r.Err = f.applyACL(c.ACL)
+	case OpShared:
+		f.applyShared(c, r, now)
 	default:
 		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}
