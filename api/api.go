@@ -91,6 +91,8 @@ func Status(code string) int {
 		return http.StatusUnauthorized
 	case CodePermissionDenied:
 		return http.StatusForbidden
+	case CodeKindMismatch:
+		return http.StatusConflict
 	case CodeHeld, CodeNotHeld, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeNoQuorum:
 		return http.StatusConflict
 	case CodeNotFound:
@@ -118,6 +120,9 @@ type Error struct {
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 	// Leader is the leader's client address, when known (CodeNotLeader).
 	Leader string `json:"leader,omitempty"`
+	// Kind and Permits say what the key is (CodeKindMismatch; shared.go).
+	Kind    string `json:"kind,omitempty"`
+	Permits int    `json:"permits,omitempty"`
 }
 
 // Lease is one grant: who holds a key, under which fencing token, for how
@@ -128,6 +133,14 @@ type Lease struct {
 	Token       uint64 `json:"token"`
 	TTLMs       int64  `json:"ttl_ms"`
 	RemainingMs int64  `json:"remaining_ms"`
+	// A semaphore's or read/write lock's holder (shared.go): the key's
+	// kind, a semaphore's permits, a read/write holder's mode. Absent
+	// for exclusive leases. GET /v1/lock on such a key answers its oldest
+	// holder with every live holder in Holders.
+	Kind    string  `json:"kind,omitempty"`
+	Permits int     `json:"permits,omitempty"`
+	Mode    string  `json:"mode,omitempty"`
+	Holders []Lease `json:"holders,omitempty"`
 }
 
 // AcquireRequest is POST /v1/acquire; the answer is a Lease. WaitMs 0 tries
@@ -140,6 +153,10 @@ type AcquireRequest struct {
 	TTLMs     int64  `json:"ttl_ms"`
 	WaitMs    int64  `json:"wait_ms,omitempty"`
 	RequestID string `json:"request_id,omitempty"`
+	// Permits > 0 asks for one of that many permits of a semaphore;
+	// Mode "read" or "write" for a read/write lock (shared.go).
+	Permits int    `json:"permits,omitempty"`
+	Mode    string `json:"mode,omitempty"`
 }
 
 // RenewRequest is POST /v1/renew: the live holder gets a new token and a
