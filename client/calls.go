@@ -69,9 +69,10 @@ func (l Lock) lease() api.Lease {
 // that elapsed, matches ErrHeld; the *APIError names the holder in the way.
 // A grant to a holder that already holds the key is a renewal: new token.
 //
-// Grant does not keep the lease alive; Acquire and TryAcquire do.
-func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
-	return c.grant(ctx, key, holder, ttl, wait, newRequestID(), sharedReq{})
+// Grant does not keep the lease alive; Acquire and TryAcquire do. Of opts
+// only WithPermits, WithRead and WithWrite apply (shared.go).
+func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration, opts ...LeaseOption) (Lock, error) {
+	return c.grant(ctx, key, holder, ttl, wait, newRequestID(), newLeaseOptions(opts).shared)
 }
 
 // grant is Grant under the given request id: a wait re-sent under the id

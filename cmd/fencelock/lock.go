@@ -18,7 +18,7 @@ import (
 // exitLost is lock's status when the lease was lost while CMD ran.
 const exitLost = 4
 
-const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--wait D] [--holder H] -- CMD [ARGS...]
+const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--wait D] [--holder H] [--n N | --read | --write] -- CMD [ARGS...]
 
 Acquires KEY (waiting up to --wait in the key's FIFO queue), runs CMD with
 FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_HOLDER in its environment,
@@ -42,7 +42,7 @@ before the lock is released or the loss reported: nothing started under
 the lock outlives it. CMD therefore does not own the terminal:
 interactive programs that read from it are not supported. Without "--",
 flags must come before KEY and everything after KEY is CMD.
-`
+` + sharedUsage
 
 const lockExit = `Exit status:
   CMD's own status when it ran and the lease held (128+N if killed by signal N)
@@ -60,6 +60,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
 	wait := f.Duration("wait", 0, "wait in the key's queue up to D, at most 1h (0: try once)")
+	shared := addSharedFlags(f) // shared.go
 	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
 
 	var pos, argv []string
@@ -89,6 +90,10 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	if err := checkDuration("wait_ms", *wait); err != nil {
 		return err
 	}
+	sharedOpts, err := shared.options()
+	if err != nil {
+		return err
+	}
 	if err := lockSupported(); err != nil {
 		return err
 	}
@@ -99,7 +104,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	}
 	defer c.Close()
 
-	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait)
+	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait, sharedOpts...)
 	if err != nil {
 		return clientFail("lock "+key, err)
 	}
@@ -112,10 +117,10 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	return runUnderLease(ctx, e, cf, lease, argv)
 }
 
-func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration) (*client.Lease, error) {
+func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration, extra ...client.LeaseOption) (*client.Lease, error) {
 	actx, cancel := cf.callContext(ctx, wait)
 	defer cancel()
-	opts := []client.LeaseOption{client.WithTTL(ttl)}
+	opts := append([]client.LeaseOption{client.WithTTL(ttl)}, extra...)
 	if holder != "" {
 		// Left unset, the client picks a holder of its own and can safely
 		// release a grant that crossed a cancelled wait on the wire.
