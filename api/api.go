@@ -140,6 +140,7 @@ type Lease struct {
 	Kind    string  `json:"kind,omitempty"`
 	Permits int     `json:"permits,omitempty"`
 	Mode    string  `json:"mode,omitempty"`
+	Slot    int     `json:"slot,omitempty"` // a semaphore holder's permit, 1..Permits
 	Holders []Lease `json:"holders,omitempty"`
 }
 

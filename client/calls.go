@@ -28,6 +28,7 @@ type Lock struct {
 	Kind    string
 	Permits int
 	Mode    string
+	Slot    int // a semaphore holder's permit, 1..Permits: fence per slot
 	Holders []Lock
 }
 
@@ -47,7 +48,7 @@ func (l *Lock) UnmarshalJSON(data []byte) error {
 // lockOf is the server's lease in the client's terms.
 func lockOf(w api.Lease) Lock {
 	l := Lock{Key: w.Key, Holder: w.Holder, Token: w.Token, TTL: api.Duration(w.TTLMs), Remaining: api.Duration(w.RemainingMs),
-		Kind: w.Kind, Permits: w.Permits, Mode: w.Mode}
+		Kind: w.Kind, Permits: w.Permits, Mode: w.Mode, Slot: w.Slot}
 	for _, h := range w.Holders {
 		l.Holders = append(l.Holders, lockOf(h))
 	}
@@ -56,7 +57,7 @@ func lockOf(w api.Lease) Lock {
 
 func (l Lock) lease() api.Lease {
 	w := api.Lease{Key: l.Key, Holder: l.Holder, Token: l.Token, TTLMs: api.Ms(l.TTL), RemainingMs: api.Ms(l.Remaining),
-		Kind: l.Kind, Permits: l.Permits, Mode: l.Mode}
+		Kind: l.Kind, Permits: l.Permits, Mode: l.Mode, Slot: l.Slot}
 	for _, h := range l.Holders {
 		w.Holders = append(w.Holders, h.lease())
 	}

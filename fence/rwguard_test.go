@@ -139,3 +139,21 @@ func TestRWGuardHolds(t *testing.T) {
 		t.Fatalf("last write %d", last)
 	}
 }
+
+// TestPermitSlotsFenceLikeLocks: permits on different slots do not stale
+// each other; a later holder of the same slot stales the earlier one.
+func TestPermitSlotsFenceLikeLocks(t *testing.T) {
+	g := NewGuard()
+	if err := g.Do(ctx, PermitResource("pool", 1), 5, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Do(ctx, PermitResource("pool", 2), 4, nil); err != nil {
+		t.Fatalf("slot 2 under an older token than slot 1's: %v", err)
+	}
+	if err := g.Do(ctx, PermitResource("pool", 1), 9, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Do(ctx, PermitResource("pool", 1), 5, nil); !errors.Is(err, ErrStaleToken) {
+		t.Fatalf("slot 1's old holder after its new one: %v", err)
+	}
+}

@@ -98,7 +98,7 @@ func answerNo(format string, args ...any) error {
 // one.
 func apiLease(lk client.Lock) api.Lease {
 	l := api.Lease{Key: lk.Key, Holder: lk.Holder, Token: lk.Token, TTLMs: api.Ms(lk.TTL), RemainingMs: api.Ms(lk.Remaining),
-		Kind: lk.Kind, Permits: lk.Permits, Mode: lk.Mode}
+		Kind: lk.Kind, Permits: lk.Permits, Mode: lk.Mode, Slot: lk.Slot}
 	for _, h := range lk.Holders {
 		l.Holders = append(l.Holders, apiLease(h))
 	}

@@ -148,6 +148,7 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 		"FENCELOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
 		"FENCELOCK_HOLDER="+lease.Holder(),
 	)
+	cmd.Env = append(cmd.Env, sharedEnv(lease.Lock())...) // shared.go
 	// Its own process group: a loss must stop the whole tree CMD started,
 	// not just its first process (a shell's children would outlive it).
 	newGroup(cmd)

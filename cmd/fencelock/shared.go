@@ -22,7 +22,9 @@ With --n N, KEY is a semaphore of N permits and one of them is asked for
 the semaphore has holders or waiters). With --read or --write, KEY is a
 read/write lock: readers share it, a writer holds it alone, and a reader
 queues behind a writer that asked first. Asking for a key as another kind
-than it is fails with exit status 1 (kind_mismatch).
+than it is fails with exit status 1 (kind_mismatch). lock adds
+FENCELOCK_SLOT (the permit, 1..N) or FENCELOCK_MODE (read, write) to CMD's
+environment: a resource fences each slot, or its read and write paths.
 `
 
 func addSharedFlags(f *flags) *sharedFlags {
@@ -54,6 +56,19 @@ func (s *sharedFlags) options() ([]client.LeaseOption, error) {
 		return []client.LeaseOption{client.WithWrite()}, nil
 	}
 	return nil, nil
+}
+
+// sharedEnv is what lock adds to CMD's environment for a semaphore permit
+// (FENCELOCK_PERMITS, FENCELOCK_SLOT: fence per slot) or a read/write hold
+// (FENCELOCK_MODE: read or write, the fence path to use).
+func sharedEnv(lk client.Lock) []string {
+	switch lk.Kind {
+	case api.KindSemaphore:
+		return []string{"FENCELOCK_PERMITS=" + strconv.Itoa(lk.Permits), "FENCELOCK_SLOT=" + strconv.Itoa(lk.Slot)}
+	case api.KindRWLock:
+		return []string{"FENCELOCK_MODE=" + lk.Mode}
+	}
+	return nil
 }
 
 // kindColumn is the KIND column of a multi-holder lease in list and get:

@@ -19,7 +19,7 @@ func TestSharedCommands(t *testing.T) {
 		stderr string // substring
 	}{
 		{[]string{"acquire", "pool", "-n", "2", "--holder", "a", "--ttl", "30s"}, 0, "1\n", ""},
-		{[]string{"acquire", "pool", "--n=2", "--holder", "b", "--ttl", "30s", "--json"}, 0, `{"key":"pool","holder":"b","token":2,"ttl_ms":30000,"remaining_ms":…` + `"kind":"semaphore","permits":2}` + "\n", ""},
+		{[]string{"acquire", "pool", "--n=2", "--holder", "b", "--ttl", "30s", "--json"}, 0, `{"key":"pool","holder":"b","token":2,"ttl_ms":30000,"remaining_ms":…` + `"kind":"semaphore","permits":2,"slot":2}` + "\n", ""},
 		{[]string{"acquire", "pool", "-n", "2", "--holder", "c"}, 1, "", "held by another holder"},
 		{[]string{"acquire", "pool", "-n", "3", "--holder", "c"}, 1, "", "semaphore of 2 permits"},
 		{[]string{"acquire", "pool", "--holder", "c"}, 1, "", "key is a semaphore"},
@@ -27,9 +27,9 @@ func TestSharedCommands(t *testing.T) {
 		{[]string{"list", "pool"}, 0, "KEY   KIND         HOLDER  TOKEN  TTL  REMAINING\npool  semaphore/2  a       1 …", ""},
 		{[]string{"get", "pool"}, 0, "KEY   KIND         HOLDER  TOKEN  TTL  REMAINING\npool  semaphore/2  a       1 …", ""},
 		{[]string{"release", "pool", "--holder", "a"}, 0, "", ""},
-		{[]string{"lock", "pool", "-n", "2", "--holder", "l", "--", "sh", "-c", `echo "$FENCELOCK_TOKEN"`}, 0, "3\n", ""},
+		{[]string{"lock", "pool", "-n", "2", "--holder", "l", "--", "sh", "-c", `echo "$FENCELOCK_TOKEN $FENCELOCK_SLOT/$FENCELOCK_PERMITS"`}, 0, "3 1/2\n", ""},
 		{[]string{"acquire", "doc", "--read", "--holder", "r1"}, 0, "4\n", ""},
-		{[]string{"lock", "doc", "--read", "--", "sh", "-c", `echo "$FENCELOCK_TOKEN"`}, 0, "5\n", ""},
+		{[]string{"lock", "doc", "--read", "--", "sh", "-c", `echo "$FENCELOCK_TOKEN $FENCELOCK_MODE"`}, 0, "5 read\n", ""},
 		{[]string{"acquire", "doc", "--write", "--holder", "w"}, 1, "", "held"},
 		{[]string{"acquire", "doc", "--holder", "w"}, 1, "", "rwlock"},
 		{[]string{"list", "doc", "--json"}, 0, `{"locks":[{"key":"doc","holder":"r1","token":4,"ttl_ms":10000,"remaining_ms":…,"kind":"rwlock","mode":"read"}]}` + "\n", ""},

@@ -84,3 +84,11 @@ func (f *FSM) KindOf(key string) (locktable.Kind, int, bool) {
 	defer f.mu.RUnlock()
 	return f.table.KindOf(key)
 }
+
+// LeaseOf returns holder's lease on key if it is alive at now, whatever
+// the key's kind.
+func (f *FSM) LeaseOf(key, holder string, now locktable.Time) (locktable.Lease, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.LeaseOf(key, holder, now)
+}

@@ -57,8 +57,28 @@ func (k *skey) fits(write bool) bool {
 }
 
 func (m *smodel) grant(name string, k *skey, holder string, write bool, now Time, ttl Duration) Lease {
+	return m.grantSlot(name, k, holder, write, now, ttl, k.lowestFree())
+}
+
+// lowestFree: the first permit, counting from 1, that no holder has.
+func (k *skey) lowestFree() int {
+	if k.kind != Semaphore {
+		return 0
+	}
+	for s := 1; ; s++ {
+		taken := false
+		for _, h := range k.holders {
+			taken = taken || h.Slot == s
+		}
+		if !taken {
+			return s
+		}
+	}
+}
+
+func (m *smodel) grantSlot(name string, k *skey, holder string, write bool, now Time, ttl Duration, slot int) Lease {
 	m.last++
-	l := Lease{Key: name, Holder: holder, Token: m.last, Granted: now, Expiry: now + Time(ttl), TTL: ttl, Kind: k.kind, Write: write}
+	l := Lease{Key: name, Holder: holder, Token: m.last, Granted: now, Expiry: now + Time(ttl), TTL: ttl, Kind: k.kind, Write: write, Slot: slot}
 	if k.kind == Semaphore {
 		l.Permits = k.permits
 	}
@@ -152,8 +172,9 @@ func (m *smodel) acquire(name, holder string, s Shared, now Time, ttl Duration, 
 		if k.kind == ReadWrite && s.Write && !k.holders[i].Write && len(k.holders) > 1 {
 			return 0, false, ErrHeld
 		}
+		slot := k.holders[i].Slot
 		k.holders = append(k.holders[:i:i], k.holders[i+1:]...)
-		l := m.grant(name, k, holder, s.Write, now, ttl)
+		l := m.grantSlot(name, k, holder, s.Write, now, ttl, slot)
 		m.handOff(name, k, now)
 		return l.Token, true, nil
 	}
@@ -472,10 +493,15 @@ func checkSharedKey(rt *rapid.T, tb *Table, m *smodel, k string, now Time) {
 		rt.Fatalf("%s: %d live holders of a %d-permit semaphore", k, len(hs), permits)
 	}
 	writers := 0
+	slots := map[int]bool{}
 	for _, l := range hs {
 		if l.Write {
 			writers++
 		}
+		if kind == Semaphore && (l.Slot < 1 || l.Slot > permits || slots[l.Slot]) {
+			rt.Fatalf("%s: slot %d of %d twice or out of range: %+v", k, l.Slot, permits, hs)
+		}
+		slots[l.Slot] = true
 	}
 	if writers > 0 && len(hs) > 1 {
 		rt.Fatalf("%s: a writer beside %d other holders: %+v", k, len(hs)-1, hs)

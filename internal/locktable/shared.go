@@ -92,6 +92,7 @@ type multiKey struct {
 type sharedHolder struct {
 	e     *entry // key, holder, token, granted, expiry, ttl; in Table.expiries
 	write bool
+	slot  int // a semaphore's permit, 1..permits; 0 for a read/write lock
 }
 
 type sharedWaiter struct {
@@ -139,7 +140,7 @@ func (m *multiKey) waiterIndex(holder string) int {
 
 func (m *multiKey) lease(h sharedHolder) Lease {
 	l := h.e.lease()
-	l.Kind, l.Write = m.kind, h.write
+	l.Kind, l.Write, l.Slot = m.kind, h.write, h.slot
 	if m.kind == Semaphore {
 		l.Permits = m.permits
 	}
@@ -247,7 +248,7 @@ func (t *Table) AcquireShared(key, holder string, s Shared, now Time, ttl Durati
 		}
 		m.removeHolder(i)
 		t.removeHolderEntry(h.e)
-		l := t.grantShared(e, m, holder, s.Write, now, ttl, now)
+		l := t.grantSlot(e, m, holder, s.Write, now, ttl, now, h.slot)
 		t.handOffShared(e, m, now) // a writer that became a reader lets readers in
 		return l, true, nil
 	}
@@ -283,10 +284,32 @@ func (t *Table) AcquireShared(key, holder string, s Shared, now Time, ttl Durati
 
 // grantShared issues the next token to holder on e, m's placeholder.
 func (t *Table) grantShared(e *entry, m *multiKey, holder string, write bool, now Time, ttl Duration, since Time) Lease {
+	return t.grantSlot(e, m, holder, write, now, ttl, since, m.freeSlot())
+}
+
+// freeSlot is the lowest permit no holder has (0 for a read/write lock).
+func (m *multiKey) freeSlot() int {
+	if m.kind != Semaphore {
+		return 0
+	}
+	used := make([]bool, len(m.holders)+2)
+	for _, h := range m.holders {
+		if h.slot < len(used) {
+			used[h.slot] = true
+		}
+	}
+	for s := 1; ; s++ {
+		if !used[s] {
+			return s
+		}
+	}
+}
+
+func (t *Table) grantSlot(e *entry, m *multiKey, holder string, write bool, now Time, ttl Duration, since Time, slot int) Lease {
 	t.last++
 	he := &entry{key: e.key, holder: t.internHolder(holder), token: t.last, granted: now, expiry: now + Time(ttl), ttl: ttl, multi: true}
 	heap.Push(&t.expiries, he)
-	h := sharedHolder{e: he, write: write}
+	h := sharedHolder{e: he, write: write, slot: slot}
 	m.holders = append(m.holders, h)
 	if i := m.waiterIndex(holder); i >= 0 {
 		m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)

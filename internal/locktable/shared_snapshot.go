@@ -11,8 +11,8 @@ import (
 //
 //	uvarint keys | each: string key | byte kind | uvarint permits |
 //	        uvarint holders | holders | uvarint waiters | waiters
-//	holder: string name | byte write | uvarint token | varint granted |
-//	        varint expiry | varint ttl
+//	holder: string name | byte write | uvarint slot | uvarint token |
+//	        varint granted | varint expiry | varint ttl
 //	waiter: string name | byte write | varint ttl | varint since | varint deadline
 //
 // Holders are in token order, waiters head first. A table without any
@@ -37,6 +37,7 @@ func appendShared(t *Table, b []byte) []byte {
 		for _, h := range m.holders {
 			b = appendString(b, h.e.holder.name)
 			b = append(b, boolByte(h.write))
+			b = binary.AppendUvarint(b, uint64(h.slot))
 			b = binary.AppendUvarint(b, h.e.token)
 			b = binary.AppendVarint(b, int64(h.e.granted))
 			b = binary.AppendVarint(b, int64(h.e.expiry))
@@ -99,16 +100,17 @@ func decodeShared(t *Table, p []byte) error {
 		for j := uint64(0); j < nh && d.err == nil; j++ {
 			name := d.string(MaxHolderLen)
 			write := d.byte()
+			slot := d.uvarint()
 			he := &entry{key: key, token: d.uvarint(), granted: Time(d.varint()), expiry: Time(d.varint()), ttl: Duration(d.varint()), multi: true}
 			if d.err != nil {
 				break
 			}
-			if validateHolder(name) != nil || seen[name] || write > 1 || he.token <= lastTok || he.token > t.last || he.ttl <= 0 {
+			if validateHolder(name) != nil || seen[name] || write > 1 || he.token <= lastTok || he.token > t.last || he.ttl <= 0 || slot > MaxPermits {
 				return fmt.Errorf("key %d: bad holder %d", i, j)
 			}
 			seen[name], lastTok = true, he.token
 			he.holder = t.internHolder(name)
-			m.holders = append(m.holders, sharedHolder{e: he, write: write == 1})
+			m.holders = append(m.holders, sharedHolder{e: he, write: write == 1, slot: int(slot)})
 		}
 		nw := d.uvarint()
 		if d.err == nil && nw > uint64(len(d.b))/5 {
@@ -166,6 +168,16 @@ func (m *multiKey) validHolders() bool {
 		if w.write && m.kind != ReadWrite {
 			return false
 		}
+	}
+	slots := map[int]bool{}
+	for _, h := range m.holders {
+		if m.kind == Semaphore && (h.slot < 1 || h.slot > m.permits || slots[h.slot]) {
+			return false
+		}
+		if m.kind != Semaphore && h.slot != 0 {
+			return false
+		}
+		slots[h.slot] = true
 	}
 	if m.kind == Semaphore {
 		return writers == 0 && len(m.holders) <= m.permits

@@ -40,6 +40,10 @@ type Lease struct {
 	Kind    Kind
 	Permits int
 	Write   bool
+	// Slot is a semaphore holder's permit, 1..Permits: the lowest free one
+	// at its grant, kept by its renewals. A resource fences each slot as
+	// an exclusive lock (docs/PRIMITIVES.md).
+	Slot int
 }
 
 // Alive reports whether the lease is alive at now.

@@ -19,7 +19,7 @@ import (
 // wait is committed (service_wait.go).
 func (s *Server) Acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, error) {
 	l, e := s.acquire(ctx, req)
-	return decorate(l, req), s.fail(e)
+	return s.decorate(l, req), s.fail(e)
 }
 
 func (s *Server) acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, *Error) {

@@ -56,15 +56,22 @@ func (s *Server) waitCommand(req api.AcquireRequest, ttl locktable.Duration, now
 	return c
 }
 
-// decorate gives an answered grant the kind of the request that got it
-// (a hand-off's event carries none).
-func decorate(l api.Lease, req api.AcquireRequest) api.Lease {
+// decorate gives an answered grant the kind of the request that got it,
+// and a semaphore permit its slot (a hand-off's event carries neither).
+func (s *Server) decorate(l api.Lease, req api.AcquireRequest) api.Lease {
 	sh, ok, _ := sharedOf(req)
-	if !ok {
+	if !ok || l.Token == 0 {
 		return l
 	}
 	w := wireLease(locktable.Lease{Kind: sh.Kind, Permits: sh.Permits, Write: sh.Write}, 0)
 	l.Kind, l.Permits, l.Mode = w.Kind, w.Permits, w.Mode
+	if sh.Kind == locktable.Semaphore && l.Slot == 0 {
+		if now, ok := s.clock.now(); ok {
+			if cur, ok := s.fsm.LeaseOf(l.Key, l.Holder, now); ok && cur.Token == l.Token {
+				l.Slot = cur.Slot
+			}
+		}
+	}
 	return l
 }
 

@@ -47,7 +47,7 @@ func TestSemaphoreOverHTTP(t *testing.T) {
 		t.Fatalf("release a: %v", rel.body)
 	}
 	c := <-got
-	if c.status != 200 || num(c, "token") <= num(b, "token") || c.body["kind"] != "semaphore" {
+	if c.status != 200 || num(c, "token") <= num(b, "token") || c.body["kind"] != "semaphore" || num(c, "slot") != 1 || num(b, "slot") != 2 {
 		t.Fatalf("c after a's release: %d %v", c.status, c.body)
 	}
 	list := ts.get("/v1/locks?prefix=pool")
