@@ -68,15 +68,19 @@ type KindMismatchError struct {
 }
 
 func (e *KindMismatchError) Error() string {
-	have := e.Kind.String()
-	if e.Kind == Semaphore {
-		have = fmt.Sprintf("semaphore of %d permits", e.Permits)
+	return fmt.Sprintf("locktable: %q is %s while it has holders or waiters; asked for %s", e.Key, kindPhrase(e.Kind, e.Permits), kindPhrase(e.Asked.Kind, e.Asked.Permits))
+}
+
+func kindPhrase(k Kind, permits int) string {
+	switch k {
+	case Exclusive:
+		return "an exclusive lock"
+	case Semaphore:
+		return fmt.Sprintf("a semaphore of %d permits", permits)
+	case ReadWrite:
+		return "a read/write lock"
 	}
-	asked := e.Asked.Kind.String()
-	if e.Asked.Kind == Semaphore {
-		asked = fmt.Sprintf("semaphore of %d permits", e.Asked.Permits)
-	}
-	return fmt.Sprintf("locktable: %q is a %s while it has holders or waiters; asked for a %s", e.Key, have, asked)
+	return k.String()
 }
 
 func (e *KindMismatchError) Unwrap() error { return ErrKindMismatch }
