@@ -70,21 +70,20 @@ func (l Lock) lease() api.Lease {
 // that elapsed, matches ErrHeld; the *APIError names the holder in the way.
 // A grant to a holder that already holds the key is a renewal: new token.
 //
-// Grant does not keep the lease alive; Acquire and TryAcquire do. Of opts
-// only WithPermits, WithRead and WithWrite apply (shared.go).
-func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration, opts ...LeaseOption) (Lock, error) {
-	return c.grant(ctx, key, holder, ttl, wait, newRequestID(), newLeaseOptions(opts).shared)
+// Grant does not keep the lease alive; Acquire and TryAcquire do.
+func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
+	return c.grant(ctx, key, holder, ttl, wait, newRequestID(), 0, sharedReq{})
 }
 
 // grant is Grant under the given request id: a wait re-sent under the id
 // it was queued with keeps its place, and is answered with the grant it
 // got meanwhile rather than renewed.
-func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.Duration, id string, sh sharedReq) (Lock, error) {
+func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.Duration, id string, lockDelay time.Duration, sh sharedReq) (Lock, error) {
 	if wait < 0 {
 		return Lock{}, invalidf("wait_ms", "wait must not be negative")
 	}
 	body := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: id,
-		Permits: sh.permits, Mode: sh.mode}
+		LockDelayMs: api.Ms(lockDelay), Permits: sh.permits, Mode: sh.mode}
 	var out api.Lease
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: body, out: &out, watch: wait > 0})
 	return lockOf(out), err

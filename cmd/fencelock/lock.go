@@ -60,6 +60,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
 	wait := f.Duration("wait", 0, "wait in the key's queue up to D, at most 1h (0: try once)")
+	lockDelay := f.Duration("lock-delay", 0, "grant KEY to nobody for D after the lease expires (not after a release), at most 60s")
 	shared := addSharedFlags(f) // shared.go
 	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
 
@@ -90,6 +91,9 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	if err := checkDuration("wait_ms", *wait); err != nil {
 		return err
 	}
+	if err := checkDuration("lock_delay_ms", *lockDelay); err != nil {
+		return err
+	}
 	sharedOpts, err := shared.options()
 	if err != nil {
 		return err
@@ -104,7 +108,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	}
 	defer c.Close()
 
-	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait, sharedOpts...)
+	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait, append(sharedOpts, client.WithLockDelay(*lockDelay))...)
 	if err != nil {
 		return clientFail("lock "+key, err)
 	}
@@ -117,10 +121,10 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	return runUnderLease(ctx, e, cf, lease, argv)
 }
 
-func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration, extra ...client.LeaseOption) (*client.Lease, error) {
+func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration, more ...client.LeaseOption) (*client.Lease, error) {
 	actx, cancel := cf.callContext(ctx, wait)
 	defer cancel()
-	opts := append([]client.LeaseOption{client.WithTTL(ttl)}, extra...)
+	opts := append([]client.LeaseOption{client.WithTTL(ttl)}, more...)
 	if holder != "" {
 		// Left unset, the client picks a holder of its own and can safely
 		// release a grant that crossed a cancelled wait on the wire.

@@ -75,6 +75,7 @@ func init() {
 		{"acquire", "acquire a lock once and print its fencing token", runAcquire, acquireUsage},
 		{"extend", "extend a held lock, keeping its token", runExtend, extendUsage},
 		{"release", "release a lock you hold", runRelease, releaseUsage},
+		{"session", "open, extend or close a session that keeps many locks alive", runSession, sessionUsage},
 		{"check", "tell whether a fencing token is current", runCheck, checkUsage},
 		{"fence-proxy", "fence an HTTP service by a reverse proxy that refuses stale tokens", runFenceProxy, fenceProxyUsage},
 		{"get", "show who holds a lock", runGet, getUsage},

@@ -58,6 +58,31 @@ func (s *sharedFlags) options() ([]client.LeaseOption, error) {
 	return nil, nil
 }
 
+// grantOptions puts what the flags ask for into g, for acquire of keys
+// keys: a semaphore permit or a read/write hold is one key's, and never
+// under a session or with a lock-delay.
+func (s *sharedFlags) grantOptions(g *client.GrantOptions, keys int) error {
+	opts, err := s.options()
+	if err != nil || opts == nil {
+		return err
+	}
+	switch {
+	case keys > 1:
+		return usageError("--n, --read and --write take one KEY")
+	case g.Session != 0 || g.LockDelay != 0:
+		return usageError("--n, --read and --write do not go with --session or --lock-delay")
+	}
+	switch {
+	case *s.permits > 0:
+		g.Permits = *s.permits
+	case *s.read:
+		g.Mode = api.ModeRead
+	default:
+		g.Mode = api.ModeWrite
+	}
+	return nil
+}
+
 // sharedEnv is what lock adds to CMD's environment for a semaphore permit
 // (FENCELOCK_PERMITS, FENCELOCK_SLOT: fence per slot) or a read/write hold
 // (FENCELOCK_MODE: read or write, the fence path to use).

@@ -10,26 +10,26 @@ import (
 	"pgregory.net/rapid"
 )
 
-// smodel is a naive reference for semaphores and read/write locks, with
+// mhModel is a naive reference for semaphores and read/write locks, with
 // plain exclusive leases beside them (no exclusive queues) so that kind
 // mismatches in both directions are exercised: lists and maps, no heap,
 // no index, every rule spelt out.
-type smodel struct {
-	keys  map[string]*skey
+type mhModel struct {
+	keys  map[string]*mhKey
 	excl  map[string]Lease
 	last  uint64
 	evs   []string
 	queue int
 }
 
-type skey struct {
+type mhKey struct {
 	kind    Kind
 	permits int
 	holders []Lease // token order; Lease.Write marks a writer
-	waiters []swait
+	waiters []mhWait
 }
 
-type swait struct {
+type mhWait struct {
 	holder   string
 	write    bool
 	ttl      Duration
@@ -37,11 +37,11 @@ type swait struct {
 	deadline Time
 }
 
-func (m *smodel) ev(kind, key, holder string, tok uint64) {
+func (m *mhModel) ev(kind, key, holder string, tok uint64) {
 	m.evs = append(m.evs, fmt.Sprintf("%s %s %s %d", kind, key, holder, tok))
 }
 
-func (k *skey) fits(write bool) bool {
+func (k *mhKey) fits(write bool) bool {
 	if k.kind == Semaphore {
 		return len(k.holders) < k.permits
 	}
@@ -56,12 +56,12 @@ func (k *skey) fits(write bool) bool {
 	return true
 }
 
-func (m *smodel) grant(name string, k *skey, holder string, write bool, now Time, ttl Duration) Lease {
+func (m *mhModel) grant(name string, k *mhKey, holder string, write bool, now Time, ttl Duration) Lease {
 	return m.grantSlot(name, k, holder, write, now, ttl, k.lowestFree())
 }
 
 // lowestFree: the first permit, counting from 1, that no holder has.
-func (k *skey) lowestFree() int {
+func (k *mhKey) lowestFree() int {
 	if k.kind != Semaphore {
 		return 0
 	}
@@ -76,14 +76,14 @@ func (k *skey) lowestFree() int {
 	}
 }
 
-func (m *smodel) grantSlot(name string, k *skey, holder string, write bool, now Time, ttl Duration, slot int) Lease {
+func (m *mhModel) grantSlot(name string, k *mhKey, holder string, write bool, now Time, ttl Duration, slot int) Lease {
 	m.last++
 	l := Lease{Key: name, Holder: holder, Token: m.last, Granted: now, Expiry: now + Time(ttl), TTL: ttl, Kind: k.kind, Write: write, Slot: slot}
 	if k.kind == Semaphore {
 		l.Permits = k.permits
 	}
 	k.holders = append(k.holders, l)
-	var ws []swait
+	var ws []mhWait
 	for _, w := range k.waiters {
 		if w.holder != holder {
 			ws = append(ws, w)
@@ -96,8 +96,8 @@ func (m *smodel) grantSlot(name string, k *skey, holder string, write bool, now 
 	return l
 }
 
-func (m *smodel) handOff(name string, k *skey, now Time) {
-	var ws []swait
+func (m *mhModel) handOff(name string, k *mhKey, now Time) {
+	var ws []mhWait
 	for _, w := range k.waiters {
 		if now >= w.deadline {
 			m.ev("wait-dropped", name, w.holder, 0)
@@ -113,13 +113,13 @@ func (m *smodel) handOff(name string, k *skey, now Time) {
 	}
 }
 
-func (m *smodel) tidy(name string) {
+func (m *mhModel) tidy(name string) {
 	if k := m.keys[name]; k != nil && len(k.holders) == 0 && len(k.waiters) == 0 {
 		delete(m.keys, name)
 	}
 }
 
-func (m *smodel) settle(name string, now Time) {
+func (m *mhModel) settle(name string, now Time) {
 	k := m.keys[name]
 	if k == nil {
 		return
@@ -141,7 +141,7 @@ func (m *smodel) settle(name string, now Time) {
 	m.tidy(name)
 }
 
-func (m *smodel) holderAt(k *skey, holder string) int {
+func (m *mhModel) holderAt(k *mhKey, holder string) int {
 	for i, h := range k.holders {
 		if h.Holder == holder {
 			return i
@@ -151,7 +151,7 @@ func (m *smodel) holderAt(k *skey, holder string) int {
 }
 
 // acquire answers granted, queued, or the refusal's sentinel.
-func (m *smodel) acquire(name, holder string, s Shared, now Time, ttl Duration, deadline Time, lim WaitLimits) (uint64, bool, error) {
+func (m *mhModel) acquire(name, holder string, s Shared, now Time, ttl Duration, deadline Time, lim WaitLimits) (uint64, bool, error) {
 	if l, ok := m.excl[name]; ok {
 		if now < l.Expiry {
 			return 0, false, ErrKindMismatch
@@ -165,7 +165,7 @@ func (m *smodel) acquire(name, holder string, s Shared, now Time, ttl Duration, 
 		return 0, false, ErrKindMismatch
 	}
 	if k == nil {
-		k = &skey{kind: s.Kind, permits: s.Permits}
+		k = &mhKey{kind: s.Kind, permits: s.Permits}
 		m.keys[name] = k
 	}
 	if i := m.holderAt(k, holder); i >= 0 {
@@ -199,12 +199,12 @@ func (m *smodel) acquire(name, holder string, s Shared, now Time, ttl Duration, 
 		m.tidy(name)
 		return 0, false, ErrTooManyWaiters
 	}
-	k.waiters = append(k.waiters, swait{holder: holder, write: s.Write, ttl: ttl, since: now, deadline: deadline})
+	k.waiters = append(k.waiters, mhWait{holder: holder, write: s.Write, ttl: ttl, since: now, deadline: deadline})
 	m.queue++
 	return 0, false, nil
 }
 
-func (m *smodel) acquireExclusive(name, holder string, now Time, ttl Duration) (uint64, error) {
+func (m *mhModel) acquireExclusive(name, holder string, now Time, ttl Duration) (uint64, error) {
 	m.settle(name, now)
 	if m.keys[name] != nil {
 		return 0, ErrKindMismatch
@@ -218,7 +218,7 @@ func (m *smodel) acquireExclusive(name, holder string, now Time, ttl Duration) (
 	return m.last, nil
 }
 
-func (m *smodel) release(name, holder string, token uint64, now Time) bool {
+func (m *mhModel) release(name, holder string, token uint64, now Time) bool {
 	if l, ok := m.excl[name]; ok {
 		if now < l.Expiry && l.Holder == holder && (token == 0 || token == l.Token) {
 			m.ev("released", name, holder, l.Token)
@@ -243,7 +243,7 @@ func (m *smodel) release(name, holder string, token uint64, now Time) bool {
 	return true
 }
 
-func (m *smodel) extend(name, holder string, token uint64, now Time, ttl Duration) bool {
+func (m *mhModel) extend(name, holder string, token uint64, now Time, ttl Duration) bool {
 	if l, ok := m.excl[name]; ok {
 		if now < l.Expiry && l.Holder == holder && token == l.Token {
 			l.Expiry, l.TTL = now+Time(ttl), ttl
@@ -265,7 +265,7 @@ func (m *smodel) extend(name, holder string, token uint64, now Time, ttl Duratio
 	return true
 }
 
-func (m *smodel) cancel(name, holder string, now Time) bool {
+func (m *mhModel) cancel(name, holder string, now Time) bool {
 	m.settle(name, now)
 	k := m.keys[name]
 	if k == nil {
@@ -285,7 +285,7 @@ func (m *smodel) cancel(name, holder string, now Time) bool {
 
 // tick: every key with a due lease, in order of its earliest due expiry
 // (then key), settles; then every key with a late waiter, in key order.
-func (m *smodel) tick(now Time) {
+func (m *mhModel) tick(now Time) {
 	type due struct {
 		at  Time
 		key string
@@ -337,9 +337,9 @@ func (m *smodel) tick(now Time) {
 	}
 }
 
-var sharedKeys = []string{"s", "t"}
+var mhKeys = []string{"s", "t"}
 
-// TestSharedMatchesModel drives the table and smodel with the same random
+// TestSharedMatchesModel drives the table and mhModel with the same random
 // calls on a few keys that are semaphores, read/write locks or exclusive
 // as they come and go, and checks answers, events and observables after
 // every step, plus the invariants on the table's own answers: never more
@@ -347,7 +347,7 @@ var sharedKeys = []string{"s", "t"}
 // grant a token above all before it, no idle room while someone waits.
 func TestSharedMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		tb, m := New(), &smodel{keys: map[string]*skey{}, excl: map[string]Lease{}}
+		tb, m := New(), &mhModel{keys: map[string]*mhKey{}, excl: map[string]Lease{}}
 		var got []string
 		var maxTok uint64
 		tb.SetObserver(func(ev Event) {
@@ -360,7 +360,7 @@ func TestSharedMatchesModel(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s %s %s %d", ev.Kind, ev.Key, ev.Holder, ev.Token))
 		})
 		now := Time(0)
-		key := rapid.SampledFrom(sharedKeys)
+		key := rapid.SampledFrom(mhKeys)
 		holder := rapid.SampledFrom(modelHolders)
 		ttl := func(rt *rapid.T) Duration { return Duration(rapid.IntRange(1, 6).Draw(rt, "ttl")) }
 		shared := func(rt *rapid.T) Shared {
@@ -469,7 +469,7 @@ func TestSharedMatchesModel(t *testing.T) {
 				if tb.Len() != len(m.keys)+len(m.excl) {
 					rt.Fatalf("table keeps %d keys, model %d", tb.Len(), len(m.keys)+len(m.excl))
 				}
-				for _, k := range sharedKeys {
+				for _, k := range mhKeys {
 					checkSharedKey(rt, tb, m, k, now)
 				}
 				seen := map[uint64]bool{}
@@ -484,7 +484,7 @@ func TestSharedMatchesModel(t *testing.T) {
 	})
 }
 
-func checkSharedKey(rt *rapid.T, tb *Table, m *smodel, k string, now Time) {
+func checkSharedKey(rt *rapid.T, tb *Table, m *mhModel, k string, now Time) {
 	mk := m.keys[k]
 	hs := tb.Holders(k, now)
 	// Invariants on the table's answer alone.

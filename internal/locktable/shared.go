@@ -211,9 +211,14 @@ func (t *Table) AcquireShared(key, holder string, s Shared, now Time, ttl Durati
 		return Lease{}, false, err
 	}
 	t.see(now)
+	if e := t.entries[key]; e != nil && !e.multi {
+		t.settleKey(key, now) // a dead session's locks, a due hand-off, a lock-delay's start
+	}
+	if t.inDelay(key, now) { // an exclusive lease's lock-delay: granted to nobody
+		return Lease{}, false, &LockDelayError{Key: key, Until: t.delayed[key]}
+	}
 	e := t.entries[key]
 	if e != nil && !e.multi {
-		t.settle(e, now)
 		if (e.held() && e.alive(now)) || e.queued {
 			return Lease{}, false, &KindMismatchError{Key: key, Kind: Exclusive, Asked: s}
 		}
@@ -387,18 +392,6 @@ func (t *Table) tidyShared(e *entry, m *multiKey) {
 		delete(t.entries, e.key)
 		t.index.Delete(e)
 	}
-}
-
-// kindMismatch refuses an exclusive request on e, a multi-holder key, unless
-// settling at now empties it (then the key is free for any kind and
-// kindMismatch answers nil).
-func (t *Table) kindMismatch(e *entry, now Time) error {
-	m := t.multi[e.key]
-	t.settleShared(e, m, now)
-	if t.entries[e.key] != nil {
-		return &KindMismatchError{Key: e.key, Kind: m.kind, Permits: m.permits, Asked: Shared{Kind: Exclusive}}
-	}
-	return nil
 }
 
 // releaseShared ends holder's live lease on e (only grant token, unless 0).

@@ -90,6 +90,7 @@ func New(cfg Config) (*Server, error) {
 			return float64(s.node.raft.State())
 		}),
 	)
+	s.metrics.reg.MustRegister(s.sessionCollectors()...) // http_session.go
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
 	s.handler = s.routes()
 	if cfg.TLS.Enabled() {

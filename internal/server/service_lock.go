@@ -19,12 +19,14 @@ import (
 // wait is committed (service_wait.go).
 func (s *Server) Acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, error) {
 	l, e := s.acquire(ctx, req)
-	return s.decorate(l, req), s.fail(e)
+	l, err := s.sessionAnswer(req, l, s.fail(e)) // service_session.go
+	return s.decorate(l, req), err               // service_shared.go
 }
 
 func (s *Server) acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, *Error) {
-	ttl, e := checkTTL(req.TTLMs)
-	e = firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, checkRequestID(req.RequestID))
+	ttl, e := grantTTL(req.TTLMs, req.Session)
+	delay, de := checkLockDelay(req.LockDelayMs)
+	e = firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, de, checkRequestID(req.RequestID))
 	if e == nil {
 		e = checkWait(req.WaitMs)
 	}
@@ -40,7 +42,7 @@ func (s *Server) acquire(ctx context.Context, req api.AcquireRequest) (api.Lease
 	if req.WaitMs > 0 {
 		return s.acquireWait(ctx, req, ttl)
 	}
-	l, _, e := s.proposeLease(acquireCommand(req, ttl), "acquire")
+	l, _, e := s.proposeLease(acquireCommand(req, ttl, delay), "acquire") // service_shared.go: OpAcquire or OpShared
 	return l, e
 }
 

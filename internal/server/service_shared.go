@@ -20,6 +20,8 @@ import (
 // sharedOf is the multi-holder request req makes, if any.
 func sharedOf(req api.AcquireRequest) (locktable.Shared, bool, *Error) {
 	switch {
+	case (req.Permits != 0 || req.Mode != "") && (req.Session != 0 || req.LockDelayMs != 0):
+		return locktable.Shared{}, false, invalid("permits", "a semaphore permit or a read/write hold is not taken under a session or with a lock-delay")
 	case req.Permits != 0 && req.Mode != "":
 		return locktable.Shared{}, false, invalid("mode", "mode is for read/write locks; a semaphore (permits) has none")
 	case req.Permits < 0 || req.Permits > api.MaxPermits:
@@ -37,12 +39,12 @@ func sharedOf(req api.AcquireRequest) (locktable.Shared, bool, *Error) {
 }
 
 // acquireCommand is the command of an acquire that does not wait.
-func acquireCommand(req api.AcquireRequest, ttl locktable.Duration) fsm.Command {
-	c := fsm.Command{Op: fsm.OpAcquire, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl}
-	if sh, ok, _ := sharedOf(req); ok {
-		c.Op, c.Shared = fsm.OpShared, sh // Deadline 0: refused at once when it cannot be granted
+func acquireCommand(req api.AcquireRequest, ttl, delay locktable.Duration) fsm.Command {
+	if sh, ok, _ := sharedOf(req); ok { // Deadline 0: refused at once when it cannot be granted
+		return fsm.Command{Op: fsm.OpShared, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl, Shared: sh}
 	}
-	return c
+	return fsm.Command{Op: fsm.OpAcquire, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl,
+		Session: req.Session, LockDelay: delay}
 }
 
 // waitCommand is the command of an acquire that queues until now+wait.
@@ -52,6 +54,8 @@ func (s *Server) waitCommand(req api.AcquireRequest, ttl locktable.Duration, now
 		MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters)}
 	if sh, ok, _ := sharedOf(req); ok {
 		c.Op, c.Shared = fsm.OpShared, sh
+	} else {
+		c.Session, c.LockDelay = req.Session, locktable.Duration(api.Duration(req.LockDelayMs))
 	}
 	return c
 }
