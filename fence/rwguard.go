@@ -2,6 +2,8 @@ package fence
 
 import (
 	"context"
+	"net/http"
+	"slices"
 	"sync"
 )
 
@@ -200,4 +202,36 @@ func (g *RWGuard) Restore(name string, lastWrite, highest uint64) {
 	defer r.mu.Unlock()
 	r.lastWrite = max(r.lastWrite, lastWrite)
 	r.highest = max(r.highest, highest, lastWrite)
+}
+
+// RWMiddleware is Middleware over a read/write fence: a request whose
+// method is in reads (GET and HEAD when none are given) is admitted by
+// AdmitRead, any other by AdmitWrite, with Middleware's token header,
+// resource names and answers. A reader of a fencelock read/write lock
+// sends its read hold's token, a writer its write hold's.
+func RWMiddleware(f RWFence, resource ResourceFunc, next http.Handler, reads ...string) http.Handler {
+	if len(reads) == 0 {
+		reads = []string{http.MethodGet, http.MethodHead}
+	}
+	read := Middleware(readFence{f}, resource, next)
+	write := Middleware(writeFence{f}, resource, next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slices.Contains(reads, r.Method) {
+			read.ServeHTTP(w, r)
+			return
+		}
+		write.ServeHTTP(w, r)
+	})
+}
+
+type readFence struct{ f RWFence }
+
+func (r readFence) Admit(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return r.f.AdmitRead(ctx, name, token, effect)
+}
+
+type writeFence struct{ f RWFence }
+
+func (w writeFence) Admit(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return w.f.AdmitWrite(ctx, name, token, effect)
 }

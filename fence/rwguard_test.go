@@ -3,6 +3,8 @@ package fence
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 )
 
@@ -155,5 +157,35 @@ func TestPermitSlotsFenceLikeLocks(t *testing.T) {
 	}
 	if err := g.Do(ctx, PermitResource("pool", 1), 5, nil); !errors.Is(err, ErrStaleToken) {
 		t.Fatalf("slot 1's old holder after its new one: %v", err)
+	}
+}
+
+func TestRWMiddleware(t *testing.T) {
+	g := NewRWGuard()
+	h := RWMiddleware(g, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	do := func(method string, token string) int {
+		req := httptest.NewRequest(method, "/doc", nil)
+		if token != "" {
+			req.Header.Set(Header, token)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	for _, s := range []struct {
+		method, token string
+		want          int
+	}{
+		{"POST", "5", 204}, // writer 5
+		{"GET", "4", 409},  // a reader from before writer 5
+		{"GET", "6", 204},  // reader 6
+		{"GET", "", 409},   // no token
+		{"POST", "5", 409}, // stale writer 5 after reader 6
+		{"PUT", "7", 204},  // writer 7
+		{"HEAD", "6", 409}, // stale reader 6 after writer 7
+	} {
+		if got := do(s.method, s.token); got != s.want {
+			t.Fatalf("%s with token %q: %d, want %d", s.method, s.token, got, s.want)
+		}
 	}
 }
