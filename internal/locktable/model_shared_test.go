@@ -346,141 +346,148 @@ var mhKeys = []string{"s", "t"}
 // live holders than permits, never a writer beside another holder, every
 // grant a token above all before it, no idle room while someone waits.
 func TestSharedMatchesModel(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) {
-		tb, m := New(), &mhModel{keys: map[string]*mhKey{}, excl: map[string]Lease{}}
-		var got []string
-		var maxTok uint64
-		tb.SetObserver(func(ev Event) {
-			if ev.Kind == EventGranted {
-				if ev.Token <= maxTok {
-					rt.Fatalf("token %d granted after %d", ev.Token, maxTok)
-				}
-				maxTok = ev.Token
-			}
-			got = append(got, fmt.Sprintf("%s %s %s %d", ev.Kind, ev.Key, ev.Holder, ev.Token))
-		})
-		now := Time(0)
-		key := rapid.SampledFrom(mhKeys)
-		holder := rapid.SampledFrom(modelHolders)
-		ttl := func(rt *rapid.T) Duration { return Duration(rapid.IntRange(1, 6).Draw(rt, "ttl")) }
-		shared := func(rt *rapid.T) Shared {
-			switch rapid.IntRange(0, 5).Draw(rt, "kind") {
-			case 0:
-				return Shared{Kind: Semaphore, Permits: rapid.IntRange(1, 3).Draw(rt, "permits")}
-			case 1:
-				return Shared{Kind: Semaphore, Permits: 2}
-			case 2, 3:
-				return Shared{Kind: ReadWrite}
-			}
-			return Shared{Kind: ReadWrite, Write: true}
-		}
-		lim := WaitLimits{PerKey: 3, Total: 5}
-		token := func(rt *rapid.T, k, h string) uint64 {
-			if l, ok := tb.LeaseOf(k, h, now); ok && rapid.Bool().Draw(rt, "current") {
-				return l.Token
-			}
-			return uint64(rapid.IntRange(0, int(m.last)+1).Draw(rt, "token"))
-		}
+	// Four times the default checks: the interleavings that matter (a
+	// reader arriving behind a queued writer, a limit reached while
+	// someone waits) need a few steps in a row to come up.
+	for i := range 4 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { rapid.Check(t, sharedProperty) })
+	}
+}
 
-		rt.Repeat(map[string]func(*rapid.T){
-			"advance": func(rt *rapid.T) {
-				now += Time(rapid.IntRange(0, 3).Draw(rt, "dt"))
-			},
-			"acquire": func(rt *rapid.T) {
-				k, h, s, d := key.Draw(rt, "key"), holder.Draw(rt, "holder"), shared(rt), ttl(rt)
-				deadline := Time(0)
-				if rapid.Bool().Draw(rt, "wait") {
-					deadline = now + Time(rapid.IntRange(0, 8).Draw(rt, "patience"))
+func sharedProperty(rt *rapid.T) {
+	tb, m := New(), &mhModel{keys: map[string]*mhKey{}, excl: map[string]Lease{}}
+	var got []string
+	var maxTok uint64
+	tb.SetObserver(func(ev Event) {
+		if ev.Kind == EventGranted {
+			if ev.Token <= maxTok {
+				rt.Fatalf("token %d granted after %d", ev.Token, maxTok)
+			}
+			maxTok = ev.Token
+		}
+		got = append(got, fmt.Sprintf("%s %s %s %d", ev.Kind, ev.Key, ev.Holder, ev.Token))
+	})
+	now := Time(0)
+	key := rapid.SampledFrom(mhKeys)
+	holder := rapid.SampledFrom(modelHolders)
+	ttl := func(rt *rapid.T) Duration { return Duration(rapid.IntRange(1, 6).Draw(rt, "ttl")) }
+	shared := func(rt *rapid.T) Shared {
+		switch rapid.IntRange(0, 5).Draw(rt, "kind") {
+		case 0:
+			return Shared{Kind: Semaphore, Permits: rapid.IntRange(1, 3).Draw(rt, "permits")}
+		case 1:
+			return Shared{Kind: Semaphore, Permits: 2}
+		case 2, 3:
+			return Shared{Kind: ReadWrite}
+		}
+		return Shared{Kind: ReadWrite, Write: true}
+	}
+	lim := WaitLimits{PerKey: 3, Total: 5}
+	token := func(rt *rapid.T, k, h string) uint64 {
+		if l, ok := tb.LeaseOf(k, h, now); ok && rapid.Bool().Draw(rt, "current") {
+			return l.Token
+		}
+		return uint64(rapid.IntRange(0, int(m.last)+1).Draw(rt, "token"))
+	}
+
+	rt.Repeat(map[string]func(*rapid.T){
+		"advance": func(rt *rapid.T) {
+			now += Time(rapid.IntRange(0, 3).Draw(rt, "dt"))
+		},
+		"acquire": func(rt *rapid.T) {
+			k, h, s, d := key.Draw(rt, "key"), holder.Draw(rt, "holder"), shared(rt), ttl(rt)
+			deadline := Time(0)
+			if rapid.Bool().Draw(rt, "wait") {
+				deadline = now + Time(rapid.IntRange(0, 8).Draw(rt, "patience"))
+			}
+			l, granted, err := tb.AcquireShared(k, h, s, now, d, deadline, lim)
+			tok, mg, merr := m.acquire(k, h, s, now, d, deadline, lim)
+			if granted != mg || (granted && l.Token != tok) || !errors.Is(err, merr) || (merr == nil && err != nil) {
+				rt.Fatalf("acquire %s %s %+v at %d until %d: table %+v %v %v, model %d %v %v", k, h, s, now, deadline, l, granted, err, tok, mg, merr)
+			}
+		},
+		"exclusive": func(rt *rapid.T) {
+			k, h, d := key.Draw(rt, "key"), holder.Draw(rt, "holder"), ttl(rt)
+			l, err := tb.Acquire(k, h, now, d)
+			tok, merr := m.acquireExclusive(k, h, now, d)
+			if !errors.Is(err, merr) || (merr == nil && (err != nil || l.Token != tok)) {
+				rt.Fatalf("exclusive %s %s at %d: table %+v %v, model %d %v", k, h, now, l, err, tok, merr)
+			}
+		},
+		"release": func(rt *rapid.T) {
+			k, h := key.Draw(rt, "key"), holder.Draw(rt, "holder")
+			tok := uint64(0)
+			if rapid.Bool().Draw(rt, "by-token") {
+				tok = token(rt, k, h)
+			}
+			var ok bool
+			var err error
+			if tok == 0 {
+				ok, err = tb.Release(k, h, now)
+			} else {
+				ok, err = tb.ReleaseToken(k, h, tok, now)
+			}
+			if err != nil || ok != m.release(k, h, tok, now) {
+				rt.Fatalf("release %s %s %d at %d: %v %v", k, h, tok, now, ok, err)
+			}
+		},
+		"extend": func(rt *rapid.T) {
+			k, h, d := key.Draw(rt, "key"), holder.Draw(rt, "holder"), ttl(rt)
+			tok := token(rt, k, h)
+			_, err := tb.Extend(k, h, tok, now, d)
+			if ok := m.extend(k, h, tok, now, d); ok != (err == nil) {
+				rt.Fatalf("extend %s %s %d at %d: table %v, model %v", k, h, tok, now, err, ok)
+			}
+		},
+		"cancel": func(rt *rapid.T) {
+			k, h := key.Draw(rt, "key"), holder.Draw(rt, "holder")
+			if tb.CancelWaitAt(k, h, now) != m.cancel(k, h, now) {
+				rt.Fatalf("cancel %s %s at %d differs", k, h, now)
+			}
+		},
+		"tick": func(rt *rapid.T) {
+			tb.Tick(now)
+			m.tick(now)
+		},
+		"snapshot": func(rt *rapid.T) {
+			b, err := tb.MarshalBinary()
+			if err != nil {
+				rt.Fatal(err)
+			}
+			fresh := New()
+			if err := fresh.UnmarshalBinary(b); err != nil {
+				rt.Fatalf("restore: %v", err)
+			}
+			if b2, _ := fresh.MarshalBinary(); !bytes.Equal(b, b2) {
+				rt.Fatal("encoding is not stable across a restore")
+			}
+			if len(m.keys) == 0 && string(b[:4]) != snapshotMagic {
+				rt.Fatalf("no multi-holder key, yet magic %q", b[:4])
+			}
+			fresh.SetObserver(tb.observe)
+			tb = fresh
+		},
+		"": func(rt *rapid.T) {
+			if fmt.Sprint(got) != fmt.Sprint(m.evs) {
+				rt.Fatalf("events:\n table %v\n model %v", got, m.evs)
+			}
+			if tb.LastToken() != m.last || tb.QueuedCount() != m.queue {
+				rt.Fatalf("last %d queued %d, model %d %d", tb.LastToken(), tb.QueuedCount(), m.last, m.queue)
+			}
+			if tb.Len() != len(m.keys)+len(m.excl) {
+				rt.Fatalf("table keeps %d keys, model %d", tb.Len(), len(m.keys)+len(m.excl))
+			}
+			for _, k := range mhKeys {
+				checkSharedKey(rt, tb, m, k, now)
+			}
+			seen := map[uint64]bool{}
+			for _, l := range tb.List("", now, 0) {
+				if seen[l.Token] {
+					rt.Fatalf("token %d listed twice", l.Token)
 				}
-				l, granted, err := tb.AcquireShared(k, h, s, now, d, deadline, lim)
-				tok, mg, merr := m.acquire(k, h, s, now, d, deadline, lim)
-				if granted != mg || (granted && l.Token != tok) || !errors.Is(err, merr) || (merr == nil && err != nil) {
-					rt.Fatalf("acquire %s %s %+v at %d until %d: table %+v %v %v, model %d %v %v", k, h, s, now, deadline, l, granted, err, tok, mg, merr)
-				}
-			},
-			"exclusive": func(rt *rapid.T) {
-				k, h, d := key.Draw(rt, "key"), holder.Draw(rt, "holder"), ttl(rt)
-				l, err := tb.Acquire(k, h, now, d)
-				tok, merr := m.acquireExclusive(k, h, now, d)
-				if !errors.Is(err, merr) || (merr == nil && (err != nil || l.Token != tok)) {
-					rt.Fatalf("exclusive %s %s at %d: table %+v %v, model %d %v", k, h, now, l, err, tok, merr)
-				}
-			},
-			"release": func(rt *rapid.T) {
-				k, h := key.Draw(rt, "key"), holder.Draw(rt, "holder")
-				tok := uint64(0)
-				if rapid.Bool().Draw(rt, "by-token") {
-					tok = token(rt, k, h)
-				}
-				var ok bool
-				var err error
-				if tok == 0 {
-					ok, err = tb.Release(k, h, now)
-				} else {
-					ok, err = tb.ReleaseToken(k, h, tok, now)
-				}
-				if err != nil || ok != m.release(k, h, tok, now) {
-					rt.Fatalf("release %s %s %d at %d: %v %v", k, h, tok, now, ok, err)
-				}
-			},
-			"extend": func(rt *rapid.T) {
-				k, h, d := key.Draw(rt, "key"), holder.Draw(rt, "holder"), ttl(rt)
-				tok := token(rt, k, h)
-				_, err := tb.Extend(k, h, tok, now, d)
-				if ok := m.extend(k, h, tok, now, d); ok != (err == nil) {
-					rt.Fatalf("extend %s %s %d at %d: table %v, model %v", k, h, tok, now, err, ok)
-				}
-			},
-			"cancel": func(rt *rapid.T) {
-				k, h := key.Draw(rt, "key"), holder.Draw(rt, "holder")
-				if tb.CancelWaitAt(k, h, now) != m.cancel(k, h, now) {
-					rt.Fatalf("cancel %s %s at %d differs", k, h, now)
-				}
-			},
-			"tick": func(rt *rapid.T) {
-				tb.Tick(now)
-				m.tick(now)
-			},
-			"snapshot": func(rt *rapid.T) {
-				b, err := tb.MarshalBinary()
-				if err != nil {
-					rt.Fatal(err)
-				}
-				fresh := New()
-				if err := fresh.UnmarshalBinary(b); err != nil {
-					rt.Fatalf("restore: %v", err)
-				}
-				if b2, _ := fresh.MarshalBinary(); !bytes.Equal(b, b2) {
-					rt.Fatal("encoding is not stable across a restore")
-				}
-				if len(m.keys) == 0 && string(b[:4]) != snapshotMagic {
-					rt.Fatalf("no multi-holder key, yet magic %q", b[:4])
-				}
-				fresh.SetObserver(tb.observe)
-				tb = fresh
-			},
-			"": func(rt *rapid.T) {
-				if fmt.Sprint(got) != fmt.Sprint(m.evs) {
-					rt.Fatalf("events:\n table %v\n model %v", got, m.evs)
-				}
-				if tb.LastToken() != m.last || tb.QueuedCount() != m.queue {
-					rt.Fatalf("last %d queued %d, model %d %d", tb.LastToken(), tb.QueuedCount(), m.last, m.queue)
-				}
-				if tb.Len() != len(m.keys)+len(m.excl) {
-					rt.Fatalf("table keeps %d keys, model %d", tb.Len(), len(m.keys)+len(m.excl))
-				}
-				for _, k := range mhKeys {
-					checkSharedKey(rt, tb, m, k, now)
-				}
-				seen := map[uint64]bool{}
-				for _, l := range tb.List("", now, 0) {
-					if seen[l.Token] {
-						rt.Fatalf("token %d listed twice", l.Token)
-					}
-					seen[l.Token] = true
-				}
-			},
-		})
+				seen[l.Token] = true
+			}
+		},
 	})
 }
 
