@@ -94,6 +94,8 @@ func Status(code string) int {
 		return http.StatusUnauthorized
 	case CodePermissionDenied:
 		return http.StatusForbidden
+	case CodeKindMismatch:
+		return http.StatusConflict
 	case CodeHeld, CodeNotHeld, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeNoQuorum:
 		return http.StatusConflict
 	case CodeNotFound:
@@ -121,6 +123,9 @@ type Error struct {
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 	// Leader is the leader's client address, when known (CodeNotLeader).
 	Leader string `json:"leader,omitempty"`
+	// Kind and Permits say what the key is (CodeKindMismatch; shared.go).
+	Kind    string `json:"kind,omitempty"`
+	Permits int    `json:"permits,omitempty"`
 }
 
 // Lease is one grant: who holds a key, under which fencing token, for how
@@ -132,6 +137,15 @@ type Lease struct {
 	TTLMs       int64  `json:"ttl_ms"`
 	RemainingMs int64  `json:"remaining_ms"`
 	Session     uint64 `json:"session,omitempty"` // the session it is held under (session.go)
+	// A semaphore's or read/write lock's holder (shared.go): the key's
+	// kind, a semaphore's permits, a read/write holder's mode. Absent
+	// for exclusive leases. GET /v1/lock on such a key answers its oldest
+	// holder with every live holder in Holders.
+	Kind    string  `json:"kind,omitempty"`
+	Permits int     `json:"permits,omitempty"`
+	Mode    string  `json:"mode,omitempty"`
+	Slot    int     `json:"slot,omitempty"` // a semaphore holder's permit, 1..Permits
+	Holders []Lease `json:"holders,omitempty"`
 }
 
 // AcquireRequest is POST /v1/acquire; the answer is a Lease. WaitMs 0 tries
@@ -149,6 +163,10 @@ type AcquireRequest struct {
 	// nobody for that long after the lease expires (not after a release).
 	Session     uint64 `json:"session,omitempty"`
 	LockDelayMs int64  `json:"lock_delay_ms,omitempty"`
+	// Permits > 0 asks for one of that many permits of a semaphore;
+	// Mode "read" or "write" for a read/write lock (shared.go).
+	Permits int    `json:"permits,omitempty"`
+	Mode    string `json:"mode,omitempty"`
 }
 
 // RenewRequest is POST /v1/renew: the live holder gets a new token and a

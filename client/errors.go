@@ -38,6 +38,11 @@ var (
 	// ErrPermissionDenied: the caller's policies do not allow the call, or
 	// the holder is not the caller's. Wire code "permission_denied".
 	ErrPermissionDenied = errors.New("fencelock: permission denied")
+	// ErrKindMismatch: the key exists as another kind (exclusive,
+	// semaphore, read/write lock) or as a semaphore of another number of
+	// permits; APIError.Kind and Permits say which. Wire code
+	// "kind_mismatch".
+	ErrKindMismatch = errors.New("fencelock: key is of another kind")
 )
 
 // Reasons a Lease ends. Lease.Err and context.Cause(Lease.Context()) return
@@ -65,6 +70,10 @@ type APIError struct {
 	Remaining time.Duration
 	// For "not_leader": the leader's client address, when known.
 	Leader string
+	// For "kind_mismatch": what the key is (api.Kind*) and a semaphore's
+	// permits.
+	Kind    string
+	Permits int
 }
 
 func (e *APIError) Error() string {
@@ -101,6 +110,8 @@ func (e *APIError) Unwrap() error {
 		return ErrUnauthenticated
 	case api.CodePermissionDenied:
 		return ErrPermissionDenied
+	case api.CodeKindMismatch:
+		return ErrKindMismatch
 	}
 	switch {
 	case e.Status == 400:

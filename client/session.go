@@ -544,6 +544,10 @@ type GrantOptions struct {
 	Session   uint64        // take the lock under this session (its holder's); the ttl is the session's
 	LockDelay time.Duration // see WithLockDelay
 	RetryFor  time.Duration // AcquireAll only: retry a refused attempt for up to this long (GrantWith waits in the queue instead)
+	// GrantWith only: one of Permits permits of a semaphore, or a Mode
+	// (api.ModeRead, api.ModeWrite) hold of a read/write lock (shared.go).
+	Permits int
+	Mode    string
 }
 
 // GrantWith is Grant with options: under a session, with a lock-delay.
@@ -553,7 +557,7 @@ func (c *Client) GrantWith(ctx context.Context, key, holder string, ttl, wait ti
 		return Lock{}, invalidf("wait_ms", "wait must not be negative")
 	}
 	req := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: newRequestID(),
-		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay)}
+		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay), Permits: g.Permits, Mode: g.Mode}
 	if g.Session != 0 {
 		req.TTLMs = 0
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/fencelock/fencelock/client"
 )
 
-const acquireUsage = `Usage: fencelock acquire KEY [KEY...] --holder H [--ttl D | --session ID] [--wait D] [--lock-delay D]
+const acquireUsage = `Usage: fencelock acquire KEY [KEY...] --holder H [--ttl D | --session ID] [--wait D] [--lock-delay D] [--n N | --read | --write]
 
 Asks the server for KEY on behalf of holder H and prints the fencing token
 alone on stdout (with --json, the lease). With --wait, waits in the key's
@@ -23,7 +23,7 @@ until all are free or D has passed; it never holds some while waiting. --session
 session ('fencelock session'), which keeps them alive instead of --ttl.
 --lock-delay keeps KEY from everyone for D after the lease EXPIRES (not
 after a release): a mitigation for resources that cannot check tokens.
-
+` + sharedUsage + `
 Exit status 1 when another holder has the key (or the wait elapsed).
 `
 
@@ -33,6 +33,7 @@ func runAcquire(ctx context.Context, e *env, args []string) error {
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
 	wait := f.Duration("wait", 0, "wait in the key's queue up to D, at most 1h (0: try once)")
 	session, lockDelay := sessionFlags(f) // session.go
+	shared := addSharedFlags(f)           // shared.go
 	cf.common(f, "")
 	pos, err := f.parse(args)
 	if err != nil {
@@ -52,6 +53,9 @@ func runAcquire(ctx context.Context, e *env, args []string) error {
 	}
 	g, err := grantOptions(f, *session, *lockDelay) // session.go
 	if err != nil {
+		return err
+	}
+	if err := shared.grantOptions(&g, len(pos)); err != nil { // shared.go
 		return err
 	}
 	if len(pos) > 1 {

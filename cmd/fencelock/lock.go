@@ -18,7 +18,7 @@ import (
 // exitLost is lock's status when the lease was lost while CMD ran.
 const exitLost = 4
 
-const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--wait D|forever] [--holder H] -- CMD [ARGS...]
+const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--wait D|forever] [--holder H] [--n N | --read | --write] -- CMD [ARGS...]
 
 Acquires KEY (waiting up to --wait in the key's FIFO queue), runs CMD with
 FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_HOLDER in its environment,
@@ -60,7 +60,7 @@ only.) See 'fencelock help safe-stop'.
 --wait forever waits until the lock is granted, as etcdctl lock does, in
 rounds of an hour (the server's longest wait); each round queues again,
 at the back.
-`
+` + sharedUsage
 
 const lockExit = `Exit status:
   CMD's own status when it ran and the lease held (128+N if killed by signal N)
@@ -80,6 +80,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
 	wait := waitFlag(f) // lock_wait.go: a duration, or forever
 	lockDelay := f.Duration("lock-delay", 0, "grant KEY to nobody for D after the lease expires (not after a release), at most 60s")
+	shared := addSharedFlags(f) // shared.go
 	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
 
 	var pos, argv []string
@@ -112,6 +113,10 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	if err := checkDuration("lock_delay_ms", *lockDelay); err != nil {
 		return err
 	}
+	sharedOpts, err := shared.options()
+	if err != nil {
+		return err
+	}
 	if err := lockSupported(); err != nil {
 		return err
 	}
@@ -122,7 +127,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	}
 	defer c.Close()
 
-	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait, client.WithLockDelay(*lockDelay))
+	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait, append(sharedOpts, client.WithLockDelay(*lockDelay))...)
 	if err != nil {
 		return clientFail("lock "+key, err)
 	}
@@ -166,6 +171,7 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 		"FENCELOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
 		"FENCELOCK_HOLDER="+lease.Holder(),
 	)
+	cmd.Env = append(cmd.Env, sharedEnv(lease.Lock())...) // shared.go
 	// Its own process group: a loss must stop the whole tree CMD started,
 	// not just its first process (a shell's children would outlive it).
 	// With lock's terminal, the group gets its foreground (lock_job.go).

@@ -33,7 +33,10 @@ const (
 	OpSessionClose  Op = 16 // Holder, Session
 	OpAcquireKeys   Op = 17 // Holder, TTL, Session, LockDelay, Items{Key}
 
-	opLimit Op = 18
+	// Semaphores and read/write locks (shared.go): 20..24.
+	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters]
+
+	opLimit Op = 21
 )
 
 var opNames = [...]string{
@@ -44,10 +47,11 @@ var opNames = [...]string{
 	OpACL:         "acl",
 	OpSessionOpen: "session-open", OpSessionExtend: "session-extend", OpSessionClose: "session-close",
 	OpAcquireKeys: "acquire-keys",
+	OpShared:      "shared-acquire",
 }
 
 func (o Op) String() string {
-	if o > 0 && o < opLimit {
+	if o > 0 && o < opLimit && opNames[o] != "" {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
@@ -111,6 +115,9 @@ type Command struct {
 	// asks for (0: none).
 	Session   uint64
 	LockDelay locktable.Duration
+
+	// OpShared: the semaphore or read/write request (shared.go).
+	Shared locktable.Shared
 }
 
 // Encoding, after the op byte, all integers varints:
@@ -143,7 +150,7 @@ func Encode(c Command) ([]byte, error) {
 		return nil, fmt.Errorf("%w: cluster id of %d bytes", ErrBadCommand, len(c.ClusterID))
 	}
 	if c.MaxKeyWaiters < 0 || c.MaxWaiters < 0 || c.MaxKeyWaiters > MaxWaitLimit || c.MaxWaiters > MaxWaitLimit ||
-		(c.Op != OpWait && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0)) {
+		(c.Op != OpWait && c.Op != OpShared && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0)) {
 		return nil, fmt.Errorf("%w: wait limits %d, %d", ErrBadCommand, c.MaxKeyWaiters, c.MaxWaiters)
 	}
 	if err := checkSessionFields(c); err != nil {
@@ -211,6 +218,8 @@ func Encode(c Command) ([]byte, error) {
 		if b, err = appendACLChange(b, c.ACL); err != nil {
 			return nil, err
 		}
+	case OpShared:
+		b = appendSharedCommand(b, c)
 	case OpCancelWaits:
 		b = binary.AppendUvarint(b, uint64(len(c.Items)))
 		for _, it := range c.Items {
@@ -297,6 +306,8 @@ func Decode(data []byte) (Command, error) {
 		}
 	case OpACL:
 		c.ACL = readACLChange(&d)
+	case OpShared:
+		readSharedCommand(&d, &c)
 	case OpCancelWaits:
 		n := d.count()
 		for i := 0; i < n && d.err == nil; i++ {

@@ -154,13 +154,13 @@ func (f *FSM) apply(c Command) *Result {
 		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
 		r.Granted = r.Err == nil
 	case OpCancelWait:
-		if t.CancelWait(c.Key, c.Holder) {
+		if t.CancelWaitAt(c.Key, c.Holder, now) {
 			r.Cancelled = 1
 			f.waitEnded(locktable.Event{Key: c.Key, Holder: c.Holder})
 		}
 	case OpCancelWaits:
 		for _, it := range c.Items {
-			if t.CancelWait(it.Key, it.Holder) {
+			if t.CancelWaitAt(it.Key, it.Holder, now) {
 				r.Cancelled++
 				f.waitEnded(locktable.Event{Key: it.Key, Holder: it.Holder})
 			}
@@ -196,6 +196,8 @@ func (f *FSM) apply(c Command) *Result {
 		r.Err = f.applyACL(c.ACL)
 	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
 		f.applySession(c, r, now)
+	case OpShared:
+		f.applyShared(c, r, now)
 	default:
 		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}

@@ -16,6 +16,8 @@ const (
 	sectionNone      byte = 0 // not a section; the tags start at 1
 	sectionSessions  byte = 1 // session_snapshot.go
 	sectionLockDelay byte = 2 // session_snapshot.go
+	// sectionShared: semaphores and read/write locks (shared_snapshot.go).
+	sectionShared byte = 3
 )
 
 // section is one kind of state a snapshot may carry beyond version 2.
@@ -33,6 +35,7 @@ type section struct {
 var sections = []section{
 	{tag: sectionSessions, encode: encodeSessions, decode: decodeSessions},
 	{tag: sectionLockDelay, encode: encodeLockDelays, decode: decodeLockDelays},
+	{tag: sectionShared, encode: appendShared, decode: decodeShared}, // semaphores and read/write locks
 }
 
 // appendSections appends every non-empty section of t to b.

@@ -70,6 +70,9 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 	}
 	entries := make([]keyed, 0, len(t.entries))
 	for k, e := range t.entries {
+		if e.multi {
+			continue // section 3 (shared_snapshot.go)
+		}
 		entries = append(entries, keyed{k, e})
 	}
 	slices.SortFunc(entries, func(a, b keyed) int { return strings.Compare(a.key, b.key) })

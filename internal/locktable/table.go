@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"container/heap"
+	"errors"
 	"math"
 	"sort"
 	"strings"
@@ -35,6 +36,15 @@ type Lease struct {
 	Granted Time     // when this token was issued
 	Expiry  Time     // alive while now < Expiry
 	TTL     Duration // the ttl of the grant or of the last Extend
+	// Multi-holder keys (shared.go): the key's kind, a semaphore's limit,
+	// and whether a read/write lock's holder is its writer.
+	Kind    Kind
+	Permits int
+	Write   bool
+	// Slot is a semaphore holder's permit, 1..Permits: the lowest free one
+	// at its grant, kept by its renewals. A resource fences each slot as
+	// an exclusive lock (docs/PRIMITIVES.md).
+	Slot int
 }
 
 // Alive reports whether the lease is alive at now.
@@ -71,6 +81,7 @@ type entry struct {
 	ttl     Duration
 	heapIdx int32 // position in Table.expiries, -1 when not held
 	queued  bool  // Table.waiting holds this key's waiters
+	multi   bool  // a semaphore or read/write key, or one of its holders (shared.go)
 }
 
 // held reports whether e has a lease record (alive or not).
@@ -166,9 +177,10 @@ type Table struct {
 	maxNow   Time   // the largest now ever passed in
 	queued   int    // waiters in all queues
 	observe  func(Event)
-	sessions *sessionTable       // session.go; nil until the first session
-	delays   map[*entry]Duration // lockdelay.go: held leases that take a lock-delay
-	delayed  map[string]Time     // lockdelay.go: keys granted to nobody until then
+	sessions *sessionTable        // session.go; nil until the first session
+	delays   map[*entry]Duration  // lockdelay.go: held leases that take a lock-delay
+	delayed  map[string]Time      // lockdelay.go: keys granted to nobody until then
+	multi    map[string]*multiKey // semaphores and read/write locks (shared.go); nil until one
 	// index orders the entries by key, for List: it holds exactly the
 	// entries of the map, so a lease that passes from holder to waiter
 	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
@@ -270,6 +282,9 @@ func (t *Table) WaitWith(key, holder string, now Time, ttl Duration, deadline Ti
 	}
 	ttl = g.ttl
 	refusal := t.grantable(key, holder, now)
+	if errors.Is(refusal, ErrKindMismatch) { // never queued on a key of another kind
+		return Lease{}, false, refusal
+	}
 	e := t.entries[key]
 	full := t.sessionFull(g, key)
 	if refusal == nil {
@@ -333,9 +348,20 @@ func (t *Table) QueuedCount() int { return t.queued }
 // CancelWait takes holder out of key's queue. It reports whether holder was
 // queued. It never touches a lease.
 func (t *Table) CancelWait(key, holder string) bool {
+	return t.CancelWaitAt(key, holder, t.maxNow)
+}
+
+// CancelWaitAt is CancelWait at now: when the waiter leaving lets others
+// in (a writer at the head of a read/write lock's queue, with readers
+// behind it), they are granted at now.
+func (t *Table) CancelWaitAt(key, holder string, now Time) bool {
 	e := t.entries[key]
 	if e == nil {
 		return false
+	}
+	if e.multi {
+		t.see(now)
+		return t.cancelShared(e, holder, now)
 	}
 	ws := t.waitersOf(e)
 	for i := range ws {
@@ -362,6 +388,9 @@ func (t *Table) Release(key, holder string, now Time) (bool, error) {
 	if e == nil {
 		return false, nil
 	}
+	if e.multi {
+		return t.releaseShared(e, holder, 0, now), nil
+	}
 	t.settle(e, now)
 	if !e.held() || !e.alive(now) || e.holder.name != holder {
 		t.tidy(e) // settle may have emptied it
@@ -378,6 +407,10 @@ func (t *Table) Release(key, holder string, now Time) (bool, error) {
 func (t *Table) ReleaseToken(key, holder string, token uint64, now Time) (bool, error) {
 	if err := validate(key, holder); err != nil {
 		return false, err
+	}
+	if e := t.entries[key]; e != nil && e.multi {
+		t.see(now)
+		return t.releaseShared(e, holder, token, now), nil
 	}
 	if e := t.entries[key]; e == nil || !e.held() || e.token != token {
 		return false, nil
@@ -397,6 +430,9 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 	if e == nil {
 		return Lease{}, ErrNotHeld
 	}
+	if e.multi {
+		return t.extendShared(e, holder, token, now, ttl)
+	}
 	t.settle(e, now)
 	if !e.held() || !e.alive(now) || e.holder.name != holder || e.token != token {
 		t.tidy(e) // settle may have emptied it
@@ -415,6 +451,9 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 // Like the seed's is_valid_token it takes no time; see Check.
 func (t *Table) IsValidToken(key string, token uint64) bool {
 	e := t.entries[key]
+	if e != nil && e.multi {
+		return t.sharedToken(e, token, 0, false)
+	}
 	return e != nil && e.held() && e.token == token
 }
 
@@ -422,12 +461,20 @@ func (t *Table) IsValidToken(key string, token uint64) bool {
 // alive at now.
 func (t *Table) Check(key string, token uint64, now Time) bool {
 	e := t.entries[key]
+	if e != nil && e.multi {
+		return t.sharedToken(e, token, now, true)
+	}
 	return e != nil && e.held() && e.token == token && e.alive(now)
 }
 
-// Get returns key's lease if it is alive at now. It changes nothing.
+// Get returns key's lease if it is alive at now. It changes nothing. On a
+// multi-holder key it answers the live holder with the oldest token (see
+// Holders for all of them).
 func (t *Table) Get(key string, now Time) (Lease, bool) {
 	e := t.entries[key]
+	if e != nil && e.multi {
+		return t.sharedGet(e, now)
+	}
 	if e == nil || !e.held() || !e.alive(now) {
 		return Lease{}, false
 	}
@@ -439,6 +486,9 @@ func (t *Table) Waiters(key string) []string {
 	e := t.entries[key]
 	if e == nil {
 		return nil
+	}
+	if e.multi {
+		return t.sharedWaiters(e)
 	}
 	ws := t.waitersOf(e)
 	out := make([]string, len(ws))
@@ -473,7 +523,11 @@ func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 		if !strings.HasPrefix(e.key, prefix) {
 			return false
 		}
-		if e.held() && e.alive(now) {
+		if e.multi {
+			// A key's holders are never split across pages: the next
+			// page starts after the key.
+			out = t.holderLeases(out, e, now)
+		} else if e.held() && e.alive(now) {
 			out = append(out, e.lease())
 		}
 		return limit <= 0 || len(out) < limit
@@ -486,7 +540,13 @@ func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 // allocation.
 func (t *Table) EachLive(now Time, fn func(key string)) {
 	t.index.Ascend(func(e *entry) bool {
-		if e.held() && e.alive(now) {
+		if e.multi {
+			for _, h := range t.multi[e.key].holders {
+				if h.e.alive(now) {
+					fn(e.key)
+				}
+			}
+		} else if e.held() && e.alive(now) {
 			fn(e.key)
 		}
 		return true
@@ -498,12 +558,19 @@ func (t *Table) EachLive(now Time, fn func(key string)) {
 // deadline has passed leaves its queue (EventWaitDropped).
 func (t *Table) Tick(now Time) {
 	t.see(now)
+	if len(t.multi) > 0 {
+		defer t.tickSharedWaiters(now)
+	}
 	for {
 		// Leases and sessions end in the order of their expiries (a
 		// lease before a session at the same instant).
 		se, sok := t.nextSessionExpiry()
 		if len(t.expiries) > 0 && t.expiries[0].expiry <= now && (!sok || t.expiries[0].expiry <= se) {
 			e := t.expiries[0]
+			if e.multi { // a semaphore's or read/write lock's holder (shared.go)
+				t.tickShared(e, now)
+				continue
+			}
 			t.expire(e, now)
 			t.handOff(e, now)
 			t.tidy(e)
@@ -557,6 +624,9 @@ func (t *Table) NextDeadline() (at Time, ok bool) {
 				at, ok = w.deadline, true
 			}
 		}
+	}
+	if len(t.multi) > 0 {
+		return t.nextSharedDeadline(at, ok)
 	}
 	return at, ok
 }
@@ -697,7 +767,7 @@ func (t *Table) unref(e *entry) {
 
 // tidy forgets e once it has neither a lease record nor a waiter.
 func (t *Table) tidy(e *entry) {
-	if !e.queued && !e.held() && t.entries[e.key] == e {
+	if !e.queued && !e.held() && !e.multi && t.entries[e.key] == e {
 		delete(t.entries, e.key)
 		t.index.Delete(e)
 	}

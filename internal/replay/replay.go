@@ -23,6 +23,12 @@
 //	waiters KEY                    -> the queued holders, head first, or (none)
 //	next                           -> the next deadline (NextDeadline), or None
 //	len                            -> the number of keys the table tracks
+//	shared KEY HOLDER KIND NOW TTL [DEADLINE] -> the new token, queued, None,
+//	                                  or mismatch (AcquireShared; KIND is
+//	                                  sem:N, read or write; no DEADLINE: try once)
+//	holders KEY NOW                -> HOLDER:TOKEN per live holder (a
+//	                                  semaphore's with /SLOT, a reader's with r,
+//	                                  a writer's with w), or (none)
 //
 // Sessions, multi-key acquire and lock-delay (docs/PRIMITIVES.md):
 //
@@ -80,6 +86,9 @@ const (
 	OpWaitSession   Op = "wait-session"
 	OpAcquireAll    Op = "acquire-all"
 	OpAcquireDelay  Op = "acquire-delay"
+
+	OpShared  Op = "shared"  // semaphores and read/write locks
+	OpHolders Op = "holders" // every live holder of a key
 )
 
 // Call is one parsed line.
@@ -94,6 +103,7 @@ type Call struct {
 	Limit    int            // list's; 0 is no limit
 	Session  uint64         // the session calls' ID
 	Delay    locktable.Duration
+	Shared   locktable.Shared
 }
 
 // usage is each call's form; arguments in brackets may be left out.
@@ -120,6 +130,9 @@ var usage = map[Op]string{
 	OpWaitSession:   "wait-session KEY HOLDER NOW ID [DEADLINE]",
 	OpAcquireAll:    "acquire-all KEYS HOLDER NOW TTL",
 	OpAcquireDelay:  "acquire-delay KEY HOLDER NOW TTL DELAY",
+
+	OpShared:  "shared KEY HOLDER KIND NOW TTL [DEADLINE]",
+	OpHolders: "holders KEY NOW",
 }
 
 // ErrSkip is ParseLine's answer for a blank or comment line.
@@ -135,7 +148,7 @@ func ParseLine(line string) (Call, error) {
 	c := Call{Op: Op(f[0]), Deadline: locktable.NoDeadline}
 	want, known := usage[c.Op]
 	if !known {
-		return Call{}, fmt.Errorf("unknown call %q (want acquire, release, valid, check, extend, wait, cancel, tick, get, list, waiters, next, len or a session call: session-open, session-extend, session-close, session-keys, acquire-session, wait-session, acquire-all, acquire-delay)", f[0])
+		return Call{}, fmt.Errorf("unknown call %q (want acquire, release, valid, check, extend, wait, cancel, tick, get, list, waiters, next, len, shared, holders or a session call: session-open, session-extend, session-close, session-keys, acquire-session, wait-session, acquire-all, acquire-delay)", f[0])
 	}
 	maxArgs := len(strings.Fields(want)) - 1
 	minArgs := maxArgs - strings.Count(want, "[")
@@ -177,6 +190,18 @@ func ParseLine(line string) (Call, error) {
 		}
 	case OpCancel:
 		c.Holder = f[2]
+	case OpShared:
+		c.Holder, c.Deadline = f[2], 0
+		if c.Shared, err = parseKind(f[3]); err == nil {
+			if c.Now, err = parseNow(f[4]); err == nil {
+				c.TTL, err = parseTTL(f[5])
+			}
+		}
+		if err == nil && len(f) == 7 {
+			c.Deadline, err = parseTime("DEADLINE", f[6])
+		}
+	case OpHolders:
+		c.Now, err = parseNow(f[2])
 	case OpTick:
 		c.Key = ""
 		c.Now, err = parseNow(f[1])
@@ -231,6 +256,22 @@ func ParseLine(line string) (Call, error) {
 		return Call{}, fmt.Errorf("HOLDER is %d bytes, the limit is %d", len(c.Holder), locktable.MaxHolderLen)
 	}
 	return c, nil
+}
+
+// parseKind reads shared's KIND: sem:N, read or write.
+func parseKind(s string) (locktable.Shared, error) {
+	switch {
+	case s == "read":
+		return locktable.Shared{Kind: locktable.ReadWrite}, nil
+	case s == "write":
+		return locktable.Shared{Kind: locktable.ReadWrite, Write: true}, nil
+	case strings.HasPrefix(s, "sem:"):
+		n, err := strconv.Atoi(s[len("sem:"):])
+		if err == nil && n > 0 {
+			return locktable.Shared{Kind: locktable.Semaphore, Permits: n}, nil
+		}
+	}
+	return locktable.Shared{}, fmt.Errorf("KIND %q: want sem:N, read or write", s)
 }
 
 func parseLimit(s string) (int, error) {
@@ -361,6 +402,34 @@ func Apply(t *locktable.Table, c Call) (string, error) {
 		return FormatSeconds(int64(at)), nil
 	case OpLen:
 		return strconv.Itoa(t.Len()), nil
+	case OpShared:
+		l, granted, err := t.AcquireShared(c.Key, c.Holder, c.Shared, c.Now, c.TTL, c.Deadline, locktable.WaitLimits{})
+		switch {
+		case errors.Is(err, locktable.ErrHeld):
+			return "None", nil
+		case errors.Is(err, locktable.ErrKindMismatch):
+			return "mismatch", nil
+		case err != nil:
+			return "", err
+		case !granted:
+			return "queued", nil
+		}
+		return strconv.FormatUint(l.Token, 10), nil
+	case OpHolders:
+		var hs []string
+		for _, l := range t.Holders(c.Key, c.Now) {
+			h := fmt.Sprintf("%s:%d", l.Holder, l.Token)
+			switch {
+			case l.Kind == locktable.Semaphore:
+				h += fmt.Sprintf("/%d", l.Slot)
+			case l.Kind == locktable.ReadWrite && l.Write:
+				h += "w"
+			case l.Kind == locktable.ReadWrite:
+				h += "r"
+			}
+			hs = append(hs, h)
+		}
+		return words(hs), nil
 	}
 	if answer, ok, err := applySession(t, c); ok {
 		return answer, err
