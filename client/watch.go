@@ -237,8 +237,16 @@ func eventOf(we api.WatchEvent) Event {
 // WatchAfter that revision sees every change after the state listed. It is
 // how a watcher resyncs after ErrCompacted.
 func (c *Client) WatchList(ctx context.Context, prefix string) ([]Lock, Revision, error) {
+	return c.watchList(ctx, prefix, false)
+}
+
+// watchList is WatchList of the keys under name, or of the one key.
+func (c *Client) watchList(ctx context.Context, name string, key bool) ([]Lock, Revision, error) {
 	var resp api.WatchResponse
-	q := url.Values{api.QueryPrefix: {prefix}, api.QueryList: {"true"}}
+	q := url.Values{api.QueryPrefix: {name}, api.QueryList: {"true"}}
+	if key {
+		q = url.Values{api.QueryKey: {name}, api.QueryList: {"true"}}
+	}
 	if err := c.do(ctx, call{method: http.MethodGet, path: api.PathWatch, query: q, out: &resp}); err != nil {
 		return nil, Revision{}, err
 	}
