@@ -70,8 +70,8 @@ func (l *Leader) Resign(ctx context.Context) error { return l.lease.Release(ctx)
 type Leadership struct {
 	Candidate string
 	Token     uint64
-	Revision  Revision // of the change that made it so
-	At        time.Time
+	Revision  Revision      // of the change that made it so
+	At        time.Duration // its cluster time (Event.At); 0 for the first report
 }
 
 // Observer reports an election's leader as it changes (Observe).

@@ -212,10 +212,10 @@ func (h *watchHub) join(caller string) *Error {
 	h.count.Lock()
 	defer h.count.Unlock()
 	if h.maxTotal > 0 && h.total >= h.maxTotal {
-		return newError(api.CodeTooManyWatchers, "this node has %d watches open, its limit (WatchMaxWatchers)", h.total)
+		return newError(api.CodeTooManyWatchers, "this node has %d watches open, its limit (server --max-watchers)", h.total)
 	}
 	if h.maxByCaller > 0 && h.byCaller[caller] >= h.maxByCaller {
-		return newError(api.CodeTooManyWatchers, "%s has %d watches open on this node, the limit per caller (WatchMaxPerCaller)", caller, h.byCaller[caller])
+		return newError(api.CodeTooManyWatchers, "%s has %d watches open on this node, the limit per caller (server --max-watchers-per-caller)", caller, h.byCaller[caller])
 	}
 	h.total++
 	h.byCaller[caller]++
