@@ -25,8 +25,9 @@ const sseProgress = 10 * time.Second
 // sseWriteTimeout drops a stream whose peer takes no bytes for this long:
 // a consumer that stops reading costs a blocked goroutine only until
 // then, and never a buffer (the stream reads the shared history at its
-// own pace; one that falls behind it is ended compacted).
-const sseWriteTimeout = 10 * time.Second
+// own pace; one that falls behind it is ended compacted). A variable for
+// tests.
+var sseWriteTimeout = 10 * time.Second
 
 func (s *Server) httpWatch(w http.ResponseWriter, r *http.Request) *Error {
 	req, e := parseWatch(r)
