@@ -84,6 +84,9 @@ const (
 
 // Status is the HTTP status a code is answered with.
 func Status(code string) int {
+	if st, ok := sessionStatus(code); ok { // session.go
+		return st
+	}
 	switch code {
 	case CodeInvalid:
 		return http.StatusBadRequest
@@ -133,6 +136,7 @@ type Lease struct {
 	Token       uint64 `json:"token"`
 	TTLMs       int64  `json:"ttl_ms"`
 	RemainingMs int64  `json:"remaining_ms"`
+	Session     uint64 `json:"session,omitempty"` // the session it is held under (session.go)
 }
 
 // AcquireRequest is POST /v1/acquire; the answer is a Lease. WaitMs 0 tries
@@ -145,6 +149,11 @@ type AcquireRequest struct {
 	TTLMs     int64  `json:"ttl_ms"`
 	WaitMs    int64  `json:"wait_ms,omitempty"`
 	RequestID string `json:"request_id,omitempty"`
+	// Session takes the lock under a session (session.go); TTLMs is then
+	// ignored. LockDelayMs, up to MaxLockDelay, keeps the key granted to
+	// nobody for that long after the lease expires (not after a release).
+	Session     uint64 `json:"session,omitempty"`
+	LockDelayMs int64  `json:"lock_delay_ms,omitempty"`
 }
 
 // RenewRequest is POST /v1/renew: the live holder gets a new token and a

@@ -53,17 +53,18 @@ func (l Lock) lease() api.Lease {
 //
 // Grant does not keep the lease alive; Acquire and TryAcquire do.
 func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
-	return c.grant(ctx, key, holder, ttl, wait, newRequestID())
+	return c.grant(ctx, key, holder, ttl, wait, newRequestID(), 0)
 }
 
 // grant is Grant under the given request id: a wait re-sent under the id
 // it was queued with keeps its place, and is answered with the grant it
 // got meanwhile rather than renewed.
-func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.Duration, id string) (Lock, error) {
+func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.Duration, id string, lockDelay time.Duration) (Lock, error) {
 	if wait < 0 {
 		return Lock{}, invalidf("wait_ms", "wait must not be negative")
 	}
-	body := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: id}
+	body := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: id,
+		LockDelayMs: api.Ms(lockDelay)}
 	var out api.Lease
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: body, out: &out, watch: wait > 0})
 	return lockOf(out), err

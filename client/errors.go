@@ -83,6 +83,9 @@ func (e *APIError) Error() string {
 // Unwrap maps the wire code (or, when the answer had none, the HTTP status)
 // to a sentinel.
 func (e *APIError) Unwrap() error {
+	if err := sessionSentinel(e.Code); err != nil { // session.go
+		return err
+	}
 	switch e.Code {
 	case api.CodeHeld:
 		return ErrHeld

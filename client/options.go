@@ -23,6 +23,7 @@ type leaseOptions struct {
 	holder    string
 	generated bool          // holder is DefaultHolder's, unique to this lease
 	wait      time.Duration // < 0: until ctx ends
+	lockDelay time.Duration // WithLockDelay (session.go)
 }
 
 // LeaseOption configures Acquire and TryAcquire.

@@ -84,7 +84,7 @@ func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
 
 // remember records r for c, then forgets what is too old or too many.
 func (f *FSM) remember(c Command, r *Result, now locktable.Time) {
-	keep := c.RequestID != "" && remembers(c.Op) && !isInputError(r.Err)
+	keep := c.RequestID != "" && remembers(c.Op) && !isInputError(r.Err) && !isSessionRefusal(r.Err)
 	if c.Op == OpWait {
 		keep = keep && (r.Granted || r.Queued)
 	}

@@ -13,7 +13,9 @@ import "encoding/binary"
 // reads it back in decodeSection, after the entries are restored. Tags are
 // part of the snapshot format: never renumber one, never reuse one.
 const (
-	sectionNone byte = 0 // not a section; the tags start at 1
+	sectionNone      byte = 0 // not a section; the tags start at 1
+	sectionSessions  byte = 1 // session_snapshot.go
+	sectionLockDelay byte = 2 // session_snapshot.go
 )
 
 // section is one kind of state a snapshot may carry beyond version 2.
@@ -28,7 +30,10 @@ type section struct {
 }
 
 // sections lists every section kind in tag order.
-var sections = []section{}
+var sections = []section{
+	{tag: sectionSessions, encode: encodeSessions, decode: decodeSessions},
+	{tag: sectionLockDelay, encode: encodeLockDelays, decode: decodeLockDelays},
+}
 
 // appendSections appends every non-empty section of t to b.
 func (t *Table) appendSections(b []byte) []byte {

@@ -25,8 +25,9 @@ import (
 // Call is one request as the authorization seam sees it.
 type Call struct {
 	// Op names the operation: acquire, renew, extend, extend-batch,
-	// release, check, lock, locks, watch, health, ready, metrics, members, join,
-	// remove, announce, identity.
+	// release, check, lock, locks, watch, health, ready, metrics, members,
+	// join, remove, announce, identity, session-open, session-extend,
+	// session-close, acquire-all.
 	Op     string
 	Method string
 	Path   string
@@ -107,7 +108,8 @@ func (s *Server) routes() http.Handler {
 			return nil
 		}},
 	}
-	s.guardRoutes(routes) // auth.go
+	s.sessionRoutes(routes) // http_session.go
+	s.guardRoutes(routes)   // auth.go
 	return &router{s: s, routes: routes}
 }
 

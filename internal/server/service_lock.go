@@ -19,12 +19,13 @@ import (
 // wait is committed (service_wait.go).
 func (s *Server) Acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, error) {
 	l, e := s.acquire(ctx, req)
-	return l, s.fail(e)
+	return s.sessionAnswer(req, l, s.fail(e)) // service_session.go
 }
 
 func (s *Server) acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, *Error) {
-	ttl, e := checkTTL(req.TTLMs)
-	e = firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, checkRequestID(req.RequestID))
+	ttl, e := grantTTL(req.TTLMs, req.Session)
+	delay, de := checkLockDelay(req.LockDelayMs)
+	e = firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, de, checkRequestID(req.RequestID))
 	if e == nil {
 		e = checkWait(req.WaitMs)
 	}
@@ -37,7 +38,8 @@ func (s *Server) acquire(ctx context.Context, req api.AcquireRequest) (api.Lease
 	if req.WaitMs > 0 {
 		return s.acquireWait(ctx, req, ttl)
 	}
-	l, _, e := s.proposeLease(fsm.Command{Op: fsm.OpAcquire, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl}, "acquire")
+	l, _, e := s.proposeLease(fsm.Command{Op: fsm.OpAcquire, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl,
+		Session: req.Session, LockDelay: delay}, "acquire")
 	return l, e
 }
 

@@ -25,7 +25,8 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 	wait := locktable.Duration(api.Duration(req.WaitMs))
 	res, err := s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
 		Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait),
-		MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters)})
+		MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters),
+		Session: req.Session, LockDelay: locktable.Duration(api.Duration(req.LockDelayMs))})
 	if err != nil {
 		s.waiters.remove(sub)
 		return none, proposalError(err)
@@ -80,7 +81,8 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 				if err == nil {
 					res, err = s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
 						Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait),
-						MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters)})
+						MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters),
+						Session: req.Session, LockDelay: locktable.Duration(api.Duration(req.LockDelayMs))})
 				}
 				switch {
 				case err != nil:
