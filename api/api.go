@@ -104,8 +104,10 @@ func Status(code string) int {
 		return http.StatusMethodNotAllowed
 	case CodeNoSpace:
 		return http.StatusInsufficientStorage
-	case CodeTooManyWaiters:
+	case CodeTooManyWaiters, CodeTooManyWatchers:
 		return http.StatusTooManyRequests
+	case CodeCompacted:
+		return http.StatusGone
 	case CodeNotLeader, CodeUnavailable, CodeTooManyOpenFiles, CodeTooManyConns, CodeChangeUnknown:
 		return http.StatusServiceUnavailable
 	}
@@ -126,6 +128,9 @@ type Error struct {
 	// Kind and Permits say what the key is (CodeKindMismatch; shared.go).
 	Kind    string `json:"kind,omitempty"`
 	Permits int    `json:"permits,omitempty"`
+	// CompactRevision is the oldest revision a watch may start after
+	// (CodeCompacted; watch.go).
+	CompactRevision *Revision `json:"compact_revision,omitempty"`
 }
 
 // Lease is one grant: who holds a key, under which fencing token, for how

@@ -545,6 +545,8 @@ func decodeError(status int, data []byte) error {
 		Leader:  we.Leader,
 		Kind:    we.Kind,
 		Permits: we.Permits,
+
+		CompactRevision: we.CompactRevision,
 	}
 	if we.RemainingMs != nil {
 		ae.Remaining = api.Duration(*we.RemainingMs)

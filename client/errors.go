@@ -74,6 +74,8 @@ type APIError struct {
 	// permits.
 	Kind    string
 	Permits int
+	// For "compacted": the oldest revision a watch may start after.
+	CompactRevision *Revision
 }
 
 func (e *APIError) Error() string {
@@ -112,6 +114,8 @@ func (e *APIError) Unwrap() error {
 		return ErrPermissionDenied
 	case api.CodeKindMismatch:
 		return ErrKindMismatch
+	case api.CodeCompacted:
+		return ErrCompacted
 	}
 	switch {
 	case e.Status == 400:

@@ -204,8 +204,8 @@ func New() *Table {
 }
 
 // SetObserver registers fn to be called, synchronously and in order, with
-// every event the table produces (grants, releases, expiries, dropped
-// waiters). It replaces any earlier observer; nil removes it.
+// every event the table produces (grants, releases, expiries, waiters
+// joining, cancelling and dropped). It replaces any earlier observer; nil removes it.
 func (t *Table) SetObserver(fn func(Event)) { t.observe = fn }
 
 // LastToken is the last token issued (0 if none): the next grant carries
@@ -339,14 +339,16 @@ func (t *Table) WaitWith(key, holder string, now Time, ttl Duration, deadline Ti
 	t.setWaiterSession(key, &w, g.sess)
 	q.waiters = append(q.waiters, w)
 	t.queued++
+	t.emit(Event{Kind: EventWaitJoined, Key: key, Holder: holder, At: now, Since: now, Expiry: deadline})
 	return Lease{}, false, nil
 }
 
 // QueuedCount is the number of waiters in all queues.
 func (t *Table) QueuedCount() int { return t.queued }
 
-// CancelWait takes holder out of key's queue. It reports whether holder was
-// queued. It never touches a lease.
+// CancelWait takes holder out of key's queue (EventWaitLeft, whose At is
+// 0: the call is given no time). It reports whether holder was queued. It
+// never touches a lease.
 func (t *Table) CancelWait(key, holder string) bool {
 	return t.CancelWaitAt(key, holder, t.maxNow)
 }
@@ -366,6 +368,7 @@ func (t *Table) CancelWaitAt(key, holder string, now Time) bool {
 	ws := t.waitersOf(e)
 	for i := range ws {
 		if ws[i].holder == holder {
+			t.emit(Event{Kind: EventWaitLeft, Key: key, Holder: holder, Since: ws[i].since, Expiry: ws[i].deadline})
 			t.setWaiterSession(key, &ws[i], nil)
 			t.setWaiters(e, append(ws[:i], ws[i+1:]...))
 			t.tidy(e)

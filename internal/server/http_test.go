@@ -29,14 +29,18 @@ func TestAuthorizerSeesEveryRouteAndCanRefuse(t *testing.T) {
 	})
 	ts := startServer(t, cfg)
 	rt := ts.Handler().(*router)
-	const known = 24 + 4 // + session-open, session-extend, session-close, acquire-all
+	const known = 24 + 4 + 1 // + session-open, session-extend, session-close, acquire-all; + watch
 	if len(rt.routes) != known {
 		t.Errorf("%d routes; this test knows %d", len(rt.routes), known)
 	}
 	// Bootstrap turns ACLs on: it goes last (below).
 	check := func(path string, rte route) {
 		t.Helper()
-		ts.do(context.Background(), rte.method, path, "{}")
+		target := path
+		if path == api.PathWatch {
+			target += "?wait_ms=0" // not the default wait for an event
+		}
+		ts.do(context.Background(), rte.method, target, "{}")
 		mu.Lock()
 		c, ok := seen[path]
 		mu.Unlock()
