@@ -25,7 +25,7 @@ const (
 // Limits of sessions, multi-key acquire and lock-delay; the server refuses
 // a request beyond them with a clear error and changes nothing.
 const (
-	MaxSessions          = 1 << 16 // open sessions in a cluster (too_many_sessions)
+	MaxSessions          = 1 << 20 // open sessions in a cluster (too_many_sessions)
 	MaxSessionsPerHolder = 1024    // open sessions of one holder (too_many_sessions)
 	MaxSessionLocks      = 1 << 16 // locks held plus queue places under one session (too_many_sessions)
 	MaxAcquireKeys       = 64      // keys in one acquire-all (invalid_argument)
