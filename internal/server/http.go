@@ -25,7 +25,7 @@ import (
 // Call is one request as the authorization seam sees it.
 type Call struct {
 	// Op names the operation: acquire, renew, extend, extend-batch,
-	// release, check, lock, locks, health, ready, metrics, members, join,
+	// release, check, lock, locks, overview, health, ready, metrics, members, join,
 	// remove, announce, identity.
 	Op     string
 	Method string
@@ -85,6 +85,7 @@ func (s *Server) routes() http.Handler {
 		api.PathCheck:       {get, "check", s.httpCheck},
 		api.PathLock:        {get, "lock", s.httpGet},
 		api.PathLocks:       {get, "locks", s.httpList},
+		api.PathOverview:    {get, "overview", s.httpOverview},
 		api.PathHealth: {get, "health", func(w http.ResponseWriter, r *http.Request) *Error {
 			return reply(w, api.StatusResponse{Status: "ok"}, nil)
 		}},
@@ -189,6 +190,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.serveDashboard(w, r) { // http_overview.go
+		return
+	}
 	requestTLS(r) // tls.go
 	sw := &statusWriter{ResponseWriter: w}
 	name := r.URL.Path
