@@ -37,7 +37,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite docs/img/dashboard.png from a scenario with locks, waiters and chart data")
 
-
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	if os.Getenv("FENCELOCK_TEST_NO_BROWSER") == "1" {
