@@ -381,7 +381,7 @@ func TestDashboardScreenshot(t *testing.T) {
 	}
 	time.Sleep(20 * time.Second) // the charts fill with real traffic; nothing is decided by it
 	waitOn("jobs/nightly", "bob")
-	wait[bool](ctx, t, "bob queued", row("jobs/nightly")+` && `+row("jobs/nightly")+`.querySelector('.waiter')`)
+	wait[bool](ctx, t, "bob queued", `!!(`+row("jobs/nightly")+` && `+row("jobs/nightly")+`.querySelector('.waiter'))`)
 	waitOn("jobs/nightly", "carol")
 	waitOn("billing/ledger", "reconciler")
 	wait[bool](ctx, t, "three waiters", `document.querySelectorAll('.waiter').length >= 3`)

@@ -11,6 +11,7 @@
   const TOKEN_KEY = 'fencelock.token';
   const MAX_EVENTS = 80;
   const RATE_SAMPLES = 120;
+  const RATE_SPAN_MS = 2000;
   const LIST_LIMIT = 500;
   const SVG = 'http://www.w3.org/2000/svg';
 
@@ -85,7 +86,7 @@
   function handle(ov, mem) {
     if (ov.status === 401 || mem.status === 401) {
       const b = ov.status === 401 ? ov.body : mem.body;
-      askToken(token() ? 'The server did not accept this token: ' + (b.error || 'unauthenticated') : '');
+      askToken(token() ? '401 — the server did not accept this token: ' + (b.error || 'unauthenticated') : '');
       return;
     }
     $('auth').hidden = true;
@@ -122,7 +123,8 @@
     banner(null);
     $('main').hidden = true;
     $('auth').hidden = false;
-    $('auth-msg').textContent = msg || 'With ACLs on, every call needs a token. The page itself holds no data.';
+    $('auth-msg').textContent = msg || 'The server answered 401 unauthenticated: with ACLs on, every call needs a token. The page itself holds no data.';
+    $('auth-msg').dataset.kind = msg ? 'error' : '';
     $('auth-token').value = '';
     $('auth-token').focus();
   }
@@ -238,7 +240,8 @@
         found.push({ kind: ended(p), key, holder: p.holder, token: p.token });
       } else if (l.token !== p.token) {
         if (l.holder === p.holder) {
-          found.push({ kind: 'renewed', key, holder: l.holder, token: l.token, old: p.token });
+          // A renewal, or a release and a new acquire: either way a new grant.
+          found.push({ kind: 'granted', key, holder: l.holder, token: l.token, old: p.token });
           continue;
         }
         found.push({ kind: ended(p), key, holder: p.holder, token: p.token });
@@ -250,9 +253,9 @@
       if (!prev.locks.has(key)) found.push({ kind: 'granted', key, holder: l.holder, token: l.token });
     }
     found.sort((a, b) => (a.token || 0) - (b.token || 0));
-    const seen = found.filter((e) => e.kind === 'granted' || e.kind === 'handoff' || e.kind === 'renewed').length;
+    const seen = found.filter((e) => e.kind === 'granted' || e.kind === 'handoff').length;
     const unseen = o.last_token - prev.lastToken - seen;
-    if (!state.prefix && unseen > 0) found.push({ kind: 'granted', note: unseen + (unseen === 1 ? ' grant' : ' grants') + ' made and ended between two polls' });
+    if (!state.prefix && unseen > 0) found.push({ kind: 'granted', note: '+' + unseen + (unseen === 1 ? ' grant' : ' grants') + ' that came and went between polls' });
     for (const e of found) {
       e.at = at;
       state.events.unshift(e);
@@ -261,7 +264,7 @@
     if (found.length) renderEvents();
   }
 
-  const KIND_LABEL = { granted: 'granted', handoff: 'hand-off', released: 'released', expired: 'expired', renewed: 'renewed' };
+  const KIND_LABEL = { granted: 'granted', handoff: 'hand-off', released: 'released', expired: 'expired' };
 
   function renderEvents() {
     const list = $('events');
@@ -270,14 +273,14 @@
       if (e.note) {
         what = [e.note];
       } else {
-        what = [el('code', {}, [e.key]), ' ', e.holder, ' · token ' + e.token];
-        if (e.kind === 'handoff') what.push(' (from ' + e.from + ')');
-        if (e.kind === 'renewed') what.push(' (was ' + e.old + ')');
+        what = [el('code', {}, [e.key]), ' ', el('span', { class: 'tok' }, ['#' + e.token]), ' ' + e.holder];
+        if (e.kind === 'handoff') what.push(' from ' + e.from);
+        if (e.old) what.push(' again, was #' + e.old);
       }
       return el('li', { class: 'event', 'data-kind': e.kind, 'data-key': e.key || '' }, [
         el('span', { class: 'time' }, [fmtClock(e.at)]),
         el('span', { class: 'kind kind-' + e.kind }, [KIND_LABEL[e.kind] || e.kind]),
-        el('span', { class: 'what', title: e.note || e.key + ' ' + e.holder + ' token ' + e.token }, what),
+        el('span', { class: 'what', title: e.note || e.key + ': token ' + e.token + ', ' + e.holder }, what),
       ]);
     }));
     $('events-empty').hidden = state.events.length > 0;
@@ -305,9 +308,15 @@
     const { w, h } = size(svg);
     const m = { l: 34, r: 8, t: 10, b: 20 };
     const pts = [];
+    // Each point is the rate over the last two seconds or so, not over one
+    // poll: a second with one grant and the next with none is one grant a
+    // second, not a saw.
+    let j = 0;
     for (let i = 1; i < state.samples.length; i++) {
-      const a = state.samples[i - 1];
       const b = state.samples[i];
+      if (b.nowMs - state.samples[0].nowMs < RATE_SPAN_MS) continue; // too short to be a rate
+      while (j < i - 1 && b.nowMs - state.samples[j + 1].nowMs >= RATE_SPAN_MS) j++;
+      const a = state.samples[j];
       const dt = (b.nowMs - a.nowMs) / 1000;
       const p = { nowMs: b.nowMs };
       for (const k of SERIES) p[k] = dt > 0 ? Math.max(0, b[k] - a[k]) / dt : 0;
@@ -339,6 +348,7 @@
       }
     }
     svg.replaceChildren(...kids);
+    $('rates-window').textContent = 'The last ' + (windowMs >= 60000 ? Math.round(windowMs / 60000) + ' minutes' : Math.round(windowMs / 1000) + ' seconds') + ', from the leader’s counters, as rates over 2 s.';
   }
 
   // --- histograms ---
@@ -390,7 +400,7 @@
     $('cluster-id').title = mb.cluster_id || '';
     $('stat-leader').textContent = mb.leader || 'none';
     const n = (mb.members || []).length;
-    $('stat-leader-sub').textContent = mb.leader ? (mb.leader_addr || '') + ' · ' + n + (n === 1 ? ' node' : ' nodes') : 'no leader known: writes wait';
+    $('stat-leader-sub').textContent = mb.leader ? [mb.leader_addr, n + (n === 1 ? ' node' : ' nodes')].filter(Boolean).join(' · ') : 'no leader known: writes wait';
   }
 
   // --- bits ---
@@ -448,7 +458,7 @@
 
   function fmtBound(ms) {
     if (ms < 1000) return Math.round(ms) + 'ms';
-    if (ms < 60000) return Math.round(ms / 1000) + 's';
+    if (ms < 100000) return Math.round(ms / 1000) + 's';
     return (ms / 60000).toFixed(1) + 'm';
   }
 
