@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net"
 	"net/http"
 	"strconv"
 
@@ -22,6 +23,21 @@ func (rt *router) serveDashboard(w http.ResponseWriter, r *http.Request) bool {
 	}
 	dashboardHandler.ServeHTTP(w, r)
 	return true
+}
+
+// dashboardURL is where a server listening on addr serves the dashboard,
+// for the log line a new user reads first. An unspecified address (all
+// interfaces) is shown as loopback, which reaches it from the same host.
+func dashboardURL(addr net.Addr, tls bool) string {
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	host := addr.String()
+	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		host = net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
+	}
+	return scheme + "://" + host + dashboard.Prefix
 }
 
 // httpOverview answers GET /v1/overview?prefix=P&limit=N. With ACLs on it

@@ -516,6 +516,7 @@
       document.querySelector('#empty pre code').textContent = 'fencelock lock demo --addr ' + host + ' -- sleep 30';
     }
     setToken(token());
+    $('poll-every').textContent = POLL_MS === 1000 ? 'every second' : 'every ' + POLL_MS / 1000 + ' s';
     renderRates();
     renderHistogram($('chart-hold'), {}, 'hold', $('hold-sum'));
     renderHistogram($('chart-wait'), {}, 'wait', $('wait-sum'));
