@@ -29,6 +29,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/fencelock/fencelock/api"
@@ -177,6 +179,38 @@ func wait[T any](ctx context.Context, t *testing.T, what, expr string) T {
 	return v
 }
 
+// problemsJS runs in the page before its own script: it records every
+// Content-Security-Policy violation, uncaught error and unhandled
+// rejection, which noProblems then asserts there were none of.
+const problemsJS = `window.__problems = [];
+document.addEventListener('securitypolicyviolation', (e) => window.__problems.push('CSP refused ' + e.violatedDirective + ': ' + (e.blockedURI || 'inline')));
+window.addEventListener('error', (e) => window.__problems.push('error: ' + e.message));
+window.addEventListener('unhandledrejection', (e) => window.__problems.push('unhandled rejection: ' + e.reason));`
+
+// open records the page's problems (problemsJS) and navigates to url.
+func open(ctx context.Context, t *testing.T, url string) {
+	t.Helper()
+	addScript := func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: problemsJS})
+		return chromedp.Void{}, err
+	}
+	if err := chromedp.Do(ctx, addScript, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noProblems fails the test if the page broke its CSP or threw.
+func noProblems(ctx context.Context, t *testing.T) {
+	t.Helper()
+	ps, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.__problems`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		t.Errorf("the page: %s", p)
+	}
+}
+
 // row is JavaScript that finds the table row of key.
 func row(key string) string {
 	k, _ := json.Marshal(key)
@@ -190,9 +224,7 @@ func row(key string) string {
 func TestDashboardShowsLocksComeAndGo(t *testing.T) {
 	ctx := browser(t, 1280, 900, 30*time.Second)
 	ts := startServer(t)
-	if err := chromedp.Do(ctx, chromedp.Navigate(ts.url+"/ui/?poll=200")); err != nil {
-		t.Fatal(err)
-	}
+	open(ctx, t, ts.url+"/ui/?poll=200")
 	empty := wait[string](ctx, t, "the empty state", `!document.getElementById('empty').hidden && document.getElementById('empty').innerText`)
 	if !strings.Contains(empty, "fencelock lock demo") || !strings.Contains(empty, "sleep 30") {
 		t.Errorf("the empty state does not say how to take a lock: %q", empty)
@@ -245,6 +277,7 @@ func TestDashboardShowsLocksComeAndGo(t *testing.T) {
 	if node == "" {
 		t.Error("no leader in the members table")
 	}
+	noProblems(ctx, t)
 }
 
 // TestDashboardAsksForAToken: with ACLs on, the page asks for a token
@@ -274,9 +307,7 @@ func TestDashboardAsksForAToken(t *testing.T) {
 		t.Fatalf("overview without a token: %d, want 401", st)
 	}
 
-	if err := chromedp.Do(ctx, chromedp.Navigate(ts.url+"/ui/?poll=200")); err != nil {
-		t.Fatal(err)
-	}
+	open(ctx, t, ts.url+"/ui/?poll=200")
 	wait[bool](ctx, t, "the token form", `!document.getElementById('auth').hidden && document.getElementById('main').hidden`)
 	enter := func(secret string) {
 		t.Helper()
@@ -312,6 +343,7 @@ func TestDashboardAsksForAToken(t *testing.T) {
 	if len(stored) != 3 || stored[0] != viewer.Secret || stored[1] != float64(0) || stored[2] != false {
 		t.Errorf("sessionStorage token, localStorage length, ops/b shown: %v", stored)
 	}
+	noProblems(ctx, t)
 }
 
 // TestDashboardScreenshot (with -update) takes docs/img/dashboard.png:
@@ -323,9 +355,7 @@ func TestDashboardScreenshot(t *testing.T) {
 	}
 	ctx := browser(t, 1360, 1000, 90*time.Second)
 	ts := startServer(t)
-	if err := chromedp.Do(ctx, chromedp.Navigate(ts.url+"/ui/?poll=250")); err != nil {
-		t.Fatal(err)
-	}
+	open(ctx, t, ts.url+"/ui/?poll=250")
 	held := []struct {
 		key, holder string
 		ttl         time.Duration
