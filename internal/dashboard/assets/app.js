@@ -389,6 +389,7 @@
   // --- members ---
 
   function renderMembers(mb) {
+    if (mb.node) $('node').textContent = 'node ' + mb.node;
     const rows = (mb.members || []).map((m) => el('tr', { class: m.id === mb.node ? 'self' : '', 'data-node': m.id }, [
       el('td', {}, [m.id]),
       el('td', { class: 'addr' }, [m.client_addr || '—']),
