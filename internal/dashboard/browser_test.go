@@ -171,7 +171,7 @@ func (ts *testServer) release(t *testing.T, key, holder, token string) {
 // page never gets there.
 func wait[T any](ctx context.Context, t *testing.T, what, expr string) T {
 	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Poll[T](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(10*time.Second)))
+	v, err := chromedp.Run(ctx, chromedp.Poll[T](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
 	if err != nil {
 		page, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 2000) : ""`))
 		t.Fatalf("waiting for %s: %v\nthe page says:\n%s", what, err, page)
@@ -222,7 +222,7 @@ func row(key string) string {
 // waiter with a new token on release (a hand-off in the events), and
 // disappears once released.
 func TestDashboardShowsLocksComeAndGo(t *testing.T) {
-	ctx := browser(t, 1280, 900, 30*time.Second)
+	ctx := browser(t, 1280, 900, time.Minute)
 	ts := startServer(t)
 	open(ctx, t, ts.url+"/ui/?poll=200")
 	empty := wait[string](ctx, t, "the empty state", `!document.getElementById('empty').hidden && document.getElementById('empty').innerText`)
@@ -286,7 +286,7 @@ func TestDashboardShowsLocksComeAndGo(t *testing.T) {
 // read once the prefix is narrowed to them. The token is kept in
 // sessionStorage, never localStorage.
 func TestDashboardAsksForAToken(t *testing.T) {
-	ctx := browser(t, 1280, 900, 30*time.Second)
+	ctx := browser(t, 1280, 900, time.Minute)
 	ts := startServer(t)
 	var boot api.ACLSecret
 	if st := ts.call(context.Background(), t, "POST", api.PathACLBootstrap, "", struct{}{}, &boot); st != 200 {
