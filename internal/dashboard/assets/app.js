@@ -518,6 +518,8 @@
     }
     setToken(token());
     $('poll-every').textContent = POLL_MS === 1000 ? 'every second' : 'every ' + POLL_MS / 1000 + ' s';
+    $('events-source').textContent = 'seen between polls';
+    $('events-source').title = 'Derived from what changed between two answers of /v1/overview';
     renderRates();
     renderHistogram($('chart-hold'), {}, 'hold', $('hold-sum'));
     renderHistogram($('chart-wait'), {}, 'wait', $('wait-sum'));
