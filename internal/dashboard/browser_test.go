@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -269,9 +270,19 @@ func TestDashboardShowsLocksComeAndGo(t *testing.T) {
 	}
 	wait[bool](ctx, t, "a hand-off event", `!!document.querySelector('#events li[data-kind="handoff"][data-key="jobs/nightly"]')`)
 
+	// A lease left to run out disappears as an expiry, not a release.
+	ts.acquire(t, "cache/warm", "warmer", 3*time.Second, "")
+	wait[bool](ctx, t, "cache/warm to appear", `!!`+row("cache/warm"))
+
 	ts.release(t, "jobs/nightly", "bob", "")
 	wait[bool](ctx, t, "jobs/nightly to disappear", `!`+r)
 	wait[bool](ctx, t, "a release event", `!!document.querySelector('#events li[data-kind="released"][data-key="jobs/nightly"]')`)
+	wait[bool](ctx, t, "cache/warm to expire", `!`+row("cache/warm")+` && !!document.querySelector('#events li[data-kind="expired"][data-key="cache/warm"]')`)
+	if kinds := wait[[]string](ctx, t, "the events", `[...document.querySelectorAll('#events li')].map(li => li.dataset.kind + ' ' + li.dataset.key)`); !slices.Equal(kinds, []string{
+		"expired cache/warm", "released jobs/nightly", "granted cache/warm", "handoff jobs/nightly", "released jobs/nightly", "granted jobs/nightly",
+	}) {
+		t.Errorf("events, newest first: %q", kinds)
+	}
 	wait[bool](ctx, t, "the empty state again", `!document.getElementById('empty').hidden`)
 	node := wait[string](ctx, t, "the cluster's members", `(() => { const r = document.querySelector('#members-body tr'); return r && r.querySelector('.role.leader') && r.dataset.node; })()`)
 	if node == "" {
