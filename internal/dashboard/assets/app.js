@@ -72,11 +72,20 @@
     try {
       let q = '?limit=' + LIST_LIMIT;
       if (state.prefix) q += '&prefix=' + encodeURIComponent(state.prefix);
-      const [ov, mem] = await Promise.all([call('/v1/overview' + q), call('/v1/cluster/members')]);
-      handle(ov, mem);
-    } catch (e) {
-      setLive('error', 'no answer');
-      banner('error', 'The server does not answer (' + (e && e.name === 'AbortError' ? 'timed out' : (e && e.message) || e) + '). Retrying every second.');
+      let answers;
+      try {
+        answers = await Promise.all([call('/v1/overview' + q), call('/v1/cluster/members')]);
+      } catch (e) {
+        setLive('error', 'no answer');
+        banner('error', 'The server does not answer (' + (e && e.name === 'AbortError' ? 'timed out' : (e && e.message) || e) + '). Retrying.');
+        return;
+      }
+      try {
+        handle(answers[0], answers[1]);
+      } catch (e) {
+        banner('error', 'The page could not show the answer: ' + ((e && e.message) || e) + '.');
+        throw e; // for the console
+      }
     } finally {
       state.inflight = false;
       if (!state.paused) schedule(Math.max(0, POLL_MS - (performance.now() - started)));
@@ -111,7 +120,7 @@
       showNothing('Open the leader’s dashboard to see its locks.');
     } else {
       setLive('error', 'HTTP ' + ov.status);
-      banner('error', (b.error || 'HTTP ' + ov.status) + (b.code ? ' (' + b.code + ')' : '') + '. Retrying every second.');
+      banner('error', (b.error || 'HTTP ' + ov.status) + (b.code ? ' (' + b.code + ')' : '') + '. Retrying.');
     }
   }
 
