@@ -51,7 +51,7 @@
     const timeout = setTimeout(() => ctl.abort(), 5000);
     try {
       // Relative to /ui/, so a proxy that serves the server under a path still works.
-      const resp = await fetch('../' + path.replace(/^\//, ''), { headers, cache: 'no-store', credentials: 'omit', signal: ctl.signal });
+      const resp = await fetch('../' + path.replace(/^\//, ''), { headers, cache: 'no-store', credentials: 'same-origin', signal: ctl.signal });
       let body = null;
       try { body = await resp.json(); } catch (_) { body = null; }
       return { status: resp.status, body: body || {} };
@@ -400,9 +400,8 @@
   function renderMembers(mb) {
     if (mb.node) $('node').textContent = 'node ' + mb.node;
     const rows = (mb.members || []).map((m) => el('tr', { class: m.id === mb.node ? 'self' : '', 'data-node': m.id }, [
-      el('td', {}, [m.id]),
-      el('td', { class: 'addr' }, [m.client_addr || '—']),
-      el('td', { class: 'addr' }, [m.raft_addr]),
+      el('td', { class: 'node-id' }, [m.id]),
+      el('td', { class: 'addr' }, [el('div', {}, [m.client_addr ? el('a', { href: location.protocol + '//' + m.client_addr + '/ui/', title: m.id + '’s dashboard' }, [m.client_addr]) : 'client address not known yet']), el('div', { class: 'raft' }, ['raft ' + m.raft_addr])]),
       el('td', {}, [el('span', { class: 'role' + (m.leader ? ' leader' : '') }, [m.leader ? 'leader' : m.suffrage.toLowerCase()])]),
     ]));
     $('members-body').replaceChildren(...rows);
