@@ -1,10 +1,3 @@
-// Package dashboard is the web dashboard a fencelock server serves at
-// /ui/: a page, its script and its stylesheet, embedded in the binary
-// (plain HTML, CSS and JavaScript: no build step, nothing fetched from
-// anywhere but the server itself). The page polls the server's own API
-// (/v1/overview, /v1/cluster/members) with the browser's credentials, so
-// it sees exactly what its token may read; the assets themselves are
-// public.
 package dashboard
 
 import (
@@ -44,6 +37,7 @@ type asset struct {
 // answers only GET and HEAD.
 func Handler() http.Handler {
 	files := map[string]asset{}
+	// The files are compiled in: walking them cannot fail at run time.
 	_ = fs.WalkDir(assets, "assets", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
