@@ -99,8 +99,10 @@ func Status(code string) int {
 		return http.StatusMethodNotAllowed
 	case CodeNoSpace:
 		return http.StatusInsufficientStorage
-	case CodeTooManyWaiters:
+	case CodeTooManyWaiters, CodeTooManyWatchers:
 		return http.StatusTooManyRequests
+	case CodeCompacted:
+		return http.StatusGone
 	case CodeNotLeader, CodeUnavailable, CodeTooManyOpenFiles, CodeTooManyConns, CodeChangeUnknown:
 		return http.StatusServiceUnavailable
 	}
@@ -118,6 +120,9 @@ type Error struct {
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 	// Leader is the leader's client address, when known (CodeNotLeader).
 	Leader string `json:"leader,omitempty"`
+	// CompactRevision is the oldest revision a watch may start after
+	// (CodeCompacted; watch.go).
+	CompactRevision *Revision `json:"compact_revision,omitempty"`
 }
 
 // Lease is one grant: who holds a key, under which fencing token, for how

@@ -543,6 +543,8 @@ func decodeError(status int, data []byte) error {
 		Field:   we.Field,
 		Holder:  we.Holder,
 		Leader:  we.Leader,
+
+		CompactRevision: we.CompactRevision,
 	}
 	if we.RemainingMs != nil {
 		ae.Remaining = api.Duration(*we.RemainingMs)

@@ -65,6 +65,8 @@ type APIError struct {
 	Remaining time.Duration
 	// For "not_leader": the leader's client address, when known.
 	Leader string
+	// For "compacted": the oldest revision a watch may start after.
+	CompactRevision *Revision
 }
 
 func (e *APIError) Error() string {
@@ -98,6 +100,8 @@ func (e *APIError) Unwrap() error {
 		return ErrUnauthenticated
 	case api.CodePermissionDenied:
 		return ErrPermissionDenied
+	case api.CodeCompacted:
+		return ErrCompacted
 	}
 	switch {
 	case e.Status == 400:

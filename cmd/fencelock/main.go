@@ -79,6 +79,7 @@ func init() {
 		{"fence-proxy", "fence an HTTP service by a reverse proxy that refuses stale tokens", runFenceProxy, fenceProxyUsage},
 		{"get", "show who holds a lock", runGet, getUsage},
 		{"list", "list live locks by key prefix", runList, listUsage},
+		{"watch", "print the changes on a key or prefix as they happen, resumable by revision", runWatch, watchUsage},
 		{"lock", "run a command while holding a lock, with its fencing token", runLock, lockUsage},
 		{"cluster", "list, join or remove the nodes of a cluster", runCluster, clusterUsage},
 		{"acl", "turn authentication on, manage tokens and key-prefix policies", runACL, aclUsage},

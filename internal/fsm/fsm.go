@@ -79,6 +79,9 @@ func (f *FSM) emit(ev locktable.Event) {
 		f.waitEnded(ev)
 	}
 	if f.observe != nil {
+		if ev.At == 0 {
+			ev.At = f.now // a cancelled wait: CancelWait is given no time
+		}
 		f.observe(f.index, ev)
 	}
 }

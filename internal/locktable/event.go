@@ -15,6 +15,15 @@ const (
 	// EventWaitDropped: Holder's deadline passed while queued. Since is when
 	// it joined the queue.
 	EventWaitDropped
+	// EventWaitJoined: Holder joined the back of Key's queue (a holder
+	// already queued that asks again keeps its place and emits nothing).
+	// Since and At are when it joined; Expiry is its deadline. Watches.
+	EventWaitJoined
+	// EventWaitLeft: Holder left Key's queue by cancelling (CancelWait).
+	// Since is when it joined. A waiter that leaves because it is granted
+	// emits EventGranted, one whose deadline passed EventWaitDropped.
+	// Watches.
+	EventWaitLeft
 )
 
 func (k EventKind) String() string {
@@ -27,6 +36,10 @@ func (k EventKind) String() string {
 		return "expired"
 	case EventWaitDropped:
 		return "wait-dropped"
+	case EventWaitJoined:
+		return "wait-joined"
+	case EventWaitLeft:
+		return "wait-left"
 	}
 	return "unknown"
 }

@@ -105,6 +105,7 @@ func (m *model) wait(key, holder string, now Time, ttl Duration, deadline Time, 
 		}
 	}
 	m.queues[key] = append(q, waiter{holder: holder, ttl: ttl, since: now, deadline: deadline})
+	*evs = append(*evs, fmt.Sprintf("wait-joined %s %s 0", key, holder))
 	return 0, false, false
 }
 
@@ -225,6 +226,7 @@ func TestTableMatchesModel(t *testing.T) {
 				for _, w := range m.queues[k] {
 					if w.holder == h {
 						was = true
+						want = append(want, fmt.Sprintf("wait-left %s %s 0", k, h))
 					} else {
 						q = append(q, w)
 					}

@@ -174,8 +174,8 @@ func New() *Table {
 }
 
 // SetObserver registers fn to be called, synchronously and in order, with
-// every event the table produces (grants, releases, expiries, dropped
-// waiters). It replaces any earlier observer; nil removes it.
+// every event the table produces (grants, releases, expiries, waiters
+// joining, cancelling and dropped). It replaces any earlier observer; nil removes it.
 func (t *Table) SetObserver(fn func(Event)) { t.observe = fn }
 
 // LastToken is the last token issued (0 if none): the next grant carries
@@ -269,14 +269,16 @@ func (t *Table) WaitWithin(key, holder string, now Time, ttl Duration, deadline 
 	}
 	q.waiters = append(q.waiters, waiter{holder: holder, ttl: ttl, since: now, deadline: deadline})
 	t.queued++
+	t.emit(Event{Kind: EventWaitJoined, Key: key, Holder: holder, At: now, Since: now, Expiry: deadline})
 	return Lease{}, false, nil
 }
 
 // QueuedCount is the number of waiters in all queues.
 func (t *Table) QueuedCount() int { return t.queued }
 
-// CancelWait takes holder out of key's queue. It reports whether holder was
-// queued. It never touches a lease.
+// CancelWait takes holder out of key's queue (EventWaitLeft, whose At is
+// 0: the call is given no time). It reports whether holder was queued. It
+// never touches a lease.
 func (t *Table) CancelWait(key, holder string) bool {
 	e := t.entries[key]
 	if e == nil {
@@ -285,6 +287,7 @@ func (t *Table) CancelWait(key, holder string) bool {
 	ws := t.waitersOf(e)
 	for i := range ws {
 		if ws[i].holder == holder {
+			t.emit(Event{Kind: EventWaitLeft, Key: key, Holder: holder, Since: ws[i].since, Expiry: ws[i].deadline})
 			t.setWaiters(e, append(ws[:i], ws[i+1:]...))
 			t.tidy(e)
 			return true

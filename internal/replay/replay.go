@@ -370,7 +370,14 @@ type Session struct {
 func NewSession(trace bool) *Session {
 	s := &Session{table: locktable.New(), trace: trace}
 	if trace {
-		s.table.SetObserver(func(ev locktable.Event) { s.events = append(s.events, ev) })
+		s.table.SetObserver(func(ev locktable.Event) {
+			// A waiter joining or cancelling is what the call's own
+			// answer ("queued", a cancel) already says; traces show
+			// what the table did besides, as they always have.
+			if ev.Kind != locktable.EventWaitJoined && ev.Kind != locktable.EventWaitLeft {
+				s.events = append(s.events, ev)
+			}
+		})
 	}
 	return s
 }

@@ -60,6 +60,7 @@ func (c Config) Validate() error {
 			bad("%s is %d; it must be between 1 and %d (0 is the default, -1 no cap)", w.name, w.v, fsm.MaxWaitLimit)
 		}
 	}
+	errs = append(errs, checkWatchConfig(c)...)
 	if c.WALSegmentSize < 0 {
 		bad("WALSegmentSize is %d; it must not be negative (0 is the default)", c.WALSegmentSize)
 	}

@@ -25,8 +25,8 @@ import (
 // Call is one request as the authorization seam sees it.
 type Call struct {
 	// Op names the operation: acquire, renew, extend, extend-batch,
-	// release, check, lock, locks, overview, health, ready, metrics, members, join,
-	// remove, announce, identity.
+	// release, check, lock, locks, overview, watch, health, ready, metrics,
+	// members, join, remove, announce, identity.
 	Op     string
 	Method string
 	Path   string
@@ -86,6 +86,7 @@ func (s *Server) routes() http.Handler {
 		api.PathLock:        {get, "lock", s.httpGet},
 		api.PathLocks:       {get, "locks", s.httpList},
 		api.PathOverview:    {get, "overview", s.httpOverview},
+		api.PathWatch:       {get, "watch", s.httpWatch}, // watch_http.go
 		api.PathHealth: {get, "health", func(w http.ResponseWriter, r *http.Request) *Error {
 			return reply(w, api.StatusResponse{Status: "ok"}, nil)
 		}},
@@ -181,6 +182,10 @@ func (w *statusWriter) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (flushes and
+// write deadlines of event streams).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {

@@ -29,6 +29,9 @@ type memorySignaller struct {
 	big   int64           // bigSnapshot, or less in tests
 	// applied, when set, is told how long each log entry took to apply.
 	applied func(time.Duration)
+	// restored, when set, is called after a snapshot replaced the state
+	// (the watch history starts over from it).
+	restored func()
 }
 
 // Apply is the FSM's Apply, timed for fencelock_apply_seconds.
@@ -51,7 +54,11 @@ func (m *memorySignaller) signal() {
 
 func (m *memorySignaller) Restore(rc io.ReadCloser) error {
 	defer m.signal()
-	return m.FSM.Restore(rc)
+	err := m.FSM.Restore(rc)
+	if err == nil && m.restored != nil {
+		m.restored()
+	}
+	return err
 }
 
 func (m *memorySignaller) Snapshot() (raft.FSMSnapshot, error) {

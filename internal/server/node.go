@@ -141,6 +141,18 @@ type Config struct {
 	// WALSegmentSize is the size of each preallocated log segment file;
 	// 0 means 16 MiB. Tests make it small to rotate segments often.
 	WALSegmentSize int
+
+	// Watches (service_watch.go). WatchHistory is how many of the latest
+	// events a node keeps for watchers to resume from (0: 10,000; an
+	// event costs about 100 bytes besides its key and holder, so the
+	// default holds at most about 14 MB with maximal keys). A watcher
+	// further behind is answered compacted. WatchMaxWatchers caps the
+	// watches open on the node (0: 10,000) and WatchMaxPerCaller those
+	// of one principal, or of one remote host without ACLs (0: 1,000);
+	// one past either is answered 429 too_many_watchers. -1 means no cap.
+	WatchHistory      int
+	WatchMaxWatchers  int
+	WatchMaxPerCaller int
 }
 
 // DefaultConfig returns the values used for zero fields.
@@ -172,6 +184,10 @@ func DefaultConfig() Config {
 		FramedIdleTimeout:           framing.DefaultIdleTimeout,
 		MaxWaitersPerKey:            1000,
 		MaxWaiters:                  100000,
+
+		WatchHistory:      10000,
+		WatchMaxWatchers:  10000,
+		WatchMaxPerCaller: 1000,
 	}
 }
 
@@ -235,6 +251,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxWaiters == 0 {
 		c.MaxWaiters = d.MaxWaiters
 	}
+	c.WatchHistory, c.WatchMaxWatchers, c.WatchMaxPerCaller = watchDefaults(c, d)
 	return c
 }
 

@@ -38,6 +38,7 @@ type Server struct {
 	node    *node
 	metrics *metrics
 	waiters *waitRegistry
+	watches *watchHub // watch.go
 	clock   clusterClock
 	clk     Clock // what clock measures by; also lease timers
 	handler http.Handler
@@ -91,6 +92,7 @@ func New(cfg Config) (*Server, error) {
 		}),
 	)
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
+	s.watches = newWatchHub(cfg.WatchHistory, cfg.WatchMaxWatchers, cfg.WatchMaxPerCaller, s.watchGauge())
 	s.handler = s.routes()
 	if cfg.TLS.Enabled() {
 		r, err := tlsconfig.Load(cfg.TLS)
@@ -102,7 +104,8 @@ func New(cfg Config) (*Server, error) {
 	s.peerHTTP = newPeerHTTP(s.tls, 5*time.Second) // probes bound themselves to probeTimeout
 	freed := make(chan struct{}, 1)
 	n, err := openNode(cfg, &memorySignaller{FSM: s.fsm, freed: freed, big: bigSnapshot,
-		applied: func(d time.Duration) { s.metrics.apply.Observe(d.Seconds()) }}, s.tls)
+		applied:  func(d time.Duration) { s.metrics.apply.Observe(d.Seconds()) },
+		restored: func() { s.watches.restored(s.fsm.AppliedIndex()) }}, s.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +259,7 @@ func (s *Server) observe(index uint64, ev locktable.Event) {
 	if ev.Kind == locktable.EventGranted || ev.Kind == locktable.EventWaitDropped {
 		s.waiters.deliver(index, ev)
 	}
+	s.watches.append(index, ev)
 }
 
 // eachLiveLease calls fn with the key of every lease held now, for
