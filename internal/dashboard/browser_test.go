@@ -221,11 +221,32 @@ func row(key string) string {
 // TestDashboardShowsLocksComeAndGo: a lock taken through the API appears
 // with its holder and token, counts down, shows its waiter, passes to the
 // waiter with a new token on release (a hand-off in the events), and
-// disappears once released.
+// disappears once released; one left to run out disappears as an expiry.
+// The events come from the watch (GET /v1/watch), and, with ?watch=off
+// (as with a server that has no watches), from what the polls see.
 func TestDashboardShowsLocksComeAndGo(t *testing.T) {
+	for _, mode := range []struct {
+		name, query, source string
+		events              []string // newest first
+	}{
+		{"watch", "", "live, from the watch", []string{
+			"expired cache/warm", "released jobs/nightly", "granted cache/warm", "handoff jobs/nightly",
+			"released jobs/nightly", "queued jobs/nightly", "granted jobs/nightly"}},
+		{"polls", "&watch=off", "seen between polls", []string{
+			"expired cache/warm", "released jobs/nightly", "granted cache/warm", "handoff jobs/nightly",
+			"released jobs/nightly", "granted jobs/nightly"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) { locksComeAndGo(t, mode.query, mode.source, mode.events) })
+	}
+}
+
+func locksComeAndGo(t *testing.T, query, source string, events []string) {
 	ctx := browser(t, 1280, 900, time.Minute)
 	ts := startServer(t)
-	open(ctx, t, ts.url+"/ui/?poll=200")
+	open(ctx, t, ts.url+"/ui/?poll=200"+query)
+	// Once the watch has its starting revision, no change can be missed.
+	src, _ := json.Marshal(source)
+	wait[bool](ctx, t, "the events' source", `document.getElementById('events-source').textContent === `+string(src))
 	empty := wait[string](ctx, t, "the empty state", `!document.getElementById('empty').hidden && document.getElementById('empty').innerText`)
 	if !strings.Contains(empty, "fencelock lock demo") || !strings.Contains(empty, "sleep 30") {
 		t.Errorf("the empty state does not say how to take a lock: %q", empty)
@@ -278,10 +299,8 @@ func TestDashboardShowsLocksComeAndGo(t *testing.T) {
 	wait[bool](ctx, t, "jobs/nightly to disappear", `!`+r)
 	wait[bool](ctx, t, "a release event", `!!document.querySelector('#events li[data-kind="released"][data-key="jobs/nightly"]')`)
 	wait[bool](ctx, t, "cache/warm to expire", `!`+row("cache/warm")+` && !!document.querySelector('#events li[data-kind="expired"][data-key="cache/warm"]')`)
-	if kinds := wait[[]string](ctx, t, "the events", `[...document.querySelectorAll('#events li')].map(li => li.dataset.kind + ' ' + li.dataset.key)`); !slices.Equal(kinds, []string{
-		"expired cache/warm", "released jobs/nightly", "granted cache/warm", "handoff jobs/nightly", "released jobs/nightly", "granted jobs/nightly",
-	}) {
-		t.Errorf("events, newest first: %q", kinds)
+	if kinds := wait[[]string](ctx, t, "the events", `[...document.querySelectorAll('#events li')].map(li => li.dataset.kind + ' ' + li.dataset.key)`); !slices.Equal(kinds, events) {
+		t.Errorf("events, newest first: %q, want %q", kinds, events)
 	}
 	wait[bool](ctx, t, "the empty state again", `!document.getElementById('empty').hidden`)
 	node := wait[string](ctx, t, "the cluster's members", `(() => { const r = document.querySelector('#members-body tr'); return r && r.querySelector('.role.leader') && r.dataset.node; })()`)

@@ -1,8 +1,9 @@
 // The fencelock dashboard. Plain JavaScript, no framework and no build:
 // it polls the server's own API (GET /v1/overview, /v1/cluster/members)
 // every second, counts leases down between polls on the browser's clock,
-// derives the recent events from what changed between two answers, and
-// draws its charts as SVG.
+// follows GET /v1/watch for the recent events (or, without it, derives
+// them from what changed between two answers), and draws its charts as
+// SVG.
 'use strict';
 
 (function () {
@@ -43,12 +44,13 @@
 
   // --- calls ---
 
-  async function call(path) {
+  async function call(path, timeoutMs, cancel) {
     const headers = { Accept: 'application/json' };
     const t = token();
     if (t) headers.Authorization = 'Bearer ' + t;
     const ctl = new AbortController();
-    const timeout = setTimeout(() => ctl.abort(), 5000);
+    const timeout = setTimeout(() => ctl.abort(), timeoutMs || 5000);
+    if (cancel) cancel.addEventListener('abort', () => ctl.abort());
     try {
       // Relative to /ui/, so a proxy that serves the server under a path still works.
       const resp = await fetch('../' + path.replace(/^\//, ''), { headers, cache: 'no-store', credentials: 'same-origin', signal: ctl.signal });
@@ -187,6 +189,7 @@
     renderHistogram($('chart-wait'), o.stats.wait, 'wait', $('wait-sum'));
 
     state.prev = { nowMs: o.now_ms, lastToken: o.last_token, locks: byKey };
+    state.clockSkew = Date.now() - o.now_ms; // cluster time to the browser's, for the events' times
   }
 
   function lockRow(l, o, t0, fresh) {
@@ -239,7 +242,7 @@
 
   function diffEvents(o, byKey) {
     const prev = state.prev;
-    if (!prev) return;
+    if (!prev || watch.on) return; // the watch tells them better
     const at = new Date();
     const found = [];
     const ended = (p) => (o.now_ms >= prev.nowMs + p.remaining_ms ? 'expired' : 'released');
@@ -273,7 +276,95 @@
     if (found.length) renderEvents();
   }
 
-  const KIND_LABEL = { granted: 'granted', handoff: 'hand-off', released: 'released', expired: 'expired' };
+  // --- recent events, from the watch (GET /v1/watch, a long-poll) ---
+  //
+  // While the server answers watches the pane shows every change as the
+  // server made it, and the polls only keep the table; without them (an
+  // older server, an error) it falls back to what the polls see.
+
+  const WATCH_WAIT_MS = 20000;
+  const WATCH_OFF = params.get('watch') === 'off'; // events from the polls only
+  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map() };
+
+  function delay(ms) { return new Promise((r) => setTimeout(r, ms)); }
+
+  function restartWatch() {
+    if (WATCH_OFF) return;
+    watch.gen++;
+    if (watch.cancel) watch.cancel.abort();
+    watchLoop(watch.gen);
+  }
+
+  async function watchLoop(gen) {
+    let backoff = 1000;
+    watch.rev = '';
+    while (gen === watch.gen) {
+      if (state.paused) { await delay(250); continue; }
+      let q = '?limit=500&wait_ms=' + (watch.rev ? WATCH_WAIT_MS : 0);
+      if (state.prefix) q += '&prefix=' + encodeURIComponent(state.prefix);
+      if (watch.rev) q += '&after=' + encodeURIComponent(watch.rev);
+      watch.cancel = new AbortController();
+      let r = null;
+      try { r = await call('/v1/watch' + q, WATCH_WAIT_MS + 10000, watch.cancel.signal); } catch (_) { r = null; }
+      if (gen !== watch.gen) return;
+      if (r && r.status === 200 && r.body.revision) {
+        if (watch.rev) for (const ev of r.body.events || []) watchEvent(ev);
+        watch.rev = r.body.revision;
+        setWatching(true);
+        backoff = 1000;
+        continue;
+      }
+      if (r && r.status === 410) { watch.rev = ''; continue; } // fell behind the history: from now on
+      setWatching(false);
+      watch.rev = '';
+      // 404: this server has no watches; try again now and then.
+      await delay(r && r.status === 404 ? 30000 : backoff);
+      backoff = Math.min(10000, backoff * 2);
+    }
+  }
+
+  function setWatching(on) {
+    if (watch.on !== on) {
+      watch.on = on;
+      state.prev = null; // a new baseline for the polls' events
+    }
+    $('events-source').textContent = on ? 'live, from the watch' : 'seen between polls';
+    $('events-source').title = on ? 'Every change, from GET /v1/watch' : 'Derived from what changed between two answers of /v1/overview';
+  }
+
+  function watchEvent(ev) {
+    const at = new Date(state.clockSkew !== undefined ? ev.at_ms + state.clockSkew : Date.now());
+    const base = { at, key: ev.key, holder: ev.holder, token: ev.token };
+    switch (ev.type) {
+      case 'granted': {
+        const waited = ev.since_ms < ev.at_ms;
+        const from = watch.ended.get(ev.key);
+        const e = Object.assign(base, { kind: waited ? 'handoff' : 'granted' });
+        if (waited && from && from.at_ms === ev.at_ms) e.from = from.holder;
+        else if (waited) e.kind = 'granted', e.waited = ev.at_ms - ev.since_ms;
+        state.events.unshift(e);
+        break;
+      }
+      case 'released':
+      case 'expired':
+        watch.ended.set(ev.key, { holder: ev.holder, at_ms: ev.at_ms });
+        if (watch.ended.size > 1000) watch.ended.clear();
+        state.events.unshift(Object.assign(base, { kind: ev.type }));
+        break;
+      case 'wait-joined':
+        state.events.unshift(Object.assign(base, { kind: 'queued', token: 0 }));
+        break;
+      case 'wait-left':
+        state.events.unshift(Object.assign(base, { kind: 'left', token: 0, reason: ev.reason }));
+        break;
+      default:
+        return;
+    }
+    if (state.events.length > MAX_EVENTS) state.events.length = MAX_EVENTS;
+    renderEvents();
+  }
+
+  const KIND_LABEL = { granted: 'granted', handoff: 'hand-off', released: 'released', expired: 'expired', queued: 'queued', left: 'left queue' };
 
   function renderEvents() {
     const list = $('events');
@@ -282,8 +373,12 @@
       if (e.note) {
         what = [e.note];
       } else {
-        what = [el('code', {}, [e.key]), ' ', el('span', { class: 'tok' }, ['#' + e.token]), ' ' + e.holder];
-        if (e.kind === 'handoff') what.push(' from ' + e.from);
+        what = [el('code', {}, [e.key]), ' '];
+        if (e.token) what.push(el('span', { class: 'tok' }, ['#' + e.token]), ' ');
+        what.push(e.holder);
+        if (e.kind === 'handoff' && e.from) what.push(' from ' + e.from);
+        if (e.waited) what.push(' after waiting ' + fmtDuration(e.waited));
+        if (e.reason) what.push(' (' + (e.reason === 'deadline' ? 'gave up' : e.reason) + ')');
         if (e.old) what.push(' again, was #' + e.old);
       }
       return el('li', { class: 'event', 'data-kind': e.kind, 'data-key': e.key || '' }, [
@@ -496,6 +591,7 @@
       debounce = setTimeout(() => {
         state.prefix = $('prefix').value.trim();
         state.prev = null; // a new baseline: a changed filter is no event
+        restartWatch();
         const u = new URL(location.href);
         if (state.prefix) u.searchParams.set('prefix', state.prefix); else u.searchParams.delete('prefix');
         history.replaceState(null, '', u);
@@ -513,6 +609,7 @@
       $('main').hidden = false;
       setLive('connecting', 'connecting…');
       schedule(0);
+      restartWatch();
     });
     $('signout').addEventListener('click', () => {
       setToken('');
@@ -532,6 +629,7 @@
     renderHistogram($('chart-hold'), {}, 'hold', $('hold-sum'));
     renderHistogram($('chart-wait'), {}, 'wait', $('wait-sum'));
     setInterval(tick, 100);
+    restartWatch();
     window.addEventListener('resize', () => {
       renderRates();
     });
