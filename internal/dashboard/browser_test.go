@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -90,24 +91,36 @@ type testServer struct {
 	url string
 }
 
+// startServer starts a single node in-process on a free loopback port,
+// which it knows as its client address (the members table shows it).
 func startServer(t *testing.T) *testServer {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := server.New(server.Config{
+		ClientAddr:         ln.Addr().String(),
 		HeartbeatTimeout:   50 * time.Millisecond,
 		ElectionTimeout:    50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond,
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := s.WaitReady(ctx); err != nil {
+		ln.Close()
 		s.Close()
 		t.Fatalf("server never became ready: %v", err)
 	}
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewUnstartedServer(s.Handler())
+	hs.Listener.Close()
+	hs.Listener = ln
+	hs.Start()
 	t.Cleanup(func() {
 		s.BeginShutdown()
 		hs.Close()
