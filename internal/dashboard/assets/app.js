@@ -83,6 +83,7 @@
         return;
       }
       try {
+        state.askedAt = started;
         handle(answers[0], answers[1]);
       } catch (e) {
         banner('error', 'The page could not show the answer: ' + ((e && e.message) || e) + '.');
@@ -148,7 +149,9 @@
   }
 
   function renderOverview(o) {
-    const t0 = performance.now();
+    // Counted down from when the poll was sent, which the server's answer
+    // follows: the page never shows more time left than there is.
+    const t0 = state.askedAt || performance.now();
     const locks = o.locks || [];
     const byKey = new Map(locks.map((l) => [l.key, l]));
     $('stat-locks').textContent = locks.length + (o.more ? '+' : '');
