@@ -164,8 +164,9 @@ type WatchRequest struct {
 	List   bool
 }
 
-// WatchEvent is one change. Times are cluster time in milliseconds (the
-// clock leases are measured on). SinceMs is when what ended or began
+// WatchEvent is one change. Times are cluster time in milliseconds: the
+// clock leases are measured on, counted from when the cluster's clock
+// began (not wall time), so only differences mean anything. SinceMs is when what ended or began
 // started: for granted, when the holder began asking (it may have waited);
 // for released and expired, when the token was granted; for wait events,
 // when the holder joined the queue.

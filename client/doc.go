@@ -35,6 +35,14 @@
 // can be paused right after checking Done. The guarantee comes from the
 // resource refusing stale tokens (package fence).
 //
+// Watch streams the changes on a key or prefix (granted, released,
+// expired, waiters joining and leaving) on a channel, each once and in
+// revision order, resuming after the last revision on another node or
+// after a lost answer; a revision the server no longer keeps ends it with
+// ErrCompacted, and WatchList resyncs. Campaign elects a Leader on a lock
+// key (FIFO, no herd) that carries its fencing token and stops at TTL/2
+// as a Lease does; Observe reports who leads (docs/PRIMITIVES.md).
+//
 // Errors match sentinels with errors.Is whichever side of the wire refused:
 // the server's codes map to ErrHeld, ErrNotHeld, ErrNotFound, ErrInvalid,
 // ErrUnavailable and ErrInternal, and a server that cannot be reached is

@@ -22,7 +22,9 @@ type Revision = api.Revision
 // api.WatchReleased, api.WatchExpired, api.WatchWaitJoined and
 // api.WatchWaitLeft (Reason api.WaitLeftCancelled or
 // api.WaitLeftDeadline). At and Since are cluster time (see
-// api.WatchEvent).
+// api.WatchEvent): the time leases are measured on, counted from when the
+// cluster's clock began, so only their differences mean anything (At -
+// Since is how long a lease was held or a candidate waited).
 type Event struct {
 	Revision Revision
 	Type     string
@@ -31,8 +33,8 @@ type Event struct {
 	Token    uint64        // granted, released, expired
 	TTL      time.Duration // granted
 	Reason   string        // wait-left
-	At       time.Time
-	Since    time.Time
+	At       time.Duration
+	Since    time.Duration
 }
 
 // ErrCompacted: the watch asked for a revision older than the history the
@@ -229,7 +231,7 @@ func (w *Watch) end(err error) {
 
 func eventOf(we api.WatchEvent) Event {
 	return Event{Revision: we.Revision, Type: we.Type, Key: we.Key, Holder: we.Holder, Token: we.Token,
-		TTL: api.Duration(we.TTLMs), Reason: we.Reason, At: time.UnixMilli(we.AtMs), Since: time.UnixMilli(we.SinceMs)}
+		TTL: api.Duration(we.TTLMs), Reason: we.Reason, At: api.Duration(we.AtMs), Since: api.Duration(we.SinceMs)}
 }
 
 // WatchList answers the live leases under prefix (at most api.MaxLimit)
@@ -237,8 +239,16 @@ func eventOf(we api.WatchEvent) Event {
 // WatchAfter that revision sees every change after the state listed. It is
 // how a watcher resyncs after ErrCompacted.
 func (c *Client) WatchList(ctx context.Context, prefix string) ([]Lock, Revision, error) {
+	return c.watchList(ctx, prefix, false)
+}
+
+// watchList is WatchList of the keys under name, or of the one key.
+func (c *Client) watchList(ctx context.Context, name string, key bool) ([]Lock, Revision, error) {
 	var resp api.WatchResponse
-	q := url.Values{api.QueryPrefix: {prefix}, api.QueryList: {"true"}}
+	q := url.Values{api.QueryPrefix: {name}, api.QueryList: {"true"}}
+	if key {
+		q = url.Values{api.QueryKey: {name}, api.QueryList: {"true"}}
+	}
 	if err := c.do(ctx, call{method: http.MethodGet, path: api.PathWatch, query: q, out: &resp}); err != nil {
 		return nil, Revision{}, err
 	}

@@ -83,6 +83,12 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-waiters-per-key", "FENCELOCK_MAX_WAITERS_PER_KEY")
 	maxWaiters := f.Int("max-waiters", defaults.MaxWaiters, "at most `N` waiting acquires queued in all; -1: no cap")
 	f.Env("max-waiters", "FENCELOCK_MAX_WAITERS")
+	watchHistory := f.Int("watch-history", defaults.WatchHistory, "keep the last `N` lock events for watches to resume from")
+	f.Env("watch-history", "FENCELOCK_WATCH_HISTORY")
+	maxWatchers := f.Int("max-watchers", defaults.WatchMaxWatchers, "at most `N` watches open on this node; -1: no cap")
+	f.Env("max-watchers", "FENCELOCK_MAX_WATCHERS")
+	maxWatchersCaller := f.Int("max-watchers-per-caller", defaults.WatchMaxPerCaller, "at most `N` watches open of one principal (or remote host without ACLs); -1: no cap")
+	f.Env("max-watchers-per-caller", "FENCELOCK_MAX_WATCHERS_PER_CALLER")
 	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
 		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
 	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
@@ -146,6 +152,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *maxWaitersKey < -1 || *maxWaitersKey == 0 || *maxWaiters < -1 || *maxWaiters == 0 {
 		return usageError("--max-waiters-per-key and --max-waiters must be > 0, or -1 for no cap")
 	}
+	if *watchHistory < 1 || *maxWatchers < -1 || *maxWatchers == 0 || *maxWatchersCaller < -1 || *maxWatchersCaller == 0 {
+		return usageError("--watch-history must be > 0, --max-watchers and --max-watchers-per-caller > 0 or -1 for no cap")
+	}
 	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
 	if err != nil {
 		return usageError("%v", err)
@@ -204,6 +213,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		MaxConnectionsPerAddr: *maxConnsPerAddr, FramedMaxInFlight: *framedInFlight, FramedMaxPriorityInFlight: *framedPriority,
 		FramedMaxPendingAnswerBytes: *framedPending, FramedWriteTimeout: *framedWrite, FramedReadTimeout: *framedRead,
 		FramedIdleTimeout: *framedIdle, MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
+		WatchHistory: *watchHistory, WatchMaxWatchers: *maxWatchers, WatchMaxPerCaller: *maxWatchersCaller,
 		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure, AuthToken: *authToken}
 	if cfg.TLS.Enabled() {
 		cfg.TLSReload = reloadOnHangup(ctx, log)

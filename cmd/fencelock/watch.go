@@ -86,14 +86,14 @@ func runWatch(ctx context.Context, e *env, args []string) error {
 func printEvent(e *env, asJSON bool, ev client.Event) error {
 	if asJSON {
 		return writeJSON(e.stdout, api.WatchEvent{Revision: ev.Revision, Type: ev.Type, Key: ev.Key, Holder: ev.Holder,
-			Token: ev.Token, TTLMs: api.Ms(ev.TTL), Reason: ev.Reason, AtMs: ev.At.UnixMilli(), SinceMs: ev.Since.UnixMilli()})
+			Token: ev.Token, TTLMs: api.Ms(ev.TTL), Reason: ev.Reason, AtMs: api.Ms(ev.At), SinceMs: api.Ms(ev.Since)})
 	}
 	line := fmt.Sprintf("%s %s %s %s", ev.Revision, ev.Type, ev.Key, ev.Holder)
 	switch {
 	case ev.Token != 0 && ev.TTL > 0:
 		line += fmt.Sprintf(" token=%d ttl=%v", ev.Token, ev.TTL)
 	case ev.Token != 0:
-		line += fmt.Sprintf(" token=%d held=%v", ev.Token, ev.At.Sub(ev.Since).Round(time.Millisecond))
+		line += fmt.Sprintf(" token=%d held=%v", ev.Token, (ev.At - ev.Since).Round(time.Millisecond))
 	case ev.Reason != "":
 		line += " " + ev.Reason
 	}

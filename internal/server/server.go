@@ -112,6 +112,8 @@ func New(cfg Config) (*Server, error) {
 	s.node = n
 	s.startIndex = n.raft.LastIndex()
 	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.watches.broadcast(s.stop) }()
+	s.wg.Add(1)
 	go s.returnFreedMemory(freed)
 	s.wg.Add(1)
 	go s.watchLeadership()

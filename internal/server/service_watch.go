@@ -131,17 +131,16 @@ func (s *Server) watchList(req api.WatchRequest, sc watchScope) api.WatchRespons
 	return out
 }
 
-func watchAnswer(evs []watchEvent, next api.Revision) api.WatchResponse {
+func watchAnswer(evs []*api.WatchEvent, next api.Revision) api.WatchResponse {
 	out := api.WatchResponse{Events: make([]api.WatchEvent, len(evs)), Revision: next}
 	for i, e := range evs {
-		out.Events[i] = wireWatchEvent(e)
+		out.Events[i] = *e
 	}
 	return out
 }
 
-func wireWatchEvent(e watchEvent) api.WatchEvent {
-	ev := e.ev
-	w := api.WatchEvent{Revision: e.rev, Key: ev.Key, Holder: ev.Holder, Token: ev.Token,
+func wireWatchEvent(rev api.Revision, ev locktable.Event) api.WatchEvent {
+	w := api.WatchEvent{Revision: rev, Key: ev.Key, Holder: ev.Holder, Token: ev.Token,
 		AtMs: clusterMs(ev.At), SinceMs: clusterMs(ev.Since)}
 	switch ev.Kind {
 	case locktable.EventGranted:

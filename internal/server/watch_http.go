@@ -25,8 +25,9 @@ const sseProgress = 10 * time.Second
 // sseWriteTimeout drops a stream whose peer takes no bytes for this long:
 // a consumer that stops reading costs a blocked goroutine only until
 // then, and never a buffer (the stream reads the shared history at its
-// own pace; one that falls behind it is ended compacted).
-const sseWriteTimeout = 10 * time.Second
+// own pace; one that falls behind it is ended compacted). A variable for
+// tests.
+var sseWriteTimeout = 10 * time.Second
 
 func (s *Server) httpWatch(w http.ResponseWriter, r *http.Request) *Error {
 	req, e := parseWatch(r)
@@ -175,7 +176,9 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request, req ap
 		buf = buf[:0]
 		return err == nil
 	}
+	// The first frame says where the stream starts.
 	buf = appendSSE(buf, api.SSEProgress, cursor, api.WatchResponse{Events: []api.WatchEvent{}, Revision: cursor})
+	progressDue := false
 	for {
 		evs, next, wake, e := s.watches.read(cursor, match, api.MaxWatchLimit)
 		if e != nil {
@@ -183,11 +186,14 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request, req ap
 			send()
 			return nil
 		}
-		for _, ev := range evs {
-			we := wireWatchEvent(ev)
+		for _, we := range evs {
 			buf = appendSSE(buf, we.Type, we.Revision, we)
 		}
 		cursor = next
+		if progressDue && len(evs) == 0 {
+			buf = appendSSE(buf, api.SSEProgress, cursor, api.WatchResponse{Events: []api.WatchEvent{}, Revision: cursor})
+		}
+		progressDue = false
 		if !send() {
 			return nil // the peer is gone or stopped reading
 		}
@@ -198,7 +204,7 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request, req ap
 		case <-wake:
 		case <-progress:
 			t = tick()
-			buf = appendSSE(buf, api.SSEProgress, cursor, api.WatchResponse{Events: []api.WatchEvent{}, Revision: cursor})
+			progressDue = true // after reading up to the present
 		case <-r.Context().Done():
 			return nil
 		case <-s.closing:

@@ -604,3 +604,24 @@ func TestWatchUnderACLsNeedsReadAndHidesDeniedKeys(t *testing.T) {
 		t.Fatalf("list jobs/: %d %v", l.status, l.body)
 	}
 }
+
+// A stream whose consumer stops reading is cut off once the connection
+// takes no bytes for sseWriteTimeout; the server holds no buffer for it
+// meanwhile (the stream reads the shared history, which is bounded).
+func TestWatchEventStreamDropsAConsumerThatStopsReading(t *testing.T) {
+	old := sseWriteTimeout
+	sseWriteTimeout = 100 * time.Millisecond
+	defer func() { sseWriteTimeout = old }()
+	cfg := fastConfig("")
+	cfg.WatchHistory = maxWatchHistory // so that only the write timeout can end it
+	ts := startServer(t, cfg)
+	openSSE(t, context.Background(), ts, q("prefix", ""), "") // never read
+	eventually(t, "the stream to open", func() bool { return testWatchers(ts.Server) == 1 })
+	key := strings.Repeat("k", 1000)
+	for i := 0; testWatchers(ts.Server) == 1; i++ {
+		if i == 40000 {
+			t.Fatal("a consumer that reads nothing was never cut off")
+		}
+		ts.post(api.PathAcquire, fmt.Sprintf(`{"key":"%s%d","holder":"h","ttl_ms":60000}`, key[:1000-len(fmt.Sprint(i))], i))
+	}
+}
