@@ -48,7 +48,7 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 			round = max(round, 0)
 		}
 		sent := c.clock.Now()
-		lk, err := c.grant(ctx, key, o.holder, o.ttl, round, id)
+		lk, err := c.grant(ctx, key, o.holder, o.ttl, round, id, o.lockDelay, o.shared)
 		if err == nil {
 			return c.start(ctx, lk, o, sent)
 		}

@@ -21,6 +21,15 @@ type Lock struct {
 	Token     uint64
 	TTL       time.Duration
 	Remaining time.Duration // on cluster time, when the answer was produced
+	// Semaphores and read/write locks (shared.go): the key's kind
+	// (api.KindSemaphore, api.KindRWLock; "" for an exclusive lease), a
+	// semaphore's permits, a read/write holder's mode (api.ModeRead,
+	// api.ModeWrite). Get fills Holders with every live holder of such a key.
+	Kind    string
+	Permits int
+	Mode    string
+	Slot    int // a semaphore holder's permit, 1..Permits: fence per slot
+	Holders []Lock
 }
 
 // MarshalJSON writes the wire shape, api.Lease.
@@ -38,11 +47,21 @@ func (l *Lock) UnmarshalJSON(data []byte) error {
 
 // lockOf is the server's lease in the client's terms.
 func lockOf(w api.Lease) Lock {
-	return Lock{Key: w.Key, Holder: w.Holder, Token: w.Token, TTL: api.Duration(w.TTLMs), Remaining: api.Duration(w.RemainingMs)}
+	l := Lock{Key: w.Key, Holder: w.Holder, Token: w.Token, TTL: api.Duration(w.TTLMs), Remaining: api.Duration(w.RemainingMs),
+		Kind: w.Kind, Permits: w.Permits, Mode: w.Mode, Slot: w.Slot}
+	for _, h := range w.Holders {
+		l.Holders = append(l.Holders, lockOf(h))
+	}
+	return l
 }
 
 func (l Lock) lease() api.Lease {
-	return api.Lease{Key: l.Key, Holder: l.Holder, Token: l.Token, TTLMs: api.Ms(l.TTL), RemainingMs: api.Ms(l.Remaining)}
+	w := api.Lease{Key: l.Key, Holder: l.Holder, Token: l.Token, TTLMs: api.Ms(l.TTL), RemainingMs: api.Ms(l.Remaining),
+		Kind: l.Kind, Permits: l.Permits, Mode: l.Mode, Slot: l.Slot}
+	for _, h := range l.Holders {
+		w.Holders = append(w.Holders, h.lease())
+	}
+	return w
 }
 
 // Grant is the plain acquire call: it asks for key on behalf of holder for
@@ -53,17 +72,18 @@ func (l Lock) lease() api.Lease {
 //
 // Grant does not keep the lease alive; Acquire and TryAcquire do.
 func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
-	return c.grant(ctx, key, holder, ttl, wait, newRequestID())
+	return c.grant(ctx, key, holder, ttl, wait, newRequestID(), 0, sharedReq{})
 }
 
 // grant is Grant under the given request id: a wait re-sent under the id
 // it was queued with keeps its place, and is answered with the grant it
 // got meanwhile rather than renewed.
-func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.Duration, id string) (Lock, error) {
+func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.Duration, id string, lockDelay time.Duration, sh sharedReq) (Lock, error) {
 	if wait < 0 {
 		return Lock{}, invalidf("wait_ms", "wait must not be negative")
 	}
-	body := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: id}
+	body := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: id,
+		LockDelayMs: api.Ms(lockDelay), Permits: sh.permits, Mode: sh.mode}
 	var out api.Lease
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: body, out: &out, watch: wait > 0})
 	return lockOf(out), err

@@ -543,6 +543,8 @@ func decodeError(status int, data []byte) error {
 		Field:   we.Field,
 		Holder:  we.Holder,
 		Leader:  we.Leader,
+		Kind:    we.Kind,
+		Permits: we.Permits,
 
 		CompactRevision: we.CompactRevision,
 	}

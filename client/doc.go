@@ -31,6 +31,13 @@
 //	defer lease.Release(context.Background())
 //	err = doWork(lease.Context(), lease.Token()) // the resource checks the token
 //
+// A Session (NewSession, session.go) is a server-side lease that many
+// locks are taken under (TryAcquire, Acquire, AcquireAll): one goroutine
+// extends the session, and so every lock, at TTL/3; at TTL/2 without a
+// confirmed extension the session and all its locks' contexts end
+// together, as the server releases them together. AcquireAll takes several
+// keys at once, all or none.
+//
 // Losing a lease is a client-side safety stop, not a guarantee: a process
 // can be paused right after checking Done. The guarantee comes from the
 // resource refusing stale tokens (package fence).

@@ -38,6 +38,11 @@ var (
 	// ErrPermissionDenied: the caller's policies do not allow the call, or
 	// the holder is not the caller's. Wire code "permission_denied".
 	ErrPermissionDenied = errors.New("fencelock: permission denied")
+	// ErrKindMismatch: the key exists as another kind (exclusive,
+	// semaphore, read/write lock) or as a semaphore of another number of
+	// permits; APIError.Kind and Permits say which. Wire code
+	// "kind_mismatch".
+	ErrKindMismatch = errors.New("fencelock: key is of another kind")
 )
 
 // Reasons a Lease ends. Lease.Err and context.Cause(Lease.Context()) return
@@ -65,6 +70,10 @@ type APIError struct {
 	Remaining time.Duration
 	// For "not_leader": the leader's client address, when known.
 	Leader string
+	// For "kind_mismatch": what the key is (api.Kind*) and a semaphore's
+	// permits.
+	Kind    string
+	Permits int
 	// For "compacted": the oldest revision a watch may start after.
 	CompactRevision *Revision
 }
@@ -83,6 +92,9 @@ func (e *APIError) Error() string {
 // Unwrap maps the wire code (or, when the answer had none, the HTTP status)
 // to a sentinel.
 func (e *APIError) Unwrap() error {
+	if err := sessionSentinel(e.Code); err != nil { // session.go
+		return err
+	}
 	switch e.Code {
 	case api.CodeHeld:
 		return ErrHeld
@@ -100,6 +112,8 @@ func (e *APIError) Unwrap() error {
 		return ErrUnauthenticated
 	case api.CodePermissionDenied:
 		return ErrPermissionDenied
+	case api.CodeKindMismatch:
+		return ErrKindMismatch
 	case api.CodeCompacted:
 		return ErrCompacted
 	}

@@ -31,3 +31,11 @@ func (l *Lease) AttemptTimeout() time.Duration { return l.attemptTimeout() }
 func (c *Client) FramedConns(addr string) int {
 	return c.frames.Conns(strings.TrimPrefix(addr, "http://"))
 }
+
+// LastErr is the session's last transient failure since its last
+// confirmation.
+func (s *Session) LastErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr
+}

@@ -23,6 +23,8 @@ type leaseOptions struct {
 	holder    string
 	generated bool          // holder is DefaultHolder's, unique to this lease
 	wait      time.Duration // < 0: until ctx ends
+	lockDelay time.Duration // WithLockDelay (session.go)
+	shared    sharedReq     // a semaphore permit or a read/write mode (shared.go)
 }
 
 // LeaseOption configures Acquire and TryAcquire.

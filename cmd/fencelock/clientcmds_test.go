@@ -94,3 +94,19 @@ func TestClientCommandHelp(t *testing.T) {
 		}
 	}
 }
+
+// A command run by 'fencelock lock' inherits FENCELOCK_KEY (the key held)
+// and FENCELOCK_TOKEN; a client command it runs must read them as what
+// they are, not FENCELOCK_KEY as a TLS key file.
+func TestClientCommandsUnderLock(t *testing.T) {
+	srv := clienttest.NewServer(client.SystemClock{})
+	defer srv.Close()
+	envs := map[string]string{"FENCELOCK_ADDR": srv.Addr}
+	if code, out, errs := runClientCLI(t, envs, "acquire", "jobs/x", "--holder", "a", "--ttl", "30s"); code != 0 {
+		t.Fatalf("acquire: exit %d %q %q", code, out, errs)
+	}
+	envs["FENCELOCK_KEY"], envs["FENCELOCK_TOKEN"], envs["FENCELOCK_HOLDER"] = "jobs/x", "1", "a"
+	if code, out, errs := runClientCLI(t, envs, "check", envs["FENCELOCK_KEY"], envs["FENCELOCK_TOKEN"]); code != 0 || out != "true\n" {
+		t.Fatalf("check under lock's environment: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}

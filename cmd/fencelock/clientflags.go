@@ -97,7 +97,12 @@ func answerNo(format string, args ...any) error {
 // apiLease is a grant in the API's shape, the JSON every command prints for
 // one.
 func apiLease(lk client.Lock) api.Lease {
-	return api.Lease{Key: lk.Key, Holder: lk.Holder, Token: lk.Token, TTLMs: api.Ms(lk.TTL), RemainingMs: api.Ms(lk.Remaining)}
+	l := api.Lease{Key: lk.Key, Holder: lk.Holder, Token: lk.Token, TTLMs: api.Ms(lk.TTL), RemainingMs: api.Ms(lk.Remaining),
+		Kind: lk.Kind, Permits: lk.Permits, Mode: lk.Mode, Slot: lk.Slot}
+	for _, h := range lk.Holders {
+		l.Holders = append(l.Holders, apiLease(h))
+	}
+	return l
 }
 
 // printGrant answers a grant: the token alone, or the lease as JSON.

@@ -13,7 +13,7 @@ const completionUsage = `Usage: fencelock completion bash|zsh
 
 Prints a completion script for bash or zsh, generated from fencelock's own
 command table and each command's flags: command names after fencelock,
-flags after a command, command names after help.
+flags after a command, command names and help topics after help.
 
   bash:  source <(fencelock completion bash)
          or: fencelock completion bash > /etc/bash_completion.d/fencelock
@@ -131,9 +131,9 @@ _fencelock() {
         return 0
     fi
     case "$cmd" in
-        help) COMPREPLY=($(compgen -W "%s" -- "$cur")) ;;
+        help) COMPREPLY=($(compgen -W "%s %s" -- "$cur")) ;;
         completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")) ;;
-`, commandNames(cmds))
+`, commandNames(cmds), strings.Join(topicNames(), " "))
 	for _, c := range cmds {
 		if len(c.subs) > 0 {
 			fmt.Fprintf(w, "        %s) [ \"$COMP_CWORD\" -eq 2 ] && COMPREPLY=($(compgen -W %q -- \"$cur\")) ;;\n", c.name, strings.Join(c.subs, " "))
@@ -159,6 +159,12 @@ func writeZshCompletion(w io.Writer, cmds []completionCommand) {
 		fmt.Fprintf(w, "    %s\n", zshQuote(c.name+":"+strings.ReplaceAll(c.summary, ":", `\:`)))
 	}
 	fmt.Fprintln(w, "  )")
+	fmt.Fprintln(w, "  local -a topics")
+	fmt.Fprintln(w, "  topics=(")
+	for _, t := range topics { // help.go
+		fmt.Fprintf(w, "    %s\n", zshQuote(t.name+":"+strings.ReplaceAll(t.summary, ":", `\:`)))
+	}
+	fmt.Fprintln(w, "  )")
 	fmt.Fprintln(w, "  if (( CURRENT == 2 )); then")
 	fmt.Fprintln(w, "    _describe 'command' commands")
 	fmt.Fprintln(w, "    return")
@@ -174,7 +180,7 @@ func writeZshCompletion(w io.Writer, cmds []completionCommand) {
 	fmt.Fprintln(w, "    return")
 	fmt.Fprintln(w, "  fi")
 	fmt.Fprintln(w, "  case $words[2] in")
-	fmt.Fprintln(w, "    help) _describe 'command' commands ;;")
+	fmt.Fprintln(w, "    help) _describe 'command' commands; _describe 'topic' topics ;;")
 	fmt.Fprintln(w, "    completion) compadd bash zsh ;;")
 	for _, c := range cmds {
 		if len(c.subs) > 0 {

@@ -66,6 +66,9 @@ func TestCompletionBash(t *testing.T) {
 	if got := complete("fencelock", "help", "fence"); got != "fence-proxy" {
 		t.Errorf("fencelock help fence<TAB> = %q, want fence-proxy", got)
 	}
+	if got := complete("fencelock", "help", "saf"); got != "safe-stop" {
+		t.Errorf("fencelock help saf<TAB> = %q, want the topic safe-stop", got)
+	}
 }
 
 // TestCompletionZsh: the zsh script names every command and parses where
@@ -78,6 +81,11 @@ func TestCompletionZsh(t *testing.T) {
 	for _, c := range commands {
 		if c.summary != "" && !strings.Contains(script, "'"+c.name+":") {
 			t.Errorf("the zsh script does not name %q", c.name)
+		}
+	}
+	for _, tp := range topics {
+		if !strings.Contains(script, "'"+tp.name+":") {
+			t.Errorf("the zsh script does not name the topic %q", tp.name)
 		}
 	}
 	zsh, err := exec.LookPath("zsh")

@@ -18,7 +18,7 @@ import (
 // exitLost is lock's status when the lease was lost while CMD ran.
 const exitLost = 4
 
-const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--wait D] [--holder H] -- CMD [ARGS...]
+const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--wait D|forever] [--holder H] [--n N | --read | --write] -- CMD [ARGS...]
 
 Acquires KEY (waiting up to --wait in the key's FIFO queue), runs CMD with
 FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_HOLDER in its environment,
@@ -39,17 +39,36 @@ signalled; SIGINT, SIGTERM and SIGHUP sent to fencelock are forwarded to
 that group, and the lock is released after CMD exits. When CMD's first
 process exits, whatever it left running in its group is killed (SIGKILL)
 before the lock is released or the loss reported: nothing started under
-the lock outlives it. CMD therefore does not own the terminal:
-interactive programs that read from it are not supported. Without "--",
-flags must come before KEY and everything after KEY is CMD.
-`
+the lock outlives it. Without "--", flags must come before KEY and
+everything after KEY is CMD.
+
+CMD inherits fencelock's stdin, stdout and stderr as they are. When one
+of them is fencelock's terminal and fencelock runs in its foreground,
+CMD's group gets the terminal's foreground, as a shell gives it to a job:
+CMD can read the terminal (an editor, a prompt), Ctrl-C goes to CMD (the
+lock is released when CMD exits), and fencelock takes the terminal back
+when CMD exits. Otherwise (no terminal, or fencelock in the background)
+CMD reads stdin as it is (a pipe, a file), and a CMD that reads the
+terminal is stopped by SIGTTIN.
+
+A stopped CMD must not hold the lock. Ctrl-Z (SIGTSTP) is undone:
+fencelock says so and continues CMD. Any other stop (SIGSTOP, SIGTTIN,
+SIGTTOU) ends the hold as a loss does: SIGTERM and SIGCONT, SIGKILL when
+the grace period ends, release, exit status 4. (Stops are seen on Linux
+only.) See 'fencelock help safe-stop'.
+
+--wait forever waits until the lock is granted, as etcdctl lock does, in
+rounds of an hour (the server's longest wait); each round queues again,
+at the back.
+` + sharedUsage
 
 const lockExit = `Exit status:
   CMD's own status when it ran and the lease held (128+N if killed by signal N)
   1    the lock could not be had within --wait (CMD never started)
   2    bad usage
   3    the server cannot be reached (CMD never started)
-  4    the lease was lost while CMD ran; CMD was stopped
+  4    the lease was lost while CMD ran, or CMD was stopped by SIGSTOP,
+       SIGTTIN or SIGTTOU; CMD was ended
   126  CMD could not be started (or lock does not run on this platform:
        it needs unix process groups); 127 CMD was not found
 `
@@ -59,7 +78,9 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	f.after = lockExit
 	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
-	wait := f.Duration("wait", 0, "wait in the key's queue up to D, at most 1h (0: try once)")
+	wait := waitFlag(f) // lock_wait.go: a duration, or forever
+	lockDelay := f.Duration("lock-delay", 0, "grant KEY to nobody for D after the lease expires (not after a release), at most 60s")
+	shared := addSharedFlags(f) // shared.go
 	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
 
 	var pos, argv []string
@@ -86,7 +107,14 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	if err := checkDuration("ttl_ms", *ttl); err != nil {
 		return err
 	}
-	if err := checkDuration("wait_ms", *wait); err != nil {
+	if err := checkWait(*wait); err != nil {
+		return err
+	}
+	if err := checkDuration("lock_delay_ms", *lockDelay); err != nil {
+		return err
+	}
+	sharedOpts, err := shared.options()
+	if err != nil {
 		return err
 	}
 	if err := lockSupported(); err != nil {
@@ -99,7 +127,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	}
 	defer c.Close()
 
-	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait)
+	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait, append(sharedOpts, client.WithLockDelay(*lockDelay))...)
 	if err != nil {
 		return clientFail("lock "+key, err)
 	}
@@ -112,16 +140,16 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	return runUnderLease(ctx, e, cf, lease, argv)
 }
 
-func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration) (*client.Lease, error) {
-	actx, cancel := cf.callContext(ctx, wait)
+func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration, more ...client.LeaseOption) (*client.Lease, error) {
+	actx, cancel := waitContext(ctx, cf, wait)
 	defer cancel()
-	opts := []client.LeaseOption{client.WithTTL(ttl)}
+	opts := append([]client.LeaseOption{client.WithTTL(ttl)}, more...)
 	if holder != "" {
 		// Left unset, the client picks a holder of its own and can safely
 		// release a grant that crossed a cancelled wait on the wire.
 		opts = append(opts, client.WithHolder(holder))
 	}
-	if wait > 0 {
+	if wait != 0 { // < 0: waitForever, until actx ends
 		return c.Acquire(actx, key, append(opts, client.WithWait(wait))...)
 	}
 	return c.TryAcquire(actx, key, opts...)
@@ -143,9 +171,12 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 		"FENCELOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
 		"FENCELOCK_HOLDER="+lease.Holder(),
 	)
+	cmd.Env = append(cmd.Env, sharedEnv(lease.Lock())...) // shared.go
 	// Its own process group: a loss must stop the whole tree CMD started,
 	// not just its first process (a shell's children would outlive it).
-	newGroup(cmd)
+	// With lock's terminal, the group gets its foreground (lock_job.go).
+	job := newJob(cmd, e)
+	defer job.finish()
 	cmd.WaitDelay = time.Second // do not hang on pipes kept open by orphans
 
 	// Catch signals before the child exists, so none is lost in between.
@@ -169,13 +200,23 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 	}
 	pgid := cmd.Process.Pid
 	sendGroup := func(s os.Signal) { signalGroup(pgid, s) }
+	stopc := job.started(pgid)
 
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 
 	lostc := lease.Done()
 	var killc <-chan time.Time
-	var lost error
+	var killAt time.Time
+	// killIn sends SIGKILL after grace, or sooner if already due.
+	killIn := func(grace time.Duration) {
+		if grace <= 0 {
+			sendGroup(sigKill)
+		} else if at := time.Now().Add(grace); killc == nil || at.Before(killAt) {
+			killc, killAt = time.After(grace), at
+		}
+	}
+	var lost, ended error
 	for {
 		select {
 		case <-waitc:
@@ -184,6 +225,7 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 			// CMD may run past the point where the lock is released or
 			// lost, so kill whatever is left in its process group first.
 			sendGroup(sigKill)
+			job.takeBack() // before a release that may take a while
 			if lost == nil {
 				// A loss not yet noticed (e.g. we were paused) still counts:
 				// CMD may have run without the lock.
@@ -194,6 +236,10 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 			if lost != nil {
 				_ = release() // harmless with our token; frees the key sooner if the server still has it
 				return &exitError{Code: exitLost, Err: fmt.Errorf("lock %s: %s; CMD %s", key, trimPrefix(lost), describeExit(cmd.ProcessState))}
+			}
+			if ended != nil {
+				_ = release()
+				return &exitError{Code: exitLost, Err: fmt.Errorf("lock %s: %v; CMD %s", key, ended, describeExit(cmd.ProcessState))}
 			}
 			if err := release(); err != nil {
 				if *cf.json {
@@ -219,10 +265,11 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 				fmt.Fprintf(e.stderr, "fencelock: lock %s: %s; sending SIGTERM to CMD, SIGKILL in %v\n", key, trimPrefix(lost), max(grace, 0).Round(time.Millisecond))
 			}
 			sendGroup(sigTerm)
-			if grace <= 0 {
-				sendGroup(sigKill)
-			} else {
-				killc = time.After(grace)
+			killIn(grace)
+		case sig := <-stopc:
+			if grace, err := job.stopped(e, cf, lease, sig, sendGroup); err != nil && ended == nil {
+				ended = err
+				killIn(grace)
 			}
 		case <-killc:
 			killc = nil
@@ -238,7 +285,7 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 type lockEvent struct {
 	Key         string `json:"key"`
 	Token       uint64 `json:"token"`
-	Event       string `json:"event"` // lost, release_failed
+	Event       string `json:"event"` // lost, release_failed, stopped, continued (lock_job.go)
 	Error       string `json:"error"`
 	SIGKILLInMs *int64 `json:"sigkill_in_ms,omitempty"`
 }

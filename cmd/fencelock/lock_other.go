@@ -16,6 +16,9 @@ import (
 var (
 	sigTerm os.Signal = os.Kill
 	sigKill os.Signal = os.Kill
+	sigCont os.Signal = os.Kill // never sent: lock does not run CMD here
+	// sigSuspend is never reported here (see lock_stop_other.go).
+	sigSuspend os.Signal = nil
 	// forwardedSignals reach CMD when sent to fencelock.
 	forwardedSignals = []os.Signal{os.Interrupt}
 )
@@ -26,7 +29,15 @@ func lockSupported() error {
 	return &exitError{Code: 126, Err: fmt.Errorf("lock: not supported on %s: it needs process groups to stop all of CMD when the lease is lost; use acquire, extend and release", runtime.GOOS)}
 }
 
-func newGroup(*exec.Cmd) {}
+func newGroup(*exec.Cmd, *os.File) {}
+
+func foregroundTerminal(...any) (*os.File, int) { return nil, 0 }
+
+func ignoreTTOU() {}
+
+func setForeground(*os.File, int) error { return nil }
+
+func signalName(s os.Signal) string { return s.String() }
 
 func signalGroup(int, os.Signal) {}
 

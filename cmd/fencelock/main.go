@@ -75,6 +75,7 @@ func init() {
 		{"acquire", "acquire a lock once and print its fencing token", runAcquire, acquireUsage},
 		{"extend", "extend a held lock, keeping its token", runExtend, extendUsage},
 		{"release", "release a lock you hold", runRelease, releaseUsage},
+		{"session", "open, extend or close a session that keeps many locks alive", runSession, sessionUsage},
 		{"check", "tell whether a fencing token is current", runCheck, checkUsage},
 		{"fence-proxy", "fence an HTTP service by a reverse proxy that refuses stale tokens", runFenceProxy, fenceProxyUsage},
 		{"get", "show who holds a lock", runGet, getUsage},
@@ -87,7 +88,7 @@ func init() {
 		{"lab", "the c11 lab, measured (lab replay: step through lock calls)", runLab, labUsage},
 		{"bench", "measure acquire+release cycles/s, p50, p99 against a server", runBench, benchUsage},
 		{"version", "print the version and the commit it was built from", runVersion, versionUsage},
-		{"help", "show a command's usage, or this list", runHelp, helpUsage},
+		{"help", "show a command's usage, a topic, or this list", runHelp, helpUsage},
 		{"completion", "print a bash or zsh completion script", runCompletion, completionUsage},
 		{"compare", "", runCompare, ""}, // moved to the bench module
 	}
@@ -174,29 +175,7 @@ func lookup(name string) (*command, error) {
 	return nil, (&usageErr{message: msg, hint: "Run 'fencelock help' for the list of commands."}).exit()
 }
 
-const helpUsage = `Usage: fencelock help [COMMAND [SUBCOMMAND]]
-
-Shows COMMAND's usage and flags (the same as 'fencelock COMMAND -h'), or
-the list of commands.
-`
-
-func runHelp(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "help", helpUsage)
-	pos, err := f.parse(args)
-	if err != nil {
-		return err
-	}
-	if len(pos) == 0 {
-		printCommands(e.stdout)
-		return nil
-	}
-	c, err := lookup(pos[0])
-	if err != nil {
-		return err
-	}
-	// help lab replay: lab's subcommand replay.
-	return dispatch(ctx, e, c, append(pos[1:], "-h"))
-}
+// runHelp and the help topics are in help.go.
 
 func printCommands(w io.Writer) {
 	fmt.Fprintln(w, "fencelock: leases with fencing tokens.")
@@ -217,7 +196,9 @@ func printCommands(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %-*s %s\n", width, c.name, c.summary)
 	}
+	printTopics(w) // help.go
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'fencelock help COMMAND' (or 'fencelock COMMAND -h') for a command's flags.")
+	fmt.Fprintln(w, "Run 'fencelock help COMMAND' (or 'fencelock COMMAND -h') for a command's flags,")
+	fmt.Fprintln(w, "'fencelock help TOPIC' for a topic, 'fencelock help --man' for the manual page.")
 	fmt.Fprintln(w, "Flags are written --flag (-flag works too), before or after the arguments.")
 }

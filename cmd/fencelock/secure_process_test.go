@@ -30,13 +30,13 @@ import (
 // attacks of issue 13 fail on a 3-node cluster with TLS on the client and
 // raft ports and ACLs bootstrapped, before and after the leader is killed.
 
-// secureCLI runs the binary against addrs over TLS (FENCELOCK_CA=ca) with
+// secureCLI runs the binary against addrs over TLS (FENCELOCK_CLIENT_CA=ca) with
 // FENCELOCK_AUTH_TOKEN=token ("" for none); it returns stdout, stderr and
 // the exit status.
 func secureCLI(t *testing.T, addrs []string, ca, token string, args ...string) (string, string, int) {
 	t.Helper()
-	return runBinary(t, []string{"FENCELOCK_ADDR=" + strings.Join(addrs, ","), "FENCELOCK_CA=" + ca,
-		"FENCELOCK_AUTH_TOKEN=" + token, "FENCELOCK_CERT=", "FENCELOCK_KEY="}, args...)
+	return runBinary(t, []string{"FENCELOCK_ADDR=" + strings.Join(addrs, ","), "FENCELOCK_CLIENT_CA=" + ca,
+		"FENCELOCK_AUTH_TOKEN=" + token, "FENCELOCK_CLIENT_CERT=", "FENCELOCK_CLIENT_KEY="}, args...)
 }
 
 // secureCall sends one request over https with a bearer token ("": none).
@@ -341,7 +341,7 @@ func TestSecureProcessCluster(t *testing.T) {
 	stillHers(rest, "after alice's extend")
 }
 
-// The acl command takes --ca (and FENCELOCK_CA) like the other client
+// The acl command takes --ca (and FENCELOCK_CLIENT_CA) like the other client
 // commands, so that a cluster serving only TLS can be bootstrapped.
 func TestSecureProcessACLCommandOverTLS(t *testing.T) {
 	dir := t.TempDir()
@@ -357,10 +357,10 @@ func TestSecureProcessACLCommandOverTLS(t *testing.T) {
 	out, errs, code := secureCLI(t, []string{addr}, f.CA, "", "acl", "bootstrap")
 	admin := strings.TrimSpace(out)
 	if code != 0 || !strings.HasPrefix(admin, "flk_") {
-		t.Fatalf("acl bootstrap with FENCELOCK_CA: exit %d %q %q", code, out, errs)
+		t.Fatalf("acl bootstrap with FENCELOCK_CLIENT_CA: exit %d %q %q", code, out, errs)
 	}
 	cmd := exec.Command(binary, "acl", "whoami", "--addr", addr, "--ca", f.CA, "--auth-token", admin)
-	cmd.Env = append(os.Environ(), "FENCELOCK_CA=")
+	cmd.Env = append(os.Environ(), "FENCELOCK_CLIENT_CA=")
 	if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "admin" {
 		t.Fatalf("acl whoami --ca: %v %q", err, out)
 	}

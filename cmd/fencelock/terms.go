@@ -33,6 +33,10 @@ var terms = map[string]term{
 	"id":          {"--id", ""},
 	"raft_addr":   {"--raft", ""},
 	"client_addr": {"--client", ""},
+	// sessions, multi-key acquire, lock-delay (session.go)
+	"lock_delay_ms": {"--lock-delay", fmt.Sprintf("must be between 0s and %s", fmtDuration(api.MaxLockDelay))},
+	"keys":          {"KEY", ""},
+	"session":       {"--session", ""},
 }
 
 // termsFor returns the table with a command's own spellings: release
@@ -86,6 +90,8 @@ func checkDuration(field string, d time.Duration) error {
 		lo, hi = api.MinTTL, api.MaxTTL
 	case "wait_ms":
 		lo, hi = 0, api.MaxWait
+	case "lock_delay_ms":
+		lo, hi = 0, api.MaxLockDelay
 	}
 	if d < lo || d > hi {
 		return usageError("%s", fieldRule(field))

@@ -15,7 +15,7 @@ import (
 )
 
 // A server process with TLS: the client commands reach it with --ca (or
-// FENCELOCK_CA), over frames and over HTTP; SIGHUP makes it present a
+// FENCELOCK_CLIENT_CA), over frames and over HTTP; SIGHUP makes it present a
 // rotated certificate.
 func TestServerProcessTLS(t *testing.T) {
 	dir := t.TempDir()
@@ -40,7 +40,7 @@ func TestServerProcessTLS(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	env := map[string]string{"FENCELOCK_ADDR": addr, "FENCELOCK_CA": f.CA}
+	env := map[string]string{"FENCELOCK_ADDR": addr, "FENCELOCK_CLIENT_CA": f.CA}
 	if code, out, errs := runClientCLI(t, env, "acquire", "k", "--holder", "h", "--ttl", "1m"); code != 0 || strings.TrimSpace(out) != "1" {
 		t.Fatalf("acquire over TLS: exit %d, %q %q", code, out, errs)
 	}

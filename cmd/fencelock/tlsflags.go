@@ -16,8 +16,9 @@ import (
 
 // TLS flags (docs/SECURITY.md). The server's name its node certificate
 // (FENCELOCK_TLS_* in the environment); the client commands' name the
-// client's (FENCELOCK_CA, FENCELOCK_CERT, FENCELOCK_KEY), so one shell can
-// hold both without one taking the other's.
+// client's (FENCELOCK_CLIENT_CA, _CERT, _KEY), so one shell can hold both
+// without one taking the other's, and a command run by 'fencelock lock'
+// does not read the FENCELOCK_KEY it is given (the key held) as a file.
 
 type serverTLSFlags struct {
 	ca, cert, key, clientCA *string
@@ -107,9 +108,9 @@ func addClientTLSFlags(f *flags) *clientTLSFlags {
 		cert: f.String("cert", "", "client certificate `FILE` (PEM), for a server that asks for one"),
 		key:  f.String("key", "", "the client certificate's key `FILE` (PEM)"),
 	}
-	f.Env("ca", "FENCELOCK_CA")
-	f.Env("cert", "FENCELOCK_CERT")
-	f.Env("key", "FENCELOCK_KEY")
+	f.Env("ca", "FENCELOCK_CLIENT_CA")
+	f.Env("cert", "FENCELOCK_CLIENT_CERT")
+	f.Env("key", "FENCELOCK_CLIENT_KEY")
 	return t
 }
 

@@ -290,3 +290,23 @@ func TestCheckLease(t *testing.T) {
 	gone.Final = Final{Found: true, Holder: "other", Token: 8}
 	wantViolation(t, CheckLease(gone), "lease", "healed cluster answers")
 }
+
+func TestCheckShared(t *testing.T) {
+	ok := []Hold{
+		{Key: "sem", Holder: "a", Token: 1, Start: ms(0), End: ms(10)},
+		{Key: "sem", Holder: "b", Token: 2, Start: ms(5), End: ms(20)},
+		{Key: "sem", Holder: "c", Token: 3, Start: ms(10), End: ms(30)}, // a's end touches c's start
+		{Key: "rw", Holder: "r1", Token: 4, Start: ms(0), End: ms(10)},
+		{Key: "rw", Holder: "r2", Token: 5, Start: ms(2), End: ms(10)},
+		{Key: "rw", Holder: "w", Token: 6, Write: true, Start: ms(10), End: ms(20)},
+	}
+	if vs := CheckShared(ok, map[string]int{"sem": 2}); len(vs) != 0 {
+		t.Fatalf("legal holds: %v", vs)
+	}
+	third := append(ok[:3:3], Hold{Key: "sem", Holder: "d", Token: 7, Start: ms(6), End: ms(8)})
+	wantViolation(t, CheckShared(third, map[string]int{"sem": 2}), "permits", "3 holds of a 2-permit")
+	mixed := append(ok[3:6:6], Hold{Key: "rw", Holder: "r3", Token: 8, Start: ms(15), End: ms(16)})
+	wantViolation(t, CheckShared(mixed, nil), "rwlock", "a writer beside 1 other")
+	dup := append(ok[:1:1], Hold{Key: "rw", Holder: "x", Token: 1, Start: ms(50), End: ms(60)})
+	wantViolation(t, CheckShared(dup, nil), "tokens", "token 1 granted")
+}

@@ -13,8 +13,8 @@ type Op uint8
 
 // The command types. Values are part of the log format: never renumber.
 const (
-	OpAcquire     Op = 1  // Key, Holder, TTL
-	OpWait        Op = 2  // Key, Holder, TTL, Deadline, [MaxKeyWaiters, MaxWaiters]
+	OpAcquire     Op = 1  // Key, Holder, TTL, [Session, LockDelay]
+	OpWait        Op = 2  // Key, Holder, TTL, Deadline, [MaxKeyWaiters, MaxWaiters], [Session, LockDelay]
 	OpCancelWait  Op = 3  // Key, Holder
 	OpRelease     Op = 4  // Key, Holder, Token (0: any token)
 	OpExtend      Op = 5  // Key, Holder, Token, TTL
@@ -26,7 +26,17 @@ const (
 	OpClusterID   Op = 11 // ClusterID (set once; later ones change nothing)
 	OpTokenFloor  Op = 12 // Token: raise the token counter to at least Token
 	OpACL         Op = 13 // ACL: one change of the ACL tables (acl.go)
-	opLimit       Op = 14
+
+	// Sessions, multi-key acquire (session.go). 18 and 19 are kept for them.
+	OpSessionOpen   Op = 14 // Holder, TTL
+	OpSessionExtend Op = 15 // Holder, Session
+	OpSessionClose  Op = 16 // Holder, Session
+	OpAcquireKeys   Op = 17 // Holder, TTL, Session, LockDelay, Items{Key}
+
+	// Semaphores and read/write locks (shared.go): 20..24.
+	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters]
+
+	opLimit Op = 21
 )
 
 var opNames = [...]string{
@@ -34,11 +44,14 @@ var opNames = [...]string{
 	OpRelease: "release", OpExtend: "extend", OpExtendBatch: "extend-batch",
 	OpRenew: "renew", OpTick: "tick", OpCancelWaits: "cancel-waits",
 	OpMember: "member", OpClusterID: "cluster-id", OpTokenFloor: "token-floor",
-	OpACL: "acl",
+	OpACL:         "acl",
+	OpSessionOpen: "session-open", OpSessionExtend: "session-extend", OpSessionClose: "session-close",
+	OpAcquireKeys: "acquire-keys",
+	OpShared:      "shared-acquire",
 }
 
 func (o Op) String() string {
-	if o > 0 && o < opLimit {
+	if o > 0 && o < opLimit && opNames[o] != "" {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
@@ -96,6 +109,15 @@ type Command struct {
 
 	// OpACL: the change (acl.go).
 	ACL *ACLChange
+
+	// Sessions and lock-delay (session.go): the session a grant is taken
+	// under (0: none), or the session an op names; the lock-delay a grant
+	// asks for (0: none).
+	Session   uint64
+	LockDelay locktable.Duration
+
+	// OpShared: the semaphore or read/write request (shared.go).
+	Shared locktable.Shared
 }
 
 // Encoding, after the op byte, all integers varints:
@@ -128,8 +150,11 @@ func Encode(c Command) ([]byte, error) {
 		return nil, fmt.Errorf("%w: cluster id of %d bytes", ErrBadCommand, len(c.ClusterID))
 	}
 	if c.MaxKeyWaiters < 0 || c.MaxWaiters < 0 || c.MaxKeyWaiters > MaxWaitLimit || c.MaxWaiters > MaxWaitLimit ||
-		(c.Op != OpWait && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0)) {
+		(c.Op != OpWait && c.Op != OpShared && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0)) {
 		return nil, fmt.Errorf("%w: wait limits %d, %d", ErrBadCommand, c.MaxKeyWaiters, c.MaxWaiters)
+	}
+	if err := checkSessionFields(c); err != nil {
+		return nil, err
 	}
 	b := make([]byte, 0, 24+len(c.RequestID)+len(c.Key)+len(c.Holder)+len(c.Items)*24)
 	b = append(b, byte(c.Op))
@@ -140,14 +165,21 @@ func Encode(c Command) ([]byte, error) {
 		b = appendString(b, c.Key)
 		b = appendString(b, c.Holder)
 		b = binary.AppendVarint(b, int64(c.TTL))
+		b = appendGrantOptions(b, c)
 	case OpWait:
 		b = appendString(b, c.Key)
 		b = appendString(b, c.Holder)
 		b = binary.AppendVarint(b, int64(c.TTL))
 		b = binary.AppendVarint(b, int64(c.Deadline))
-		if c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 {
+		if c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 || hasGrantOptions(c) {
 			b = binary.AppendUvarint(b, uint64(c.MaxKeyWaiters))
 			b = binary.AppendUvarint(b, uint64(c.MaxWaiters))
+		}
+		b = appendGrantOptions(b, c)
+	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
+		var err error
+		if b, err = appendSessionOp(b, c); err != nil {
+			return nil, err
 		}
 	case OpCancelWait:
 		b = appendString(b, c.Key)
@@ -186,6 +218,8 @@ func Encode(c Command) ([]byte, error) {
 		if b, err = appendACLChange(b, c.ACL); err != nil {
 			return nil, err
 		}
+	case OpShared:
+		b = appendSharedCommand(b, c)
 	case OpCancelWaits:
 		b = binary.AppendUvarint(b, uint64(len(c.Items)))
 		for _, it := range c.Items {
@@ -223,6 +257,9 @@ func Decode(data []byte) (Command, error) {
 		c.Key = d.string(locktable.MaxKeyLen)
 		c.Holder = d.string(locktable.MaxHolderLen)
 		c.TTL = locktable.Duration(d.varint())
+		if c.Op == OpAcquire {
+			readGrantOptions(&d, &c)
+		}
 	case OpWait:
 		c.Key = d.string(locktable.MaxKeyLen)
 		c.Holder = d.string(locktable.MaxHolderLen)
@@ -230,10 +267,13 @@ func Decode(data []byte) (Command, error) {
 		c.Deadline = locktable.Time(d.varint())
 		if d.err == nil && len(d.b) > 0 {
 			c.MaxKeyWaiters, c.MaxWaiters = d.limit(), d.limit()
-			if d.err == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 {
+			readGrantOptions(&d, &c)
+			if d.err == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 && !hasGrantOptions(c) {
 				d.fail("wait limits both zero")
 			}
 		}
+	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
+		readSessionOp(&d, &c)
 	case OpCancelWait:
 		c.Key = d.string(locktable.MaxKeyLen)
 		c.Holder = d.string(locktable.MaxHolderLen)
@@ -266,6 +306,8 @@ func Decode(data []byte) (Command, error) {
 		}
 	case OpACL:
 		c.ACL = readACLChange(&d)
+	case OpShared:
+		readSharedCommand(&d, &c)
 	case OpCancelWaits:
 		n := d.count()
 		for i := 0; i < n && d.err == nil; i++ {

@@ -37,6 +37,9 @@ var sampleCommands = []Command{
 	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLSetPolicy, Policy: acl.Policy{Name: "jobs",
 		Rules: []acl.Rule{{Prefix: "jobs/", Verbs: acl.Lock | acl.Read}, {Prefix: "jobs/secret/", Verbs: acl.Read, Deny: true}}}}},
 	{Op: OpACL, Now: 12, ACL: &ACLChange{Kind: ACLDeletePolicy, Name: "jobs"}},
+	{Op: OpShared, Now: 13, Key: "pool", Holder: "h", TTL: 10, Shared: locktable.Shared{Kind: locktable.Semaphore, Permits: 3}},
+	{Op: OpShared, RequestID: "r", Now: 13, Key: "rw", Holder: "h", TTL: 10, Deadline: 50,
+		Shared: locktable.Shared{Kind: locktable.ReadWrite, Write: true}, MaxKeyWaiters: 4, MaxWaiters: 8},
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {

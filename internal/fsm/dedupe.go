@@ -37,7 +37,7 @@ const (
 
 func remembers(op Op) bool {
 	switch op {
-	case OpAcquire, OpRenew, OpExtend, OpRelease, OpWait:
+	case OpAcquire, OpRenew, OpExtend, OpRelease, OpWait, OpShared:
 		return true
 	}
 	return false
@@ -66,12 +66,12 @@ func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
 	if !ok || m.op != c.Op {
 		return nil, false
 	}
-	if c.Op == OpWait {
-		// Only a grant that is still the key's live lease is answered;
+	if waits(c.Op) {
+		// Only a grant that is still the holder's live lease is answered;
 		// a queued wait runs again (and keeps its place), and a grant
 		// that ended is asked for anew.
-		l, live := f.table.Get(c.Key, now)
-		if !m.res.Granted || !live || l.Holder != m.res.Lease.Holder || l.Token != m.res.Lease.Token {
+		l, live := f.table.LeaseOf(c.Key, m.res.Lease.Holder, now)
+		if !m.res.Granted || !live || l.Token != m.res.Lease.Token {
 			return nil, false
 		}
 		m.claimed = true
@@ -84,8 +84,8 @@ func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
 
 // remember records r for c, then forgets what is too old or too many.
 func (f *FSM) remember(c Command, r *Result, now locktable.Time) {
-	keep := c.RequestID != "" && remembers(c.Op) && !isInputError(r.Err)
-	if c.Op == OpWait {
+	keep := c.RequestID != "" && remembers(c.Op) && !isInputError(r.Err) && !isSessionRefusal(r.Err) && !errors.Is(r.Err, locktable.ErrKindMismatch)
+	if waits(c.Op) {
 		keep = keep && (r.Granted || r.Queued)
 	}
 	if keep {
@@ -145,7 +145,7 @@ func (f *FSM) waitEnded(ev locktable.Event) {
 		f.forget(m)
 		return
 	}
-	m.res = Result{Op: OpWait, Granted: true, Lease: locktable.Lease{Key: ev.Key, Holder: ev.Holder, Token: ev.Token,
+	m.res = Result{Op: m.op, Granted: true, Lease: locktable.Lease{Key: ev.Key, Holder: ev.Holder, Token: ev.Token,
 		Granted: ev.At, Expiry: ev.Expiry, TTL: locktable.Duration(ev.Expiry - ev.At)}}
 }
 
@@ -153,7 +153,7 @@ func (f *FSM) waitEnded(ev locktable.Event) {
 // would take a grant that a re-sent wait was answered with.
 func (f *FSM) claimedWait(c Command) bool {
 	m, ok := f.seen[requestKey(c)]
-	return ok && m.op == OpWait && m.claimed && m.res.Lease.Token == c.Token
+	return ok && waits(m.op) && m.claimed && m.res.Lease.Token == c.Token
 }
 
 // UnclaimedWaitGrant returns the request id of the wait that was handed
@@ -164,7 +164,7 @@ func (f *FSM) UnclaimedWaitGrant(key, holder string, token uint64) (string, bool
 	defer f.mu.RUnlock()
 	prefix := holder + "\x00" + key + "\x00"
 	for _, m := range f.order {
-		if m.op == OpWait && m.res.Granted && !m.claimed && m.res.Lease.Token == token &&
+		if waits(m.op) && m.res.Granted && !m.claimed && m.res.Lease.Token == token &&
 			m.res.Lease.Key == key && m.res.Lease.Holder == holder && strings.HasPrefix(m.id, prefix) {
 			return m.id[len(prefix):], true
 		}
@@ -283,7 +283,7 @@ func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
 			break
 		}
 		bad := !remembers(m.op) || seen[m.id] != nil
-		if m.op == OpWait {
+		if waits(m.op) {
 			bad = bad || flags > 15 || flags&2 != 0 || flags&(1|8) == 0
 		} else {
 			bad = bad || flags > 3

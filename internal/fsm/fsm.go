@@ -28,6 +28,8 @@ type Result struct {
 	Released  bool // release
 	Cancelled int  // cancel-wait(s): how many waiters left a queue
 	Batch     []BatchResult
+	Session   locktable.Session // session ops (session.go)
+	Leases    []locktable.Lease // acquire-keys: one per key, in order
 	Err       error
 	// Duplicate: the command repeated the (holder, request id) of an
 	// earlier one; this is that command's result and nothing was applied.
@@ -141,11 +143,11 @@ func (f *FSM) apply(c Command) *Result {
 	defer f.remember(c, r, now)
 	switch c.Op {
 	case OpAcquire:
-		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
+		r.Lease, r.Err = t.AcquireWith(c.Key, c.Holder, now, c.TTL, grantOptions(c))
 		r.Granted = r.Err == nil
 	case OpWait:
 		lim := locktable.WaitLimits{PerKey: c.MaxKeyWaiters, Total: c.MaxWaiters}
-		r.Lease, r.Granted, r.Err = t.WaitWithin(c.Key, c.Holder, now, c.TTL, c.Deadline, lim)
+		r.Lease, r.Granted, r.Err = t.WaitWith(c.Key, c.Holder, now, c.TTL, c.Deadline, lim, grantOptions(c))
 		r.Queued = r.Err == nil && !r.Granted
 	case OpRenew:
 		if l, ok := t.Get(c.Key, now); !ok || l.Holder != c.Holder {
@@ -155,13 +157,13 @@ func (f *FSM) apply(c Command) *Result {
 		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
 		r.Granted = r.Err == nil
 	case OpCancelWait:
-		if t.CancelWait(c.Key, c.Holder) {
+		if t.CancelWaitAt(c.Key, c.Holder, now) {
 			r.Cancelled = 1
 			f.waitEnded(locktable.Event{Key: c.Key, Holder: c.Holder})
 		}
 	case OpCancelWaits:
 		for _, it := range c.Items {
-			if t.CancelWait(it.Key, it.Holder) {
+			if t.CancelWaitAt(it.Key, it.Holder, now) {
 				r.Cancelled++
 				f.waitEnded(locktable.Event{Key: it.Key, Holder: it.Holder})
 			}
@@ -195,6 +197,10 @@ func (f *FSM) apply(c Command) *Result {
 		t.RaiseLastToken(c.Token)
 	case OpACL:
 		r.Err = f.applyACL(c.ACL)
+	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
+		f.applySession(c, r, now)
+	case OpShared:
+		f.applyShared(c, r, now)
 	default:
 		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}

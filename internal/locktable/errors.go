@@ -24,6 +24,15 @@ var (
 	ErrNotHeld = errors.New("locktable: not the live holder")
 	// ErrTooManyWaiters: a wait queue is at its limit (WaitLimits).
 	ErrTooManyWaiters = errors.New("locktable: too many waiters")
+	// ErrNoSession: no such session is alive for this holder (it never
+	// existed, ended, or belongs to another holder).
+	ErrNoSession = errors.New("locktable: no such live session")
+	// ErrTooManySessions: a session limit was reached (SessionLimitError).
+	ErrTooManySessions = errors.New("locktable: too many sessions")
+	// ErrSessionLock: the lease is held under a session; extend the session.
+	ErrSessionLock = errors.New("locktable: held under a session; extend the session")
+	// ErrLockDelay: the key is in its lock-delay (LockDelayError).
+	ErrLockDelay = errors.New("locktable: in lock-delay")
 	// ErrCorrupt: a snapshot could not be decoded.
 	ErrCorrupt = errors.New("locktable: corrupt snapshot")
 )

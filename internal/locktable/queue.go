@@ -26,5 +26,9 @@ func (t *Table) QueuedWaiters() []Queued {
 			out = append(out, Queued{Key: k, Holder: w.holder, Since: w.since, Deadline: w.deadline})
 		}
 	}
+	if len(t.multi) > 0 {
+		out = t.queuedShared(out)
+		sort.SliceStable(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	}
 	return out
 }

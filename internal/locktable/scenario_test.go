@@ -4,7 +4,7 @@ package locktable_test
 // file, in the style of etcd-io/raft's interaction tests. A file is a list
 // of blocks; a block is one or more calls in the replay language (see
 // package internal/replay: acquire, release, valid, check, extend, wait,
-// cancel, tick, get, list, waiters, next, len), a line "----", and the
+// cancel, tick, get, list, waiters, next, len, shared, holders), a line "----", and the
 // expected output, which ends at a blank line or the end of the file:
 //
 //	# comments and blank lines between blocks are kept as they are

@@ -13,7 +13,11 @@ import "encoding/binary"
 // reads it back in decodeSection, after the entries are restored. Tags are
 // part of the snapshot format: never renumber one, never reuse one.
 const (
-	sectionNone byte = 0 // not a section; the tags start at 1
+	sectionNone      byte = 0 // not a section; the tags start at 1
+	sectionSessions  byte = 1 // session_snapshot.go
+	sectionLockDelay byte = 2 // session_snapshot.go
+	// sectionShared: semaphores and read/write locks (shared_snapshot.go).
+	sectionShared byte = 3
 )
 
 // section is one kind of state a snapshot may carry beyond version 2.
@@ -28,7 +32,11 @@ type section struct {
 }
 
 // sections lists every section kind in tag order.
-var sections = []section{}
+var sections = []section{
+	{tag: sectionSessions, encode: encodeSessions, decode: decodeSessions},
+	{tag: sectionLockDelay, encode: encodeLockDelays, decode: decodeLockDelays},
+	{tag: sectionShared, encode: appendShared, decode: decodeShared}, // semaphores and read/write locks
+}
 
 // appendSections appends every non-empty section of t to b.
 func (t *Table) appendSections(b []byte) []byte {

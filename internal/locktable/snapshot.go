@@ -70,6 +70,9 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 	}
 	entries := make([]keyed, 0, len(t.entries))
 	for k, e := range t.entries {
+		if e.multi {
+			continue // section 3 (shared_snapshot.go)
+		}
 		entries = append(entries, keyed{k, e})
 	}
 	slices.SortFunc(entries, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
@@ -301,9 +304,11 @@ func decodeV1(d *decoder) (*Table, error) {
 // orders the expiry heap.
 func (t *Table) checkRestored() error {
 	// Tokens are unique: a duplicate would mean two live records of one grant.
-	tokens := make([]uint64, len(t.expiries))
-	for i, e := range t.expiries {
-		tokens[i] = e.token
+	tokens := make([]uint64, 0, len(t.expiries))
+	for _, e := range t.entries {
+		if e.held() {
+			tokens = append(tokens, e.token) // session locks too (session_snapshot.go)
+		}
 	}
 	slices.Sort(tokens)
 	for i := 1; i < len(tokens); i++ {

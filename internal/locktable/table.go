@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"container/heap"
+	"errors"
 	"math"
 	"sort"
 	"strings"
@@ -35,6 +36,15 @@ type Lease struct {
 	Granted Time     // when this token was issued
 	Expiry  Time     // alive while now < Expiry
 	TTL     Duration // the ttl of the grant or of the last Extend
+	// Multi-holder keys (shared.go): the key's kind, a semaphore's limit,
+	// and whether a read/write lock's holder is its writer.
+	Kind    Kind
+	Permits int
+	Write   bool
+	// Slot is a semaphore holder's permit, 1..Permits: the lowest free one
+	// at its grant, kept by its renewals. A resource fences each slot as
+	// an exclusive lock (docs/PRIMITIVES.md).
+	Slot int
 }
 
 // Alive reports whether the lease is alive at now.
@@ -51,8 +61,10 @@ func (l Lease) Remaining(now Time) Duration {
 type waiter struct {
 	holder   string
 	ttl      Duration
-	since    Time // when it joined the queue
-	deadline Time // it leaves the queue at now >= deadline
+	since    Time     // when it joined the queue
+	deadline Time     // it leaves the queue at now >= deadline
+	sess     *session // granted under this session (session.go); nil: its own ttl
+	delay    Duration // the lock-delay its grant takes (lockdelay.go)
 }
 
 // entry is everything the table knows about one key. It exists while the
@@ -69,18 +81,31 @@ type entry struct {
 	ttl     Duration
 	heapIdx int32 // position in Table.expiries, -1 when not held
 	queued  bool  // Table.waiting holds this key's waiters
+	multi   bool  // a semaphore or read/write key, or one of its holders (shared.go)
 }
 
 // held reports whether e has a lease record (alive or not).
 func (e *entry) held() bool { return e.holder != nil }
 
-func (e *entry) alive(now Time) bool { return now < e.expiry }
+func (e *entry) alive(now Time) bool { return now < e.end() }
 
-// lease is e's lease record (the zero Lease but for Key when not held).
+// end is when e's lease ends: its own expiry, or its session's.
+func (e *entry) end() Time {
+	if e.holder != nil && e.holder.sess != nil {
+		return e.holder.sess.expiry
+	}
+	return e.expiry
+}
+
+// lease is e's lease record (the zero Lease but for Key when not held). A
+// lock under a session reports the session's expiry and ttl.
 func (e *entry) lease() Lease {
 	l := Lease{Key: e.key, Token: e.token, Granted: e.granted, Expiry: e.expiry, TTL: e.ttl}
 	if e.holder != nil {
 		l.Holder = e.holder.name
+		if s := e.holder.sess; s != nil {
+			l.Expiry, l.TTL = s.expiry, s.ttl
+		}
 	}
 	return l
 }
@@ -138,6 +163,7 @@ func (t *Table) setWaiters(e *entry, ws []waiter) {
 type holderRef struct {
 	name string
 	n    int
+	sess *session // set on a session's own ref (session.go), never on an interned one
 }
 
 // Table is the lock table. The zero value is not ready; use New.
@@ -151,6 +177,10 @@ type Table struct {
 	maxNow   Time   // the largest now ever passed in
 	queued   int    // waiters in all queues
 	observe  func(Event)
+	sessions *sessionTable        // session.go; nil until the first session
+	delays   map[*entry]Duration  // lockdelay.go: held leases that take a lock-delay
+	delayed  map[string]Time      // lockdelay.go: keys granted to nobody until then
+	multi    map[string]*multiKey // semaphores and read/write locks (shared.go); nil until one
 	// index orders the entries by key, for List: it holds exactly the
 	// entries of the map, so a lease that passes from holder to waiter
 	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
@@ -193,20 +223,27 @@ func (t *Table) Len() int { return len(t.entries) }
 // expired, or holder already holds it (a renewal, which issues a new token).
 // A refusal returns a *HeldError and changes nothing.
 func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, error) {
-	if err := validateGrant(key, holder, now, ttl); err != nil {
+	return t.AcquireWith(key, holder, now, ttl, Options{})
+}
+
+// AcquireWith is Acquire with Options: under a session, with a lock-delay.
+// A key in its lock-delay is refused with a *LockDelayError.
+func (t *Table) AcquireWith(key, holder string, now Time, ttl Duration, o Options) (Lease, error) {
+	g, err := t.prepare(key, holder, now, ttl, o)
+	if err != nil {
 		return Lease{}, err
 	}
-	t.see(now)
+	if err := t.grantable(key, holder, now); err != nil {
+		return Lease{}, err
+	}
+	if t.sessionFull(g, key) {
+		return Lease{}, &SessionLimitError{Scope: "session", Limit: MaxSessionLocks}
+	}
 	e := t.entries[key]
-	if e != nil {
-		t.settle(e, now)
-		if e.held() && e.alive(now) && e.holder.name != holder {
-			return Lease{}, &HeldError{Lease: e.lease()}
-		}
-	} else {
+	if e == nil {
 		e = t.newEntry(key)
 	}
-	return t.grant(e, holder, now, ttl, now), nil
+	return t.grant(e, holder, now, g.ttl, now, g), nil
 }
 
 // Wait is Acquire that queues instead of refusing. When the key can be
@@ -231,43 +268,76 @@ type WaitLimits struct {
 // already queued keeps its place (and takes the new ttl and deadline)
 // whatever the limits.
 func (t *Table) WaitWithin(key, holder string, now Time, ttl Duration, deadline Time, lim WaitLimits) (Lease, bool, error) {
-	if err := validateGrant(key, holder, now, ttl); err != nil {
+	return t.WaitWith(key, holder, now, ttl, deadline, lim, Options{})
+}
+
+// WaitWith is WaitWithin with Options. A waiter under a session is granted
+// under it, and leaves the queue when the session ends. A key in its
+// lock-delay queues the holder (or, past its deadline, refuses with a
+// *LockDelayError).
+func (t *Table) WaitWith(key, holder string, now Time, ttl Duration, deadline Time, lim WaitLimits, o Options) (Lease, bool, error) {
+	g, err := t.prepare(key, holder, now, ttl, o)
+	if err != nil {
 		return Lease{}, false, err
 	}
-	t.see(now)
-	e := t.entries[key]
-	if e == nil {
-		e = t.newEntry(key)
-		return t.grant(e, holder, now, ttl, now), true, nil
+	ttl = g.ttl
+	refusal := t.grantable(key, holder, now)
+	if errors.Is(refusal, ErrKindMismatch) { // never queued on a key of another kind
+		return Lease{}, false, refusal
 	}
-	t.settle(e, now)
-	if !e.held() || !e.alive(now) || e.holder.name == holder {
-		return t.grant(e, holder, now, ttl, now), true, nil
+	e := t.entries[key]
+	full := t.sessionFull(g, key)
+	if refusal == nil {
+		if full {
+			return Lease{}, false, &SessionLimitError{Scope: "session", Limit: MaxSessionLocks}
+		}
+		if e == nil {
+			e = t.newEntry(key)
+		}
+		return t.grant(e, holder, now, ttl, now, g), true, nil
 	}
 	if now >= deadline {
-		return Lease{}, false, &HeldError{Lease: e.lease()}
+		return Lease{}, false, refusal
 	}
-	q := t.queueOf(e)
+	q := (*waitQueue)(nil)
+	if e != nil {
+		q = t.queueOf(e)
+	}
 	if q != nil {
 		for i := range q.waiters {
-			if q.waiters[i].holder == holder {
-				q.waiters[i].ttl, q.waiters[i].deadline = ttl, deadline
+			if w := &q.waiters[i]; w.holder == holder {
+				if w.sess != g.sess && g.sess != nil && full {
+					return Lease{}, false, &SessionLimitError{Scope: "session", Limit: MaxSessionLocks}
+				}
+				t.setWaiterSession(key, w, g.sess)
+				w.ttl, w.deadline, w.delay = ttl, deadline, g.delay
 				return Lease{}, false, nil
 			}
 		}
 	}
-	switch n := len(t.waitersOf(e)); {
+	n := 0
+	if q != nil {
+		n = len(q.waiters)
+	}
+	switch {
 	case lim.PerKey > 0 && n >= lim.PerKey:
 		return Lease{}, false, &QueueFullError{Key: key, Scope: "key", Limit: lim.PerKey}
 	case lim.Total > 0 && t.queued >= lim.Total:
 		return Lease{}, false, &QueueFullError{Key: key, Scope: "total", Limit: lim.Total}
+	case full:
+		return Lease{}, false, &SessionLimitError{Scope: "session", Limit: MaxSessionLocks}
+	}
+	if e == nil {
+		e = t.newEntry(key)
 	}
 	if q == nil {
 		q = &waitQueue{}
 		t.waiting[e.key] = q
 		e.queued = true
 	}
-	q.waiters = append(q.waiters, waiter{holder: holder, ttl: ttl, since: now, deadline: deadline})
+	w := waiter{holder: holder, ttl: ttl, since: now, deadline: deadline, delay: g.delay}
+	t.setWaiterSession(key, &w, g.sess)
+	q.waiters = append(q.waiters, w)
 	t.queued++
 	t.emit(Event{Kind: EventWaitJoined, Key: key, Holder: holder, At: now, Since: now, Expiry: deadline})
 	return Lease{}, false, nil
@@ -280,14 +350,26 @@ func (t *Table) QueuedCount() int { return t.queued }
 // 0: the call is given no time). It reports whether holder was queued. It
 // never touches a lease.
 func (t *Table) CancelWait(key, holder string) bool {
+	return t.CancelWaitAt(key, holder, t.maxNow)
+}
+
+// CancelWaitAt is CancelWait at now: when the waiter leaving lets others
+// in (a writer at the head of a read/write lock's queue, with readers
+// behind it), they are granted at now.
+func (t *Table) CancelWaitAt(key, holder string, now Time) bool {
 	e := t.entries[key]
 	if e == nil {
 		return false
+	}
+	if e.multi {
+		t.see(now)
+		return t.cancelShared(e, holder, now)
 	}
 	ws := t.waitersOf(e)
 	for i := range ws {
 		if ws[i].holder == holder {
 			t.emit(Event{Kind: EventWaitLeft, Key: key, Holder: holder, Since: ws[i].since, Expiry: ws[i].deadline})
+			t.setWaiterSession(key, &ws[i], nil)
 			t.setWaiters(e, append(ws[:i], ws[i+1:]...))
 			t.tidy(e)
 			return true
@@ -305,9 +387,12 @@ func (t *Table) Release(key, holder string, now Time) (bool, error) {
 		return false, err
 	}
 	t.see(now)
-	e := t.entries[key]
+	e := t.lookup(key, now)
 	if e == nil {
 		return false, nil
+	}
+	if e.multi {
+		return t.releaseShared(e, holder, 0, now), nil
 	}
 	t.settle(e, now)
 	if !e.held() || !e.alive(now) || e.holder.name != holder {
@@ -326,6 +411,10 @@ func (t *Table) ReleaseToken(key, holder string, token uint64, now Time) (bool, 
 	if err := validate(key, holder); err != nil {
 		return false, err
 	}
+	if e := t.entries[key]; e != nil && e.multi {
+		t.see(now)
+		return t.releaseShared(e, holder, token, now), nil
+	}
 	if e := t.entries[key]; e == nil || !e.held() || e.token != token {
 		return false, nil
 	}
@@ -340,14 +429,20 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 		return Lease{}, err
 	}
 	t.see(now)
-	e := t.entries[key]
+	e := t.lookup(key, now)
 	if e == nil {
 		return Lease{}, ErrNotHeld
+	}
+	if e.multi {
+		return t.extendShared(e, holder, token, now, ttl)
 	}
 	t.settle(e, now)
 	if !e.held() || !e.alive(now) || e.holder.name != holder || e.token != token {
 		t.tidy(e) // settle may have emptied it
 		return Lease{}, ErrNotHeld
+	}
+	if e.holder.sess != nil {
+		return Lease{}, ErrSessionLock
 	}
 	e.expiry = now + Time(ttl)
 	e.ttl = ttl
@@ -359,6 +454,9 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 // Like the seed's is_valid_token it takes no time; see Check.
 func (t *Table) IsValidToken(key string, token uint64) bool {
 	e := t.entries[key]
+	if e != nil && e.multi {
+		return t.sharedToken(e, token, 0, false)
+	}
 	return e != nil && e.held() && e.token == token
 }
 
@@ -366,12 +464,20 @@ func (t *Table) IsValidToken(key string, token uint64) bool {
 // alive at now.
 func (t *Table) Check(key string, token uint64, now Time) bool {
 	e := t.entries[key]
+	if e != nil && e.multi {
+		return t.sharedToken(e, token, now, true)
+	}
 	return e != nil && e.held() && e.token == token && e.alive(now)
 }
 
-// Get returns key's lease if it is alive at now. It changes nothing.
+// Get returns key's lease if it is alive at now. It changes nothing. On a
+// multi-holder key it answers the live holder with the oldest token (see
+// Holders for all of them).
 func (t *Table) Get(key string, now Time) (Lease, bool) {
 	e := t.entries[key]
+	if e != nil && e.multi {
+		return t.sharedGet(e, now)
+	}
 	if e == nil || !e.held() || !e.alive(now) {
 		return Lease{}, false
 	}
@@ -383,6 +489,9 @@ func (t *Table) Waiters(key string) []string {
 	e := t.entries[key]
 	if e == nil {
 		return nil
+	}
+	if e.multi {
+		return t.sharedWaiters(e)
 	}
 	ws := t.waitersOf(e)
 	out := make([]string, len(ws))
@@ -417,7 +526,11 @@ func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 		if !strings.HasPrefix(e.key, prefix) {
 			return false
 		}
-		if e.held() && e.alive(now) {
+		if e.multi {
+			// A key's holders are never split across pages: the next
+			// page starts after the key.
+			out = t.holderLeases(out, e, now)
+		} else if e.held() && e.alive(now) {
 			out = append(out, e.lease())
 		}
 		return limit <= 0 || len(out) < limit
@@ -430,7 +543,13 @@ func (t *Table) ListAfter(prefix, after string, now Time, limit int) []Lease {
 // allocation.
 func (t *Table) EachLive(now Time, fn func(key string)) {
 	t.index.Ascend(func(e *entry) bool {
-		if e.held() && e.alive(now) {
+		if e.multi {
+			for _, h := range t.multi[e.key].holders {
+				if h.e.alive(now) {
+					fn(e.key)
+				}
+			}
+		} else if e.held() && e.alive(now) {
 			fn(e.key)
 		}
 		return true
@@ -442,19 +561,38 @@ func (t *Table) EachLive(now Time, fn func(key string)) {
 // deadline has passed leaves its queue (EventWaitDropped).
 func (t *Table) Tick(now Time) {
 	t.see(now)
-	for len(t.expiries) > 0 && t.expiries[0].expiry <= now {
-		e := t.expiries[0]
-		t.expire(e, now)
-		t.handOff(e, now)
-		t.tidy(e)
+	if len(t.multi) > 0 {
+		defer t.tickSharedWaiters(now)
 	}
+	for {
+		// Leases and sessions end in the order of their expiries (a
+		// lease before a session at the same instant).
+		se, sok := t.nextSessionExpiry()
+		if len(t.expiries) > 0 && t.expiries[0].expiry <= now && (!sok || t.expiries[0].expiry <= se) {
+			e := t.expiries[0]
+			if e.multi { // a semaphore's or read/write lock's holder (shared.go)
+				t.tickShared(e, now)
+				continue
+			}
+			t.expire(e, now)
+			t.handOff(e, now)
+			t.tidy(e)
+			continue
+		}
+		if sok && se <= now {
+			t.endSession(t.sessions.heap[0], now, EventExpired)
+			continue
+		}
+		break
+	}
+	t.endDelays(now)
 	if len(t.waiting) == 0 {
 		return
 	}
 	var keys []string
 	for k, q := range t.waiting {
 		for _, w := range q.waiters {
-			if now >= w.deadline {
+			if w.late(now) {
 				keys = append(keys, k)
 				break
 			}
@@ -475,12 +613,23 @@ func (t *Table) NextDeadline() (at Time, ok bool) {
 	if len(t.expiries) > 0 {
 		at, ok = t.expiries[0].expiry, true
 	}
+	if se, sok := t.nextSessionExpiry(); sok && se < at {
+		at, ok = se, true
+	}
+	for _, until := range t.delayed {
+		if until < at {
+			at, ok = until, true
+		}
+	}
 	for _, q := range t.waiting {
 		for _, w := range q.waiters {
 			if w.deadline < at {
 				at, ok = w.deadline, true
 			}
 		}
+	}
+	if len(t.multi) > 0 {
+		return t.nextSharedDeadline(at, ok)
 	}
 	return at, ok
 }
@@ -514,22 +663,38 @@ func (t *Table) settle(e *entry, now Time) {
 
 // grant issues the next token to holder on e. since is when holder started
 // asking (now, unless it waited).
-func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Time) Lease {
+func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Time, g grantOpts) Lease {
 	t.last++
-	r := t.internHolder(holder)
-	wasHeld := e.held()
-	if wasHeld {
-		t.releaseHolder(e.holder)
+	if e.held() {
+		t.unref(e)
+	}
+	var r *holderRef
+	if g.sess != nil {
+		r = &g.sess.ref
+		r.n++
+		g.sess.locks[e] = struct{}{}
+		ttl = g.sess.ttl
+	} else {
+		r = t.internHolder(holder)
 	}
 	e.holder, e.token, e.granted, e.expiry, e.ttl = r, t.last, now, now+Time(ttl), ttl
-	if wasHeld {
+	switch {
+	case g.sess != nil && e.heapIdx >= 0:
+		heap.Remove(&t.expiries, int(e.heapIdx))
+	case g.sess != nil:
+	case e.heapIdx >= 0:
 		heap.Fix(&t.expiries, int(e.heapIdx))
-	} else {
+	default:
 		heap.Push(&t.expiries, e)
+	}
+	t.setDelay(e, g.delay)
+	if t.delayed != nil {
+		delete(t.delayed, e.key) // over: grant is never called in a delay
 	}
 	if q := t.queueOf(e); q != nil {
 		for i := range q.waiters {
 			if q.waiters[i].holder == holder {
+				t.setWaiterSession(e.key, &q.waiters[i], nil)
 				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 				t.queued--
 				break
@@ -537,7 +702,7 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 		}
 		t.forgetIfEmpty(e, q)
 	}
-	t.emit(Event{Kind: EventGranted, Key: e.key, Holder: holder, Token: t.last, At: now, Since: since, Expiry: e.expiry})
+	t.emit(Event{Kind: EventGranted, Key: e.key, Holder: holder, Token: t.last, At: now, Since: since, Expiry: e.end()})
 	return e.lease()
 }
 
@@ -549,11 +714,11 @@ func (t *Table) handOff(e *entry, now Time) {
 		return
 	}
 	t.dropLateWaiters(e, q, now)
-	if len(q.waiters) == 0 {
+	if len(q.waiters) == 0 || t.inDelay(e.key, now) {
 		return
 	}
 	w := q.waiters[0]
-	t.grant(e, w.holder, now, w.ttl, w.since)
+	t.grant(e, w.holder, now, w.ttl, w.since, grantOpts{sess: w.sess, delay: w.delay})
 }
 
 // dropLateWaiters takes out of q, e's queue, every waiter whose deadline
@@ -561,12 +726,14 @@ func (t *Table) handOff(e *entry, now Time) {
 func (t *Table) dropLateWaiters(e *entry, q *waitQueue, now Time) {
 	ws := q.waiters
 	kept := ws[:0]
-	for _, w := range ws {
-		if now >= w.deadline {
+	for i := range ws {
+		w := &ws[i]
+		if w.late(now) {
 			t.emit(Event{Kind: EventWaitDropped, Key: e.key, Holder: w.holder, At: now, Since: w.since})
+			t.setWaiterSession(e.key, w, nil)
 			continue
 		}
-		kept = append(kept, w)
+		kept = append(kept, *w)
 	}
 	clear(ws[len(kept):])
 	t.queued -= len(ws) - len(kept)
@@ -575,20 +742,35 @@ func (t *Table) dropLateWaiters(e *entry, q *waitQueue, now Time) {
 }
 
 func (t *Table) expire(e *entry, now Time) {
-	t.emit(Event{Kind: EventExpired, Key: e.key, Holder: e.holder.name, Token: e.token, At: now, Since: e.granted, Expiry: e.expiry})
+	end := e.end()
+	t.emit(Event{Kind: EventExpired, Key: e.key, Holder: e.holder.name, Token: e.token, At: now, Since: e.granted, Expiry: end})
+	t.startDelay(e, end, now)
 	t.drop(e)
 }
 
 // drop removes e's lease record.
 func (t *Table) drop(e *entry) {
-	heap.Remove(&t.expiries, int(e.heapIdx))
-	t.releaseHolder(e.holder)
+	if e.heapIdx >= 0 {
+		heap.Remove(&t.expiries, int(e.heapIdx))
+	}
+	t.unref(e)
+	t.setDelay(e, 0)
 	e.holder, e.token, e.granted, e.expiry, e.ttl = nil, 0, 0, 0, 0
+}
+
+// unref lets go of e's holder: its session, or its interned name.
+func (t *Table) unref(e *entry) {
+	if s := e.holder.sess; s != nil {
+		delete(s.locks, e)
+		s.ref.n--
+		return
+	}
+	t.releaseHolder(e.holder)
 }
 
 // tidy forgets e once it has neither a lease record nor a waiter.
 func (t *Table) tidy(e *entry) {
-	if !e.queued && !e.held() {
+	if !e.queued && !e.held() && !e.multi && t.entries[e.key] == e {
 		delete(t.entries, e.key)
 		t.index.Delete(e)
 	}

@@ -23,6 +23,26 @@
 //	waiters KEY                    -> the queued holders, head first, or (none)
 //	next                           -> the next deadline (NextDeadline), or None
 //	len                            -> the number of keys the table tracks
+//	shared KEY HOLDER KIND NOW TTL [DEADLINE] -> the new token, queued, None,
+//	                                  or mismatch (AcquireShared; KIND is
+//	                                  sem:N, read or write; no DEADLINE: try once)
+//	holders KEY NOW                -> HOLDER:TOKEN per live holder (a
+//	                                  semaphore's with /SLOT, a reader's with r,
+//	                                  a writer's with w), or (none)
+//
+// Sessions, multi-key acquire and lock-delay (docs/PRIMITIVES.md):
+//
+//	session-open HOLDER NOW TTL    -> the new session's id
+//	session-extend ID HOLDER NOW   -> expiry=S, or None (no such live session)
+//	session-close ID HOLDER NOW    -> released=N (its locks), or None
+//	session-keys ID                -> the keys held under it, or (none)
+//	acquire-session KEY HOLDER NOW ID -> the new token, None, or delayed until=S
+//	wait-session KEY HOLDER NOW ID [DEADLINE] -> the new token, queued, None
+//	acquire-all KEY,KEY,... HOLDER NOW TTL -> KEY=TOKEN ..., or None (nothing granted)
+//	acquire-delay KEY HOLDER NOW TTL DELAY -> the new token, None, or delayed until=S
+//
+// acquire and wait also answer "delayed until=S" for a key in its
+// lock-delay.
 //
 // NOW, TTL and DEADLINE are decimal seconds ("0", "10", "2.5"). Blank lines
 // and lines whose first non-blank character is '#' are skipped.
@@ -57,6 +77,18 @@ const (
 	OpWaiters Op = "waiters"
 	OpNext    Op = "next"
 	OpLen     Op = "len"
+
+	OpSessionOpen   Op = "session-open"
+	OpSessionExtend Op = "session-extend"
+	OpSessionClose  Op = "session-close"
+	OpSessionKeys   Op = "session-keys"
+	OpAcqSession    Op = "acquire-session"
+	OpWaitSession   Op = "wait-session"
+	OpAcquireAll    Op = "acquire-all"
+	OpAcquireDelay  Op = "acquire-delay"
+
+	OpShared  Op = "shared"  // semaphores and read/write locks
+	OpHolders Op = "holders" // every live holder of a key
 )
 
 // Call is one parsed line.
@@ -69,6 +101,9 @@ type Call struct {
 	TTL      locktable.Duration
 	Deadline locktable.Time // wait's; locktable.NoDeadline when not given
 	Limit    int            // list's; 0 is no limit
+	Session  uint64         // the session calls' ID
+	Delay    locktable.Duration
+	Shared   locktable.Shared
 }
 
 // usage is each call's form; arguments in brackets may be left out.
@@ -86,6 +121,18 @@ var usage = map[Op]string{
 	OpWaiters: "waiters KEY",
 	OpNext:    "next",
 	OpLen:     "len",
+
+	OpSessionOpen:   "session-open HOLDER NOW TTL",
+	OpSessionExtend: "session-extend ID HOLDER NOW",
+	OpSessionClose:  "session-close ID HOLDER NOW",
+	OpSessionKeys:   "session-keys ID",
+	OpAcqSession:    "acquire-session KEY HOLDER NOW ID",
+	OpWaitSession:   "wait-session KEY HOLDER NOW ID [DEADLINE]",
+	OpAcquireAll:    "acquire-all KEYS HOLDER NOW TTL",
+	OpAcquireDelay:  "acquire-delay KEY HOLDER NOW TTL DELAY",
+
+	OpShared:  "shared KEY HOLDER KIND NOW TTL [DEADLINE]",
+	OpHolders: "holders KEY NOW",
 }
 
 // ErrSkip is ParseLine's answer for a blank or comment line.
@@ -101,7 +148,7 @@ func ParseLine(line string) (Call, error) {
 	c := Call{Op: Op(f[0]), Deadline: locktable.NoDeadline}
 	want, known := usage[c.Op]
 	if !known {
-		return Call{}, fmt.Errorf("unknown call %q (want acquire, release, valid, check, extend, wait, cancel, tick, get, list, waiters, next or len)", f[0])
+		return Call{}, fmt.Errorf("unknown call %q (want acquire, release, valid, check, extend, wait, cancel, tick, get, list, waiters, next, len, shared, holders or a session call: session-open, session-extend, session-close, session-keys, acquire-session, wait-session, acquire-all, acquire-delay)", f[0])
 	}
 	maxArgs := len(strings.Fields(want)) - 1
 	minArgs := maxArgs - strings.Count(want, "[")
@@ -143,11 +190,54 @@ func ParseLine(line string) (Call, error) {
 		}
 	case OpCancel:
 		c.Holder = f[2]
+	case OpShared:
+		c.Holder, c.Deadline = f[2], 0
+		if c.Shared, err = parseKind(f[3]); err == nil {
+			if c.Now, err = parseNow(f[4]); err == nil {
+				c.TTL, err = parseTTL(f[5])
+			}
+		}
+		if err == nil && len(f) == 7 {
+			c.Deadline, err = parseTime("DEADLINE", f[6])
+		}
+	case OpHolders:
+		c.Now, err = parseNow(f[2])
 	case OpTick:
 		c.Key = ""
 		c.Now, err = parseNow(f[1])
 	case OpGet:
 		c.Now, err = parseNow(f[2])
+	case OpSessionOpen:
+		c.Key, c.Holder = "", f[1]
+		if c.Now, err = parseNow(f[2]); err == nil {
+			c.TTL, err = parseTTL(f[3])
+		}
+	case OpSessionExtend, OpSessionClose:
+		c.Key, c.Holder = "", f[2]
+		if c.Session, err = parseToken(f[1]); err == nil {
+			c.Now, err = parseNow(f[3])
+		}
+	case OpSessionKeys:
+		c.Key = ""
+		c.Session, err = parseToken(f[1])
+	case OpAcqSession, OpWaitSession:
+		c.Holder = f[2]
+		if c.Now, err = parseNow(f[3]); err == nil {
+			c.Session, err = parseToken(f[4])
+		}
+		if err == nil && len(f) == 6 {
+			c.Deadline, err = parseTime("DEADLINE", f[5])
+		}
+	case OpAcquireAll, OpAcquireDelay:
+		c.Holder = f[2]
+		if c.Now, err = parseNow(f[3]); err == nil {
+			c.TTL, err = parseTTL(f[4])
+		}
+		if err == nil && c.Op == OpAcquireDelay {
+			var d locktable.Time
+			d, err = parseTime("DELAY", f[5])
+			c.Delay = locktable.Duration(d)
+		}
 	case OpList:
 		if c.Key == `""` { // the empty prefix: every key
 			c.Key = ""
@@ -159,13 +249,29 @@ func ParseLine(line string) (Call, error) {
 	if err != nil {
 		return Call{}, err
 	}
-	if len(c.Key) > locktable.MaxKeyLen {
+	if len(c.Key) > locktable.MaxKeyLen && c.Op != OpAcquireAll {
 		return Call{}, fmt.Errorf("KEY is %d bytes, the limit is %d", len(c.Key), locktable.MaxKeyLen)
 	}
 	if len(c.Holder) > locktable.MaxHolderLen {
 		return Call{}, fmt.Errorf("HOLDER is %d bytes, the limit is %d", len(c.Holder), locktable.MaxHolderLen)
 	}
 	return c, nil
+}
+
+// parseKind reads shared's KIND: sem:N, read or write.
+func parseKind(s string) (locktable.Shared, error) {
+	switch {
+	case s == "read":
+		return locktable.Shared{Kind: locktable.ReadWrite}, nil
+	case s == "write":
+		return locktable.Shared{Kind: locktable.ReadWrite, Write: true}, nil
+	case strings.HasPrefix(s, "sem:"):
+		n, err := strconv.Atoi(s[len("sem:"):])
+		if err == nil && n > 0 {
+			return locktable.Shared{Kind: locktable.Semaphore, Permits: n}, nil
+		}
+	}
+	return locktable.Shared{}, fmt.Errorf("KIND %q: want sem:N, read or write", s)
 }
 
 func parseLimit(s string) (int, error) {
@@ -244,13 +350,7 @@ func Apply(t *locktable.Table, c Call) (string, error) {
 	switch c.Op {
 	case OpAcquire:
 		l, err := t.Acquire(c.Key, c.Holder, c.Now, c.TTL)
-		if errors.Is(err, locktable.ErrHeld) {
-			return "None", nil
-		}
-		if err != nil {
-			return "", err
-		}
-		return strconv.FormatUint(l.Token, 10), nil
+		return grantAnswer(l, err)
 	case OpRelease:
 		ok, err := t.Release(c.Key, c.Holder, c.Now)
 		return pyBool(ok), err
@@ -269,15 +369,10 @@ func Apply(t *locktable.Table, c Call) (string, error) {
 		return strconv.FormatUint(l.Token, 10), nil
 	case OpWait:
 		l, granted, err := t.Wait(c.Key, c.Holder, c.Now, c.TTL, c.Deadline)
-		switch {
-		case errors.Is(err, locktable.ErrHeld):
-			return "None", nil
-		case err != nil:
-			return "", err
-		case !granted:
+		if err == nil && !granted {
 			return "queued", nil
 		}
-		return strconv.FormatUint(l.Token, 10), nil
+		return grantAnswer(l, err)
 	case OpCancel:
 		return pyBool(t.CancelWait(c.Key, c.Holder)), nil
 	case OpTick:
@@ -307,6 +402,37 @@ func Apply(t *locktable.Table, c Call) (string, error) {
 		return FormatSeconds(int64(at)), nil
 	case OpLen:
 		return strconv.Itoa(t.Len()), nil
+	case OpShared:
+		l, granted, err := t.AcquireShared(c.Key, c.Holder, c.Shared, c.Now, c.TTL, c.Deadline, locktable.WaitLimits{})
+		switch {
+		case errors.Is(err, locktable.ErrHeld):
+			return "None", nil
+		case errors.Is(err, locktable.ErrKindMismatch):
+			return "mismatch", nil
+		case err != nil:
+			return "", err
+		case !granted:
+			return "queued", nil
+		}
+		return strconv.FormatUint(l.Token, 10), nil
+	case OpHolders:
+		var hs []string
+		for _, l := range t.Holders(c.Key, c.Now) {
+			h := fmt.Sprintf("%s:%d", l.Holder, l.Token)
+			switch {
+			case l.Kind == locktable.Semaphore:
+				h += fmt.Sprintf("/%d", l.Slot)
+			case l.Kind == locktable.ReadWrite && l.Write:
+				h += "w"
+			case l.Kind == locktable.ReadWrite:
+				h += "r"
+			}
+			hs = append(hs, h)
+		}
+		return words(hs), nil
+	}
+	if answer, ok, err := applySession(t, c); ok {
+		return answer, err
 	}
 	return "", fmt.Errorf("unknown call %q", c.Op)
 }
@@ -427,4 +553,85 @@ func Run(r io.Reader, out, errs io.Writer) (bad int, err error) {
 		return bad, fmt.Errorf("reading script: %w", err)
 	}
 	return bad, nil
+}
+
+// grantAnswer is a grant's answer: the token, None when held, "delayed
+// until=S" in a lock-delay.
+func grantAnswer(l locktable.Lease, err error) (string, error) {
+	var delay *locktable.LockDelayError
+	switch {
+	case errors.Is(err, locktable.ErrHeld):
+		return "None", nil
+	case errors.As(err, &delay):
+		return "delayed until=" + FormatSeconds(int64(delay.Until)), nil
+	case err != nil:
+		return "", err
+	}
+	return strconv.FormatUint(l.Token, 10), nil
+}
+
+// applySession runs the session, multi-key and lock-delay calls; ok is
+// false for any other call.
+func applySession(t *locktable.Table, c Call) (answer string, ok bool, err error) {
+	none := func(err error) (string, bool, error) {
+		if errors.Is(err, locktable.ErrNoSession) {
+			return "None", true, nil
+		}
+		return "", true, err
+	}
+	switch c.Op {
+	case OpSessionOpen:
+		s, err := t.OpenSession(c.Holder, c.Now, c.TTL)
+		if err != nil {
+			return "", true, err
+		}
+		return strconv.FormatUint(s.ID, 10), true, nil
+	case OpSessionExtend:
+		s, err := t.ExtendSession(c.Session, c.Holder, c.Now)
+		if err != nil {
+			return none(err)
+		}
+		return "expiry=" + FormatSeconds(int64(s.Expiry)), true, nil
+	case OpSessionClose:
+		s, err := t.CloseSession(c.Session, c.Holder, c.Now)
+		if err != nil {
+			return none(err)
+		}
+		return "released=" + strconv.Itoa(s.Locks), true, nil
+	case OpSessionKeys:
+		return words(t.SessionKeys(c.Session)), true, nil
+	case OpAcqSession:
+		l, err := t.AcquireWith(c.Key, c.Holder, c.Now, 0, locktable.Options{Session: c.Session})
+		if errors.Is(err, locktable.ErrNoSession) {
+			return none(err)
+		}
+		a, err := grantAnswer(l, err)
+		return a, true, err
+	case OpWaitSession:
+		l, granted, err := t.WaitWith(c.Key, c.Holder, c.Now, 0, c.Deadline, locktable.WaitLimits{}, locktable.Options{Session: c.Session})
+		if errors.Is(err, locktable.ErrNoSession) {
+			return none(err)
+		}
+		if err == nil && !granted {
+			return "queued", true, nil
+		}
+		a, err := grantAnswer(l, err)
+		return a, true, err
+	case OpAcquireAll:
+		ls, err := t.AcquireAll(strings.Split(c.Key, ","), c.Holder, c.Now, c.TTL, locktable.Options{})
+		if err != nil {
+			a, err := grantAnswer(locktable.Lease{}, err)
+			return a, true, err
+		}
+		out := make([]string, len(ls))
+		for i, l := range ls {
+			out[i] = l.Key + "=" + strconv.FormatUint(l.Token, 10)
+		}
+		return strings.Join(out, " "), true, nil
+	case OpAcquireDelay:
+		l, err := t.AcquireWith(c.Key, c.Holder, c.Now, c.TTL, locktable.Options{LockDelay: c.Delay})
+		a, err := grantAnswer(l, err)
+		return a, true, err
+	}
+	return "", false, nil
 }

@@ -91,6 +91,12 @@ func (s *Server) commandError(err error, now locktable.Time) *Error {
 		in   *locktable.InputError
 		full *locktable.QueueFullError
 	)
+	if e := sessionError(err, now); e != nil { // service_session.go
+		return e
+	}
+	if e, ok := kindMismatch(err); ok { // service_shared.go
+		return e
+	}
 	switch {
 	case errors.As(err, &held):
 		rem := ms(held.Lease.Remaining(now))

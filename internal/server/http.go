@@ -26,7 +26,8 @@ import (
 type Call struct {
 	// Op names the operation: acquire, renew, extend, extend-batch,
 	// release, check, lock, locks, overview, watch, health, ready, metrics,
-	// members, join, remove, announce, identity.
+	// members, join, remove, announce, identity, session-open,
+	// session-extend, session-close, acquire-all.
 	Op     string
 	Method string
 	Path   string
@@ -108,7 +109,8 @@ func (s *Server) routes() http.Handler {
 			return nil
 		}},
 	}
-	s.guardRoutes(routes) // auth.go
+	s.sessionRoutes(routes) // http_session.go
+	s.guardRoutes(routes)   // auth.go
 	return &router{s: s, routes: routes}
 }
 

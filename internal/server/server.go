@@ -91,6 +91,7 @@ func New(cfg Config) (*Server, error) {
 			return float64(s.node.raft.State())
 		}),
 	)
+	s.metrics.reg.MustRegister(s.sessionCollectors()...) // http_session.go
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
 	s.watches = newWatchHub(cfg.WatchHistory, cfg.WatchMaxWatchers, cfg.WatchMaxPerCaller, s.watchGauge())
 	s.handler = s.routes()

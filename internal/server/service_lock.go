@@ -19,14 +19,19 @@ import (
 // wait is committed (service_wait.go).
 func (s *Server) Acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, error) {
 	l, e := s.acquire(ctx, req)
-	return l, s.fail(e)
+	l, err := s.sessionAnswer(req, l, s.fail(e)) // service_session.go
+	return s.decorate(l, req), err               // service_shared.go
 }
 
 func (s *Server) acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, *Error) {
-	ttl, e := checkTTL(req.TTLMs)
-	e = firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, checkRequestID(req.RequestID))
+	ttl, e := grantTTL(req.TTLMs, req.Session)
+	delay, de := checkLockDelay(req.LockDelayMs)
+	e = firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, de, checkRequestID(req.RequestID))
 	if e == nil {
 		e = checkWait(req.WaitMs)
+	}
+	if e == nil {
+		_, _, e = sharedOf(req) // service_shared.go
 	}
 	if e != nil {
 		return api.Lease{}, e
@@ -37,7 +42,7 @@ func (s *Server) acquire(ctx context.Context, req api.AcquireRequest) (api.Lease
 	if req.WaitMs > 0 {
 		return s.acquireWait(ctx, req, ttl)
 	}
-	l, _, e := s.proposeLease(fsm.Command{Op: fsm.OpAcquire, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, TTL: ttl}, "acquire")
+	l, _, e := s.proposeLease(acquireCommand(req, ttl, delay), "acquire") // service_shared.go: OpAcquire or OpShared
 	return l, e
 }
 
@@ -168,7 +173,7 @@ func (s *Server) Get(ctx context.Context, key string) (api.Lease, error) {
 	if !ok {
 		return api.Lease{}, s.fail(newError(api.CodeNotFound, "no live lease on this key"))
 	}
-	return wireLease(l, now), nil
+	return s.withHolders(wireLease(l, now), key, now), nil
 }
 
 // List answers up to limit live leases whose keys start with prefix, in

@@ -23,9 +23,7 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 		return none, proposalError(err)
 	}
 	wait := locktable.Duration(api.Duration(req.WaitMs))
-	res, err := s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
-		Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait),
-		MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters)})
+	res, err := s.apply(s.waitCommand(req, ttl, now, wait))
 	if err != nil {
 		s.waiters.remove(sub)
 		return none, proposalError(err)
@@ -78,9 +76,7 @@ func (s *Server) acquireWait(ctx context.Context, req api.AcquireRequest, ttl lo
 				// place after our Wait had joined it: queue again.
 				now, err := s.stamp()
 				if err == nil {
-					res, err = s.apply(fsm.Command{Op: fsm.OpWait, RequestID: req.RequestID, Now: now,
-						Key: req.Key, Holder: req.Holder, TTL: ttl, Deadline: now + locktable.Time(wait),
-						MaxKeyWaiters: s.waitLimit(s.cfg.MaxWaitersPerKey), MaxWaiters: s.waitLimit(s.cfg.MaxWaiters)})
+					res, err = s.apply(s.waitCommand(req, ttl, now, wait))
 				}
 				switch {
 				case err != nil:

@@ -79,5 +79,8 @@ func firstErr(errs ...*Error) *Error {
 func ms(d locktable.Duration) int64 { return int64(d / locktable.Millisecond) }
 
 func wireLease(l locktable.Lease, now locktable.Time) api.Lease {
-	return api.Lease{Key: l.Key, Holder: l.Holder, Token: l.Token, TTLMs: ms(l.TTL), RemainingMs: ms(l.Remaining(now))}
+	out := api.Lease{Key: l.Key, Holder: l.Holder, Token: l.Token, TTLMs: ms(l.TTL), RemainingMs: ms(l.Remaining(now))}
+	out.Kind, out.Permits, out.Mode = wireKind(l) // service_shared.go
+	out.Slot = l.Slot
+	return out
 }

@@ -63,6 +63,7 @@ type command struct {
 var commands = []command{
 	{"compare", "run fencelock, etcd, Redis and ZooKeeper through the same workloads; one table", runCompare},
 	{"run", "run one workload on one system and print its row of the table", runSystem},
+	{"failover", "kill -9 a cluster's leader, time the first grant after it; repeat", runFailover},
 }
 
 func main() {

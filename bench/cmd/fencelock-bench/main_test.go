@@ -32,7 +32,7 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"help"}, {"compare", "-h"}, {"run", "--help"}} {
+	for _, args := range [][]string{{"help"}, {"compare", "-h"}, {"run", "--help"}, {"failover", "-h"}} {
 		out, errs, code := runCLI(t, args...)
 		if code != exitOK || errs != "" || !strings.Contains(out, "Usage: fencelock-bench") {
 			t.Errorf("%v: code %d, stderr %q, stdout %q; want usage on stdout, exit 0", args, code, errs, out)
@@ -45,7 +45,7 @@ func TestHelp(t *testing.T) {
 
 // A usage error is one line on stderr, exit 2.
 func TestUsageErrorsAreOneLine(t *testing.T) {
-	for _, args := range [][]string{{"nope"}, {"compare", "--bogus"}, {"run", "--bogus"}} {
+	for _, args := range [][]string{{"nope"}, {"compare", "--bogus"}, {"run", "--bogus"}, {"failover", "--bogus"}, {"failover", "--system", "etcd", "--addr", "a"}} {
 		out, errs, code := runCLI(t, args...)
 		if code != exitUsage || out != "" || strings.Count(errs, "\n") != 1 {
 			t.Errorf("%v: code %d, stdout %q, stderr %q; want one line, exit 2", args, code, out, errs)

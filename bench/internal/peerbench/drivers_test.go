@@ -2,14 +2,17 @@ package peerbench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/server"
 )
@@ -189,5 +192,40 @@ func TestWorkloadsShort(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A cluster address list: the driver asks the nodes in turn for the
+// members and works against the leader's client address.
+func TestFencelockFindsLeader(t *testing.T) {
+	noLeader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(api.MembersResponse{Node: "n1"})
+	}))
+	defer noLeader.Close()
+	knows := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != api.PathMembers {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(api.MembersResponse{Node: "n2", Leader: "n3", LeaderAddr: "127.0.0.1:9"})
+	}))
+	defer knows.Close()
+	host := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+	got, err := flLeader(context.Background(), http.DefaultClient, []string{host(noLeader), host(knows)})
+	if err != nil || got != "127.0.0.1:9" {
+		t.Fatalf("flLeader = %q, %v; want the leader address the second node names", got, err)
+	}
+	leads := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(api.MembersResponse{Node: "n4", Leader: "n4"})
+	}))
+	defer leads.Close()
+	if got, err := flLeader(context.Background(), http.DefaultClient, []string{host(noLeader), host(leads)}); err != nil || got != host(leads) {
+		t.Fatalf("a leader without a client address on record: flLeader = %q, %v; want the address asked", got, err)
+	}
+	if _, err := flLeader(context.Background(), http.DefaultClient, []string{host(noLeader)}); err == nil {
+		t.Fatal("no node knows a leader, yet flLeader found one")
+	}
+	if a := (Options{Addr: " a:1, b:2,,c:3 "}).addrs(); strings.Join(a, "|") != "a:1|b:2|c:3" {
+		t.Fatalf("addrs = %q", a)
 	}
 }

@@ -20,7 +20,7 @@ type etcdSystem struct {
 
 func openEtcd(ctx context.Context, o Options) (System, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{o.Addr},
+		Endpoints:   o.addrs(),
 		DialTimeout: o.DialTimeout,
 		Logger:      zap.NewNop(), // library code does not log
 		Context:     context.WithoutCancel(ctx),
@@ -28,9 +28,20 @@ func openEtcd(ctx context.Context, o Options) (System, error) {
 	if err != nil {
 		return nil, unreachable("etcd", o.Addr, err)
 	}
-	sctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
-	defer cancel()
-	if _, err := cli.Status(sctx, o.Addr); err != nil {
+	// One member answering is enough: the client balances over all of
+	// them, and a cluster that lost one still serves. Status dials the
+	// member it asks and waits for it until its context ends, so a dead
+	// member gets its share of the timeout, not all of it.
+	addrs := o.addrs()
+	for _, a := range addrs {
+		sctx, cancel := context.WithTimeout(ctx, o.DialTimeout/time.Duration(len(addrs)))
+		_, err = cli.Status(sctx, a)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
 		cli.Close()
 		return nil, unreachable("etcd", o.Addr, err)
 	}
@@ -44,7 +55,15 @@ func (s *etcdSystem) Close() error { return s.cli.Close() }
 // client library, under which every Lock of this client is taken — the way
 // concurrency.Mutex is meant to be used.
 func (s *etcdSystem) NewClient(ctx context.Context, id int) (Client, error) {
-	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(ttlSeconds(s.o.TTL)), concurrency.WithContext(context.WithoutCancel(ctx)))
+	// The lease is granted under ctx, so that a caller's deadline bounds
+	// it (NewSession's own grant would run under the session's context,
+	// which must outlive this call); the session then keeps it alive.
+	g, err := s.cli.Grant(ctx, int64(ttlSeconds(s.o.TTL)))
+	if err != nil {
+		return nil, fmt.Errorf("peerbench: etcd session: %w", err)
+	}
+	sess, err := concurrency.NewSession(s.cli, concurrency.WithLease(g.ID), concurrency.WithTTL(ttlSeconds(s.o.TTL)),
+		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("peerbench: etcd session: %w", err)
 	}

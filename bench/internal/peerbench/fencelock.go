@@ -48,9 +48,20 @@ func openFencelock(ctx context.Context, o Options) (System, error) {
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   false,
 	}
-	s := &flSystem{o: o, base: "http://" + o.Addr, hc: &http.Client{Transport: tr}}
+	hc := &http.Client{Transport: tr}
 	hctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
+	if addrs := o.addrs(); len(addrs) > 1 {
+		// A cluster: the work goes to its leader, as the client package's
+		// would after its first not_leader answer.
+		leader, err := flLeader(hctx, hc, addrs)
+		if err != nil {
+			tr.CloseIdleConnections()
+			return nil, unreachable("fencelock", o.Addr, err)
+		}
+		o.Addr = leader
+	}
+	s := &flSystem{o: o, base: "http://" + o.Addr, hc: hc}
 	req, err := http.NewRequestWithContext(hctx, http.MethodGet, s.base+api.PathHealth, nil)
 	if err != nil {
 		return nil, fmt.Errorf("peerbench: fencelock: %w", err)
@@ -78,6 +89,39 @@ func openFencelock(ctx context.Context, o Options) (System, error) {
 		s.frames = append(s.frames, fc)
 	}
 	return s, nil
+}
+
+// flLeader asks each of addrs for the cluster's members and returns the
+// leader's client address, from the first node that knows it.
+func flLeader(ctx context.Context, hc *http.Client, addrs []string) (string, error) {
+	var last error
+	for _, a := range addrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a+api.PathMembers, nil)
+		if err != nil {
+			return "", err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			last = err
+			continue
+		}
+		var m api.MembersResponse
+		err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&m)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			last = fmt.Errorf("%s: members: %w", a, err)
+		case m.LeaderAddr != "":
+			return m.LeaderAddr, nil
+		case m.Leader != "" && m.Leader == m.Node:
+			// It leads but has no client address on record (a server
+			// started without one): it is where we asked.
+			return a, nil
+		default:
+			last = fmt.Errorf("%s knows no leader", a)
+		}
+	}
+	return "", fmt.Errorf("no leader among %v: %w", addrs, last)
 }
 
 func (s *flSystem) Name() string { return "fencelock" }

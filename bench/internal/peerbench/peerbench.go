@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -73,7 +74,9 @@ type Preparer interface {
 
 // Options configure Open.
 type Options struct {
-	// Addr is host:port; empty means DefaultAddrs[name].
+	// Addr is host:port, or a comma-separated list of them for a cluster
+	// (etcd's endpoints, ZooKeeper's ensemble, fencelock's nodes: the
+	// driver finds the leader); empty means DefaultAddrs[name].
 	Addr string
 	// TTL is the lease of Lock's grants (etcd session TTL, ZooKeeper session
 	// timeout, Redis PX, fencelock ttl_ms). Default 10s.
@@ -133,6 +136,20 @@ func Open(ctx context.Context, name string, o Options) (System, error) {
 		return openZookeeper(ctx, o)
 	}
 	return nil, fmt.Errorf("%w %q (known: fencelock, etcd, redis, zookeeper)", ErrUnknownSystem, name)
+}
+
+// addrs splits Addr into its host:port elements.
+func (o Options) addrs() []string {
+	var out []string
+	for _, a := range strings.Split(o.Addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{o.Addr}
+	}
+	return out
 }
 
 func unreachable(name, addr string, err error) error {

@@ -26,7 +26,7 @@ func (zkNoLog) Printf(string, ...any) {}
 
 // zkConnect opens a session and waits until it is established.
 func zkConnect(ctx context.Context, o Options) (*zk.Conn, error) {
-	conn, events, err := zk.Connect([]string{o.Addr}, o.TTL, zk.WithLogger(zkNoLog{}), zk.WithLogInfo(false))
+	conn, events, err := zk.Connect(o.addrs(), o.TTL, zk.WithLogger(zkNoLog{}), zk.WithLogInfo(false))
 	if err != nil {
 		return nil, err
 	}

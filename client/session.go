@@ -1,0 +1,621 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock/api"
+)
+
+// Sessions (docs/PRIMITIVES.md, "Sessions"), in the style of etcd's
+// concurrency.Session: one lease of the server's that keeps any number of
+// locks alive with one keep-alive goroutine.
+
+// Sentinels of sessions and lock-delay. Wire codes no_session,
+// too_many_sessions and lock_delay.
+var (
+	// ErrNoSession: the session named is not alive for this holder on the
+	// server (it expired, was closed, or is another holder's).
+	ErrNoSession = errors.New("fencelock: no such live session")
+	// ErrTooManySessions: a session limit was reached (api.MaxSessions...).
+	ErrTooManySessions = errors.New("fencelock: too many sessions")
+	// ErrLockDelay: the key is in its lock-delay after a lease expired;
+	// APIError.Remaining says for how long.
+	ErrLockDelay = errors.New("fencelock: key in lock-delay")
+	// ErrSessionClosed: the session was ended by Close.
+	ErrSessionClosed = errors.New("fencelock: session closed")
+	// ErrSessionLost: the client can no longer prove the session alive.
+	ErrSessionLost = errors.New("fencelock: session lost")
+)
+
+// sessionSentinel maps the wire codes of sessions; nil for the others.
+func sessionSentinel(code string) error {
+	switch code {
+	case api.CodeNoSession:
+		return ErrNoSession
+	case api.CodeTooManySessions:
+		return ErrTooManySessions
+	case api.CodeLockDelay:
+		return ErrLockDelay
+	}
+	return nil
+}
+
+// SessionLostError says why a Session was lost. It matches ErrSessionLost,
+// ErrLeaseLost (each lock under it is lost too) and Reason.
+type SessionLostError struct {
+	ID     uint64
+	Reason error // ErrExpired, or the error of the last failed extension
+}
+
+func (e *SessionLostError) Error() string {
+	return fmt.Sprintf("fencelock: session %d lost: %v", e.ID, e.Reason)
+}
+
+func (e *SessionLostError) Unwrap() []error { return []error{ErrSessionLost, ErrLeaseLost, e.Reason} }
+
+type sessionOptions struct {
+	ttl       time.Duration
+	holder    string
+	generated bool
+}
+
+// SessionOption configures NewSession.
+type SessionOption func(*sessionOptions)
+
+// WithSessionTTL sets the session's TTL (default DefaultTTL; the server
+// accepts 100ms to 24h). The session extends about every TTL/3 and is lost
+// TTL/2 after the send time of the last confirmed extension.
+func WithSessionTTL(ttl time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.ttl = ttl }
+}
+
+// WithSessionHolder names the session's holder, which every lock under it
+// carries (default DefaultHolder(), new for each session).
+func WithSessionHolder(holder string) SessionOption {
+	return func(o *sessionOptions) { o.holder = holder }
+}
+
+// WithLockDelay asks that, should the lease expire (not be released), the
+// key be granted to nobody for d afterwards (at most api.MaxLockDelay): a
+// mitigation for resources that cannot check a fencing token, never a
+// substitute for the check (docs/PRIMITIVES.md, "Lock-delay").
+func WithLockDelay(d time.Duration) LeaseOption { return func(o *leaseOptions) { o.lockDelay = d } }
+
+// Session is a server-side session kept alive by exactly one goroutine.
+// Locks taken under it (Acquire, TryAcquire, AcquireAll) need no keep-alive
+// of their own: the session's renews them all, and they end with it.
+// When the session is lost (no extension confirmed by TTL/2 after the send
+// of the last confirmed one) or closed, Done is closed, Err says why, and
+// every lock's Context ends with the same cause.
+type Session struct {
+	c      *Client
+	clock  Clock
+	id     uint64
+	holder string
+	ttl    time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the goroutine has returned
+
+	mu       sync.Mutex
+	lastSent time.Time // send time of the last confirmed open or extension
+	timer    Timer     // calls expire at lastSent + ttl/2
+	lastErr  error
+	err      error // ErrSessionClosed or *SessionLostError once ended
+	closed   bool
+	next     int
+	tries    int
+	silent   map[string]bool
+}
+
+// NewSession opens a session on the server and starts its keep-alive.
+func NewSession(ctx context.Context, c *Client, opts ...SessionOption) (*Session, error) {
+	o := sessionOptions{ttl: DefaultTTL}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.holder == "" {
+		o.holder, o.generated = DefaultHolder(), true
+	}
+	lo := leaseOptions{holder: o.holder, generated: o.generated}
+	if err := c.ownHolder(ctx, &lo); err != nil {
+		return nil, err
+	}
+	if o.ttl < api.MinTTL || o.ttl > api.MaxTTL {
+		return nil, invalidf("ttl_ms", "session ttl must be between %v and %v, not %v", api.MinTTL, api.MaxTTL, o.ttl)
+	}
+	sent := c.clock.Now()
+	out, err := c.OpenSession(ctx, lo.holder, o.ttl)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{c: c, clock: c.clock, id: out.ID, holder: lo.holder, ttl: o.ttl, done: make(chan struct{}), lastSent: sent}
+	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	s.mu.Lock()
+	s.timer = s.clock.AfterFunc(s.deadlineLocked().Sub(s.clock.Now()), s.expire)
+	s.checkLocked(s.clock.Now()) // an open answered after TTL/2 is already lost
+	s.mu.Unlock()
+	go s.run()
+	return s, nil
+}
+
+// ID is the server's id of the session.
+func (s *Session) ID() uint64 { return s.id }
+
+// Holder is the holder every lock under the session carries.
+func (s *Session) Holder() string { return s.holder }
+
+// TTL is the session's TTL.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Done is closed when the session ends: lost, or closed.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Context is cancelled when the session ends, with Err as its cause.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// Err is nil while the session is alive; afterwards ErrSessionClosed or a
+// *SessionLostError.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checkLocked(s.clock.Now())
+	return s.err
+}
+
+// Deadline is when the session will be declared lost unless an extension
+// is confirmed first: TTL/2 after the send time of the last confirmed one.
+func (s *Session) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadlineLocked()
+}
+
+// Close stops the keep-alive, waits for its goroutine and ends the session
+// on the server, which releases every lock under it and hands each key to
+// its next waiter in one step. It returns the loss error if the session
+// had been lost (the close is still sent); calls after the first return nil.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.closed = true
+	s.checkLocked(s.clock.Now())
+	lost := s.err
+	if lost == nil {
+		s.endLocked(ErrSessionClosed)
+	}
+	s.mu.Unlock()
+	<-s.done
+	_, err := s.c.CloseSession(ctx, s.id, s.holder)
+	switch {
+	case lost != nil:
+		return lost
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+func (s *Session) deadlineLocked() time.Time { return s.lastSent.Add(s.ttl / 2) }
+
+func (s *Session) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checkLocked(s.clock.Now())
+}
+
+func (s *Session) checkLocked(now time.Time) {
+	if s.err != nil || now.Before(s.deadlineLocked()) {
+		return
+	}
+	reason := ErrExpired
+	if s.lastErr != nil {
+		reason = s.lastErr
+	}
+	s.endLocked(&SessionLostError{ID: s.id, Reason: reason})
+}
+
+func (s *Session) endLocked(err error) {
+	s.err = err
+	s.timer.Stop()
+	s.cancel(err)
+}
+
+// run is the session's one goroutine: extend about TTL/3 after each
+// confirmed send (less up to 10%), retry failures until the deadline.
+func (s *Session) run() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		third := s.ttl / 3
+		next := s.lastSent.Add(third - mrand.N(third/10+1))
+		s.mu.Unlock()
+		if !sleep(s.clock, next.Sub(s.clock.Now()), s.ctx.Done()) {
+			return
+		}
+		for {
+			done, pause := s.extendOnce()
+			if done {
+				break
+			}
+			if !sleep(s.clock, pause, s.ctx.Done()) {
+				return
+			}
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// extendOnce is Lease.extendOnce for the session: one extension to one
+// node, timed on the client's clock from its own send; a refusal (the
+// server ended the session) loses it at once; a failure moves on to the
+// next node or to the leader a node named.
+func (s *Session) extendOnce() (done bool, pause time.Duration) {
+	s.mu.Lock()
+	sent := s.clock.Now()
+	s.checkLocked(sent)
+	ended := s.err != nil
+	left := s.deadlineLocked().Sub(sent)
+	n := s.c.size()
+	addr := s.c.pick(s.next)
+	for i := range n {
+		if a := s.c.pick(s.next + i); !s.silent[a] {
+			s.next += i
+			addr = a
+			break
+		}
+	}
+	s.mu.Unlock()
+	if ended {
+		return true, 0
+	}
+	timeout := min(max(s.ttl/12, 100*time.Millisecond), 2*time.Second, max(s.ttl/6, time.Millisecond))
+	timeout = max(min(timeout, left), time.Millisecond)
+	actx, cancel := context.WithCancelCause(s.ctx)
+	var silent atomic.Bool
+	t := s.clock.AfterFunc(timeout, func() {
+		silent.Store(true)
+		cancel(fmt.Errorf("%w: %s: no answer to the session's extend within %v", ErrUnreachable, addr, timeout))
+	})
+	err := s.c.do(actx, call{at: addr, method: http.MethodPost, path: api.PathSessionExtend,
+		body: api.SessionRequest{ID: s.id, Holder: s.holder}, out: &api.Session{}})
+	t.Stop()
+	cancel(nil)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return true, 0
+	}
+	if err != nil && silent.Load() {
+		if s.silent == nil {
+			s.silent = map[string]bool{}
+		}
+		s.silent[addr] = true
+	}
+	now := s.clock.Now()
+	var ae *APIError
+	switch {
+	case err == nil:
+		s.checkLocked(now)
+		if s.err != nil {
+			return true, 0
+		}
+		s.c.prefer(addr)
+		s.next, s.tries, s.silent = 0, 0, nil
+		s.lastSent, s.lastErr = sent, nil
+		s.timer.Stop()
+		s.timer = s.clock.AfterFunc(s.deadlineLocked().Sub(now), s.expire)
+		return true, 0
+	case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "":
+		if u, perr := leaderURL(addr, ae.Leader); perr == nil && u != addr {
+			s.c.prefer(u)
+			s.next = 0
+			delete(s.silent, u)
+		} else {
+			s.next++
+		}
+	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal):
+		s.next++
+	default:
+		s.endLocked(&SessionLostError{ID: s.id, Reason: err})
+		return true, 0
+	}
+	s.lastErr = err
+	s.checkLocked(now)
+	if s.err != nil {
+		return true, 0
+	}
+	s.tries++
+	if s.tries%n != 0 {
+		return false, 0
+	}
+	d := min(max(s.ttl/30, 2*time.Millisecond), 250*time.Millisecond)
+	return false, d/2 + mrand.N(d/2+1)
+}
+
+// SessionLock is a lock held under a Session. It has no goroutine: its
+// Context ends when it is released or when the session ends, with the
+// session's cause (ErrSessionClosed, a *SessionLostError).
+type SessionLock struct {
+	s      *Session
+	lock   Lock
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	once   sync.Once
+}
+
+// Key is the locked key.
+func (l *SessionLock) Key() string { return l.lock.Key }
+
+// Token is the lock's fencing token; carry it to the resource.
+func (l *SessionLock) Token() uint64 { return l.lock.Token }
+
+// Lock is the server's account of the grant.
+func (l *SessionLock) Lock() Lock { return l.lock }
+
+// Session is the session the lock is held under.
+func (l *SessionLock) Session() *Session { return l.s }
+
+// Context ends when the lock is released (ErrReleased) or its session ends.
+func (l *SessionLock) Context() context.Context { return l.ctx }
+
+// Done is Context().Done().
+func (l *SessionLock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Release gives the lock back, leaving the session and its other locks.
+// It matches ErrNotHeld when the server no longer had it.
+func (l *SessionLock) Release(ctx context.Context) error {
+	first := false
+	l.once.Do(func() { first = true; l.cancel(ErrReleased) })
+	if !first {
+		return nil
+	}
+	ok, err := l.s.c.Release(ctx, l.lock.Key, l.s.holder, l.lock.Token)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%w: the server had no live lock on %q with token %d to release", ErrNotHeld, l.lock.Key, l.lock.Token)
+	}
+	return nil
+}
+
+func (s *Session) lockOf(lk Lock) *SessionLock {
+	l := &SessionLock{s: s, lock: lk}
+	l.ctx, l.cancel = context.WithCancelCause(s.ctx)
+	return l
+}
+
+// alive refuses to take locks under a session that has ended.
+func (s *Session) alive() error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// TryAcquire takes key under the session, or fails at once with an error
+// matching ErrHeld (or ErrLockDelay). Of opts, WithLockDelay applies;
+// TTL and holder are the session's.
+func (s *Session) TryAcquire(ctx context.Context, key string, opts ...LeaseOption) (*SessionLock, error) {
+	return s.acquire(ctx, key, newLeaseOptions(opts), 0)
+}
+
+// Acquire waits in key's FIFO queue, under the session, until the lock is
+// granted, ctx ends, the WithWait bound elapses (ErrHeld) or the session
+// ends (ErrNoSession). A cancelled wait leaves the queue.
+func (s *Session) Acquire(ctx context.Context, key string, opts ...LeaseOption) (*SessionLock, error) {
+	o := newLeaseOptions(opts)
+	return s.acquire(ctx, key, o, o.wait)
+}
+
+func (s *Session) acquire(ctx context.Context, key string, o leaseOptions, wait time.Duration) (*SessionLock, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	// The wait ends with the session too.
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	unhook := context.AfterFunc(s.ctx, func() { stop(context.Cause(s.ctx)) })
+	defer unhook()
+	var end time.Time
+	if wait > 0 {
+		end = s.clock.Now().Add(wait)
+	}
+	for {
+		round := time.Duration(0)
+		switch {
+		case wait < 0:
+			round = maxWaitRound
+		case wait > 0:
+			round = max(min(end.Sub(s.clock.Now()), maxWaitRound), 0)
+		}
+		req := api.AcquireRequest{Key: key, Holder: s.holder, Session: s.id, WaitMs: api.Ms(round),
+			LockDelayMs: api.Ms(o.lockDelay), RequestID: newRequestID()}
+		var out api.Lease
+		err := s.c.do(wctx, call{method: http.MethodPost, path: api.PathAcquire, body: req, out: &out, watch: round > 0})
+		if err == nil {
+			if serr := s.alive(); serr != nil {
+				return nil, serr // the session ended as the grant came: it went with it
+			}
+			return s.lockOf(lockOf(out)), nil
+		}
+		if wctx.Err() != nil {
+			if round > 0 {
+				// A grant may have crossed our cancel; the holder is the
+				// session's alone, so releasing by it is safe.
+				s.c.releaseQuietly(key, s.holder, 0)
+			}
+			if cause := context.Cause(wctx); s.ctx.Err() != nil {
+				return nil, cause
+			}
+			return nil, err
+		}
+		if wait == 0 || (wait > 0 && end.Sub(s.clock.Now()) < time.Millisecond) || !errors.Is(err, ErrHeld) {
+			return nil, err
+		}
+	}
+}
+
+// AcquireAll takes every key under the session in one command, or none: a
+// key held by another holder refuses the lot with ErrHeld and nothing is
+// granted. It tries once; with WithWait(d) it retries for up to d (see
+// Client.AcquireAll for why it retries rather than queues). Of opts,
+// WithLockDelay and WithWait apply.
+func (s *Session) AcquireAll(ctx context.Context, keys []string, opts ...LeaseOption) ([]*SessionLock, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	o := newLeaseOptions(opts)
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(s.ctx, func() { stop(context.Cause(s.ctx)) })()
+	lks, err := s.c.acquireAllRetry(wctx, api.AcquireAllRequest{Keys: keys, Holder: s.holder, Session: s.id,
+		LockDelayMs: api.Ms(o.lockDelay)}, max(o.wait, 0))
+	if err != nil && s.ctx.Err() != nil {
+		return nil, context.Cause(s.ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*SessionLock, len(lks))
+	for i, lk := range lks {
+		out[i] = s.lockOf(lk)
+	}
+	return out, nil
+}
+
+// AcquireAll grants every key to holder for ttl in one command, or none:
+// no partial holds, so no lock-ordering deadlock can arise. The server
+// never queues it: a key held by another holder (or in its lock-delay)
+// refuses the lot with an error matching ErrHeld (ErrLockDelay). With
+// g.RetryFor > 0 the client tries again, with jittered backoff on its
+// clock, for up to that long. That loop is not fair (single-key waiters
+// queue and go first), which is the price of never holding some keys while
+// waiting for others. The locks are not kept alive: take them under a
+// Session for that, or extend them. With g.Session the grants are taken
+// under that session and ttl is ignored.
+func (c *Client) AcquireAll(ctx context.Context, keys []string, holder string, ttl time.Duration, g GrantOptions) ([]Lock, error) {
+	return c.acquireAllRetry(ctx, api.AcquireAllRequest{Keys: keys, Holder: holder, TTLMs: api.Ms(ttl),
+		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay)}, g.RetryFor)
+}
+
+// acquireAllRetry is acquireAll tried again on held and lock_delay for up
+// to retry, 10ms apart at first, doubling to at most 500ms, each pause
+// jittered down to half so that contenders do not retry in step.
+func (c *Client) acquireAllRetry(ctx context.Context, req api.AcquireAllRequest, retry time.Duration) ([]Lock, error) {
+	end := c.clock.Now().Add(retry)
+	pause := 10 * time.Millisecond
+	for {
+		lks, err := c.acquireAll(ctx, req)
+		if err == nil || retry <= 0 || !(errors.Is(err, ErrHeld) || errors.Is(err, ErrLockDelay)) {
+			return lks, err
+		}
+		left := end.Sub(c.clock.Now())
+		if left <= 0 {
+			return nil, err
+		}
+		d := min(pause/2+mrand.N(pause/2+1), left)
+		if !sleep(c.clock, d, ctx.Done()) {
+			return nil, err
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// GrantOptions are what a plain grant may ask for beyond Grant's
+// arguments.
+type GrantOptions struct {
+	Session   uint64        // take the lock under this session (its holder's); the ttl is the session's
+	LockDelay time.Duration // see WithLockDelay
+	RetryFor  time.Duration // AcquireAll only: retry a refused attempt for up to this long (GrantWith waits in the queue instead)
+	// GrantWith only: one of Permits permits of a semaphore, or a Mode
+	// (api.ModeRead, api.ModeWrite) hold of a read/write lock (shared.go).
+	Permits int
+	Mode    string
+}
+
+// GrantWith is Grant with options: under a session, with a lock-delay.
+// Like Grant it does not keep the lease alive.
+func (c *Client) GrantWith(ctx context.Context, key, holder string, ttl, wait time.Duration, g GrantOptions) (Lock, error) {
+	if wait < 0 {
+		return Lock{}, invalidf("wait_ms", "wait must not be negative")
+	}
+	req := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: newRequestID(),
+		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay), Permits: g.Permits, Mode: g.Mode}
+	if g.Session != 0 {
+		req.TTLMs = 0
+	}
+	var out api.Lease
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: req, out: &out, watch: wait > 0})
+	return lockOf(out), err
+}
+
+// SessionInfo is the server's account of a session.
+type SessionInfo struct {
+	ID        uint64
+	Holder    string
+	TTL       time.Duration
+	Remaining time.Duration // on cluster time, when the answer was produced
+	Locks     int           // locks held under it (after a close: released)
+	Waiting   int           // queue places under it
+}
+
+func sessionInfoOf(w api.Session) SessionInfo {
+	return SessionInfo{ID: w.ID, Holder: w.Holder, TTL: api.Duration(w.TTLMs), Remaining: api.Duration(w.RemainingMs),
+		Locks: w.Locks, Waiting: w.Waiting}
+}
+
+// OpenSession is the plain session-open call; nothing keeps the session
+// alive (NewSession does). Use it from scripts and tools.
+func (c *Client) OpenSession(ctx context.Context, holder string, ttl time.Duration) (SessionInfo, error) {
+	var out api.Session
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionOpen,
+		body: api.SessionOpenRequest{Holder: holder, TTLMs: api.Ms(ttl)}, out: &out})
+	return sessionInfoOf(out), err
+}
+
+// ExtendSession renews holder's session id, and every lock under it, for
+// the session's TTL. It matches ErrNoSession when the session has ended.
+func (c *Client) ExtendSession(ctx context.Context, id uint64, holder string) (SessionInfo, error) {
+	var out api.Session
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionExtend,
+		body: api.SessionRequest{ID: id, Holder: holder}, out: &out})
+	return sessionInfoOf(out), err
+}
+
+// CloseSession ends holder's session id, releasing every lock under it.
+func (c *Client) CloseSession(ctx context.Context, id uint64, holder string) (SessionInfo, error) {
+	var out api.Session
+	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionClose,
+		body: api.SessionRequest{ID: id, Holder: holder}, out: &out})
+	return sessionInfoOf(out), err
+}
+
+func (c *Client) acquireAll(ctx context.Context, req api.AcquireAllRequest) ([]Lock, error) {
+	req.RequestID = newRequestID()
+	var out api.AcquireAllResponse
+	if err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquireAll, body: req, out: &out}); err != nil {
+		return nil, err
+	}
+	lks := make([]Lock, len(out.Locks))
+	for i, l := range out.Locks {
+		lks[i] = lockOf(l)
+	}
+	return lks, nil
+}

@@ -1,0 +1,166 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
+)
+
+// TestSharedFaults runs semaphores and read/write locks under kill -9 of
+// the leader and, where network namespaces are available, a partition of
+// the leader: workers on their own clients take permits of a 2-permit
+// semaphore and read or write holds of a read/write lock (waiting, holding
+// a little, releasing; client.Lease keeps each alive), and CheckShared
+// checks the holds as the clients saw them. A few seconds a class.
+func TestSharedFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts clusters of processes")
+	}
+	for _, tc := range []struct {
+		name   string
+		netns  bool
+		inject func(c *cluster) error
+	}{
+		{"leader-kill", false, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			c.kill(l)
+			time.Sleep(700 * time.Millisecond) // down a while: the others elect
+			c.start(l)
+			return nil
+		}},
+		{"partition", true, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			if err := c.isolate(l, true); err != nil {
+				return err
+			}
+			if c.waitLeader(l, 60*time.Second) == nil {
+				_ = c.isolate(l, false)
+				return fmt.Errorf("no other leader within 60s of isolating %s", l.id)
+			}
+			time.Sleep(500 * time.Millisecond)
+			return c.isolate(l, false)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.netns {
+				if why := netnsUnavailable(); why != "" {
+					t.Skipf("skipping: %s", why)
+				}
+			}
+			seed := time.Now().UnixNano() % 1_000_000
+			t.Logf("seed %d", seed)
+			c := startCluster(t, 3, tc.netns)
+			holds, errs := sharedLoad(t, c, seed, tc.inject)
+			for _, e := range errs {
+				t.Error(e)
+			}
+			var lost, writes int
+			for _, h := range holds {
+				if h.Lost {
+					lost++
+				}
+				if h.Write {
+					writes++
+				}
+			}
+			t.Logf("%s: %d holds (%d writes), %d lost", tc.name, len(holds), writes, lost)
+			if len(holds) < 10 {
+				t.Fatalf("only %d holds: the run checked nothing", len(holds))
+			}
+			for _, v := range CheckShared(holds, map[string]int{"sem": 2}) {
+				t.Errorf("%v", v)
+			}
+		})
+	}
+}
+
+// sharedLoad runs the workers for a while, injects the fault, runs them a
+// while longer, and returns every hold.
+func sharedLoad(t *testing.T, c *cluster, seed int64, inject func(*cluster) error) ([]Hold, []error) {
+	t0 := time.Now()
+	since := func(at time.Time) time.Duration { return at.Sub(t0) }
+	var (
+		mu    sync.Mutex
+		holds []Hold
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
+			cl, err := client.New(c.addrs())
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			defer cl.Close()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key, write := "sem", false
+				opts := []client.LeaseOption{client.WithTTL(3 * time.Second), client.WithWait(2 * time.Second)}
+				switch p := rng.IntN(10); {
+				case p < 5:
+					opts = append(opts, client.WithPermits(2))
+				case p < 8:
+					key = "rw"
+					opts = append(opts, client.WithRead())
+				default:
+					key, write = "rw", true
+					opts = append(opts, client.WithWrite())
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				l, err := cl.Acquire(ctx, key, opts...)
+				cancel()
+				if err != nil {
+					if !errors.Is(err, client.ErrHeld) && !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, client.ErrUnreachable) {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("acquire %s: %w", key, err))
+						mu.Unlock()
+					}
+					continue
+				}
+				h := Hold{Key: key, Holder: l.Holder(), Token: l.Token(), Write: write, Start: since(time.Now())}
+				select {
+				case <-time.After(time.Duration(20+rng.IntN(150)) * time.Millisecond):
+				case <-l.Done():
+				}
+				h.End = since(time.Now())
+				if l.Err() != nil { // lost: the client stopped counting on it at its deadline
+					h.Lost = true
+					h.End = min(h.End, since(l.Deadline()))
+				}
+				rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = l.Release(rctx)
+				rcancel()
+				mu.Lock()
+				holds = append(holds, h)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := inject(c); err != nil {
+		errs = append(errs, err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	return holds, errs
+}

@@ -1,0 +1,269 @@
+package locktable
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+)
+
+// Section 1, sessions (written once a table has opened a session, so the
+// id counter survives a restore even when no session is open):
+//
+//	uvarint last id | uvarint count | each, by id:
+//	  uvarint id | string holder | varint ttl | varint created | varint expiry |
+//	  uvarint locks | each key, sorted: string |
+//	  uvarint queue places | each key, sorted: string
+//
+// A lock's lease record (token, granted) is in the entries as usual, with
+// the session's expiry and ttl; the section re-attaches it to its session.
+//
+// Section 2, lock-delays (written when any is set):
+//
+//	uvarint n | each lease that takes one, by key: string key | varint delay |
+//	uvarint n | each waiter that asks for one, by key: string key | string holder | varint delay |
+//	uvarint n | each key in its delay, by key: string key | varint until
+
+func encodeSessions(t *Table, b []byte) []byte {
+	st := t.sessions
+	if st == nil || st.last == 0 {
+		return b
+	}
+	ids := make([]uint64, 0, len(st.byID))
+	for id := range st.byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	b = binary.AppendUvarint(b, st.last)
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		s := st.byID[id]
+		b = binary.AppendUvarint(b, s.id)
+		b = appendString(b, s.ref.name)
+		b = binary.AppendVarint(b, int64(s.ttl))
+		b = binary.AppendVarint(b, int64(s.created))
+		b = binary.AppendVarint(b, int64(s.expiry))
+		keys := sortedKeys(s)
+		b = binary.AppendUvarint(b, uint64(len(keys)))
+		for _, k := range keys {
+			b = appendString(b, k)
+		}
+		waits := make([]string, 0, len(s.waits))
+		for k := range s.waits {
+			waits = append(waits, k)
+		}
+		slices.Sort(waits)
+		b = binary.AppendUvarint(b, uint64(len(waits)))
+		for _, k := range waits {
+			b = appendString(b, k)
+		}
+	}
+	return b
+}
+
+func decodeSessions(t *Table, p []byte) error {
+	d := &decoder{b: p}
+	st := t.sess()
+	st.last = d.uvarint()
+	n := d.uvarint()
+	if d.err == nil && (st.last == 0 || n > uint64(len(d.b))/5 || n > MaxSessions) {
+		return fmt.Errorf("last id %d, %d sessions", st.last, n)
+	}
+	var prev uint64
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		id := d.uvarint()
+		holder := d.string(MaxHolderLen)
+		s := &session{id: id, ref: holderRef{name: holder}, ttl: Duration(d.varint()), created: Time(d.varint()),
+			expiry: Time(d.varint()), locks: map[*entry]struct{}{}, waits: map[string]struct{}{}}
+		if d.err != nil {
+			break
+		}
+		if id <= prev || id > st.last || validateHolder(holder) != nil || s.ttl <= 0 ||
+			st.byHolder[holder] >= MaxSessionsPerHolder {
+			return fmt.Errorf("session %d: bad id, holder or ttl", i)
+		}
+		prev = id
+		t.addSession(s)
+		nl := d.uvarint()
+		if d.err == nil && (nl > uint64(len(d.b)) || nl > MaxSessionLocks) {
+			return fmt.Errorf("session %d: %d locks", id, nl)
+		}
+		for j := uint64(0); j < nl && d.err == nil; j++ {
+			key := d.string(MaxKeyLen)
+			if d.err != nil {
+				break
+			}
+			e := t.entries[key]
+			if e == nil || !e.held() || e.holder.sess != nil || e.holder.name != holder ||
+				e.expiry != s.expiry || e.ttl != s.ttl {
+				return fmt.Errorf("session %d: lock %q is not its holder's", id, key)
+			}
+			t.releaseHolder(e.holder)
+			e.holder = &s.ref
+			s.ref.n++
+			s.locks[e] = struct{}{}
+		}
+		nw := d.uvarint()
+		if d.err == nil && (nw > uint64(len(d.b)) || nl+nw > MaxSessionLocks) {
+			return fmt.Errorf("session %d: %d queue places", id, nw)
+		}
+		for j := uint64(0); j < nw && d.err == nil; j++ {
+			key := d.string(MaxKeyLen)
+			if d.err != nil {
+				break
+			}
+			w := t.findWaiter(key, holder)
+			if w == nil || w.sess != nil {
+				return fmt.Errorf("session %d: no queue place on %q", id, key)
+			}
+			t.setWaiterSession(key, w, s)
+		}
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	// Session locks live in their session, not in the expiry heap (which
+	// checkRestored builds after the sections).
+	t.expiries = slices.DeleteFunc(t.expiries, func(e *entry) bool { return e.holder.sess != nil })
+	return nil
+}
+
+// findWaiter is holder's queue place on key, or nil.
+func (t *Table) findWaiter(key, holder string) *waiter {
+	e := t.entries[key]
+	if e == nil {
+		return nil
+	}
+	q := t.queueOf(e)
+	if q == nil {
+		return nil
+	}
+	for i := range q.waiters {
+		if q.waiters[i].holder == holder {
+			return &q.waiters[i]
+		}
+	}
+	return nil
+}
+
+func encodeLockDelays(t *Table, b []byte) []byte {
+	var held []*entry
+	for e := range t.delays {
+		held = append(held, e)
+	}
+	slices.SortFunc(held, func(a, b *entry) int { return cmpString(a.key, b.key) })
+	type wd struct {
+		key, holder string
+		delay       Duration
+	}
+	var ws []wd
+	for k, q := range t.waiting {
+		for _, w := range q.waiters {
+			if w.delay > 0 {
+				ws = append(ws, wd{k, w.holder, w.delay})
+			}
+		}
+	}
+	slices.SortFunc(ws, func(a, b wd) int {
+		if c := cmpString(a.key, b.key); c != 0 {
+			return c
+		}
+		return cmpString(a.holder, b.holder)
+	})
+	var delayed []string
+	for k := range t.delayed {
+		delayed = append(delayed, k)
+	}
+	slices.Sort(delayed)
+	if len(held) == 0 && len(ws) == 0 && len(delayed) == 0 {
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(held)))
+	for _, e := range held {
+		b = appendString(b, e.key)
+		b = binary.AppendVarint(b, int64(t.delays[e]))
+	}
+	b = binary.AppendUvarint(b, uint64(len(ws)))
+	for _, w := range ws {
+		b = appendString(b, w.key)
+		b = appendString(b, w.holder)
+		b = binary.AppendVarint(b, int64(w.delay))
+	}
+	b = binary.AppendUvarint(b, uint64(len(delayed)))
+	for _, k := range delayed {
+		b = appendString(b, k)
+		b = binary.AppendVarint(b, int64(t.delayed[k]))
+	}
+	return b
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func decodeLockDelays(t *Table, p []byte) error {
+	d := &decoder{b: p}
+	okDelay := func(v Duration) bool { return v > 0 && v <= MaxLockDelay }
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) {
+		return fmt.Errorf("%d delays", n)
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		key, delay := d.string(MaxKeyLen), Duration(d.varint())
+		if d.err != nil {
+			break
+		}
+		e := t.entries[key]
+		if e == nil || !e.held() || !okDelay(delay) || t.delays[e] != 0 {
+			return fmt.Errorf("bad lock-delay on %q", key)
+		}
+		t.setDelay(e, delay)
+	}
+	n = d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) {
+		return fmt.Errorf("%d waiter delays", n)
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		key, holder, delay := d.string(MaxKeyLen), d.string(MaxHolderLen), Duration(d.varint())
+		if d.err != nil {
+			break
+		}
+		w := t.findWaiter(key, holder)
+		if w == nil || w.delay != 0 || !okDelay(delay) {
+			return fmt.Errorf("bad waiter lock-delay on %q", key)
+		}
+		w.delay = delay
+	}
+	n = d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) {
+		return fmt.Errorf("%d keys in delay", n)
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		key, until := d.string(MaxKeyLen), Time(d.varint())
+		if d.err != nil {
+			break
+		}
+		if validateKey(key) != nil || t.delayed[key] != 0 {
+			return fmt.Errorf("bad delay on %q", key)
+		}
+		if t.delayed == nil {
+			t.delayed = map[string]Time{}
+		}
+		t.delayed[key] = until
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	return nil
+}
