@@ -153,7 +153,13 @@
     // follows: the page never shows more time left than there is.
     const t0 = state.askedAt || performance.now();
     const locks = o.locks || [];
-    const byKey = new Map(locks.map((l) => [l.key, l]));
+    // A key has one lease, or several: the holders of a semaphore's
+    // permits, the readers of a read/write lock.
+    const byKey = new Map();
+    for (const l of locks) {
+      if (!byKey.has(l.key)) byKey.set(l.key, []);
+      byKey.get(l.key).push(l);
+    }
     $('stat-locks').textContent = locks.length + (o.more ? '+' : '');
     $('stat-locks-sub').textContent = state.prefix ? 'under ' + state.prefix : 'live leases';
     $('stat-queued').textContent = String(o.queued);
@@ -176,7 +182,7 @@
         frag.appendChild(el('tr', { class: 'group' }, [el('td', { colspan: '5' }, [(g || 'keys without a prefix') + ' · ' + n + (n === 1 ? ' lock' : ' locks')])]));
       }
       const p = prevKeys && prevKeys.get(l.key);
-      const fresh = prevKeys && (!p || p.token !== l.token);
+      const fresh = prevKeys && (!p || !p.some((x) => x.token === l.token));
       frag.appendChild(lockRow(l, o, t0, fresh));
     }
     body.replaceChildren(frag);
@@ -207,12 +213,19 @@
     ]));
     if (l.waiters_total > ws.length) ws.push(el('span', { class: 'waiter' }, ['+' + (l.waiters_total - ws.length) + ' more']));
     return el('tr', { class: 'lock' + (fresh ? ' fresh' : ''), 'data-key': l.key, 'data-token': String(l.token) }, [
-      el('td', { class: 'key' }, [l.key]),
+      el('td', { class: 'key' }, [l.key, ...leaseKind(l)]),
       el('td', { class: 'holder' }, [l.holder]),
       el('td', { class: 'token' }, tokenCell),
       el('td', {}, [box]),
       el('td', { class: 'waiters-cell' }, [ws.length ? el('div', { class: 'waiters' }, ws) : el('span', { class: 'nowait' }, ['—'])]),
     ]);
+  }
+
+  // leaseKind marks a semaphore's permit or a read/write lock's hold.
+  function leaseKind(l) {
+    if (l.kind === 'semaphore') return [el('span', { class: 'kind-tag', title: 'a permit of a semaphore of ' + l.permits }, ['permit ' + l.slot + '/' + l.permits])];
+    if (l.kind === 'rwlock') return [el('span', { class: 'kind-tag', title: 'a hold of a read/write lock' }, [l.mode || 'rw'])];
+    return [];
   }
 
   // tick counts every lease down on the browser's clock between polls.
@@ -249,23 +262,30 @@
     const at = new Date();
     const found = [];
     const ended = (p) => (o.now_ms >= prev.nowMs + p.remaining_ms ? 'expired' : 'released');
-    for (const [key, p] of prev.locks) {
-      const l = byKey.get(key);
-      if (!l) {
-        found.push({ kind: ended(p), key, holder: p.holder, token: p.token });
-      } else if (l.token !== p.token) {
-        if (l.holder === p.holder) {
-          // A renewal, or a release and a new acquire: either way a new grant.
-          found.push({ kind: 'granted', key, holder: l.holder, token: l.token, old: p.token });
-          continue;
-        }
-        found.push({ kind: ended(p), key, holder: p.holder, token: p.token });
-        const queued = (p.waiters || []).some((w) => w.holder === l.holder);
-        found.push({ kind: queued ? 'handoff' : 'granted', key, holder: l.holder, token: l.token, from: p.holder });
+    // Per key, by token: a token gone is a lease that ended, a new token a
+    // grant (a hand-off when its holder was queued on the key; a renewal
+    // when the same holder's older token went in the same step).
+    for (const key of new Set([...prev.locks.keys(), ...byKey.keys()])) {
+      const before = prev.locks.get(key) || [];
+      const now = byKey.get(key) || [];
+      const gone = before.filter((p) => !now.some((l) => l.token === p.token));
+      const added = now.filter((l) => !before.some((p) => p.token === l.token));
+      const queued = before.length ? before[0].waiters || [] : [];
+      for (const p of gone) {
+        if (!added.some((l) => l.holder === p.holder)) found.push({ kind: ended(p), key, holder: p.holder, token: p.token });
       }
-    }
-    for (const [key, l] of byKey) {
-      if (!prev.locks.has(key)) found.push({ kind: 'granted', key, holder: l.holder, token: l.token });
+      for (const l of added) {
+        const old = gone.find((p) => p.holder === l.holder);
+        if (old) {
+          // A renewal, or a release and a new acquire: either way a new grant.
+          found.push({ kind: 'granted', key, holder: l.holder, token: l.token, old: old.token });
+        } else if (queued.some((w) => w.holder === l.holder)) {
+          const from = gone.find((p) => p.holder !== l.holder);
+          found.push({ kind: 'handoff', key, holder: l.holder, token: l.token, from: from && from.holder });
+        } else {
+          found.push({ kind: 'granted', key, holder: l.holder, token: l.token });
+        }
+      }
     }
     found.sort((a, b) => (a.token || 0) - (b.token || 0));
     const seen = found.filter((e) => e.kind === 'granted' || e.kind === 'handoff').length;
