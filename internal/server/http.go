@@ -25,9 +25,9 @@ import (
 // Call is one request as the authorization seam sees it.
 type Call struct {
 	// Op names the operation: acquire, renew, extend, extend-batch,
-	// release, check, lock, locks, watch, health, ready, metrics, members,
-	// join, remove, announce, identity, session-open, session-extend,
-	// session-close, acquire-all.
+	// release, check, lock, locks, overview, watch, health, ready, metrics,
+	// members, join, remove, announce, identity, session-open,
+	// session-extend, session-close, acquire-all.
 	Op     string
 	Method string
 	Path   string
@@ -86,6 +86,7 @@ func (s *Server) routes() http.Handler {
 		api.PathCheck:       {get, "check", s.httpCheck},
 		api.PathLock:        {get, "lock", s.httpGet},
 		api.PathLocks:       {get, "locks", s.httpList},
+		api.PathOverview:    {get, "overview", s.httpOverview},
 		api.PathWatch:       {get, "watch", s.httpWatch}, // watch_http.go
 		api.PathHealth: {get, "health", func(w http.ResponseWriter, r *http.Request) *Error {
 			return reply(w, api.StatusResponse{Status: "ok"}, nil)
@@ -196,6 +197,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.serveDashboard(w, r) { // http_overview.go
+		return
+	}
 	requestTLS(r) // tls.go
 	sw := &statusWriter{ResponseWriter: w}
 	name := r.URL.Path

@@ -29,7 +29,7 @@ func TestAuthorizerSeesEveryRouteAndCanRefuse(t *testing.T) {
 	})
 	ts := startServer(t, cfg)
 	rt := ts.Handler().(*router)
-	const known = 24 + 4 + 1 // + session-open, session-extend, session-close, acquire-all; + watch
+	const known = 24 + 4 + 1 + 1 // + session-open, session-extend, session-close, acquire-all; + watch; + overview
 	if len(rt.routes) != known {
 		t.Errorf("%d routes; this test knows %d", len(rt.routes), known)
 	}

@@ -33,8 +33,11 @@ type metrics struct {
 	queueFull *prometheus.CounterVec // scope: key | total
 }
 
+// leaseSeconds are the buckets of the hold and wait histograms.
+var leaseSeconds = prometheus.ExponentialBuckets(0.001, 4, 10) // 1ms .. ~4.4 min
+
 func newMetrics(lastToken, queued func() float64) *metrics {
-	seconds := prometheus.ExponentialBuckets(0.001, 4, 10) // 1ms .. ~4.4 min
+	seconds := leaseSeconds
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{

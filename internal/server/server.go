@@ -226,7 +226,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	// With TLS the handshake comes first; the sorting reads decrypted
 	// bytes, in each connection's own goroutine.
 	go func() { served <- hs.Serve(framing.Listen(s.wrapListener(ln), fs)) }()
-	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir, "tls", s.tls != nil)
+	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir, "tls", s.tls != nil, "dashboard", dashboardURL(ln.Addr(), s.tls != nil))
 
 	var serveErr error
 	select {

@@ -1,0 +1,663 @@
+// The fencelock dashboard. Plain JavaScript, no framework and no build:
+// it polls the server's own API (GET /v1/overview, /v1/cluster/members)
+// every second, counts leases down between polls on the browser's clock,
+// follows GET /v1/watch for the recent events (or, without it, derives
+// them from what changed between two answers), and draws its charts as
+// SVG.
+'use strict';
+
+(function () {
+  const params = new URLSearchParams(location.search);
+  const POLL_MS = Math.min(10000, Math.max(100, Number(params.get('poll')) || 1000));
+  const TOKEN_KEY = 'fencelock.token';
+  const MAX_EVENTS = 80;
+  const RATE_SAMPLES = 120;
+  const RATE_SPAN_MS = 2000;
+  const LIST_LIMIT = 500;
+  const SVG = 'http://www.w3.org/2000/svg';
+
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    prefix: params.get('prefix') || '',
+    prev: null,        // the last overview answered: {nowMs, lastToken, locks: Map}
+    rows: [],          // countdowns: {text, fill, box, r0, ttl, t0}
+    samples: [],       // counters at each answer: {nowMs, grants, handoffs, releases, expiries}
+    events: [],        // newest first
+    lastOk: 0,         // performance.now() of the last answer
+    paused: false,     // waiting for a token
+    timer: 0,
+    inflight: false,
+  };
+
+  // --- token (sessionStorage: this tab only) ---
+
+  function token() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (_) { return ''; }
+  }
+  function setToken(t) {
+    try {
+      if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY);
+    } catch (_) { /* storage off: the token lives until reload */ }
+    $('signout').hidden = !t;
+  }
+
+  // --- calls ---
+
+  async function call(path, timeoutMs, cancel) {
+    const headers = { Accept: 'application/json' };
+    const t = token();
+    if (t) headers.Authorization = 'Bearer ' + t;
+    const ctl = new AbortController();
+    const timeout = setTimeout(() => ctl.abort(), timeoutMs || 5000);
+    if (cancel) cancel.addEventListener('abort', () => ctl.abort());
+    try {
+      // Relative to /ui/, so a proxy that serves the server under a path still works.
+      const resp = await fetch('../' + path.replace(/^\//, ''), { headers, cache: 'no-store', credentials: 'same-origin', signal: ctl.signal });
+      let body = null;
+      try { body = await resp.json(); } catch (_) { body = null; }
+      return { status: resp.status, body: body || {} };
+    } finally {
+      clearTimeout(timeout);
+    }
+  }
+
+  function schedule(ms) {
+    clearTimeout(state.timer);
+    state.timer = setTimeout(poll, ms);
+  }
+
+  async function poll() {
+    if (state.inflight || state.paused) return;
+    state.inflight = true;
+    const started = performance.now();
+    try {
+      let q = '?limit=' + LIST_LIMIT;
+      if (state.prefix) q += '&prefix=' + encodeURIComponent(state.prefix);
+      let answers;
+      try {
+        answers = await Promise.all([call('/v1/overview' + q), call('/v1/cluster/members')]);
+      } catch (e) {
+        setLive('error', 'no answer');
+        banner('error', 'The server does not answer (' + (e && e.name === 'AbortError' ? 'timed out' : (e && e.message) || e) + '). Retrying.');
+        return;
+      }
+      try {
+        state.askedAt = started;
+        handle(answers[0], answers[1]);
+      } catch (e) {
+        banner('error', 'The page could not show the answer: ' + ((e && e.message) || e) + '.');
+        throw e; // for the console
+      }
+    } finally {
+      state.inflight = false;
+      if (!state.paused) schedule(Math.max(0, POLL_MS - (performance.now() - started)));
+    }
+  }
+
+  function handle(ov, mem) {
+    if (ov.status === 401 || mem.status === 401) {
+      const b = ov.status === 401 ? ov.body : mem.body;
+      askToken(token() ? '401 — the server did not accept this token: ' + (b.error || 'unauthenticated') : '');
+      return;
+    }
+    $('auth').hidden = true;
+    $('main').hidden = false;
+    if (mem.status === 200) renderMembers(mem.body);
+    if (ov.status === 200) {
+      banner(null);
+      state.lastOk = performance.now();
+      setLive('live', 'live');
+      renderOverview(ov.body);
+      return;
+    }
+    const b = ov.body;
+    if (ov.status === 403) {
+      setLive('auth', 'permission denied');
+      banner('error', '403 — ' + (b.error || 'permission denied') + '. ', 'Use another token');
+      showNothing('The token does not allow reading these locks.');
+    } else if (b.code === 'not_leader') {
+      setLive('live', 'follower');
+      const href = b.leader ? location.protocol + '//' + b.leader + '/ui/' : '';
+      banner('warn', 'This node is a follower: locks are read on the leader' + (b.leader ? ', at ' : ' (none is known yet).'), null, href, b.leader);
+      showNothing('Open the leader’s dashboard to see its locks.');
+    } else {
+      setLive('error', 'HTTP ' + ov.status);
+      banner('error', (b.error || 'HTTP ' + ov.status) + (b.code ? ' (' + b.code + ')' : '') + '. Retrying.');
+    }
+  }
+
+  function askToken(msg) {
+    state.paused = true;
+    clearTimeout(state.timer);
+    setToken('');
+    setLive('auth', 'token needed');
+    banner(null);
+    $('main').hidden = true;
+    $('auth').hidden = false;
+    $('auth-msg').textContent = msg || 'The server answered 401 unauthenticated: with ACLs on, every call needs a token. The page itself holds no data.';
+    $('auth-msg').dataset.kind = msg ? 'error' : '';
+    $('auth-token').value = '';
+    $('auth-token').focus();
+  }
+
+  // --- the overview ---
+
+  function topPrefix(key) {
+    const i = key.indexOf('/');
+    return i < 0 ? '' : key.slice(0, i + 1);
+  }
+
+  function renderOverview(o) {
+    // Counted down from when the poll was sent, which the server's answer
+    // follows: the page never shows more time left than there is.
+    const t0 = state.askedAt || performance.now();
+    const locks = o.locks || [];
+    // A key has one lease, or several: the holders of a semaphore's
+    // permits, the readers of a read/write lock.
+    const byKey = new Map();
+    for (const l of locks) {
+      if (!byKey.has(l.key)) byKey.set(l.key, []);
+      byKey.get(l.key).push(l);
+    }
+    $('stat-locks').textContent = locks.length + (o.more ? '+' : '');
+    $('stat-locks-sub').textContent = state.prefix ? 'under ' + state.prefix : 'live leases';
+    $('stat-queued').textContent = String(o.queued);
+    $('stat-last-token').textContent = o.last_token ? String(o.last_token) : 'none yet';
+    $('node').textContent = o.node ? 'node ' + o.node : '';
+
+    diffEvents(o, byKey);
+    sample(o);
+
+    const prevKeys = state.prev ? state.prev.locks : null;
+    const body = $('locks-body');
+    const frag = document.createDocumentFragment();
+    state.rows = [];
+    let group = null;
+    for (const l of locks) {
+      const g = topPrefix(l.key);
+      if (g !== group) {
+        group = g;
+        const n = locks.filter((x) => topPrefix(x.key) === g).length;
+        frag.appendChild(el('tr', { class: 'group' }, [el('td', { colspan: '5' }, [(g || 'keys without a prefix') + ' · ' + n + (n === 1 ? ' lock' : ' locks')])]));
+      }
+      const p = prevKeys && prevKeys.get(l.key);
+      const fresh = prevKeys && (!p || !p.some((x) => x.token === l.token));
+      frag.appendChild(lockRow(l, o, t0, fresh));
+    }
+    body.replaceChildren(frag);
+    $('locks').hidden = locks.length === 0;
+    $('empty').hidden = locks.length !== 0;
+    $('empty-prefix').textContent = state.prefix ? ' under ' + state.prefix : '';
+    $('more').hidden = !o.more;
+    $('more').textContent = 'Showing the first ' + locks.length + ' locks' + (state.prefix ? ' under ' + state.prefix : '') + '; narrow the prefix to see the others.';
+    tick();
+
+    renderRates();
+    renderHistogram($('chart-hold'), o.stats.hold, 'hold', $('hold-sum'));
+    renderHistogram($('chart-wait'), o.stats.wait, 'wait', $('wait-sum'));
+
+    state.prev = { nowMs: o.now_ms, lastToken: o.last_token, locks: byKey };
+    state.clockSkew = Date.now() - o.now_ms; // cluster time to the browser's, for the events' times
+  }
+
+  function lockRow(l, o, t0, fresh) {
+    const text = el('span', { class: 'ttl-text' });
+    const fill = el('div', { class: 'ttl-fill' });
+    const box = el('div', { class: 'ttl', title: 'TTL ' + fmtDuration(l.ttl_ms) + '; held ' + fmtDuration(l.held_ms) + ' under this token' }, [el('div', { class: 'ttl-bar' }, [fill]), text]);
+    state.rows.push({ text, fill, box, r0: l.remaining_ms, ttl: l.ttl_ms, t0 });
+    const tokenCell = [String(l.token)];
+    if (l.token === o.last_token) tokenCell.push(el('span', { class: 'newest', title: 'the last token issued' }, ['newest']));
+    const ws = (l.waiters || []).map((w, i) => el('span', { class: 'waiter', title: 'waiting ' + fmtDuration(w.waited_ms) + ', gives up in ' + fmtDuration(w.left_ms) }, [
+      el('span', { class: 'pos' }, [String(i + 1)]), w.holder, el('span', { class: 'age' }, [fmtDuration(w.waited_ms)]),
+    ]));
+    if (l.waiters_total > ws.length) ws.push(el('span', { class: 'waiter' }, ['+' + (l.waiters_total - ws.length) + ' more']));
+    return el('tr', { class: 'lock' + (fresh ? ' fresh' : ''), 'data-key': l.key, 'data-token': String(l.token) }, [
+      el('td', { class: 'key' }, [l.key, ...leaseKind(l)]),
+      el('td', { class: 'holder' }, [l.holder]),
+      el('td', { class: 'token' }, tokenCell),
+      el('td', {}, [box]),
+      el('td', { class: 'waiters-cell' }, [ws.length ? el('div', { class: 'waiters' }, ws) : el('span', { class: 'nowait' }, ['—'])]),
+    ]);
+  }
+
+  // leaseKind marks a semaphore's permit or a read/write lock's hold.
+  function leaseKind(l) {
+    if (l.kind === 'semaphore') return [el('span', { class: 'kind-tag', title: 'a permit of a semaphore of ' + l.permits }, ['permit ' + l.slot + '/' + l.permits])];
+    if (l.kind === 'rwlock') return [el('span', { class: 'kind-tag', title: 'a hold of a read/write lock' }, [l.mode || 'rw'])];
+    return [];
+  }
+
+  // tick counts every lease down on the browser's clock between polls.
+  function tick() {
+    const now = performance.now();
+    for (const r of state.rows) {
+      const left = Math.max(0, r.r0 - (now - r.t0));
+      r.text.textContent = left > 0 ? fmtRemaining(left) : 'expiring';
+      r.text.dataset.ms = String(Math.round(left));
+      r.fill.style.width = (r.ttl > 0 ? Math.min(100, (100 * left) / r.ttl) : 0).toFixed(1) + '%';
+      r.box.dataset.level = left <= 0 ? 'out' : left < r.ttl / 4 ? 'low' : 'ok';
+    }
+    if (state.lastOk && !state.paused) {
+      const age = (now - state.lastOk) / 1000;
+      if (age > 3 && $('live').dataset.state === 'live') setLive('error', 'no answer for ' + Math.round(age) + 's');
+    }
+  }
+
+  function showNothing(msg) {
+    state.rows = [];
+    state.prev = null;
+    $('locks-body').replaceChildren(el('tr', {}, [el('td', { colspan: '5', class: 'hint' }, [msg])]));
+    $('locks').hidden = false;
+    $('empty').hidden = true;
+    $('more').hidden = true;
+    for (const id of ['stat-locks', 'stat-queued', 'stat-last-token']) $(id).textContent = '–';
+  }
+
+  // --- recent events, from what changed between two answers ---
+
+  function diffEvents(o, byKey) {
+    const prev = state.prev;
+    if (!prev || watch.on) return; // the watch tells them better
+    const at = new Date();
+    const found = [];
+    const ended = (p) => (o.now_ms >= prev.nowMs + p.remaining_ms ? 'expired' : 'released');
+    // Per key, by token: a token gone is a lease that ended, a new token a
+    // grant (a hand-off when its holder was queued on the key; a renewal
+    // when the same holder's older token went in the same step).
+    for (const key of new Set([...prev.locks.keys(), ...byKey.keys()])) {
+      const before = prev.locks.get(key) || [];
+      const now = byKey.get(key) || [];
+      const gone = before.filter((p) => !now.some((l) => l.token === p.token));
+      const added = now.filter((l) => !before.some((p) => p.token === l.token));
+      const queued = before.length ? before[0].waiters || [] : [];
+      for (const p of gone) {
+        if (!added.some((l) => l.holder === p.holder)) found.push({ kind: ended(p), key, holder: p.holder, token: p.token });
+      }
+      for (const l of added) {
+        const old = gone.find((p) => p.holder === l.holder);
+        if (old) {
+          // A renewal, or a release and a new acquire: either way a new grant.
+          found.push({ kind: 'granted', key, holder: l.holder, token: l.token, old: old.token });
+        } else if (queued.some((w) => w.holder === l.holder)) {
+          const from = gone.find((p) => p.holder !== l.holder);
+          found.push({ kind: 'handoff', key, holder: l.holder, token: l.token, from: from && from.holder });
+        } else {
+          found.push({ kind: 'granted', key, holder: l.holder, token: l.token });
+        }
+      }
+    }
+    found.sort((a, b) => (a.token || 0) - (b.token || 0));
+    const seen = found.filter((e) => e.kind === 'granted' || e.kind === 'handoff').length;
+    const unseen = o.last_token - prev.lastToken - seen;
+    if (!state.prefix && unseen > 0) found.push({ kind: 'granted', note: '+' + unseen + (unseen === 1 ? ' grant' : ' grants') + ' that came and went between polls' });
+    for (const e of found) {
+      e.at = at;
+      state.events.unshift(e);
+    }
+    if (state.events.length > MAX_EVENTS) state.events.length = MAX_EVENTS;
+    if (found.length) renderEvents();
+  }
+
+  // --- recent events, from the watch (GET /v1/watch, a long-poll) ---
+  //
+  // While the server answers watches the pane shows every change as the
+  // server made it, and the polls only keep the table; without them (an
+  // older server, an error) it falls back to what the polls see.
+
+  const WATCH_WAIT_MS = 20000;
+  const WATCH_OFF = params.get('watch') === 'off'; // events from the polls only
+  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map() };
+
+  function delay(ms) { return new Promise((r) => setTimeout(r, ms)); }
+
+  function restartWatch() {
+    if (WATCH_OFF) return;
+    watch.gen++;
+    if (watch.cancel) watch.cancel.abort();
+    watchLoop(watch.gen);
+  }
+
+  async function watchLoop(gen) {
+    let backoff = 1000;
+    watch.rev = '';
+    while (gen === watch.gen) {
+      if (state.paused) { await delay(250); continue; }
+      let q = '?limit=500&wait_ms=' + (watch.rev ? WATCH_WAIT_MS : 0);
+      if (state.prefix) q += '&prefix=' + encodeURIComponent(state.prefix);
+      if (watch.rev) q += '&after=' + encodeURIComponent(watch.rev);
+      watch.cancel = new AbortController();
+      let r = null;
+      try { r = await call('/v1/watch' + q, WATCH_WAIT_MS + 10000, watch.cancel.signal); } catch (_) { r = null; }
+      if (gen !== watch.gen) return;
+      if (r && r.status === 200 && r.body.revision) {
+        if (watch.rev) for (const ev of r.body.events || []) watchEvent(ev);
+        watch.rev = r.body.revision;
+        setWatching(true);
+        backoff = 1000;
+        continue;
+      }
+      if (r && r.status === 410) { watch.rev = ''; continue; } // fell behind the history: from now on
+      setWatching(false);
+      watch.rev = '';
+      // 404: this server has no watches; try again now and then.
+      await delay(r && r.status === 404 ? 30000 : backoff);
+      backoff = Math.min(10000, backoff * 2);
+    }
+  }
+
+  function setWatching(on) {
+    if (watch.on !== on) {
+      watch.on = on;
+      state.prev = null; // a new baseline for the polls' events
+    }
+    $('events-source').textContent = on ? 'live, from the watch' : 'seen between polls';
+    $('events-source').title = on ? 'Every change, from GET /v1/watch' : 'Derived from what changed between two answers of /v1/overview';
+  }
+
+  function watchEvent(ev) {
+    const at = new Date(state.clockSkew !== undefined ? ev.at_ms + state.clockSkew : Date.now());
+    const base = { at, key: ev.key, holder: ev.holder, token: ev.token };
+    switch (ev.type) {
+      case 'granted': {
+        const waited = ev.since_ms < ev.at_ms;
+        const from = watch.ended.get(ev.key);
+        const e = Object.assign(base, { kind: waited ? 'handoff' : 'granted' });
+        if (waited && from && from.at_ms === ev.at_ms) e.from = from.holder;
+        else if (waited) e.kind = 'granted', e.waited = ev.at_ms - ev.since_ms;
+        state.events.unshift(e);
+        break;
+      }
+      case 'released':
+      case 'expired':
+        watch.ended.set(ev.key, { holder: ev.holder, at_ms: ev.at_ms });
+        if (watch.ended.size > 1000) watch.ended.clear();
+        state.events.unshift(Object.assign(base, { kind: ev.type }));
+        break;
+      case 'wait-joined':
+        state.events.unshift(Object.assign(base, { kind: 'queued', token: 0 }));
+        break;
+      case 'wait-left':
+        state.events.unshift(Object.assign(base, { kind: 'left', token: 0, reason: ev.reason }));
+        break;
+      default:
+        return;
+    }
+    if (state.events.length > MAX_EVENTS) state.events.length = MAX_EVENTS;
+    renderEvents();
+  }
+
+  const KIND_LABEL = { granted: 'granted', handoff: 'hand-off', released: 'released', expired: 'expired', queued: 'queued', left: 'left queue' };
+
+  function renderEvents() {
+    const list = $('events');
+    list.replaceChildren(...state.events.map((e) => {
+      let what;
+      if (e.note) {
+        what = [e.note];
+      } else {
+        what = [el('code', {}, [e.key]), ' '];
+        if (e.token) what.push(el('span', { class: 'tok' }, ['#' + e.token]), ' ');
+        what.push(e.holder);
+        if (e.kind === 'handoff' && e.from) what.push(' from ' + e.from);
+        if (e.waited) what.push(' after waiting ' + fmtDuration(e.waited));
+        if (e.reason) what.push(' (' + (e.reason === 'deadline' ? 'gave up' : e.reason) + ')');
+        if (e.old) what.push(' again, was #' + e.old);
+      }
+      return el('li', { class: 'event', 'data-kind': e.kind, 'data-key': e.key || '' }, [
+        el('span', { class: 'time' }, [fmtClock(e.at)]),
+        el('span', { class: 'kind kind-' + e.kind }, [KIND_LABEL[e.kind] || e.kind]),
+        el('span', { class: 'what', title: e.note || e.key + ': token ' + e.token + ', ' + e.holder }, what),
+      ]);
+    }));
+    $('events-empty').hidden = state.events.length > 0;
+  }
+
+  // --- rates ---
+
+  function sample(o) {
+    const s = o.stats;
+    const last = state.samples[state.samples.length - 1];
+    const cur = { nowMs: o.now_ms, grants: s.grants, handoffs: s.handoffs, releases: s.releases, expiries: s.expiries };
+    // Another leader, or a restart, starts its counters anew.
+    if (last) {
+      if (cur.grants < last.grants || cur.releases < last.releases || cur.expiries < last.expiries) state.samples = [];
+      else if (cur.nowMs <= last.nowMs) return;
+    }
+    state.samples.push(cur);
+    if (state.samples.length > RATE_SAMPLES + 1) state.samples.shift();
+  }
+
+  const SERIES = ['grants', 'handoffs', 'expiries', 'releases'];
+
+  function renderRates() {
+    const svg = $('chart-rates');
+    const { w, h } = size(svg);
+    const m = { l: 34, r: 8, t: 10, b: 20 };
+    const pts = [];
+    // Each point is the rate over the last two seconds or so, not over one
+    // poll: a second with one grant and the next with none is one grant a
+    // second, not a saw.
+    let j = 0;
+    for (let i = 1; i < state.samples.length; i++) {
+      const b = state.samples[i];
+      if (b.nowMs - state.samples[0].nowMs < RATE_SPAN_MS) continue; // too short to be a rate
+      while (j < i - 1 && b.nowMs - state.samples[j + 1].nowMs >= RATE_SPAN_MS) j++;
+      const a = state.samples[j];
+      const dt = (b.nowMs - a.nowMs) / 1000;
+      const p = { nowMs: b.nowMs };
+      for (const k of SERIES) p[k] = dt > 0 ? Math.max(0, b[k] - a[k]) / dt : 0;
+      pts.push(p);
+    }
+    const kids = [];
+    const windowMs = RATE_SAMPLES * POLL_MS;
+    const end = pts.length ? pts[pts.length - 1].nowMs : 0;
+    let top = 1;
+    for (const p of pts) for (const k of SERIES) top = Math.max(top, p[k]);
+    top = niceCeil(top);
+    const x = (t) => m.l + (w - m.l - m.r) * (1 - (end - t) / windowMs);
+    const y = (v) => h - m.b - (h - m.t - m.b) * (v / top);
+    for (const v of [0, top / 2, top]) {
+      kids.push(el('line', { class: v === 0 ? 'axis' : 'grid-line', x1: m.l, x2: w - m.r, y1: y(v), y2: y(v) }, [], SVG));
+      kids.push(el('text', { x: m.l - 6, y: y(v) + 3.5, 'text-anchor': 'end' }, [fmtRate(v)], SVG));
+    }
+    const spanS = windowMs / 1000;
+    for (const s of [spanS, spanS / 2, 0]) {
+      const label = s === 0 ? 'now' : '−' + (s >= 60 ? Math.round(s / 60) + 'm' : Math.round(s) + 's');
+      kids.push(el('text', { x: x(end - s * 1000), y: h - 5, 'text-anchor': s === spanS ? 'start' : s === 0 ? 'end' : 'middle' }, [label], SVG));
+    }
+    if (pts.length < 2) {
+      kids.push(el('text', { class: 'nodata', x: (w + m.l) / 2, y: h / 2, 'text-anchor': 'middle' }, ['Collecting…'], SVG));
+    } else {
+      for (const k of SERIES) {
+        const d = pts.map((p) => x(p.nowMs).toFixed(1) + ',' + y(p[k]).toFixed(1)).join(' ');
+        kids.push(el('polyline', { class: 'series s-' + k, points: d, 'data-series': k }, [], SVG));
+      }
+    }
+    svg.replaceChildren(...kids);
+    $('rates-window').textContent = 'The last ' + (windowMs >= 60000 ? Math.round(windowMs / 60000) + ' minutes' : Math.round(windowMs / 1000) + ' seconds') + ', from the leader’s counters, as rates over 2 s.';
+  }
+
+  // --- histograms ---
+
+  function renderHistogram(svg, hst, kind, sumEl) {
+    const { w, h } = size(svg);
+    const m = { l: 8, r: 8, t: 16, b: 20 };
+    const kids = [];
+    const counts = hst.counts || [];
+    const bounds = hst.bounds_ms || [];
+    const n = counts.length;
+    if (!hst.count || !n) {
+      kids.push(el('line', { class: 'axis', x1: m.l, x2: w - m.r, y1: h - m.b, y2: h - m.b }, [], SVG));
+      kids.push(el('text', { class: 'nodata', x: w / 2, y: h / 2, 'text-anchor': 'middle' }, [kind === 'hold' ? 'No lease has ended yet' : 'Nobody has waited yet'], SVG));
+      svg.replaceChildren(...kids);
+      sumEl.textContent = '';
+      return;
+    }
+    const top = Math.max(...counts);
+    const slot = (w - m.l - m.r) / n;
+    const bw = Math.max(2, slot * 0.72);
+    for (let i = 0; i < n; i++) {
+      const c = counts[i];
+      const bh = c ? Math.max(1.5, (h - m.t - m.b) * (c / top)) : 0;
+      const x0 = m.l + i * slot + (slot - bw) / 2;
+      const label = i < bounds.length ? '≤' + fmtBound(bounds[i]) : '>' + fmtBound(bounds[bounds.length - 1]);
+      if (c) {
+        kids.push(el('rect', { class: 'bar' + (kind === 'wait' ? ' wait' : ''), x: x0, y: h - m.b - bh, width: bw, height: bh, rx: 2, 'data-count': c }, [el('title', {}, [label + ': ' + c], SVG)], SVG));
+        kids.push(el('text', { class: 'bar-label', x: x0 + bw / 2, y: h - m.b - bh - 3, 'text-anchor': 'middle' }, [String(c)], SVG));
+      }
+      if (i % 2 === 0 || slot > 40) kids.push(el('text', { x: x0 + bw / 2, y: h - 5, 'text-anchor': 'middle' }, [label], SVG));
+    }
+    kids.push(el('line', { class: 'axis', x1: m.l, x2: w - m.r, y1: h - m.b, y2: h - m.b }, [], SVG));
+    svg.replaceChildren(...kids);
+    sumEl.textContent = hst.count + (hst.count === 1 ? ' lease' : (kind === 'hold' ? ' leases' : ' waits')) + ', mean ' + fmtDuration(hst.sum_ms / hst.count);
+  }
+
+  // --- members ---
+
+  function renderMembers(mb) {
+    if (mb.node) $('node').textContent = 'node ' + mb.node;
+    const rows = (mb.members || []).map((m) => el('tr', { class: m.id === mb.node ? 'self' : '', 'data-node': m.id }, [
+      el('td', { class: 'node-id' }, [m.id]),
+      el('td', { class: 'addr' }, [el('div', {}, [m.client_addr ? el('a', { href: location.protocol + '//' + m.client_addr + '/ui/', title: m.id + '’s dashboard' }, [m.client_addr]) : 'client address not known yet']), el('div', { class: 'raft' }, ['raft ' + m.raft_addr])]),
+      el('td', {}, [el('span', { class: 'role' + (m.leader ? ' leader' : '') }, [m.leader ? 'leader' : m.suffrage.toLowerCase()])]),
+    ]));
+    $('members-body').replaceChildren(...rows);
+    $('cluster-id').textContent = mb.cluster_id ? 'cluster ' + mb.cluster_id.slice(0, 8) : '';
+    $('cluster-id').title = mb.cluster_id || '';
+    $('stat-leader').textContent = mb.leader || 'none';
+    const n = (mb.members || []).length;
+    $('stat-leader-sub').textContent = mb.leader ? [mb.leader_addr, n + (n === 1 ? ' node' : ' nodes')].filter(Boolean).join(' · ') : 'no leader known: writes wait';
+  }
+
+  // --- bits ---
+
+  function el(tag, attrs, kids, ns) {
+    const e = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
+    for (const k in attrs || {}) e.setAttribute(k, String(attrs[k]));
+    for (const c of kids || []) e.append(c);
+    return e;
+  }
+
+  function size(svg) {
+    const r = svg.getBoundingClientRect();
+    const w = Math.max(200, Math.round(r.width) || 600);
+    const h = Math.max(120, Math.round(r.height) || 180);
+    svg.setAttribute('viewBox', '0 0 ' + w + ' ' + h);
+    return { w, h };
+  }
+
+  function setLive(st, text) {
+    $('live').dataset.state = st;
+    $('live-text').textContent = text;
+  }
+
+  function banner(kind, text, action, href, linkText) {
+    const b = $('banner');
+    if (!kind) { b.hidden = true; b.replaceChildren(); return; }
+    b.dataset.kind = kind;
+    const kids = [text];
+    if (href) kids.push(el('a', { href }, [linkText]), '.');
+    if (action) {
+      const btn = el('button', { type: 'button', class: 'quiet' }, [action]);
+      btn.addEventListener('click', () => askToken(''));
+      kids.push(btn);
+    }
+    b.replaceChildren(...kids);
+    b.hidden = false;
+  }
+
+  function fmtRemaining(ms) {
+    if (ms >= 60000) {
+      const s = Math.floor(ms / 1000);
+      return Math.floor(s / 60) + 'm ' + String(s % 60).padStart(2, '0') + 's';
+    }
+    return (ms / 1000).toFixed(1) + 's';
+  }
+
+  function fmtDuration(ms) {
+    if (!(ms >= 0)) return '–';
+    if (ms < 1000) return Math.round(ms) + 'ms';
+    if (ms < 60000) return (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + 's';
+    if (ms < 3600000) return Math.floor(ms / 60000) + 'm ' + Math.round((ms % 60000) / 1000) + 's';
+    return (ms / 3600000).toFixed(1) + 'h';
+  }
+
+  function fmtBound(ms) {
+    if (ms < 1000) return Math.round(ms) + 'ms';
+    if (ms < 100000) return Math.round(ms / 1000) + 's';
+    return (ms / 60000).toFixed(1) + 'm';
+  }
+
+  function fmtRate(v) {
+    if (v === 0) return '0';
+    return v >= 10 ? String(Math.round(v)) : v.toFixed(1).replace(/\.0$/, '');
+  }
+
+  function fmtClock(d) {
+    return [d.getHours(), d.getMinutes(), d.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
+  }
+
+  function niceCeil(v) {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const f of [1, 2, 5, 10]) if (v <= f * p) return f * p;
+    return 10 * p;
+  }
+
+  // --- start ---
+
+  function start() {
+    $('prefix').value = state.prefix;
+    let debounce = 0;
+    $('prefix').addEventListener('input', () => {
+      clearTimeout(debounce);
+      debounce = setTimeout(() => {
+        state.prefix = $('prefix').value.trim();
+        state.prev = null; // a new baseline: a changed filter is no event
+        restartWatch();
+        const u = new URL(location.href);
+        if (state.prefix) u.searchParams.set('prefix', state.prefix); else u.searchParams.delete('prefix');
+        history.replaceState(null, '', u);
+        schedule(0);
+      }, 250);
+    });
+    $('auth-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const t = $('auth-token').value.trim();
+      if (!t) return;
+      setToken(t);
+      state.paused = false;
+      state.prev = null;
+      $('auth').hidden = true;
+      $('main').hidden = false;
+      setLive('connecting', 'connecting…');
+      schedule(0);
+      restartWatch();
+    });
+    $('signout').addEventListener('click', () => {
+      setToken('');
+      state.prev = null;
+      schedule(0);
+    });
+    const host = location.host || '127.0.0.1:7470';
+    $('empty-curl').textContent = "curl -s -X POST " + host + "/v1/acquire -d '{\"key\":\"demo\",\"holder\":\"me\",\"ttl_ms\":30000}'";
+    if (host !== '127.0.0.1:7470' && host !== 'localhost:7470') {
+      document.querySelector('#empty pre code').textContent = 'fencelock lock demo --addr ' + host + ' -- sleep 30';
+    }
+    setToken(token());
+    $('poll-every').textContent = POLL_MS === 1000 ? 'every second' : 'every ' + POLL_MS / 1000 + ' s';
+    $('events-source').textContent = 'seen between polls';
+    $('events-source').title = 'Derived from what changed between two answers of /v1/overview';
+    renderRates();
+    renderHistogram($('chart-hold'), {}, 'hold', $('hold-sum'));
+    renderHistogram($('chart-wait'), {}, 'wait', $('wait-sum'));
+    setInterval(tick, 100);
+    restartWatch();
+    window.addEventListener('resize', () => {
+      renderRates();
+    });
+    poll();
+  }
+
+  start();
+})();

@@ -1,0 +1,11 @@
+// Package dashboard is the web dashboard a fencelock server serves at
+// /ui/: a page, its script and its stylesheet, embedded in the binary
+// (plain HTML, CSS and JavaScript: no build step, nothing fetched from
+// anywhere but the server itself). The page polls the server's own API
+// (/v1/overview, /v1/cluster/members) and follows /v1/watch for its
+// events, with the browser's credentials, so it sees exactly what its
+// token may read; the assets themselves are public.
+//
+// The browser tests (browser_test.go) run the page in headless Chromium;
+// docs/OPERATIONS.md, "Dashboard", says what it shows and how they run.
+package dashboard
