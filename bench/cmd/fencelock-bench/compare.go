@@ -28,6 +28,9 @@ Workloads:
   w3  keep-alive: --w3-leases leases extended at TTL/3 (--w3-ttl)
   w4  scale: --w4-locks held locks, server RSS per lock, snapshot size
       (slow; not in the default list)
+  w5  Chubby scale: --w5-sessions sessions (fencelock sessions, etcd
+      leases) each extended at TTL/3 (--w5-ttl); server CPU and RSS
+      (slow; not in the default list; ZooKeeper and Redis are skipped)
 
 On a shared machine use --rounds 3 or more: each round runs the systems in
 a rotated order and the table shows each system's median round.
@@ -39,7 +42,7 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	systems := fs.String("systems", strings.Join(peerbench.Systems, ","), "comma-separated `list` of systems")
-	workloads := fs.String("workloads", "w1,w2,w3", "comma-separated `list` of workloads (w1,w2,w3,w4)")
+	workloads := fs.String("workloads", "w1,w2,w3", "comma-separated `list` of workloads (w1,w2,w3,w4,w5)")
 	var p peerbench.Params
 	fs.DurationVar(&p.Duration, "duration", 10*time.Second, "measured time per workload and system")
 	fs.DurationVar(&p.Warmup, "warmup", time.Second, "unmeasured run before each measurement")
@@ -53,6 +56,9 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&p.W3Workers, "w3-workers", 32, "w3 clients sending extends")
 	fs.IntVar(&p.W4Locks, "w4-locks", 1000000, "w4 locks held")
 	fs.BoolVar(&p.W4Keep, "w4-keep", false, "leave the w4 locks held (TTL 1h), to time a restart with them")
+	fs.IntVar(&p.W5Sessions, "w5-sessions", 100000, "w5 sessions kept alive")
+	fs.DurationVar(&p.W5TTL, "w5-ttl", 30*time.Second, "w5 session TTL; extends are due every TTL/3")
+	fs.IntVar(&p.W5Workers, "w5-workers", 32, "w5 clients opening and extending sessions")
 	markdown := fs.Bool("markdown", false, "print a Markdown table")
 	rounds := fs.Int("rounds", 1, "runs of each workload per system, in rotating order; the table shows the median")
 	var o peerbench.Options
@@ -86,7 +92,7 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageError("compare: --workloads: %v", err)
 	}
-	o.Clients = max(p.W1Clients, p.W2Clients, p.W3Workers)
+	o.Clients = max(p.W1Clients, p.W2Clients, p.W3Workers, p.W5Workers)
 
 	opened := []peerbench.System{}
 	defer func() {

@@ -12,7 +12,7 @@ import (
 	"github.com/fencelock/fencelock/bench/internal/peerbench"
 )
 
-const runUsage = `Usage: fencelock-bench run --system fencelock|etcd|redis|zookeeper [--workload w1|w2|w3|w4] [--addr A] [--duration D]
+const runUsage = `Usage: fencelock-bench run --system fencelock|etcd|redis|zookeeper [--workload w1|w2|w3|w4|w5] [--addr A] [--duration D]
 
 Runs one of compare's workloads on one system and prints its row of the
 table, with the system's own recipe: etcd's concurrency.Mutex, Redis SET
@@ -30,7 +30,7 @@ func runSystem(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	system := fs.String("system", "", "the `system` to run: fencelock, etcd, redis or zookeeper")
-	workload := fs.String("workload", string(peerbench.W1), "the `workload`: w1, w2, w3 or w4 (see 'fencelock-bench compare -h')")
+	workload := fs.String("workload", string(peerbench.W1), "the `workload`: w1, w2, w3, w4 or w5 (see 'fencelock-bench compare -h')")
 	addr := fs.String("addr", "", "the system's `address` (default: its address in peers/setup.sh)")
 	duration := fs.Duration("duration", 10*time.Second, "how long to run")
 	ttl := fs.Duration("ttl", 10*time.Second, "lease TTL of each grant")
@@ -43,7 +43,7 @@ func runSystem(ctx context.Context, e *env, args []string) error {
 	}
 	w := peerbench.Workload(*workload)
 	if !slices.Contains(peerbench.Workloads, w) {
-		return usageError("run: --workload must be w1, w2, w3 or w4, not %q", w)
+		return usageError("run: --workload must be w1, w2, w3, w4 or w5, not %q", w)
 	}
 	if *duration <= 0 {
 		return usageError("run: --duration must be positive")

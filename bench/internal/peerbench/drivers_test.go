@@ -229,3 +229,39 @@ func TestFencelockFindsLeader(t *testing.T) {
 		t.Fatalf("addrs = %q", a)
 	}
 }
+
+// W5 on the test's own in-process server (the test process is the server
+// process): every session kept alive through the window, none late, and
+// the server's CPU and memory read.
+func TestW5Short(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	for _, name := range []string{"fencelock", "etcd", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			s := openOrSkip(t, name)
+			p := Params{Duration: 700 * time.Millisecond, Warmup: -1, W5Sessions: 60, W5TTL: 3 * time.Second, W5Workers: 3}
+			if name == "fencelock" {
+				p.W4PID = os.Getpid()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			r, err := Run(ctx, s, W5, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "redis" {
+				if r.Skipped == "" {
+					t.Fatal("redis has no sessions, yet W5 ran")
+				}
+				return
+			}
+			if r.Ops == 0 || r.Errors != 0 || r.KeepAlive == nil || r.KeepAlive.Leases != 60 || r.KeepAlive.Late != 0 {
+				t.Fatalf("%d ops, %d errors (%s), keep-alive %+v", r.Ops, r.Errors, r.FirstError, r.KeepAlive)
+			}
+			if r.Server == nil || r.Server.RSS <= 0 || r.Server.CPU < 0 {
+				t.Fatalf("server use %+v", r.Server)
+			}
+		})
+	}
+}

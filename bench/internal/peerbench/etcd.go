@@ -49,6 +49,9 @@ func openEtcd(ctx context.Context, o Options) (System, error) {
 }
 
 func (s *etcdSystem) Name() string { return "etcd" }
+
+// addr is the first member's address, where W4 and W5 find the server.
+func (s *etcdSystem) addr() string { return s.o.addrs()[0] }
 func (s *etcdSystem) Close() error { return s.cli.Close() }
 
 // NewClient opens a Session: one etcd lease of TTL, kept alive by the

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 )
 
 func TestParseVmRSS(t *testing.T) {
@@ -68,5 +69,23 @@ func TestZkPredecessor(t *testing.T) {
 	}
 	if _, err := zkPredecessor([]string{"junk"}, 1); err == nil {
 		t.Error("zkPredecessor accepted a node without a sequence")
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// A command name with spaces and parentheses, as /proc allows:
+	// utime 250 and stime 50 ticks are 3 s of CPU.
+	line := "4242 (fence lock) (x)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 12 0 100 0 0\n"
+	got, err := parseStatCPU([]byte(line))
+	if err != nil || got != 3*time.Second {
+		t.Fatalf("parseStatCPU = %v, %v; want 3s", got, err)
+	}
+	for _, bad := range []string{"", "4242 no name 1 2 3", "4242 (x) S 1 2 3", "4242 (x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 x 50 0"} {
+		if _, err := parseStatCPU([]byte(bad)); err == nil {
+			t.Errorf("parseStatCPU(%q): no error", bad)
+		}
+	}
+	if cpu, err := ProcessCPU(os.Getpid()); err != nil || cpu < 0 {
+		t.Errorf("ProcessCPU(self) = %v, %v", cpu, err)
 	}
 }

@@ -23,6 +23,7 @@ var units = map[Workload]string{
 	W2: "hand-offs/s",
 	W3: "extends/s",
 	W4: "locks/s (fill)",
+	W5: "extends/s",
 }
 
 // FormatTable writes results as one table, grouped by workload in the order
@@ -115,8 +116,15 @@ func details(r Result) string {
 		}
 	}
 	if k := r.KeepAlive; k != nil {
-		parts = append(parts, fmt.Sprintf("%d leases, offered %.0f/s; max lag %s; late (>TTL/2) %d; hold setup %s",
-			k.Leases, k.Offered, fmtDur(k.MaxLag), k.Late, fmtDur(k.Setup)))
+		what := "leases"
+		if r.Workload == W5 {
+			what = "sessions"
+		}
+		parts = append(parts, fmt.Sprintf("%d %s, offered %.0f/s; max lag %s; late (>TTL/2) %d; hold setup %s",
+			k.Leases, what, k.Offered, fmtDur(k.MaxLag), k.Late, fmtDur(k.Setup)))
+	}
+	if u := r.Server; u != nil {
+		parts = append(parts, fmt.Sprintf("server CPU %.2f cores, RSS %s", u.CPU, fmtBytes(u.RSS)))
 	}
 	if s := r.Scale; s != nil {
 		snap := "?"

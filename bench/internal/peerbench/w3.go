@@ -14,8 +14,30 @@ import (
 // loop: a slow extend delays the sends behind it, and that delay is reported
 // as MaxLag and Late rather than hidden.
 func runW3(ctx context.Context, sys System, p Params) (Result, error) {
-	res := Result{System: sys.Name(), Workload: W3}
-	cs, err := openClients(ctx, sys, p.W3Workers)
+	return runKeepAlive(ctx, sys, p, keepAlive{workload: W3, n: p.W3Leases, ttl: p.W3TTL, workers: p.W3Workers, take: hold})
+}
+
+// hold takes key as a lease of its own (Client.Hold).
+func hold(ctx context.Context, c Client, key string, ttl time.Duration) (Lease, error) {
+	return c.Hold(ctx, key, ttl)
+}
+
+// keepAlive is what W3 and W5 share: n leases (or sessions) of ttl, taken
+// by workers clients, then each extended every ttl/3.
+type keepAlive struct {
+	workload Workload
+	n        int
+	ttl      time.Duration
+	workers  int
+	take     func(ctx context.Context, c Client, key string, ttl time.Duration) (Lease, error)
+	// window, when set, is called at the start of the measured window
+	// and returns what to call at its end.
+	window func() (end func())
+}
+
+func runKeepAlive(ctx context.Context, sys System, p Params, ka keepAlive) (Result, error) {
+	res := Result{System: sys.Name(), Workload: ka.workload}
+	cs, err := openClients(ctx, sys, ka.workers)
 	if err != nil {
 		return res, err
 	}
@@ -23,23 +45,34 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 
 	// Take the leases: worker w holds leases w, w+W, w+2W...
 	setupStart := time.Now()
-	held, errs := holdMany(ctx, cs, p.W3Leases, p.KeyPrefix+"/w3/", p.W3TTL)
+	held, errs := holdMany(ctx, cs, ka.n, p.KeyPrefix+"/"+string(ka.workload)+"/", ka.ttl, ka.take)
 	defer releaseAll(ctx, held)
-	if skipped, err := holdOutcome(ctx, sys, W3, errs); skipped != "" || err != nil {
+	if skipped, err := holdOutcome(ctx, sys, ka.workload, errs); skipped != "" || err != nil {
 		res.Skipped = skipped
 		return res, err
 	}
 	setup := time.Since(setupStart)
-	period := p.W3TTL / 3
+	period := ka.ttl / 3
 	// Every lease's first extend is due within one period of the end of the
 	// setup, so the earliest lease lives long enough iff setup+period < TTL.
-	if setup+period >= p.W3TTL-time.Second {
-		return res, fmt.Errorf("peerbench: %s: w3: taking %d leases took %v; with TTL %v the first could lapse before its first extend: raise --w3-ttl",
-			sys.Name(), p.W3Leases, setup.Round(time.Millisecond), p.W3TTL)
+	if setup+period >= ka.ttl-time.Second {
+		return res, fmt.Errorf("peerbench: %s: %s: taking %d leases took %v; with TTL %v the first could lapse before its first extend: raise the ttl",
+			sys.Name(), ka.workload, ka.n, setup.Round(time.Millisecond), ka.ttl)
 	}
 
 	start := time.Now()
 	from, end := start.Add(p.Warmup), start.Add(p.Warmup+p.Duration)
+	if ka.window != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			pause(ctx, time.Until(from))
+			finish := ka.window()
+			pause(ctx, time.Until(end))
+			finish()
+		}()
+	}
 	recs := make([]*recorder, len(cs))
 	lags := make([]time.Duration, len(cs))
 	lates := make([]int64, len(cs))
@@ -55,7 +88,7 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 					// Lease i = w + j*W is due at offset i/N of each period,
 					// which spreads the sends evenly over the period.
 					i := w + j*len(cs)
-					due := start.Add(time.Duration(round)*period + period*time.Duration(i)/time.Duration(p.W3Leases))
+					due := start.Add(time.Duration(round)*period + period*time.Duration(i)/time.Duration(ka.n))
 					if !due.Before(end) {
 						return
 					}
@@ -76,7 +109,7 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 						rec.fail(due, err)
 						continue
 					}
-					if !confirmed[j].IsZero() && t.Sub(confirmed[j]) > p.W3TTL/2 && !due.Before(from) {
+					if !confirmed[j].IsZero() && t.Sub(confirmed[j]) > ka.ttl/2 && !due.Before(from) {
 						lates[w]++
 					}
 					confirmed[j] = t
@@ -87,12 +120,12 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 	}
 	wg.Wait()
 	res = finish(res, recs, from, end)
-	ka := &KeepAlive{Leases: p.W3Leases, Offered: float64(p.W3Leases) / period.Seconds(), Setup: setup}
+	k := &KeepAlive{Leases: ka.n, Offered: float64(ka.n) / period.Seconds(), Setup: setup}
 	for w := range cs {
-		ka.MaxLag = max(ka.MaxLag, lags[w])
-		ka.Late += lates[w]
+		k.MaxLag = max(k.MaxLag, lags[w])
+		k.Late += lates[w]
 	}
-	res.KeepAlive = ka
+	res.KeepAlive = k
 	return res, ctx.Err()
 }
 
@@ -101,7 +134,8 @@ func runW3(ctx context.Context, sys System, p Params) (Result, error) {
 // holdMany takes n leases of ttl on keys prefix0, prefix1, ...: worker w
 // holds leases w, w+W, w+2W... and stops at its first error. It returns
 // each worker's leases and error.
-func holdMany(ctx context.Context, cs []Client, n int, prefix string, ttl time.Duration) ([][]Lease, []error) {
+func holdMany(ctx context.Context, cs []Client, n int, prefix string, ttl time.Duration,
+	take func(context.Context, Client, string, time.Duration) (Lease, error)) ([][]Lease, []error) {
 	held := make([][]Lease, len(cs))
 	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
@@ -109,7 +143,7 @@ func holdMany(ctx context.Context, cs []Client, n int, prefix string, ttl time.D
 		wg.Go(func() {
 			for i := w; i < n && ctx.Err() == nil; i += len(cs) {
 				hctx, cancel := context.WithTimeout(ctx, opTimeout)
-				l, err := c.Hold(hctx, prefix+strconv.Itoa(i), ttl)
+				l, err := take(hctx, c, prefix+strconv.Itoa(i), ttl)
 				cancel()
 				if err != nil {
 					errs[w] = err

@@ -25,20 +25,26 @@ type Snapshotter interface {
 // w4TTL outlives any W4 run; the locks are released at the end anyway.
 const w4TTL = time.Hour
 
+// serverPID is Params.W4PID, or the process listening on the system's
+// address.
+func serverPID(sys System, p Params) (int, error) {
+	if p.W4PID != 0 {
+		return p.W4PID, nil
+	}
+	addr := DefaultAddrs[sys.Name()]
+	if a, ok := sys.(interface{ addr() string }); ok {
+		addr = a.addr()
+	}
+	return ListenerPID(addr)
+}
+
 // runW4 takes W4Locks locks and reads the server's resident memory before
 // and after. The server must run on this machine: its RSS is read from /proc.
 func runW4(ctx context.Context, sys System, p Params) (Result, error) {
 	res := Result{System: sys.Name(), Workload: W4}
-	pid := p.W4PID
-	if pid == 0 {
-		addr := DefaultAddrs[sys.Name()]
-		if a, ok := sys.(interface{ addr() string }); ok {
-			addr = a.addr()
-		}
-		var err error
-		if pid, err = ListenerPID(addr); err != nil {
-			return res, fmt.Errorf("peerbench: %s: w4: find server process: %w", sys.Name(), err)
-		}
+	pid, err := serverPID(sys, p)
+	if err != nil {
+		return res, fmt.Errorf("peerbench: %s: w4: find server process: %w", sys.Name(), err)
 	}
 	cs, err := openClients(ctx, sys, p.W4Workers)
 	if err != nil {
@@ -51,7 +57,7 @@ func runW4(ctx context.Context, sys System, p Params) (Result, error) {
 	}
 
 	start := time.Now()
-	held, errs := holdMany(ctx, cs, p.W4Locks, p.KeyPrefix+"/w4/", w4TTL)
+	held, errs := holdMany(ctx, cs, p.W4Locks, p.KeyPrefix+"/w4/", w4TTL, hold)
 	if !p.W4Keep {
 		defer releaseAll(context.WithoutCancel(ctx), held)
 	}

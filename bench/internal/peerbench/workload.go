@@ -17,16 +17,17 @@ type sentAter interface{ SentAt() time.Time }
 // Workload names one of issue 7's workloads.
 type Workload string
 
-// The workloads. W4 takes minutes and is run only when asked for.
+// The workloads. W4 and W5 take minutes and are run only when asked for.
 const (
 	W1 Workload = "w1" // uncontended acquire+release cycles
 	W2 Workload = "w2" // one contended key, FIFO hand-offs
 	W3 Workload = "w3" // many held leases extended at TTL/3
 	W4 Workload = "w4" // scale: memory per held lock
+	W5 Workload = "w5" // Chubby scale: many sessions kept alive, server CPU and memory
 )
 
 // Workloads lists the names Run accepts, in table order.
-var Workloads = []Workload{W1, W2, W3, W4}
+var Workloads = []Workload{W1, W2, W3, W4, W5}
 
 // Params size the workloads. Zero fields take the defaults of issue 7.
 type Params struct {
@@ -46,12 +47,17 @@ type Params struct {
 
 	W4Locks   int // default 1,000,000
 	W4Workers int // default 32
-	// W4PID is the server's process id, read for RSS. 0: find the process
+	// W4PID is the server's process id, read for RSS (W4, W5) and CPU
+	// (W5). 0: find the process
 	// listening on the system's port through /proc.
 	W4PID int
 	// W4Keep leaves the W4 locks held (TTL 1h) so the server's restart time
 	// can be measured with them in place (bench/peers/restart-time.sh).
 	W4Keep bool
+
+	W5Sessions int           // default 100,000
+	W5TTL      time.Duration // default 30s; extends are due every W5TTL/3
+	W5Workers  int           // clients opening and extending sessions; default 32
 
 	// KeyPrefix keeps runs apart; default "flbench/<unix nanos>".
 	KeyPrefix string
@@ -81,6 +87,9 @@ func (p Params) withDefaults() Params {
 	def(&p.W3Leases, 10000)
 	defD(&p.W3TTL, 15*time.Second)
 	def(&p.W3Workers, 32)
+	def(&p.W5Sessions, 100000)
+	defD(&p.W5TTL, 30*time.Second)
+	def(&p.W5Workers, 32)
 	def(&p.W4Locks, 1000000)
 	def(&p.W4Workers, 32)
 	if p.KeyPrefix == "" {
@@ -100,7 +109,7 @@ type Result struct {
 	Elapsed time.Duration // measured window
 	Ops     int64         // completed operations in the window
 	// Rate is the workload's headline rate: W1 cycles/s, W2 hand-offs/s,
-	// W3 extends/s, W4 locks taken per second while filling.
+	// W3 and W5 extends/s, W4 locks taken per second while filling.
 	Rate    float64
 	Latency Summary // W1 cycle, W2 wait for the grant, W3 extend round trip
 
@@ -113,7 +122,8 @@ type Result struct {
 	// tell (fencelock's HTTP trace). It tells client-side delays before
 	// the send from overtakes at the server.
 	FairnessBySend *Fairness
-	KeepAlive      *KeepAlive // W3
+	KeepAlive      *KeepAlive // W3, W5
+	Server         *ServerUse // W5
 	Scale          *Scale     // W4
 
 	// Rounds > 1 when this is the median of several runs (MedianRound);
@@ -188,10 +198,12 @@ func Run(ctx context.Context, sys System, w Workload, p Params) (Result, error) 
 		return runW2(ctx, sys, p)
 	case W3:
 		return runW3(ctx, sys, p)
+	case W5:
+		return runW5(ctx, sys, p)
 	case W4:
 		return runW4(ctx, sys, p)
 	}
-	return Result{}, fmt.Errorf("peerbench: unknown workload %q (known: w1, w2, w3, w4)", w)
+	return Result{}, fmt.Errorf("peerbench: unknown workload %q (known: w1, w2, w3, w4, w5)", w)
 }
 
 // openClients opens n clients in parallel and closes them all on error.
@@ -390,7 +402,7 @@ func runW2(ctx context.Context, sys System, p Params) (Result, error) {
 func RunSystem(ctx context.Context, name string, w Workload, o Options, p Params) (Result, error) {
 	if o.Clients <= 0 {
 		pp := p.withDefaults()
-		o.Clients = max(pp.W1Clients, pp.W2Clients, pp.W3Workers, pp.W4Workers)
+		o.Clients = max(pp.W1Clients, pp.W2Clients, pp.W3Workers, pp.W4Workers, pp.W5Workers)
 	}
 	sys, err := Open(ctx, name, o)
 	if err != nil {
