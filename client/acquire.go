@@ -102,28 +102,24 @@ func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.T
 			return nil, &LostError{Key: lk.Key, Token: lk.Token, Reason: ErrExpired}
 		}
 	}
-	l := &Lease{
-		c:        c,
-		clock:    c.clock,
-		key:      lk.Key,
-		holder:   lk.Holder,
-		token:    lk.Token,
-		ttl:      o.ttl,
-		done:     make(chan struct{}),
-		lastSent: sent,
-		lock:     lk,
-	}
+	l := &Lease{key: lk.Key, holder: lk.Holder, token: lk.Token, lock: lk}
 	if l.key == "" {
 		l.key = o.key
 	}
 	if l.holder == "" {
 		l.holder = o.holder
 	}
-	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	l.mu.Lock()
-	l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(c.clock.Now()), l.expire)
-	l.mu.Unlock()
-	go l.run()
+	l.keeper = keeper{c: c, clock: c.clock, ttl: o.ttl, lastSent: sent, what: "extend",
+		send: func(ctx context.Context, addr string) (func(), error) {
+			lk, err := c.extendAt(ctx, addr, l.key, l.holder, l.token, l.ttl)
+			if err != nil {
+				return nil, err
+			}
+			return func() { l.lock = lk }, nil
+		},
+		lost: func(reason error) error { return &LostError{Key: l.key, Token: l.token, Reason: reason} },
+	}
+	l.start(ctx)
 	return l, nil
 }
 

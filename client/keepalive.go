@@ -5,15 +5,105 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
 )
 
-// run is the lease's one goroutine: extend at about TTL/3 after each
-// confirmed send, retry transient failures until the deadline.
-func (l *Lease) run() {
+// keeper is the keep-alive a Lease and a Session share: one goroutine that
+// extends about every TTL/3 after the send of the last confirmed extension,
+// tries the cluster's addresses in turn when one fails, and declares the
+// lease or session lost at TTL/2 after that send (DESIGN.md §4). What
+// differs is what one extension sends (send) and what a loss is called
+// (lost).
+type keeper struct {
+	c     *Client
+	clock Clock
+	ttl   time.Duration
+	// send sends one extension to addr. On success it returns confirm,
+	// which the keeper calls, holding mu, once it has accepted the answer.
+	send func(ctx context.Context, addr string) (confirm func(), err error)
+	// lost is the error that ends the keep-alive for reason.
+	lost func(reason error) error
+	what string // names the extension in a timeout error
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the goroutine has returned
+
+	mu       sync.Mutex
+	lastSent time.Time // send time of the last confirmed grant, open or extension
+	timer    Timer     // calls expire at lastSent + ttl/2
+	lastErr  error     // the last transient failure since the last confirmation
+	err      error     // set once ended: the owner's close sentinel, or lost(...)
+	next     int       // the next attempt goes this many places after the preferred address
+	tries    int       // attempts since the last confirmation
+	// silent are the addresses whose attempt got no answer at all since
+	// the last confirmation (a frozen or cut-off node). Later rounds skip
+	// them while another address is left, so a frozen leader costs one
+	// attempt's timeout, not one per round. A node named as the leader is
+	// still asked.
+	silent map[string]bool
+}
+
+// start arms the deadline and starts the goroutine; ctx gives the values
+// the keep-alive's context carries (never its cancellation).
+func (l *keeper) start(ctx context.Context) {
+	l.done = make(chan struct{})
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l.mu.Lock()
+	l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(l.clock.Now()), l.expire)
+	l.mu.Unlock()
+	go l.run()
+}
+
+// errNow is nil while alive, else why it ended.
+func (l *keeper) errNow() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checkLocked(l.clock.Now())
+	return l.err
+}
+
+// deadline is TTL/2 after the send time of the last confirmed extension.
+func (l *keeper) deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadlineLocked()
+}
+
+func (l *keeper) deadlineLocked() time.Time { return l.lastSent.Add(l.ttl / 2) }
+
+// expire runs at the deadline.
+func (l *keeper) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checkLocked(l.clock.Now())
+}
+
+// checkLocked declares the loss once now has reached the deadline.
+func (l *keeper) checkLocked(now time.Time) {
+	if l.err != nil || now.Before(l.deadlineLocked()) {
+		return
+	}
+	reason := ErrExpired
+	if l.lastErr != nil {
+		reason = l.lastErr
+	}
+	l.endLocked(l.lost(reason))
+}
+
+func (l *keeper) endLocked(err error) {
+	l.err = err
+	l.timer.Stop()
+	l.cancel(err)
+}
+
+// run is the one goroutine: extend at about TTL/3 after each confirmed
+// send, retry transient failures until the deadline.
+func (l *keeper) run() {
 	defer close(l.done)
 	for {
 		l.mu.Lock()
@@ -41,7 +131,7 @@ func (l *Lease) run() {
 // do not extend in lockstep. The jitter only ever moves an extension
 // earlier: one sent late would leave less than TTL/6 before the deadline at
 // TTL/2 for riding out a leader's death just before it was due.
-func (l *Lease) interval() time.Duration {
+func (l *keeper) interval() time.Duration {
 	third := l.ttl / 3
 	return third - mrand.N(third/10+1)
 }
@@ -50,7 +140,7 @@ func (l *Lease) interval() time.Duration {
 // address once): about TTL/30, at most 250ms, so that the retries notice a
 // newly elected leader soon and several rounds fit between TTL/3 and the
 // deadline at TTL/2.
-func (l *Lease) retryDelay() time.Duration {
+func (l *keeper) retryDelay() time.Duration {
 	d := min(max(l.ttl/30, 2*time.Millisecond), 250*time.Millisecond)
 	return d/2 + mrand.N(d/2+1)
 }
@@ -59,13 +149,13 @@ func (l *Lease) retryDelay() time.Duration {
 // (100ms to 2s, never more than TTL/6), so that a node that is frozen or
 // cut off costs only a part of the TTL/6 between the due time and the
 // deadline, and the other nodes are tried in time.
-func (l *Lease) attemptTimeout() time.Duration {
+func (l *keeper) attemptTimeout() time.Duration {
 	return min(max(l.ttl/12, 100*time.Millisecond), 2*time.Second, max(l.ttl/6, time.Millisecond))
 }
 
 // pickLocked is the address of the next attempt: l.next places after the
 // preferred one, passing over silent addresses while another is left.
-func (l *Lease) pickLocked() string {
+func (l *keeper) pickLocked() string {
 	n := l.c.size()
 	for i := range n {
 		if a := l.c.pick(l.next + i); !l.silent[a] {
@@ -77,14 +167,14 @@ func (l *Lease) pickLocked() string {
 }
 
 // extendOnce sends one extension to one node and records its outcome. It
-// reports done after a confirmation or once the lease has ended; otherwise
+// reports done after a confirmation or once the keep-alive has ended; otherwise
 // it says how long to pause before the next attempt. After a failure the
 // next attempt goes to the next address, or at once to the leader a node
 // named, so that a dead, frozen or deposed leader is left for the node the
 // others elected (the token never changes: every attempt is an Extend).
 // Each attempt has its own request id and send time, so a confirmation is
 // always dated from the send of the request that the server applied.
-func (l *Lease) extendOnce() (done bool, pause time.Duration) {
+func (l *keeper) extendOnce() (done bool, pause time.Duration) {
 	// Woken past the deadline (the process was paused): the lease is
 	// already lost, and an extension sent now could not save it.
 	l.mu.Lock()
@@ -104,9 +194,9 @@ func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 	var silent atomic.Bool
 	t := l.clock.AfterFunc(timeout, func() {
 		silent.Store(true)
-		cancel(fmt.Errorf("%w: %s: no answer to extend within %v", ErrUnreachable, addr, timeout))
+		cancel(fmt.Errorf("%w: %s: no answer to %s within %v", ErrUnreachable, addr, l.what, timeout))
 	})
-	lk, err := l.c.extendAt(actx, addr, l.key, l.holder, l.token, l.ttl)
+	confirm, err := l.send(actx, addr)
 	t.Stop()
 	cancel(nil)
 
@@ -131,7 +221,8 @@ func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 		}
 		l.c.prefer(addr)
 		l.next, l.tries, l.silent = 0, 0, nil
-		l.lastSent, l.lock, l.lastErr = sent, lk, nil
+		l.lastSent, l.lastErr = sent, nil
+		confirm()
 		l.timer.Stop()
 		l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(now), l.expire)
 		return true, 0
@@ -146,7 +237,7 @@ func (l *Lease) extendOnce() (done bool, pause time.Duration) {
 	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal):
 		l.next++
 	default:
-		l.endLocked(&LostError{Key: l.key, Token: l.token, Reason: err})
+		l.endLocked(l.lost(err))
 		return true, 0
 	}
 	l.lastErr = err

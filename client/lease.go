@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -19,31 +18,12 @@ import (
 // refuses stale tokens: a process can be paused at any instruction, even
 // right after checking Done.
 type Lease struct {
-	c           *Client
-	clock       Clock
+	keeper
 	key, holder string
 	token       uint64
-	ttl         time.Duration
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when the goroutine has returned
-
-	mu       sync.Mutex
-	lastSent time.Time // send time of the last confirmed grant or extension
-	lock     Lock      // the server's last answer
-	timer    Timer     // calls expire at lastSent + ttl/2
-	lastErr  error     // the last transient failure since the last confirmation
-	err      error     // ErrReleased or *LostError once the lease has ended
+	lock     Lock // the server's last answer (under mu)
 	released bool
-	next     int // the next attempt goes this many places after the preferred address
-	tries    int // attempts since the last confirmation
-	// silent are the addresses whose attempt got no answer at all since
-	// the last confirmation (a frozen or cut-off node). Later rounds skip
-	// them while another address is left, so a frozen leader costs one
-	// attempt's timeout, not one per round. A node named as the leader is
-	// still asked.
-	silent map[string]bool
 }
 
 // Key returns the locked key.
@@ -70,20 +50,11 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // was confirmed in time, e.g. the process was paused), ErrUnreachable or
 // ErrUnavailable (the extensions that were tried failed), or ErrNotHeld (the
 // server refused an extension: the lease had already ended there).
-func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.checkLocked(l.clock.Now())
-	return l.err
-}
+func (l *Lease) Err() error { return l.errNow() }
 
 // Deadline is when the lease will be declared lost unless an extension is
 // confirmed first: TTL/2 after the send time of the last confirmed one.
-func (l *Lease) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadlineLocked()
-}
+func (l *Lease) Deadline() time.Time { return l.deadline() }
 
 // HeldUntil is the earliest instant at which the server can consider the
 // lease expired and grant the key to someone else: TTL after the send time
@@ -134,31 +105,4 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: the server had no live lease on %q with token %d to release", ErrNotHeld, l.key, l.token)
 	}
 	return nil
-}
-
-func (l *Lease) deadlineLocked() time.Time { return l.lastSent.Add(l.ttl / 2) }
-
-// expire runs at the deadline.
-func (l *Lease) expire() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.checkLocked(l.clock.Now())
-}
-
-// checkLocked declares the lease lost once now has reached the deadline.
-func (l *Lease) checkLocked(now time.Time) {
-	if l.err != nil || now.Before(l.deadlineLocked()) {
-		return
-	}
-	reason := ErrExpired
-	if l.lastErr != nil {
-		reason = l.lastErr
-	}
-	l.endLocked(&LostError{Key: l.key, Token: l.token, Reason: reason})
-}
-
-func (l *Lease) endLocked(err error) {
-	l.err = err
-	l.timer.Stop()
-	l.cancel(err)
 }

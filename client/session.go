@@ -7,7 +7,6 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -95,25 +94,10 @@ func WithLockDelay(d time.Duration) LeaseOption { return func(o *leaseOptions) {
 // of the last confirmed one) or closed, Done is closed, Err says why, and
 // every lock's Context ends with the same cause.
 type Session struct {
-	c      *Client
-	clock  Clock
+	keeper
 	id     uint64
 	holder string
-	ttl    time.Duration
-
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when the goroutine has returned
-
-	mu       sync.Mutex
-	lastSent time.Time // send time of the last confirmed open or extension
-	timer    Timer     // calls expire at lastSent + ttl/2
-	lastErr  error
-	err      error // ErrSessionClosed or *SessionLostError once ended
-	closed   bool
-	next     int
-	tries    int
-	silent   map[string]bool
+	closed bool
 }
 
 // NewSession opens a session on the server and starts its keep-alive.
@@ -137,13 +121,19 @@ func NewSession(ctx context.Context, c *Client, opts ...SessionOption) (*Session
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{c: c, clock: c.clock, id: out.ID, holder: lo.holder, ttl: o.ttl, done: make(chan struct{}), lastSent: sent}
-	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	s := &Session{id: out.ID, holder: lo.holder}
+	s.keeper = keeper{c: c, clock: c.clock, ttl: o.ttl, lastSent: sent, what: "the session's extend",
+		send: func(ctx context.Context, addr string) (func(), error) {
+			err := c.do(ctx, call{at: addr, method: http.MethodPost, path: api.PathSessionExtend,
+				body: api.SessionRequest{ID: s.id, Holder: s.holder}, out: &api.Session{}})
+			return func() {}, err
+		},
+		lost: func(reason error) error { return &SessionLostError{ID: s.id, Reason: reason} },
+	}
+	s.start(ctx)
 	s.mu.Lock()
-	s.timer = s.clock.AfterFunc(s.deadlineLocked().Sub(s.clock.Now()), s.expire)
 	s.checkLocked(s.clock.Now()) // an open answered after TTL/2 is already lost
 	s.mu.Unlock()
-	go s.run()
 	return s, nil
 }
 
@@ -164,20 +154,11 @@ func (s *Session) Context() context.Context { return s.ctx }
 
 // Err is nil while the session is alive; afterwards ErrSessionClosed or a
 // *SessionLostError.
-func (s *Session) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.checkLocked(s.clock.Now())
-	return s.err
-}
+func (s *Session) Err() error { return s.errNow() }
 
 // Deadline is when the session will be declared lost unless an extension
 // is confirmed first: TTL/2 after the send time of the last confirmed one.
-func (s *Session) Deadline() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.deadlineLocked()
-}
+func (s *Session) Deadline() time.Time { return s.deadline() }
 
 // Close stops the keep-alive, waits for its goroutine and ends the session
 // on the server, which releases every lock under it and hands each key to
@@ -206,146 +187,6 @@ func (s *Session) Close(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-func (s *Session) deadlineLocked() time.Time { return s.lastSent.Add(s.ttl / 2) }
-
-func (s *Session) expire() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.checkLocked(s.clock.Now())
-}
-
-func (s *Session) checkLocked(now time.Time) {
-	if s.err != nil || now.Before(s.deadlineLocked()) {
-		return
-	}
-	reason := ErrExpired
-	if s.lastErr != nil {
-		reason = s.lastErr
-	}
-	s.endLocked(&SessionLostError{ID: s.id, Reason: reason})
-}
-
-func (s *Session) endLocked(err error) {
-	s.err = err
-	s.timer.Stop()
-	s.cancel(err)
-}
-
-// run is the session's one goroutine: extend about TTL/3 after each
-// confirmed send (less up to 10%), retry failures until the deadline.
-func (s *Session) run() {
-	defer close(s.done)
-	for {
-		s.mu.Lock()
-		third := s.ttl / 3
-		next := s.lastSent.Add(third - mrand.N(third/10+1))
-		s.mu.Unlock()
-		if !sleep(s.clock, next.Sub(s.clock.Now()), s.ctx.Done()) {
-			return
-		}
-		for {
-			done, pause := s.extendOnce()
-			if done {
-				break
-			}
-			if !sleep(s.clock, pause, s.ctx.Done()) {
-				return
-			}
-		}
-		if s.ctx.Err() != nil {
-			return
-		}
-	}
-}
-
-// extendOnce is Lease.extendOnce for the session: one extension to one
-// node, timed on the client's clock from its own send; a refusal (the
-// server ended the session) loses it at once; a failure moves on to the
-// next node or to the leader a node named.
-func (s *Session) extendOnce() (done bool, pause time.Duration) {
-	s.mu.Lock()
-	sent := s.clock.Now()
-	s.checkLocked(sent)
-	ended := s.err != nil
-	left := s.deadlineLocked().Sub(sent)
-	n := s.c.size()
-	addr := s.c.pick(s.next)
-	for i := range n {
-		if a := s.c.pick(s.next + i); !s.silent[a] {
-			s.next += i
-			addr = a
-			break
-		}
-	}
-	s.mu.Unlock()
-	if ended {
-		return true, 0
-	}
-	timeout := min(max(s.ttl/12, 100*time.Millisecond), 2*time.Second, max(s.ttl/6, time.Millisecond))
-	timeout = max(min(timeout, left), time.Millisecond)
-	actx, cancel := context.WithCancelCause(s.ctx)
-	var silent atomic.Bool
-	t := s.clock.AfterFunc(timeout, func() {
-		silent.Store(true)
-		cancel(fmt.Errorf("%w: %s: no answer to the session's extend within %v", ErrUnreachable, addr, timeout))
-	})
-	err := s.c.do(actx, call{at: addr, method: http.MethodPost, path: api.PathSessionExtend,
-		body: api.SessionRequest{ID: s.id, Holder: s.holder}, out: &api.Session{}})
-	t.Stop()
-	cancel(nil)
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return true, 0
-	}
-	if err != nil && silent.Load() {
-		if s.silent == nil {
-			s.silent = map[string]bool{}
-		}
-		s.silent[addr] = true
-	}
-	now := s.clock.Now()
-	var ae *APIError
-	switch {
-	case err == nil:
-		s.checkLocked(now)
-		if s.err != nil {
-			return true, 0
-		}
-		s.c.prefer(addr)
-		s.next, s.tries, s.silent = 0, 0, nil
-		s.lastSent, s.lastErr = sent, nil
-		s.timer.Stop()
-		s.timer = s.clock.AfterFunc(s.deadlineLocked().Sub(now), s.expire)
-		return true, 0
-	case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "":
-		if u, perr := leaderURL(addr, ae.Leader); perr == nil && u != addr {
-			s.c.prefer(u)
-			s.next = 0
-			delete(s.silent, u)
-		} else {
-			s.next++
-		}
-	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal):
-		s.next++
-	default:
-		s.endLocked(&SessionLostError{ID: s.id, Reason: err})
-		return true, 0
-	}
-	s.lastErr = err
-	s.checkLocked(now)
-	if s.err != nil {
-		return true, 0
-	}
-	s.tries++
-	if s.tries%n != 0 {
-		return false, 0
-	}
-	d := min(max(s.ttl/30, 2*time.Millisecond), 250*time.Millisecond)
-	return false, d/2 + mrand.N(d/2+1)
 }
 
 // SessionLock is a lock held under a Session. It has no goroutine: its
