@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/fencelock/fencelock/api"
@@ -294,31 +293,27 @@ func (s *Server) guardedList(h handlerFunc) handlerFunc {
 		if c == nil {
 			return h(w, r)
 		}
-		q := r.URL.Query()
-		prefix := q.Get(api.QueryPrefix)
-		if e := c.may(acl.Read, prefix, "list"); e != nil {
+		if e := c.may(acl.Read, r.URL.Query().Get(api.QueryPrefix), "list"); e != nil {
 			return e
 		}
-		limit := 0 // as httpList
-		if raw := q.Get(api.QueryLimit); raw != "" {
-			n, err := strconv.Atoi(raw)
-			if err != nil || n < 1 {
-				n = -1
-			}
-			limit = n
-		}
-		l, err := s.List(r.Context(), prefix, limit)
+		l, err := s.listPage(r)
 		if err == nil {
-			kept := l.Locks[:0]
-			for _, x := range l.Locks {
-				if c.st.Allowed(c.p, acl.Read, x.Key) {
-					kept = append(kept, x)
-				}
-			}
-			l.Locks = kept
+			l.Locks = readable(c, l.Locks, func(x api.Lease) string { return x.Key })
 		}
 		return reply(w, l, err)
 	}
+}
+
+// readable keeps the items of a page whose keys c may read: a page below
+// a prefix c may read can hold keys under a longer deny.
+func readable[T any](c *caller, items []T, key func(T) string) []T {
+	kept := items[:0]
+	for _, x := range items {
+		if c.st.Allowed(c.p, acl.Read, key(x)) {
+			kept = append(kept, x)
+		}
+	}
+	return kept
 }
 
 // The ACL operations. Changes are proposed through raft on the leader and

@@ -405,3 +405,21 @@ func TestAuthNodesAnnounceWithTheirToken(t *testing.T) {
 		t.Fatalf("an announce with a revoked token was recorded: %+v", m)
 	}
 }
+
+// With ACLs on, a list page still starts after the cursor: a client that
+// pages through a prefix (Client.ListAfter, fencelock list --after) must
+// not be given the first page again and again.
+func TestAuthListPagesAfterTheCursor(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	admin := ts.bootstrap()
+	for _, k := range []string{"jobs/a", "jobs/b", "jobs/c"} {
+		if a := ts.authDo("POST", "/v1/acquire", acquireBody(k, "admin", 60000, ""), admin); a.status != 200 {
+			t.Fatalf("acquire %s: %d %v", k, a.status, a.body)
+		}
+	}
+	a := ts.authDo("GET", "/v1/locks?prefix=jobs/&limit=1&after=jobs/a", "", admin)
+	locks, _ := a.body["locks"].([]any)
+	if a.status != 200 || len(locks) != 1 || locks[0].(map[string]any)["key"] != "jobs/b" {
+		t.Fatalf("page after jobs/a: %d %v, want jobs/b alone", a.status, a.body)
+	}
+}

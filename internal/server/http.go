@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -159,17 +160,29 @@ func (s *Server) httpGet(w http.ResponseWriter, r *http.Request) *Error {
 }
 
 func (s *Server) httpList(w http.ResponseWriter, r *http.Request) *Error {
-	q := r.URL.Query()
-	limit := 0 // the default
-	if raw := q.Get(api.QueryLimit); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 {
-			n = -1 // refused by List, after the prefix
-		}
-		limit = n
-	}
-	l, err := s.ListAfter(r.Context(), q.Get(api.QueryPrefix), q.Get(api.QueryAfter), limit)
+	l, err := s.listPage(r)
 	return reply(w, l, err)
+}
+
+// listPage is the page GET /v1/locks asks for (prefix, after, limit).
+func (s *Server) listPage(r *http.Request) (api.ListResponse, error) {
+	q := r.URL.Query()
+	return s.ListAfter(r.Context(), q.Get(api.QueryPrefix), q.Get(api.QueryAfter), pageLimit(q))
+}
+
+// pageLimit is a page's limit query: 0 (the default) when absent, -1 when
+// it is not a positive integer, which the service refuses after checking
+// the prefix, so that a bad prefix is the error reported first.
+func pageLimit(q url.Values) int {
+	raw := q.Get(api.QueryLimit)
+	if raw == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 {
+		return -1
+	}
+	return n
 }
 
 // statusWriter remembers the status for the request counter.

@@ -52,23 +52,9 @@ func (s *Server) httpOverview(w http.ResponseWriter, r *http.Request) *Error {
 			return e
 		}
 	}
-	limit := 0 // the default
-	if raw := q.Get(api.QueryLimit); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 {
-			n = -1 // refused by Overview, after the prefix
-		}
-		limit = n
-	}
-	o, err := s.Overview(r.Context(), prefix, limit)
+	o, err := s.Overview(r.Context(), prefix, pageLimit(q)) // a bad limit is refused after the prefix
 	if err == nil && c != nil {
-		kept := o.Locks[:0]
-		for _, l := range o.Locks {
-			if c.st.Allowed(c.p, acl.Read, l.Key) {
-				kept = append(kept, l)
-			}
-		}
-		o.Locks = kept
+		o.Locks = readable(c, o.Locks, func(l api.LockOverview) string { return l.Key })
 	}
 	return reply(w, o, err)
 }
