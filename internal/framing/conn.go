@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,10 @@ type Conn struct {
 	// it holds up nothing else, rather than stall the server's reading of
 	// this connection, which would hold up the extends behind it.
 	window, priority chan struct{}
+
+	// calls are the paths the server answers as binary calls, once its
+	// answer to CallsTarget has come; until then, none.
+	calls atomic.Pointer[map[string]bool]
 
 	mu      sync.Mutex
 	next    uint32
@@ -88,7 +93,33 @@ func Start(ctx context.Context, c net.Conn) (*Conn, error) {
 	}
 	fc.bw.w = c
 	go fc.readLoop(br)
+	// Ask which calls the server takes in binary. The answer comes as
+	// id 0, which no other request uses; until it does, every call goes
+	// as JSON, so a server that never answers costs nothing but that.
+	if err := fc.write(0, KindRequest, methodGet, CallsTarget, nil); err != nil {
+		return nil, err
+	}
 	return fc, nil
+}
+
+// Calls reports whether the server answers path as a binary call
+// (MethodCall), as it said when the connection began.
+func (c *Conn) Calls(path string) bool {
+	m := c.calls.Load()
+	return m != nil && (*m)[path]
+}
+
+// learnCalls takes the server's answer to CallsTarget.
+func (c *Conn) learnCalls(a answer) {
+	m := make(map[string]bool)
+	if a.status == 200 {
+		for _, p := range strings.Split(string(a.body), "\n") {
+			if strings.HasPrefix(p, "/") {
+				m[p] = true
+			}
+		}
+	}
+	c.calls.Store(&m)
 }
 
 func handshake(c net.Conn, br *bufio.Reader) error {
@@ -259,6 +290,10 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 		if err != nil {
 			c.fail(fmt.Errorf("%w: %v", ErrConnClosed, err))
 			return
+		}
+		if a.id == 0 {
+			c.learnCalls(a)
+			continue
 		}
 		c.mu.Lock()
 		cl, ok := c.pending[a.id]
