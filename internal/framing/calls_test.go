@@ -3,7 +3,6 @@ package framing
 import (
 	"context"
 	"net/http"
-	"runtime"
 	"testing"
 	"time"
 )
@@ -30,11 +29,10 @@ func learnt(t *testing.T, c *Conn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for c.calls.Load() == nil {
-		if ctx.Err() != nil {
-			t.Fatal("the connection never heard which calls its server takes in binary")
-		}
-		runtime.Gosched()
+	select {
+	case <-c.CallsKnown():
+	case <-ctx.Done():
+		t.Fatal("the connection never heard which calls its server takes in binary")
 	}
 }
 

@@ -42,7 +42,9 @@ type Conn struct {
 
 	// calls are the paths the server answers as binary calls, once its
 	// answer to CallsTarget has come; until then, none.
-	calls atomic.Pointer[map[string]bool]
+	calls     atomic.Pointer[map[string]bool]
+	learnOnce sync.Once
+	learnt    chan struct{} // closed once calls is set
 
 	mu      sync.Mutex
 	next    uint32
@@ -87,7 +89,7 @@ func Start(ctx context.Context, c net.Conn) (*Conn, error) {
 		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	fc := &Conn{c: c, pending: make(map[uint32]*call), dead: make(chan struct{}),
+	fc := &Conn{c: c, pending: make(map[uint32]*call), dead: make(chan struct{}), learnt: make(chan struct{}),
 		window:   make(chan struct{}, DefaultMaxInFlight),
 		priority: make(chan struct{}, DefaultMaxPriorityInFlight),
 	}
@@ -109,17 +111,25 @@ func (c *Conn) Calls(path string) bool {
 	return m != nil && (*m)[path]
 }
 
-// learnCalls takes the server's answer to CallsTarget.
+// CallsKnown is closed once the server has said which calls it takes in
+// binary; until then Calls reports none.
+func (c *Conn) CallsKnown() <-chan struct{} { return c.learnt }
+
+// learnCalls takes the server's answer to CallsTarget (the first: a
+// server has no reason to send another).
 func (c *Conn) learnCalls(a answer) {
-	m := make(map[string]bool)
-	if a.status == 200 {
-		for _, p := range strings.Split(string(a.body), "\n") {
-			if strings.HasPrefix(p, "/") {
-				m[p] = true
+	c.learnOnce.Do(func() {
+		m := make(map[string]bool)
+		if a.status == 200 {
+			for _, p := range strings.Split(string(a.body), "\n") {
+				if strings.HasPrefix(p, "/") {
+					m[p] = true
+				}
 			}
 		}
-	}
-	c.calls.Store(&m)
+		c.calls.Store(&m)
+		close(c.learnt)
+	})
 }
 
 func handshake(c net.Conn, br *bufio.Reader) error {
