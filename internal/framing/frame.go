@@ -29,6 +29,11 @@
 // ends that request's context on the server, as closing an HTTP connection
 // would. A request that was cancelled may still be answered; the client
 // drops answers to ids it no longer waits for.
+//
+// The hot calls may skip HTTP altogether: a server with a CallHandler
+// lists, in its answer to CallsTarget, the paths it takes as binary calls
+// (MethodCall, bodies encoded by internal/callcodec), and its handler
+// answers them without an http.Request.
 package framing
 
 import (
