@@ -234,7 +234,29 @@ type call struct {
 	// been applied without an answer saying so: it was sent (or may have
 	// been) and no answer came, or the answer was change_unknown.
 	maybeApplied func()
+	// bin is body in the binary encoding of framed calls (binary.go),
+	// set by do when the call is one of them; the JSON body is then made
+	// only if a connection that takes it in binary is not at hand.
+	bin []byte
 }
+
+// jsonBody is body, or cl.body as JSON when body has not been made yet.
+func jsonBody(cl call, body []byte) ([]byte, error) {
+	if body != nil || cl.body == nil {
+		return body, nil
+	}
+	b, err := json.Marshal(cl.body)
+	if err != nil {
+		return nil, &encodeError{err}
+	}
+	return b, nil
+}
+
+// encodeError is a request that could not be encoded: nothing was sent.
+type encodeError struct{ err error }
+
+func (e *encodeError) Error() string { return "fencelock: encoding request: " + e.err.Error() }
+func (e *encodeError) Unwrap() error { return e.err }
 
 // noteMaybe calls cl.maybeApplied, if set.
 func (cl call) noteMaybe() {
@@ -247,10 +269,13 @@ func (cl call) noteMaybe() {
 // error matching ErrUnreachable, or the cause of ctx when ctx ended first.
 func (c *Client) do(ctx context.Context, cl call) error {
 	var body []byte
-	if cl.body != nil {
+	if c.framed {
+		cl.bin = binaryBody(cl) // binary.go
+	}
+	if cl.body != nil && cl.bin == nil {
 		var err error
-		if body, err = json.Marshal(cl.body); err != nil {
-			return fmt.Errorf("fencelock: encoding request: %w", err)
+		if body, err = jsonBody(cl, nil); err != nil {
+			return err
 		}
 	}
 	if cl.at != "" {
@@ -390,6 +415,10 @@ func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) er
 			return c.onceFramed(ctx, fc, addr, cl, body)
 		}
 	}
+	body, err := jsonBody(cl, body)
+	if err != nil {
+		return err
+	}
 	return c.onceHTTP(ctx, addr, cl, body)
 }
 
@@ -426,30 +455,60 @@ func (c *Client) onceFramed(ctx context.Context, fc *framing.Conn, addr string, 
 	if len(cl.query) > 0 {
 		target += "?" + cl.query.Encode()
 	}
+	// send is one try on fc: in binary when fc's server takes this call
+	// so, else as JSON (made the first time it is needed).
+	var binary bool
+	send := func(fc *framing.Conn, wait bool) (int, []byte, error) {
+		binary = cl.bin != nil && fc.Calls(cl.path)
+		if binary {
+			if wait {
+				return fc.RoundTrip(ctx, framing.MethodCall, cl.path, cl.bin)
+			}
+			return fc.TryRoundTrip(ctx, framing.MethodCall, cl.path, cl.bin)
+		}
+		var err error
+		if body, err = jsonBody(cl, body); err != nil {
+			return 0, nil, err
+		}
+		if wait {
+			return fc.RoundTrip(ctx, cl.method, target, body)
+		}
+		return fc.TryRoundTrip(ctx, cl.method, target, body)
+	}
 	// The pool picked fc for its room, but other calls may have taken it
 	// since: try again (the pool then dials another connection, up to
 	// its limit) rather than wait on a window that long waits may hold
 	// for good. Only when every connection stays full, wait.
-	status, data, err := fc.TryRoundTrip(ctx, cl.method, target, body)
+	status, data, err := send(fc, false)
 	for tries := 0; errors.Is(err, framing.ErrNoRoom); tries++ {
 		if tries == maxRoomTries {
-			status, data, err = fc.RoundTrip(ctx, cl.method, target, body)
+			status, data, err = send(fc, true)
 			break
 		}
 		if fc, err = c.frameConn(ctx, addr, cl.path); err != nil {
 			return err
 		}
 		if fc == nil {
+			if body, err = jsonBody(cl, body); err != nil {
+				return err
+			}
 			return c.onceHTTP(ctx, addr, cl, body)
 		}
-		status, data, err = fc.TryRoundTrip(ctx, cl.method, target, body)
+		status, data, err = send(fc, false)
 	}
 	if err != nil {
+		var ee *encodeError
+		if errors.As(err, &ee) {
+			return err
+		}
 		cl.noteMaybe()
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
 		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
+	}
+	if binary && status/100 == 2 {
+		return binaryAnswer(addr, cl, status, data) // binary.go
 	}
 	return answer(addr, cl, status, data)
 }

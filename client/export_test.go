@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"strings"
 	"time"
 )
@@ -38,4 +39,12 @@ func (s *Session) LastErr() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lastErr
+}
+
+// BinaryCalls reports whether the client's framed connection to addr (a
+// plain http:// base URL) has learnt that its server takes path as a
+// binary call.
+func (c *Client) BinaryCalls(addr, path string) bool {
+	fc, err := c.frames.Get(context.Background(), strings.TrimPrefix(addr, "http://"))
+	return err == nil && fc != nil && fc.Calls(path)
 }

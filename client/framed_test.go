@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,9 +121,27 @@ func TestFramedAndHTTPAnswerAlike(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hc.Close()
+	// The framed client's hot calls go in binary once its connection has
+	// heard which calls the server takes that way: make the connection,
+	// wait for that, and count the binary calls the run makes.
+	if _, err := fc.Check(ctx, "warm-up", 1); err != nil {
+		t.Fatal(err)
+	}
+	for !fc.BinaryCalls("http://"+addr, "/v1/acquire") {
+		if ctx.Err() != nil {
+			t.Fatal("the framed connection never learnt the server's binary calls")
+		}
+		runtime.Gosched()
+	}
+	before := binaryCalls(t, addr)
 	framed, plain := run(fc, "same"), run(hc, "same")
 	if !fc.Framed("http://" + addr) {
 		t.Fatal("the default client did not use a framed connection")
+	}
+	// Three grants, two extends, a check and a release are hot calls;
+	// gets are not.
+	if n := binaryCalls(t, addr) - before; n != 7 {
+		t.Fatalf("the framed run made %d binary calls, want 7", n)
 	}
 	if hc.Framed("http://" + addr) {
 		t.Fatal("WithFramed(false) used a framed connection")
@@ -229,4 +248,27 @@ func TestFramedConnectionIsRedialedAfterTheServerRestarts(t *testing.T) {
 	if !c.Framed("http://" + addr) {
 		t.Fatal("the call after the restart did not use a framed connection")
 	}
+}
+
+// binaryCalls reads fencelock_framed_binary_calls_total from addr's
+// metrics.
+func binaryCalls(t *testing.T, addr string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "fencelock_framed_binary_calls_total "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(n)
+		}
+	}
+	t.Fatal("no fencelock_framed_binary_calls_total in the metrics")
+	return 0
 }

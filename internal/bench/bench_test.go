@@ -36,7 +36,7 @@ func startServer(t *testing.T) *httptest.Server {
 		t.Fatal(err)
 	}
 	hs := httptest.NewUnstartedServer(s.Handler())
-	fs := &framing.Server{Handler: s.Handler()}
+	fs := &framing.Server{Handler: s.Handler(), Calls: s.Calls()}
 	hs.Listener = framing.Listen(hs.Listener, fs)
 	hs.Start()
 	t.Cleanup(func() {

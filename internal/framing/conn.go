@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,12 @@ type Conn struct {
 	// it holds up nothing else, rather than stall the server's reading of
 	// this connection, which would hold up the extends behind it.
 	window, priority chan struct{}
+
+	// calls are the paths the server answers as binary calls, once its
+	// answer to CallsTarget has come; until then, none.
+	calls     atomic.Pointer[map[string]bool]
+	learnOnce sync.Once
+	learnt    chan struct{} // closed once calls is set
 
 	mu      sync.Mutex
 	next    uint32
@@ -82,13 +89,47 @@ func Start(ctx context.Context, c net.Conn) (*Conn, error) {
 		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	fc := &Conn{c: c, pending: make(map[uint32]*call), dead: make(chan struct{}),
+	fc := &Conn{c: c, pending: make(map[uint32]*call), dead: make(chan struct{}), learnt: make(chan struct{}),
 		window:   make(chan struct{}, DefaultMaxInFlight),
 		priority: make(chan struct{}, DefaultMaxPriorityInFlight),
 	}
 	fc.bw.w = c
 	go fc.readLoop(br)
+	// Ask which calls the server takes in binary. The answer comes as
+	// id 0, which no other request uses; until it does, every call goes
+	// as JSON, so a server that never answers costs nothing but that.
+	if err := fc.write(0, KindRequest, methodGet, CallsTarget, nil); err != nil {
+		return nil, err
+	}
 	return fc, nil
+}
+
+// Calls reports whether the server answers path as a binary call
+// (MethodCall), as it said when the connection began.
+func (c *Conn) Calls(path string) bool {
+	m := c.calls.Load()
+	return m != nil && (*m)[path]
+}
+
+// CallsKnown is closed once the server has said which calls it takes in
+// binary; until then Calls reports none.
+func (c *Conn) CallsKnown() <-chan struct{} { return c.learnt }
+
+// learnCalls takes the server's answer to CallsTarget (the first: a
+// server has no reason to send another).
+func (c *Conn) learnCalls(a answer) {
+	c.learnOnce.Do(func() {
+		m := make(map[string]bool)
+		if a.status == 200 {
+			for _, p := range strings.Split(string(a.body), "\n") {
+				if strings.HasPrefix(p, "/") {
+					m[p] = true
+				}
+			}
+		}
+		c.calls.Store(&m)
+		close(c.learnt)
+	})
 }
 
 func handshake(c net.Conn, br *bufio.Reader) error {
@@ -259,6 +300,10 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 		if err != nil {
 			c.fail(fmt.Errorf("%w: %v", ErrConnClosed, err))
 			return
+		}
+		if a.id == 0 {
+			c.learnCalls(a)
+			continue
 		}
 		c.mu.Lock()
 		cl, ok := c.pending[a.id]

@@ -29,6 +29,11 @@
 // ends that request's context on the server, as closing an HTTP connection
 // would. A request that was cancelled may still be answered; the client
 // drops answers to ids it no longer waits for.
+//
+// The hot calls may skip HTTP altogether: a server with a CallHandler
+// lists, in its answer to CallsTarget, the paths it takes as binary calls
+// (MethodCall, bodies encoded by internal/callcodec), and its handler
+// answers them without an http.Request.
 package framing
 
 import (
@@ -58,11 +63,26 @@ const (
 // maxCredential bounds an auth frame's body.
 const maxCredential = 4096
 
-// Methods: the API uses two.
+// Methods: the API uses two; MethodCall is a hot call in binary.
 const (
 	methodGet  byte = 1
 	methodPost byte = 2
+	methodCall byte = 3
 )
+
+// MethodCall is the method of a request whose body is the binary encoding
+// (internal/callcodec) of the call its path names, and whose answer, when
+// its status is 200, is the binary encoding of the call's answer; any
+// other answer is the API's JSON error. A client sends it only on a
+// connection whose server listed the path in its answer to CallsTarget
+// (Conn.Calls), so an older server never sees one.
+const MethodCall = "CALL"
+
+// CallsTarget is what a client asks, as request id 0 right after the
+// preface, to learn which paths the server answers as binary calls: a
+// server that has a CallHandler answers 200 with one path per line, any
+// other (an older one) answers it as an unknown path, 404.
+const CallsTarget = "/_frames/calls"
 
 // MaxFrame bounds one frame's length field. It is the HTTP API's largest
 // request body (64 KiB) or answer (a page of 1000 leases, about 1.3 MiB)
@@ -85,8 +105,10 @@ func methodCode(m string) (byte, error) {
 		return methodGet, nil
 	case http.MethodPost:
 		return methodPost, nil
+	case MethodCall:
+		return methodCall, nil
 	}
-	return 0, fmt.Errorf("framing: method %q is not carried (GET and POST are)", m)
+	return 0, fmt.Errorf("framing: method %q is not carried (GET, POST and CALL are)", m)
 }
 
 func methodName(c byte) (string, bool) {
@@ -95,6 +117,8 @@ func methodName(c byte) (string, bool) {
 		return http.MethodGet, true
 	case methodPost:
 		return http.MethodPost, true
+	case methodCall:
+		return MethodCall, true
 	}
 	return "", false
 }

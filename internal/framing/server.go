@@ -25,6 +25,10 @@ import (
 type Server struct {
 	// Handler answers every request, as it would over HTTP.
 	Handler http.Handler
+	// Calls, if set, answers the binary calls (MethodCall) of the paths
+	// it lists; the server tells each connection which those are
+	// (CallsTarget).
+	Calls CallHandler
 	// MaxInFlight bounds the requests one connection may have unanswered
 	// (an answer counts until it is written to the connection, not when it
 	// is ready); past it the server stops reading that connection until
@@ -58,12 +62,33 @@ type Server struct {
 	// preface (with Listen, its first byte). Default 10s.
 	PrefaceTimeout time.Duration
 
+	callsOnce sync.Once
+	callPaths map[string]bool
+
 	mu       sync.Mutex
 	conns    map[*serverConn]struct{}
 	shutdown bool
 	serving  sync.WaitGroup // connections being served
 
 	stats serverStats
+}
+
+// CallHandler answers binary calls: the hot calls of the API encoded by
+// internal/callcodec instead of as JSON, without an http.Request.
+type CallHandler interface {
+	// CallPaths are the paths it answers.
+	CallPaths() []string
+	// ServeCall answers one call to path with its status and answer body:
+	// the binary answer when the status is 200, else a JSON error.
+	ServeCall(ctx context.Context, from *CallConn, path string, body []byte) (status int, answer []byte)
+}
+
+// CallConn is what a CallHandler knows of the connection a call came on.
+type CallConn struct {
+	Local, Remote string
+	TLS           *tls.ConnectionState // nil on a plain connection
+	// Credential is the connection's credential (KindAuth), "" if none.
+	Credential string
 }
 
 // Defaults of the Server's limits.
@@ -90,11 +115,14 @@ type Stats struct {
 	// WriteTimeout; one that sent part of a frame and stalled for
 	// ReadTimeout; one idle for IdleTimeout.
 	WriteTimeouts, ReadTimeouts, IdleTimeouts int64
+	// BinaryCalls counts the calls answered in binary (MethodCall).
+	BinaryCalls int64
 }
 
 type serverStats struct {
 	inFlight, pending, peak                 atomic.Int64
 	writeTimeouts, readTimeouts, idleClosed atomic.Int64
+	calls                                   atomic.Int64
 }
 
 // Stats returns the server's accounting now.
@@ -110,7 +138,19 @@ func (s *Server) Stats() Stats {
 		WriteTimeouts:              s.stats.writeTimeouts.Load(),
 		ReadTimeouts:               s.stats.readTimeouts.Load(),
 		IdleTimeouts:               s.stats.idleClosed.Load(),
+		BinaryCalls:                s.stats.calls.Load(),
 	}
+}
+
+// callPath reports whether Calls answers path; the set is built once.
+func (s *Server) callPath(path string) bool {
+	s.callsOnce.Do(func() {
+		s.callPaths = make(map[string]bool)
+		for _, p := range s.Calls.CallPaths() {
+			s.callPaths[p] = true
+		}
+	})
+	return s.callPaths[path]
 }
 
 // ErrServerClosed: the server was shut down or closed.
@@ -579,7 +619,6 @@ func (w deadlineWriter) Write(p []byte) (int, error) {
 
 // serveOne runs the handler on one request.
 func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body []byte) {
-	w := &answerWriter{header: make(http.Header, 2)}
 	defer func() {
 		if p := recover(); p != nil {
 			// net/http answers nothing on a handler panic and drops the
@@ -588,6 +627,29 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 			status, body = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`+"\n")
 		}
 	}()
+	if calls := sc.s.Calls; calls != nil {
+		switch {
+		case q.method == MethodCall:
+			if !sc.s.callPath(q.target) {
+				return http.StatusNotFound, []byte(`{"error":"no binary call on this path","code":"not_found"}` + "\n")
+			}
+			from := CallConn{Local: sc.local, Remote: sc.remote, TLS: sc.tls}
+			if cred := sc.auth.Load(); cred != nil {
+				from.Credential = *cred
+			}
+			sc.s.stats.calls.Add(1)
+			status, body = calls.ServeCall(ctx, &from, q.target, q.body)
+			if len(body) > MaxFrame-answerHeader {
+				return http.StatusInternalServerError, []byte(`{"error":"answer too large for a frame","code":"internal"}` + "\n")
+			}
+			return status, body
+		case q.target == CallsTarget && q.method == http.MethodGet:
+			return http.StatusOK, []byte(strings.Join(calls.CallPaths(), "\n"))
+		}
+	} else if q.method == MethodCall {
+		return http.StatusNotFound, []byte(`{"error":"this server answers no binary calls","code":"not_found"}` + "\n")
+	}
+	w := &answerWriter{header: make(http.Header, 2)}
 	path, query, _ := strings.Cut(q.target, "?")
 	r := &http.Request{
 		Method:        q.method,

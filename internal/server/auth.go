@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/http"
 	"strings"
@@ -53,10 +54,25 @@ func denied(format string, args ...any) *Error {
 // else a verified client certificate whose SAN (DNS, email) or CN names a
 // principal. A call with neither is refused 401, unless its op is open.
 func (s *Server) authenticate(r *http.Request, op string) (*http.Request, *Error) {
+	ctx, e := s.authenticateCall(r.Context(), r.Header.Get(api.HeaderAuthorization), r.TLS, op)
+	if e != nil {
+		return nil, e
+	}
+	if ctx == nil {
+		return r, nil
+	}
+	return r.WithContext(ctx), nil
+}
+
+// authenticateCall is authenticate for a call whose credential (the
+// Authorization header's value) and TLS state are known: the context to
+// run it with, or nil when it runs as it came (ACLs off, or an open op
+// without a principal).
+func (s *Server) authenticateCall(ctx context.Context, credential string, cs *tls.ConnectionState, op string) (context.Context, *Error) {
 	st := s.fsm.ACL()
 	if !st.On {
 		if openOps[op] || s.aclKnown() {
-			return r, nil
+			return nil, nil
 		}
 		return nil, newError(api.CodeUnavailable, "this node has not yet applied the log it had when it started, so it cannot tell whether ACLs are on; retry, or ask another node")
 	}
@@ -64,29 +80,29 @@ func (s *Server) authenticate(r *http.Request, op string) (*http.Request, *Error
 		p  acl.Principal
 		ok bool
 	)
-	if h := r.Header.Get(api.HeaderAuthorization); h != "" {
-		scheme, secret, _ := strings.Cut(h, " ")
+	if credential != "" {
+		scheme, secret, _ := strings.Cut(credential, " ")
 		if !strings.EqualFold(scheme, "Bearer") {
 			return nil, unauthenticated("the Authorization header must be \"Bearer <secret>\"")
 		}
 		if p, ok = st.ByToken(strings.TrimSpace(secret)); !ok {
 			return nil, unauthenticated("unknown or deleted token")
 		}
-	} else if p, ok = certPrincipal(st, r); !ok {
+	} else if p, ok = certPrincipal(st, cs); !ok {
 		if openOps[op] {
-			return r, nil
+			return nil, nil
 		}
 		return nil, unauthenticated("authentication required: send Authorization: Bearer <secret> (fencelock --auth-token, FENCELOCK_AUTH_TOKEN)")
 	}
-	return r.WithContext(context.WithValue(r.Context(), callerKey{}, &caller{st: st, p: p})), nil
+	return context.WithValue(ctx, callerKey{}, &caller{st: st, p: p}), nil
 }
 
 // certPrincipal is the principal a verified client certificate names.
-func certPrincipal(st *acl.State, r *http.Request) (acl.Principal, bool) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.PeerCertificates) == 0 {
+func certPrincipal(st *acl.State, cs *tls.ConnectionState) (acl.Principal, bool) {
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
 		return acl.Principal{}, false
 	}
-	leaf := r.TLS.PeerCertificates[0]
+	leaf := cs.PeerCertificates[0]
 	names := append(append([]string{}, leaf.DNSNames...), leaf.EmailAddresses...)
 	names = append(names, leaf.Subject.CommonName)
 	for _, n := range names {
@@ -201,15 +217,12 @@ func authenticated(h handlerFunc) handlerFunc { return h }
 // routes.
 func (s *Server) guardRoutes(m map[string]route) {
 	post, get := http.MethodPost, http.MethodGet
-	m[api.PathAcquire] = route{post, "acquire", body(guard(s.Acquire,
-		func(c *caller, r api.AcquireRequest) *Error { return c.lockAs(r.Key, r.Holder, "acquire") },
-		func(r api.AcquireRequest) string { return r.Key }))}
+	hot := s.guardedCalls()
+	m[api.PathAcquire] = route{post, "acquire", body(hot.acquire)}
 	m[api.PathRenew] = route{post, "renew", body(guard(s.Renew,
 		func(c *caller, r api.RenewRequest) *Error { return c.lockAs(r.Key, r.Holder, "renew") },
 		func(r api.RenewRequest) string { return r.Key }))}
-	m[api.PathExtend] = route{post, "extend", body(guard(s.Extend,
-		func(c *caller, r api.ExtendRequest) *Error { return c.lockAs(r.Key, r.Holder, "extend") },
-		func(r api.ExtendRequest) string { return r.Key }))}
+	m[api.PathExtend] = route{post, "extend", body(hot.extend)}
 	m[api.PathExtendBatch] = route{post, "extend-batch", body(guard(s.ExtendBatch,
 		func(c *caller, r api.ExtendBatchRequest) *Error {
 			for _, it := range r.Leases {
@@ -220,7 +233,7 @@ func (s *Server) guardRoutes(m map[string]route) {
 			return nil
 		},
 		func(r api.ExtendBatchRequest) string { return "" }))}
-	m[api.PathRelease] = route{post, "release", body(s.guardedRelease)}
+	m[api.PathRelease] = route{post, "release", body(hot.release)}
 	m[api.PathCheck] = route{get, "check", readQuery(m[api.PathCheck].handle, "check")}
 	m[api.PathLock] = route{get, "lock", readQuery(m[api.PathLock].handle, "read")}
 	m[api.PathLocks] = route{get, "locks", s.guardedList(m[api.PathLocks].handle)}

@@ -149,6 +149,10 @@ func framedCollectors(fs *framing.Server) []prometheus.Collector {
 		closed("write_timeout", func(st framing.Stats) int64 { return st.WriteTimeouts }),
 		closed("read_timeout", func(st framing.Stats) int64 { return st.ReadTimeouts }),
 		closed("idle", func(st framing.Stats) int64 { return st.IdleTimeouts }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencelock_framed_binary_calls_total",
+			Help: "Hot calls (acquire, extend, release, check) answered in the binary encoding on framed connections rather than as JSON.",
+		}, func() float64 { return float64(fs.Stats().BinaryCalls) }),
 	}
 }
 

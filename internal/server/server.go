@@ -42,6 +42,7 @@ type Server struct {
 	clock   clusterClock
 	clk     Clock // what clock measures by; also lease timers
 	handler http.Handler
+	calls   *callHandler
 	change  membership // cluster.go: joins and removals
 
 	tls      *tlsconfig.Reloader // nil without TLS (tls.go)
@@ -95,6 +96,7 @@ func New(cfg Config) (*Server, error) {
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
 	s.watches = newWatchHub(cfg.WatchHistory, cfg.WatchMaxWatchers, cfg.WatchMaxPerCaller, s.watchGauge())
 	s.handler = s.routes()
+	s.calls = s.newCallHandler() // calls.go
 	if cfg.TLS.Enabled() {
 		r, err := tlsconfig.Load(cfg.TLS)
 		if err != nil {
@@ -214,6 +216,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	// the same handler answers both.
 	fs := &framing.Server{
 		Handler:               s.Handler(),
+		Calls:                 s.Calls(),
 		MaxInFlight:           cfg.FramedMaxInFlight,
 		MaxPriorityInFlight:   cfg.FramedMaxPriorityInFlight,
 		MaxPendingAnswerBytes: cfg.FramedMaxPendingAnswerBytes,

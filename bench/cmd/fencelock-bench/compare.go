@@ -67,6 +67,7 @@ func runCompare(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&o.RedisRetryMax, "redis-retry-max", 5*time.Millisecond, "longest poll delay of a waiting Redis client (redsync: 50ms..250ms)")
 	fs.StringVar(&o.DataDir, "data-fencelock", "", "the fencelock server's --data `dir`, for w4's snapshot size")
 	fs.BoolVar(&o.FencelockHTTP, "fencelock-http", false, "drive fencelock over HTTP/1.1 instead of framed connections")
+	fs.BoolVar(&o.FencelockJSON, "fencelock-json", false, "send fencelock's hot calls as JSON on framed connections instead of in binary")
 	addrs := map[string]*string{}
 	for _, s := range peerbench.Systems {
 		addrs[s] = fs.String("addr-"+s, peerbench.DefaultAddrs[s], s+" `address`")

@@ -35,6 +35,7 @@ func runSystem(ctx context.Context, e *env, args []string) error {
 	duration := fs.Duration("duration", 10*time.Second, "how long to run")
 	ttl := fs.Duration("ttl", 10*time.Second, "lease TTL of each grant")
 	useHTTP := fs.Bool("http", false, "fencelock: send the requests over HTTP/1.1 instead of a framed connection")
+	useJSON := fs.Bool("json", false, "fencelock: send the hot calls as JSON on the framed connection instead of in binary")
 	if help, err := parseFlags(e, fs, runUsage, args); help || err != nil {
 		return err
 	}
@@ -48,7 +49,7 @@ func runSystem(ctx context.Context, e *env, args []string) error {
 	if *duration <= 0 {
 		return usageError("run: --duration must be positive")
 	}
-	o := peerbench.Options{Addr: *addr, TTL: *ttl, FencelockHTTP: *useHTTP}
+	o := peerbench.Options{Addr: *addr, TTL: *ttl, FencelockHTTP: *useHTTP, FencelockJSON: *useJSON}
 	r, err := peerbench.RunSystem(ctx, *system, w, o, peerbench.Params{Duration: *duration})
 	if errors.Is(err, peerbench.ErrUnreachable) {
 		return &exitError{Code: exitUnreachable, Err: err}

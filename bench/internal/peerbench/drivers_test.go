@@ -64,7 +64,7 @@ func startFencelock(t *testing.T) string {
 		t.Fatal(err)
 	}
 	hs := httptest.NewUnstartedServer(s.Handler())
-	fs := &framing.Server{Handler: s.Handler()}
+	fs := &framing.Server{Handler: s.Handler(), Calls: s.Calls()}
 	hs.Listener = framing.Listen(hs.Listener, fs)
 	hs.Start()
 	t.Cleanup(func() {

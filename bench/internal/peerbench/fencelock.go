@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/callcodec"
 	"github.com/fencelock/fencelock/internal/framing"
 )
 
@@ -87,6 +88,13 @@ func openFencelock(ctx context.Context, o Options) (System, error) {
 			return nil, unreachable("fencelock", o.Addr, err)
 		}
 		s.frames = append(s.frames, fc)
+		// Learn which calls go in binary before the clock starts.
+		select {
+		case <-fc.CallsKnown():
+		case <-hctx.Done():
+			s.Close()
+			return nil, unreachable("fencelock", o.Addr, hctx.Err())
+		}
 	}
 	return s, nil
 }
@@ -149,13 +157,22 @@ func (c *flClient) Close() error { return nil }
 // answer comes back as its API code with a nil error, so callers can tell
 // "held" from a failure.
 func (s *flSystem) post(ctx context.Context, route string, in, out any) (code string, err error) {
-	body, err := json.Marshal(in)
+	status, data, binary, err := s.callBinary(ctx, route, in)
+	if !binary && err == nil {
+		var body []byte
+		if body, err = json.Marshal(in); err != nil {
+			return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
+		}
+		status, data, err = s.roundTrip(ctx, route, body)
+	}
 	if err != nil {
 		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
 	}
-	status, data, err := s.roundTrip(ctx, route, body)
-	if err != nil {
-		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
+	if binary && status/100 == 2 {
+		if err := decodeBinary(data, out); err != nil {
+			return "", fmt.Errorf("peerbench: fencelock %s: decode: %w", route, err)
+		}
+		return "", nil
 	}
 	if status/100 != 2 {
 		var e api.Error
@@ -174,6 +191,51 @@ func (s *flSystem) post(ctx context.Context, route string, in, out any) (code st
 		}
 	}
 	return "", nil
+}
+
+// callBinary sends in as a binary call when the framed connection's
+// server takes route that way and the driver is not told to use JSON;
+// binary is false when it did not send.
+func (s *flSystem) callBinary(ctx context.Context, route string, in any) (status int, data []byte, binary bool, err error) {
+	if s.frames == nil || s.o.FencelockJSON {
+		return 0, nil, false, nil
+	}
+	fc := s.frames[s.next.Add(1)%uint32(len(s.frames))]
+	if !fc.Calls(route) {
+		return 0, nil, false, nil
+	}
+	var body []byte
+	switch q := in.(type) {
+	case api.AcquireRequest:
+		body = callcodec.AppendAcquire(nil, q)
+	case api.ExtendRequest:
+		body = callcodec.AppendExtend(nil, q)
+	case api.ReleaseRequest:
+		body = callcodec.AppendRelease(nil, q)
+	default:
+		return 0, nil, false, nil
+	}
+	if t, ok := ctx.Value(sentKey{}).(*atomic.Pointer[time.Time]); ok {
+		now := time.Now()
+		t.Store(&now)
+	}
+	status, data, err = fc.RoundTrip(ctx, framing.MethodCall, route, body)
+	return status, data, true, err
+}
+
+// decodeBinary decodes a binary call's answer into out (nil: not wanted).
+func decodeBinary(data []byte, out any) error {
+	var err error
+	switch o := out.(type) {
+	case nil:
+	case *api.Lease:
+		*o, err = callcodec.Lease(data)
+	case *api.ReleaseResponse:
+		*o, err = callcodec.Released(data)
+	default:
+		err = fmt.Errorf("no binary answer for %T", out)
+	}
+	return err
 }
 
 // roundTrip POSTs body to route and returns the answer's status and body.

@@ -94,6 +94,11 @@ type Options struct {
 	// FencelockHTTP makes the fencelock driver use HTTP/1.1 instead of
 	// framed connections.
 	FencelockHTTP bool
+	// FencelockJSON makes the fencelock driver send the hot calls
+	// (acquire, extend, release) as JSON on its framed connection rather
+	// than in the binary encoding the server offers (internal/callcodec),
+	// to measure what that encoding saves.
+	FencelockJSON bool
 }
 
 func (o Options) withDefaults(name string) Options {

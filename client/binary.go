@@ -1,0 +1,66 @@
+package client
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/callcodec"
+)
+
+// The hot calls — acquire, extend, release, check — go over a framed
+// connection in the binary encoding of internal/callcodec when the server
+// takes them that way (framing.Conn.Calls), which spares both ends JSON
+// and the server an http.Request per call. Everything else, and every call
+// to a server that does not list the path, goes as JSON; the answers are
+// the same (the server runs one operation behind both).
+
+// binaryBody is cl's request in the binary encoding, or nil when cl is not
+// a hot call or a string of it is not UTF-8 (JSON replaces such bytes; the
+// binary encoding refuses them, so such a call goes as JSON to be read the
+// same way it always was).
+func binaryBody(cl call) []byte {
+	switch q := cl.body.(type) {
+	case api.AcquireRequest:
+		if cl.path == api.PathAcquire && callcodec.ValidStrings(q.Key, q.Holder, q.RequestID, q.Mode) {
+			return callcodec.AppendAcquire(make([]byte, 0, 32+len(q.Key)+len(q.Holder)+len(q.RequestID)), q)
+		}
+	case api.ExtendRequest:
+		if cl.path == api.PathExtend && callcodec.ValidStrings(q.Key, q.Holder, q.RequestID) {
+			return callcodec.AppendExtend(make([]byte, 0, 24+len(q.Key)+len(q.Holder)+len(q.RequestID)), q)
+		}
+	case api.ReleaseRequest:
+		if cl.path == api.PathRelease && callcodec.ValidStrings(q.Key, q.Holder, q.RequestID) {
+			return callcodec.AppendRelease(make([]byte, 0, 16+len(q.Key)+len(q.Holder)+len(q.RequestID)), q)
+		}
+	case nil:
+		if cl.path != api.PathCheck || len(cl.query) != 2 {
+			return nil
+		}
+		key := cl.query.Get(api.QueryKey)
+		token, err := strconv.ParseUint(cl.query.Get(api.QueryToken), 10, 64)
+		if err == nil && key != "" && callcodec.ValidStrings(key) {
+			return callcodec.AppendCheck(nil, callcodec.CheckRequest{Key: key, Token: token})
+		}
+	}
+	return nil
+}
+
+// binaryAnswer decodes a binary call's successful answer into cl.out.
+func binaryAnswer(addr string, cl call, status int, data []byte) error {
+	var err error
+	switch out := cl.out.(type) {
+	case *api.Lease:
+		*out, err = callcodec.Lease(data)
+	case *api.ReleaseResponse:
+		*out, err = callcodec.Released(data)
+	case *api.CheckResponse:
+		*out, err = callcodec.Checked(data)
+	default:
+		err = fmt.Errorf("no binary answer for %T", cl.out)
+	}
+	if err != nil {
+		return &APIError{Status: status, Code: api.CodeInternal, Message: fmt.Sprintf("%s answered %s with an unreadable binary answer: %v", addr, cl.path, err)}
+	}
+	return nil
+}
