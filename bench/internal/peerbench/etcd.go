@@ -233,3 +233,14 @@ func (l *etcdLease) Unlock(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Valid reports whether key still holds the grant of token: the key
+// exists, created at that revision, with a lease attached (Hold's
+// grants; a Lock's key carries a suffix of its own).
+func (s *etcdSystem) Valid(ctx context.Context, key string, token uint64) (bool, error) {
+	resp, err := s.cli.Get(ctx, "/flbench/"+key)
+	if err != nil {
+		return false, fmt.Errorf("peerbench: etcd get: %w", err)
+	}
+	return len(resp.Kvs) == 1 && uint64(resp.Kvs[0].CreateRevision) == token && resp.Kvs[0].Lease != 0, nil
+}

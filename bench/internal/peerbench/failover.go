@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -28,6 +29,18 @@ type Failover struct {
 	// Every is how often a new try starts while none has been granted
 	// (default 50ms): the resolution of the measurement.
 	Every time.Duration
+	// Hold is how many leases, each of HoldTTL, a client takes before
+	// each kill (through the nodes' address list, so on the leader that
+	// is about to die); after the first grant a fresh client asks whether
+	// each is still live under its token. Systems that cannot be asked
+	// (no Validator) skip this. The failover guarantee is that none is
+	// lost: a lease outlives the leader that granted it.
+	Hold    int
+	HoldTTL time.Duration
+	// HoldPrefix starts the held leases' keys, which are
+	// HoldPrefix/ROUND/I; default failover/held/ and a random run id, so
+	// that runs a TTL apart do not meet each other's leases.
+	HoldPrefix string
 	// Progress, when set, is told each round's time.
 	Progress func(round int, d time.Duration)
 }
@@ -38,6 +51,9 @@ type FailoverResult struct {
 	System  string
 	Times   []time.Duration
 	Summary Summary
+	// Held counts the leases held across the kills and checked after
+	// them (Failover.Hold per round); Lost, those no longer live.
+	Held, Lost int
 }
 
 // Run runs the rounds. Before each kill the cluster must grant a lock
@@ -48,9 +64,16 @@ func (f Failover) Run(ctx context.Context) (FailoverResult, error) {
 		return FailoverResult{}, errors.New("peerbench: failover: rounds, attempt, timeout, kill and revive are required")
 	}
 	res := FailoverResult{System: f.System}
+	if f.HoldPrefix == "" {
+		f.HoldPrefix = fmt.Sprintf("failover/held/%08x", rand.Uint32())
+	}
 	for round := 1; round <= f.Rounds; round++ {
 		if _, err := f.firstGrant(ctx, round, "warm"); err != nil {
 			return res, fmt.Errorf("peerbench: failover round %d: the cluster grants nothing before the kill: %w", round, err)
+		}
+		held, err := f.hold(ctx, round)
+		if err != nil {
+			return res, fmt.Errorf("peerbench: failover round %d: %w", round, err)
 		}
 		killed := time.Now()
 		if err := f.Kill(ctx); err != nil {
@@ -60,6 +83,12 @@ func (f Failover) Run(ctx context.Context) (FailoverResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("peerbench: failover round %d: %w", round, err)
 		}
+		lost, err := f.lost(ctx, held)
+		if err != nil {
+			return res, fmt.Errorf("peerbench: failover round %d: checking the held leases: %w", round, err)
+		}
+		res.Held += len(held)
+		res.Lost += lost
 		d := granted.Sub(killed)
 		res.Times = append(res.Times, d)
 		if f.Progress != nil {
@@ -148,4 +177,79 @@ func (f Failover) try(ctx context.Context, key string) (time.Time, error) {
 	at := time.Now()
 	l.Unlock(actx) // best effort; the lease expires anyway
 	return at, nil
+}
+
+// heldLease is one lease taken before a kill: its key and token.
+type heldLease struct {
+	key   string
+	token uint64
+}
+
+// hold takes f.Hold leases for the round (none for a system without a
+// Validator). The client is left open: its leases must not be released.
+func (f Failover) hold(ctx context.Context, round int) ([]heldLease, error) {
+	if f.Hold <= 0 {
+		return nil, nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, f.Timeout)
+	defer cancel()
+	o := f.Options
+	o.Clients = 1
+	sys, err := Open(hctx, f.System, o)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := sys.(Validator); !ok {
+		sys.Close()
+		return nil, nil
+	}
+	// Closing the system would not end its leases (they expire by TTL;
+	// closing an etcd client revokes nothing of Hold's); close it once
+	// the leases are taken.
+	defer sys.Close()
+	c, err := sys.NewClient(hctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	ttl := f.HoldTTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	held := make([]heldLease, 0, f.Hold)
+	for i := range f.Hold {
+		key := fmt.Sprintf("%s/%d/%d", f.HoldPrefix, round, i)
+		l, err := c.Hold(hctx, key, ttl)
+		if err != nil {
+			return nil, fmt.Errorf("holding %s: %w", key, err)
+		}
+		held = append(held, heldLease{key, l.Token()})
+	}
+	return held, nil
+}
+
+// lost asks the survivors, through a fresh client, how many of held are
+// no longer their key's live grant.
+func (f Failover) lost(ctx context.Context, held []heldLease) (int, error) {
+	if len(held) == 0 {
+		return 0, nil
+	}
+	vctx, cancel := context.WithTimeout(ctx, f.Timeout)
+	defer cancel()
+	sys, err := Open(vctx, f.System, f.Options)
+	if err != nil {
+		return 0, err
+	}
+	defer sys.Close()
+	v := sys.(Validator)
+	lost := 0
+	for _, h := range held {
+		ok, err := v.Valid(vctx, h.key, h.token)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			lost++
+		}
+	}
+	return lost, nil
 }

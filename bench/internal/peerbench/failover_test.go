@@ -3,6 +3,8 @@ package peerbench
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +68,45 @@ func TestFailoverErrors(t *testing.T) {
 	}
 	if _, err := (Failover{}).Run(context.Background()); err == nil {
 		t.Fatal("an empty Failover ran")
+	}
+}
+
+// The leases held across a kill are checked after it: on a server that
+// keeps them none is lost; one whose "kill" lets them lapse loses them all.
+func TestFailoverChecksTheHeldLeases(t *testing.T) {
+	live := startFencelock(t)
+	ok := func(context.Context) error { return nil }
+	f := Failover{System: "fencelock", Options: Options{Addr: live}, Kill: ok, Revive: ok,
+		Rounds: 2, Attempt: 2 * time.Second, Timeout: 10 * time.Second, Every: 10 * time.Millisecond,
+		Hold: 5, HoldTTL: 30 * time.Second}
+	res, err := f.Run(context.Background())
+	if err != nil || res.Held != 10 || res.Lost != 0 {
+		t.Fatalf("held %d lost %d (%v), want 10 held, none lost", res.Held, res.Lost, err)
+	}
+	// A kill that returns once round 1's held leases have expired.
+	lapsed := func(ctx context.Context) error {
+		for i := range 3 {
+			for {
+				resp, err := http.Get(fmt.Sprintf("http://%s/v1/lock?key=lapse/1/%d", live, i))
+				if err != nil {
+					return err
+				}
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusNotFound {
+					break
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+		}
+		return nil
+	}
+	f = Failover{System: "fencelock", Options: Options{Addr: live}, Kill: lapsed, Revive: ok,
+		Rounds: 1, Attempt: 2 * time.Second, Timeout: 10 * time.Second, Every: 10 * time.Millisecond,
+		Hold: 3, HoldTTL: 200 * time.Millisecond, HoldPrefix: "lapse"}
+	res, err = f.Run(context.Background())
+	if err != nil || res.Held != 3 || res.Lost != 3 {
+		t.Fatalf("held %d lost %d (%v), want all 3 lost", res.Held, res.Lost, err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -370,4 +372,27 @@ func (s *flSystem) SnapshotBytes(ctx context.Context) (int64, error) {
 		return 0, errors.New("data directory not given")
 	}
 	return dirSize(s.o.DataDir)
+}
+
+// Valid asks the server whether token is key's live grant (GET /v1/check).
+func (s *flSystem) Valid(ctx context.Context, key string, token uint64) (bool, error) {
+	u := s.base + api.PathCheck + "?" + url.Values{api.QueryKey: {key}, api.QueryToken: {strconv.FormatUint(token, 10)}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("peerbench: fencelock check: %w", err)
+	}
+	defer resp.Body.Close()
+	var c api.CheckResponse
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		return false, fmt.Errorf("peerbench: fencelock check: HTTP %d: %s", resp.StatusCode, data)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&c); err != nil {
+		return false, fmt.Errorf("peerbench: fencelock check: %w", err)
+	}
+	return c.Valid, nil
 }

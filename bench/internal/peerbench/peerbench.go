@@ -66,6 +66,12 @@ type Lease interface {
 	Unlock(ctx context.Context) error
 }
 
+// Validator is implemented by systems whose grants a fresh client can
+// check by key and token: whether that grant is still the key's live one.
+type Validator interface {
+	Valid(ctx context.Context, key string, token uint64) (bool, error)
+}
+
 // Preparer is implemented by systems that need per-key setup outside the
 // timed loop (ZooKeeper's lock parent nodes).
 type Preparer interface {
