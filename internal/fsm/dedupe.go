@@ -57,14 +57,14 @@ func requestKey(c Command) string { return c.Holder + "\x00" + c.Key + "\x00" + 
 // waitKey names a queue place: the table keeps one per (key, holder).
 func waitKey(key, holder string) string { return key + "\x00" + holder }
 
-// recall answers a retry from memory.
-func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
+// recall answers a retry from memory, into r.
+func (f *FSM) recall(c Command, now locktable.Time, r *Result) bool {
 	if c.RequestID == "" || !remembers(c.Op) {
-		return nil, false
+		return false
 	}
 	m, ok := f.seen[requestKey(c)]
 	if !ok || m.op != c.Op {
-		return nil, false
+		return false
 	}
 	if waits(c.Op) {
 		// Only a grant that is still the holder's live lease is answered;
@@ -72,14 +72,14 @@ func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
 		// that ended is asked for anew.
 		l, live := f.table.LeaseOf(c.Key, m.res.Lease.Holder, now)
 		if !m.res.Granted || !live || l.Token != m.res.Lease.Token {
-			return nil, false
+			return false
 		}
 		m.claimed = true
 	}
-	r := m.res
+	*r = m.res
 	r.Now, r.Duplicate = now, true
 	r.Batch = append([]BatchResult(nil), m.res.Batch...)
-	return &r, true
+	return true
 }
 
 // remember records r for c, then forgets what is too old or too many.
