@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -29,7 +30,9 @@ func BenchmarkApplyAcquireRelease(b *testing.B) {
 				acq := Command{Op: OpAcquire, Now: now, Key: "w1/" + strconv.Itoa(i%10000), Holder: "client-7", TTL: 10 * locktable.Second}
 				rel := Command{Op: OpRelease, Now: now, Key: acq.Key, Holder: acq.Holder}
 				if id {
-					acq.RequestID, rel.RequestID = "a"+strconv.Itoa(i), "r"+strconv.Itoa(i)
+					// 24 hex digits, as the client package makes them
+					acq.RequestID = fmt.Sprintf("%024x", 2*i)
+					rel.RequestID = fmt.Sprintf("%024x", 2*i+1)
 				}
 				d, err := Encode(acq)
 				if err != nil {

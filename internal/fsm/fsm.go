@@ -185,12 +185,13 @@ func (f *FSM) apply(c Command, r *Result) {
 		f.now = c.Now
 	}
 	now := f.now
-	if f.recall(c, now, r) {
+	id := rememberID(c)
+	if f.recall(c, id, now, r) {
 		return
 	}
 	t := f.table
 	r.Op, r.Now = c.Op, now
-	defer f.remember(c, r, now)
+	defer f.remember(c, id, r, now)
 	switch c.Op {
 	case OpAcquire:
 		r.Lease, r.Err = t.AcquireWith(c.Key, c.Holder, now, c.TTL, grantOptions(c))
@@ -219,7 +220,7 @@ func (f *FSM) apply(c Command, r *Result) {
 			}
 		}
 	case OpRelease:
-		if c.RequestID != "" && c.Token != 0 && f.claimedWait(c) {
+		if c.RequestID != "" && c.Token != 0 && f.claimedWait(id, c) {
 			break // a re-sent wait was answered with this grant: it is held
 		}
 		if c.Token == 0 {
