@@ -254,15 +254,13 @@ func Decode(data []byte) (Command, error) {
 	c.Now = locktable.Time(d.varint())
 	switch c.Op {
 	case OpAcquire, OpRenew:
-		c.Key = d.string(locktable.MaxKeyLen)
-		c.Holder = d.string(locktable.MaxHolderLen)
+		c.Key, c.Holder = d.keyHolder()
 		c.TTL = locktable.Duration(d.varint())
 		if c.Op == OpAcquire {
 			readGrantOptions(&d, &c)
 		}
 	case OpWait:
-		c.Key = d.string(locktable.MaxKeyLen)
-		c.Holder = d.string(locktable.MaxHolderLen)
+		c.Key, c.Holder = d.keyHolder()
 		c.TTL = locktable.Duration(d.varint())
 		c.Deadline = locktable.Time(d.varint())
 		if d.err == nil && len(d.b) > 0 {
@@ -275,15 +273,12 @@ func Decode(data []byte) (Command, error) {
 	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
 		readSessionOp(&d, &c)
 	case OpCancelWait:
-		c.Key = d.string(locktable.MaxKeyLen)
-		c.Holder = d.string(locktable.MaxHolderLen)
+		c.Key, c.Holder = d.keyHolder()
 	case OpRelease:
-		c.Key = d.string(locktable.MaxKeyLen)
-		c.Holder = d.string(locktable.MaxHolderLen)
+		c.Key, c.Holder = d.keyHolder()
 		c.Token = d.uvarint()
 	case OpExtend:
-		c.Key = d.string(locktable.MaxKeyLen)
-		c.Holder = d.string(locktable.MaxHolderLen)
+		c.Key, c.Holder = d.keyHolder()
 		c.Token = d.uvarint()
 		c.TTL = locktable.Duration(d.varint())
 	case OpExtendBatch:
@@ -311,7 +306,8 @@ func Decode(data []byte) (Command, error) {
 	case OpCancelWaits:
 		n := d.count()
 		for i := 0; i < n && d.err == nil; i++ {
-			c.Items = append(c.Items, Item{Key: d.string(locktable.MaxKeyLen), Holder: d.string(locktable.MaxHolderLen)})
+			k, h := d.keyHolder()
+			c.Items = append(c.Items, Item{Key: k, Holder: h})
 		}
 	}
 	if d.err != nil {
@@ -383,18 +379,38 @@ func (r *reader) byte() byte {
 	return c
 }
 
-func (r *reader) string(limit int) string {
+func (r *reader) string(limit int) string { return string(r.bytes(limit)) }
+
+// bytes reads a string's bytes, not copied.
+func (r *reader) bytes(limit int) []byte {
 	n := r.uvarint()
 	if r.err != nil {
-		return ""
+		return nil
 	}
 	if n > uint64(limit) || n > uint64(len(r.b)) {
 		r.fail("string of %d bytes", n)
-		return ""
+		return nil
 	}
-	s := string(r.b[:n])
+	b := r.b[:n]
 	r.b = r.b[n:]
-	return s
+	return b
+}
+
+// keyHolder reads a key and the holder after it into one allocation
+// instead of two: the table keeps the two as long as each other anyway.
+// The holder's length prefix between them is the few bytes it costs.
+func (r *reader) keyHolder() (key, holder string) {
+	all := r.b
+	k := r.bytes(locktable.MaxKeyLen)
+	kEnd := len(all) - len(r.b)
+	h := r.bytes(locktable.MaxHolderLen)
+	hEnd := len(all) - len(r.b)
+	if r.err != nil {
+		return "", ""
+	}
+	kStart := kEnd - len(k)
+	s := string(all[kStart:hEnd])
+	return s[:len(k)], s[hEnd-len(h)-kStart:]
 }
 
 // count reads a batch length, refusing one that the remaining bytes cannot

@@ -57,14 +57,23 @@ func requestKey(c Command) string { return c.Holder + "\x00" + c.Key + "\x00" + 
 // waitKey names a queue place: the table keeps one per (key, holder).
 func waitKey(key, holder string) string { return key + "\x00" + holder }
 
-// recall answers a retry from memory.
-func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
+// rememberID is c's key in the memory, or "" when c is not remembered.
+// apply makes it once for recall, remember and claimedWait.
+func rememberID(c Command) string {
 	if c.RequestID == "" || !remembers(c.Op) {
-		return nil, false
+		return ""
 	}
-	m, ok := f.seen[requestKey(c)]
+	return requestKey(c)
+}
+
+// recall answers a retry from memory, into r. id is rememberID(c).
+func (f *FSM) recall(c Command, id string, now locktable.Time, r *Result) bool {
+	if id == "" {
+		return false
+	}
+	m, ok := f.seen[id]
 	if !ok || m.op != c.Op {
-		return nil, false
+		return false
 	}
 	if waits(c.Op) {
 		// Only a grant that is still the holder's live lease is answered;
@@ -72,24 +81,25 @@ func (f *FSM) recall(c Command, now locktable.Time) (*Result, bool) {
 		// that ended is asked for anew.
 		l, live := f.table.LeaseOf(c.Key, m.res.Lease.Holder, now)
 		if !m.res.Granted || !live || l.Token != m.res.Lease.Token {
-			return nil, false
+			return false
 		}
 		m.claimed = true
 	}
-	r := m.res
+	*r = m.res
 	r.Now, r.Duplicate = now, true
 	r.Batch = append([]BatchResult(nil), m.res.Batch...)
-	return &r, true
+	return true
 }
 
 // remember records r for c, then forgets what is too old or too many.
-func (f *FSM) remember(c Command, r *Result, now locktable.Time) {
-	keep := c.RequestID != "" && remembers(c.Op) && !isInputError(r.Err) && !isSessionRefusal(r.Err) && !errors.Is(r.Err, locktable.ErrKindMismatch)
+// id is rememberID(c).
+func (f *FSM) remember(c Command, id string, r *Result, now locktable.Time) {
+	keep := id != "" && !isInputError(r.Err) && !isSessionRefusal(r.Err) && !errors.Is(r.Err, locktable.ErrKindMismatch)
 	if waits(c.Op) {
 		keep = keep && (r.Granted || r.Queued)
 	}
 	if keep {
-		m := &remembered{id: requestKey(c), op: c.Op, at: now,
+		m := &remembered{id: id, op: c.Op, at: now,
 			res: Result{Op: r.Op, Lease: r.Lease, Granted: r.Granted, Queued: r.Queued, Released: r.Released, Batch: r.Batch, Err: r.Err}}
 		if r.Queued {
 			m.res.Lease = locktable.Lease{Key: c.Key, Holder: c.Holder}
@@ -150,9 +160,10 @@ func (f *FSM) waitEnded(ev locktable.Event) {
 }
 
 // claimedWait reports whether c, a release naming a wait's request id,
-// would take a grant that a re-sent wait was answered with.
-func (f *FSM) claimedWait(c Command) bool {
-	m, ok := f.seen[requestKey(c)]
+// would take a grant that a re-sent wait was answered with. id is
+// rememberID(c).
+func (f *FSM) claimedWait(id string, c Command) bool {
+	m, ok := f.seen[id]
 	return ok && waits(m.op) && m.claimed && m.res.Lease.Token == c.Token
 }
 

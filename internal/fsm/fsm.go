@@ -105,16 +105,64 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return &Result{Index: l.Index}
 	}
 	cmd, err := Decode(l.Data)
+	r := new(Result)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.index = l.Index
-	if err != nil {
-		return &Result{Index: l.Index, Now: f.now, Err: err}
+	if f.applyDecoded(l.Index, cmd, err, r) {
+		f.poke()
 	}
-	r := f.apply(cmd)
-	r.Index = l.Index
-	f.poke()
 	return r
+}
+
+var _ raft.BatchingFSM = (*FSM)(nil)
+
+// ApplyBatch runs committed entries in order under one hold of the lock,
+// answering each command with the *Result that Apply would have. raft
+// also hands a batch its configuration entries, which it never passes to
+// Apply (it answers their futures nil): they change nothing here and are
+// answered nil, as before. The results share one allocation.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any { return f.ApplyBatchFunc(logs, nil) }
+
+// ApplyBatchFunc is ApplyBatch calling each, when not nil, after every
+// command entry (the server times entries with it). each runs under the
+// lock: it must not block or call back into f.
+func (f *FSM) ApplyBatchFunc(logs []*raft.Log, each func()) []any {
+	out := make([]any, len(logs))
+	res := make([]Result, len(logs))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ran := false
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		cmd, err := Decode(l.Data)
+		if f.applyDecoded(l.Index, cmd, err, &res[i]) {
+			ran = true
+		}
+		out[i] = &res[i]
+		if each != nil {
+			each()
+		}
+	}
+	if ran {
+		f.poke()
+	}
+	return out
+}
+
+// applyDecoded runs the command of entry index into r, a zero Result,
+// under the lock. It reports whether the command ran: an entry that did
+// not decode moves only the applied index.
+func (f *FSM) applyDecoded(index uint64, cmd Command, err error, r *Result) bool {
+	f.index = index
+	if err != nil {
+		*r = Result{Index: index, Now: f.now, Err: err}
+		return false
+	}
+	f.apply(cmd, r)
+	r.Index = index
+	return true
 }
 
 // ApplyCommand is Apply for a command that is not in a raft log (tests, and
@@ -127,20 +175,23 @@ func (f *FSM) ApplyCommand(index uint64, cmd Command) *Result {
 	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(*Result)
 }
 
-func (f *FSM) apply(c Command) *Result {
+// apply runs c into r, a zero Result.
+func (f *FSM) apply(c Command, r *Result) {
 	if err := f.checkStamp(c.Now); err != nil {
-		return &Result{Op: c.Op, Now: f.now, Err: err}
+		r.Op, r.Now, r.Err = c.Op, f.now, err
+		return
 	}
 	if c.Now > f.now {
 		f.now = c.Now
 	}
 	now := f.now
-	if r, ok := f.recall(c, now); ok {
-		return r
+	id := rememberID(c)
+	if f.recall(c, id, now, r) {
+		return
 	}
 	t := f.table
-	r := &Result{Op: c.Op, Now: now}
-	defer f.remember(c, r, now)
+	r.Op, r.Now = c.Op, now
+	defer f.remember(c, id, r, now)
 	switch c.Op {
 	case OpAcquire:
 		r.Lease, r.Err = t.AcquireWith(c.Key, c.Holder, now, c.TTL, grantOptions(c))
@@ -169,7 +220,7 @@ func (f *FSM) apply(c Command) *Result {
 			}
 		}
 	case OpRelease:
-		if c.RequestID != "" && c.Token != 0 && f.claimedWait(c) {
+		if c.RequestID != "" && c.Token != 0 && f.claimedWait(id, c) {
 			break // a re-sent wait was answered with this grant: it is held
 		}
 		if c.Token == 0 {
@@ -204,7 +255,6 @@ func (f *FSM) apply(c Command) *Result {
 	default:
 		r.Err = fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}
-	return r
 }
 
 // Now is the largest cluster time applied so far. A new leader resumes its

@@ -39,8 +39,7 @@ func appendSharedCommand(b []byte, c Command) []byte {
 }
 
 func readSharedCommand(d *reader, c *Command) {
-	c.Key = d.string(locktable.MaxKeyLen)
-	c.Holder = d.string(locktable.MaxHolderLen)
+	c.Key, c.Holder = d.keyHolder()
 	c.TTL = locktable.Duration(d.varint())
 	c.Deadline = locktable.Time(d.varint())
 	c.Shared.Kind = locktable.Kind(d.byte())

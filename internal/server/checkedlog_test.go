@@ -14,6 +14,10 @@ func TestCheckedEntryRoundTripAndDamage(t *testing.T) {
 	if string(orig.Extensions) != "ext" {
 		t.Fatal("sealEntry changed its argument")
 	}
+	// The checksum of an entry is what data dirs already hold.
+	if want := "FLC\x01\xb7\x9c\x88\x84ext"; string(sealed.Extensions) != want {
+		t.Fatalf("sealed extensions %q, want %q", sealed.Extensions, want)
+	}
 	got := *sealed
 	if err := openEntry(&got, true); err != nil {
 		t.Fatal(err)

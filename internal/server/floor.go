@@ -47,6 +47,26 @@ func (f *floorFSM) Apply(l *raft.Log) any {
 	return r
 }
 
+// ApplyBatch applies a batch, then reserves once for every token it
+// issued, still before raft answers any of its entries. A state machine
+// that cannot batch applies each command as raft itself would (raft calls
+// Apply for commands only and answers the other entries nil).
+func (f *floorFSM) ApplyBatch(logs []*raft.Log) []any {
+	var out []any
+	if b, ok := f.FSM.(raft.BatchingFSM); ok {
+		out = b.ApplyBatch(logs)
+	} else {
+		out = make([]any, len(logs))
+		for i, l := range logs {
+			if l.Type == raft.LogCommand {
+				out[i] = f.FSM.Apply(l)
+			}
+		}
+	}
+	f.reserve()
+	return out
+}
+
 func (f *floorFSM) Restore(rc io.ReadCloser) error {
 	err := f.FSM.Restore(rc)
 	f.reserve()

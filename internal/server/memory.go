@@ -45,6 +45,19 @@ func (m *memorySignaller) Apply(l *raft.Log) any {
 	return r
 }
 
+// ApplyBatch is the FSM's ApplyBatch, each entry timed as Apply times it.
+func (m *memorySignaller) ApplyBatch(logs []*raft.Log) []any {
+	if m.applied == nil {
+		return m.FSM.ApplyBatch(logs)
+	}
+	start := time.Now()
+	return m.FSM.ApplyBatchFunc(logs, func() {
+		now := time.Now()
+		m.applied(now.Sub(start))
+		start = now
+	})
+}
+
 func (m *memorySignaller) signal() {
 	select {
 	case m.freed <- struct{}{}:

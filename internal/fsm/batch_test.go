@@ -1,0 +1,141 @@
+package fsm
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// batchLogs is a log with every kind of entry raft hands the FSM: grants,
+// refusals, a queue and its hand-off, retries under a request id (answered
+// from memory), expiries, sessions, shared locks, an entry that does not
+// decode, and configuration entries.
+func batchLogs(t *testing.T) []*raft.Log {
+	t.Helper()
+	var logs []*raft.Log
+	add := func(typ raft.LogType, data []byte) {
+		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Term: 1, Type: typ, Data: data})
+	}
+	cmd := func(c Command) {
+		d, err := Encode(c)
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		add(raft.LogCommand, d)
+	}
+	add(raft.LogConfiguration, raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: "a"}}}))
+	cmd(Command{Op: OpClusterID, ClusterID: "c1"})
+	cmd(Command{Op: OpMember, NodeID: "n1", RaftAddr: "a", ClientAddr: "b"})
+	for i := 0; i < 40; i++ {
+		now := locktable.Time(i) * tsec
+		k := "k" + strconv.Itoa(i%5)
+		h := "h" + strconv.Itoa(i%3)
+		acq := Command{Op: OpAcquire, Now: now, Key: k, Holder: h, TTL: 3 * sec, RequestID: "a" + strconv.Itoa(i%7)}
+		cmd(acq)
+		if i%5 == 1 {
+			cmd(acq) // a retry
+		}
+		cmd(Command{Op: OpWait, Now: now, Key: k, Holder: h + "w", TTL: 2 * sec, Deadline: now + 5*tsec, RequestID: "w" + strconv.Itoa(i)})
+		cmd(Command{Op: OpExtend, Now: now, Key: k, Holder: h, Token: uint64(i), TTL: 4 * sec})
+		if i%4 == 0 {
+			cmd(Command{Op: OpRelease, Now: now, Key: k, Holder: h, RequestID: "r" + strconv.Itoa(i%3)})
+		}
+		if i%6 == 0 {
+			cmd(Command{Op: OpTick, Now: now})
+			add(raft.LogCommand, []byte{byte(OpAcquire), 9}) // does not decode
+		}
+		if i%9 == 0 {
+			cmd(Command{Op: OpSessionOpen, Now: now, Holder: "s" + h, TTL: 5 * sec})
+			cmd(Command{Op: OpAcquireKeys, Now: now, Holder: "s" + h, Session: uint64(i/9 + 1), Items: []Item{{Key: "m" + k}, {Key: "n" + k}}})
+			cmd(Command{Op: OpShared, Now: now, Key: "sem", Holder: h, TTL: 2 * sec, Shared: sem3})
+			cmd(Command{Op: OpExtendBatch, Now: now, Holder: h, TTL: sec, Items: []Item{{Key: k, Token: 1}, {Key: "k0", Token: uint64(i)}}})
+			add(raft.LogConfiguration, raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID("n" + strconv.Itoa(i)), Address: "a"}}}))
+		}
+		if i%10 == 0 {
+			cmd(Command{Op: OpCancelWaits, Now: now, Items: []Item{{Key: k, Holder: h + "w"}}})
+		}
+	}
+	return logs
+}
+
+// ApplyBatch, in batches of any size, answers every entry and leaves the
+// state exactly as Apply of one entry at a time does, with the same events
+// at the same indexes. A configuration entry is answered nil, as raft
+// answers it without a batching FSM (it never calls Apply for one).
+func TestApplyBatchIsApply(t *testing.T) {
+	logs := batchLogs(t)
+	oneRec := &recorder{}
+	one := New(oneRec.observe)
+	var want []any
+	for _, l := range logs {
+		if l.Type != raft.LogCommand {
+			want = append(want, nil)
+			continue
+		}
+		want = append(want, one.Apply(l))
+	}
+	wantState, _ := one.MarshalBinary()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, size := range []int{1, 2, 7, 64, len(logs), 0} {
+		rec := &recorder{}
+		f := New(rec.observe)
+		var got []any
+		for rest := logs; len(rest) > 0; {
+			n := size
+			if n == 0 {
+				n = 1 + rng.IntN(64) // raft's batches vary
+			}
+			n = min(n, len(rest))
+			res := f.ApplyBatch(rest[:n])
+			if len(res) != n {
+				t.Fatalf("size %d: %d answers to %d entries", size, len(res), n)
+			}
+			got = append(got, res...)
+			rest = rest[n:]
+		}
+		for i := range logs {
+			if (want[i] == nil) != (got[i] == nil) || (want[i] != nil && !reflect.DeepEqual(want[i], got[i])) {
+				t.Fatalf("size %d: entry %d (%v) answered\n%#v\nwant\n%#v", size, i+1, logs[i].Type, got[i], want[i])
+			}
+		}
+		if !reflect.DeepEqual(rec.evs, oneRec.evs) {
+			t.Fatalf("size %d: events differ:\n%v\nwant\n%v", size, rec.evs, oneRec.evs)
+		}
+		if st, _ := f.MarshalBinary(); !bytes.Equal(st, wantState) {
+			t.Fatalf("size %d: state differs", size)
+		}
+		if f.AppliedIndex() != one.AppliedIndex() || f.Now() != one.Now() {
+			t.Fatalf("size %d: applied %d at %d, want %d at %d", size, f.AppliedIndex(), f.Now(), one.AppliedIndex(), one.Now())
+		}
+	}
+	// The script exercises what it claims to.
+	var granted, dup, bad, refused, handoff int
+	for _, a := range want {
+		r, _ := a.(*Result)
+		switch {
+		case r == nil:
+		case r.Duplicate:
+			dup++
+		case r.Err != nil && r.Op == 0:
+			bad++
+		case r.Err != nil:
+			refused++
+		case r.Granted:
+			granted++
+		}
+	}
+	for _, e := range oneRec.evs {
+		if e.ev.Kind == locktable.EventGranted && e.ev.Since < e.ev.At {
+			handoff++
+		}
+	}
+	if granted == 0 || dup == 0 || bad == 0 || refused == 0 || handoff == 0 {
+		t.Fatalf("granted %d, duplicates %d, bad %d, refused %d, hand-offs %d: the script misses a case", granted, dup, bad, refused, handoff)
+	}
+}
