@@ -29,6 +29,12 @@ type floorFSM struct {
 	state   *stateFile
 	ceiling atomic.Uint64
 	failed  atomic.Pointer[error]
+	// raiseHook, set by tests before the node serves, replaces the
+	// state file's update.
+	raiseHook func(next uint64) error
+
+	mu     sync.Mutex
+	raised chan struct{} // closed, and replaced, when a reservation ends
 }
 
 func newFloorFSM(f raft.FSM, state *stateFile) (*floorFSM, bool) {
@@ -36,7 +42,7 @@ func newFloorFSM(f raft.FSM, state *stateFile) (*floorFSM, bool) {
 	if !ok {
 		return nil, false
 	}
-	ff := &floorFSM{FSM: f, tokens: tokens, state: state}
+	ff := &floorFSM{FSM: f, tokens: tokens, state: state, raised: make(chan struct{})}
 	ff.ceiling.Store(state.get().Ceiling)
 	return ff, true
 }
@@ -67,6 +73,14 @@ func (f *floorFSM) ApplyBatch(logs []*raft.Log) []any {
 	return out
 }
 
+// raise records a ceiling of next tokens in the state file, fsynced.
+func (f *floorFSM) raise(next uint64) error {
+	if f.raiseHook != nil {
+		return f.raiseHook(next)
+	}
+	return f.state.update(func(s *dirState) { s.Ceiling = max(s.Ceiling, next) }, true)
+}
+
 func (f *floorFSM) Restore(rc io.ReadCloser) error {
 	err := f.FSM.Restore(rc)
 	f.reserve()
@@ -79,11 +93,51 @@ func (f *floorFSM) reserve() {
 		return
 	}
 	next := last + tokenBlock
-	if err := f.state.update(func(s *dirState) { s.Ceiling = max(s.Ceiling, next) }, true); err != nil {
+	defer f.reserved()
+	if err := f.raise(next); err != nil {
 		f.failed.CompareAndSwap(nil, &err)
 		return
 	}
 	f.ceiling.Store(next)
+}
+
+// reserved wakes those waiting in covers.
+func (f *floorFSM) reserved() {
+	f.mu.Lock()
+	close(f.raised)
+	f.raised = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// covers waits, at most for timeout, until the ceiling covers token, and
+// says whether it does. A grant that reaches its caller other than as its
+// own proposal's answer — a waiter's, handed over from the queue while
+// the state machine applied someone else's entry — is answered only then,
+// as the proposer's grants are (apply checks durableErr): the reservation
+// runs right after the entry's batch is applied, before raft answers it.
+func (f *floorFSM) covers(token uint64, timeout time.Duration) error {
+	var deadline <-chan time.Time
+	for {
+		f.mu.Lock()
+		raised := f.raised
+		f.mu.Unlock()
+		if err := f.err(); err != nil {
+			return err
+		}
+		if token <= f.ceiling.Load() {
+			return nil
+		}
+		if deadline == nil {
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-raised:
+		case <-deadline:
+			return fmt.Errorf("token %d is not yet covered by the ceiling %d after %v", token, f.ceiling.Load(), timeout)
+		}
+	}
 }
 
 // err is the first failure to reserve tokens, after which the node must
@@ -160,6 +214,18 @@ func (s *Server) raisePendingFloor(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// covered is nil once token is covered by this node's token ceiling (see
+// floorFSM.covers); an error says it is not and will not be.
+func (n *node) covered(token uint64, timeout time.Duration) error {
+	if n.floor == nil {
+		return nil
+	}
+	if err := n.floor.covers(token, timeout); err != nil {
+		return fmt.Errorf("%w: %v", errFloor, err)
+	}
+	return nil
 }
 
 // durableErr is non-nil once this node could not record its token floor.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -188,6 +189,12 @@ func (s *Server) releaseUnanswered(ev locktable.Event, id string) {
 func (s *Server) answerWaitEvent(key string, ev locktable.Event) (api.Lease, *Error) {
 	if ev.Kind == locktable.EventWaitDropped {
 		return api.Lease{}, s.heldNow(key, "wait elapsed")
+	}
+	if err := s.node.covered(ev.Token, s.cfg.ApplyTimeout); err != nil {
+		// Not answered as a grant (floor.go): the caller retries, and
+		// the same request id finds the grant once a node can vouch
+		// for its token.
+		return api.Lease{}, proposalError(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
 	l := locktable.Lease{Key: ev.Key, Holder: ev.Holder, Token: ev.Token, Granted: ev.At, Expiry: ev.Expiry,
 		TTL: locktable.Duration(ev.Expiry - ev.At)}
