@@ -2,6 +2,7 @@ package framing
 
 import (
 	"io"
+	"runtime"
 	"sync"
 )
 
@@ -56,6 +57,13 @@ func (b *batchWriter) write(tag frameTag, add func([]byte) []byte) error {
 		return nil
 	}
 	b.writing = true
+	// Answers come in bursts (a batch of entries applied at once wakes
+	// their callers together): let the others that are ready append
+	// theirs before the first write, so that one system call carries
+	// the burst rather than its first frame alone.
+	b.mu.Unlock()
+	runtime.Gosched()
+	b.mu.Lock()
 	for len(b.buf) > 0 && b.err == nil {
 		out, tags := b.buf, b.tags
 		b.buf, b.tags = b.spare[:0], b.spareTags[:0]
