@@ -48,18 +48,7 @@ func binaryBody(cl call) []byte {
 
 // binaryAnswer decodes a binary call's successful answer into cl.out.
 func binaryAnswer(addr string, cl call, status int, data []byte) error {
-	var err error
-	switch out := cl.out.(type) {
-	case *api.Lease:
-		*out, err = callcodec.Lease(data)
-	case *api.ReleaseResponse:
-		*out, err = callcodec.Released(data)
-	case *api.CheckResponse:
-		*out, err = callcodec.Checked(data)
-	default:
-		err = fmt.Errorf("no binary answer for %T", cl.out)
-	}
-	if err != nil {
+	if err := callcodec.DecodeAnswer(data, cl.out); err != nil {
 		return &APIError{Status: status, Code: api.CodeInternal, Message: fmt.Sprintf("%s answered %s with an unreadable binary answer: %v", addr, cl.path, err)}
 	}
 	return nil

@@ -202,23 +202,7 @@ func TestFramedWaitEndsWithTheCallersContext(t *testing.T) {
 // waiters reads the server's fencelock_waiters gauge.
 func waiters(t *testing.T, addr string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "fencelock_waiters "); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				t.Fatalf("fencelock_waiters %q", v)
-			}
-			return n
-		}
-	}
-	t.Fatal("no fencelock_waiters gauge")
-	return 0
+	return metric(t, addr, "fencelock_waiters")
 }
 
 // TestFramedConnectionIsRedialedAfterTheServerRestarts: a client that
@@ -254,6 +238,12 @@ func TestFramedConnectionIsRedialedAfterTheServerRestarts(t *testing.T) {
 // metrics.
 func binaryCalls(t *testing.T, addr string) int {
 	t.Helper()
+	return metric(t, addr, "fencelock_framed_binary_calls_total")
+}
+
+// metric reads one unlabelled metric from addr's /metrics.
+func metric(t *testing.T, addr, name string) int {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -261,14 +251,14 @@ func binaryCalls(t *testing.T, addr string) int {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "fencelock_framed_binary_calls_total "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%s %q", name, v)
 			}
 			return int(n)
 		}
 	}
-	t.Fatal("no fencelock_framed_binary_calls_total in the metrics")
+	t.Fatalf("no %s in the metrics", name)
 	return 0
 }

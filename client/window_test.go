@@ -1,37 +1,14 @@
 package client_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/client"
 )
-
-// waitersOn reads the server's fencelock_waiters gauge over HTTP.
-func waitersOn(t *testing.T, addr string) int {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "fencelock_waiters "); ok {
-			n, _ := strconv.ParseFloat(v, 64)
-			return int(n)
-		}
-	}
-	t.Fatal("no fencelock_waiters in /metrics")
-	return 0
-}
 
 // TestThousandsOfWaitsDoNotStarveExtends: with 1,100 waits queued from one
 // client — more than one connection's window — the same client's extends
@@ -78,7 +55,7 @@ func TestThousandsOfWaitsDoNotStarveExtends(t *testing.T) {
 	// A wait that fails outright is a bug of its own: say which.
 	queued := func(want int) {
 		t.Helper()
-		for n := waitersOn(t, addr); n < want; n = waitersOn(t, addr) {
+		for n := waiters(t, addr); n < want; n = waiters(t, addr) {
 			select {
 			case err := <-failed:
 				t.Fatalf("%d of %d waits queued; %v", n, waits, err)

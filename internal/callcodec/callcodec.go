@@ -334,3 +334,39 @@ func Checked(b []byte) (api.CheckResponse, error) {
 	a := api.CheckResponse{Key: r.str("key"), Token: r.uvarint("token"), Valid: r.bool("valid")}
 	return a, r.done()
 }
+
+// AppendRequest appends the encoding of req, an api.AcquireRequest,
+// api.ExtendRequest, api.ReleaseRequest or CheckRequest; ok is false for
+// any other type.
+func AppendRequest(dst []byte, req any) (out []byte, ok bool) {
+	switch q := req.(type) {
+	case api.AcquireRequest:
+		return AppendAcquire(dst, q), true
+	case api.ExtendRequest:
+		return AppendExtend(dst, q), true
+	case api.ReleaseRequest:
+		return AppendRelease(dst, q), true
+	case CheckRequest:
+		return AppendCheck(dst, q), true
+	}
+	return dst, false
+}
+
+// DecodeAnswer decodes an answer into out: an *api.Lease,
+// *api.ReleaseResponse or *api.CheckResponse (nil: the answer is not
+// wanted).
+func DecodeAnswer(b []byte, out any) error {
+	var err error
+	switch o := out.(type) {
+	case nil:
+	case *api.Lease:
+		*o, err = Lease(b)
+	case *api.ReleaseResponse:
+		*o, err = Released(b)
+	case *api.CheckResponse:
+		*o, err = Checked(b)
+	default:
+		err = fmt.Errorf("callcodec: no binary answer is a %T", out)
+	}
+	return err
+}

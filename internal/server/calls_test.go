@@ -51,17 +51,8 @@ func viaJSON(t *testing.T, s *Server, c hotCall, cred string) (int, []byte) {
 // viaBinary sends c as a binary call.
 func viaBinary(t *testing.T, s *Server, c hotCall, cred string) (int, []byte) {
 	t.Helper()
-	var body []byte
-	switch q := c.req.(type) {
-	case api.AcquireRequest:
-		body = callcodec.AppendAcquire(nil, q)
-	case api.ExtendRequest:
-		body = callcodec.AppendExtend(nil, q)
-	case api.ReleaseRequest:
-		body = callcodec.AppendRelease(nil, q)
-	case callcodec.CheckRequest:
-		body = callcodec.AppendCheck(nil, q)
-	default:
+	body, ok := callcodec.AppendRequest(nil, c.req)
+	if !ok {
 		t.Fatalf("no binary call for %T", c.req)
 	}
 	return s.Calls().ServeCall(context.Background(), &framing.CallConn{Remote: "127.0.0.1:1", Credential: cred}, c.path, body)

@@ -171,7 +171,7 @@ func (s *flSystem) post(ctx context.Context, route string, in, out any) (code st
 		return "", fmt.Errorf("peerbench: fencelock %s: %w", route, err)
 	}
 	if binary && status/100 == 2 {
-		if err := decodeBinary(data, out); err != nil {
+		if err := callcodec.DecodeAnswer(data, out); err != nil {
 			return "", fmt.Errorf("peerbench: fencelock %s: decode: %w", route, err)
 		}
 		return "", nil
@@ -206,15 +206,8 @@ func (s *flSystem) callBinary(ctx context.Context, route string, in any) (status
 	if !fc.Calls(route) {
 		return 0, nil, false, nil
 	}
-	var body []byte
-	switch q := in.(type) {
-	case api.AcquireRequest:
-		body = callcodec.AppendAcquire(nil, q)
-	case api.ExtendRequest:
-		body = callcodec.AppendExtend(nil, q)
-	case api.ReleaseRequest:
-		body = callcodec.AppendRelease(nil, q)
-	default:
+	body, ok := callcodec.AppendRequest(nil, in)
+	if !ok {
 		return 0, nil, false, nil
 	}
 	if t, ok := ctx.Value(sentKey{}).(*atomic.Pointer[time.Time]); ok {
@@ -223,21 +216,6 @@ func (s *flSystem) callBinary(ctx context.Context, route string, in any) (status
 	}
 	status, data, err = fc.RoundTrip(ctx, framing.MethodCall, route, body)
 	return status, data, true, err
-}
-
-// decodeBinary decodes a binary call's answer into out (nil: not wanted).
-func decodeBinary(data []byte, out any) error {
-	var err error
-	switch o := out.(type) {
-	case nil:
-	case *api.Lease:
-		*o, err = callcodec.Lease(data)
-	case *api.ReleaseResponse:
-		*o, err = callcodec.Released(data)
-	default:
-		err = fmt.Errorf("no binary answer for %T", out)
-	}
-	return err
 }
 
 // roundTrip POSTs body to route and returns the answer's status and body.
