@@ -6,18 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/testports"
 )
 
 // proc is a running `fencelock server`.
@@ -47,81 +47,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// freeAddr is a loopback address for a process a test starts. A port
-// from net.Listen("127.0.0.1:0") that is closed again goes back to the
-// kernel's ephemeral pool, which hands it to the next bind(0) or connect
-// (another test's listener, a test binary of another package running
-// alongside, even the next freeAddr call: 11 such calls in a row gave the
-// same port twice in about 1 run of 100) before the process binds it; the
-// process then fails with "address already in use", the more likely the
-// longer a loaded machine takes to start it. So the ports come from below
-// the ephemeral range, which the kernel gives no bind(0) and no connect,
-// each checked free by binding it, none twice in this test binary.
+// freeAddr is a loopback address for a process a test starts
+// (internal/testports: none the kernel may give to another socket first).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	testPorts.Lock()
-	defer testPorts.Unlock()
-	if testPorts.given == nil {
-		testPorts.given = map[int]bool{}
-		testPorts.lo, testPorts.hi = belowEphemeral()
-		if testPorts.hi > testPorts.lo {
-			// Test binaries of other checkouts running at once start
-			// elsewhere in the range.
-			testPorts.next = testPorts.lo + os.Getpid()%(testPorts.hi-testPorts.lo)
-		}
-	}
-	for range testPorts.hi - testPorts.lo {
-		p := testPorts.next
-		if testPorts.next++; testPorts.next >= testPorts.hi {
-			testPorts.next = testPorts.lo
-		}
-		if testPorts.given[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue // in use
-		}
-		ln.Close()
-		testPorts.given[p] = true
-		return ln.Addr().String()
-	}
-	// No range below the ephemeral one (an unusual ip_local_port_range):
-	// ephemeral ports, still none twice.
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !testPorts.given[p] {
-			testPorts.given[p] = true
-			return ln.Addr().String()
-		}
-	}
-}
-
-// testPorts is what freeAddr has handed out, and where it looks next.
-var testPorts struct {
-	sync.Mutex
-	lo, hi, next int // [lo, hi)
-	given        map[int]bool
-}
-
-// belowEphemeral is [lo, hi): ten thousand ports just under the first
-// ephemeral port (Linux's ip_local_port_range; 32768 by default there,
-// 49152 on BSDs and macOS), none under 1024.
-func belowEphemeral() (lo, hi int) {
-	hi = 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				hi = n
-			}
-		}
-	}
-	return max(1024, hi-10000), max(1024, hi)
+	return testports.Loopback(t)
 }
 
 // startProc starts the server binary with args in dir and waits, bounded,

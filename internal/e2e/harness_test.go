@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/testports"
 )
 
 // The harness: `fencelock server` processes on free loopback ports (or,
@@ -53,30 +54,12 @@ func fencelockBinary(t *testing.T) string {
 	return binary
 }
 
-// handedOut are the ports freeAddr has given this test binary: the kernel
-// may hand a port it just freed to the next :0 listener, and two nodes of
-// one cluster given the same port leave one of them dead from the start.
-var handedOut = struct {
-	sync.Mutex
-	ports map[string]bool
-}{ports: map[string]bool{}}
-
+// freeAddr is a loopback address for a process the test starts
+// (internal/testports: none the kernel may give to another socket before
+// the process binds it, none twice).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		if !handedOut.ports[addr] {
-			handedOut.ports[addr] = true
-			return addr
-		}
-	}
+	return testports.Loopback(t)
 }
 
 // tailBuffer keeps the last 64 KiB a process wrote.
