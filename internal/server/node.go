@@ -397,7 +397,8 @@ func openNode(cfg Config, f raft.FSM, tr *tlsconfig.Reloader) (*node, error) {
 			return nil, fmt.Errorf("server: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, f, logs, stable, snaps, trans)
+	// raft reads back every entry it replicates (recentLogs, logcache.go).
+	r, err := raft.NewRaft(rc, f, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
 	if err != nil {
 		n.close()
 		return nil, fmt.Errorf("server: starting raft: %w", err)
