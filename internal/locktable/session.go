@@ -136,14 +136,20 @@ func (t *Table) liveSession(id uint64, holder string, now Time) (*session, error
 	return s, nil
 }
 
+// holdersSession is what a call of holder on its session id starts with:
+// the holder checked, the table's clock moved to now, the session alive.
+func (t *Table) holdersSession(id uint64, holder string, now Time) (*session, error) {
+	if err := validateHolder(holder); err != nil {
+		return nil, err
+	}
+	t.see(now)
+	return t.liveSession(id, holder, now)
+}
+
 // ExtendSession moves the expiry of holder's live session id to now+its
 // TTL: one keep-alive for every lock under it.
 func (t *Table) ExtendSession(id uint64, holder string, now Time) (Session, error) {
-	if err := validateHolder(holder); err != nil {
-		return Session{}, err
-	}
-	t.see(now)
-	s, err := t.liveSession(id, holder, now)
+	s, err := t.holdersSession(id, holder, now)
 	if err != nil {
 		return Session{}, err
 	}
@@ -159,11 +165,7 @@ func (t *Table) ExtendSession(id uint64, holder string, now Time) (Session, erro
 // (EventReleased) and handed on, its queue places dropped. It answers the
 // session as it was just before it ended.
 func (t *Table) CloseSession(id uint64, holder string, now Time) (Session, error) {
-	if err := validateHolder(holder); err != nil {
-		return Session{}, err
-	}
-	t.see(now)
-	s, err := t.liveSession(id, holder, now)
+	s, err := t.holdersSession(id, holder, now)
 	if err != nil {
 		return Session{}, err
 	}

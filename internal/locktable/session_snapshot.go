@@ -118,11 +118,8 @@ func decodeSessions(t *Table, p []byte) error {
 			t.setWaiterSession(key, w, s)
 		}
 	}
-	if d.err != nil {
-		return d.err
-	}
-	if len(d.b) != 0 {
-		return fmt.Errorf("%d trailing bytes", len(d.b))
+	if err := d.end(); err != nil {
+		return err
 	}
 	// Session locks live in their session, not in the expiry heap (which
 	// checkRestored builds after the sections).
@@ -259,11 +256,5 @@ func decodeLockDelays(t *Table, p []byte) error {
 		}
 		t.delayed[key] = until
 	}
-	if d.err != nil {
-		return d.err
-	}
-	if len(d.b) != 0 {
-		return fmt.Errorf("%d trailing bytes", len(d.b))
-	}
-	return nil
+	return d.end()
 }

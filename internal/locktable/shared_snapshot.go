@@ -146,13 +146,7 @@ func decodeShared(t *Table, p []byte) error {
 		e.multi = true
 		t.multi[key] = m
 	}
-	if d.err != nil {
-		return d.err
-	}
-	if len(d.b) != 0 {
-		return fmt.Errorf("%d trailing bytes", len(d.b))
-	}
-	return nil
+	return d.end()
 }
 
 // validHolders: never more holders than permits, never a writer beside

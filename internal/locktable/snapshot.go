@@ -533,3 +533,15 @@ func (d *decoder) string(limit int) string {
 	d.b = d.b[n:]
 	return s
 }
+
+// end is a section's error once it is read: the first failure, or bytes
+// left after its last field.
+func (d *decoder) end() error {
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	return nil
+}

@@ -186,7 +186,9 @@ type heldLease struct {
 }
 
 // hold takes f.Hold leases for the round (none for a system without a
-// Validator). The client is left open: its leases must not be released.
+// Validator). They are never released: closing the client and the
+// connection once they are taken ends none of them (each is a lease of
+// its own, which lapses by its TTL).
 func (f Failover) hold(ctx context.Context, round int) ([]heldLease, error) {
 	if f.Hold <= 0 {
 		return nil, nil
@@ -203,14 +205,12 @@ func (f Failover) hold(ctx context.Context, round int) ([]heldLease, error) {
 		sys.Close()
 		return nil, nil
 	}
-	// Closing the system would not end its leases (they expire by TTL;
-	// closing an etcd client revokes nothing of Hold's); close it once
-	// the leases are taken.
 	defer sys.Close()
 	c, err := sys.NewClient(hctx, 0)
 	if err != nil {
 		return nil, err
 	}
+	defer c.Close()
 	ttl := f.HoldTTL
 	if ttl <= 0 {
 		ttl = 30 * time.Second
