@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -26,6 +27,21 @@ const (
 	PathAnnounce = "/v1/cluster/announce"
 	PathIdentity = "/v1/cluster/identity"
 )
+
+// Priority reports whether a call on path (with an optional ?query)
+// keeps leases alive or gives them up: extends and releases. On a framed
+// connection these have a budget of their own on both ends, so that a
+// window full of waits cannot hold them back and cost a holder its lease.
+func Priority(path string) bool {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	switch path {
+	case PathExtend, PathExtendBatch, PathRelease:
+		return true
+	}
+	return false
+}
 
 // Query parameters of the GET calls.
 const (
