@@ -20,7 +20,7 @@ import (
 
 // Call is one request as the authorization seam sees it.
 type Call struct {
-	// Op names the operation: the Op of its route (routes.go).
+	// Op names the operation: the Op of its route.
 	Op     string
 	Method string
 	Path   string

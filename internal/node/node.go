@@ -149,7 +149,7 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 			return nil, err
 		}
 		n.closers = append(n.closers, closerFunc(unlock))
-		// The stores are verified before raft reads them (datadir.go):
+		// The stores are verified before raft reads them (openStores):
 		// damage refuses to start instead of losing or reissuing tokens.
 		segSize := cfg.WALSegmentSize
 		if segSize <= 0 {
@@ -177,7 +177,7 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		n.close()
 		return nil, err
 	}
-	// raft reads back every entry it replicates (recentLogs, logcache.go).
+	// raft reads back every entry it replicates (recentLogs).
 	r, err := raft.NewRaft(rc, n.m, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
 	if err != nil {
 		n.close()

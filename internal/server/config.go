@@ -51,13 +51,13 @@ type Config struct {
 	Transport raft.Transport
 	// TLS, when it names files, turns TLS on for the client port (Serve)
 	// and the raft transport, where peers authenticate each other with
-	// client certificates signed by TLS.CAFile (tls.go).
+	// client certificates signed by TLS.CAFile.
 	TLS tlsconfig.Files
 	// TLSReload: each value received rereads the TLS files, as ReloadTLS
 	// does (the server command sends one on SIGHUP). nil: none.
 	TLSReload <-chan struct{}
 	// Insecure allows serving the client port or the raft port on an
-	// address other than loopback without TLS (insecure.go).
+	// address other than loopback without TLS.
 	Insecure bool
 	// raftListener, if set, is the listener the TLS raft transport
 	// accepts on instead of one on RaftAddr (tests: ports chosen first).

@@ -10,7 +10,7 @@ import (
 // comes first, then HTTP and framed connections are told apart as
 // without TLS), the raft port runs mutual TLS (internal/node), and this
 // node's own calls to other nodes (join probes, announcements) use https
-// with its certificate (peers.go). ReloadTLS rereads the files: new
+// with its certificate (newPeers). ReloadTLS rereads the files: new
 // handshakes use them.
 
 // ReloadTLS rereads the certificate, key and CA files (on SIGHUP, say).

@@ -13,7 +13,7 @@ import (
 
 // The cluster operations of the service: any node answers Identity and
 // Members from its own view; only the leader changes the membership
-// (membership.go has the probes and checks).
+// (checkNewNode and checkQuorum probe them first).
 
 // Identity answers who this node is, which cluster it belongs to ("" on
 // a node no cluster has added yet) and how far it has applied the log. A

@@ -104,10 +104,10 @@ func (s *Service) commandError(err error, now locktable.Time) *Error {
 		in   *locktable.InputError
 		full *locktable.QueueFullError
 	)
-	if e := sessionError(err, now); e != nil { // service_session.go
+	if e := sessionError(err, now); e != nil {
 		return e
 	}
-	if e, ok := kindMismatch(err); ok { // service_shared.go
+	if e, ok := kindMismatch(err); ok {
 		return e
 	}
 	switch {

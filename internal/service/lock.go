@@ -14,38 +14,6 @@ import (
 // *Error whose Code a transport maps to its own status (api.Status). A
 // context that ends is a caller that went away.
 
-// Acquire grants req.Key to req.Holder if it is free. With WaitMs > 0 it
-// queues in the key's FIFO and answers when the grant or the end of the
-// wait is committed (service_wait.go).
-func (s *Service) Acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, error) {
-	l, e := s.acquire(ctx, req)
-	l, err := s.sessionAnswer(req, l, s.fail(e)) // service_session.go
-	return s.decorate(l, req), err               // service_shared.go
-}
-
-func (s *Service) acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, *Error) {
-	ttl, e := grantTTL(req.TTLMs, req.Session)
-	delay, de := checkLockDelay(req.LockDelayMs)
-	e = firstErr(checkKey("key", req.Key), checkHolder(req.Holder), e, de, checkRequestID(req.RequestID))
-	if e == nil {
-		e = checkWait(req.WaitMs)
-	}
-	if e == nil {
-		_, _, e = sharedOf(req) // service_shared.go
-	}
-	if e != nil {
-		return api.Lease{}, e
-	}
-	if e := s.writable(); e != nil {
-		return api.Lease{}, e
-	}
-	if req.WaitMs > 0 {
-		return s.acquireWait(ctx, req, ttl)
-	}
-	l, _, e := s.proposeLease(acquireCommand(req, ttl, delay), "acquire") // service_shared.go: OpAcquire or OpShared
-	return l, e
-}
-
 // Renew gives the live holder a new token and a fresh TTL.
 func (s *Service) Renew(ctx context.Context, req api.RenewRequest) (api.Lease, error) {
 	ttl, e := checkTTL(req.TTLMs)

@@ -16,7 +16,7 @@ import (
 
 // How the leader changes the membership: it probes a joining node and the
 // voters (the strict reconfiguration check) before any change, one change
-// at a time. The operations are in service_cluster.go.
+// at a time (Join, Remove).
 
 // probeTimeout bounds each probe of a node; probes run in parallel.
 const probeTimeout = 2 * time.Second

@@ -70,7 +70,7 @@ type Service struct {
 	clock   clusterClock
 	clk     clock.Clock
 
-	change      sync.Mutex  // serialises membership changes (membership.go)
+	change      sync.Mutex  // serialises membership changes: each probes, then changes
 	ready       atomic.Bool // leader, caught up, orphans dropped
 	aclCaughtUp atomic.Bool
 	counting    atomic.Bool   // count table events in metrics

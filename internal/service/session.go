@@ -11,12 +11,12 @@ import (
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
-// Sessions, multi-key acquire and lock-delay as operations of the
-// service (docs/PRIMITIVES.md). A session belongs to the holder that
-// opened it: the state machine refuses any other holder with no_session,
-// and the HTTP adapter refuses a principal that does not own the holder
-// (http_session.go), so nobody else can keep it alive, close it or take
-// locks under it. Its expiry is the leader's tick, like a lease's.
+// Sessions and multi-key acquire as operations of the service
+// (docs/PRIMITIVES.md). A session belongs to the holder that opened it:
+// the state machine refuses any other holder with no_session, and the
+// guard refuses a principal that does not own the holder, so nobody else
+// can keep it alive, close it or take locks under it. Its expiry is the
+// leader's tick, like a lease's.
 
 // OpenSession opens a session for req.Holder with req.TTLMs.
 func (s *Service) OpenSession(ctx context.Context, req api.SessionOpenRequest) (api.Session, error) {
@@ -131,22 +131,6 @@ func (s *Service) acquireAll(req api.AcquireAllRequest) (api.AcquireAllResponse,
 	return out, nil, ""
 }
 
-// grantTTL is a grant's ttl: ttl_ms, or, under a session, the session's
-// (ttl_ms may then be left out).
-func grantTTL(ttlMs int64, session uint64) (locktable.Duration, *Error) {
-	if session != 0 && ttlMs == 0 {
-		return 0, nil
-	}
-	return checkTTL(ttlMs)
-}
-
-func checkLockDelay(msv int64) (locktable.Duration, *Error) {
-	if msv < 0 || msv > api.MaxLockDelay.Milliseconds() {
-		return 0, Invalid("lock_delay_ms", "lock_delay_ms must be between 0 and %d", api.MaxLockDelay.Milliseconds())
-	}
-	return locktable.Duration(api.Duration(msv)), nil
-}
-
 func checkSessionID(id uint64) *Error {
 	if id == 0 {
 		return Invalid("id", "id is required: the session's id from %s", api.PathSessionOpen)
@@ -177,25 +161,4 @@ func sessionError(err error, now locktable.Time) *Error {
 		return &Error{Code: api.CodeNotHeld, Message: "this lock is held under a session: extend the session, not the lock"}
 	}
 	return nil
-}
-
-// sessionAnswer completes an acquire's answer under a session: the lease
-// names the session; a wait that ended because its session ended says so.
-func (s *Service) sessionAnswer(req api.AcquireRequest, l api.Lease, err error) (api.Lease, error) {
-	if req.Session == 0 {
-		return l, err
-	}
-	if err == nil {
-		l.Session = req.Session
-		return l, nil
-	}
-	var e *Error
-	if errors.As(err, &e) && e.Code == api.CodeHeld && req.WaitMs > 0 {
-		if now, ok := s.clock.now(); ok {
-			if _, alive := s.fsm.GetSession(req.Session, now); !alive {
-				return l, &Error{Code: api.CodeNoSession, Message: "the session ended while waiting"}
-			}
-		}
-	}
-	return l, err
 }

@@ -80,7 +80,7 @@ func ms(d locktable.Duration) int64 { return int64(d / locktable.Millisecond) }
 
 func wireLease(l locktable.Lease, now locktable.Time) api.Lease {
 	out := api.Lease{Key: l.Key, Holder: l.Holder, Token: l.Token, TTLMs: ms(l.TTL), RemainingMs: ms(l.Remaining(now))}
-	out.Kind, out.Permits, out.Mode = wireKind(l) // service_shared.go
+	out.Kind, out.Permits, out.Mode = wireKind(l)
 	out.Slot = l.Slot
 	return out
 }

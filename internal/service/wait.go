@@ -14,16 +14,15 @@ import (
 // end of the wait is committed. A ctx that ends is a caller that went
 // away. See the package comment for how a waiter that gives up is
 // handled.
-func (s *Service) acquireWait(ctx context.Context, req api.AcquireRequest, ttl locktable.Duration) (api.Lease, *Error) {
+func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) {
 	var none api.Lease
-	sub := s.waiters.join(req.Key, req.Holder)
+	sub := s.waiters.join(g.key, g.holder)
 	now, err := s.stamp()
 	if err != nil {
 		s.waiters.remove(sub)
 		return none, proposalError(err)
 	}
-	wait := locktable.Duration(api.Duration(req.WaitMs))
-	res, err := s.apply(s.waitCommand(req, ttl, now, wait))
+	res, err := s.apply(s.waitCommand(g, now))
 	if err != nil {
 		s.waiters.remove(sub)
 		return none, proposalError(err)
@@ -43,7 +42,7 @@ func (s *Service) acquireWait(ctx context.Context, req api.AcquireRequest, ttl l
 	// The table drops the waiter at its deadline through a leader Tick;
 	// this backstop only matters if ticks stop (no leader).
 	backstopC := make(chan struct{}, 1)
-	backstop := s.clk.AfterFunc(time.Duration(wait)+5*time.Second, func() { notify(backstopC) })
+	backstop := s.clk.AfterFunc(time.Duration(g.wait)+5*time.Second, func() { notify(backstopC) })
 	defer backstop.Stop()
 	var (
 		gone  bool // the caller went away
@@ -64,19 +63,19 @@ func (s *Service) acquireWait(ctx context.Context, req api.AcquireRequest, ttl l
 					// to be answered with it.
 					defer s.waiters.remove(sub)
 					if s.waiters.leave(sub) {
-						s.releaseUnanswered(we.ev, req.RequestID)
+						s.releaseUnanswered(we.ev, g.requestID)
 					}
 					return none, Unavailable("client went away")
 				}
 				s.waiters.remove(sub)
-				return s.answerWaitEvent(req.Key, we.ev)
+				return s.answerWaitEvent(g.key, we.ev)
 			}
 			if s.waiters.takeAgain(sub) {
 				// A departed request of this holder cancelled the queue
 				// place after our Wait had joined it: queue again.
 				now, err := s.stamp()
 				if err == nil {
-					res, err = s.apply(s.waitCommand(req, ttl, now, wait))
+					res, err = s.apply(s.waitCommand(g, now))
 				}
 				switch {
 				case err != nil:
@@ -104,10 +103,10 @@ func (s *Service) acquireWait(ctx context.Context, req api.AcquireRequest, ttl l
 		case <-s.closing:
 			cause = Unavailable("shutting down")
 		case <-backstopC:
-			cause = s.heldNow(req.Key, "wait elapsed")
+			cause = s.heldNow(g.key, "wait elapsed")
 		}
 	}
-	return s.giveUp(sub, req.RequestID, after, gone, cause)
+	return s.giveUp(sub, g.requestID, after, gone, cause)
 }
 
 // countQueueFull counts a wait refused for a full queue under

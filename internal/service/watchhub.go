@@ -11,7 +11,7 @@ import (
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
-// The history of watches (service_watch.go). Every table event reaches
+// The history of watches. Every table event reaches
 // the server's observer, inside Apply on every node, with the index of
 // the entry that caused it; the hub numbers it (index, position in the
 // entry) and keeps the last Config.WatchHistory of them, and a goroutine
