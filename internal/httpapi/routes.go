@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/acl"
@@ -319,9 +318,4 @@ func readable[T any](visible func(string) bool, items []T, key func(T) string) [
 		}
 	}
 	return kept
-}
-
-// routeWords is how docs/API.md's route list names a route's need.
-func routeWords(rt Route) string {
-	return rt.Method + " " + rt.Path + " " + strings.TrimSpace(rt.Need.String())
 }
