@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
-	"github.com/fencelock/fencelock/client/clienttest"
+	"github.com/fencelock/fencelock/clock"
 )
 
 var fromStart = client.Revision{Index: 0, Seq: api.EndOfEntry}
@@ -17,7 +17,7 @@ var fromStart = client.Revision{Index: 0, Seq: api.EndOfEntry}
 // next receives one event, moving the test clock meanwhile so that a
 // client backing off after a fault goes on. The bound only turns a hang
 // into a failure.
-func next(t *testing.T, clk *clienttest.Clock, w *client.Watch) client.Event {
+func next(t *testing.T, clk *clock.Fake, w *client.Watch) client.Event {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		select {
@@ -46,7 +46,7 @@ func TestWatchResumesAfterLostAnswersWithoutGapsOrRepeats(t *testing.T) {
 	for _, fault := range []string{"reset", "drop"} {
 		t.Run(fault, func(t *testing.T) {
 			ctx := context.Background()
-			clk := clienttest.NewClock()
+			clk := newFakeClock()
 			srv, c := newPair(t, clk, client.WithRetries(0)) // every fault reaches the watch loop
 			w := c.Watch(ctx, "jobs/", client.WatchAfter(fromStart), client.WatchWait(time.Minute))
 			defer w.Close()
@@ -85,7 +85,7 @@ func TestWatchResumesAfterLostAnswersWithoutGapsOrRepeats(t *testing.T) {
 
 func TestWatchCompactedIsATypedError(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	srv.Fail("watch", api.CodeCompacted)
 	w := c.Watch(context.Background(), "", client.WatchAfter(client.Revision{Index: 3, Seq: 1}))
@@ -104,7 +104,7 @@ func TestWatchCompactedIsATypedError(t *testing.T) {
 func TestWatchListThenWatchAfterIt(t *testing.T) {
 	leakCheck(t)
 	ctx := context.Background()
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	_, c := newPair(t, clk)
 	for _, k := range []string{"q/a", "q/b"} {
 		if _, err := c.Grant(ctx, k, "h", time.Hour, 0); err != nil {

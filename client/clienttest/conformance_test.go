@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/client/clienttest"
+	"github.com/fencelock/fencelock/clock"
 )
 
 // target is a server the conformance script runs against.
@@ -161,7 +162,7 @@ func TestConformance(t *testing.T) {
 	}{
 		{"double", func(t *testing.T) target { return newDouble(t, client.SystemClock{}, nil) }},
 		{"double on a test clock", func(t *testing.T) target {
-			clk := clienttest.NewClock()
+			clk := newFakeClock()
 			return newDouble(t, clk, clk)
 		}},
 	} {
@@ -189,10 +190,10 @@ func TestConformance(t *testing.T) {
 
 type double struct {
 	srv *clienttest.Server
-	clk *clienttest.Clock // nil: real time
+	clk *clock.Fake // nil: real time
 }
 
-func newDouble(t *testing.T, c client.Clock, clk *clienttest.Clock) *double {
+func newDouble(t *testing.T, c client.Clock, clk *clock.Fake) *double {
 	srv := clienttest.NewServer(c)
 	t.Cleanup(srv.Close)
 	return &double{srv: srv, clk: clk}

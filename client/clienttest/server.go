@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/server"
 )
 
@@ -27,7 +27,7 @@ import (
 // lock rules are the server's own; this package has none.
 //
 // The server measures leases on the clock given to NewServer: with a
-// *Clock, the test decides when leases expire and waits elapse. Raft
+// *clock.Fake, the test decides when leases expire and waits elapse. Raft
 // itself runs on real time, so a write is committed a moment after it was
 // sent: wait for its effect (Holder, Waiters) rather than assume it.
 type Server struct {
@@ -36,7 +36,7 @@ type Server struct {
 
 	srv   *server.Server
 	hs    *httptest.Server
-	clock client.Clock
+	clock clock.Clock
 	stop  chan struct{} // closed by Close: hung requests end
 	once  sync.Once
 
@@ -48,11 +48,11 @@ type Server struct {
 	notLeader *string
 }
 
-// NewServer starts a server on 127.0.0.1 whose lease time is clock's, and
+// NewServer starts a server on 127.0.0.1 whose lease time is clk's, and
 // returns once it serves writes. Close it when done. It panics if the
 // server cannot start, as httptest.NewServer does.
-func NewServer(clock client.Clock) *Server {
-	s := &Server{stop: make(chan struct{}), clock: clock, counts: map[string]int{}, ids: map[string][]string{},
+func NewServer(clk clock.Clock) *Server {
+	s := &Server{stop: make(chan struct{}), clock: clk, counts: map[string]int{}, ids: map[string][]string{},
 		faults: map[string]string{}, delays: map[string]time.Duration{}}
 	s.hs = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	s.Addr = s.hs.Listener.Addr().String()
@@ -61,7 +61,7 @@ func NewServer(clock client.Clock) *Server {
 		// No DataDir and no RaftAddr: in-memory stores and transport.
 		ClientAddr: s.Addr,
 		Logger:     slog.New(slog.DiscardHandler),
-		Clock:      serverClock(clock),
+		Clock:      serverClock(clk),
 		// A single node elects itself after one election timeout.
 		HeartbeatTimeout:   20 * time.Millisecond,
 		ElectionTimeout:    20 * time.Millisecond,
@@ -275,4 +275,14 @@ func reply(w http.ResponseWriter, e api.Error) {
 	w.Header().Set("Content-Type", api.ContentType)
 	w.WriteHeader(api.Status(e.Code))
 	_ = json.NewEncoder(w).Encode(e)
+}
+
+// serverClock is the clock the server measures leases by: a Fake's
+// Uncounted view, so that the test's counts of a Fake (Pending, Next,
+// Scheduled) are of the client's timers alone, or clk itself.
+func serverClock(clk clock.Clock) clock.Clock {
+	if f, ok := clk.(*clock.Fake); ok {
+		return f.Uncounted()
+	}
+	return clk
 }
