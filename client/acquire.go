@@ -48,7 +48,7 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 			round = max(round, 0)
 		}
 		sent := c.clock.Now()
-		lk, err := c.grant(ctx, key, o.holder, o.ttl, round, id, o.lockDelay, o.shared)
+		lk, err := c.grant(ctx, grantCall{key: key, holder: o.holder, ttl: o.ttl, wait: round, id: id, opts: o.grant})
 		if err == nil {
 			return c.start(ctx, lk, o, sent)
 		}
