@@ -26,7 +26,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LeaseOption
 }
 
 func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait time.Duration) (*Lease, error) {
-	if err := c.ownHolder(ctx, &o); err != nil { // auth.go
+	if err := c.ownHolder(ctx, &o); err != nil {
 		return nil, err
 	}
 	if o.ttl <= 0 {

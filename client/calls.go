@@ -21,7 +21,7 @@ type Lock struct {
 	Token     uint64
 	TTL       time.Duration
 	Remaining time.Duration // on cluster time, when the answer was produced
-	// Semaphores and read/write locks (shared.go): the key's kind
+	// Semaphores and read/write locks (WithPermits, WithRead): the key's kind
 	// (api.KindSemaphore, api.KindRWLock; "" for an exclusive lease), a
 	// semaphore's permits, a read/write holder's mode (api.ModeRead,
 	// api.ModeWrite). Get fills Holders with every live holder of such a key.
