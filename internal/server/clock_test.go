@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 )
 
 // fakeClockServer is a single in-memory node whose lease time is a fake

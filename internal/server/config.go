@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
@@ -215,7 +215,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = clock.Real()
+		c.Clock = clock.System{}
 	}
 	setDur := func(p *time.Duration, v time.Duration) {
 		if *p == 0 {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 )
 
 func waitBody(key, holder, requestID string) string {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )

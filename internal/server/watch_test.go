@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/service"
 )

@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/node/nodetest"
 )
 

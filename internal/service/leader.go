@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 	"github.com/fencelock/fencelock/internal/node"
@@ -18,7 +19,7 @@ import (
 // clusterClock is the cluster clock on the leader: the last applied
 // cluster time at takeover plus local (monotonic, or injected) time since.
 type clusterClock struct {
-	clk     Clock
+	clk     clock.Clock
 	mu      sync.Mutex
 	running bool
 	base    locktable.Time
@@ -338,7 +339,7 @@ func (s *Service) tickLoop(ctx context.Context) {
 				continue
 			}
 		}
-		var timer Timer
+		var timer clock.Timer
 		if ok {
 			timer = afterAt(s.clk, due, func() { notify(fire) })
 		}
@@ -368,7 +369,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // sleepClock is sleepCtx on clk's time.
-func sleepClock(ctx context.Context, clk Clock, d time.Duration) bool {
+func sleepClock(ctx context.Context, clk clock.Clock, d time.Duration) bool {
 	done := make(chan struct{}, 1)
 	t := clk.AfterFunc(d, func() { notify(done) })
 	defer t.Stop()

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 	"github.com/fencelock/fencelock/internal/node"

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -229,43 +228,4 @@ func (h *watchHub) leave(caller string) {
 		delete(h.byCaller, caller)
 	}
 	h.gauge(h.total)
-}
-
-// watchDefaults are c's watch limits with zero meaning the default and
-// -1 no cap (0 inside the hub).
-func watchDefaults(c, d Config) (history, total, perCaller int) {
-	pick := func(v, def int) int {
-		switch {
-		case v == 0:
-			return def
-		case v < 0:
-			return 0
-		}
-		return v
-	}
-	history = c.WatchHistory
-	if history == 0 {
-		history = d.WatchHistory
-	}
-	return history, pick(c.WatchMaxWatchers, d.WatchMaxWatchers), pick(c.WatchMaxPerCaller, d.WatchMaxPerCaller)
-}
-
-// maxWatchHistory bounds Config.WatchHistory: a million events is about
-// 100 MB besides their keys.
-const maxWatchHistory = 1 << 20
-
-func checkWatchConfig(c Config) []error {
-	var errs []error
-	if c.WatchHistory < 0 || c.WatchHistory > maxWatchHistory {
-		errs = append(errs, fmt.Errorf("server: config: WatchHistory is %d; it must be between 1 and %d (0 is the default)", c.WatchHistory, maxWatchHistory))
-	}
-	for _, w := range []struct {
-		name string
-		v    int
-	}{{"WatchMaxWatchers", c.WatchMaxWatchers}, {"WatchMaxPerCaller", c.WatchMaxPerCaller}} {
-		if w.v < -1 {
-			errs = append(errs, fmt.Errorf("server: config: %s is %d; it must be positive (0 is the default, -1 no cap)", w.name, w.v))
-		}
-	}
-	return errs
 }
