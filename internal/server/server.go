@@ -122,11 +122,6 @@ func (s *Server) Handler() http.Handler { return s.api.Handler() }
 // framing.Server.Calls next to Handler.
 func (s *Server) Calls() framing.CallHandler { return s.api.Calls() }
 
-// Waiters returns the holders queued on key, head first, as this node has
-// applied them. It only reads; the client's test double (client/clienttest)
-// uses it to wait for a request to have queued.
-func (s *Server) Waiters(key string) []string { return s.fsm.Waiters(key) }
-
 // Close stops the leader's timers and raft and closes the stores. Call it
 // after the HTTP server has stopped.
 func (s *Server) Close() error {

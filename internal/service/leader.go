@@ -168,7 +168,7 @@ func (s *Service) lead() (stop func()) {
 			graced := make(chan struct{})
 			go func() {
 				defer close(graced)
-				if sleepClock(ctx, s.clk, orphanGrace) {
+				if sleepClock(ctx, s.clock.clk, orphanGrace) {
 					s.cancelOrphans(ctx)
 				}
 				s.waiters.watchUnserved(false)
@@ -316,7 +316,7 @@ func (s *Service) tickLoop(ctx context.Context) {
 	)
 	for {
 		at, ok := s.fsm.NextDeadline()
-		var due time.Time // when to tick, on s.clk
+		var due time.Time // when to tick, on s.clock.clk
 		if ok {
 			if cp := s.fsm.Now() + locktable.Time(s.cfg.ClockCheckpoint); cp < at {
 				at = cp
@@ -328,8 +328,8 @@ func (s *Service) tickLoop(ctx context.Context) {
 			if gap := lastTick.Add(s.cfg.MinTickInterval); ticked && due.Before(gap) {
 				due = gap
 			}
-			if !due.After(s.clk.Now()) {
-				lastTick, ticked = s.clk.Now(), true
+			if !due.After(s.clock.clk.Now()) {
+				lastTick, ticked = s.clock.clk.Now(), true
 				if _, err := s.propose(fsm.Command{Op: fsm.OpTick}); err != nil {
 					s.log.Warn("tick failed", "err", err)
 					if !sleepCtx(ctx, 100*time.Millisecond) {
@@ -341,7 +341,7 @@ func (s *Service) tickLoop(ctx context.Context) {
 		}
 		var timer clock.Timer
 		if ok {
-			timer = afterAt(s.clk, due, func() { notify(fire) })
+			timer = afterAt(s.clock.clk, due, func() { notify(fire) })
 		}
 		select {
 		case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/clock"
+	"github.com/fencelock/fencelock/internal/eventlog"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 	"github.com/fencelock/fencelock/internal/node"
@@ -66,9 +67,8 @@ type Service struct {
 	node    node.Replicator
 	metrics *metrics
 	waiters *waitRegistry
-	watches *watchHub
-	clock   clusterClock
-	clk     clock.Clock
+	watches *eventlog.Log
+	clock   clusterClock // the cluster clock, and the local clock it runs on (clock.clk)
 
 	change      sync.Mutex  // serialises membership changes: each probes, then changes
 	ready       atomic.Bool // leader, caught up, orphans dropped
@@ -94,13 +94,12 @@ func New(cfg Config) (*Service, error) {
 		log:     cfg.Logger,
 		closing: make(chan struct{}),
 		stop:    make(chan struct{}),
-		clk:     cfg.Clock,
 	}
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
 	s.metrics = newMetrics(s)
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
-	s.watches = newWatchHub(cfg.WatchHistory, cfg.WatchMaxWatchers, cfg.WatchMaxPerCaller, func(n int) { s.metrics.watchers.Set(float64(n)) })
+	s.watches = eventlog.New(cfg.WatchHistory, cfg.WatchMaxWatchers, cfg.WatchMaxPerCaller, func(n int) { s.metrics.watchers.Set(float64(n)) })
 	return s, nil
 }
 
@@ -109,7 +108,7 @@ func (s *Service) FSM() *fsm.FSM { return s.fsm }
 
 // Restored tells the service that a snapshot replaced the state machine
 // (node.Hooks.Restored): the watch history starts over from it.
-func (s *Service) Restored() { s.watches.restored(s.fsm.AppliedIndex()) }
+func (s *Service) Restored() { s.watches.Restored(s.fsm.AppliedIndex()) }
 
 // Start runs the service over n: the watchers' broadcast, the leader's
 // duties whenever n leads, and, with a client address, the announcements
@@ -117,7 +116,7 @@ func (s *Service) Restored() { s.watches.restored(s.fsm.AppliedIndex()) }
 func (s *Service) Start(n node.Replicator) {
 	s.node = n
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.watches.broadcast(s.stop) }()
+	go func() { defer s.wg.Done(); s.watches.Broadcast(s.stop) }()
 	s.wg.Add(1)
 	go s.watchLeadership()
 	if s.cfg.ClientAddr != "" {
@@ -170,7 +169,7 @@ func (s *Service) observe(index uint64, ev locktable.Event) {
 	if ev.Kind == locktable.EventGranted || ev.Kind == locktable.EventWaitDropped {
 		s.waiters.deliver(index, ev)
 	}
-	s.watches.append(index, ev)
+	s.watches.Append(index, ev)
 }
 
 // eachLiveLease calls fn with the key of every lease held now, for

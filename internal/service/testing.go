@@ -15,3 +15,8 @@ func (s *Service) ClusterTime() (locktable.Time, bool) { return s.clock.now() }
 // the service plant entries with it (a waiter no request serves, a
 // principal with a known secret). Nothing in the product calls it.
 func (s *Service) ProposeForTest(cmd fsm.Command) (*fsm.Result, error) { return s.propose(cmd) }
+
+// Waiters returns the holders queued on key, head first, as this node has
+// applied them. It only reads; the client's test double (client/clienttest)
+// uses it to wait for a request to have queued.
+func (s *Service) Waiters(key string) []string { return s.fsm.Waiters(key) }

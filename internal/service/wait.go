@@ -42,7 +42,7 @@ func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) 
 	// The table drops the waiter at its deadline through a leader Tick;
 	// this backstop only matters if ticks stop (no leader).
 	backstopC := make(chan struct{}, 1)
-	backstop := s.clk.AfterFunc(time.Duration(g.wait)+5*time.Second, func() { notify(backstopC) })
+	backstop := s.clock.clk.AfterFunc(time.Duration(g.wait)+5*time.Second, func() { notify(backstopC) })
 	defer backstop.Stop()
 	var (
 		gone  bool // the caller went away

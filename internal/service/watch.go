@@ -2,12 +2,13 @@ package service
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/clock"
-	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/eventlog"
 )
 
 // Watch answers the changes after req.After on req.Key, or on the keys
@@ -82,24 +83,24 @@ func (s *Service) watch(ctx context.Context, req api.WatchRequest, sc WatchScope
 	if req.List {
 		return s.watchList(req, sc), nil
 	}
-	if e := s.watches.join(sc.Caller); e != nil {
-		return api.WatchResponse{}, e
+	if err := s.watches.Join(sc.Caller); err != nil {
+		return api.WatchResponse{}, watchError(err)
 	}
-	defer s.watches.leave(sc.Caller)
-	after := s.watches.now()
+	defer s.watches.Leave(sc.Caller)
+	after := s.watches.Now()
 	if req.After != nil {
 		after = *req.After
 	}
 	var timeout chan struct{}
 	if req.WaitMs > 0 {
 		timeout = make(chan struct{})
-		t := s.clk.AfterFunc(api.Duration(req.WaitMs), func() { close(timeout) })
+		t := s.clock.clk.AfterFunc(api.Duration(req.WaitMs), func() { close(timeout) })
 		defer t.Stop()
 	}
 	for {
-		evs, next, wake, e := s.watches.read(after, match, limit)
-		if e != nil {
-			return api.WatchResponse{}, e
+		evs, next, wake, err := s.watches.Read(after, match, limit)
+		if err != nil {
+			return api.WatchResponse{}, watchError(err)
 		}
 		if len(evs) > 0 || req.WaitMs == 0 {
 			return watchAnswer(evs, next), nil
@@ -110,9 +111,9 @@ func (s *Service) watch(ctx context.Context, req api.WatchRequest, sc WatchScope
 		case <-timeout:
 			// One last read: an event published as the wait ran out
 			// may not have woken this watcher yet.
-			evs, next, _, e := s.watches.read(after, match, limit)
-			if e != nil {
-				return api.WatchResponse{}, e
+			evs, next, _, err := s.watches.Read(after, match, limit)
+			if err != nil {
+				return api.WatchResponse{}, watchError(err)
 			}
 			return watchAnswer(evs, next), nil
 		case <-ctx.Done():
@@ -154,31 +155,6 @@ func watchAnswer(evs []*api.WatchEvent, next api.Revision) api.WatchResponse {
 	return out
 }
 
-func wireWatchEvent(rev api.Revision, ev locktable.Event) api.WatchEvent {
-	w := api.WatchEvent{Revision: rev, Key: ev.Key, Holder: ev.Holder, Token: ev.Token,
-		AtMs: clusterMs(ev.At), SinceMs: clusterMs(ev.Since)}
-	switch ev.Kind {
-	case locktable.EventGranted:
-		w.Type, w.TTLMs = api.WatchGranted, ms(locktable.Duration(ev.Expiry-ev.At))
-	case locktable.EventReleased:
-		w.Type = api.WatchReleased
-	case locktable.EventExpired:
-		w.Type = api.WatchExpired
-	case locktable.EventWaitJoined:
-		w.Type = api.WatchWaitJoined
-	case locktable.EventWaitLeft:
-		w.Type, w.Reason = api.WatchWaitLeft, api.WaitLeftCancelled
-	case locktable.EventWaitDropped:
-		w.Type, w.Reason = api.WatchWaitLeft, api.WaitLeftDeadline
-	default:
-		w.Type = ev.Kind.String()
-	}
-	return w
-}
-
-// clusterMs is a cluster time in milliseconds.
-func clusterMs(t locktable.Time) int64 { return int64(t) / int64(time.Millisecond) }
-
 // narrow is match restricted to the keys the scope may see.
 func (sc WatchScope) narrow(match func(string) bool) func(string) bool {
 	if sc.Visible == nil {
@@ -217,17 +193,17 @@ func (s *Service) Stream(ctx context.Context, req api.WatchRequest, scope WatchS
 		return e
 	}
 	match = sc.narrow(match)
-	if e := s.watches.join(sc.Caller); e != nil {
-		return e
+	if err := s.watches.Join(sc.Caller); err != nil {
+		return watchError(err)
 	}
-	defer s.watches.leave(sc.Caller)
-	cursor := s.watches.now()
+	defer s.watches.Leave(sc.Caller)
+	cursor := s.watches.Now()
 	if req.After != nil {
 		cursor = *req.After
 	}
 	progress := make(chan struct{}, 1)
 	tick := func() clock.Timer {
-		return s.clk.AfterFunc(StreamProgress, func() { notify(progress) })
+		return s.clock.clk.AfterFunc(StreamProgress, func() { notify(progress) })
 	}
 	t := tick()
 	defer func() { t.Stop() }()
@@ -235,9 +211,9 @@ func (s *Service) Stream(ctx context.Context, req api.WatchRequest, scope WatchS
 	batch := []StreamItem{{Revision: cursor}}
 	progressDue := false
 	for {
-		evs, next, wake, e := s.watches.read(cursor, match, api.MaxWatchLimit)
-		if e != nil {
-			send(append(batch, StreamItem{Revision: cursor, Err: e}))
+		evs, next, wake, err := s.watches.Read(cursor, match, api.MaxWatchLimit)
+		if err != nil {
+			send(append(batch, StreamItem{Revision: cursor, Err: watchError(err)}))
 			return nil
 		}
 		for _, we := range evs {
@@ -270,4 +246,22 @@ func (s *Service) Stream(ctx context.Context, req api.WatchRequest, scope WatchS
 
 // Revision is the revision of the present on this node: the last event
 // applied, or where its history begins.
-func (s *Service) Revision() api.Revision { return s.watches.now() }
+func (s *Service) Revision() api.Revision { return s.watches.Now() }
+
+// watchError is a refusal of the event log in the API's terms.
+func watchError(err error) *Error {
+	var (
+		comp *eventlog.CompactedError
+		lim  *eventlog.LimitError
+	)
+	switch {
+	case errors.As(err, &comp):
+		e := NewError(api.CodeCompacted, "%s", comp.Error())
+		floor := comp.Floor
+		e.CompactRevision = &floor
+		return e
+	case errors.As(err, &lim):
+		return NewError(api.CodeTooManyWatchers, "%s", lim.Error())
+	}
+	return AsError(err)
+}

@@ -1,23 +1,12 @@
-package service
-
-import (
-	"sort"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/locktable"
-)
-
-// The history of watches. Every table event reaches
-// the server's observer, inside Apply on every node, with the index of
-// the entry that caused it; the hub numbers it (index, position in the
-// entry) and keeps the last Config.WatchHistory of them, and a goroutine
-// of its own (broadcast) wakes the watchers by closing a channel: one
-// close wakes them all, and a watcher is never polled. A watcher keeps
-// only its cursor; one that falls behind the history is told so
-// (CodeCompacted) instead of being buffered for.
+// Package eventlog keeps the recent history of the lock table's events for
+// watchers to read. Every table event reaches the service's observer,
+// inside Apply on every node, with the index of the entry that caused it;
+// the log numbers it (index, position in the entry: the revision every
+// node gives it alike) and keeps the latest of them, and a goroutine of
+// its own (Broadcast) wakes the watchers by closing a channel: one close
+// wakes them all, and a watcher is never polled. A watcher keeps only its
+// cursor; one that falls behind the history is told so (*CompactedError)
+// instead of being buffered for.
 //
 // The state machine never waits for a watcher: events are kept in
 // segments that readers share without a lock. Append writes slot n of the
@@ -26,6 +15,18 @@ import (
 // immutable value swapped whole when a segment is added or the oldest
 // dropped. (With a lock, 1,000 watchers scanning held the apply up: the
 // leader granted under 600 locks a second instead of 50,000.)
+package eventlog
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
 
 // maxSegment is the most events of one segment. A history of n events
 // has segments of min(maxSegment, n/16) events (at least 1) and drops
@@ -44,7 +45,8 @@ type history struct {
 	floor api.Revision // every event after it is here (or not yet applied)
 }
 
-type watchHub struct {
+// Log is the history of events and the count of its watchers.
+type Log struct {
 	hist atomic.Pointer[history]
 	wake atomic.Pointer[chan struct{}] // closed by broadcast
 	kick chan struct{}                 // 1-buffered: an append since the last broadcast
@@ -63,9 +65,11 @@ type watchHub struct {
 	gauge       func(n int)
 }
 
-func newWatchHub(size, maxTotal, maxByCaller int, gauge func(int)) *watchHub {
+// New keeps the latest size events (> 0) for at most maxTotal watchers in
+// all and maxByCaller of one caller (0: no cap); gauge is told the count.
+func New(size, maxTotal, maxByCaller int, gauge func(int)) *Log {
 	segLen := min(maxSegment, max(1, size/16))
-	h := &watchHub{kick: make(chan struct{}, 1), keep: (size + segLen - 1) / segLen, segLen: segLen,
+	h := &Log{kick: make(chan struct{}, 1), keep: (size + segLen - 1) / segLen, segLen: segLen,
 		byCaller: map[string]int{}, maxTotal: maxTotal, maxByCaller: maxByCaller, gauge: gauge}
 	h.hist.Store(&history{})
 	w := make(chan struct{})
@@ -74,9 +78,9 @@ func newWatchHub(size, maxTotal, maxByCaller int, gauge func(int)) *watchHub {
 	return h
 }
 
-// append numbers ev and keeps it. It runs inside Apply, on one goroutine
+// Append numbers ev and keeps it. It runs inside Apply, on one goroutine
 // at a time, and takes no lock.
-func (h *watchHub) append(index uint64, ev locktable.Event) {
+func (h *Log) Append(index uint64, ev locktable.Event) {
 	rev := api.Revision{Index: index, Seq: 1}
 	if h.last.Index == index && h.last.Seq != api.EndOfEntry {
 		rev.Seq = h.last.Seq + 1
@@ -96,7 +100,7 @@ func (h *watchHub) append(index uint64, ev locktable.Event) {
 		h.hist.Store(next)
 	}
 	n := seg.n.Load()
-	seg.ev[n] = wireWatchEvent(rev, ev)
+	seg.ev[n] = Wire(rev, ev)
 	seg.n.Store(n + 1)
 	h.last = rev
 	h.lastPub.Store(&rev)
@@ -106,10 +110,10 @@ func (h *watchHub) append(index uint64, ev locktable.Event) {
 	}
 }
 
-// restored forgets the history: the state machine was replaced by a
+// Restored forgets the history: the state machine was replaced by a
 // snapshot of the state after entry index, so what happened before it is
 // not known here. Watchers are woken to learn it.
-func (h *watchHub) restored(index uint64) {
+func (h *Log) Restored(index uint64) {
 	floor := api.Revision{Index: index, Seq: api.EndOfEntry}
 	h.hist.Store(&history{floor: floor})
 	h.last = floor
@@ -126,9 +130,9 @@ func (h *watchHub) restored(index uint64) {
 // every event, they would take the CPU the writes need.
 const watchCoalesce = 2 * time.Millisecond
 
-// broadcast wakes the watchers after each append, at most once per
+// Broadcast wakes the watchers after each append, at most once per
 // watchCoalesce (real time: it paces CPU, not lease time), until stop.
-func (h *watchHub) broadcast(stop <-chan struct{}) {
+func (h *Log) Broadcast(stop <-chan struct{}) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -148,23 +152,23 @@ func (h *watchHub) broadcast(stop <-chan struct{}) {
 	}
 }
 
-// now is the revision of the present: the last event applied, or where
+// Now is the revision of the present: the last event applied, or where
 // the history begins.
-func (h *watchHub) now() api.Revision { return *h.lastPub.Load() }
+func (h *Log) Now() api.Revision { return *h.lastPub.Load() }
 
-// read returns up to limit events after after that match, the revision to
+// Read returns up to limit events after after that match, the revision to
 // read after next time, and a channel closed once more may have come. It
 // refuses a revision before the history (compacted).
 //
 // The events returned are shared with every reader: never change them.
-func (h *watchHub) read(after api.Revision, match func(key string) bool, limit int) ([]*api.WatchEvent, api.Revision, <-chan struct{}, *Error) {
+func (h *Log) Read(after api.Revision, match func(key string) bool, limit int) ([]*api.WatchEvent, api.Revision, <-chan struct{}, error) {
 	// The channel first: an event published after the read below closes
 	// it (or a later one that this one precedes).
 	wake := *h.wake.Load()
-	last := h.now()
+	last := h.Now()
 	hs := h.hist.Load()
 	if after.Compare(hs.floor) < 0 {
-		return nil, after, nil, compacted(hs.floor, "revision %s is older than the history this node keeps, which starts after %s: resync (list=true) and watch after the list's revision", after, hs.floor)
+		return nil, after, nil, &CompactedError{After: after, Floor: hs.floor}
 	}
 	// The first segment whose last published event is after after.
 	si := sort.Search(len(hs.segs), func(i int) bool {
@@ -198,21 +202,39 @@ func (h *watchHub) read(after api.Revision, match func(key string) bool, limit i
 	return out, next, wake, nil
 }
 
-func compacted(oldest api.Revision, format string, args ...any) *Error {
-	e := NewError(api.CodeCompacted, format, args...)
-	e.CompactRevision = &oldest
-	return e
+// CompactedError refuses a read after a revision older than the history.
+type CompactedError struct {
+	After api.Revision // the revision asked for
+	Floor api.Revision // the history starts after it
 }
 
-// join counts one more watcher of caller, or refuses past a limit.
-func (h *watchHub) join(caller string) *Error {
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("revision %s is older than the history this node keeps, which starts after %s: resync (list=true) and watch after the list's revision", e.After, e.Floor)
+}
+
+// LimitError refuses a watcher past a cap: the node's (Caller "") or its
+// caller's.
+type LimitError struct {
+	Caller string
+	Open   int // watchers open now, in all or of the caller
+}
+
+func (e *LimitError) Error() string {
+	if e.Caller == "" {
+		return fmt.Sprintf("this node has %d watches open, its limit (server --max-watchers)", e.Open)
+	}
+	return fmt.Sprintf("%s has %d watches open on this node, the limit per caller (server --max-watchers-per-caller)", e.Caller, e.Open)
+}
+
+// Join counts one more watcher of caller, or refuses past a limit.
+func (h *Log) Join(caller string) error {
 	h.count.Lock()
 	defer h.count.Unlock()
 	if h.maxTotal > 0 && h.total >= h.maxTotal {
-		return NewError(api.CodeTooManyWatchers, "this node has %d watches open, its limit (server --max-watchers)", h.total)
+		return &LimitError{Open: h.total}
 	}
 	if h.maxByCaller > 0 && h.byCaller[caller] >= h.maxByCaller {
-		return NewError(api.CodeTooManyWatchers, "%s has %d watches open on this node, the limit per caller (server --max-watchers-per-caller)", caller, h.byCaller[caller])
+		return &LimitError{Caller: caller, Open: h.byCaller[caller]}
 	}
 	h.total++
 	h.byCaller[caller]++
@@ -220,7 +242,7 @@ func (h *watchHub) join(caller string) *Error {
 	return nil
 }
 
-func (h *watchHub) leave(caller string) {
+func (h *Log) Leave(caller string) {
 	h.count.Lock()
 	defer h.count.Unlock()
 	h.total--
@@ -229,3 +251,29 @@ func (h *watchHub) leave(caller string) {
 	}
 	h.gauge(h.total)
 }
+
+// Wire is ev, the event at rev, as the API carries it.
+func Wire(rev api.Revision, ev locktable.Event) api.WatchEvent {
+	w := api.WatchEvent{Revision: rev, Key: ev.Key, Holder: ev.Holder, Token: ev.Token,
+		AtMs: clusterMs(ev.At), SinceMs: clusterMs(ev.Since)}
+	switch ev.Kind {
+	case locktable.EventGranted:
+		w.Type, w.TTLMs = api.WatchGranted, int64(time.Duration(ev.Expiry-ev.At)/time.Millisecond)
+	case locktable.EventReleased:
+		w.Type = api.WatchReleased
+	case locktable.EventExpired:
+		w.Type = api.WatchExpired
+	case locktable.EventWaitJoined:
+		w.Type = api.WatchWaitJoined
+	case locktable.EventWaitLeft:
+		w.Type, w.Reason = api.WatchWaitLeft, api.WaitLeftCancelled
+	case locktable.EventWaitDropped:
+		w.Type, w.Reason = api.WatchWaitLeft, api.WaitLeftDeadline
+	default:
+		w.Type = ev.Kind.String()
+	}
+	return w
+}
+
+// clusterMs is a cluster time in milliseconds.
+func clusterMs(t locktable.Time) int64 { return int64(t) / int64(time.Millisecond) }
