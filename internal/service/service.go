@@ -89,6 +89,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ApplyTimeout <= 0 || cfg.MinTickInterval <= 0 || cfg.ClockCheckpoint <= 0 || cfg.JoinCatchUp <= 0 || cfg.WatchHistory <= 0 {
 		return nil, errors.New("service: config: ApplyTimeout, MinTickInterval, ClockCheckpoint, JoinCatchUp and WatchHistory must be positive")
 	}
+	if cfg.ClientAddr != "" && cfg.AnnounceEvery <= 0 {
+		return nil, errors.New("service: config: AnnounceEvery must be positive with a ClientAddr")
+	}
 	s := &Service{
 		cfg:     cfg,
 		log:     cfg.Logger,
