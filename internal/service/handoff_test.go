@@ -118,7 +118,7 @@ func TestTooManyWaitersAtThePerKeyCap(t *testing.T) {
 	mustAcquire(t, s, api.AcquireRequest{Key: "k", Holder: "a", TTLMs: 60000})
 	w1 := queueWaiter(t, ctx, s, api.AcquireRequest{Key: "k", Holder: "w1", TTLMs: 1000, WaitMs: 60000}, 1)
 	queueWaiter(t, ctx, s, api.AcquireRequest{Key: "k", Holder: "w2", TTLMs: 1000, WaitMs: 60000}, 2)
-	_, err := s.Acquire(ctx, api.AcquireRequest{Key: "k", Holder: "w3", TTLMs: 1000, WaitMs: 60000})
+	_, err := refusedWait(t, ctx, s, api.AcquireRequest{Key: "k", Holder: "w3", TTLMs: 1000, WaitMs: 60000}, 2)
 	wantCode(t, err, api.CodeTooManyWaiters)
 	if got := s.Waiters("k"); !slices.Equal(got, []string{"w1", "w2"}) {
 		t.Fatalf("queue %v after the refusal, want [w1 w2]", got)

@@ -112,3 +112,24 @@ func holderOf(s *Service, key string) string {
 	}
 	return l.Holder
 }
+
+// refusedWait is a waiting Acquire that must be answered without
+// queueing: it fails t, instead of hanging, if the key's queue grows past
+// queued (the waiters already there). ctx must end before the test does.
+func refusedWait(t *testing.T, ctx context.Context, s *Service, req api.AcquireRequest, queued int) (api.Lease, error) {
+	t.Helper()
+	ch := goAcquire(ctx, s, req)
+	var a leaseAnswer
+	eventually(t, req.Holder+" answered", func() bool {
+		select {
+		case a = <-ch:
+			return true
+		default:
+		}
+		if q := s.Waiters(req.Key); len(q) > queued {
+			t.Fatalf("%s was queued: %v", req.Holder, q)
+		}
+		return false
+	})
+	return a.l, a.err
+}

@@ -97,7 +97,8 @@ func TestReadWriteLockReadersShareWriterExcludesFIFO(t *testing.T) {
 // the key is; once the key is free it may become another kind.
 func TestKindMismatch(t *testing.T) {
 	s, _, _ := newTestService(t)
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	sem := mustAcquire(t, s, api.AcquireRequest{Key: "sem", Holder: "a", TTLMs: 60000, Permits: 3})
 	mustAcquire(t, s, api.AcquireRequest{Key: "ex", Holder: "a", TTLMs: 60000})
 	mustAcquire(t, s, api.AcquireRequest{Key: "rw", Holder: "a", TTLMs: 60000, Mode: api.ModeRead})
@@ -114,7 +115,7 @@ func TestKindMismatch(t *testing.T) {
 		{api.AcquireRequest{Key: "rw", Holder: "b", TTLMs: 1000}, api.KindRWLock, 0},
 		{api.AcquireRequest{Key: "rw", Holder: "b", TTLMs: 1000, Permits: 2}, api.KindRWLock, 0},
 	} {
-		_, err := s.Acquire(ctx, c.req)
+		_, err := refusedWait(t, ctx, s, c.req, 0)
 		e := wantCode(t, err, api.CodeKindMismatch)
 		if e.Kind != c.kind || e.Permits != c.permits {
 			t.Fatalf("%+v: refused as %s of %d permits, want %s of %d", c.req, e.Kind, e.Permits, c.kind, c.permits)
