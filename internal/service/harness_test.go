@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -30,20 +29,7 @@ func testConfig(fake clock.Clock) Config {
 // (internal/node/nodetest) on a fake clock, ready: no raft, no disk.
 func newTestService(t *testing.T) (*Service, *nodetest.Log, *clock.Fake) {
 	t.Helper()
-	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s, err := New(testConfig(fake))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := nodetest.New("n1", s.FSM())
-	s.Start(log)
-	t.Cleanup(s.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s, log, fake
+	return newTestServiceWith(t, func(*Config) {})
 }
 
 // eventually polls cond until it holds (a bound on a hang, not a timing).
