@@ -201,11 +201,7 @@ func (f *FSM) apply(c Command, r *Result) {
 		r.Lease, r.Granted, r.Err = t.WaitWith(c.Key, c.Holder, now, c.TTL, c.Deadline, lim, grantOptions(c))
 		r.Queued = r.Err == nil && !r.Granted
 	case OpRenew:
-		if l, ok := t.Get(c.Key, now); !ok || l.Holder != c.Holder {
-			r.Err = locktable.ErrNotHeld
-			break
-		}
-		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
+		r.Lease, r.Err = t.Renew(c.Key, c.Holder, now, c.TTL)
 		r.Granted = r.Err == nil
 	case OpCancelWait:
 		if t.CancelWaitAt(c.Key, c.Holder, now) {

@@ -226,6 +226,22 @@ func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, erro
 	return t.AcquireWith(key, holder, now, ttl, Options{})
 }
 
+// Renew is Acquire for a holder that already holds key: holder's lease,
+// alive at now, is granted again for ttl under a new token that supersedes
+// the old one. When key has no live lease of holder's, Renew returns
+// ErrNotHeld and changes nothing: a renewal is for a holder that never lost
+// the key, and granting a free or expired one would hide that its lease
+// ended and that another holder may have had the key in between.
+func (t *Table) Renew(key, holder string, now Time, ttl Duration) (Lease, error) {
+	if err := validateGrant(key, holder, now, ttl); err != nil {
+		return Lease{}, err
+	}
+	if l, ok := t.Get(key, now); !ok || l.Holder != holder {
+		return Lease{}, ErrNotHeld
+	}
+	return t.Acquire(key, holder, now, ttl)
+}
+
 // AcquireWith is Acquire with Options: under a session, with a lock-delay.
 // A key in its lock-delay is refused with a *LockDelayError.
 func (t *Table) AcquireWith(key, holder string, now Time, ttl Duration, o Options) (Lease, error) {
