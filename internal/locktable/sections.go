@@ -56,10 +56,10 @@ func (t *Table) appendSections(b []byte) []byte {
 // decodeSections reads the sections that follow the entries, to the end of d.
 func (t *Table) decodeSections(d *decoder) error {
 	last := sectionNone
-	for len(d.b) > 0 && d.err == nil {
-		tag := d.byte()
-		payload := d.bytes(len(d.b))
-		if d.err != nil {
+	for d.Len() > 0 && d.Err() == nil {
+		tag := d.Byte()
+		payload := d.Bytes(d.Len())
+		if d.Err() != nil {
 			break
 		}
 		if tag <= last || len(payload) == 0 {
@@ -74,8 +74,8 @@ func (t *Table) decodeSections(d *decoder) error {
 			return corrupt("section %d: %v", tag, err)
 		}
 	}
-	if d.err != nil {
-		return d.err
+	if d.Err() != nil {
+		return d.failure()
 	}
 	if last == sectionNone {
 		return corrupt("version 3 without sections")
