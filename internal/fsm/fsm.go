@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/acl"
+	"github.com/fencelock/fencelock/internal/binread"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -419,41 +420,40 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	if crc32.ChecksumIEEE(body) != sum || string(body[:len(snapshotMagic)]) != snapshotMagic {
 		return fmt.Errorf("%w: bad checksum or magic", ErrCorruptSnapshot)
 	}
-	r := reader{b: body[len(snapshotMagic):]}
-	now := locktable.Time(r.varint())
-	index := r.uvarint()
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) {
+	r := reader{binread.New(body[len(snapshotMagic):])}
+	now := locktable.Time(r.Varint())
+	index := r.Uvarint()
+	table := r.Bytes(r.Len())
+	if r.Err() != nil {
 		return fmt.Errorf("%w: bad header", ErrCorruptSnapshot)
 	}
 	t := locktable.New()
-	if err := t.UnmarshalBinary(r.b[:n]); err != nil {
+	if err := t.UnmarshalBinary(table); err != nil {
 		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 	}
-	r.b = r.b[n:]
 	seen, order := readRemembered(&r)
 	members := map[string]Member{}
 	cluster := ""
 	acls := acl.Empty()
-	if r.err == nil && len(r.b) > 0 {
+	if r.Err() == nil && r.Len() > 0 {
 		members = readMembers(&r)
-		if r.err == nil && len(r.b) > 0 {
-			if cluster = r.string(MaxClusterIDLen); cluster == "" && len(r.b) == 0 {
+		if r.Err() == nil && r.Len() > 0 {
+			if cluster = r.String(MaxClusterIDLen); cluster == "" && r.Len() == 0 {
 				r.fail("empty cluster id")
 			}
 		}
-		if r.err == nil && len(r.b) > 0 {
+		if r.Err() == nil && r.Len() > 0 {
 			acls = readACLState(&r)
 		}
-		if r.err == nil && len(members) == 0 && cluster == "" && !acls.On {
+		if r.Err() == nil && len(members) == 0 && cluster == "" && !acls.On {
 			r.fail("empty member list")
 		}
 	}
-	if r.err != nil {
-		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, r.err)
+	if r.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, r.failure())
 	}
-	if len(r.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrCorruptSnapshot, len(r.b))
+	if r.Len() != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorruptSnapshot, r.Len())
 	}
 	if t.MaxNow() > now {
 		now = t.MaxNow()

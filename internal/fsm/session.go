@@ -54,18 +54,18 @@ func appendGrantOptions(b []byte, c Command) []byte {
 }
 
 func readGrantOptions(d *reader, c *Command) {
-	if d.err != nil || len(d.b) == 0 {
+	if d.Err() != nil || d.Len() == 0 {
 		return
 	}
-	c.Session = d.uvarint()
+	c.Session = d.Uvarint()
 	c.LockDelay = d.lockDelay()
-	if d.err == nil && !hasGrantOptions(*c) {
+	if d.Err() == nil && !hasGrantOptions(*c) {
 		d.fail("grant options both zero")
 	}
 }
 
 func (r *reader) lockDelay() locktable.Duration {
-	v := r.uvarint()
+	v := r.Uvarint()
 	if v > uint64(locktable.MaxLockDelay) {
 		r.fail("lock-delay %d", v)
 		return 0
@@ -96,22 +96,22 @@ func appendSessionOp(b []byte, c Command) ([]byte, error) {
 }
 
 func readSessionOp(d *reader, c *Command) {
-	c.Holder = d.string(locktable.MaxHolderLen)
+	c.Holder = d.String(locktable.MaxHolderLen)
 	switch c.Op {
 	case OpSessionOpen:
-		c.TTL = locktable.Duration(d.varint())
+		c.TTL = locktable.Duration(d.Varint())
 	case OpSessionExtend, OpSessionClose:
-		c.Session = d.uvarint()
+		c.Session = d.Uvarint()
 	case OpAcquireKeys:
-		c.TTL = locktable.Duration(d.varint())
-		c.Session = d.uvarint()
+		c.TTL = locktable.Duration(d.Varint())
+		c.Session = d.Uvarint()
 		c.LockDelay = d.lockDelay()
 		n := d.count()
-		if d.err == nil && (n == 0 || n > locktable.MaxMultiKeys) {
+		if d.Err() == nil && (n == 0 || n > locktable.MaxMultiKeys) {
 			d.fail("%d keys", n)
 		}
-		for i := 0; i < n && d.err == nil; i++ {
-			c.Items = append(c.Items, Item{Key: d.string(locktable.MaxKeyLen)})
+		for i := 0; i < n && d.Err() == nil; i++ {
+			c.Items = append(c.Items, Item{Key: d.String(locktable.MaxKeyLen)})
 		}
 	}
 }

@@ -40,24 +40,24 @@ func appendSharedCommand(b []byte, c Command) []byte {
 
 func readSharedCommand(d *reader, c *Command) {
 	c.Key, c.Holder = d.keyHolder()
-	c.TTL = locktable.Duration(d.varint())
-	c.Deadline = locktable.Time(d.varint())
-	c.Shared.Kind = locktable.Kind(d.byte())
-	permits := d.uvarint()
+	c.TTL = locktable.Duration(d.Varint())
+	c.Deadline = locktable.Time(d.Varint())
+	c.Shared.Kind = locktable.Kind(d.Byte())
+	permits := d.Uvarint()
 	if permits > locktable.MaxPermits {
 		d.fail("%d permits", permits)
 	}
 	c.Shared.Permits = int(permits)
-	switch d.byte() {
+	switch d.Byte() {
 	case 0:
 	case 1:
 		c.Shared.Write = true
 	default:
 		d.fail("bad write flag")
 	}
-	if d.err == nil && len(d.b) > 0 {
+	if d.Err() == nil && d.Len() > 0 {
 		c.MaxKeyWaiters, c.MaxWaiters = d.limit(), d.limit()
-		if d.err == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 {
+		if d.Err() == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 {
 			d.fail("wait limits both zero")
 		}
 	}
