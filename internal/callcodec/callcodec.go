@@ -173,11 +173,6 @@ func Acquire(b []byte) (api.AcquireRequest, error) {
 	return q, r.done()
 }
 
-// AcquireStrings are the request's strings, for ValidStrings.
-func AcquireStrings(q api.AcquireRequest) []string {
-	return []string{q.Key, q.Holder, q.RequestID, q.Mode}
-}
-
 // AppendExtend appends the encoding of an extend request.
 func AppendExtend(dst []byte, q api.ExtendRequest) []byte {
 	dst = appendString(dst, q.Key)

@@ -290,13 +290,6 @@ func (f *FSM) Check(key string, token uint64, now locktable.Time) bool {
 	return f.table.Check(key, token, now)
 }
 
-// List returns live leases whose key starts with prefix, sorted by key.
-func (f *FSM) List(prefix string, now locktable.Time, limit int) []locktable.Lease {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.table.List(prefix, now, limit)
-}
-
 // EachLive calls fn with the key of every lease alive at now, in key
 // order, under the read lock (fn must not call back into f).
 func (f *FSM) EachLive(now locktable.Time, fn func(key string)) {

@@ -77,13 +77,6 @@ func (f *FSM) Holders(key string, now locktable.Time) []locktable.Lease {
 	return f.table.Holders(key, now)
 }
 
-// KindOf is key's kind (and a semaphore's limit) while the key exists.
-func (f *FSM) KindOf(key string) (locktable.Kind, int, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.table.KindOf(key)
-}
-
 // LeaseOf returns holder's lease on key if it is alive at now, whatever
 // the key's kind.
 func (f *FSM) LeaseOf(key, holder string, now locktable.Time) (locktable.Lease, bool) {

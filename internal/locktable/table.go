@@ -47,9 +47,6 @@ type Lease struct {
 	Slot int
 }
 
-// Alive reports whether the lease is alive at now.
-func (l Lease) Alive(now Time) bool { return now < l.Expiry }
-
 // Remaining is how long the lease has left at now (0 once expired).
 func (l Lease) Remaining(now Time) Duration {
 	if now >= l.Expiry {
