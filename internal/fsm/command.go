@@ -26,15 +26,15 @@ const (
 	OpMember      Op = 10 // NodeID, RaftAddr, ClientAddr (both empty: forget the node)
 	OpClusterID   Op = 11 // ClusterID (set once; later ones change nothing)
 	OpTokenFloor  Op = 12 // Token: raise the token counter to at least Token
-	OpACL         Op = 13 // ACL: one change of the ACL tables (acl.go)
+	OpACL         Op = 13 // ACL: one change of the ACL tables
 
-	// Sessions, multi-key acquire (session.go). 18 and 19 are kept for them.
+	// Sessions, multi-key acquire. 18 and 19 are kept for them.
 	OpSessionOpen   Op = 14 // Holder, TTL
 	OpSessionExtend Op = 15 // Holder, Session
 	OpSessionClose  Op = 16 // Holder, Session
 	OpAcquireKeys   Op = 17 // Holder, TTL, Session, LockDelay, Items{Key}
 
-	// Semaphores and read/write locks (shared.go): 20..24.
+	// Semaphores and read/write locks: 20..24.
 	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters]
 
 	opLimit Op = 21
@@ -83,7 +83,7 @@ type Item struct {
 // constants); the others must be zero, and Encode leaves them out.
 type Command struct {
 	Op        Op
-	RequestID string         // optional; a retry under the same id gets the first answer (dedupe.go)
+	RequestID string         // optional; a retry under the same id gets the first answer
 	Now       locktable.Time // cluster time, stamped by the leader
 	Key       string
 	Holder    string
@@ -108,16 +108,16 @@ type Command struct {
 	// OpClusterID: the cluster's identity, chosen by its first leader.
 	ClusterID string
 
-	// OpACL: the change (acl.go).
+	// OpACL: the change.
 	ACL *ACLChange
 
-	// Sessions and lock-delay (session.go): the session a grant is taken
+	// Sessions and lock-delay: the session a grant is taken
 	// under (0: none), or the session an op names; the lock-delay a grant
 	// asks for (0: none).
 	Session   uint64
 	LockDelay locktable.Duration
 
-	// OpShared: the semaphore or read/write request (shared.go).
+	// OpShared: the semaphore or read/write request.
 	Shared locktable.Shared
 }
 

@@ -29,7 +29,7 @@ type Result struct {
 	Released  bool // release
 	Cancelled int  // cancel-wait(s): how many waiters left a queue
 	Batch     []BatchResult
-	Session   locktable.Session // session ops (session.go)
+	Session   locktable.Session // session ops
 	Leases    []locktable.Lease // acquire-keys: one per key, in order
 	Err       error
 	// Duplicate: the command repeated the (holder, request id) of an
@@ -59,12 +59,12 @@ type FSM struct {
 	index   uint64         // the last applied index
 	observe Observer
 	changed chan struct{}
-	seen    map[string]*remembered // see dedupe.go
+	seen    map[string]*remembered // answers kept for retries, by request id
 	order   []*remembered
 	waits   map[string]*remembered // queued waits by waitKey, a view of seen
-	members map[string]Member      // see members.go
-	cluster string                 // the cluster id (members.go); "" until the first leader sets it
-	acls    *acl.State             // acl.go; replaced whole on each change
+	members map[string]Member      // by node id
+	cluster string                 // the cluster id; "" until the first leader sets it
+	acls    *acl.State             // replaced whole on each change
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -121,7 +121,7 @@ var _ raft.BatchingFSM = (*FSM)(nil)
 // answering each command with the *Result that Apply would have. raft
 // also hands a batch its configuration entries, which it never passes to
 // Apply (it answers their futures nil): they change nothing here and are
-// answered nil, as before. The results share one allocation.
+// answered nil too. The results share one allocation.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any { return f.ApplyBatchFunc(logs, nil) }
 
 // ApplyBatchFunc is ApplyBatch calling each, when not nil, after every
@@ -335,12 +335,12 @@ func (f *FSM) NextDeadline() (locktable.Time, bool) {
 }
 
 // Snapshot format: "FLS1" | varint now | uvarint index | uvarint len |
-// table encoding (which carries its own checksum) | remembered requests
-// (dedupe.go) | members (members.go; absent when there are none and no
-// cluster id, as in snapshots from before clustering) | cluster id (a
-// string; absent until one is set, as in snapshots from before it
-// existed, unless ACL tables follow, when it may be "") | ACL tables
-// (acl.go; absent until bootstrapped) | CRC-32 of all before.
+// table encoding (which carries its own checksum) | remembered requests |
+// members (absent when there are none and no cluster id, as in snapshots
+// from before clustering) | cluster id (a string; absent until one is
+// set, as in snapshots from before it existed, unless ACL tables follow,
+// when it may be "") | ACL tables (absent until bootstrapped) | CRC-32 of
+// all before.
 const snapshotMagic = "FLS1"
 
 // Snapshot encodes the state under the lock; Persist only writes bytes.

@@ -16,7 +16,7 @@ import (
 // writes its limits bracket too (0, 0 allowed). OpSessionOpen,
 // OpSessionExtend and OpSessionClose are the session's own lifecycle;
 // OpAcquireKeys grants up to locktable.MaxMultiKeys keys all or none.
-// None of the four is remembered for retries (dedupe.go): a re-sent open
+// None of the four is remembered for retries: a re-sent open
 // makes a second session, which expires unused; a re-sent multi-acquire
 // renews the same holder's grants under new tokens.
 

@@ -13,7 +13,7 @@ import (
 //	byte kind (locktable.Kind) | uvarint permits | byte write |
 //	[uvarint MaxKeyWaiters | uvarint MaxWaiters]
 //
-// Like OpWait it is remembered while queued and once granted (dedupe.go).
+// Like OpWait it is remembered while queued and once granted.
 
 // waits reports whether op queues: its retry keeps the queue place, and is
 // answered with its grant only while that grant is live.

@@ -14,10 +14,9 @@ import "encoding/binary"
 // part of the snapshot format: never renumber one, never reuse one.
 const (
 	sectionNone      byte = 0 // not a section; the tags start at 1
-	sectionSessions  byte = 1 // session_snapshot.go
-	sectionLockDelay byte = 2 // session_snapshot.go
-	// sectionShared: semaphores and read/write locks (shared_snapshot.go).
-	sectionShared byte = 3
+	sectionSessions  byte = 1 // sessions, their locks and queue places
+	sectionLockDelay byte = 2 // the lock-delays of leases, waiters and keys
+	sectionShared    byte = 3 // semaphores and read/write locks
 )
 
 // section is one kind of state a snapshot may carry beyond version 2.

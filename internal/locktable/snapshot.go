@@ -39,9 +39,9 @@ import (
 //	waiter:   string holder | varint ttl | varint since | varint deadline
 //	trailer:  4-byte CRC-32 (IEEE) of all the bytes before it
 //
-// Version 3 ("FLT3") is version 2 followed by sections (sections.go) for
-// state beyond plain leases and queues. A table without any such state is
-// still written as version 2, byte for byte as before.
+// Version 3 ("FLT3") is version 2 followed by sections for state beyond
+// plain leases and queues. A table without any such state is written as
+// version 2, so that a node that reads only version 2 can restore it.
 const (
 	snapshotMagic   = "FLT2"
 	snapshotMagicV1 = "FLT1"
@@ -73,7 +73,7 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 	entries := make([]keyed, 0, len(t.entries))
 	for k, e := range t.entries {
 		if e.multi {
-			continue // section 3 (shared_snapshot.go)
+			continue // section 3
 		}
 		entries = append(entries, keyed{k, e})
 	}
@@ -309,7 +309,7 @@ func (t *Table) checkRestored() error {
 	tokens := make([]uint64, 0, len(t.expiries))
 	for _, e := range t.entries {
 		if e.held() {
-			tokens = append(tokens, e.token) // session locks too (session_snapshot.go)
+			tokens = append(tokens, e.token) // session locks too
 		}
 	}
 	slices.Sort(tokens)
