@@ -67,30 +67,40 @@ func (r *Reader) Rest() []byte { return r.b }
 
 // Uvarint reads a uvarint.
 func (r *Reader) Uvarint() uint64 {
-	if r.err != nil {
-		return 0
+	v, ok := r.uvarint()
+	if !ok {
+		r.Fail(ErrUvarint)
 	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = ErrUvarint
-		return 0
-	}
-	r.b = r.b[n:]
 	return v
 }
 
-// Varint reads a zigzag varint.
+// Varint reads a zigzag varint: a uvarint whose lowest bit is the sign,
+// as encoding/binary writes it.
 func (r *Reader) Varint() int64 {
-	if r.err != nil {
+	ux, ok := r.uvarint()
+	if !ok {
+		r.Fail(ErrVarint)
 		return 0
 	}
-	v, n := binary.Varint(r.b)
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
+	}
+	return x
+}
+
+// uvarint reads a uvarint, reading nothing and answering false after a
+// failure, or when the input ends inside one or it overflows 64 bits.
+func (r *Reader) uvarint() (uint64, bool) {
+	if r.err != nil {
+		return 0, false
+	}
+	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.err = ErrVarint
-		return 0
+		return 0, false
 	}
 	r.b = r.b[n:]
-	return v
+	return v, true
 }
 
 // Byte reads one byte.

@@ -116,3 +116,28 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// Varint reads exactly what encoding/binary writes, at the edges too.
+func TestVarintMatchesEncodingBinary(t *testing.T) {
+	for _, v := range []int64{0, 1, -1, 63, -64, 64, -65, math.MaxInt64, math.MinInt64, math.MaxInt32, math.MinInt32} {
+		r := New(binary.AppendVarint(nil, v))
+		if got := r.Varint(); got != v || r.Err() != nil || r.Len() != 0 {
+			t.Errorf("varint %d: read %d, err %v, %d left", v, got, r.Err(), r.Len())
+		}
+	}
+}
+
+// FuzzVarint: on any input Varint answers what binary.Varint does, and
+// fails exactly where it does.
+func FuzzVarint(f *testing.F) {
+	f.Add([]byte{0x80})
+	f.Add(binary.AppendVarint(nil, math.MinInt64))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		want, n := binary.Varint(in)
+		r := New(in)
+		got := r.Varint()
+		if (n <= 0) != (r.Err() != nil) || (n > 0 && (got != want || r.Len() != len(in)-n)) {
+			t.Fatalf("%x: read %d err %v left %d, binary.Varint %d %d", in, got, r.Err(), r.Len(), want, n)
+		}
+	})
+}
