@@ -86,7 +86,7 @@ func appendSessionOp(b []byte, c Command) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(c.LockDelay))
 		b = binary.AppendUvarint(b, uint64(len(c.Items)))
 		for _, it := range c.Items {
-			if len(it.Key) > locktable.MaxKeyLen || it.Holder != "" || it.Token != 0 {
+			if it.Key == "" || len(it.Key) > locktable.MaxKeyLen || it.Holder != "" || it.Token != 0 {
 				return nil, fmt.Errorf("%w: bad key item", ErrBadCommand)
 			}
 			b = appendString(b, it.Key)
@@ -111,7 +111,13 @@ func readSessionOp(d *reader, c *Command) {
 			d.fail("%d keys", n)
 		}
 		for i := 0; i < n && d.Err() == nil; i++ {
-			c.Items = append(c.Items, Item{Key: d.String(locktable.MaxKeyLen)})
+			// An empty key is refused as Encode refuses it: it takes one
+			// byte, where count assumed two, and could not come back.
+			if k := d.String(locktable.MaxKeyLen); k != "" || d.Err() != nil {
+				c.Items = append(c.Items, Item{Key: k})
+			} else {
+				d.fail("empty key")
+			}
 		}
 	}
 }
