@@ -26,7 +26,7 @@ func aclCLI(t *testing.T, addrs []string, token string, args ...string) (string,
 // environment and returns its stdout, stderr and exit status.
 func runBinary(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(fencelockBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errs syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errs

@@ -16,7 +16,7 @@ func TestClientSessionAgainstServer(t *testing.T) {
 	startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data")).waitReady(addr)
 
 	cli := func(args ...string) (int, string, string) {
-		cmd := exec.Command(binary, args...)
+		cmd := exec.Command(fencelockBinary(t), args...)
 		cmd.Env = append(cmd.Environ(), "FENCELOCK_ADDR="+addr)
 		var out, errb strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &errb

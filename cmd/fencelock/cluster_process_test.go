@@ -536,7 +536,7 @@ func TestBenchAgainstClusterProcess(t *testing.T) {
 		}
 	}
 	addrs = append(addrs, leader.client)
-	out, err := exec.Command(binary, "bench", "--addr", strings.Join(addrs, ","), "--clients", "4", "--duration", "300ms").Output()
+	out, err := exec.Command(fencelockBinary(t), "bench", "--addr", strings.Join(addrs, ","), "--clients", "4", "--duration", "300ms").Output()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -565,7 +565,7 @@ func TestClusterProcessJoinMembersRemove(t *testing.T) {
 	}
 	cli := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command(binary, append(append([]string{"cluster"}, args...), "--addr", strings.Join(addrs, ","))...).CombinedOutput()
+		out, err := exec.Command(fencelockBinary(t), append(append([]string{"cluster"}, args...), "--addr", strings.Join(addrs, ","))...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("cluster %v: %v\n%s", args, err, out)
 		}
@@ -591,7 +591,7 @@ func TestClusterProcessJoinMembersRemove(t *testing.T) {
 	if out := cli("members"); strings.Count(out, "voter") != 2 || strings.Contains(out, c.nodes[2].raft) {
 		t.Fatalf("after remove:\n%s", out)
 	}
-	err := exec.Command(binary, "cluster", "remove").Run()
+	err := exec.Command(fencelockBinary(t), "cluster", "remove").Run()
 	var xe *exec.ExitError
 	if !errors.As(err, &xe) || xe.ExitCode() != 2 {
 		t.Fatalf("remove without --id: %v, want exit status 2", err)

@@ -257,7 +257,7 @@ func TestDataDirDamageRefusesAndRecovers(t *testing.T) {
 			}
 			t.Logf("refused: %s", lines[0])
 
-			out, err := exec.Command(binary, "recover", "--data", data).CombinedOutput()
+			out, err := exec.Command(fencelockBinary(t), "recover", "--data", data).CombinedOutput()
 			if err != nil {
 				t.Fatalf("recover: %v\n%s", err, out)
 			}

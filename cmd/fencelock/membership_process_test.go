@@ -20,7 +20,7 @@ import (
 // combined output and exit status.
 func clusterCLI(t *testing.T, addrs []string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(binary, append(append([]string{"cluster"}, args...), "--addr", strings.Join(addrs, ","))...)
+	cmd := exec.Command(fencelockBinary(t), append(append([]string{"cluster"}, args...), "--addr", strings.Join(addrs, ","))...)
 	out, err := cmd.CombinedOutput()
 	var xe *exec.ExitError
 	switch {

@@ -359,7 +359,7 @@ func TestSecureProcessACLCommandOverTLS(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(admin, "flk_") {
 		t.Fatalf("acl bootstrap with FENCELOCK_CLIENT_CA: exit %d %q %q", code, out, errs)
 	}
-	cmd := exec.Command(binary, "acl", "whoami", "--addr", addr, "--ca", f.CA, "--auth-token", admin)
+	cmd := exec.Command(fencelockBinary(t), "acl", "whoami", "--addr", addr, "--ca", f.CA, "--auth-token", admin)
 	cmd.Env = append(os.Environ(), "FENCELOCK_CLIENT_CA=")
 	if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "admin" {
 		t.Fatalf("acl whoami --ca: %v %q", err, out)

@@ -67,7 +67,7 @@ func startProc(t *testing.T, dir string, env []string, args ...string) *proc {
 func startProcVia(t *testing.T, dir string, env, via []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, stderr: &syncBuffer{}, done: make(chan struct{})}
-	argv := append(append(append([]string{}, via...), binary, "server"), args...)
+	argv := append(append(append([]string{}, via...), fencelockBinary(t), "server"), args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
@@ -456,7 +456,7 @@ func TestBenchAgainstProcess(t *testing.T) {
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))
 	p.waitReady(addr)
 	for _, mode := range []string{"uncontended", "contended"} {
-		out, err := exec.Command(binary, "bench", "--addr", addr, "--mode", mode, "--clients", "4", "--duration", "300ms").Output()
+		out, err := exec.Command(fencelockBinary(t), "bench", "--addr", addr, "--mode", mode, "--clients", "4", "--duration", "300ms").Output()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", mode, err, out)
 		}
@@ -470,7 +470,7 @@ func TestBenchAgainstProcess(t *testing.T) {
 		t.Fatalf("exit status %d", code)
 	}
 	// Unreachable server: exit status 3.
-	err := exec.Command(binary, "bench", "--addr", addr, "--duration", "100ms").Run()
+	err := exec.Command(fencelockBinary(t), "bench", "--addr", addr, "--duration", "100ms").Run()
 	var xe *exec.ExitError
 	if !errors.As(err, &xe) || xe.ExitCode() != 3 {
 		t.Fatalf("bench against a stopped server: %v, want exit status 3", err)

@@ -36,8 +36,9 @@ var (
 // binary, once per test process.
 func fencedStoreBinary(t *testing.T) string {
 	t.Helper()
+	dir := filepath.Dir(fencelockBinary(t))
 	storeOnce.Do(func() {
-		storeBin = filepath.Join(filepath.Dir(binary), "fencedstore")
+		storeBin = filepath.Join(dir, "fencedstore")
 		out, err := exec.Command("go", "build", "-o", storeBin, "../../examples/fencedstore").CombinedOutput()
 		if err != nil {
 			storeErr = fmt.Errorf("building fencedstore: %v\n%s", err, out)
@@ -110,7 +111,7 @@ type bgProc struct {
 
 func startBG(t *testing.T, dir string, env []string, args ...string) *bgProc {
 	t.Helper()
-	p := &bgProc{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	p := &bgProc{cmd: exec.Command(fencelockBinary(t), args...), done: make(chan struct{})}
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = &p.stderr
