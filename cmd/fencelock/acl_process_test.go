@@ -47,6 +47,7 @@ func runBinary(t *testing.T, env []string, args ...string) (string, string, int)
 // admin token join and announce themselves; after the leader stops, the
 // new leader enforces the same tables, and a restarted node keeps them.
 func TestACLProcessCluster(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c := &pcluster{t: t}
 	for i := range 3 {

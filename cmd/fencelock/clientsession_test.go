@@ -11,6 +11,7 @@ import (
 // processes, against a real `fencelock server`, checking stdout and exit
 // statuses the way a shell script would see them.
 func TestClientSessionAgainstServer(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data")).waitReady(addr)

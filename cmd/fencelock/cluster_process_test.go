@@ -418,6 +418,7 @@ func (c *pcluster) converge() {
 }
 
 func TestClusterProcessKill9LeaderUnderLoad(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	l := newLedger()
 	stop := make(chan struct{})
@@ -441,6 +442,7 @@ func TestClusterProcessKill9LeaderUnderLoad(t *testing.T) {
 }
 
 func TestClusterProcessSIGSTOPLeaderPastItsLeadership(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	l := newLedger()
 	stop := make(chan struct{})
@@ -483,6 +485,7 @@ func TestClusterProcessSIGSTOPLeaderPastItsLeadership(t *testing.T) {
 // TestClusterProcessRestartAll stops every node gracefully, then kills
 // every node at once under load, restarting all each time.
 func TestClusterProcessRestartAll(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	l := newLedger()
 	stop := make(chan struct{})
@@ -527,6 +530,7 @@ func TestClusterProcessRestartAll(t *testing.T) {
 }
 
 func TestBenchAgainstClusterProcess(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	leader := c.waitLeader()
 	var addrs []string
@@ -548,6 +552,7 @@ func TestBenchAgainstClusterProcess(t *testing.T) {
 // Three processes formed with --join, inspected and shrunk with the
 // cluster subcommand.
 func TestClusterProcessJoinMembersRemove(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c := &pcluster{t: t}
 	for i := range 3 {
@@ -602,6 +607,7 @@ func TestClusterProcessJoinMembersRemove(t *testing.T) {
 // logs catches up from a snapshot (InstallSnapshot), and the cluster keeps
 // every invariant when the leader is then killed.
 func TestClusterProcessLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c := &pcluster{t: t}
 	var peers []string

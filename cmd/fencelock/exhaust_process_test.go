@@ -24,6 +24,7 @@ import (
 // cap are refused at accept, every write is acknowledged, and every
 // acknowledged grant is still held.
 func TestServerProcessSurvivesFDExhaustion(t *testing.T) {
+	t.Parallel()
 	addr := freeAddr(t)
 	p := startProcVia(t, t.TempDir(), []string{"FENCELOCK_TEST_WAL_SEGMENT_SIZE=65536"},
 		[]string{"sh", "-c", `ulimit -n 200 && exec "$@"`, "sh"}, "--listen", addr, "--data", "d")
@@ -115,6 +116,7 @@ func metricValue(text, name string) float64 {
 // a restart. Needs root to mount the tmpfs; skipped otherwise.
 func TestServerProcessRecoversFromFullDisk(t *testing.T) {
 	fencelockBinary(t) // skips under -short, before anything is mounted
+	t.Parallel()
 	mnt := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a small tmpfs for a full disk (needs root): %v %s", err, out)

@@ -11,7 +11,8 @@ import (
 // the binary with the test's environment, reaches the tripwire, never
 // 127.0.0.1:7470 (where a user's dev server may run and once took the
 // suite's writes: its tokens jumped from 4 to 596). The test takes its own
-// hits; any other connection to the tripwire fails the run.
+// hits; any other connection to the tripwire fails the run. It stays
+// serial: a parallel test's stray connection would count as its hit.
 func TestNoAddressReachesTheTripwire(t *testing.T) {
 	if defaultListen == "127.0.0.1:7470" {
 		t.Fatal("the default address was not redirected")

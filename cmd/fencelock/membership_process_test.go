@@ -61,6 +61,7 @@ func voterLines(out string) (voters, nonvoters int, ids []string) {
 }
 
 func TestClusterProcessMembershipChanges(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	addrs := c.clients()
 	poll(t, "every member's client address", func() bool {
@@ -151,6 +152,7 @@ func TestClusterProcessMembershipChanges(t *testing.T) {
 // A node without --raft refuses joins; a call nobody answers exits 3; a
 // call that was sent and never answered exits 5 (unknown).
 func TestClusterProcessJoinExitStatuses(t *testing.T) {
+	t.Parallel()
 	single := freeAddr(t)
 	p := startProc(t, t.TempDir(), nil, "--listen", single, "--data", "d", "--log-level", "error")
 	p.waitReady(single)

@@ -120,6 +120,7 @@ func (d dialStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Co
 }
 
 func TestSecureProcessCluster(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "cluster CA")
 	pool := ca.Pool()
@@ -344,6 +345,7 @@ func TestSecureProcessCluster(t *testing.T) {
 // The acl command takes --ca (and FENCELOCK_CLIENT_CA) like the other client
 // commands, so that a cluster serving only TLS can be bootstrapped.
 func TestSecureProcessACLCommandOverTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "cluster CA")
 	f := tlstest.Write(t, dir, "n1", ca, ca.Issue(t, "n1"))

@@ -178,6 +178,7 @@ func token(r reply) uint64 {
 }
 
 func TestServerProcessAcquireExtendReleaseCheck(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))
@@ -209,6 +210,7 @@ func TestServerProcessAcquireExtendReleaseCheck(t *testing.T) {
 }
 
 func TestServerProcessDefaultsAndEnv(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// The environment names the address; --data is absent, so the data
 	// lives in ./fencelock-data of the working directory.
@@ -238,6 +240,7 @@ func TestServerProcessDefaultsAndEnv(t *testing.T) {
 }
 
 func TestServerProcessBadFlagExits2(t *testing.T) {
+	t.Parallel()
 	p := startProc(t, t.TempDir(), nil, "--no-such-flag")
 	if code := p.exitCode(); code != 2 {
 		t.Fatalf("exit status %d, want 2", code)
@@ -246,6 +249,7 @@ func TestServerProcessBadFlagExits2(t *testing.T) {
 
 // A waiter in flight at SIGTERM is answered 503 and the server still exits 0.
 func TestServerProcessGracefulSIGTERMWithWaiter(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))
@@ -303,6 +307,7 @@ type grantRecord struct {
 // holder under its token; the next token is above every token answered; no
 // token was answered twice.
 func TestServerProcessKill9(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	const (
@@ -451,6 +456,7 @@ func checkInvariants(t *testing.T, addr string, grants []*grantRecord, answered 
 }
 
 func TestBenchAgainstProcess(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))

@@ -149,6 +149,7 @@ echo $? > late
 `
 
 func TestSplitBrain(t *testing.T) {
+	t.Parallel()
 	srvDir := t.TempDir()
 	addr := freeAddr(t)
 	startProc(t, srvDir, nil, "--listen", addr, "--data", filepath.Join(srvDir, "data")).waitReady(addr)
