@@ -33,9 +33,14 @@ var (
 	buildErr  error
 )
 
-// fencelockBinary builds cmd/fencelock once per test binary.
+// fencelockBinary builds cmd/fencelock once per test binary. Every fault
+// run needs it, so this is where -short skips the fault suite; the
+// checker's own tests, on hand-made histories, stay in the short tier.
 func fencelockBinary(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("fault suite (process tier: starts fencelock server processes): skipped by -short")
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fencelock-e2e-")
 		if err != nil {

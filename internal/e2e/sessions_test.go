@@ -29,6 +29,7 @@ import (
 //
 // Short enough for CI: about 10 s per class.
 func TestSessionFaults(t *testing.T) {
+	fencelockBinary(t)
 	for _, fc := range []struct {
 		name  string
 		netns bool
