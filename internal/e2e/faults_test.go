@@ -38,6 +38,10 @@ import (
 // failing run prints its seed; -seed S -runs 1 -class C -nodes N replays
 // its choices (the fault times, the victims, the op mix; process timing
 // is the machine's).
+//
+// The short plan's runs go in parallel (up to -parallel at once); a
+// campaign's runs go one at a time, so that the unavailability figures it
+// collects are not those of runs crowding each other.
 
 const (
 	defaultSeed = 1
@@ -162,10 +166,12 @@ func suiteSeed(t *testing.T) int64 {
 
 func TestFaults(t *testing.T) {
 	fencelockBinary(t)
+	t.Parallel()
 	seed := suiteSeed(t)
 	t.Logf("seed %d", seed)
 	var rows []*row
 	for _, p := range plans(t) {
+		// Each run writes its own slot, so parallel runs share nothing.
 		rw := &row{plan: p, results: make([]result, p.runs)}
 		rows = append(rows, rw)
 		for i := range p.runs {
@@ -175,6 +181,7 @@ func TestFaults(t *testing.T) {
 			name := fmt.Sprintf("%s/n%d/seed=%d", p.class.name, p.size, s)
 			t.Run(name, func(t *testing.T) {
 				if *flagRuns == 0 {
+					t.Parallel()
 				}
 				t.Cleanup(func() {
 					if t.Failed() {
@@ -204,7 +211,8 @@ func TestFaults(t *testing.T) {
 			})
 		}
 	}
-	summarize(t, seed, rows)
+	// After the last run, parallel or not.
+	t.Cleanup(func() { summarize(t, seed, rows) })
 }
 
 // row is one plan's results, a slot per run.

@@ -22,6 +22,7 @@ import (
 // checks the holds as the clients saw them. A few seconds a class.
 func TestSharedFaults(t *testing.T) {
 	fencelockBinary(t)
+	t.Parallel()
 	seed := suiteSeed(t)
 	for _, tc := range []struct {
 		name   string
@@ -49,6 +50,7 @@ func TestSharedFaults(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			t.Cleanup(func() {
 				if t.Failed() {
 					t.Logf("seed %d; replay: go test ./internal/e2e -run 'TestSharedFaults/%s$' -v -seed %d", seed, tc.name, seed)
