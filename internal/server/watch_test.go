@@ -606,6 +606,9 @@ func TestWatchUnderACLsNeedsReadAndHidesDeniedKeys(t *testing.T) {
 // takes no bytes for its write timeout; the server holds no buffer for it
 // meanwhile (the stream reads the shared history, which is bounded).
 func TestWatchEventStreamDropsAConsumerThatStopsReading(t *testing.T) {
+	if testing.Short() {
+		t.Skip("full tier: floods the history until a write times out (go test without -short)")
+	}
 	cfg := fastConfig("")
 	cfg.sseWriteTimeout = 100 * time.Millisecond
 	cfg.WatchHistory = maxWatchHistory // so that only the write timeout can end it
