@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -26,6 +27,21 @@ const (
 	PathAnnounce = "/v1/cluster/announce"
 	PathIdentity = "/v1/cluster/identity"
 )
+
+// Priority reports whether a call on path (with an optional ?query)
+// keeps leases alive or gives them up: extends and releases. On a framed
+// connection these have a budget of their own on both ends, so that a
+// window full of waits cannot hold them back and cost a holder its lease.
+func Priority(path string) bool {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	switch path {
+	case PathExtend, PathExtendBatch, PathRelease:
+		return true
+	}
+	return false
+}
 
 // Query parameters of the GET calls.
 const (
@@ -84,7 +100,7 @@ const (
 
 // Status is the HTTP status a code is answered with.
 func Status(code string) int {
-	if st, ok := sessionStatus(code); ok { // session.go
+	if st, ok := sessionStatus(code); ok {
 		return st
 	}
 	switch code {
@@ -125,11 +141,11 @@ type Error struct {
 	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 	// Leader is the leader's client address, when known (CodeNotLeader).
 	Leader string `json:"leader,omitempty"`
-	// Kind and Permits say what the key is (CodeKindMismatch; shared.go).
+	// Kind and Permits say what the key is (CodeKindMismatch).
 	Kind    string `json:"kind,omitempty"`
 	Permits int    `json:"permits,omitempty"`
 	// CompactRevision is the oldest revision a watch may start after
-	// (CodeCompacted; watch.go).
+	// (CodeCompacted).
 	CompactRevision *Revision `json:"compact_revision,omitempty"`
 }
 
@@ -141,8 +157,8 @@ type Lease struct {
 	Token       uint64 `json:"token"`
 	TTLMs       int64  `json:"ttl_ms"`
 	RemainingMs int64  `json:"remaining_ms"`
-	Session     uint64 `json:"session,omitempty"` // the session it is held under (session.go)
-	// A semaphore's or read/write lock's holder (shared.go): the key's
+	Session     uint64 `json:"session,omitempty"` // the session it is held under
+	// A semaphore's or read/write lock's holder: the key's
 	// kind, a semaphore's permits, a read/write holder's mode. Absent
 	// for exclusive leases. GET /v1/lock on such a key answers its oldest
 	// holder with every live holder in Holders.
@@ -163,13 +179,13 @@ type AcquireRequest struct {
 	TTLMs     int64  `json:"ttl_ms"`
 	WaitMs    int64  `json:"wait_ms,omitempty"`
 	RequestID string `json:"request_id,omitempty"`
-	// Session takes the lock under a session (session.go); TTLMs is then
+	// Session takes the lock under a session; TTLMs is then
 	// ignored. LockDelayMs, up to MaxLockDelay, keeps the key granted to
 	// nobody for that long after the lease expires (not after a release).
 	Session     uint64 `json:"session,omitempty"`
 	LockDelayMs int64  `json:"lock_delay_ms,omitempty"`
 	// Permits > 0 asks for one of that many permits of a semaphore;
-	// Mode "read" or "write" for a read/write lock (shared.go).
+	// Mode "read" or "write" for a read/write lock.
 	Permits int    `json:"permits,omitempty"`
 	Mode    string `json:"mode,omitempty"`
 }

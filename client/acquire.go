@@ -26,7 +26,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...LeaseOption
 }
 
 func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait time.Duration) (*Lease, error) {
-	if err := c.ownHolder(ctx, &o); err != nil { // auth.go
+	if err := c.ownHolder(ctx, &o); err != nil {
 		return nil, err
 	}
 	if o.ttl <= 0 {
@@ -48,7 +48,7 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 			round = max(round, 0)
 		}
 		sent := c.clock.Now()
-		lk, err := c.grant(ctx, key, o.holder, o.ttl, round, id, o.lockDelay, o.shared)
+		lk, err := c.grant(ctx, grantCall{key: key, holder: o.holder, ttl: o.ttl, wait: round, id: id, opts: o.grant})
 		if err == nil {
 			return c.start(ctx, lk, o, sent)
 		}

@@ -17,8 +17,8 @@ import (
 
 // binaryBody is cl's request in the binary encoding, or nil when cl is not
 // a hot call or a string of it is not UTF-8 (JSON replaces such bytes; the
-// binary encoding refuses them, so such a call goes as JSON to be read the
-// same way it always was).
+// binary encoding refuses them, so such a call goes as JSON, to be read
+// the same way over every transport).
 func binaryBody(cl call) []byte {
 	switch q := cl.body.(type) {
 	case api.AcquireRequest:

@@ -21,7 +21,7 @@ type Lock struct {
 	Token     uint64
 	TTL       time.Duration
 	Remaining time.Duration // on cluster time, when the answer was produced
-	// Semaphores and read/write locks (shared.go): the key's kind
+	// Semaphores and read/write locks (WithPermits, WithRead): the key's kind
 	// (api.KindSemaphore, api.KindRWLock; "" for an exclusive lease), a
 	// semaphore's permits, a read/write holder's mode (api.ModeRead,
 	// api.ModeWrite). Get fills Holders with every live holder of such a key.
@@ -62,31 +62,6 @@ func (l Lock) lease() api.Lease {
 		w.Holders = append(w.Holders, h.lease())
 	}
 	return w
-}
-
-// Grant is the plain acquire call: it asks for key on behalf of holder for
-// ttl. With wait 0 it tries once; with wait > 0 it queues in the key's FIFO
-// for up to wait (at most an hour, the server's limit). A refusal, or a wait
-// that elapsed, matches ErrHeld; the *APIError names the holder in the way.
-// A grant to a holder that already holds the key is a renewal: new token.
-//
-// Grant does not keep the lease alive; Acquire and TryAcquire do.
-func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
-	return c.grant(ctx, key, holder, ttl, wait, newRequestID(), 0, sharedReq{})
-}
-
-// grant is Grant under the given request id: a wait re-sent under the id
-// it was queued with keeps its place, and is answered with the grant it
-// got meanwhile rather than renewed.
-func (c *Client) grant(ctx context.Context, key, holder string, ttl, wait time.Duration, id string, lockDelay time.Duration, sh sharedReq) (Lock, error) {
-	if wait < 0 {
-		return Lock{}, invalidf("wait_ms", "wait must not be negative")
-	}
-	body := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: id,
-		LockDelayMs: api.Ms(lockDelay), Permits: sh.permits, Mode: sh.mode}
-	var out api.Lease
-	err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: body, out: &out, watch: wait > 0})
-	return lockOf(out), err
 }
 
 // Renew re-acquires key for the holder that holds it live, which issues a

@@ -28,7 +28,7 @@ func newPair(t *testing.T, clk client.Clock, opts ...client.Option) (*clienttest
 
 func TestPlainCalls(t *testing.T) {
 	ctx := context.Background()
-	_, c := newPair(t, clienttest.NewClock())
+	_, c := newPair(t, newFakeClock())
 
 	a, err := c.Grant(ctx, "jobs/a", "alice", 10*time.Second, 0)
 	if err != nil || a.Token != 1 || a.Holder != "alice" || a.TTL != 10*time.Second || a.Remaining != 10*time.Second {

@@ -38,14 +38,14 @@ type Client struct {
 	maxBackoff time.Duration
 	framed     bool
 	waitCheck  time.Duration
-	auth       authState // auth.go
+	auth       authState
 
 	mu    sync.Mutex
 	addrs []string // base URLs, no trailing slash
 	cur   int      // the address that answered last (the leader, in a cluster)
 
 	frames    framing.Pool // by host:port of http:// addresses
-	tlsFrames framing.Pool // by host:port of https:// addresses (tls.go)
+	tlsFrames framing.Pool // by host:port of https:// addresses
 	tls       *tls.Config  // for https:// addresses; nil: Go's defaults
 	optErr    error        // an option that could not be applied
 }
@@ -234,7 +234,7 @@ type call struct {
 	// been applied without an answer saying so: it was sent (or may have
 	// been) and no answer came, or the answer was change_unknown.
 	maybeApplied func()
-	// bin is body in the binary encoding of framed calls (binary.go),
+	// bin is body in the binary encoding of framed calls (binaryBody),
 	// set by do when the call is one of them; the JSON body is then made
 	// only if a connection that takes it in binary is not at hand.
 	bin []byte
@@ -270,7 +270,7 @@ func (cl call) noteMaybe() {
 func (c *Client) do(ctx context.Context, cl call) error {
 	var body []byte
 	if c.framed {
-		cl.bin = binaryBody(cl) // binary.go
+		cl.bin = binaryBody(cl)
 	}
 	if cl.body != nil && cl.bin == nil {
 		var err error
@@ -508,7 +508,7 @@ func (c *Client) onceFramed(ctx context.Context, fc *framing.Conn, addr string, 
 		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
 	}
 	if binary && status/100 == 2 {
-		return binaryAnswer(addr, cl, status, data) // binary.go
+		return binaryAnswer(addr, cl, status, data)
 	}
 	return answer(addr, cl, status, data)
 }

@@ -31,7 +31,7 @@
 //	defer lease.Release(context.Background())
 //	err = doWork(lease.Context(), lease.Token()) // the resource checks the token
 //
-// A Session (NewSession, session.go) is a server-side lease that many
+// A Session (NewSession) is a server-side lease that many
 // locks are taken under (TryAcquire, Acquire, AcquireAll): one goroutine
 // extends the session, and so every lock, at TTL/3; at TTL/2 without a
 // confirmed extension the session and all its locks' contexts end

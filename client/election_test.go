@@ -9,10 +9,10 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
-	"github.com/fencelock/fencelock/client/clienttest"
+	"github.com/fencelock/fencelock/clock"
 )
 
-func nextLeader(t *testing.T, clk *clienttest.Clock, o *client.Observer) client.Leadership {
+func nextLeader(t *testing.T, clk *clock.Fake, o *client.Observer) client.Leadership {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		select {
@@ -49,7 +49,7 @@ func campaign(c *client.Client, name, candidate string) chan elected {
 func TestElectionHandsOnLeadershipWithLargerTokens(t *testing.T) {
 	leakCheck(t)
 	ctx := context.Background()
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	const name = "elect/web"
 	obs := c.Observe(ctx, name)

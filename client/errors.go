@@ -92,7 +92,7 @@ func (e *APIError) Error() string {
 // Unwrap maps the wire code (or, when the answer had none, the HTTP status)
 // to a sentinel.
 func (e *APIError) Unwrap() error {
-	if err := sessionSentinel(e.Code); err != nil { // session.go
+	if err := sessionSentinel(e.Code); err != nil {
 		return err
 	}
 	switch e.Code {

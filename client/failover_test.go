@@ -8,11 +8,12 @@ import (
 
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/client/clienttest"
+	"github.com/fencelock/fencelock/clock"
 )
 
 // twoNodes is a client for nodes a and b, and a lease on "k" taken on a
 // that b knows too, as the replica that the cluster elects next would.
-func twoNodes(t *testing.T, clk *clienttest.Clock) (a, b *clienttest.Server, c *client.Client, l *client.Lease) {
+func twoNodes(t *testing.T, clk *clock.Fake) (a, b *clienttest.Server, c *client.Client, l *client.Lease) {
 	t.Helper()
 	a, b = clienttest.NewServer(clk), clienttest.NewServer(clk)
 	c, err := client.New([]string{a.Addr, b.Addr}, client.WithClock(clk))
@@ -44,7 +45,7 @@ func TestLeaseExtendFailsOver(t *testing.T) {
 	for _, fault := range []string{"dead", "drop", "hang", "not_leader"} {
 		t.Run(fault, func(t *testing.T) {
 			leakCheck(t)
-			clk := clienttest.NewClock()
+			clk := newFakeClock()
 			a, b, c, l := twoNodes(t, clk)
 			token := l.Token()
 			switch fault {
@@ -109,7 +110,7 @@ func TestLeaseExtendFailsOver(t *testing.T) {
 // the number of addresses tried.
 func TestLeaseLostWhenNoNodeConfirms(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	a, b, _, l := twoNodes(t, clk)
 	last := l.Deadline().Add(-ttl / 2)
 	a.Fail("extend", "drop")
@@ -145,7 +146,7 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 	for _, fault := range []string{"frozen", "unhealthy"} {
 		t.Run(fault, func(t *testing.T) {
 			leakCheck(t)
-			clk := clienttest.NewClock()
+			clk := newFakeClock()
 			a, b := clienttest.NewServer(clk), clienttest.NewServer(clk)
 			c, err := client.New([]string{a.Addr, b.Addr}, client.WithClock(clk), client.WithWaitCheck(time.Second))
 			if err != nil {
@@ -228,7 +229,7 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 // TTL/6 left, not one per round.
 func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	a, b, c3 := clienttest.NewServer(clk), clienttest.NewServer(clk), clienttest.NewServer(clk)
 	c, err := client.New([]string{a.Addr, b.Addr, c3.Addr}, client.WithClock(clk))
 	if err != nil {

@@ -6,13 +6,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/client"
-	"github.com/fencelock/fencelock/client/clienttest"
 	"go.uber.org/goleak"
+
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/clock"
 )
 
 // waitFor polls cond until it holds. It decides nothing by time: the bound
 // only turns a hang into a failure.
+// newFakeClock is a clock.Fake standing at an arbitrary fixed instant.
+func newFakeClock() *clock.Fake {
+	return clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); {
@@ -43,7 +49,7 @@ const ttl = 3 * time.Second
 
 func TestLeaseExtendCadence(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	l, err := c.TryAcquire(context.Background(), "k", client.WithTTL(ttl), client.WithHolder("a"))
 	if err != nil {
@@ -106,7 +112,7 @@ func TestLeaseLostExactlyAtDeadline(t *testing.T) {
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			leakCheck(t)
-			clk := clienttest.NewClock()
+			clk := newFakeClock()
 			srv, c := newPair(t, clk)
 			l, err := c.TryAcquire(context.Background(), "k", client.WithTTL(ttl))
 			if err != nil {
@@ -144,7 +150,7 @@ func TestLeaseLostExactlyAtDeadline(t *testing.T) {
 // SIGSTOPped); the lease is lost with ErrExpired even though nothing failed.
 func TestLeaseExpiresWhenPaused(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	_, c := newPair(t, clk)
 	l, err := c.TryAcquire(context.Background(), "k", client.WithTTL(ttl))
 	if err != nil {
@@ -161,7 +167,7 @@ func TestLeaseExpiresWhenPaused(t *testing.T) {
 // handle gives up at once, well before its deadline.
 func TestLeaseRefusedExtend(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	l, err := c.TryAcquire(context.Background(), "k", client.WithTTL(ttl))
 	if err != nil {
@@ -183,7 +189,7 @@ func TestLeaseRefusedExtend(t *testing.T) {
 // the lease goes on.
 func TestLeaseRecoversFromTransientFailure(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	l, err := c.TryAcquire(context.Background(), "k", client.WithTTL(ttl))
 	if err != nil {
@@ -211,7 +217,7 @@ func TestLeaseRecoversFromTransientFailure(t *testing.T) {
 
 func TestAcquireWaitsFIFO(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	ctx := context.Background()
 	a, err := c.TryAcquire(ctx, "k", client.WithTTL(ttl), client.WithHolder("a"))
@@ -257,7 +263,7 @@ func TestAcquireWaitsFIFO(t *testing.T) {
 // extension so the deadline is TTL/2 from now, not already past.
 func TestAcquireAfterLongWaitRedatesGrant(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	ctx := context.Background()
 	// a holds with a plain grant: nothing extends it, so it will expire.
@@ -292,7 +298,7 @@ func TestAcquireAfterLongWaitRedatesGrant(t *testing.T) {
 
 func TestAcquireCancelLeavesQueue(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	a, err := c.TryAcquire(context.Background(), "k", client.WithTTL(ttl))
 	if err != nil {
@@ -320,7 +326,7 @@ func TestAcquireCancelLeavesQueue(t *testing.T) {
 
 func TestAcquireWaitBound(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	a, err := c.TryAcquire(context.Background(), "k", client.WithTTL(time.Hour))
 	if err != nil {
@@ -343,7 +349,7 @@ func TestAcquireWaitBound(t *testing.T) {
 }
 
 func TestAcquireRejectsBadTTL(t *testing.T) {
-	_, c := newPair(t, clienttest.NewClock())
+	_, c := newPair(t, newFakeClock())
 	if _, err := c.TryAcquire(context.Background(), "k", client.WithTTL(0)); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("TTL 0 = %v, want ErrInvalid", err)
 	}

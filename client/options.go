@@ -23,8 +23,9 @@ type leaseOptions struct {
 	holder    string
 	generated bool          // holder is DefaultHolder's, unique to this lease
 	wait      time.Duration // < 0: until ctx ends
-	lockDelay time.Duration // WithLockDelay (session.go)
-	shared    sharedReq     // a semaphore permit or a read/write mode (shared.go)
+	// grant: a lock-delay, a semaphore permit or a read/write mode
+	// (WithLockDelay, WithPermits, WithRead, WithWrite).
+	grant GrantOptions
 }
 
 // LeaseOption configures Acquire and TryAcquire.
@@ -42,6 +43,14 @@ func WithHolder(holder string) LeaseOption { return func(o *leaseOptions) { o.ho
 // WithWait bounds how long Acquire waits in the key's queue before giving up
 // with ErrHeld (default: until ctx ends). TryAcquire ignores it.
 func WithWait(d time.Duration) LeaseOption { return func(o *leaseOptions) { o.wait = d } }
+
+// WithLockDelay asks that, should the lease expire (not be released), the
+// key be granted to nobody for d afterwards (at most api.MaxLockDelay): a
+// mitigation for resources that cannot check a fencing token, never a
+// substitute for the check (docs/PRIMITIVES.md, "Lock-delay").
+func WithLockDelay(d time.Duration) LeaseOption {
+	return func(o *leaseOptions) { o.grant.LockDelay = d }
+}
 
 func newLeaseOptions(opts []LeaseOption) leaseOptions {
 	o := leaseOptions{ttl: DefaultTTL, wait: -1}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -80,12 +79,6 @@ func WithSessionTTL(ttl time.Duration) SessionOption {
 func WithSessionHolder(holder string) SessionOption {
 	return func(o *sessionOptions) { o.holder = holder }
 }
-
-// WithLockDelay asks that, should the lease expire (not be released), the
-// key be granted to nobody for d afterwards (at most api.MaxLockDelay): a
-// mitigation for resources that cannot check a fencing token, never a
-// substitute for the check (docs/PRIMITIVES.md, "Lock-delay").
-func WithLockDelay(d time.Duration) LeaseOption { return func(o *leaseOptions) { o.lockDelay = d } }
 
 // Session is a server-side session kept alive by exactly one goroutine.
 // Locks taken under it (Acquire, TryAcquire, AcquireAll) need no keep-alive
@@ -286,15 +279,13 @@ func (s *Session) acquire(ctx context.Context, key string, o leaseOptions, wait 
 		case wait > 0:
 			round = max(min(end.Sub(s.clock.Now()), maxWaitRound), 0)
 		}
-		req := api.AcquireRequest{Key: key, Holder: s.holder, Session: s.id, WaitMs: api.Ms(round),
-			LockDelayMs: api.Ms(o.lockDelay), RequestID: newRequestID()}
-		var out api.Lease
-		err := s.c.do(wctx, call{method: http.MethodPost, path: api.PathAcquire, body: req, out: &out, watch: round > 0})
+		lk, err := s.c.grant(wctx, grantCall{key: key, holder: s.holder, wait: round, id: newRequestID(),
+			opts: GrantOptions{Session: s.id, LockDelay: o.grant.LockDelay}})
 		if err == nil {
 			if serr := s.alive(); serr != nil {
 				return nil, serr // the session ended as the grant came: it went with it
 			}
-			return s.lockOf(lockOf(out)), nil
+			return s.lockOf(lk), nil
 		}
 		if wctx.Err() != nil {
 			if round > 0 {
@@ -327,7 +318,7 @@ func (s *Session) AcquireAll(ctx context.Context, keys []string, opts ...LeaseOp
 	defer stop(nil)
 	defer context.AfterFunc(s.ctx, func() { stop(context.Cause(s.ctx)) })()
 	lks, err := s.c.acquireAllRetry(wctx, api.AcquireAllRequest{Keys: keys, Holder: s.holder, Session: s.id,
-		LockDelayMs: api.Ms(o.lockDelay)}, max(o.wait, 0))
+		LockDelayMs: api.Ms(o.grant.LockDelay)}, max(o.wait, 0))
 	if err != nil && s.ctx.Err() != nil {
 		return nil, context.Cause(s.ctx)
 	}
@@ -339,72 +330,6 @@ func (s *Session) AcquireAll(ctx context.Context, keys []string, opts ...LeaseOp
 		out[i] = s.lockOf(lk)
 	}
 	return out, nil
-}
-
-// AcquireAll grants every key to holder for ttl in one command, or none:
-// no partial holds, so no lock-ordering deadlock can arise. The server
-// never queues it: a key held by another holder (or in its lock-delay)
-// refuses the lot with an error matching ErrHeld (ErrLockDelay). With
-// g.RetryFor > 0 the client tries again, with jittered backoff on its
-// clock, for up to that long. That loop is not fair (single-key waiters
-// queue and go first), which is the price of never holding some keys while
-// waiting for others. The locks are not kept alive: take them under a
-// Session for that, or extend them. With g.Session the grants are taken
-// under that session and ttl is ignored.
-func (c *Client) AcquireAll(ctx context.Context, keys []string, holder string, ttl time.Duration, g GrantOptions) ([]Lock, error) {
-	return c.acquireAllRetry(ctx, api.AcquireAllRequest{Keys: keys, Holder: holder, TTLMs: api.Ms(ttl),
-		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay)}, g.RetryFor)
-}
-
-// acquireAllRetry is acquireAll tried again on held and lock_delay for up
-// to retry, 10ms apart at first, doubling to at most 500ms, each pause
-// jittered down to half so that contenders do not retry in step.
-func (c *Client) acquireAllRetry(ctx context.Context, req api.AcquireAllRequest, retry time.Duration) ([]Lock, error) {
-	end := c.clock.Now().Add(retry)
-	pause := 10 * time.Millisecond
-	for {
-		lks, err := c.acquireAll(ctx, req)
-		if err == nil || retry <= 0 || !(errors.Is(err, ErrHeld) || errors.Is(err, ErrLockDelay)) {
-			return lks, err
-		}
-		left := end.Sub(c.clock.Now())
-		if left <= 0 {
-			return nil, err
-		}
-		d := min(pause/2+mrand.N(pause/2+1), left)
-		if !sleep(c.clock, d, ctx.Done()) {
-			return nil, err
-		}
-		pause = min(2*pause, 500*time.Millisecond)
-	}
-}
-
-// GrantOptions are what a plain grant may ask for beyond Grant's
-// arguments.
-type GrantOptions struct {
-	Session   uint64        // take the lock under this session (its holder's); the ttl is the session's
-	LockDelay time.Duration // see WithLockDelay
-	RetryFor  time.Duration // AcquireAll only: retry a refused attempt for up to this long (GrantWith waits in the queue instead)
-	// GrantWith only: one of Permits permits of a semaphore, or a Mode
-	// (api.ModeRead, api.ModeWrite) hold of a read/write lock (shared.go).
-	Permits int
-	Mode    string
-}
-
-// GrantWith is Grant with options: under a session, with a lock-delay.
-// Like Grant it does not keep the lease alive.
-func (c *Client) GrantWith(ctx context.Context, key, holder string, ttl, wait time.Duration, g GrantOptions) (Lock, error) {
-	if wait < 0 {
-		return Lock{}, invalidf("wait_ms", "wait must not be negative")
-	}
-	req := api.AcquireRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), WaitMs: api.Ms(wait), RequestID: newRequestID(),
-		Session: g.Session, LockDelayMs: api.Ms(g.LockDelay), Permits: g.Permits, Mode: g.Mode}
-	if g.Session != 0 {
-		req.TTLMs = 0
-	}
-	var out api.Lease
-	err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: req, out: &out, watch: wait > 0})
-	return lockOf(out), err
 }
 
 // SessionInfo is the server's account of a session.
@@ -446,17 +371,4 @@ func (c *Client) CloseSession(ctx context.Context, id uint64, holder string) (Se
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionClose,
 		body: api.SessionRequest{ID: id, Holder: holder}, out: &out})
 	return sessionInfoOf(out), err
-}
-
-func (c *Client) acquireAll(ctx context.Context, req api.AcquireAllRequest) ([]Lock, error) {
-	req.RequestID = newRequestID()
-	var out api.AcquireAllResponse
-	if err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquireAll, body: req, out: &out}); err != nil {
-		return nil, err
-	}
-	lks := make([]Lock, len(out.Locks))
-	for i, l := range out.Locks {
-		lks[i] = lockOf(l)
-	}
-	return lks, nil
 }

@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/client"
-	"github.com/fencelock/fencelock/client/clienttest"
 )
 
 // One session keeps many locks with one extend per TTL/3 and one
 // goroutine; Close releases them all and waits for the goroutine.
 func TestSessionOneKeepAliveForManyLocks(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	ctx := context.Background()
 	s, err := client.NewSession(ctx, c, client.WithSessionTTL(ttl), client.WithSessionHolder("svc"))
@@ -86,7 +85,7 @@ func TestSessionOneKeepAliveForManyLocks(t *testing.T) {
 // confirmed extend, and every lock's context ends with the same cause.
 func TestSessionLostAtHalfTTL(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	ctx := context.Background()
 	s, err := client.NewSession(ctx, c, client.WithSessionTTL(ttl))
@@ -129,7 +128,7 @@ func TestSessionLostAtHalfTTL(t *testing.T) {
 // The server ended the session (its extend is refused): lost at once.
 func TestSessionRefusedExtend(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	s, err := client.NewSession(context.Background(), c, client.WithSessionTTL(ttl))
 	if err != nil {
@@ -151,7 +150,7 @@ func TestSessionRefusedExtend(t *testing.T) {
 // A waiter under a session is granted under it when the key frees.
 func TestSessionAcquireWaits(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	ctx := context.Background()
 	if _, err := c.Grant(ctx, "k", "other", ttl, 0); err != nil {
@@ -185,7 +184,7 @@ func TestSessionAcquireWaits(t *testing.T) {
 // sentinel.
 func TestClientAcquireAllAndLockDelay(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	ctx := context.Background()
 	if _, err := c.Grant(ctx, "b", "other", ttl, 0); err != nil {
@@ -214,7 +213,7 @@ func TestClientAcquireAllAndLockDelay(t *testing.T) {
 // until every key is free; it never holds some keys meanwhile.
 func TestClientAcquireAllRetries(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	ctx := context.Background()
 	if _, err := c.Grant(ctx, "b", "other", ttl, 0); err != nil {

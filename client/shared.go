@@ -18,29 +18,24 @@ import (
 // same holder (WithHolder) renews that permit under a new token. The
 // default holder is new for each lease, so n calls take n permits.
 
-type sharedReq struct {
-	permits int
-	mode    string
-}
-
 // WithPermits makes Acquire and TryAcquire ask for one permit of the
 // semaphore of n permits at key (1..api.MaxPermits). Every holder of the
 // key must name the same n while the semaphore exists.
 func WithPermits(n int) LeaseOption {
-	return func(o *leaseOptions) { o.shared = sharedReq{permits: n} }
+	return func(o *leaseOptions) { o.grant.Permits, o.grant.Mode = n, "" }
 }
 
 // WithRead makes Acquire and TryAcquire ask for a read hold of the
 // read/write lock at key: shared with other readers, never with a writer,
 // and queued behind a writer that asked first.
 func WithRead() LeaseOption {
-	return func(o *leaseOptions) { o.shared = sharedReq{mode: api.ModeRead} }
+	return func(o *leaseOptions) { o.grant.Permits, o.grant.Mode = 0, api.ModeRead }
 }
 
 // WithWrite makes Acquire and TryAcquire ask for the write hold of the
 // read/write lock at key: alone, once every reader before it has left.
 func WithWrite() LeaseOption {
-	return func(o *leaseOptions) { o.shared = sharedReq{mode: api.ModeWrite} }
+	return func(o *leaseOptions) { o.grant.Permits, o.grant.Mode = 0, api.ModeWrite }
 }
 
 // AcquireSemaphore waits for one of n permits of the semaphore at key, in

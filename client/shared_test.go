@@ -7,7 +7,6 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
-	"github.com/fencelock/fencelock/client/clienttest"
 )
 
 // TestSemaphorePermitsAreLeases: each permit is its own lease with its own
@@ -17,7 +16,7 @@ import (
 func TestSemaphorePermitsAreLeases(t *testing.T) {
 	leakCheck(t)
 	ctx := context.Background()
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	a, err := c.AcquireSemaphore(ctx, "pool", 2, client.WithTTL(ttl))
 	if err != nil {
@@ -95,7 +94,7 @@ func TestSemaphorePermitsAreLeases(t *testing.T) {
 func TestReadWriteLeases(t *testing.T) {
 	leakCheck(t)
 	ctx := context.Background()
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	r1, err := c.AcquireRead(ctx, "doc", client.WithTTL(ttl))
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
-	"github.com/fencelock/fencelock/client/clienttest"
+	"github.com/fencelock/fencelock/clock"
 )
 
 var fromStart = client.Revision{Index: 0, Seq: api.EndOfEntry}
@@ -17,7 +17,7 @@ var fromStart = client.Revision{Index: 0, Seq: api.EndOfEntry}
 // next receives one event, moving the test clock meanwhile so that a
 // client backing off after a fault goes on. The bound only turns a hang
 // into a failure.
-func next(t *testing.T, clk *clienttest.Clock, w *client.Watch) client.Event {
+func next(t *testing.T, clk *clock.Fake, w *client.Watch) client.Event {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		select {
@@ -41,51 +41,66 @@ func describe(ev client.Event) string {
 // A long-poll whose answer is lost (the server served it and reset the
 // connection), or one that never reached the server (dropped), is sent
 // again after the last event seen: nothing is missed, nothing repeated.
+// Over frames a cut connection takes every request on it along, so the
+// writes go through a client of their own.
 func TestWatchResumesAfterLostAnswersWithoutGapsOrRepeats(t *testing.T) {
 	leakCheck(t)
-	for _, fault := range []string{"reset", "drop"} {
-		t.Run(fault, func(t *testing.T) {
-			ctx := context.Background()
-			clk := clienttest.NewClock()
-			srv, c := newPair(t, clk, client.WithRetries(0)) // every fault reaches the watch loop
-			w := c.Watch(ctx, "jobs/", client.WatchAfter(fromStart), client.WatchWait(time.Minute))
-			defer w.Close()
-			if _, err := c.Grant(ctx, "jobs/a", "alice", time.Hour, 0); err != nil {
-				t.Fatal(err)
-			}
-			if ev := next(t, clk, w); describe(ev) != "granted jobs/a alice 1" {
-				t.Fatalf("first: %s", describe(ev))
-			}
-			srv.Fail("watch", fault)
-			before := srv.Count("watch")
-			if _, err := c.Grant(ctx, "jobs/b", "bob", time.Hour, 0); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.Grant(ctx, "other/x", "carol", time.Hour, 0); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "faulted watches", func() bool { return srv.Count("watch") >= before+2 })
-			srv.Fail("watch", "")
-			if _, err := c.Release(ctx, "jobs/a", "alice", 1); err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for range 2 {
-				got = append(got, describe(next(t, clk, w)))
-			}
-			if fmt.Sprint(got) != "[granted jobs/b bob 2 released jobs/a alice 1]" {
-				t.Fatalf("after the %s: %v", fault, got)
-			}
-			if r := w.Revision(); r.Index == 0 {
-				t.Fatalf("revision %s", r)
-			}
-		})
+	for _, framed := range []bool{false, true} {
+		for _, fault := range []string{"reset", "drop"} {
+			t.Run(fmt.Sprintf("%s framed=%v", fault, framed), func(t *testing.T) {
+				ctx := context.Background()
+				clk := newFakeClock()
+				// Every fault reaches the watch loop.
+				srv, c := newPair(t, clk, client.WithRetries(0), client.WithFramed(framed))
+				writer, err := client.New([]string{srv.Addr}, client.WithFramed(framed))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(writer.Close)
+				w := c.Watch(ctx, "jobs/", client.WatchAfter(fromStart), client.WatchWait(time.Minute))
+				defer w.Close()
+				if _, err := writer.Grant(ctx, "jobs/a", "alice", time.Hour, 0); err != nil {
+					t.Fatal(err)
+				}
+				if ev := next(t, clk, w); describe(ev) != "granted jobs/a alice 1" {
+					t.Fatalf("first: %s", describe(ev))
+				}
+				srv.Fail("watch", fault)
+				before := srv.Count("watch")
+				if _, err := writer.Grant(ctx, "jobs/b", "bob", time.Hour, 0); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := writer.Grant(ctx, "other/x", "carol", time.Hour, 0); err != nil {
+					t.Fatal(err)
+				}
+				// The clock moves so that the watch's back-off after a
+				// fault ends.
+				waitFor(t, "faulted watches", func() bool {
+					clk.Advance(100 * time.Millisecond)
+					return srv.Count("watch") >= before+2
+				})
+				srv.Fail("watch", "")
+				if _, err := writer.Release(ctx, "jobs/a", "alice", 1); err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for range 2 {
+					got = append(got, describe(next(t, clk, w)))
+				}
+				if fmt.Sprint(got) != "[granted jobs/b bob 2 released jobs/a alice 1]" {
+					t.Fatalf("after the %s: %v", fault, got)
+				}
+				if r := w.Revision(); r.Index == 0 {
+					t.Fatalf("revision %s", r)
+				}
+			})
+		}
 	}
 }
 
 func TestWatchCompactedIsATypedError(t *testing.T) {
 	leakCheck(t)
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	srv, c := newPair(t, clk)
 	srv.Fail("watch", api.CodeCompacted)
 	w := c.Watch(context.Background(), "", client.WatchAfter(client.Revision{Index: 3, Seq: 1}))
@@ -104,7 +119,7 @@ func TestWatchCompactedIsATypedError(t *testing.T) {
 func TestWatchListThenWatchAfterIt(t *testing.T) {
 	leakCheck(t)
 	ctx := context.Background()
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	_, c := newPair(t, clk)
 	for _, k := range []string{"q/a", "q/b"} {
 		if _, err := c.Grant(ctx, k, "h", time.Hour, 0); err != nil {

@@ -1,5 +1,7 @@
 // Package clienttest is for testing code that uses package client: Server
-// is the real fencelock server run in-process behind a fault-injecting
-// handler, and Clock is a clock that moves only when the test says, which
-// both the client and the Server can run on.
+// is the real fencelock server run in-process, answering HTTP, framed
+// requests and binary calls on one port as a real node does, behind one
+// front that injects faults and records arrivals the same way for all
+// three. Give it a clock.Fake, the same one the client runs on, and the
+// test decides when leases expire on both sides.
 package clienttest

@@ -9,7 +9,13 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client/clienttest"
+	"github.com/fencelock/fencelock/clock"
 )
+
+// newFakeClock is a clock.Fake standing at an arbitrary fixed instant.
+func newFakeClock() *clock.Fake {
+	return clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+}
 
 func post(t *testing.T, s *clienttest.Server, path, body string) (*http.Response, error) {
 	t.Helper()
@@ -24,7 +30,7 @@ func post(t *testing.T, s *clienttest.Server, path, body string) (*http.Response
 // sent again is answered with the grant it already got, by the server's
 // own rules (request ids), not a new token.
 func TestResetCommitsAndLosesTheAnswer(t *testing.T) {
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	s := clienttest.NewServer(clk)
 	defer s.Close()
 	s.Fail("acquire", "reset")
@@ -52,7 +58,7 @@ func TestResetCommitsAndLosesTheAnswer(t *testing.T) {
 // A delayed route is served only once the test clock has moved by the
 // delay.
 func TestDelayHoldsARequestOnTheClock(t *testing.T) {
-	clk := clienttest.NewClock()
+	clk := newFakeClock()
 	s := clienttest.NewServer(clk)
 	defer s.Close()
 	s.Delay("acquire", 5*time.Second)

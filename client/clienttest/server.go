@@ -1,33 +1,33 @@
 package clienttest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/clock"
+	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/server"
 )
 
 // Server is the real fencelock server (internal/server) run in-process for
 // tests: one node on in-memory stores and an in-memory raft transport,
-// answering HTTP on a loopback port, behind a handler that injects faults
-// (Fail, NotLeader) and records what reached it (Count, RequestIDs). The
-// lock rules are the server's own; this package has none.
+// answering on one loopback port the three ways a real node does (HTTP,
+// JSON requests on framed connections, binary calls on framed
+// connections), behind one front that injects faults (Fail, Delay,
+// NotLeader) and records what reached it (Count, CountVia, RequestIDs)
+// the same way whichever way a request came. The lock rules are the
+// server's own; this package has none.
 //
 // The server measures leases on the clock given to NewServer: with a
-// *Clock, the test decides when leases expire and waits elapse. Raft
+// *clock.Fake, the test decides when leases expire and waits elapse. Raft
 // itself runs on real time, so a write is committed a moment after it was
 // sent: wait for its effect (Holder, Waiters) rather than assume it.
 type Server struct {
@@ -36,32 +36,70 @@ type Server struct {
 
 	srv   *server.Server
 	hs    *httptest.Server
-	clock client.Clock
+	fs    *framing.Server
+	clock clock.Clock
 	stop  chan struct{} // closed by Close: hung requests end
 	once  sync.Once
 
 	mu        sync.Mutex
 	counts    map[string]int
+	via       map[arrival]int
 	ids       map[string][]string // route -> request ids, in arrival order
 	faults    map[string]string   // route -> wire code to answer, "drop", "hang" or "reset"
 	delays    map[string]time.Duration
 	notLeader *string
+	conns     map[string]*trackedConn // by remote address: every open connection
 }
 
-// NewServer starts a server on 127.0.0.1 whose lease time is clock's, and
+// Transport is a way a request reaches a Server. All three share its one
+// port, as on a real node: the client package uses frames, and binary
+// calls for the calls the server takes so, unless told to use HTTP
+// (client.WithFramed).
+type Transport int
+
+const (
+	// HTTP is an HTTP/1.1 request.
+	HTTP Transport = iota + 1
+	// Framed is a JSON request on a framed connection (internal/framing).
+	Framed
+	// Call is a binary call on a framed connection: the hot calls
+	// (acquire, extend, release, check) in internal/callcodec's encoding.
+	Call
+)
+
+func (t Transport) String() string {
+	switch t {
+	case HTTP:
+		return "HTTP"
+	case Framed:
+		return "framed"
+	case Call:
+		return "binary call"
+	}
+	return fmt.Sprintf("Transport(%d)", int(t))
+}
+
+// arrival is a route as reached by one transport, for CountVia.
+type arrival struct {
+	t     Transport
+	route string
+}
+
+// NewServer starts a server on 127.0.0.1 whose lease time is clk's, and
 // returns once it serves writes. Close it when done. It panics if the
 // server cannot start, as httptest.NewServer does.
-func NewServer(clock client.Clock) *Server {
-	s := &Server{stop: make(chan struct{}), clock: clock, counts: map[string]int{}, ids: map[string][]string{},
-		faults: map[string]string{}, delays: map[string]time.Duration{}}
-	s.hs = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+func NewServer(clk clock.Clock) *Server {
+	s := &Server{stop: make(chan struct{}), clock: clk, counts: map[string]int{}, via: map[arrival]int{},
+		ids: map[string][]string{}, faults: map[string]string{}, delays: map[string]time.Duration{},
+		conns: map[string]*trackedConn{}}
+	s.hs = httptest.NewUnstartedServer(s.front(HTTP))
 	s.Addr = s.hs.Listener.Addr().String()
 	s.URL = "http://" + s.Addr
 	srv, err := server.New(server.Config{
 		// No DataDir and no RaftAddr: in-memory stores and transport.
 		ClientAddr: s.Addr,
 		Logger:     slog.New(slog.DiscardHandler),
-		Clock:      serverClock(clock),
+		Clock:      serverClock(clk),
 		// A single node elects itself after one election timeout.
 		HeartbeatTimeout:   20 * time.Millisecond,
 		ElectionTimeout:    20 * time.Millisecond,
@@ -78,6 +116,11 @@ func NewServer(clock client.Clock) *Server {
 		panic(fmt.Sprintf("clienttest: starting the server: %v", err))
 	}
 	s.srv = srv
+	// The port is shared as server.Serve shares it: framed connections
+	// are sorted out by their first byte, the rest go to HTTP. Both ways
+	// in, and the binary calls, pass through the same front.
+	s.fs = &framing.Server{Handler: s.front(Framed), Calls: &callFront{s: s, next: srv.Calls()}}
+	s.hs.Listener = framing.Listen(&trackingListener{Listener: s.hs.Listener, s: s}, s.fs)
 	s.hs.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -88,24 +131,47 @@ func NewServer(clock client.Clock) *Server {
 	return s
 }
 
-// Close stops the server, cutting off requests still waiting in a queue.
-// Calls after the first do nothing.
+// serverClock is the clock the server measures leases by: a Fake's
+// Uncounted view, so that the test's counts of a Fake (Pending, Next,
+// Scheduled) are of the client's timers alone, or clk itself.
+func serverClock(clk clock.Clock) clock.Clock {
+	if f, ok := clk.(*clock.Fake); ok {
+		return f.Uncounted()
+	}
+	return clk
+}
+
+// Close stops the server, cutting off requests still waiting in a queue,
+// and returns once every request has ended. Calls after the first do
+// nothing.
 func (s *Server) Close() {
 	s.once.Do(func() {
 		close(s.stop)
 		s.srv.BeginShutdown()
+		// Framed connections first: their requests' contexts end with
+		// them. Shutdown then waits for their handlers.
+		_ = s.fs.Close()
 		s.hs.CloseClientConnections()
 		s.hs.Close()
+		_ = s.fs.Shutdown(context.Background())
 		_ = s.srv.Close()
 	})
 }
 
 // Count returns how many requests reached route ("acquire", "extend",
-// "healthz", "cluster/members", …), faulted ones included.
+// "healthz", "cluster/members", …), faulted ones included, whichever way
+// they came.
 func (s *Server) Count(route string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.counts[route]
+}
+
+// CountVia is Count of the requests that came by t alone.
+func (s *Server) CountVia(route string, t Transport) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.via[arrival{t, route}]
 }
 
 // RequestIDs returns the request_id of every write that reached route and
@@ -124,6 +190,10 @@ func (s *Server) RequestIDs(route string) []string {
 // or, with code "reset", serve the request (its effect is committed) and
 // then reset the connection instead of answering: the answer is lost, as
 // when a node dies just after a commit. An empty code heals the route.
+//
+// A framed connection carries many requests, so "drop" and "reset" of
+// one request on it cut off the others in flight on it too, as a network
+// fault would.
 func (s *Server) Fail(route, code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -135,7 +205,7 @@ func (s *Server) Fail(route, code string) {
 }
 
 // Delay holds every later request to route for d on the server's clock
-// before it is served (or faulted): with a test Clock, until the test
+// before it is served (or faulted): with a test clock, until the test
 // advances it by d. A client that gives up first is not served. Zero
 // heals the route.
 func (s *Server) Delay(route string, d time.Duration) {
@@ -171,108 +241,4 @@ func (s *Server) Holder(key string) (string, uint64, bool) {
 		return "", 0, false
 	}
 	return l.Holder, l.Token, true
-}
-
-// route names a request by its path: "acquire" for /v1/acquire, "healthz"
-// for /healthz.
-func route(path string) string {
-	return strings.TrimPrefix(strings.TrimPrefix(path, "/v1/"), "/")
-}
-
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	rt := route(r.URL.Path)
-	s.mu.Lock()
-	s.counts[rt]++
-	fault, delay := s.faults[rt], s.delays[rt]
-	s.mu.Unlock()
-	if delay > 0 && !s.wait(r.Context(), delay) {
-		return
-	}
-	s.mu.Lock()
-	nl := s.notLeader
-	s.mu.Unlock()
-	if nl != nil {
-		reply(w, api.Error{Message: "not the leader (injected)", Code: api.CodeNotLeader, Leader: *nl})
-		return
-	}
-	switch fault {
-	case "", "reset":
-	case "hang":
-		select {
-		case <-r.Context().Done():
-		case <-s.stop:
-		}
-		return
-	case "drop":
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				conn.Close()
-				return
-			}
-		}
-		reply(w, api.Error{Message: "dropped (injected)", Code: api.CodeUnavailable})
-		return
-	default:
-		reply(w, api.Error{Message: "injected " + fault, Code: fault})
-		return
-	}
-	if r.Method == http.MethodPost && r.Body != nil {
-		body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBodyBytes+1))
-		if err != nil {
-			return // the client went away
-		}
-		var req struct {
-			RequestID string `json:"request_id"`
-		}
-		if json.Unmarshal(body, &req) == nil && req.RequestID != "" {
-			s.mu.Lock()
-			s.ids[rt] = append(s.ids[rt], req.RequestID)
-			s.mu.Unlock()
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-	}
-	if fault == "reset" {
-		s.srv.Handler().ServeHTTP(httptest.NewRecorder(), r)
-		reset(w)
-		return
-	}
-	s.srv.Handler().ServeHTTP(w, r)
-}
-
-// wait holds a request for d on the server's clock; false if the client
-// or the server went away first.
-func (s *Server) wait(ctx context.Context, d time.Duration) bool {
-	done := make(chan struct{})
-	t := s.clock.AfterFunc(d, func() { close(done) })
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-	case <-s.stop:
-	}
-	t.Stop()
-	return false
-}
-
-// reset closes the connection with a TCP RST and no answer.
-func reset(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		return
-	}
-	conn, _, err := hj.Hijack()
-	if err != nil {
-		return
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	conn.Close()
-}
-
-// reply answers an injected error with the status its code has.
-func reply(w http.ResponseWriter, e api.Error) {
-	w.Header().Set("Content-Type", api.ContentType)
-	w.WriteHeader(api.Status(e.Code))
-	_ = json.NewEncoder(w).Encode(e)
 }

@@ -26,7 +26,7 @@ func aclCLI(t *testing.T, addrs []string, token string, args ...string) (string,
 // environment and returns its stdout, stderr and exit status.
 func runBinary(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(fencelockBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errs syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errs
@@ -47,6 +47,7 @@ func runBinary(t *testing.T, env []string, args ...string) (string, string, int)
 // admin token join and announce themselves; after the leader stops, the
 // new leader enforces the same tables, and a restarted node keeps them.
 func TestACLProcessCluster(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c := &pcluster{t: t}
 	for i := range 3 {

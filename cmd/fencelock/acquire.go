@@ -32,8 +32,8 @@ func runAcquire(ctx context.Context, e *env, args []string) error {
 	holder := holderFlag(f, "holder `NAME`; required")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
 	wait := f.Duration("wait", 0, "wait in the key's queue up to D, at most 1h (0: try once)")
-	session, lockDelay := sessionFlags(f) // session.go
-	shared := addSharedFlags(f)           // shared.go
+	session, lockDelay := sessionFlags(f)
+	shared := addSharedFlags(f)
 	cf.common(f, "")
 	pos, err := f.parse(args)
 	if err != nil {
@@ -51,11 +51,11 @@ func runAcquire(ctx context.Context, e *env, args []string) error {
 	if err := checkDuration("wait_ms", *wait); err != nil {
 		return err
 	}
-	g, err := grantOptions(f, *session, *lockDelay) // session.go
+	g, err := grantOptions(f, *session, *lockDelay)
 	if err != nil {
 		return err
 	}
-	if err := shared.grantOptions(&g, len(pos)); err != nil { // shared.go
+	if err := shared.grantOptions(&g, len(pos)); err != nil {
 		return err
 	}
 	if len(pos) > 1 {

@@ -45,7 +45,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	ttl := f.Duration("ttl", defaultBenchTTL, "lease TTL of each grant")
 	useHTTP := f.Bool("http", false, "send the requests over HTTP/1.1 instead of a framed connection")
 	asJSON := f.Bool("json", false, "print the result as one JSON object instead of the text lines")
-	token := authTokenFlag(f) // acl.go: on a cluster with ACLs on; it needs lock on bench/
+	token := authTokenFlag(f) // on a cluster with ACLs on; it needs lock on bench/
 	pos, err := f.parse(args)
 	if err != nil {
 		return err

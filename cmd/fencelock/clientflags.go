@@ -45,7 +45,7 @@ func (cf *clientFlags) common(f *flags, jsonUsage string) {
 	cf.json = f.Bool("json", false, jsonUsage)
 	cf.timeout = f.Duration("timeout", 10*time.Second, "how long to wait for an answer, on top of any --wait")
 	cf.tls = addClientTLSFlags(f)
-	cf.authToken = authTokenFlag(f) // acl.go
+	cf.authToken = authTokenFlag(f)
 }
 
 func (cf *clientFlags) client() (*client.Client, error) {

@@ -12,7 +12,9 @@ import (
 
 // TestClientLeaseAgainstServer runs the Go client's lease handle against a
 // real server: it keeps its token across extensions, a cancelled waiter
-// does not end up holding the key, and Release frees it.
+// does not end up holding the key, and Release frees it. It stays serial:
+// a 1 s lease kept alive on a CPU shared with the parallel tests' clusters
+// could be lost for want of CPU.
 func TestClientLeaseAgainstServer(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)

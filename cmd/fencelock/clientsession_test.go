@@ -11,12 +11,13 @@ import (
 // processes, against a real `fencelock server`, checking stdout and exit
 // statuses the way a shell script would see them.
 func TestClientSessionAgainstServer(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data")).waitReady(addr)
 
 	cli := func(args ...string) (int, string, string) {
-		cmd := exec.Command(binary, args...)
+		cmd := exec.Command(fencelockBinary(t), args...)
 		cmd.Env = append(cmd.Environ(), "FENCELOCK_ADDR="+addr)
 		var out, errb strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &errb

@@ -128,7 +128,7 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 	asJSON := f.Bool("json", false, "print the answer as JSON (the API's shapes, package api)")
 	timeout := f.Duration("timeout", 30*time.Second, "give up after this long")
 	tlsFlags := addClientTLSFlags(f)
-	token := authTokenFlag(f) // acl.go
+	token := authTokenFlag(f)
 	pos, err := f.parse(args)
 	if err != nil {
 		return err

@@ -418,6 +418,7 @@ func (c *pcluster) converge() {
 }
 
 func TestClusterProcessKill9LeaderUnderLoad(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	l := newLedger()
 	stop := make(chan struct{})
@@ -441,6 +442,7 @@ func TestClusterProcessKill9LeaderUnderLoad(t *testing.T) {
 }
 
 func TestClusterProcessSIGSTOPLeaderPastItsLeadership(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	l := newLedger()
 	stop := make(chan struct{})
@@ -483,6 +485,7 @@ func TestClusterProcessSIGSTOPLeaderPastItsLeadership(t *testing.T) {
 // TestClusterProcessRestartAll stops every node gracefully, then kills
 // every node at once under load, restarting all each time.
 func TestClusterProcessRestartAll(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	l := newLedger()
 	stop := make(chan struct{})
@@ -527,6 +530,7 @@ func TestClusterProcessRestartAll(t *testing.T) {
 }
 
 func TestBenchAgainstClusterProcess(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	leader := c.waitLeader()
 	var addrs []string
@@ -536,7 +540,7 @@ func TestBenchAgainstClusterProcess(t *testing.T) {
 		}
 	}
 	addrs = append(addrs, leader.client)
-	out, err := exec.Command(binary, "bench", "--addr", strings.Join(addrs, ","), "--clients", "4", "--duration", "300ms").Output()
+	out, err := exec.Command(fencelockBinary(t), "bench", "--addr", strings.Join(addrs, ","), "--clients", "4", "--duration", "300ms").Output()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -548,6 +552,7 @@ func TestBenchAgainstClusterProcess(t *testing.T) {
 // Three processes formed with --join, inspected and shrunk with the
 // cluster subcommand.
 func TestClusterProcessJoinMembersRemove(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c := &pcluster{t: t}
 	for i := range 3 {
@@ -565,7 +570,7 @@ func TestClusterProcessJoinMembersRemove(t *testing.T) {
 	}
 	cli := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command(binary, append(append([]string{"cluster"}, args...), "--addr", strings.Join(addrs, ","))...).CombinedOutput()
+		out, err := exec.Command(fencelockBinary(t), append(append([]string{"cluster"}, args...), "--addr", strings.Join(addrs, ","))...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("cluster %v: %v\n%s", args, err, out)
 		}
@@ -591,7 +596,7 @@ func TestClusterProcessJoinMembersRemove(t *testing.T) {
 	if out := cli("members"); strings.Count(out, "voter") != 2 || strings.Contains(out, c.nodes[2].raft) {
 		t.Fatalf("after remove:\n%s", out)
 	}
-	err := exec.Command(binary, "cluster", "remove").Run()
+	err := exec.Command(fencelockBinary(t), "cluster", "remove").Run()
 	var xe *exec.ExitError
 	if !errors.As(err, &xe) || xe.ExitCode() != 2 {
 		t.Fatalf("remove without --id: %v, want exit status 2", err)
@@ -602,6 +607,7 @@ func TestClusterProcessJoinMembersRemove(t *testing.T) {
 // logs catches up from a snapshot (InstallSnapshot), and the cluster keeps
 // every invariant when the leader is then killed.
 func TestClusterProcessLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c := &pcluster{t: t}
 	var peers []string

@@ -161,7 +161,7 @@ func writeZshCompletion(w io.Writer, cmds []completionCommand) {
 	fmt.Fprintln(w, "  )")
 	fmt.Fprintln(w, "  local -a topics")
 	fmt.Fprintln(w, "  topics=(")
-	for _, t := range topics { // help.go
+	for _, t := range topics {
 		fmt.Fprintf(w, "    %s\n", zshQuote(t.name+":"+strings.ReplaceAll(t.summary, ":", `\:`)))
 	}
 	fmt.Fprintln(w, "  )")

@@ -164,6 +164,7 @@ func copyDir(t *testing.T, src string) string {
 // after `fencelock recover` it starts and its next token is above every
 // token acknowledged before the damage.
 func TestDataDirDamageRefusesAndRecovers(t *testing.T) {
+	t.Parallel()
 	src, maxAcked := killedDataDir(t, 4)
 	t.Logf("max acknowledged token %d", maxAcked)
 	cases := []struct {
@@ -227,6 +228,7 @@ func TestDataDirDamageRefusesAndRecovers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each on its own copy of src
 			data := copyDir(t, src)
 			tc.damage(t, data)
 			dir := filepath.Dir(data)
@@ -257,7 +259,7 @@ func TestDataDirDamageRefusesAndRecovers(t *testing.T) {
 			}
 			t.Logf("refused: %s", lines[0])
 
-			out, err := exec.Command(binary, "recover", "--data", data).CombinedOutput()
+			out, err := exec.Command(fencelockBinary(t), "recover", "--data", data).CombinedOutput()
 			if err != nil {
 				t.Fatalf("recover: %v\n%s", err, out)
 			}
@@ -290,6 +292,7 @@ func TestDataDirDamageRefusesAndRecovers(t *testing.T) {
 	// dense: the next one follows the acknowledged ones, short of at most
 	// the acquires that were in flight at the kill.
 	t.Run("undamaged", func(t *testing.T) {
+		t.Parallel()
 		data := copyDir(t, src)
 		addr := freeAddr(t)
 		p := startProc(t, filepath.Dir(data), nil, "--listen", addr, "--data", data)

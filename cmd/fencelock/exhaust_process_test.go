@@ -24,9 +24,7 @@ import (
 // cap are refused at accept, every write is acknowledged, and every
 // acknowledged grant is still held.
 func TestServerProcessSurvivesFDExhaustion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
+	t.Parallel()
 	addr := freeAddr(t)
 	p := startProcVia(t, t.TempDir(), []string{"FENCELOCK_TEST_WAL_SEGMENT_SIZE=65536"},
 		[]string{"sh", "-c", `ulimit -n 200 && exec "$@"`, "sh"}, "--listen", addr, "--data", "d")
@@ -117,9 +115,8 @@ func metricValue(text, name string) float64 {
 // acknowledged grant is still held. Before, the log stayed sealed until
 // a restart. Needs root to mount the tmpfs; skipped otherwise.
 func TestServerProcessRecoversFromFullDisk(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
+	fencelockBinary(t) // skips under -short, before anything is mounted
+	t.Parallel()
 	mnt := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a small tmpfs for a full disk (needs root): %v %s", err, out)

@@ -196,7 +196,7 @@ func TestFenceProxyProcess(t *testing.T) {
 	defer upstream.Close()
 	state := t.TempDir()
 	start := func() (string, *exec.Cmd) {
-		cmd := exec.Command(binary, "fence-proxy", "--listen", "127.0.0.1:0", "--upstream", upstream.URL, "--state", state)
+		cmd := exec.Command(fencelockBinary(t), "fence-proxy", "--listen", "127.0.0.1:0", "--upstream", upstream.URL, "--state", state)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

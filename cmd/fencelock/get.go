@@ -46,7 +46,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 // printLocks writes leases as an aligned table with a header.
 func printLocks(w io.Writer, locks []client.Lock) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if anyShared(locks) { // shared.go: a KIND column only when it says something
+	if anyShared(locks) { // a KIND column only when it says something
 		fmt.Fprintln(tw, "KEY\tKIND\tHOLDER\tTOKEN\tTTL\tREMAINING")
 		for _, l := range locks {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\t%v\n", l.Key, kindColumn(l), l.Holder, l.Token, l.TTL, l.Remaining.Round(time.Millisecond))

@@ -161,7 +161,7 @@ func TestHelpTopicFacts(t *testing.T) {
 // prints now, and troff reads it without a warning. It asks the built
 // binary: in this process the default addresses are the tripwire's.
 func TestManPageCommitted(t *testing.T) {
-	out, err := exec.Command(binary, "help", "--man").Output()
+	out, err := exec.Command(fencelockBinary(t), "help", "--man").Output()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,9 +78,9 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	f.after = lockExit
 	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
-	wait := waitFlag(f) // lock_wait.go: a duration, or forever
+	wait := waitFlag(f) // a duration, or forever
 	lockDelay := f.Duration("lock-delay", 0, "grant KEY to nobody for D after the lease expires (not after a release), at most 60s")
-	shared := addSharedFlags(f) // shared.go
+	shared := addSharedFlags(f)
 	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
 
 	var pos, argv []string
@@ -171,10 +171,10 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 		"FENCELOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
 		"FENCELOCK_HOLDER="+lease.Holder(),
 	)
-	cmd.Env = append(cmd.Env, sharedEnv(lease.Lock())...) // shared.go
+	cmd.Env = append(cmd.Env, sharedEnv(lease.Lock())...)
 	// Its own process group: a loss must stop the whole tree CMD started,
 	// not just its first process (a shell's children would outlive it).
-	// With lock's terminal, the group gets its foreground (lock_job.go).
+	// With lock's terminal, the group gets its foreground.
 	job := newJob(cmd, e)
 	defer job.finish()
 	cmd.WaitDelay = time.Second // do not hang on pipes kept open by orphans
@@ -285,7 +285,7 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 type lockEvent struct {
 	Key         string `json:"key"`
 	Token       uint64 `json:"token"`
-	Event       string `json:"event"` // lost, release_failed, stopped, continued (lock_job.go)
+	Event       string `json:"event"` // lost, release_failed, stopped, continued
 	Error       string `json:"error"`
 	SIGKILLInMs *int64 `json:"sigkill_in_ms,omitempty"`
 }

@@ -19,7 +19,7 @@ import (
 // a prompt) instead of being stopped by SIGTTIN, and Ctrl-C and Ctrl-Z
 // reach CMD. lock takes the foreground back when CMD exits, before it
 // releases, and when it ends CMD for a stop. Without such a terminal, CMD
-// runs in a background group as before: a CMD that opens /dev/tty then
+// runs in a background group of its own: a CMD that opens /dev/tty then
 // is stopped by SIGTTIN and treated as below.
 //
 // Stops. A stopped CMD must never hold the lock: nothing runs, yet the

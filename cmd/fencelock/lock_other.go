@@ -11,13 +11,13 @@ import (
 
 // Without process groups lock cannot stop everything CMD started when the
 // lease is lost, so it refuses to run CMD at all rather than let part of it
-// outlive the lock (see lock_unix.go).
+// outlive the lock.
 
 var (
 	sigTerm os.Signal = os.Kill
 	sigKill os.Signal = os.Kill
 	sigCont os.Signal = os.Kill // never sent: lock does not run CMD here
-	// sigSuspend is never reported here (see lock_stop_other.go).
+	// sigSuspend is never reported here: watchStops sees no stops.
 	sigSuspend os.Signal = nil
 	// forwardedSignals reach CMD when sent to fencelock.
 	forwardedSignals = []os.Signal{os.Interrupt}

@@ -64,7 +64,7 @@ func startTerminalLock(t *testing.T, args ...string) *terminalLock {
 	t.Helper()
 	master, slave := openPTY(t)
 	tl := &terminalLock{t: t, master: master, done: make(chan struct{})}
-	tl.cmd = exec.Command("sh", append([]string{"-c", `set -m; "$@"`, "sh", binary}, args...)...)
+	tl.cmd = exec.Command("sh", append([]string{"-c", `set -m; "$@"`, "sh", fencelockBinary(t)}, args...)...)
 	tl.cmd.Stdin, tl.cmd.Stdout, tl.cmd.Stderr = slave, slave, &tl.stderr
 	// Setsid makes the shell a session leader, Setctty the slave (its fd
 	// 0) its controlling terminal.

@@ -150,7 +150,7 @@ func TestLockForwardsSignals(t *testing.T) {
 	defer srv.Close()
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
-	cmd := exec.Command(binary, "lock", "k", "--addr", srv.Addr, "--",
+	cmd := exec.Command(fencelockBinary(t), "lock", "k", "--addr", srv.Addr, "--",
 		"sh", "-c", `trap 'echo forwarded > got; exit 5' TERM; touch ready; while :; do sleep 0.05; done`)
 	cmd.Dir = dir
 	var errb syncBuffer

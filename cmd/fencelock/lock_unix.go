@@ -16,14 +16,14 @@ import (
 // the whole tree CMD started, not just its first process. When lock runs
 // in the foreground of its terminal, that group also gets the terminal's
 // foreground, as a shell gives it to a job: CMD can read the terminal, and
-// Ctrl-C and Ctrl-Z reach CMD (lock_job.go).
+// Ctrl-C and Ctrl-Z reach CMD (see job).
 
 var (
 	sigTerm os.Signal = syscall.SIGTERM
 	sigKill os.Signal = syscall.SIGKILL
 	sigCont os.Signal = syscall.SIGCONT
 	// sigSuspend is the stop lock undoes (Ctrl-Z) rather than end the
-	// hold for (lock_job.go).
+	// hold for.
 	sigSuspend os.Signal = syscall.SIGTSTP
 	// forwardedSignals reach CMD's group when sent to fencelock.
 	forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}

@@ -84,6 +84,7 @@ func checkHealthy(t *testing.T, who, stderr, format string) {
 }
 
 func TestLogsHealthySingleNodeStart(t *testing.T) {
+	t.Parallel()
 	for _, format := range []string{"text", "json"} {
 		t.Run(format, func(t *testing.T) {
 			dir := t.TempDir()
@@ -99,6 +100,7 @@ func TestLogsHealthySingleNodeStart(t *testing.T) {
 
 // At --log-level warn a healthy start says nothing, raft included.
 func TestLogsHealthyStartAtWarnIsSilent(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn")
@@ -109,6 +111,7 @@ func TestLogsHealthyStartAtWarnIsSilent(t *testing.T) {
 }
 
 func TestServerLogFormatRefusesOthers(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args, env []string
 		want      string
@@ -126,6 +129,9 @@ func TestServerLogFormatRefusesOthers(t *testing.T) {
 	}
 }
 
+// TestLogsHealthyJoin stays serial: on a CPU shared with the parallel
+// tests' clusters a follower can miss a heartbeat and log a warning, which
+// here would count as an unhealthy join.
 func TestLogsHealthyJoin(t *testing.T) {
 	for _, format := range []string{"text", "json"} {
 		t.Run(format, func(t *testing.T) {

@@ -3,8 +3,8 @@
 //
 // main is thin: it hands os.Args to run with the process's streams and
 // turns what run returns into the exit status. Every command is listed
-// once, in the table below; every command parses flags and reports usage
-// through usage.go.
+// once, in the table below; every command parses its flags with newFlags
+// and reports a usage error as a usageErr, so all share one usage path.
 package main
 
 import (
@@ -90,7 +90,7 @@ func init() {
 		{"version", "print the version and the commit it was built from", runVersion, versionUsage},
 		{"help", "show a command's usage, a topic, or this list", runHelp, helpUsage},
 		{"completion", "print a bash or zsh completion script", runCompletion, completionUsage},
-		{"compare", "", runCompare, ""}, // moved to the bench module
+		{"compare", "", runCompare, ""}, // hidden: it only says that compare is in the bench module
 	}
 }
 
@@ -175,8 +175,6 @@ func lookup(name string) (*command, error) {
 	return nil, (&usageErr{message: msg, hint: "Run 'fencelock help' for the list of commands."}).exit()
 }
 
-// runHelp and the help topics are in help.go.
-
 func printCommands(w io.Writer) {
 	fmt.Fprintln(w, "fencelock: leases with fencing tokens.")
 	fmt.Fprintln(w)
@@ -196,7 +194,7 @@ func printCommands(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %-*s %s\n", width, c.name, c.summary)
 	}
-	printTopics(w) // help.go
+	printTopics(w)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'fencelock help COMMAND' (or 'fencelock COMMAND -h') for a command's flags,")
 	fmt.Fprintln(w, "'fencelock help TOPIC' for a topic, 'fencelock help --man' for the manual page.")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,8 +11,21 @@ import (
 	"github.com/fencelock/fencelock/internal/testguard"
 )
 
-// binary is the fencelock executable built once for the real-process tests.
-var binary string
+// builtBinary is the fencelock executable for the process tests, built
+// once by TestMain; under -short it is not built.
+var builtBinary string
+
+// fencelockBinary is the built executable. A test that runs it, or starts
+// a server process, belongs to the process tier: under -short this skips
+// it. Every use of the binary goes through here, so a process test cannot
+// land in the short tier by accident.
+func fencelockBinary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("process tier (runs the fencelock binary): skipped by -short")
+	}
+	return builtBinary
+}
 
 // guard is the tripwire that stands in for every default address while
 // the tests run (internal/testguard): the client commands' and the
@@ -32,14 +46,18 @@ type builder struct{ m *testing.M }
 func (b builder) Run() int { return buildAndRun(b.m) }
 
 func buildAndRun(m *testing.M) int {
+	flag.Parse() // testing.Short needs the flags
+	if testing.Short() {
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "fencelock-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "fencelock")
-	build := exec.Command("go", "build", "-o", binary, ".")
+	builtBinary = filepath.Join(dir, "fencelock")
+	build := exec.Command("go", "build", "-o", builtBinary, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building fencelock:", err)

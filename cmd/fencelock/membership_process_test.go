@@ -20,7 +20,7 @@ import (
 // combined output and exit status.
 func clusterCLI(t *testing.T, addrs []string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(binary, append(append([]string{"cluster"}, args...), "--addr", strings.Join(addrs, ","))...)
+	cmd := exec.Command(fencelockBinary(t), append(append([]string{"cluster"}, args...), "--addr", strings.Join(addrs, ","))...)
 	out, err := cmd.CombinedOutput()
 	var xe *exec.ExitError
 	switch {
@@ -61,6 +61,7 @@ func voterLines(out string) (voters, nonvoters int, ids []string) {
 }
 
 func TestClusterProcessMembershipChanges(t *testing.T) {
+	t.Parallel()
 	c := startPCluster(t)
 	addrs := c.clients()
 	poll(t, "every member's client address", func() bool {
@@ -151,6 +152,7 @@ func TestClusterProcessMembershipChanges(t *testing.T) {
 // A node without --raft refuses joins; a call nobody answers exits 3; a
 // call that was sent and never answered exits 5 (unknown).
 func TestClusterProcessJoinExitStatuses(t *testing.T) {
+	t.Parallel()
 	single := freeAddr(t)
 	p := startProc(t, t.TempDir(), nil, "--listen", single, "--data", "d", "--log-level", "error")
 	p.waitReady(single)

@@ -31,6 +31,7 @@ func TestServerRaftTimingUsageErrors(t *testing.T) {
 // The flags and their variables reach raft: the server logs the timing
 // it runs with, and a flag beats its variable.
 func TestServerProcessRaftTimingFlags(t *testing.T) {
+	t.Parallel()
 	addr := freeAddr(t)
 	p := startProc(t, t.TempDir(), []string{"FENCELOCK_ELECTION_TIMEOUT=900ms", "FENCELOCK_HEARTBEAT_TIMEOUT=100ms"},
 		"--listen", addr, "--data", "d", "--heartbeat-timeout", "700ms", "--leader-lease-timeout", "300ms")

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fencelock/fencelock/internal/server"
+	"github.com/fencelock/fencelock/internal/node"
 )
 
 const recoverUsage = `Usage: fencelock recover --data DIR [--min-token N]
@@ -39,7 +39,7 @@ func runRecover(ctx context.Context, e *env, args []string) error {
 	if *data == "" {
 		return usageError("--data must not be empty")
 	}
-	did, err := server.Recover(*data, server.RecoverOptions{MinToken: *minToken})
+	did, err := node.Recover(*data, node.RecoverOptions{MinToken: *minToken})
 	if err != nil {
 		return err
 	}

@@ -120,6 +120,7 @@ func (d dialStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Co
 }
 
 func TestSecureProcessCluster(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "cluster CA")
 	pool := ca.Pool()
@@ -344,6 +345,7 @@ func TestSecureProcessCluster(t *testing.T) {
 // The acl command takes --ca (and FENCELOCK_CLIENT_CA) like the other client
 // commands, so that a cluster serving only TLS can be bootstrapped.
 func TestSecureProcessACLCommandOverTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "cluster CA")
 	f := tlstest.Write(t, dir, "n1", ca, ca.Issue(t, "n1"))
@@ -359,7 +361,7 @@ func TestSecureProcessACLCommandOverTLS(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(admin, "flk_") {
 		t.Fatalf("acl bootstrap with FENCELOCK_CLIENT_CA: exit %d %q %q", code, out, errs)
 	}
-	cmd := exec.Command(binary, "acl", "whoami", "--addr", addr, "--ca", f.CA, "--auth-token", admin)
+	cmd := exec.Command(fencelockBinary(t), "acl", "whoami", "--addr", addr, "--ca", f.CA, "--auth-token", admin)
 	cmd.Env = append(os.Environ(), "FENCELOCK_CLIENT_CA=")
 	if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "admin" {
 		t.Fatalf("acl whoami --ca: %v %q", err, out)

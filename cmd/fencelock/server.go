@@ -19,7 +19,7 @@ const defaultData = "fencelock-data"
 
 // defaultListen is where a server listens, and where the client commands
 // look for one, when nothing else is said. A variable only so that the
-// tests can point it at a tripwire (main_test.go).
+// tests can point it at a tripwire.
 var defaultListen = client.DefaultAddr
 
 const serverUsage = `Usage: fencelock server [--listen ADDR] [--data DIR]
@@ -99,7 +99,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		"raft: a leader that has not reached a quorum for this long (`D`) steps down; <= --heartbeat-timeout")
 	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
 	tlsFlags := addServerTLSFlags(f)
-	authToken := authTokenFlag(f) // acl.go: this node's own calls (announce, join)
+	authToken := authTokenFlag(f) // this node's own calls (announce, join)
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -176,7 +176,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 
 	// Out of file descriptors, the log could not open its next segment
-	// and sealed itself for good (issue 11): raise the soft limit and keep
+	// and sealed itself for good: raise the soft limit and keep
 	// client connections below it.
 	fdLimit, err := server.RaiseFDLimit()
 	if err != nil {

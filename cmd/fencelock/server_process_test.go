@@ -67,7 +67,7 @@ func startProc(t *testing.T, dir string, env []string, args ...string) *proc {
 func startProcVia(t *testing.T, dir string, env, via []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, stderr: &syncBuffer{}, done: make(chan struct{})}
-	argv := append(append(append([]string{}, via...), binary, "server"), args...)
+	argv := append(append(append([]string{}, via...), fencelockBinary(t), "server"), args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
@@ -178,6 +178,7 @@ func token(r reply) uint64 {
 }
 
 func TestServerProcessAcquireExtendReleaseCheck(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))
@@ -209,6 +210,7 @@ func TestServerProcessAcquireExtendReleaseCheck(t *testing.T) {
 }
 
 func TestServerProcessDefaultsAndEnv(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// The environment names the address; --data is absent, so the data
 	// lives in ./fencelock-data of the working directory.
@@ -238,6 +240,7 @@ func TestServerProcessDefaultsAndEnv(t *testing.T) {
 }
 
 func TestServerProcessBadFlagExits2(t *testing.T) {
+	t.Parallel()
 	p := startProc(t, t.TempDir(), nil, "--no-such-flag")
 	if code := p.exitCode(); code != 2 {
 		t.Fatalf("exit status %d, want 2", code)
@@ -246,6 +249,7 @@ func TestServerProcessBadFlagExits2(t *testing.T) {
 
 // A waiter in flight at SIGTERM is answered 503 and the server still exits 0.
 func TestServerProcessGracefulSIGTERMWithWaiter(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))
@@ -303,6 +307,7 @@ type grantRecord struct {
 // holder under its token; the next token is above every token answered; no
 // token was answered twice.
 func TestServerProcessKill9(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	const (
@@ -451,12 +456,13 @@ func checkInvariants(t *testing.T, addr string, grants []*grantRecord, answered 
 }
 
 func TestBenchAgainstProcess(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))
 	p.waitReady(addr)
 	for _, mode := range []string{"uncontended", "contended"} {
-		out, err := exec.Command(binary, "bench", "--addr", addr, "--mode", mode, "--clients", "4", "--duration", "300ms").Output()
+		out, err := exec.Command(fencelockBinary(t), "bench", "--addr", addr, "--mode", mode, "--clients", "4", "--duration", "300ms").Output()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", mode, err, out)
 		}
@@ -470,7 +476,7 @@ func TestBenchAgainstProcess(t *testing.T) {
 		t.Fatalf("exit status %d", code)
 	}
 	// Unreachable server: exit status 3.
-	err := exec.Command(binary, "bench", "--addr", addr, "--duration", "100ms").Run()
+	err := exec.Command(fencelockBinary(t), "bench", "--addr", addr, "--duration", "100ms").Run()
 	var xe *exec.ExitError
 	if !errors.As(err, &xe) || xe.ExitCode() != 3 {
 		t.Fatalf("bench against a stopped server: %v, want exit status 3", err)

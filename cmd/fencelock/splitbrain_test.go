@@ -36,8 +36,9 @@ var (
 // binary, once per test process.
 func fencedStoreBinary(t *testing.T) string {
 	t.Helper()
+	dir := filepath.Dir(fencelockBinary(t))
 	storeOnce.Do(func() {
-		storeBin = filepath.Join(filepath.Dir(binary), "fencedstore")
+		storeBin = filepath.Join(dir, "fencedstore")
 		out, err := exec.Command("go", "build", "-o", storeBin, "../../examples/fencedstore").CombinedOutput()
 		if err != nil {
 			storeErr = fmt.Errorf("building fencedstore: %v\n%s", err, out)
@@ -96,6 +97,32 @@ func readStore(t *testing.T, url string) storedValue {
 	return v
 }
 
+// waitStopped waits, bounded, until every thread of pid is stopped, as
+// /proc shows it; without /proc (not Linux) it returns at once, and there
+// fencelock does not watch its CMD's stops either.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	tasks := fmt.Sprintf("/proc/%d/task", pid)
+	if _, err := os.Stat(tasks); err != nil {
+		return
+	}
+	eventually(t, fmt.Sprintf("every thread of %d to stop", pid), func() bool {
+		stats, _ := filepath.Glob(tasks + "/*/stat")
+		for _, p := range stats {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return false
+			}
+			// The state follows the parenthesized command name.
+			_, rest, _ := strings.Cut(string(b), ") ")
+			if !strings.HasPrefix(rest, "T") && !strings.HasPrefix(rest, "t") {
+				return false
+			}
+		}
+		return len(stats) > 0
+	})
+}
+
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -110,7 +137,7 @@ type bgProc struct {
 
 func startBG(t *testing.T, dir string, env []string, args ...string) *bgProc {
 	t.Helper()
-	p := &bgProc{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	p := &bgProc{cmd: exec.Command(fencelockBinary(t), args...), done: make(chan struct{})}
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = &p.stderr
@@ -148,6 +175,7 @@ echo $? > late
 `
 
 func TestSplitBrain(t *testing.T) {
+	t.Parallel()
 	srvDir := t.TempDir()
 	addr := freeAddr(t)
 	startProc(t, srvDir, nil, "--listen", addr, "--data", filepath.Join(srvDir, "data")).waitReady(addr)
@@ -185,6 +213,11 @@ func TestSplitBrain(t *testing.T) {
 			if err := syscall.Kill(a.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			// fencelock ends the hold when it sees its CMD stop, which it
+			// would if a thread of it were still running when CMD stops:
+			// kill returns before every thread has taken the signal, the
+			// later the busier the machine.
+			waitStopped(t, a.cmd.Process.Pid)
 			if err := syscall.Kill(-child, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}

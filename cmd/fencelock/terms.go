@@ -33,7 +33,7 @@ var terms = map[string]term{
 	"id":          {"--id", ""},
 	"raft_addr":   {"--raft", ""},
 	"client_addr": {"--client", ""},
-	// sessions, multi-key acquire, lock-delay (session.go)
+	// sessions, multi-key acquire, lock-delay
 	"lock_delay_ms": {"--lock-delay", fmt.Sprintf("must be between 0s and %s", fmtDuration(api.MaxLockDelay))},
 	"keys":          {"KEY", ""},
 	"session":       {"--session", ""},

@@ -18,6 +18,7 @@ import (
 // FENCELOCK_CLIENT_CA), over frames and over HTTP; SIGHUP makes it present a
 // rotated certificate.
 func TestServerProcessTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "cluster CA")
 	f := tlstest.Write(t, dir, "n1", ca, ca.Issue(t, "n1"))

@@ -42,6 +42,9 @@ var (
 
 func binaries(t *testing.T) (ledger, fencelock string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("process tier (runs pgledger and fencelock processes on a real PostgreSQL): skipped by -short")
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "pgledger-bin-")
 		if err != nil {

@@ -2,9 +2,8 @@
 // token hashes, and policies of key-prefix rules. It is pure: it keeps no
 // state of its own beyond the values it is given, reads no clock and does
 // no I/O. The replicated copy of the tables lives in the state machine
-// (internal/fsm/acl.go); the server authenticates a request to a
-// Principal and asks Allowed before an operation runs
-// (internal/server/auth.go).
+// (package internal/fsm); the server authenticates a request to a
+// Principal and asks Allowed before an operation runs.
 //
 // Evaluation (docs/SECURITY.md, "Authentication and ACLs"): among the
 // rules of all the principal's policies whose prefix is a prefix of the

@@ -17,11 +17,13 @@ package callcodec
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"unicode/utf8"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/binread"
 )
 
 // Error is a body that does not decode. Field names the first field that
@@ -60,42 +62,34 @@ func appendBool(dst []byte, b bool) []byte {
 	return append(dst, 0)
 }
 
-// reader decodes one body; the first failure sticks and names its field.
+// reader decodes one body. The first failure sticks; field is the field
+// being read when it did, which the failures of binread do not know.
 type reader struct {
-	b   []byte
-	err *Error
+	binread.Reader
+	field string
+}
+
+func newReader(b []byte) reader { return reader{Reader: binread.New(b)} }
+
+// at notes that the next read is of field, unless a read has failed.
+func (r *reader) at(field string) {
+	if r.Err() == nil {
+		r.field = field
+	}
 }
 
 func (r *reader) fail(field, format string, args ...any) {
-	if r.err == nil {
-		r.err = &Error{Field: field, Msg: fmt.Sprintf(format, args...)}
-	}
+	r.Fail(&Error{Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (r *reader) uvarint(field string) uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail(field, "body ends or overflows in %s", field)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
+	r.at(field)
+	return r.Uvarint()
 }
 
 func (r *reader) varint(field string) int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail(field, "body ends or overflows in %s", field)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
+	r.at(field)
+	return r.Varint()
 }
 
 func (r *reader) int(field string) int {
@@ -108,17 +102,9 @@ func (r *reader) int(field string) int {
 }
 
 func (r *reader) str(field string) string {
-	n := r.uvarint(field)
-	if r.err != nil {
-		return ""
-	}
-	if n > uint64(len(r.b)) {
-		r.fail(field, "%s runs past the body", field)
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	if !utf8.ValidString(s) {
+	r.at(field)
+	s := r.String(math.MaxInt)
+	if r.Err() == nil && !utf8.ValidString(s) {
 		r.fail(field, "%s must be UTF-8", field)
 		return ""
 	}
@@ -126,27 +112,35 @@ func (r *reader) str(field string) string {
 }
 
 func (r *reader) bool(field string) bool {
-	if r.err != nil {
-		return false
-	}
-	if len(r.b) == 0 || r.b[0] > 1 {
+	if r.Err() == nil && (r.Len() == 0 || r.Rest()[0] > 1) {
 		r.fail(field, "%s must be a byte 0 or 1", field)
 		return false
 	}
-	v := r.b[0] == 1
-	r.b = r.b[1:]
-	return v
+	return r.Byte() == 1
 }
 
-// done is the decoder's error: its first failure, or trailing bytes.
+// done is the decoder's error: its first failure, or trailing bytes, as an
+// *Error that names the field at fault.
 func (r *reader) done() error {
-	if r.err == nil && len(r.b) > 0 {
-		r.fail("body", "%d bytes after the last field", len(r.b))
+	if r.Err() == nil && r.Len() > 0 {
+		r.fail("body", "%d bytes after the last field", r.Len())
 	}
-	if r.err != nil {
-		return r.err
+	var (
+		e  *Error
+		le *binread.LengthError
+	)
+	switch err := r.Err(); {
+	case err == nil:
+		return nil
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, binread.ErrUvarint), errors.Is(err, binread.ErrVarint):
+		return &Error{Field: r.field, Msg: "body ends or overflows in " + r.field}
+	case errors.As(err, &le):
+		return &Error{Field: r.field, Msg: r.field + " runs past the body"}
+	default:
+		return &Error{Field: r.field, Msg: err.Error()}
 	}
-	return nil
 }
 
 // AppendAcquire appends the encoding of an acquire request.
@@ -164,7 +158,7 @@ func AppendAcquire(dst []byte, q api.AcquireRequest) []byte {
 
 // Acquire decodes an acquire request.
 func Acquire(b []byte) (api.AcquireRequest, error) {
-	r := reader{b: b}
+	r := newReader(b)
 	q := api.AcquireRequest{
 		Key:         r.str("key"),
 		Holder:      r.str("holder"),
@@ -179,11 +173,6 @@ func Acquire(b []byte) (api.AcquireRequest, error) {
 	return q, r.done()
 }
 
-// AcquireStrings are the request's strings, for ValidStrings.
-func AcquireStrings(q api.AcquireRequest) []string {
-	return []string{q.Key, q.Holder, q.RequestID, q.Mode}
-}
-
 // AppendExtend appends the encoding of an extend request.
 func AppendExtend(dst []byte, q api.ExtendRequest) []byte {
 	dst = appendString(dst, q.Key)
@@ -195,7 +184,7 @@ func AppendExtend(dst []byte, q api.ExtendRequest) []byte {
 
 // Extend decodes an extend request.
 func Extend(b []byte) (api.ExtendRequest, error) {
-	r := reader{b: b}
+	r := newReader(b)
 	q := api.ExtendRequest{
 		Key:       r.str("key"),
 		Holder:    r.str("holder"),
@@ -216,7 +205,7 @@ func AppendRelease(dst []byte, q api.ReleaseRequest) []byte {
 
 // Release decodes a release request.
 func Release(b []byte) (api.ReleaseRequest, error) {
-	r := reader{b: b}
+	r := newReader(b)
 	q := api.ReleaseRequest{
 		Key:       r.str("key"),
 		Holder:    r.str("holder"),
@@ -240,7 +229,7 @@ func AppendCheck(dst []byte, q CheckRequest) []byte {
 
 // Check decodes a check.
 func Check(b []byte) (CheckRequest, error) {
-	r := reader{b: b}
+	r := newReader(b)
 	q := CheckRequest{Key: r.str("key"), Token: r.uvarint("token")}
 	return q, r.done()
 }
@@ -267,7 +256,7 @@ func AppendLease(dst []byte, l api.Lease) []byte {
 
 // Lease decodes a lease.
 func Lease(b []byte) (api.Lease, error) {
-	r := reader{b: b}
+	r := newReader(b)
 	l := r.lease(0)
 	return l, r.done()
 }
@@ -291,19 +280,19 @@ func (r *reader) lease(depth int) api.Lease {
 	}
 	n := r.uvarint("holders")
 	switch {
-	case r.err != nil || n == 0:
+	case r.Err() != nil || n == 0:
 		return l
 	case n > MaxHolders || depth >= maxDepth:
 		r.fail("holders", "%d holders nested %d deep; at most %d, one level", n, depth+1, MaxHolders)
 		return l
-	case n > uint64(len(r.b)):
+	case n > uint64(r.Len()):
 		// Every holder takes at least a byte: a count past the body's
 		// length cannot be honest, and must not size an allocation.
 		r.fail("holders", "holders runs past the body")
 		return l
 	}
 	l.Holders = make([]api.Lease, 0, n)
-	for i := uint64(0); i < n && r.err == nil; i++ {
+	for i := uint64(0); i < n && r.Err() == nil; i++ {
 		l.Holders = append(l.Holders, r.lease(depth+1))
 	}
 	return l
@@ -316,7 +305,7 @@ func AppendReleased(dst []byte, a api.ReleaseResponse) []byte {
 
 // Released decodes a release's answer.
 func Released(b []byte) (api.ReleaseResponse, error) {
-	r := reader{b: b}
+	r := newReader(b)
 	a := api.ReleaseResponse{Released: r.bool("released")}
 	return a, r.done()
 }
@@ -330,7 +319,7 @@ func AppendChecked(dst []byte, a api.CheckResponse) []byte {
 
 // Checked decodes a check's answer.
 func Checked(b []byte) (api.CheckResponse, error) {
-	r := reader{b: b}
+	r := newReader(b)
 	a := api.CheckResponse{Key: r.str("key"), Token: r.uvarint("token"), Valid: r.bool("valid")}
 	return a, r.done()
 }

@@ -5,8 +5,8 @@ package dashboard_test
 // started in-process on a free loopback port. Every wait is on a DOM
 // condition with a bounded timeout; nothing sleeps to decide.
 //
-// Without Chromium these tests fail, saying how to get it, unless
-// FENCELOCK_TEST_NO_BROWSER=1 is set (then they skip). FENCELOCK_CHROMIUM
+// -short skips them. Without Chromium they fail, saying how to get it,
+// unless FENCELOCK_TEST_NO_BROWSER=1 is set (then they skip). FENCELOCK_CHROMIUM
 // names another binary. `go test ./internal/dashboard -run
 // TestDashboardScreenshot -update` rewrites docs/img/dashboard.png.
 
@@ -41,8 +41,13 @@ import (
 
 var update = flag.Bool("update", false, "rewrite docs/img/dashboard.png from a scenario with locks, waiters and chart data")
 
+// chromiumPath is where every browser test starts, so it is where -short
+// skips them.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("browser tier (starts headless Chromium): skipped by -short")
+	}
 	if os.Getenv("FENCELOCK_TEST_NO_BROWSER") == "1" {
 		t.Skip("FENCELOCK_TEST_NO_BROWSER=1: the dashboard's browser tests are skipped")
 	}

@@ -6,6 +6,6 @@
 // events, with the browser's credentials, so it sees exactly what its
 // token may read; the assets themselves are public.
 //
-// The browser tests (browser_test.go) run the page in headless Chromium;
+// The browser tests run the page in headless Chromium;
 // docs/OPERATIONS.md, "Dashboard", says what it shows and how they run.
 package dashboard

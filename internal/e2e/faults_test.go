@@ -33,12 +33,23 @@ import (
 //
 //	go test ./internal/e2e -run TestFaults -v -timeout 0 -runs 200 -class leader-kill -nodes 3,5
 //
-// A failing run prints its seed; -seed S -runs 1 -class C -nodes N replays
+// The seed is fixed (defaultSeed) unless -seed or FENCELOCK_E2E_SEED
+// names another, so a plain go test makes the same choices every time. A
+// failing run prints its seed; -seed S -runs 1 -class C -nodes N replays
 // its choices (the fault times, the victims, the op mix; process timing
 // is the machine's).
+//
+// The short plan's runs go in parallel (up to -parallel at once); a
+// campaign's runs go one at a time, so that the unavailability figures it
+// collects are not those of runs crowding each other.
+
+const (
+	defaultSeed = 1
+	envSeed     = "FENCELOCK_E2E_SEED"
+)
 
 var (
-	flagSeed     = flag.Int64("seed", 0, "seed of the first run (run i uses seed+i); 0: from the clock")
+	flagSeed     = flag.Int64("seed", defaultSeed, "seed of the first run (run i uses seed+i); without -seed, $"+envSeed+" if set")
 	flagRuns     = flag.Int("runs", 0, "runs per class and cluster size; 0: the short plan")
 	flagClass    = flag.String("class", "", "fault classes, comma-separated (default all): "+strings.Join(classNames(), ","))
 	flagNodes    = flag.String("nodes", "", "cluster sizes, comma-separated (default 3, and 5 for leader-kill in the short plan)")
@@ -137,39 +148,59 @@ type result struct {
 	skipped    string
 }
 
+// suiteSeed is the seed of the fault runs: -seed if given, else
+// $FENCELOCK_E2E_SEED if set, else defaultSeed.
+func suiteSeed(t *testing.T) int64 {
+	t.Helper()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "seed" })
+	if v := os.Getenv(envSeed); v != "" && !given {
+		seed, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want an integer", envSeed, v)
+		}
+		return seed
+	}
+	return *flagSeed
+}
+
 func TestFaults(t *testing.T) {
-	seed := *flagSeed
-	if seed == 0 {
-		seed = time.Now().UnixNano() % 1_000_000_000
-	}
+	fencelockBinary(t)
+	t.Parallel()
+	seed := suiteSeed(t)
 	t.Logf("seed %d", seed)
-	type row struct {
-		plan
-		results []result
-	}
 	var rows []*row
 	for _, p := range plans(t) {
-		rw := &row{plan: p}
+		// Each run writes its own slot, so parallel runs share nothing.
+		rw := &row{plan: p, results: make([]result, p.runs)}
 		rows = append(rows, rw)
 		for i := range p.runs {
 			s := seed + int64(i)
+			res := &rw.results[i]
+			*res = result{skipped: "not run (-run)"}
 			name := fmt.Sprintf("%s/n%d/seed=%d", p.class.name, p.size, s)
-			before := len(rw.results)
-			ok := t.Run(name, func(t *testing.T) {
+			t.Run(name, func(t *testing.T) {
+				if *flagRuns == 0 {
+					t.Parallel()
+				}
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Logf("seed %d; replay: go test ./internal/e2e -run 'TestFaults/%s/n%d/' -v -class %s -nodes %d -seed %d -runs 1",
+							s, p.class.name, p.size, p.class.name, p.size, s)
+					}
+				})
+				// A run that stops early (a cluster that never healed, say)
+				// counts, as a violation.
+				*res = result{unavail: -1, violations: []Violation{{"harness", "run aborted"}}}
 				if p.class.netns {
 					if why := netnsUnavailable(); why != "" {
-						rw.results = append(rw.results, result{skipped: why})
+						*res = result{skipped: why}
 						t.Skipf("skipping %s: %s", p.class.name, why)
 					}
 				}
-				res := runOnce(t, p.class, p.size, s)
-				rw.results = append(rw.results, res)
+				*res = runOnce(t, p.class, p.size, s)
 				for _, v := range res.violations {
 					t.Errorf("%v", v)
-				}
-				if len(res.violations) > 0 {
-					t.Errorf("replay: go test ./internal/e2e -run 'TestFaults/%s/n%d/' -v -class %s -nodes %d -seed %d -runs 1",
-						p.class.name, p.size, p.class.name, p.size, s)
 				}
 				un := "-"
 				if res.unavail >= 0 {
@@ -178,13 +209,20 @@ func TestFaults(t *testing.T) {
 				t.Logf("%s n=%d seed=%d: %d ops, %d violations, unavailable %s, run took %v",
 					p.class.name, p.size, s, res.ops, len(res.violations), un, res.took.Round(time.Millisecond))
 			})
-			if !ok && len(rw.results) == before {
-				// The run stopped early (a cluster that never healed, say):
-				// it counts, as a violation.
-				rw.results = append(rw.results, result{unavail: -1, violations: []Violation{{"harness", "run aborted"}}})
-			}
 		}
 	}
+	// After the last run, parallel or not.
+	t.Cleanup(func() { summarize(t, seed, rows) })
+}
+
+// row is one plan's results, a slot per run.
+type row struct {
+	plan
+	results []result
+}
+
+// summarize prints the per-class table and appends it to -summary.
+func summarize(t *testing.T, seed int64, rows []*row) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| class | nodes | runs | operations | violations | unavailable after the fault: min / median / max | run time: median |\n|---|---|---|---|---|---|---|\n")
 	for _, rw := range rows {
@@ -214,7 +252,8 @@ func TestFaults(t *testing.T) {
 	if *flagSummary != "" {
 		f, err := os.OpenFile(*flagSummary, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return
 		}
 		fmt.Fprintf(f, "seed %d\n\n%s\n", seed, b.String())
 		f.Close()

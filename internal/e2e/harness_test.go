@@ -33,9 +33,14 @@ var (
 	buildErr  error
 )
 
-// fencelockBinary builds cmd/fencelock once per test binary.
+// fencelockBinary builds cmd/fencelock once per test binary. Every fault
+// run needs it, so this is where -short skips the fault suite; the
+// checker's own tests, on hand-made histories, stay in the short tier.
 func fencelockBinary(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("fault suite (process tier: starts fencelock server processes): skipped by -short")
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "fencelock-e2e-")
 		if err != nil {
@@ -322,6 +327,7 @@ func (c *cluster) cli(ctx context.Context, args ...string) (string, error) {
 // node while the nodes cannot reach each other.
 type bridgeNet struct {
 	prefix string
+	subnet int // the third byte of 10.213.N.0/24
 	bridge string
 	ns     []string
 	ips    []string
@@ -357,12 +363,59 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func newBridgeNet(size int) (*bridgeNet, error) {
+// bridges holds the names and subnets taken by this test binary: runs in
+// parallel each need their own, and two bridges on one subnet would route
+// one cluster's traffic into the other.
+var bridges struct {
+	sync.Mutex
+	prefixes map[string]bool
+	subnets  map[int]bool
+}
+
+// claimBridge picks a name prefix and a 10.213.N subnet that no other
+// bridge of this binary holds and that no address on the host is in
+// (another checkout's suite may be running).
+func claimBridge() (prefix string, subnet int, err error) {
+	out, err := exec.Command("ip", "-o", "-4", "addr", "show").CombinedOutput()
+	if err != nil {
+		return "", 0, fmt.Errorf("ip addr show: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	bridges.Lock()
+	defer bridges.Unlock()
+	if bridges.prefixes == nil {
+		bridges.prefixes, bridges.subnets = map[string]bool{}, map[int]bool{}
+	}
+	prefix = "fl" + randHex(2)
+	for bridges.prefixes[prefix] {
+		prefix = "fl" + randHex(2)
+	}
 	b := make([]byte, 1)
 	_, _ = rand.Read(b)
-	bn := &bridgeNet{prefix: "fl" + randHex(2)}
+	for i := range 256 {
+		n := (int(b[0]) + i) % 256
+		if !bridges.subnets[n] && !strings.Contains(string(out), fmt.Sprintf(" 10.213.%d.", n)) {
+			bridges.prefixes[prefix], bridges.subnets[n] = true, true
+			return prefix, n, nil
+		}
+	}
+	return "", 0, fmt.Errorf("no free subnet in 10.213.0.0/16")
+}
+
+func (bn *bridgeNet) release() {
+	bridges.Lock()
+	defer bridges.Unlock()
+	delete(bridges.prefixes, bn.prefix)
+	delete(bridges.subnets, bn.subnet)
+}
+
+func newBridgeNet(size int) (*bridgeNet, error) {
+	prefix, n, err := claimBridge()
+	if err != nil {
+		return nil, err
+	}
+	bn := &bridgeNet{prefix: prefix, subnet: n}
 	bn.bridge = bn.prefix + "br"
-	subnet := fmt.Sprintf("10.213.%d", b[0])
+	subnet := fmt.Sprintf("10.213.%d", n)
 	steps := [][]string{
 		{"link", "add", bn.bridge, "type", "bridge"},
 		{"addr", "add", subnet + ".1/24", "dev", bn.bridge},
@@ -404,6 +457,7 @@ func (bn *bridgeNet) close() {
 		_ = ipCmd("netns", "del", ns) // takes its end of the veth pair along
 	}
 	_ = ipCmd("link", "del", bn.bridge)
+	bn.release()
 }
 
 // isolate cuts n off from every other node, both ways; clients on the host

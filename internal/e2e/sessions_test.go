@@ -29,6 +29,8 @@ import (
 //
 // Short enough for CI: about 10 s per class.
 func TestSessionFaults(t *testing.T) {
+	fencelockBinary(t)
+	t.Parallel()
 	for _, fc := range []struct {
 		name  string
 		netns bool
@@ -37,6 +39,7 @@ func TestSessionFaults(t *testing.T) {
 		{"partition", true},
 	} {
 		t.Run(fc.name, func(t *testing.T) {
+			t.Parallel()
 			if fc.netns {
 				if why := netnsUnavailable(); why != "" {
 					t.Skipf("skipping: %s", why)

@@ -21,9 +21,9 @@ import (
 // a little, releasing; client.Lease keeps each alive), and CheckShared
 // checks the holds as the clients saw them. A few seconds a class.
 func TestSharedFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts clusters of processes")
-	}
+	fencelockBinary(t)
+	t.Parallel()
+	seed := suiteSeed(t)
 	for _, tc := range []struct {
 		name   string
 		netns  bool
@@ -50,13 +50,17 @@ func TestSharedFaults(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("seed %d; replay: go test ./internal/e2e -run 'TestSharedFaults/%s$' -v -seed %d", seed, tc.name, seed)
+				}
+			})
 			if tc.netns {
 				if why := netnsUnavailable(); why != "" {
 					t.Skipf("skipping: %s", why)
 				}
 			}
-			seed := time.Now().UnixNano() % 1_000_000
-			t.Logf("seed %d", seed)
 			c := startCluster(t, 3, tc.netns)
 			holds, errs := sharedLoad(t, c, seed, tc.inject)
 			for _, e := range errs {

@@ -20,6 +20,7 @@ import (
 // twice, up to the last token the writers were given; and every release
 // they were told succeeded is there too.
 func TestWatchAcrossLeaderKill(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3, false)
 	l := c.leader(60 * time.Second)
 	addrs := []string{l.client} // the watch starts on the leader

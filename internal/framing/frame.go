@@ -42,7 +42,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/fencelock/fencelock/api"
 )
@@ -279,19 +278,8 @@ func readAnswer(r io.Reader) (answer, error) {
 	}, nil
 }
 
-// priorityPaths are the requests that keep leases alive or give them up.
-// They have a budget of their own on both ends of a connection
-// (DefaultMaxPriorityInFlight), so a window full of waits cannot hold
-// them back and cost a holder its lease.
-var priorityPaths = map[string]bool{
-	api.PathExtend:      true,
-	api.PathExtendBatch: true,
-	api.PathRelease:     true,
-}
-
 // Priority reports whether a request for target (a path with an optional
-// ?query) travels on the priority budget: extends and releases.
-func Priority(target string) bool {
-	path, _, _ := strings.Cut(target, "?")
-	return priorityPaths[path]
-}
+// ?query) travels on the priority budget of a connection: the calls the
+// API names (api.Priority), extends and releases, so that a window full
+// of waits cannot hold them back and cost a holder its lease.
+func Priority(target string) bool { return api.Priority(target) }

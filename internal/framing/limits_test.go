@@ -63,7 +63,8 @@ func TestNonReadingPeerIsBoundedThenCutOff(t *testing.T) {
 	big := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write(bytes.Repeat([]byte{'x'}, answer))
 	})
-	f := serve(t, big, &Server{MaxInFlight: maxIn, MaxPendingAnswerBytes: maxPending, WriteTimeout: 200 * time.Millisecond})
+	f := serve(t, big, &Server{MaxInFlight: maxIn, MaxPendingAnswerBytes: maxPending, WriteTimeout: 200 * time.Millisecond,
+		Heavy: func(path string) bool { return path == "/v1/locks" }})
 	c := rawDial(t, f.addr)
 	var frames []byte
 	for id := range uint32(requests) {

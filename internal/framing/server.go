@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -61,6 +62,11 @@ type Server struct {
 	// PrefaceTimeout bounds how long a new connection may take to send its
 	// preface (with Listen, its first byte). Default 10s.
 	PrefaceTimeout time.Duration
+	// Heavy, if set, names the paths whose answers grow with a page (up
+	// to about a megabyte): a connection runs at most maxHeavy of them at
+	// once, and starts none while its pending answers are over their
+	// bound. nil: none is.
+	Heavy func(path string) bool
 
 	callsOnce sync.Once
 	callPaths map[string]bool
@@ -495,11 +501,6 @@ func (sc *serverConn) written(tags []frameTag, err error) {
 	}
 }
 
-// heavyPaths answer in proportion to a page, up to about 1.3 MiB (a list
-// of 1000 leases); every other answer is bounded by the API's limits to a
-// few hundred bytes, a batch to some hundred kilobytes.
-var heavyPaths = map[string]bool{api.PathLocks: true}
-
 // maxHeavy bounds the heavy requests running at once on one connection.
 const maxHeavy = 4
 
@@ -552,7 +553,7 @@ func (sc *serverConn) handle(j job) {
 	// bound; the others' answers are small (the API's limits bound them).
 	// Once the connection failed nothing will be written: the handler is
 	// not run.
-	heavy := heavyPaths[j.q.target[:strings.IndexByte(j.q.target+"?", '?')]]
+	heavy := sc.s.Heavy != nil && sc.s.Heavy(j.q.target[:strings.IndexByte(j.q.target+"?", '?')])
 	failed := false
 	if heavy {
 		sc.mu.Lock()
@@ -624,14 +625,14 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 			// net/http answers nothing on a handler panic and drops the
 			// connection; one request must not take the others down, so
 			// this one gets a 500.
-			status, body = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`+"\n")
+			status, body = errorAnswer(api.CodeInternal, "internal error")
 		}
 	}()
 	if calls := sc.s.Calls; calls != nil {
 		switch {
 		case q.method == MethodCall:
 			if !sc.s.callPath(q.target) {
-				return http.StatusNotFound, []byte(`{"error":"no binary call on this path","code":"not_found"}` + "\n")
+				return errorAnswer(api.CodeNotFound, "no binary call on this path")
 			}
 			from := CallConn{Local: sc.local, Remote: sc.remote, TLS: sc.tls}
 			if cred := sc.auth.Load(); cred != nil {
@@ -640,14 +641,14 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 			sc.s.stats.calls.Add(1)
 			status, body = calls.ServeCall(ctx, &from, q.target, q.body)
 			if len(body) > MaxFrame-answerHeader {
-				return http.StatusInternalServerError, []byte(`{"error":"answer too large for a frame","code":"internal"}` + "\n")
+				return errorAnswer(api.CodeInternal, "answer too large for a frame")
 			}
 			return status, body
 		case q.target == CallsTarget && q.method == http.MethodGet:
 			return http.StatusOK, []byte(strings.Join(calls.CallPaths(), "\n"))
 		}
 	} else if q.method == MethodCall {
-		return http.StatusNotFound, []byte(`{"error":"this server answers no binary calls","code":"not_found"}` + "\n")
+		return errorAnswer(api.CodeNotFound, "this server answers no binary calls")
 	}
 	w := &answerWriter{header: make(http.Header, 2)}
 	path, query, _ := strings.Cut(q.target, "?")
@@ -675,7 +676,7 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 		w.status = http.StatusOK
 	}
 	if w.body.Len() > MaxFrame-answerHeader {
-		return http.StatusInternalServerError, []byte(`{"error":"answer too large for a frame","code":"internal"}` + "\n")
+		return errorAnswer(api.CodeInternal, "answer too large for a frame")
 	}
 	return w.status, w.body.Bytes()
 }
@@ -700,4 +701,11 @@ func (w *answerWriter) Write(b []byte) (int, error) {
 		w.status = http.StatusOK
 	}
 	return w.body.Write(b)
+}
+
+// errorAnswer is the API's error answer for code, as the HTTP API writes
+// one: its status and JSON body.
+func errorAnswer(code, message string) (int, []byte) {
+	b, _ := json.Marshal(api.Error{Code: code, Message: message}) // a struct of strings always marshals
+	return api.Status(code), append(b, '\n')
 }

@@ -106,23 +106,23 @@ func appendACLChange(b []byte, c *ACLChange) ([]byte, error) {
 }
 
 func readACLChange(r *reader) *ACLChange {
-	c := &ACLChange{Kind: ACLKind(r.byte())}
+	c := &ACLChange{Kind: ACLKind(r.Byte())}
 	switch c.Kind {
 	case ACLBootstrap:
-		if c.Principal.TokenHash = readHash(r); r.err == nil && !c.Principal.HasToken() {
+		if c.Principal.TokenHash = readHash(r); r.Err() == nil && !c.Principal.HasToken() {
 			r.fail("bootstrap without a token hash")
 		}
 	case ACLSetPrincipal:
 		c.Replace = r.bool()
 		c.Principal = readPrincipal(r)
-		if err := c.Principal.Check(); r.err == nil && err != nil {
+		if err := c.Principal.Check(); r.Err() == nil && err != nil {
 			r.fail("%v", err)
 		}
 	case ACLDeletePrincipal, ACLDeletePolicy:
-		c.Name = r.string(acl.MaxNameLen)
+		c.Name = r.String(acl.MaxNameLen)
 	case ACLSetPolicy:
 		c.Policy = readPolicy(r)
-		if err := c.Policy.Check(); r.err == nil && err != nil {
+		if err := c.Policy.Check(); r.Err() == nil && err != nil {
 			r.fail("%v", err)
 		}
 	default:
@@ -133,7 +133,7 @@ func readACLChange(r *reader) *ACLChange {
 
 // bool reads a byte that must be 0 or 1, so every encoding is canonical.
 func (r *reader) bool() bool {
-	switch b := r.byte(); b {
+	switch b := r.Byte(); b {
 	case 0, 1:
 		return b == 1
 	default:
@@ -166,8 +166,8 @@ func appendPrincipal(b []byte, p acl.Principal) []byte {
 
 func readHash(r *reader) [32]byte {
 	var h [32]byte
-	s := r.string(32)
-	if r.err == nil && len(s) != 0 && len(s) != 32 {
+	s := r.String(32)
+	if r.Err() == nil && len(s) != 0 && len(s) != 32 {
 		r.fail("token hash of %d bytes", len(s))
 	}
 	copy(h[:], s)
@@ -178,10 +178,10 @@ func readHash(r *reader) [32]byte {
 }
 
 func readPrincipal(r *reader) acl.Principal {
-	p := acl.Principal{Name: r.string(acl.MaxNameLen), TokenHash: readHash(r)}
+	p := acl.Principal{Name: r.String(acl.MaxNameLen), TokenHash: readHash(r)}
 	n := r.bounded(acl.MaxPolicies)
-	for i := 0; i < n && r.err == nil; i++ {
-		p.Policies = append(p.Policies, r.string(acl.MaxNameLen))
+	for i := 0; i < n && r.Err() == nil; i++ {
+		p.Policies = append(p.Policies, r.String(acl.MaxNameLen))
 	}
 	return p
 }
@@ -198,21 +198,21 @@ func appendPolicy(b []byte, p acl.Policy) []byte {
 }
 
 func readPolicy(r *reader) acl.Policy {
-	p := acl.Policy{Name: r.string(acl.MaxNameLen)}
+	p := acl.Policy{Name: r.String(acl.MaxNameLen)}
 	n := r.bounded(acl.MaxRules)
-	for i := 0; i < n && r.err == nil; i++ {
-		p.Rules = append(p.Rules, acl.Rule{Prefix: r.string(acl.MaxPrefixLen), Verbs: acl.Verb(r.byte()), Deny: r.bool()})
+	for i := 0; i < n && r.Err() == nil; i++ {
+		p.Rules = append(p.Rules, acl.Rule{Prefix: r.String(acl.MaxPrefixLen), Verbs: acl.Verb(r.Byte()), Deny: r.bool()})
 	}
 	return p
 }
 
 // bounded reads a count of at most limit items, each at least 2 bytes.
 func (r *reader) bounded(limit int) int {
-	n := r.uvarint()
-	if r.err != nil {
+	n := r.Uvarint()
+	if r.Err() != nil {
 		return 0
 	}
-	if n > uint64(limit) || n > uint64(len(r.b))/2 {
+	if n > uint64(limit) || n > uint64(r.Len())/2 {
 		r.fail("count of %d", n)
 		return 0
 	}
@@ -240,14 +240,14 @@ func appendACLState(b []byte, s *acl.State) []byte {
 func readACLState(r *reader) *acl.State {
 	s := acl.Empty()
 	s.On = r.bool()
-	if r.err == nil && !s.On {
+	if r.Err() == nil && !s.On {
 		r.fail("acl tables of a cluster not bootstrapped")
 	}
 	n := r.bounded(acl.MaxPrincipals)
 	last := ""
-	for i := 0; i < n && r.err == nil; i++ {
+	for i := 0; i < n && r.Err() == nil; i++ {
 		p := readPrincipal(r)
-		if err := p.Check(); r.err == nil && err != nil {
+		if err := p.Check(); r.Err() == nil && err != nil {
 			r.fail("%v", err)
 		}
 		if i > 0 && p.Name <= last {
@@ -258,9 +258,9 @@ func readACLState(r *reader) *acl.State {
 	}
 	n = r.bounded(acl.MaxPoliciesInTable)
 	last = ""
-	for i := 0; i < n && r.err == nil; i++ {
+	for i := 0; i < n && r.Err() == nil; i++ {
 		p := readPolicy(r)
-		if err := p.Check(); r.err == nil && err != nil {
+		if err := p.Check(); r.Err() == nil && err != nil {
 			r.fail("%v", err)
 		}
 		if i > 0 && p.Name <= last {

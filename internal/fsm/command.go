@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fencelock/fencelock/internal/binread"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -25,15 +26,15 @@ const (
 	OpMember      Op = 10 // NodeID, RaftAddr, ClientAddr (both empty: forget the node)
 	OpClusterID   Op = 11 // ClusterID (set once; later ones change nothing)
 	OpTokenFloor  Op = 12 // Token: raise the token counter to at least Token
-	OpACL         Op = 13 // ACL: one change of the ACL tables (acl.go)
+	OpACL         Op = 13 // ACL: one change of the ACL tables
 
-	// Sessions, multi-key acquire (session.go). 18 and 19 are kept for them.
+	// Sessions, multi-key acquire. 18 and 19 are kept for them.
 	OpSessionOpen   Op = 14 // Holder, TTL
 	OpSessionExtend Op = 15 // Holder, Session
 	OpSessionClose  Op = 16 // Holder, Session
 	OpAcquireKeys   Op = 17 // Holder, TTL, Session, LockDelay, Items{Key}
 
-	// Semaphores and read/write locks (shared.go): 20..24.
+	// Semaphores and read/write locks: 20..24.
 	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters]
 
 	opLimit Op = 21
@@ -82,7 +83,7 @@ type Item struct {
 // constants); the others must be zero, and Encode leaves them out.
 type Command struct {
 	Op        Op
-	RequestID string         // optional; a retry under the same id gets the first answer (dedupe.go)
+	RequestID string         // optional; a retry under the same id gets the first answer
 	Now       locktable.Time // cluster time, stamped by the leader
 	Key       string
 	Holder    string
@@ -107,16 +108,16 @@ type Command struct {
 	// OpClusterID: the cluster's identity, chosen by its first leader.
 	ClusterID string
 
-	// OpACL: the change (acl.go).
+	// OpACL: the change.
 	ACL *ACLChange
 
-	// Sessions and lock-delay (session.go): the session a grant is taken
+	// Sessions and lock-delay: the session a grant is taken
 	// under (0: none), or the session an op names; the lock-delay a grant
 	// asks for (0: none).
 	Session   uint64
 	LockDelay locktable.Duration
 
-	// OpShared: the semaphore or read/write request (shared.go).
+	// OpShared: the semaphore or read/write request.
 	Shared locktable.Shared
 }
 
@@ -249,24 +250,24 @@ func Decode(data []byte) (Command, error) {
 	if c.Op == 0 || c.Op >= opLimit {
 		return Command{}, fmt.Errorf("%w: unknown op %d", ErrBadCommand, data[0])
 	}
-	d := reader{b: data[1:]}
-	c.RequestID = d.string(MaxRequestIDLen)
-	c.Now = locktable.Time(d.varint())
+	d := reader{binread.New(data[1:])}
+	c.RequestID = d.String(MaxRequestIDLen)
+	c.Now = locktable.Time(d.Varint())
 	switch c.Op {
 	case OpAcquire, OpRenew:
 		c.Key, c.Holder = d.keyHolder()
-		c.TTL = locktable.Duration(d.varint())
+		c.TTL = locktable.Duration(d.Varint())
 		if c.Op == OpAcquire {
 			readGrantOptions(&d, &c)
 		}
 	case OpWait:
 		c.Key, c.Holder = d.keyHolder()
-		c.TTL = locktable.Duration(d.varint())
-		c.Deadline = locktable.Time(d.varint())
-		if d.err == nil && len(d.b) > 0 {
+		c.TTL = locktable.Duration(d.Varint())
+		c.Deadline = locktable.Time(d.Varint())
+		if d.Err() == nil && d.Len() > 0 {
 			c.MaxKeyWaiters, c.MaxWaiters = d.limit(), d.limit()
 			readGrantOptions(&d, &c)
-			if d.err == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 && !hasGrantOptions(c) {
+			if d.Err() == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 && !hasGrantOptions(c) {
 				d.fail("wait limits both zero")
 			}
 		}
@@ -276,27 +277,27 @@ func Decode(data []byte) (Command, error) {
 		c.Key, c.Holder = d.keyHolder()
 	case OpRelease:
 		c.Key, c.Holder = d.keyHolder()
-		c.Token = d.uvarint()
+		c.Token = d.Uvarint()
 	case OpExtend:
 		c.Key, c.Holder = d.keyHolder()
-		c.Token = d.uvarint()
-		c.TTL = locktable.Duration(d.varint())
+		c.Token = d.Uvarint()
+		c.TTL = locktable.Duration(d.Varint())
 	case OpExtendBatch:
-		c.Holder = d.string(locktable.MaxHolderLen)
-		c.TTL = locktable.Duration(d.varint())
+		c.Holder = d.String(locktable.MaxHolderLen)
+		c.TTL = locktable.Duration(d.Varint())
 		n := d.count()
-		for i := 0; i < n && d.err == nil; i++ {
-			c.Items = append(c.Items, Item{Key: d.string(locktable.MaxKeyLen), Token: d.uvarint()})
+		for i := 0; i < n && d.Err() == nil; i++ {
+			c.Items = append(c.Items, Item{Key: d.String(locktable.MaxKeyLen), Token: d.Uvarint()})
 		}
 	case OpTick:
 	case OpTokenFloor:
-		c.Token = d.uvarint()
+		c.Token = d.Uvarint()
 	case OpMember:
-		c.NodeID = d.string(MaxNodeIDLen)
-		c.RaftAddr = d.string(MaxAddrLen)
-		c.ClientAddr = d.string(MaxAddrLen)
+		c.NodeID = d.String(MaxNodeIDLen)
+		c.RaftAddr = d.String(MaxAddrLen)
+		c.ClientAddr = d.String(MaxAddrLen)
 	case OpClusterID:
-		if c.ClusterID = d.string(MaxClusterIDLen); c.ClusterID == "" && d.err == nil {
+		if c.ClusterID = d.String(MaxClusterIDLen); c.ClusterID == "" && d.Err() == nil {
 			d.fail("empty cluster id")
 		}
 	case OpACL:
@@ -305,47 +306,40 @@ func Decode(data []byte) (Command, error) {
 		readSharedCommand(&d, &c)
 	case OpCancelWaits:
 		n := d.count()
-		for i := 0; i < n && d.err == nil; i++ {
+		for i := 0; i < n && d.Err() == nil; i++ {
 			k, h := d.keyHolder()
 			c.Items = append(c.Items, Item{Key: k, Holder: h})
 		}
 	}
-	if d.err != nil {
-		return Command{}, d.err
+	if d.Err() != nil {
+		return Command{}, d.failure()
 	}
-	if len(d.b) != 0 {
-		return Command{}, fmt.Errorf("%w: %d trailing bytes", ErrBadCommand, len(d.b))
+	if d.Len() != 0 {
+		return Command{}, fmt.Errorf("%w: %d trailing bytes", ErrBadCommand, d.Len())
 	}
 	return c, nil
 }
 
-type reader struct {
-	b   []byte
-	err error
-}
+// reader reads a command or the FSM's snapshot. Its failures are
+// reported as ErrBadCommand.
+type reader struct{ binread.Reader }
 
+// fail records a decoder's own refusal, unless a failure came first.
 func (r *reader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", ErrBadCommand, fmt.Sprintf(format, args...))
-	}
+	r.Fail(fmt.Errorf(format, args...))
 }
 
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
+// failure is r's first failure as a bad command, nil if none.
+func (r *reader) failure() error {
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadCommand, err)
 	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad uvarint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
+	return nil
 }
 
 // limit reads a wait limit, 0..MaxWaitLimit.
 func (r *reader) limit() int {
-	v := r.uvarint()
+	v := r.Uvarint()
 	if v > MaxWaitLimit {
 		r.fail("wait limit %d", v)
 		return 0
@@ -353,59 +347,16 @@ func (r *reader) limit() int {
 	return int(v)
 }
 
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) byte() byte {
-	if r.err != nil {
-		return 0
-	}
-	if len(r.b) == 0 {
-		r.fail("truncated")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) string(limit int) string { return string(r.bytes(limit)) }
-
-// bytes reads a string's bytes, not copied.
-func (r *reader) bytes(limit int) []byte {
-	n := r.uvarint()
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(limit) || n > uint64(len(r.b)) {
-		r.fail("string of %d bytes", n)
-		return nil
-	}
-	b := r.b[:n]
-	r.b = r.b[n:]
-	return b
-}
-
 // keyHolder reads a key and the holder after it into one allocation
 // instead of two: the table keeps the two as long as each other anyway.
 // The holder's length prefix between them is the few bytes it costs.
 func (r *reader) keyHolder() (key, holder string) {
-	all := r.b
-	k := r.bytes(locktable.MaxKeyLen)
-	kEnd := len(all) - len(r.b)
-	h := r.bytes(locktable.MaxHolderLen)
-	hEnd := len(all) - len(r.b)
-	if r.err != nil {
+	all := r.Rest()
+	k := r.Bytes(locktable.MaxKeyLen)
+	kEnd := len(all) - r.Len()
+	h := r.Bytes(locktable.MaxHolderLen)
+	hEnd := len(all) - r.Len()
+	if r.Err() != nil {
 		return "", ""
 	}
 	kStart := kEnd - len(k)
@@ -417,11 +368,11 @@ func (r *reader) keyHolder() (key, holder string) {
 // hold (each item takes at least 2 bytes) so a forged count allocates
 // nothing.
 func (r *reader) count() int {
-	n := r.uvarint()
-	if r.err != nil {
+	n := r.Uvarint()
+	if r.Err() != nil {
 		return 0
 	}
-	if n > MaxBatch || n > uint64(len(r.b))/2 {
+	if n > MaxBatch || n > uint64(r.Len())/2 {
 		r.fail("batch of %d items", n)
 		return 0
 	}

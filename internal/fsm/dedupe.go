@@ -265,32 +265,32 @@ func appendLease(b []byte, l locktable.Lease) []byte {
 const maxRequestKey = locktable.MaxHolderLen + 1 + MaxRequestIDLen
 
 func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
-	n := r.uvarint()
+	n := r.Uvarint()
 	// Each entry takes at least 6 bytes, which bounds n before allocating.
-	if r.err == nil && (n > RememberCount || n > uint64(len(r.b))/6) {
+	if r.Err() == nil && (n > RememberCount || n > uint64(r.Len())/6) {
 		r.fail("%d remembered requests", n)
 	}
 	seen := map[string]*remembered{}
 	var order []*remembered
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		m := &remembered{id: r.string(maxRequestKey), op: Op(r.byte()), at: locktable.Time(r.varint())}
-		flags := r.byte()
+	for i := uint64(0); i < n && r.Err() == nil; i++ {
+		m := &remembered{id: r.String(maxRequestKey), op: Op(r.Byte()), at: locktable.Time(r.Varint())}
+		flags := r.Byte()
 		m.res.Op = m.op
 		m.res.Granted, m.res.Released = flags&1 != 0, flags&2 != 0
 		m.claimed, m.res.Queued = flags&4 != 0, flags&8 != 0
 		m.res.Err = readErr(r)
 		m.res.Lease = readOptLease(r)
-		nb := r.uvarint()
-		if r.err == nil && (nb > MaxBatch || nb > uint64(len(r.b))/4) {
+		nb := r.Uvarint()
+		if r.Err() == nil && (nb > MaxBatch || nb > uint64(r.Len())/4) {
 			r.fail("batch of %d", nb)
 		}
-		for j := uint64(0); j < nb && r.err == nil; j++ {
-			it := BatchResult{Key: r.string(locktable.MaxKeyLen), Token: r.uvarint()}
+		for j := uint64(0); j < nb && r.Err() == nil; j++ {
+			it := BatchResult{Key: r.String(locktable.MaxKeyLen), Token: r.Uvarint()}
 			it.Err = readErr(r)
 			it.Lease = readOptLease(r)
 			m.res.Batch = append(m.res.Batch, it)
 		}
-		if r.err != nil {
+		if r.Err() != nil {
 			break
 		}
 		bad := !remembers(m.op) || seen[m.id] != nil
@@ -310,7 +310,7 @@ func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
 }
 
 func readErr(r *reader) error {
-	switch r.byte() {
+	switch r.Byte() {
 	case errNone:
 		return nil
 	case errHeld:
@@ -323,7 +323,7 @@ func readErr(r *reader) error {
 }
 
 func readOptLease(r *reader) locktable.Lease {
-	switch r.byte() {
+	switch r.Byte() {
 	case 0:
 		return locktable.Lease{}
 	case 1:
@@ -334,7 +334,7 @@ func readOptLease(r *reader) locktable.Lease {
 }
 
 func readLease(r *reader) locktable.Lease {
-	return locktable.Lease{Key: r.string(locktable.MaxKeyLen), Holder: r.string(locktable.MaxHolderLen),
-		Token: r.uvarint(), Granted: locktable.Time(r.varint()), Expiry: locktable.Time(r.varint()),
-		TTL: locktable.Duration(r.varint())}
+	return locktable.Lease{Key: r.String(locktable.MaxKeyLen), Holder: r.String(locktable.MaxHolderLen),
+		Token: r.Uvarint(), Granted: locktable.Time(r.Varint()), Expiry: locktable.Time(r.Varint()),
+		TTL: locktable.Duration(r.Varint())}
 }

@@ -16,7 +16,7 @@
 //     to the observer synchronously, with the log index of the entry that
 //     caused them, so a server can wake its waiters after commit.
 //  5. A write that carries a request id is remembered with its result for a
-//     bounded time and count (dedupe.go); a repeat is answered from memory
+//     bounded time and count; a repeat is answered from memory
 //     (Result.Duplicate) and changes nothing, so clients can retry safely.
 //  6. Snapshot copies the state under the lock and Persist writes it;
 //     Restore replaces all state with the snapshot's.

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/acl"
+	"github.com/fencelock/fencelock/internal/binread"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -28,7 +29,7 @@ type Result struct {
 	Released  bool // release
 	Cancelled int  // cancel-wait(s): how many waiters left a queue
 	Batch     []BatchResult
-	Session   locktable.Session // session ops (session.go)
+	Session   locktable.Session // session ops
 	Leases    []locktable.Lease // acquire-keys: one per key, in order
 	Err       error
 	// Duplicate: the command repeated the (holder, request id) of an
@@ -58,12 +59,12 @@ type FSM struct {
 	index   uint64         // the last applied index
 	observe Observer
 	changed chan struct{}
-	seen    map[string]*remembered // see dedupe.go
+	seen    map[string]*remembered // answers kept for retries, by request id
 	order   []*remembered
 	waits   map[string]*remembered // queued waits by waitKey, a view of seen
-	members map[string]Member      // see members.go
-	cluster string                 // the cluster id (members.go); "" until the first leader sets it
-	acls    *acl.State             // acl.go; replaced whole on each change
+	members map[string]Member      // by node id
+	cluster string                 // the cluster id; "" until the first leader sets it
+	acls    *acl.State             // replaced whole on each change
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -120,7 +121,7 @@ var _ raft.BatchingFSM = (*FSM)(nil)
 // answering each command with the *Result that Apply would have. raft
 // also hands a batch its configuration entries, which it never passes to
 // Apply (it answers their futures nil): they change nothing here and are
-// answered nil, as before. The results share one allocation.
+// answered nil too. The results share one allocation.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any { return f.ApplyBatchFunc(logs, nil) }
 
 // ApplyBatchFunc is ApplyBatch calling each, when not nil, after every
@@ -201,11 +202,7 @@ func (f *FSM) apply(c Command, r *Result) {
 		r.Lease, r.Granted, r.Err = t.WaitWith(c.Key, c.Holder, now, c.TTL, c.Deadline, lim, grantOptions(c))
 		r.Queued = r.Err == nil && !r.Granted
 	case OpRenew:
-		if l, ok := t.Get(c.Key, now); !ok || l.Holder != c.Holder {
-			r.Err = locktable.ErrNotHeld
-			break
-		}
-		r.Lease, r.Err = t.Acquire(c.Key, c.Holder, now, c.TTL)
+		r.Lease, r.Err = t.Renew(c.Key, c.Holder, now, c.TTL)
 		r.Granted = r.Err == nil
 	case OpCancelWait:
 		if t.CancelWaitAt(c.Key, c.Holder, now) {
@@ -293,13 +290,6 @@ func (f *FSM) Check(key string, token uint64, now locktable.Time) bool {
 	return f.table.Check(key, token, now)
 }
 
-// List returns live leases whose key starts with prefix, sorted by key.
-func (f *FSM) List(prefix string, now locktable.Time, limit int) []locktable.Lease {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.table.List(prefix, now, limit)
-}
-
 // EachLive calls fn with the key of every lease alive at now, in key
 // order, under the read lock (fn must not call back into f).
 func (f *FSM) EachLive(now locktable.Time, fn func(key string)) {
@@ -345,12 +335,12 @@ func (f *FSM) NextDeadline() (locktable.Time, bool) {
 }
 
 // Snapshot format: "FLS1" | varint now | uvarint index | uvarint len |
-// table encoding (which carries its own checksum) | remembered requests
-// (dedupe.go) | members (members.go; absent when there are none and no
-// cluster id, as in snapshots from before clustering) | cluster id (a
-// string; absent until one is set, as in snapshots from before it
-// existed, unless ACL tables follow, when it may be "") | ACL tables
-// (acl.go; absent until bootstrapped) | CRC-32 of all before.
+// table encoding (which carries its own checksum) | remembered requests |
+// members (absent when there are none and no cluster id, as in snapshots
+// from before clustering) | cluster id (a string; absent until one is
+// set, as in snapshots from before it existed, unless ACL tables follow,
+// when it may be "") | ACL tables (absent until bootstrapped) | CRC-32 of
+// all before.
 const snapshotMagic = "FLS1"
 
 // Snapshot encodes the state under the lock; Persist only writes bytes.
@@ -423,41 +413,40 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	if crc32.ChecksumIEEE(body) != sum || string(body[:len(snapshotMagic)]) != snapshotMagic {
 		return fmt.Errorf("%w: bad checksum or magic", ErrCorruptSnapshot)
 	}
-	r := reader{b: body[len(snapshotMagic):]}
-	now := locktable.Time(r.varint())
-	index := r.uvarint()
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) {
+	r := reader{binread.New(body[len(snapshotMagic):])}
+	now := locktable.Time(r.Varint())
+	index := r.Uvarint()
+	table := r.Bytes(r.Len())
+	if r.Err() != nil {
 		return fmt.Errorf("%w: bad header", ErrCorruptSnapshot)
 	}
 	t := locktable.New()
-	if err := t.UnmarshalBinary(r.b[:n]); err != nil {
+	if err := t.UnmarshalBinary(table); err != nil {
 		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 	}
-	r.b = r.b[n:]
 	seen, order := readRemembered(&r)
 	members := map[string]Member{}
 	cluster := ""
 	acls := acl.Empty()
-	if r.err == nil && len(r.b) > 0 {
+	if r.Err() == nil && r.Len() > 0 {
 		members = readMembers(&r)
-		if r.err == nil && len(r.b) > 0 {
-			if cluster = r.string(MaxClusterIDLen); cluster == "" && len(r.b) == 0 {
+		if r.Err() == nil && r.Len() > 0 {
+			if cluster = r.String(MaxClusterIDLen); cluster == "" && r.Len() == 0 {
 				r.fail("empty cluster id")
 			}
 		}
-		if r.err == nil && len(r.b) > 0 {
+		if r.Err() == nil && r.Len() > 0 {
 			acls = readACLState(&r)
 		}
-		if r.err == nil && len(members) == 0 && cluster == "" && !acls.On {
+		if r.Err() == nil && len(members) == 0 && cluster == "" && !acls.On {
 			r.fail("empty member list")
 		}
 	}
-	if r.err != nil {
-		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, r.err)
+	if r.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, r.failure())
 	}
-	if len(r.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrCorruptSnapshot, len(r.b))
+	if r.Len() != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorruptSnapshot, r.Len())
 	}
 	if t.MaxNow() > now {
 		now = t.MaxNow()

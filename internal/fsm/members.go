@@ -76,8 +76,8 @@ func readMembers(r *reader) map[string]Member {
 	n := r.count()
 	ms := make(map[string]Member, n)
 	last := ""
-	for i := 0; i < n && r.err == nil; i++ {
-		m := Member{NodeID: r.string(MaxNodeIDLen), RaftAddr: r.string(MaxAddrLen), ClientAddr: r.string(MaxAddrLen)}
+	for i := 0; i < n && r.Err() == nil; i++ {
+		m := Member{NodeID: r.String(MaxNodeIDLen), RaftAddr: r.String(MaxAddrLen), ClientAddr: r.String(MaxAddrLen)}
 		if i > 0 && m.NodeID <= last {
 			r.fail("members out of order")
 		}

@@ -13,7 +13,7 @@ import (
 //	byte kind (locktable.Kind) | uvarint permits | byte write |
 //	[uvarint MaxKeyWaiters | uvarint MaxWaiters]
 //
-// Like OpWait it is remembered while queued and once granted (dedupe.go).
+// Like OpWait it is remembered while queued and once granted.
 
 // waits reports whether op queues: its retry keeps the queue place, and is
 // answered with its grant only while that grant is live.
@@ -40,24 +40,24 @@ func appendSharedCommand(b []byte, c Command) []byte {
 
 func readSharedCommand(d *reader, c *Command) {
 	c.Key, c.Holder = d.keyHolder()
-	c.TTL = locktable.Duration(d.varint())
-	c.Deadline = locktable.Time(d.varint())
-	c.Shared.Kind = locktable.Kind(d.byte())
-	permits := d.uvarint()
+	c.TTL = locktable.Duration(d.Varint())
+	c.Deadline = locktable.Time(d.Varint())
+	c.Shared.Kind = locktable.Kind(d.Byte())
+	permits := d.Uvarint()
 	if permits > locktable.MaxPermits {
 		d.fail("%d permits", permits)
 	}
 	c.Shared.Permits = int(permits)
-	switch d.byte() {
+	switch d.Byte() {
 	case 0:
 	case 1:
 		c.Shared.Write = true
 	default:
 		d.fail("bad write flag")
 	}
-	if d.err == nil && len(d.b) > 0 {
+	if d.Err() == nil && d.Len() > 0 {
 		c.MaxKeyWaiters, c.MaxWaiters = d.limit(), d.limit()
-		if d.err == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 {
+		if d.Err() == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 {
 			d.fail("wait limits both zero")
 		}
 	}
@@ -75,13 +75,6 @@ func (f *FSM) Holders(key string, now locktable.Time) []locktable.Lease {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.table.Holders(key, now)
-}
-
-// KindOf is key's kind (and a semaphore's limit) while the key exists.
-func (f *FSM) KindOf(key string) (locktable.Kind, int, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.table.KindOf(key)
 }
 
 // LeaseOf returns holder's lease on key if it is alive at now, whatever

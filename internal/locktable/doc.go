@@ -23,6 +23,8 @@
 //     Check(key, token, now) is the same and also false once expired.
 //  5. Extend(key, holder, token, now, ttl) moves the expiry of the live
 //     current grant (holder, token) to now+ttl and keeps its token.
+//     Renew(key, holder, now, ttl) is the renewal of rule 2 for a holder
+//     whose lease is alive, and ErrNotHeld for anyone else.
 //  6. Wait is Acquire that, when refused, joins the key's FIFO queue. When a
 //     lease is released or found expired, the head waiter is granted in the
 //     same call, so there is one wake-up per hand-off and newcomers cannot

@@ -89,6 +89,15 @@ func (m *model) acquire(key, holder string, now Time, ttl Duration, evs *[]strin
 	return m.grant(key, holder, now, ttl, now, evs).Token, true
 }
 
+// renew is acquire for the holder of a live lease only; it settles
+// nothing, so a refusal reports no event.
+func (m *model) renew(key, holder string, now Time, ttl Duration, evs *[]string) (uint64, bool) {
+	if l, ok := m.live(key, now); !ok || l.Holder != holder {
+		return 0, false
+	}
+	return m.acquire(key, holder, now, ttl, evs)
+}
+
 func (m *model) wait(key, holder string, now Time, ttl Duration, deadline Time, evs *[]string) (uint64, bool, bool) {
 	m.settle(key, now, evs)
 	if l, ok := m.live(key, now); !ok || l.Holder == holder {
@@ -205,6 +214,14 @@ func TestTableMatchesModel(t *testing.T) {
 				tok, ok := m.acquire(k, h, now, d, &want)
 				if ok != (err == nil) || (ok && l.Token != tok) || (!ok && !errors.Is(err, ErrHeld)) {
 					rt.Fatalf("acquire %s %s at %d: table %+v %v, model %d %v", k, h, now, l, err, tok, ok)
+				}
+			},
+			"renew": func(rt *rapid.T) {
+				k, h, d := key.Draw(rt, "key"), holder.Draw(rt, "holder"), ttl(rt)
+				l, err := tb.Renew(k, h, now, d)
+				tok, ok := m.renew(k, h, now, d, &want)
+				if ok != (err == nil) || (ok && l.Token != tok) || (!ok && !errors.Is(err, ErrNotHeld)) {
+					rt.Fatalf("renew %s %s at %d: table %+v %v, model %d %v", k, h, now, l, err, tok, ok)
 				}
 			},
 			"wait": func(rt *rapid.T) {

@@ -49,7 +49,7 @@ func (t *Table) prepareOpts(holder string, now Time, ttl Duration, o Options) (g
 // settleKey applies, at now, what is due on key: the end of a dead session
 // that holds it, an expired lease with a lock-delay, a hand-off to a waiter.
 func (t *Table) settleKey(key string, now Time) {
-	if e := t.entries[key]; e != nil && e.multi { // shared.go
+	if e := t.entries[key]; e != nil && e.multi {
 		t.settleShared(e, t.multi[key], now)
 		return
 	}
@@ -61,7 +61,7 @@ func (t *Table) settleKey(key string, now Time) {
 // blocked is why holder cannot be granted key at now (nil: it can). It
 // changes nothing.
 func (t *Table) blocked(key, holder string, now Time) error {
-	if e := t.entries[key]; e != nil && e.multi { // a semaphore or read/write lock (shared.go)
+	if e := t.entries[key]; e != nil && e.multi { // a semaphore or read/write lock
 		m := t.multi[key]
 		return &KindMismatchError{Key: key, Kind: m.kind, Permits: m.permits, Asked: Shared{Kind: Exclusive}}
 	}

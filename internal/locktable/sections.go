@@ -14,10 +14,9 @@ import "encoding/binary"
 // part of the snapshot format: never renumber one, never reuse one.
 const (
 	sectionNone      byte = 0 // not a section; the tags start at 1
-	sectionSessions  byte = 1 // session_snapshot.go
-	sectionLockDelay byte = 2 // session_snapshot.go
-	// sectionShared: semaphores and read/write locks (shared_snapshot.go).
-	sectionShared byte = 3
+	sectionSessions  byte = 1 // sessions, their locks and queue places
+	sectionLockDelay byte = 2 // the lock-delays of leases, waiters and keys
+	sectionShared    byte = 3 // semaphores and read/write locks
 )
 
 // section is one kind of state a snapshot may carry beyond version 2.
@@ -56,10 +55,10 @@ func (t *Table) appendSections(b []byte) []byte {
 // decodeSections reads the sections that follow the entries, to the end of d.
 func (t *Table) decodeSections(d *decoder) error {
 	last := sectionNone
-	for len(d.b) > 0 && d.err == nil {
-		tag := d.byte()
-		payload := d.bytes(len(d.b))
-		if d.err != nil {
+	for d.Len() > 0 && d.Err() == nil {
+		tag := d.Byte()
+		payload := d.Bytes(d.Len())
+		if d.Err() != nil {
 			break
 		}
 		if tag <= last || len(payload) == 0 {
@@ -74,8 +73,8 @@ func (t *Table) decodeSections(d *decoder) error {
 			return corrupt("section %d: %v", tag, err)
 		}
 	}
-	if d.err != nil {
-		return d.err
+	if d.Err() != nil {
+		return d.failure()
 	}
 	if last == sectionNone {
 		return corrupt("version 3 without sections")

@@ -41,9 +41,6 @@ type Session struct {
 	Waiting int  // queue places under it
 }
 
-// Alive reports whether the session is alive at now.
-func (s Session) Alive(now Time) bool { return now < s.Expiry }
-
 type session struct {
 	id      uint64
 	ref     holderRef // the holder of its locks; ref.sess points back here

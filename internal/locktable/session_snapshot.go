@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+
+	"github.com/fencelock/fencelock/internal/binread"
 )
 
 // Section 1, sessions (written once a table has opened a session, so the
@@ -61,20 +63,20 @@ func encodeSessions(t *Table, b []byte) []byte {
 }
 
 func decodeSessions(t *Table, p []byte) error {
-	d := &decoder{b: p}
+	d := &decoder{binread.New(p)}
 	st := t.sess()
-	st.last = d.uvarint()
-	n := d.uvarint()
-	if d.err == nil && (st.last == 0 || n > uint64(len(d.b))/5 || n > MaxSessions) {
+	st.last = d.Uvarint()
+	n := d.Uvarint()
+	if d.Err() == nil && (st.last == 0 || n > uint64(d.Len())/5 || n > MaxSessions) {
 		return fmt.Errorf("last id %d, %d sessions", st.last, n)
 	}
 	var prev uint64
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		id := d.uvarint()
-		holder := d.string(MaxHolderLen)
-		s := &session{id: id, ref: holderRef{name: holder}, ttl: Duration(d.varint()), created: Time(d.varint()),
-			expiry: Time(d.varint()), locks: map[*entry]struct{}{}, waits: map[string]struct{}{}}
-		if d.err != nil {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		id := d.Uvarint()
+		holder := d.String(MaxHolderLen)
+		s := &session{id: id, ref: holderRef{name: holder}, ttl: Duration(d.Varint()), created: Time(d.Varint()),
+			expiry: Time(d.Varint()), locks: map[*entry]struct{}{}, waits: map[string]struct{}{}}
+		if d.Err() != nil {
 			break
 		}
 		if id <= prev || id > st.last || validateHolder(holder) != nil || s.ttl <= 0 ||
@@ -83,13 +85,13 @@ func decodeSessions(t *Table, p []byte) error {
 		}
 		prev = id
 		t.addSession(s)
-		nl := d.uvarint()
-		if d.err == nil && (nl > uint64(len(d.b)) || nl > MaxSessionLocks) {
+		nl := d.Uvarint()
+		if d.Err() == nil && (nl > uint64(d.Len()) || nl > MaxSessionLocks) {
 			return fmt.Errorf("session %d: %d locks", id, nl)
 		}
-		for j := uint64(0); j < nl && d.err == nil; j++ {
-			key := d.string(MaxKeyLen)
-			if d.err != nil {
+		for j := uint64(0); j < nl && d.Err() == nil; j++ {
+			key := d.String(MaxKeyLen)
+			if d.Err() != nil {
 				break
 			}
 			e := t.entries[key]
@@ -102,13 +104,13 @@ func decodeSessions(t *Table, p []byte) error {
 			s.ref.n++
 			s.locks[e] = struct{}{}
 		}
-		nw := d.uvarint()
-		if d.err == nil && (nw > uint64(len(d.b)) || nl+nw > MaxSessionLocks) {
+		nw := d.Uvarint()
+		if d.Err() == nil && (nw > uint64(d.Len()) || nl+nw > MaxSessionLocks) {
 			return fmt.Errorf("session %d: %d queue places", id, nw)
 		}
-		for j := uint64(0); j < nw && d.err == nil; j++ {
-			key := d.string(MaxKeyLen)
-			if d.err != nil {
+		for j := uint64(0); j < nw && d.Err() == nil; j++ {
+			key := d.String(MaxKeyLen)
+			if d.Err() != nil {
 				break
 			}
 			w := t.findWaiter(key, holder)
@@ -207,15 +209,15 @@ func cmpString(a, b string) int {
 }
 
 func decodeLockDelays(t *Table, p []byte) error {
-	d := &decoder{b: p}
+	d := &decoder{binread.New(p)}
 	okDelay := func(v Duration) bool { return v > 0 && v <= MaxLockDelay }
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)) {
+	n := d.Uvarint()
+	if d.Err() == nil && n > uint64(d.Len()) {
 		return fmt.Errorf("%d delays", n)
 	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		key, delay := d.string(MaxKeyLen), Duration(d.varint())
-		if d.err != nil {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		key, delay := d.String(MaxKeyLen), Duration(d.Varint())
+		if d.Err() != nil {
 			break
 		}
 		e := t.entries[key]
@@ -224,13 +226,13 @@ func decodeLockDelays(t *Table, p []byte) error {
 		}
 		t.setDelay(e, delay)
 	}
-	n = d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)) {
+	n = d.Uvarint()
+	if d.Err() == nil && n > uint64(d.Len()) {
 		return fmt.Errorf("%d waiter delays", n)
 	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		key, holder, delay := d.string(MaxKeyLen), d.string(MaxHolderLen), Duration(d.varint())
-		if d.err != nil {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		key, holder, delay := d.String(MaxKeyLen), d.String(MaxHolderLen), Duration(d.Varint())
+		if d.Err() != nil {
 			break
 		}
 		w := t.findWaiter(key, holder)
@@ -239,13 +241,13 @@ func decodeLockDelays(t *Table, p []byte) error {
 		}
 		w.delay = delay
 	}
-	n = d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)) {
+	n = d.Uvarint()
+	if d.Err() == nil && n > uint64(d.Len()) {
 		return fmt.Errorf("%d keys in delay", n)
 	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		key, until := d.string(MaxKeyLen), Time(d.varint())
-		if d.err != nil {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		key, until := d.String(MaxKeyLen), Time(d.Varint())
+		if d.Err() != nil {
 			break
 		}
 		if validateKey(key) != nil || t.delayed[key] != 0 {

@@ -10,7 +10,7 @@ import (
 // Multi-holder keys: semaphores and read/write locks (docs/PRIMITIVES.md).
 //
 // A key is of one Kind while it exists, that is while it has a live holder
-// or a waiter. Exclusive keys are the plain entries of table.go and pay
+// or a waiter. Exclusive keys are the table's plain entries and pay
 // nothing for the others: a multi-holder key has, in the table's maps and
 // key index, a placeholder entry (multi set, no lease of its own) whose
 // state lives in Table.multi; each of its holders is an entry of its own

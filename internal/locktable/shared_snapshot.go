@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+
+	"github.com/fencelock/fencelock/internal/binread"
 )
 
 // Section 3: semaphores and read/write locks, keys sorted, so equal tables
@@ -67,19 +69,19 @@ func boolByte(v bool) byte {
 // also an exclusive entry, a bad kind or limit, more holders than permits,
 // a writer beside another holder, a holder twice, an empty key.
 func decodeShared(t *Table, p []byte) error {
-	d := &decoder{b: p}
-	n := d.uvarint()
+	d := &decoder{binread.New(p)}
+	n := d.Uvarint()
 	// Each key takes at least 5 bytes.
-	if d.err == nil && (n == 0 || n > uint64(len(d.b))/5) {
+	if d.Err() == nil && (n == 0 || n > uint64(d.Len())/5) {
 		return fmt.Errorf("%d keys", n)
 	}
 	t.multi = make(map[string]*multiKey, n)
 	prev := ""
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		key := d.string(MaxKeyLen)
-		kind := Kind(d.byte())
-		permits := d.uvarint()
-		if d.err != nil {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		key := d.String(MaxKeyLen)
+		kind := Kind(d.Byte())
+		permits := d.Uvarint()
+		if d.Err() != nil {
 			break
 		}
 		if err := validateKey(key); err != nil || (i > 0 && key <= prev) || t.entries[key] != nil {
@@ -92,17 +94,17 @@ func decodeShared(t *Table, p []byte) error {
 		}
 		m := &multiKey{kind: kind, permits: int(permits)}
 		seen := map[string]bool{}
-		nh := d.uvarint()
-		if d.err == nil && (nh > MaxPermits || nh > uint64(len(d.b))/7) {
+		nh := d.Uvarint()
+		if d.Err() == nil && (nh > MaxPermits || nh > uint64(d.Len())/7) {
 			return fmt.Errorf("key %d: %d holders", i, nh)
 		}
 		var lastTok uint64
-		for j := uint64(0); j < nh && d.err == nil; j++ {
-			name := d.string(MaxHolderLen)
-			write := d.byte()
-			slot := d.uvarint()
-			he := &entry{key: key, token: d.uvarint(), granted: Time(d.varint()), expiry: Time(d.varint()), ttl: Duration(d.varint()), multi: true}
-			if d.err != nil {
+		for j := uint64(0); j < nh && d.Err() == nil; j++ {
+			name := d.String(MaxHolderLen)
+			write := d.Byte()
+			slot := d.Uvarint()
+			he := &entry{key: key, token: d.Uvarint(), granted: Time(d.Varint()), expiry: Time(d.Varint()), ttl: Duration(d.Varint()), multi: true}
+			if d.Err() != nil {
 				break
 			}
 			if validateHolder(name) != nil || seen[name] || write > 1 || he.token <= lastTok || he.token > t.last || he.ttl <= 0 || slot > MaxPermits {
@@ -112,15 +114,15 @@ func decodeShared(t *Table, p []byte) error {
 			he.holder = t.internHolder(name)
 			m.holders = append(m.holders, sharedHolder{e: he, write: write == 1, slot: int(slot)})
 		}
-		nw := d.uvarint()
-		if d.err == nil && nw > uint64(len(d.b))/5 {
+		nw := d.Uvarint()
+		if d.Err() == nil && nw > uint64(d.Len())/5 {
 			return fmt.Errorf("key %d: %d waiters", i, nw)
 		}
-		for j := uint64(0); j < nw && d.err == nil; j++ {
-			name := d.string(MaxHolderLen)
-			write := d.byte()
-			w := sharedWaiter{waiter: waiter{holder: name, ttl: Duration(d.varint()), since: Time(d.varint()), deadline: Time(d.varint())}, write: write == 1}
-			if d.err != nil {
+		for j := uint64(0); j < nw && d.Err() == nil; j++ {
+			name := d.String(MaxHolderLen)
+			write := d.Byte()
+			w := sharedWaiter{waiter: waiter{holder: name, ttl: Duration(d.Varint()), since: Time(d.Varint()), deadline: Time(d.Varint())}, write: write == 1}
+			if d.Err() != nil {
 				break
 			}
 			if validateHolder(name) != nil || seen[name] || write > 1 || w.ttl <= 0 {
@@ -129,7 +131,7 @@ func decodeShared(t *Table, p []byte) error {
 			seen[name] = true
 			m.waiters = append(m.waiters, w)
 		}
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 		if len(m.holders) == 0 && len(m.waiters) == 0 {

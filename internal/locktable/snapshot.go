@@ -6,6 +6,8 @@ import (
 	"hash/crc32"
 	"slices"
 	"strings"
+
+	"github.com/fencelock/fencelock/internal/binread"
 )
 
 // Snapshot format, version 2. Everything is little-endian varints or
@@ -37,9 +39,9 @@ import (
 //	waiter:   string holder | varint ttl | varint since | varint deadline
 //	trailer:  4-byte CRC-32 (IEEE) of all the bytes before it
 //
-// Version 3 ("FLT3") is version 2 followed by sections (sections.go) for
-// state beyond plain leases and queues. A table without any such state is
-// still written as version 2, byte for byte as before.
+// Version 3 ("FLT3") is version 2 followed by sections for state beyond
+// plain leases and queues. A table without any such state is written as
+// version 2, so that a node that reads only version 2 can restore it.
 const (
 	snapshotMagic   = "FLT2"
 	snapshotMagicV1 = "FLT1"
@@ -71,7 +73,7 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 	entries := make([]keyed, 0, len(t.entries))
 	for k, e := range t.entries {
 		if e.multi {
-			continue // section 3 (shared_snapshot.go)
+			continue // section 3
 		}
 		entries = append(entries, keyed{k, e})
 	}
@@ -207,7 +209,7 @@ func decode(data []byte) (*Table, error) {
 		t   *Table
 		err error
 	)
-	switch d := (&decoder{b: body[len(snapshotMagic):]}); string(body[:len(snapshotMagic)]) {
+	switch d := (&decoder{binread.New(body[len(snapshotMagic):])}); string(body[:len(snapshotMagic)]) {
 	case snapshotMagic:
 		t, err = decodeV2(d, false)
 	case snapshotMagicV3:
@@ -225,19 +227,19 @@ func decode(data []byte) (*Table, error) {
 
 func decodeV1(d *decoder) (*Table, error) {
 	t := New()
-	t.last = d.uvarint()
-	t.maxNow = Time(d.varint())
-	n := d.uvarint()
+	t.last = d.Uvarint()
+	t.maxNow = Time(d.Varint())
+	n := d.Uvarint()
 	// Each entry takes at least 3 bytes, which bounds n before allocating.
-	if d.err == nil && n > uint64(len(d.b))/3 {
-		return nil, corrupt("%d entries cannot fit in %d bytes", n, len(d.b))
+	if d.Err() == nil && n > uint64(d.Len())/3 {
+		return nil, corrupt("%d entries cannot fit in %d bytes", n, d.Len())
 	}
 	t.entries = make(map[string]*entry, n)
 	t.expiries = make(expiryHeap, 0, n)
 	prev := ""
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		key := d.string(MaxKeyLen)
-		if d.err != nil {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		key := d.String(MaxKeyLen)
+		if d.Err() != nil {
 			break
 		}
 		if err := validateKey(key); err != nil {
@@ -248,12 +250,12 @@ func decodeV1(d *decoder) (*Table, error) {
 		}
 		prev = key
 		e := t.newEntry(key)
-		switch d.byte() {
+		switch d.Byte() {
 		case 0:
 		case 1:
-			l := Lease{Key: key, Holder: d.string(MaxHolderLen), Token: d.uvarint(),
-				Granted: Time(d.varint()), Expiry: Time(d.varint()), TTL: Duration(d.varint())}
-			if d.err != nil {
+			l := Lease{Key: key, Holder: d.String(MaxHolderLen), Token: d.Uvarint(),
+				Granted: Time(d.Varint()), Expiry: Time(d.Varint()), TTL: Duration(d.Varint())}
+			if d.Err() != nil {
 				break
 			}
 			if err := validateHolder(l.Holder); err != nil {
@@ -269,15 +271,15 @@ func decodeV1(d *decoder) (*Table, error) {
 		default:
 			return nil, corrupt("entry %d: bad lease flag", i)
 		}
-		nw := d.uvarint()
-		if d.err == nil && nw > uint64(len(d.b))/4 {
+		nw := d.Uvarint()
+		if d.Err() == nil && nw > uint64(d.Len())/4 {
 			return nil, corrupt("entry %d: %d waiters cannot fit", i, nw)
 		}
 		seen := map[string]bool{}
 		var ws []waiter
-		for j := uint64(0); j < nw && d.err == nil; j++ {
-			w := waiter{holder: d.string(MaxHolderLen), ttl: Duration(d.varint()), since: Time(d.varint()), deadline: Time(d.varint())}
-			if d.err != nil {
+		for j := uint64(0); j < nw && d.Err() == nil; j++ {
+			w := waiter{holder: d.String(MaxHolderLen), ttl: Duration(d.Varint()), since: Time(d.Varint()), deadline: Time(d.Varint())}
+			if d.Err() != nil {
 				break
 			}
 			if err := validateHolder(w.holder); err != nil || w.ttl <= 0 || seen[w.holder] {
@@ -286,16 +288,16 @@ func decodeV1(d *decoder) (*Table, error) {
 			seen[w.holder] = true
 			ws = append(ws, w)
 		}
-		if d.err == nil && !e.held() && len(ws) == 0 {
+		if d.Err() == nil && !e.held() && len(ws) == 0 {
 			return nil, corrupt("entry %d: empty", i)
 		}
 		t.setWaiters(e, ws)
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.failure()
 	}
-	if len(d.b) != 0 {
-		return nil, corrupt("%d trailing bytes", len(d.b))
+	if d.Len() != 0 {
+		return nil, corrupt("%d trailing bytes", d.Len())
 	}
 	return t, nil
 }
@@ -307,7 +309,7 @@ func (t *Table) checkRestored() error {
 	tokens := make([]uint64, 0, len(t.expiries))
 	for _, e := range t.entries {
 		if e.held() {
-			tokens = append(tokens, e.token) // session locks too (session_snapshot.go)
+			tokens = append(tokens, e.token) // session locks too
 		}
 	}
 	slices.Sort(tokens)
@@ -333,19 +335,19 @@ func (t *Table) restoreLease(e *entry, l Lease) {
 // decodeV2 decodes version 2, and version 3 when sections is set.
 func decodeV2(d *decoder, sections bool) (*Table, error) {
 	t := New()
-	t.last = d.uvarint()
-	t.maxNow = Time(d.varint())
-	nh := d.uvarint()
+	t.last = d.Uvarint()
+	t.maxNow = Time(d.Varint())
+	nh := d.Uvarint()
 	// Each name takes at least 2 bytes, each entry at least 3: both bound
 	// what is allocated before reading them.
-	if d.err == nil && nh > uint64(len(d.b))/2 {
-		return nil, corrupt("%d holders cannot fit in %d bytes", nh, len(d.b))
+	if d.Err() == nil && nh > uint64(d.Len())/2 {
+		return nil, corrupt("%d holders cannot fit in %d bytes", nh, d.Len())
 	}
 	names := make([]string, 0, nh)
 	seenName := make(map[string]bool, nh)
-	for i := uint64(0); i < nh && d.err == nil; i++ {
-		h := d.string(MaxHolderLen)
-		if d.err != nil {
+	for i := uint64(0); i < nh && d.Err() == nil; i++ {
+		h := d.String(MaxHolderLen)
+		if d.Err() != nil {
 			break
 		}
 		if err := validateHolder(h); err != nil || seenName[h] {
@@ -355,29 +357,29 @@ func decodeV2(d *decoder, sections bool) (*Table, error) {
 		names = append(names, h)
 	}
 	holder := func() (string, bool) {
-		i := d.uvarint()
-		if d.err != nil || i >= uint64(len(names)) {
+		i := d.Uvarint()
+		if d.Err() != nil || i >= uint64(len(names)) {
 			return "", false
 		}
 		return names[i], true
 	}
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b))/3 {
-		return nil, corrupt("%d entries cannot fit in %d bytes", n, len(d.b))
+	n := d.Uvarint()
+	if d.Err() == nil && n > uint64(d.Len())/3 {
+		return nil, corrupt("%d entries cannot fit in %d bytes", n, d.Len())
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.failure()
 	}
 	t.entries = make(map[string]*entry, n)
 	t.expiries = make(expiryHeap, 0, n)
 	prev := ""
 	var prevTTL Duration
 	var kb []byte
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		shared := d.uvarint()
-		suffix := d.bytes(MaxKeyLen)
-		flags := d.byte()
-		if d.err != nil {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		shared := d.Uvarint()
+		suffix := d.Bytes(MaxKeyLen)
+		flags := d.Byte()
+		if d.Err() != nil {
 			break
 		}
 		if shared > uint64(len(prev)) || flags&^flagsKnown != 0 || (flags&flagHeld == 0 && flags&(flagSameTTL|flagPlainLease) != 0) {
@@ -395,15 +397,15 @@ func decodeV2(d *decoder, sections bool) (*Table, error) {
 		e := t.newEntry(key)
 		if flags&flagHeld != 0 {
 			name, ok := holder()
-			l := Lease{Key: key, Token: d.uvarint(), Granted: t.maxNow - Time(d.varint()), TTL: prevTTL}
+			l := Lease{Key: key, Token: d.Uvarint(), Granted: t.maxNow - Time(d.Varint()), TTL: prevTTL}
 			if flags&flagSameTTL == 0 {
-				l.TTL = Duration(d.varint())
+				l.TTL = Duration(d.Varint())
 			}
 			l.Expiry = l.Granted + Time(l.TTL)
 			if flags&flagPlainLease == 0 {
-				l.Expiry += Time(d.varint())
+				l.Expiry += Time(d.Varint())
 			}
-			if d.err != nil {
+			if d.Err() != nil {
 				break
 			}
 			if !ok {
@@ -420,16 +422,16 @@ func decodeV2(d *decoder, sections bool) (*Table, error) {
 			prevTTL = l.TTL
 		}
 		if flags&flagWaiters != 0 {
-			nw := d.uvarint()
-			if d.err == nil && (nw == 0 || nw > uint64(len(d.b))/4) {
+			nw := d.Uvarint()
+			if d.Err() == nil && (nw == 0 || nw > uint64(d.Len())/4) {
 				return nil, corrupt("entry %d: %d waiters", i, nw)
 			}
 			var seen map[string]bool
 			var ws []waiter
-			for j := uint64(0); j < nw && d.err == nil; j++ {
+			for j := uint64(0); j < nw && d.Err() == nil; j++ {
 				name, ok := holder()
-				w := waiter{holder: name, ttl: Duration(d.varint()), since: Time(d.varint()), deadline: Time(d.varint())}
-				if d.err != nil {
+				w := waiter{holder: name, ttl: Duration(d.Varint()), since: Time(d.Varint()), deadline: Time(d.Varint())}
+				if d.Err() != nil {
 					break
 				}
 				if !ok || w.ttl <= 0 || seen[w.holder] {
@@ -443,105 +445,43 @@ func decodeV2(d *decoder, sections bool) (*Table, error) {
 			}
 			t.setWaiters(e, ws)
 		}
-		if d.err == nil && !e.held() && !e.queued {
+		if d.Err() == nil && !e.held() && !e.queued {
 			return nil, corrupt("entry %d: empty", i)
 		}
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.failure()
 	}
 	if sections {
 		if err := t.decodeSections(d); err != nil {
 			return nil, err
 		}
 	}
-	if len(d.b) != 0 {
-		return nil, corrupt("%d trailing bytes", len(d.b))
+	if d.Len() != 0 {
+		return nil, corrupt("%d trailing bytes", d.Len())
 	}
 	return t, nil
 }
 
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder reads a snapshot. Its failures are reported as ErrCorrupt.
+type decoder struct{ binread.Reader }
 
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
+// failure is d's first failure as a corrupt snapshot, nil if none.
+func (d *decoder) failure() error {
+	if err := d.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = corrupt("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = corrupt("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) == 0 {
-		d.err = corrupt("truncated")
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-// bytes is string without the copy: the bytes stay in the snapshot.
-func (d *decoder) bytes(limit int) []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(limit) || n > uint64(len(d.b)) {
-		d.err = corrupt("string of %d bytes", n)
-		return nil
-	}
-	b := d.b[:n]
-	d.b = d.b[n:]
-	return b
-}
-
-func (d *decoder) string(limit int) string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(limit) || n > uint64(len(d.b)) {
-		d.err = corrupt("string of %d bytes", n)
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
+	return nil
 }
 
 // end is a section's error once it is read: the first failure, or bytes
 // left after its last field.
 func (d *decoder) end() error {
-	if d.err != nil {
-		return d.err
+	if err := d.failure(); err != nil {
+		return err
 	}
-	if len(d.b) != 0 {
-		return fmt.Errorf("%d trailing bytes", len(d.b))
+	if d.Len() != 0 {
+		return fmt.Errorf("%d trailing bytes", d.Len())
 	}
 	return nil
 }

@@ -36,7 +36,7 @@ type Lease struct {
 	Granted Time     // when this token was issued
 	Expiry  Time     // alive while now < Expiry
 	TTL     Duration // the ttl of the grant or of the last Extend
-	// Multi-holder keys (shared.go): the key's kind, a semaphore's limit,
+	// Multi-holder keys: the key's kind, a semaphore's limit,
 	// and whether a read/write lock's holder is its writer.
 	Kind    Kind
 	Permits int
@@ -46,9 +46,6 @@ type Lease struct {
 	// an exclusive lock (docs/PRIMITIVES.md).
 	Slot int
 }
-
-// Alive reports whether the lease is alive at now.
-func (l Lease) Alive(now Time) bool { return now < l.Expiry }
 
 // Remaining is how long the lease has left at now (0 once expired).
 func (l Lease) Remaining(now Time) Duration {
@@ -63,8 +60,8 @@ type waiter struct {
 	ttl      Duration
 	since    Time     // when it joined the queue
 	deadline Time     // it leaves the queue at now >= deadline
-	sess     *session // granted under this session (session.go); nil: its own ttl
-	delay    Duration // the lock-delay its grant takes (lockdelay.go)
+	sess     *session // granted under this session; nil: its own ttl
+	delay    Duration // the lock-delay its grant takes
 }
 
 // entry is everything the table knows about one key. It exists while the
@@ -81,7 +78,7 @@ type entry struct {
 	ttl     Duration
 	heapIdx int32 // position in Table.expiries, -1 when not held
 	queued  bool  // Table.waiting holds this key's waiters
-	multi   bool  // a semaphore or read/write key, or one of its holders (shared.go)
+	multi   bool  // a semaphore or read/write key, or one of its holders
 }
 
 // held reports whether e has a lease record (alive or not).
@@ -163,7 +160,7 @@ func (t *Table) setWaiters(e *entry, ws []waiter) {
 type holderRef struct {
 	name string
 	n    int
-	sess *session // set on a session's own ref (session.go), never on an interned one
+	sess *session // set on a session's own ref, never on an interned one
 }
 
 // Table is the lock table. The zero value is not ready; use New.
@@ -177,10 +174,10 @@ type Table struct {
 	maxNow   Time   // the largest now ever passed in
 	queued   int    // waiters in all queues
 	observe  func(Event)
-	sessions *sessionTable        // session.go; nil until the first session
-	delays   map[*entry]Duration  // lockdelay.go: held leases that take a lock-delay
-	delayed  map[string]Time      // lockdelay.go: keys granted to nobody until then
-	multi    map[string]*multiKey // semaphores and read/write locks (shared.go); nil until one
+	sessions *sessionTable        // nil until the first session
+	delays   map[*entry]Duration  // held leases that take a lock-delay
+	delayed  map[string]Time      // keys granted to nobody until then
+	multi    map[string]*multiKey // semaphores and read/write locks; nil until one
 	// index orders the entries by key, for List: it holds exactly the
 	// entries of the map, so a lease that passes from holder to waiter
 	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
@@ -224,6 +221,22 @@ func (t *Table) Len() int { return len(t.entries) }
 // A refusal returns a *HeldError and changes nothing.
 func (t *Table) Acquire(key, holder string, now Time, ttl Duration) (Lease, error) {
 	return t.AcquireWith(key, holder, now, ttl, Options{})
+}
+
+// Renew is Acquire for a holder that already holds key: holder's lease,
+// alive at now, is granted again for ttl under a new token that supersedes
+// the old one. When key has no live lease of holder's, Renew returns
+// ErrNotHeld and changes nothing: a renewal is for a holder that never lost
+// the key, and granting a free or expired one would hide that its lease
+// ended and that another holder may have had the key in between.
+func (t *Table) Renew(key, holder string, now Time, ttl Duration) (Lease, error) {
+	if err := validateGrant(key, holder, now, ttl); err != nil {
+		return Lease{}, err
+	}
+	if l, ok := t.Get(key, now); !ok || l.Holder != holder {
+		return Lease{}, ErrNotHeld
+	}
+	return t.Acquire(key, holder, now, ttl)
 }
 
 // AcquireWith is Acquire with Options: under a session, with a lock-delay.
@@ -570,7 +583,7 @@ func (t *Table) Tick(now Time) {
 		se, sok := t.nextSessionExpiry()
 		if len(t.expiries) > 0 && t.expiries[0].expiry <= now && (!sok || t.expiries[0].expiry <= se) {
 			e := t.expiries[0]
-			if e.multi { // a semaphore's or read/write lock's holder (shared.go)
+			if e.multi { // a semaphore's or read/write lock's holder
 				t.tickShared(e, now)
 				continue
 			}

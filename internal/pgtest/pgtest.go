@@ -6,12 +6,15 @@
 //
 // A package's TestMain calls Main; its tests call DB for a fresh database of
 // their own. Where no server can be had, DB fails the test with a message
-// saying how to provide one: the tests never skip silently.
+// saying how to provide one: the tests never skip silently. They belong to
+// the process tier: under -short Main starts no server and DB skips the
+// test, saying so.
 package pgtest
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -50,7 +53,11 @@ var (
 // Main starts the server (unless EnvDSN is set), runs the tests and stops it.
 // Use it as a package's TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
 func Main(m *testing.M) {
+	flag.Parse() // testing.Short needs the flags
 	var stop func()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
 	if dsn := os.Getenv(EnvDSN); dsn != "" {
 		adminDSN = dsn
 	} else {
@@ -72,6 +79,9 @@ func StartTime() time.Duration { return started }
 // test if there is no server.
 func AdminDSN(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("process tier (a real PostgreSQL server): skipped by -short")
+	}
 	if adminDSN == "" && startErr == nil {
 		t.Fatalf("pgtest: Main did not run (the package needs func TestMain(m *testing.M) { pgtest.Main(m) })")
 	}

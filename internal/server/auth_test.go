@@ -11,8 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/fsm"
 )
@@ -378,14 +376,14 @@ func TestAuthNodesAnnounceWithTheirToken(t *testing.T) {
 	l := c.leader()
 	c.announced(l)
 	l.bootstrap()
-	if e := l.proposeACL(fsm.ACLChange{Kind: fsm.ACLSetPrincipal, Principal: acl.Principal{Name: "nodes",
-		Policies: []string{acl.AdminPolicy}, TokenHash: acl.HashToken(nodeSecret)}}); e != nil {
-		t.Fatal(e)
+	if res, err := l.ProposeForTest(fsm.Command{Op: fsm.OpACL, ACL: &fsm.ACLChange{Kind: fsm.ACLSetPrincipal, Principal: acl.Principal{Name: "nodes",
+		Policies: []string{acl.AdminPolicy}, TokenHash: acl.HashToken(nodeSecret)}}}); err != nil || res.Err != nil {
+		t.Fatal(err, res)
 	}
 	f := c.others(l)[0]
 	forget := func() {
 		t.Helper()
-		if _, err := l.propose(fsm.Command{Op: fsm.OpMember, NodeID: f.id}); err != nil {
+		if _, err := l.ProposeForTest(fsm.Command{Op: fsm.OpMember, NodeID: f.id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -394,13 +392,15 @@ func TestAuthNodesAnnounceWithTheirToken(t *testing.T) {
 		m, ok := l.fsm.Member(f.id)
 		return ok && m.ClientAddr == f.addr
 	})
-	if e := l.proposeACL(fsm.ACLChange{Kind: fsm.ACLDeletePrincipal, Name: "nodes"}); e != nil {
-		t.Fatal(e)
+	if res, err := l.ProposeForTest(fsm.Command{Op: fsm.OpACL, ACL: &fsm.ACLChange{Kind: fsm.ACLDeletePrincipal, Name: "nodes"}}); err != nil || res.Err != nil {
+		t.Fatal(err, res)
 	}
-	refused := l.metrics.requests.WithLabelValues("/v1/cluster/announce", "401")
-	before := testutil.ToFloat64(refused)
+	refused := func() float64 {
+		return l.metric("fencelock_http_requests_total", "route", "/v1/cluster/announce", "code", "401")
+	}
+	before := refused()
 	forget()
-	eventually(t, "a refused announce", func() bool { return testutil.ToFloat64(refused) > before })
+	eventually(t, "a refused announce", func() bool { return refused() > before })
 	if m, ok := l.fsm.Member(f.id); ok {
 		t.Fatalf("an announce with a revoked token was recorded: %+v", m)
 	}

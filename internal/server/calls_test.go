@@ -17,6 +17,7 @@ import (
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/callcodec"
 	"github.com/fencelock/fencelock/internal/framing"
+	"github.com/fencelock/fencelock/internal/service"
 )
 
 // hotCall is one call sent both ways: its path and typed request (a
@@ -256,7 +257,7 @@ func TestBinaryCallsGoThroughTheAuthorizer(t *testing.T) {
 	cfg.Authorizer = AuthorizerFunc(func(ctx context.Context, c Call) error {
 		seen = append(seen, c)
 		if c.Op == "release" {
-			return newError(api.CodePermissionDenied, "no releases here")
+			return service.NewError(api.CodePermissionDenied, "no releases here")
 		}
 		return nil
 	})

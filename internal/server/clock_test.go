@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 )
 
 // fakeClockServer is a single in-memory node whose lease time is a fake
@@ -115,6 +113,6 @@ func TestExpiryTimerIsNotLateWhenTheClockMovesWhileItIsArmed(t *testing.T) {
 	<-rc.jumped
 	rc.Advance(500 * time.Millisecond) // now at the expiry
 	eventually(t, "the expiry tick", func() bool {
-		return testutil.ToFloat64(ts.metrics.leaseEnds.WithLabelValues("expired")) == 1
+		return ts.metric("fencelock_lease_ends_total", "reason", "expired") == 1
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/node"
 )
 
 // An in-process cluster on raft's in-memory transport: partitions are
@@ -154,7 +155,7 @@ func (c *testCluster) isolateLeader() *clusterNode {
 	eventually(c.t, "a leader to cut off", func() bool {
 		l = c.leader()
 		c.isolate(l)
-		if l.node.raft.State() == raft.Leader {
+		if l.node.Status().State == node.Leader {
 			return true
 		}
 		c.t.Logf("%s stopped leading before it was cut off; again", l.id)
@@ -261,7 +262,7 @@ func TestClusterMinorityCannotGrantMajorityContinues(t *testing.T) {
 	var now locktable.Time
 	eventually(t, "the cluster time of the majority's leader", func() bool {
 		var ok bool
-		now, ok = c.leader(majority...).clock.now()
+		now, ok = c.leader(majority...).ClusterTime()
 		return ok
 	})
 	if now < lease.Granted {
@@ -286,21 +287,21 @@ func TestClusterMinorityCannotGrantMajorityContinues(t *testing.T) {
 	}
 	// Any term the old leader could lead again after healing is later
 	// than the majority's now.
-	term := nl.node.raft.CurrentTerm()
+	term := nl.node.Status().Term
 	target := nl.fsm.AppliedIndex()
 	c.heal()
 	eventually(t, "the healed node to converge", func() bool {
 		return old.fsm.LastToken() == 4 && old.fsm.AppliedIndex() >= target
 	})
-	if old.Ready() && old.node.raft.CurrentTerm() <= term {
-		t.Fatalf("the healed old leader serves (term %d, the majority's %d)", old.node.raft.CurrentTerm(), term)
+	if old.Ready() && old.node.Status().Term <= term {
+		t.Fatalf("the healed old leader serves (term %d, the majority's %d)", old.node.Status().Term, term)
 	}
 	eventually(t, "the healed node to name the cluster's leader", func() bool {
 		l := c.leader()
 		if l == old {
 			// Elected again after it caught up (a loaded machine): only
 			// in a later term than the majority's.
-			return old.node.raft.CurrentTerm() > term
+			return old.node.Status().Term > term
 		}
 		a := old.post("/v1/acquire", acquireBody("k", "a", 60000, ""))
 		return a.status == 503 && a.body["leader"] == l.addr
@@ -351,15 +352,15 @@ func TestClusterLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
 			t.Fatalf("acquire %d: %d %v", i, a.status, a.body)
 		}
 	}
-	if err := l.node.raft.Snapshot().Error(); err != nil {
+	if err := l.node.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
 	c.heal()
 	eventually(t, "the lagging node to install the snapshot", func() bool {
-		return lag.fsm.LastToken() == 60 && lag.node.raft.Stats()["last_snapshot_index"] != "0"
+		return lag.fsm.LastToken() == 60 && lag.node.Stats()["last_snapshot_index"] != "0"
 	})
 	// Hand leadership to the caught-up node; it serves the same leases.
-	if err := l.node.raft.LeadershipTransferToServer(raft.ServerID(lag.id), lag.trans.LocalAddr()).Error(); err != nil {
+	if err := l.node.TransferLeadershipTo(lag.id, string(lag.trans.LocalAddr())); err != nil {
 		t.Fatal(err)
 	}
 	c.leader(lag)
@@ -503,11 +504,11 @@ func TestSingleNodeRestartedWithARaftAddress(t *testing.T) {
 	n := newNode(t, cfg, trans)
 	c := &testCluster{t: t, nodes: []*clusterNode{n}}
 	c.leader()
-	f := n.node.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+	srv, err := n.node.Configuration()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if srv := f.Configuration().Servers; len(srv) != 1 || srv[0].Address != "127.0.0.1:7480" {
+	if len(srv) != 1 || srv[0].Addr != "127.0.0.1:7480" {
 		t.Fatalf("configuration after the restart: %+v", srv)
 	}
 	if a := n.get("/v1/lock?key=k"); a.status != 200 || num(a, "token") != 1 {

@@ -1,13 +1,280 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/clock"
+	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/httpapi"
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
+
+// The server's configuration in one place: the type, its defaults and
+// its validation. The packages below it (node, service, httpapi) take
+// what they need from it, resolved, and keep no defaults of their own.
+
+// Config configures a Server. The zero value plus a DataDir is a durable
+// single-node server; see DefaultConfig for the values zero fields take.
+type Config struct {
+	// DataDir holds the raft log (wal/), snapshots (snapshots/) and a LOCK
+	// file that keeps a second server out. Empty means
+	// in-memory stores: nothing survives the process (tests only).
+	DataDir string
+	// NodeID names this node in the raft configuration.
+	NodeID string
+	// RaftAddr is the address raft peers dial. Empty means an in-memory
+	// transport: a single node that talks to no one.
+	RaftAddr string
+	// ClientAddr is the host:port clients reach this node's HTTP API at.
+	// The leader records it in the replicated state so that followers can
+	// name it in not_leader answers.
+	ClientAddr string
+	// Peers, when this node has no raft state yet, is the initial voter
+	// set (it must include this node); every node of a new cluster may be
+	// started with the same list. Empty means a single voter: this node.
+	Peers []Peer
+	// Join: with no raft state yet, bootstrap nothing and wait for a
+	// leader to add this node (fencelock cluster join).
+	Join bool
+	// Transport replaces the one RaftAddr would make (tests use raft's
+	// in-memory transport to partition a cluster in-process).
+	Transport raft.Transport
+	// TLS, when it names files, turns TLS on for the client port (Serve)
+	// and the raft transport, where peers authenticate each other with
+	// client certificates signed by TLS.CAFile.
+	TLS tlsconfig.Files
+	// TLSReload: each value received rereads the TLS files, as ReloadTLS
+	// does (the server command sends one on SIGHUP). nil: none.
+	TLSReload <-chan struct{}
+	// Insecure allows serving the client port or the raft port on an
+	// address other than loopback without TLS.
+	Insecure bool
+	// raftListener, if set, is the listener the TLS raft transport
+	// accepts on instead of one on RaftAddr (tests: ports chosen first).
+	raftListener net.Listener
+
+	Logger *slog.Logger
+	// BuildVersion and BuildCommit label fencelock_build_info. Empty: the
+	// module version and vcs.revision of the binary's build info.
+	BuildVersion, BuildCommit string
+	// Clock is what the server measures lease and cluster time by and
+	// schedules lease work on (expiry ticks, the clock checkpoint, wait
+	// backstops, the orphan grace). nil is the real clock. Raft's own
+	// timing and commit-latency metrics stay on real time. Expiry ticks
+	// are spaced MinTickInterval apart on this clock: a test with a fake
+	// clock that wants a waiter granted the moment the lease before it
+	// expires sets MinTickInterval to 1ns.
+	Clock clock.Clock
+	// Authorizer, if set, is asked before every routed request runs
+	// (the seam where authentication and authorization go); nil allows
+	// everything.
+	Authorizer httpapi.Authorizer
+	// AuthToken is the bearer token this node sends on its own calls to
+	// the leader (announcing its client address), needed once the
+	// cluster's ACLs are on: a principal with admin (docs/SECURITY.md).
+	AuthToken string
+
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// SnapshotThreshold and TrailingLogs bound the log: a snapshot is taken
+	// once this many entries follow the last one, keeping TrailingLogs.
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotInterval  time.Duration
+	// ApplyTimeout bounds how long a proposal waits to be enqueued.
+	ApplyTimeout time.Duration
+	// MinTickInterval spaces the expiry timer's Tick proposals so that a
+	// burst of expiries costs a few log entries, not one per lease.
+	MinTickInterval time.Duration
+	// JoinCatchUp bounds how long a join waits for the new node, added as
+	// a non-voter, to catch up before it is promoted to voter; one that
+	// has not stays a non-voter (join it again to promote it).
+	JoinCatchUp time.Duration
+	// sseWriteTimeout, when set, replaces the 10 s after which an event
+	// stream whose peer takes no bytes is dropped (tests).
+	sseWriteTimeout time.Duration
+	// dialRaft checks that a raft address accepts connections before a
+	// join; nil is a TCP dial on raft's TCP transport and nothing on a
+	// Transport given here (tests set their own).
+	dialRaft func(ctx context.Context, addr string) error
+	// ClockCheckpoint: while any lease or waiter exists, the leader makes
+	// sure the log records cluster time at least this often (a Tick when
+	// nothing else was committed). A restart resumes from the last
+	// recorded time, so it extends live leases by at most its own downtime
+	// plus this interval.
+	ClockCheckpoint time.Duration
+	// MaxWaitersPerKey and MaxWaiters cap the wait queues: the waiters on
+	// one key and on all keys. A wait that would go past either is
+	// answered 429 too_many_waiters and changes nothing. The leader puts
+	// its limits in each wait command, so every node refuses the same
+	// waits. 0 means the default (1,000 and 100,000); -1 means no cap.
+	MaxWaitersPerKey int
+	MaxWaiters       int
+	// MaxConnections caps the client connections Serve keeps open; one
+	// over it is answered 503 too_many_connections and closed. 0 means no
+	// cap (the server command sets one from the open-file limit:
+	// ConnectionCap).
+	MaxConnections int
+	// MaxConnectionsPerAddr caps the client connections from one remote
+	// address (IP), so one host cannot take the whole MaxConnections; one
+	// over it is answered 503 too_many_connections and closed. 0 means a
+	// quarter of MaxConnections (at least 1), or no cap when MaxConnections
+	// is 0.
+	MaxConnectionsPerAddr int
+	// Limits of each framed connection (internal/framing; docs/OPERATIONS.md,
+	// Limits). FramedMaxInFlight requests may be unanswered at once, and
+	// FramedMaxPriorityInFlight extends and releases besides; an answer
+	// counts until it is written. Past FramedMaxPendingAnswerBytes of
+	// answers waiting to be written the server stops reading the
+	// connection, and a peer that takes no bytes for FramedWriteTimeout is
+	// cut off. A frame started must arrive within FramedReadTimeout; a
+	// connection with nothing in flight that sends nothing for
+	// FramedIdleTimeout is closed.
+	FramedMaxInFlight           int
+	FramedMaxPriorityInFlight   int
+	FramedMaxPendingAnswerBytes int64
+	FramedWriteTimeout          time.Duration
+	FramedReadTimeout           time.Duration
+	FramedIdleTimeout           time.Duration
+	// WALSegmentSize is the size of each preallocated log segment file;
+	// 0 means 16 MiB. Tests make it small to rotate segments often.
+	WALSegmentSize int
+
+	// Watches. WatchHistory is how many of the latest
+	// events a node keeps for watchers to resume from (0: 10,000; an
+	// event costs about 100 bytes besides its key and holder, so the
+	// default holds at most about 14 MB with maximal keys). A watcher
+	// further behind is answered compacted. WatchMaxWatchers caps the
+	// watches open on the node (0: 10,000) and WatchMaxPerCaller those
+	// of one principal, or of one remote host without ACLs (0: 1,000);
+	// one past either is answered 429 too_many_watchers. -1 means no cap.
+	WatchHistory      int
+	WatchMaxWatchers  int
+	WatchMaxPerCaller int
+}
+
+// DefaultConfig returns the values used for zero fields.
+func DefaultConfig() Config {
+	return Config{
+		NodeID: "fencelock-1",
+		// A failover must fit in TTL/6 of the default 10 s lease (a
+		// leader that dies just before an extension is due leaves its
+		// holders that long): these fail over in 0.7-1.3 s, raft's own
+		// 1s/1s/500ms in 1.3-2.6 s. The leader lease was 250ms, and a
+		// leader starved of CPU for that long stepped down; 500ms is as
+		// long as raft allows with this heartbeat (docs/OPERATIONS.md).
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		SnapshotThreshold:  4096,
+		TrailingLogs:       1024,
+		SnapshotInterval:   10 * time.Second,
+		ApplyTimeout:       5 * time.Second,
+		MinTickInterval:    5 * time.Millisecond,
+		ClockCheckpoint:    time.Second,
+		JoinCatchUp:        10 * time.Second,
+
+		FramedMaxInFlight:           framing.DefaultMaxInFlight,
+		FramedMaxPriorityInFlight:   framing.DefaultMaxPriorityInFlight,
+		FramedMaxPendingAnswerBytes: framing.DefaultMaxPendingAnswerBytes,
+		FramedWriteTimeout:          framing.DefaultWriteTimeout,
+		FramedReadTimeout:           framing.DefaultReadTimeout,
+		FramedIdleTimeout:           framing.DefaultIdleTimeout,
+		MaxWaitersPerKey:            1000,
+		MaxWaiters:                  100000,
+
+		WatchHistory:      10000,
+		WatchMaxWatchers:  10000,
+		WatchMaxPerCaller: 1000,
+	}
+}
+
+// Peer is one voter of an initial cluster.
+type Peer struct {
+	ID       string
+	RaftAddr string
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.NodeID == "" {
+		c.NodeID = d.NodeID
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.System{}
+	}
+	setDur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setDur(&c.HeartbeatTimeout, d.HeartbeatTimeout)
+	setDur(&c.ElectionTimeout, d.ElectionTimeout)
+	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	setDur(&c.SnapshotInterval, d.SnapshotInterval)
+	setDur(&c.ApplyTimeout, d.ApplyTimeout)
+	setDur(&c.MinTickInterval, d.MinTickInterval)
+	setDur(&c.ClockCheckpoint, d.ClockCheckpoint)
+	setDur(&c.JoinCatchUp, d.JoinCatchUp)
+	setDur(&c.FramedWriteTimeout, d.FramedWriteTimeout)
+	setDur(&c.FramedReadTimeout, d.FramedReadTimeout)
+	setDur(&c.FramedIdleTimeout, d.FramedIdleTimeout)
+	if c.FramedMaxInFlight == 0 {
+		c.FramedMaxInFlight = d.FramedMaxInFlight
+	}
+	if c.FramedMaxPriorityInFlight == 0 {
+		c.FramedMaxPriorityInFlight = d.FramedMaxPriorityInFlight
+	}
+	if c.FramedMaxPendingAnswerBytes == 0 {
+		c.FramedMaxPendingAnswerBytes = d.FramedMaxPendingAnswerBytes
+	}
+	if c.MaxConnectionsPerAddr == 0 && c.MaxConnections > 0 {
+		c.MaxConnectionsPerAddr = max(c.MaxConnections/4, 1)
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = d.SnapshotThreshold
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = d.TrailingLogs
+	}
+	if c.WALSegmentSize <= 0 {
+		c.WALSegmentSize = node.WALSegmentSize
+	}
+	if c.MaxWaitersPerKey == 0 {
+		c.MaxWaitersPerKey = d.MaxWaitersPerKey
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = d.MaxWaiters
+	}
+	pick := func(v, def int) int {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0 // no cap
+		}
+		return v
+	}
+	c.WatchMaxWatchers, c.WatchMaxPerCaller = pick(c.WatchMaxWatchers, d.WatchMaxWatchers), pick(c.WatchMaxPerCaller, d.WatchMaxPerCaller)
+	if c.WatchHistory == 0 {
+		c.WatchHistory = d.WatchHistory
+	}
+	return c
+}
 
 // Validate reports what is wrong with c, naming the field; zero fields
 // take their defaults (DefaultConfig) first. New calls it.
@@ -60,7 +327,17 @@ func (c Config) Validate() error {
 			bad("%s is %d; it must be between 1 and %d (0 is the default, -1 no cap)", w.name, w.v, fsm.MaxWaitLimit)
 		}
 	}
-	errs = append(errs, checkWatchConfig(c)...)
+	if c.WatchHistory < 0 || c.WatchHistory > maxWatchHistory {
+		bad("WatchHistory is %d; it must be between 1 and %d (0 is the default)", c.WatchHistory, maxWatchHistory)
+	}
+	for _, w := range []struct {
+		name string
+		v    int
+	}{{"WatchMaxWatchers", c.WatchMaxWatchers}, {"WatchMaxPerCaller", c.WatchMaxPerCaller}} {
+		if w.v < -1 {
+			bad("%s is %d; it must be positive (0 is the default, -1 no cap)", w.name, w.v)
+		}
+	}
 	if c.WALSegmentSize < 0 {
 		bad("WALSegmentSize is %d; it must not be negative (0 is the default)", c.WALSegmentSize)
 	}
@@ -106,3 +383,13 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// maxWatchHistory bounds Config.WatchHistory: a million events is about
+// 100 MB besides their keys.
+const maxWatchHistory = 1 << 20
+
+// Clock is the time source of a server's lease work (Config.Clock).
+type Clock = clock.Clock
+
+// Timer is a call scheduled on a Clock.
+type Timer = clock.Timer

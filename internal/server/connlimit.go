@@ -17,7 +17,7 @@ import (
 // FDReserve is how many file descriptors the connection cap leaves to
 // everything that is not a client connection: the log's segments and
 // metadata, snapshots being written or read, raft peers, the listeners.
-// Running out of them once sealed the log for good (issue 11); with the
+// Running out of them could seal the log for good; with the
 // reserve, a client flood is refused at accept and the log can always
 // open its next segment.
 func FDReserve(limit uint64) uint64 {

@@ -36,7 +36,7 @@ func TestWithoutTLSOnlyLoopbackIsServed(t *testing.T) {
 		"insecure": {Insecure: true},
 		"TLS":      {TLS: tlsconfig.Files{CertFile: "c", KeyFile: "k"}},
 	} {
-		if err := checkLoopback(c, "client", all); err != nil {
+		if err := loopbackCheck(c, "client", all); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -45,7 +45,7 @@ func TestWithoutTLSOnlyLoopbackIsServed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := checkLoopback(Config{}, "client", ta); err != nil {
+		if err := loopbackCheck(Config{}, "client", ta); err != nil {
 			t.Errorf("%s: %v", a, err)
 		}
 	}

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -62,7 +60,7 @@ func TestWaitersPerKeyCap(t *testing.T) {
 	if got := ts.fsm.Waiters("k"); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Fatalf("queue %v after the refusal, was %v", got, before)
 	}
-	if got := testutil.ToFloat64(ts.metrics.queueFull.WithLabelValues("key")); got != 1 {
+	if got := ts.metric("fencelock_wait_queue_full_total", "scope", "key"); got != 1 {
 		t.Fatalf("fencelock_wait_queue_full_total{scope=key} = %v", got)
 	}
 	if ts.fsm.AppliedIndex() != last+1 {
@@ -86,7 +84,7 @@ func TestWaitersTotalCap(t *testing.T) {
 	if a.status != 429 || a.body["code"] != "too_many_waiters" {
 		t.Fatalf("4th waiter in all: %d %v; want 429 too_many_waiters", a.status, a.body)
 	}
-	if got := testutil.ToFloat64(ts.metrics.queueFull.WithLabelValues("total")); got != 1 {
+	if got := ts.metric("fencelock_wait_queue_full_total", "scope", "total"); got != 1 {
 		t.Fatalf("fencelock_wait_queue_full_total{scope=total} = %v", got)
 	}
 	if n := ts.fsm.QueuedCount(); n != 3 {
@@ -104,8 +102,8 @@ func TestWaitLimitsDefaultAndOff(t *testing.T) {
 	if d.MaxWaitersPerKey != 1000 || d.MaxWaiters != 100000 {
 		t.Fatalf("defaults %d, %d", d.MaxWaitersPerKey, d.MaxWaiters)
 	}
-	s := &Server{cfg: Config{MaxWaitersPerKey: -1, MaxWaiters: -1}.withDefaults()}
-	if s.waitLimit(s.cfg.MaxWaitersPerKey) != 0 || s.waitLimit(s.cfg.MaxWaiters) != 0 {
+	sc := serviceConfig(Config{MaxWaitersPerKey: -1, MaxWaiters: -1}.withDefaults(), nil)
+	if sc.MaxWaitersPerKey != 0 || sc.MaxWaiters != 0 {
 		t.Fatal("-1 must send no cap")
 	}
 }

@@ -55,7 +55,7 @@ func BenchmarkExtendWhileListing(b *testing.B) {
 		hs.Close()
 		s.Close()
 	}()
-	now, _ := s.clock.now()
+	now, _ := s.ClusterTime()
 	for i := range keys {
 		r := s.fsm.ApplyCommand(uint64(i+1), fsm.Command{Op: fsm.OpAcquire, Now: now,
 			Key: fmt.Sprintf("bench/%08d", i), Holder: "loader", TTL: locktable.Duration(time.Hour)})

@@ -21,13 +21,13 @@ import (
 // voters is the node's configuration as id -> suffrage.
 func suffrages(t *testing.T, n *clusterNode) map[string]string {
 	t.Helper()
-	f := n.node.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+	servers, err := n.node.Configuration()
+	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
-	for _, s := range f.Configuration().Servers {
-		out[string(s.ID)] = s.Suffrage.String()
+	for _, s := range servers {
+		out[s.ID] = s.Suffrage
 	}
 	return out
 }
@@ -224,9 +224,8 @@ func TestJoinOnANodeWithoutRaftIsRefused(t *testing.T) {
 	if a := s.post("/v1/acquire", acquireBody("k", "a", 60000, "")); a.status != 200 {
 		t.Fatalf("the node stopped serving: %d %v", a.status, a.body)
 	}
-	f := s.node.raft.GetConfiguration()
-	if err := f.Error(); err != nil || len(f.Configuration().Servers) != 1 {
-		t.Fatalf("configuration: %v %v", f.Configuration(), err)
+	if srv, err := s.node.Configuration(); err != nil || len(srv) != 1 {
+		t.Fatalf("configuration: %v %v", srv, err)
 	}
 }
 

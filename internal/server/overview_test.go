@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 )
 
 // getOverview decodes GET /v1/overview into its wire type.

@@ -9,94 +9,63 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/httpapi"
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
-// Errors a proposal can end with besides the command's own refusal.
-var (
-	// ErrNotLeader: this node does not lead, so it cannot stamp or propose.
-	ErrNotLeader = errors.New("server: not the leader")
-	// ErrUnavailable: raft is shutting down or could not take the proposal.
-	ErrUnavailable = errors.New("server: unavailable")
+// The authorization seam of the transports (Config.Authorizer).
+type (
+	Authorizer     = httpapi.Authorizer
+	AuthorizerFunc = httpapi.AuthorizerFunc
+	Call           = httpapi.Call
 )
 
-// Server is one fencelock node. Create it with New, serve Handler, and
-// call Close once the HTTP server has drained.
+// Error is how the service refuses or fails (service.Error).
+type Error = service.Error
+
+// Server is one fencelock node: the raft node over its stores, the lock
+// service over it, and the HTTP and framed transports over the service.
+// Create it with New, serve Handler (and Calls), and call Close once the
+// transports have drained.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	fsm     *fsm.FSM
-	node    *node
-	metrics *metrics
-	waiters *waitRegistry
-	watches *watchHub // watch.go
-	clock   clusterClock
-	clk     Clock // what clock measures by; also lease timers
-	handler http.Handler
-	calls   *callHandler
-	change  membership // cluster.go: joins and removals
+	// The service's operations (Acquire, Release, ...) are the
+	// server's, for in-process callers: trusted, no principal checked.
+	*service.Service
+	cfg   Config
+	log   *slog.Logger
+	fsm   *fsm.FSM
+	node  *node.Node
+	api   *httpapi.API
+	reg   *prometheus.Registry
+	tls   *tlsconfig.Reloader // nil without TLS
+	peers *peers
 
-	tls      *tlsconfig.Reloader // nil without TLS (tls.go)
-	peerHTTP *http.Client        // this node's calls to other nodes' client ports
-
-	ready atomic.Bool // leader, caught up, orphans dropped
-	// startIndex is the last index of the log when the node opened it;
-	// until it has applied that far its ACL tables may lag (auth.go).
-	startIndex  uint64
-	aclCaughtUp atomic.Bool
-	counting    atomic.Bool   // count table events in metrics
-	closing     chan struct{} // closed by BeginShutdown
-	stop        chan struct{} // closed by Close
-	once        sync.Once
-	wg          sync.WaitGroup
+	stop chan struct{} // closed by Close
+	once sync.Once
+	wg   sync.WaitGroup
 }
 
 // New checks cfg (Config.Validate), opens the data directory and starts
 // raft. With DataDir and RaftAddr empty it is a single node on in-memory
-// stores and transport. The server becomes ready
-// (Ready, /readyz) once it leads and has caught up; until then writes
-// answer 503.
+// stores and transport. The server becomes ready (Ready, /readyz) once it
+// leads and has caught up; until then writes answer 503.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		closing: make(chan struct{}),
-		stop:    make(chan struct{}),
-		clk:     cfg.Clock,
-	}
-	s.clock.clk = cfg.Clock
-	s.fsm = fsm.New(s.observe)
-	s.metrics = newMetrics(func() float64 { return float64(s.fsm.LastToken()) }, func() float64 { return float64(s.fsm.QueuedCount()) })
-	s.metrics.reg.MustRegister(
-		newLeaseCollector(s.eachLiveLease),
-		buildInfo(cfg.BuildVersion, cfg.BuildCommit),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "fencelock_raft_state", Help: "This node's raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.",
-		}, func() float64 {
-			if s.node == nil {
-				return float64(raft.Shutdown)
-			}
-			return float64(s.node.raft.State())
-		}),
-	)
-	s.metrics.reg.MustRegister(s.sessionCollectors()...) // http_session.go
-	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
-	s.watches = newWatchHub(cfg.WatchHistory, cfg.WatchMaxWatchers, cfg.WatchMaxPerCaller, s.watchGauge())
-	s.handler = s.routes()
-	s.calls = s.newCallHandler() // calls.go
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), reg: prometheus.NewRegistry()}
 	if cfg.TLS.Enabled() {
 		r, err := tlsconfig.Load(cfg.TLS)
 		if err != nil {
@@ -104,26 +73,41 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.tls = r
 	}
-	s.peerHTTP = newPeerHTTP(s.tls, 5*time.Second) // probes bound themselves to probeTimeout
-	freed := make(chan struct{}, 1)
-	n, err := openNode(cfg, &memorySignaller{FSM: s.fsm, freed: freed, big: bigSnapshot,
-		applied:  func(d time.Duration) { s.metrics.apply.Observe(d.Seconds()) },
-		restored: func() { s.watches.restored(s.fsm.AppliedIndex()) }}, s.tls)
+	s.peers = newPeers(s.tls, cfg.AuthToken)
+	svc, err := service.New(serviceConfig(cfg, s.peers))
+	if err != nil {
+		return nil, err
+	}
+	s.Service, s.fsm = svc, svc.FSM()
+	s.api = httpapi.New(httpapi.Config{
+		Service: svc, Guard: auth.NewGuard(svc, cfg.Logger), Authorizer: cfg.Authorizer, Logger: cfg.Logger,
+		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), StreamWriteTimeout: cfg.sseWriteTimeout,
+	})
+	apply := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fencelock_apply_seconds", Help: "Time the state machine took to apply one committed log entry, on every node.",
+		Buckets: prometheus.ExponentialBuckets(0.000001, 4, 12), // 1µs .. ~4.2s
+	})
+	n, err := node.Open(node.Config{
+		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, Peers: nodePeers(cfg.Peers), Join: cfg.Join,
+		Transport: cfg.Transport, TLS: s.tls, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
+		Logger:           cfg.Logger,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
+		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
+		WALSegmentSize: cfg.WALSegmentSize,
+		Hooks:          node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
+	}, s.fsm)
 	if err != nil {
 		return nil, err
 	}
 	s.node = n
-	s.startIndex = n.raft.LastIndex()
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.watches.broadcast(s.stop) }()
-	s.wg.Add(1)
-	go s.returnFreedMemory(freed)
-	s.wg.Add(1)
-	go s.watchLeadership()
-	if cfg.ClientAddr != "" {
-		s.wg.Add(1)
-		go s.announceLoop()
-	}
+	s.reg.MustRegister(svc.Collectors()...)
+	s.reg.MustRegister(s.api.Collectors()...)
+	s.reg.MustRegister(apply, buildInfo(cfg.BuildVersion, cfg.BuildCommit),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_raft_state", Help: "This node's raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.",
+		}, func() float64 { return float64(n.Status().State) }))
+	svc.Start(n)
 	if cfg.TLSReload != nil {
 		s.wg.Add(1)
 		go s.reloadLoop(cfg.TLSReload)
@@ -132,42 +116,20 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler is the HTTP API.
-func (s *Server) Handler() http.Handler { return s.handler }
+func (s *Server) Handler() http.Handler { return s.api.Handler() }
 
-// Ready reports whether this node serves writes.
-func (s *Server) Ready() bool { return s.ready.Load() }
-
-// WaitReady blocks until the server is ready or ctx ends.
-func (s *Server) WaitReady(ctx context.Context) error {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for !s.Ready() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
-}
-
-// BeginShutdown makes waiting requests give up (their queue positions are
-// cancelled and they answer 503) so that an HTTP server's Shutdown does not
-// wait for them. Other requests finish normally.
-func (s *Server) BeginShutdown() {
-	s.once.Do(func() { close(s.closing) })
-}
+// Calls is the framed connections' binary adapter: give it to
+// framing.Server.Calls next to Handler.
+func (s *Server) Calls() framing.CallHandler { return s.api.Calls() }
 
 // Close stops the leader's timers and raft and closes the stores. Call it
 // after the HTTP server has stopped.
 func (s *Server) Close() error {
-	s.BeginShutdown()
-	close(s.stop)
+	s.once.Do(func() { close(s.stop) })
+	s.Service.Close()
 	s.wg.Wait()
-	// Connections to other nodes' client ports: one dialed for a call
-	// that gave up would sit idle on the other node until it times out.
-	s.peerHTTP.CloseIdleConnections()
-	return s.node.close()
+	s.peers.close()
+	return s.node.Close()
 }
 
 // Serve answers HTTP on ln until ctx ends, then shuts down gracefully: it
@@ -177,7 +139,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	if cfg.ClientAddr == "" {
 		cfg.ClientAddr = ln.Addr().String()
 	}
-	if err := checkLoopback(cfg, "client", ln.Addr()); err != nil {
+	if err := loopbackCheck(cfg, "client", ln.Addr()); err != nil {
 		ln.Close()
 		return err
 	}
@@ -196,7 +158,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 			total = math.MaxInt32
 		}
 		cl := newConnLimiter(ln, total, cfg.MaxConnectionsPerAddr, s.log)
-		s.metrics.reg.MustRegister(cl.collectors()...)
+		s.reg.MustRegister(cl.collectors()...)
 		ln = cl
 	}
 	hs := &http.Server{
@@ -210,13 +172,14 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		// The sorting listener hands out wrapped connections, so
 		// net/http cannot see a TLS one: carry its state (a client
 		// certificate names a principal) in the context instead.
-		ConnContext: withConnTLS,
+		ConnContext: httpapi.WithConnTLS,
 	}
 	// One port serves HTTP and framed connections (internal/framing):
 	// the same handler answers both.
 	fs := &framing.Server{
 		Handler:               s.Handler(),
 		Calls:                 s.Calls(),
+		Heavy:                 s.api.Heavy,
 		MaxInFlight:           cfg.FramedMaxInFlight,
 		MaxPriorityInFlight:   cfg.FramedMaxPriorityInFlight,
 		MaxPendingAnswerBytes: cfg.FramedMaxPendingAnswerBytes,
@@ -224,12 +187,12 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		ReadTimeout:           cfg.FramedReadTimeout,
 		IdleTimeout:           cfg.FramedIdleTimeout,
 	}
-	s.metrics.reg.MustRegister(framedCollectors(fs)...)
+	s.reg.MustRegister(framedCollectors(fs)...)
 	served := make(chan error, 1)
 	// With TLS the handshake comes first; the sorting reads decrypted
 	// bytes, in each connection's own goroutine.
 	go func() { served <- hs.Serve(framing.Listen(s.wrapListener(ln), fs)) }()
-	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir, "tls", s.tls != nil, "dashboard", dashboardURL(ln.Addr(), s.tls != nil))
+	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir, "tls", s.tls != nil, "dashboard", httpapi.DashboardURL(ln.Addr(), s.tls != nil))
 
 	var serveErr error
 	select {
@@ -257,24 +220,31 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	return nil
 }
 
-// observe runs inside the state machine's Apply.
-func (s *Server) observe(index uint64, ev locktable.Event) {
-	if s.counting.Load() {
-		s.metrics.observe(ev)
+// loopbackCheck refuses to serve what on addr without TLS, unless it is
+// a loopback address or cfg.Insecure is set (node.CheckLoopback).
+func loopbackCheck(cfg Config, what string, addr net.Addr) error {
+	if cfg.TLS.Enabled() {
+		return nil
 	}
-	if ev.Kind == locktable.EventGranted || ev.Kind == locktable.EventWaitDropped {
-		s.waiters.deliver(index, ev)
-	}
-	s.watches.append(index, ev)
+	return node.CheckLoopback(cfg.Insecure, what, addr)
 }
 
-// eachLiveLease calls fn with the key of every lease held now, for
-// fencelock_leases: at the running cluster clock on the leader, at the last
-// applied cluster time elsewhere.
-func (s *Server) eachLiveLease(fn func(key string)) {
-	now, ok := s.clock.now()
-	if !ok {
-		now = s.fsm.Now()
+// serviceConfig is what the service takes of cfg (with its defaults).
+func serviceConfig(cfg Config, peers service.Peers) service.Config {
+	return service.Config{
+		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Clock: cfg.Clock, Logger: cfg.Logger, Peers: peers,
+		ApplyTimeout: cfg.ApplyTimeout, MinTickInterval: cfg.MinTickInterval, ClockCheckpoint: cfg.ClockCheckpoint,
+		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout,
+		// -1 in Config is no cap: 0 in the wait commands.
+		MaxWaitersPerKey: max(cfg.MaxWaitersPerKey, 0), MaxWaiters: max(cfg.MaxWaiters, 0),
+		WatchHistory: cfg.WatchHistory, WatchMaxWatchers: cfg.WatchMaxWatchers, WatchMaxPerCaller: cfg.WatchMaxPerCaller,
 	}
-	s.fsm.EachLive(now, fn)
+}
+
+func nodePeers(ps []Peer) []node.Peer {
+	out := make([]node.Peer, len(ps))
+	for i, p := range ps {
+		out[i] = node.Peer(p)
+	}
+	return out
 }

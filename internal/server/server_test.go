@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -299,7 +298,7 @@ func TestRetryWithRequestIDGetsTheOriginalAnswer(t *testing.T) {
 	if got := ts.fsm.LastToken(); got != 1 {
 		t.Fatalf("%d tokens issued", got)
 	}
-	if got := testutil.ToFloat64(ts.metrics.retries); got != 2 {
+	if got := ts.metric("fencelock_retried_requests_total"); got != 2 {
 		t.Fatalf("retries counted %v, want 2", got)
 	}
 }

@@ -47,7 +47,7 @@ func BenchmarkRenewalRound10k(b *testing.B) {
 				hs.Close()
 				s.Close()
 			}()
-			now, _ := s.clock.now()
+			now, _ := s.ClusterTime()
 			ttl := locktable.Duration(time.Hour)
 			idx := s.fsm.AppliedIndex() + 1000
 			apply := func(c fsm.Command) *fsm.Result {

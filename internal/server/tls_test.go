@@ -314,7 +314,7 @@ func forgeRelease(t *testing.T, target *tlsNode, key, holder string, dial func(a
 	t.Helper()
 	trans := raft.NewNetworkTransport(dialStream{Listener: listen(t), dial: dial}, 1, 5*time.Second, io.Discard)
 	defer trans.Close()
-	st := target.node.raft.Stats()
+	st := target.node.Stats()
 	num := func(k string) uint64 {
 		v, err := strconv.ParseUint(st[k], 10, 64)
 		if err != nil {
@@ -336,7 +336,7 @@ func forgeRelease(t *testing.T, target *tlsNode, key, holder string, dial func(a
 		LeaderCommitIndex: last + 1,
 	}
 	var resp raft.AppendEntriesResponse
-	err = trans.AppendEntries("n-target", target.node.addr, req, &resp)
+	err = trans.AppendEntries("n-target", raft.ServerAddress(target.node.Addr()), req, &resp)
 	return &resp, err
 }
 
@@ -381,7 +381,7 @@ func TestTLSRaftPortRefusesAPeerWithoutAClusterCertificate(t *testing.T) {
 	}
 	// The handshake itself says why: a TLS peer without a certificate is
 	// told one is required before raft reads a byte.
-	c, err := tls.Dial("tcp", string(target.node.addr), &tls.Config{RootCAs: ca.Pool()})
+	c, err := tls.Dial("tcp", string(raft.ServerAddress(target.node.Addr())), &tls.Config{RootCAs: ca.Pool()})
 	if err == nil {
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		_, err = c.Read(make([]byte, 1))
@@ -398,7 +398,7 @@ func TestTLSRaftPortRefusesAPeerWithoutAClusterCertificate(t *testing.T) {
 	}
 	// Nor did any node take the forger for its leader.
 	for _, n := range nodes {
-		if _, id := n.node.raft.LeaderWithID(); id == "mallory" {
+		if n.node.Status().LeaderID == "mallory" {
 			t.Errorf("%s follows the forger", n.id)
 		}
 	}
@@ -507,7 +507,7 @@ func TestTLSJoin(t *testing.T) {
 	l := tlsLeader(t, nodes[:1])
 	hc := httpsClient(ca.Pool())
 	n2 := nodes[1]
-	body := fmt.Sprintf(`{"id":"n2","raft_addr":%q,"client_addr":%q}`, n2.node.addr, n2.addr)
+	body := fmt.Sprintf(`{"id":"n2","raft_addr":%q,"client_addr":%q}`, n2.node.Addr(), n2.addr)
 	eventually(t, "the join to be accepted", func() bool {
 		st, m := postJSON(t, hc, "https://"+l.addr+api.PathJoin, body)
 		if st != 200 && st != 503 {
@@ -526,7 +526,7 @@ func TestTLSJoin(t *testing.T) {
 	cfg.RaftAddr, cfg.raftListener, cfg.Join = rln.Addr().String(), rln, true
 	cfg.TLS = nodeFiles(t, rogueCA, "n3")
 	n3 := serveTLSNode(t, cfg, listen(t))
-	body = fmt.Sprintf(`{"id":"n3","raft_addr":%q,"client_addr":%q}`, n3.node.addr, n3.addr)
+	body = fmt.Sprintf(`{"id":"n3","raft_addr":%q,"client_addr":%q}`, n3.node.Addr(), n3.addr)
 	// A 2-node cluster on a loaded machine may change leaders meanwhile: a
 	// 503 (not_leader, unavailable) is asked again of the leader then.
 	eventually(t, "the rogue join to be answered", func() bool {

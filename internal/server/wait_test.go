@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -122,10 +120,10 @@ func TestWaitGrantedWhenLeaseExpires(t *testing.T) {
 	if a.status != 200 || a.body["holder"] != "b" || num(a, "token") != 2 {
 		t.Fatalf("wait across expiry: %d %v", a.status, a.body)
 	}
-	if got := testutil.ToFloat64(ts.metrics.leaseEnds.WithLabelValues("expired")); got != 1 {
+	if got := ts.metric("fencelock_lease_ends_total", "reason", "expired"); got != 1 {
 		t.Fatalf("expired leases counted %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(ts.metrics.grants.WithLabelValues("true")); got != 1 {
+	if got := ts.metric("fencelock_grants_total", "waited", "true"); got != 1 {
 		t.Fatalf("hand-off grants counted %v, want 1", got)
 	}
 }
@@ -135,56 +133,6 @@ func TestWaitImmediateGrant(t *testing.T) {
 	a := ts.post("/v1/acquire", `{"key":"free","holder":"a","ttl_ms":1000,"wait_ms":1000}`)
 	if a.status != 200 || num(a, "token") != 1 {
 		t.Fatalf("wait on a free key: %d %v", a.status, a.body)
-	}
-}
-
-func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
-	ts, _ := fakeClockServer(t)
-	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		ts.do(ctx, "POST", "/v1/acquire", `{"key":"k","holder":"b","ttl_ms":1000,"wait_ms":60000}`)
-	}()
-	eventually(t, "b queued", func() bool { return len(ts.fsm.Waiters("k")) == 1 })
-	cancel()
-	<-done
-	eventually(t, "b gone from the queue", func() bool { return len(ts.fsm.Waiters("k")) == 0 })
-	eventually(t, "no waiter registered", func() bool { return !ts.waiters.has("k", "b") })
-	// The lease is untouched and a later release hands to nobody.
-	if a := ts.post("/v1/release", `{"key":"k","holder":"a"}`); a.body["released"] != true {
-		t.Fatalf("release: %v", a.body)
-	}
-	if _, ok := ts.fsm.Get("k", ts.fsm.Now()); ok {
-		t.Fatal("the key was handed to a waiter that left")
-	}
-}
-
-// The race the package comment describes: the grant commits just before the
-// waiter's cancel. A waiter that is gone must not keep the lease.
-func TestGrantRacingGiveUpIsReleased(t *testing.T) {
-	ts, _ := fakeClockServer(t)
-	ts.post("/v1/acquire", `{"key":"k","holder":"a","ttl_ms":60000}`)
-	sub := ts.waiters.join("k", "b")
-	now, _ := ts.stamp()
-	res, err := ts.apply(fsm.Command{Op: fsm.OpWait, Now: now, Key: "k", Holder: "b", TTL: locktable.Second * 60, Deadline: now + locktable.Time(time.Hour)})
-	if err != nil || !res.Queued {
-		t.Fatalf("wait: %+v %v", res, err)
-	}
-	// Another waiter queues behind b, then a releases: b is granted.
-	ts.propose(fsm.Command{Op: fsm.OpWait, Key: "k", Holder: "c", TTL: locktable.Second * 60, Deadline: now + locktable.Time(time.Hour)})
-	ts.post("/v1/release", `{"key":"k","holder":"a"}`)
-	if l, ok := ts.fsm.Get("k", ts.fsm.Now()); !ok || l.Holder != "b" {
-		t.Fatalf("b not granted: %+v", l)
-	}
-	// b gives up having seen nothing (its client disconnected).
-	if _, e := ts.giveUp(sub, "", res.Index, true, unavailable("gone")); e == nil {
-		t.Fatal("giveUp answered nothing")
-	}
-	l, ok := ts.fsm.Get("k", ts.fsm.Now())
-	if !ok || l.Holder != "c" {
-		t.Fatalf("b's grant was not released to c: %+v %v", l, ok)
 	}
 }
 
@@ -229,11 +177,11 @@ func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
 		tokens = append(tokens, num(a, "token"))
 	}
 	// A queued waiter with no request behind it after the restart.
-	now, _ := ts.stamp()
-	if res, err := ts.apply(fsm.Command{Op: fsm.OpWait, Now: now, Key: "k0", Holder: "w", TTL: locktable.Second, Deadline: now + locktable.Time(time.Hour)}); err != nil || !res.Queued {
+	now, _ := ts.ClusterTime()
+	if res, err := ts.ProposeForTest(fsm.Command{Op: fsm.OpWait, Key: "k0", Holder: "w", TTL: locktable.Second, Deadline: now + locktable.Time(time.Hour)}); err != nil || !res.Queued {
 		t.Fatalf("wait: %+v %v", res, err)
 	}
-	if err := ts.node.raft.Snapshot().Error(); err != nil {
+	if err := ts.node.Snapshot(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 	ts.post("/v1/release", `{"key":"k19","holder":"h"}`) // after the snapshot: replayed from the log
@@ -245,7 +193,7 @@ func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
 	// Cluster time resumes from the last applied time: it moved forward by
 	// this process's own run time (none on the fake clock), not by the
 	// downtime.
-	if now2, _ := ts2.clock.now(); now2 != before {
+	if now2, _ := ts2.ClusterTime(); now2 != before {
 		t.Fatalf("cluster time %d after restart; before %d", now2, before)
 	}
 	if w := ts2.fsm.Waiters("k0"); len(w) != 0 {
@@ -299,19 +247,4 @@ func TestClockCheckpointRecordsTimeWhileHeld(t *testing.T) {
 	if _, ok := ts.fsm.NextDeadline(); ok {
 		t.Fatal("a deadline remains with nothing held")
 	}
-}
-
-// A waiter told that leadership was lost no longer holds its queue place
-// for a new leader: otherwise the place would be granted to nobody.
-func TestFailedWaitersDoNotKeepTheirPlace(t *testing.T) {
-	r := newWaitRegistry(func(int) {})
-	s := r.join("k", "h")
-	if !r.has("k", "h") {
-		t.Fatal("a joined waiter is not seen")
-	}
-	r.failAll()
-	if r.has("k", "h") {
-		t.Fatal("a failed waiter still counts as served")
-	}
-	r.remove(s)
 }

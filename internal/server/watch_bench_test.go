@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/service"
 )
 
 // BenchmarkWatchFanOut: 1,000 watchers long-poll every key (the service
@@ -44,7 +45,7 @@ func BenchmarkWatchFanOut(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	var wg sync.WaitGroup
-	start := s.watches.now()
+	start := s.Revision()
 	for i := range watchers {
 		got[i] = make(chan delivery, 1) // one grant at a time
 		wg.Add(1)
@@ -52,7 +53,7 @@ func BenchmarkWatchFanOut(b *testing.B) {
 			defer wg.Done()
 			after := start
 			for {
-				resp, err := s.Watch(ctx, api.WatchRequest{After: &after, WaitMs: api.Ms(time.Minute)})
+				resp, err := s.Watch(ctx, api.WatchRequest{After: &after, WaitMs: api.Ms(time.Minute)}, service.WatchScope{})
 				if err != nil {
 					return
 				}
@@ -134,7 +135,7 @@ func benchBurst(b *testing.B, watchers int) {
 	if err := s.WaitReady(ctx); err != nil {
 		b.Fatal(err)
 	}
-	start := s.watches.now()
+	start := s.Revision()
 	var wg sync.WaitGroup
 	finished := make(chan struct{}, watchers)
 	for range watchers {
@@ -143,7 +144,7 @@ func benchBurst(b *testing.B, watchers int) {
 			defer wg.Done()
 			after, n := start, 0
 			for n < b.N {
-				resp, err := s.Watch(ctx, api.WatchRequest{After: &after, WaitMs: api.Ms(time.Minute)})
+				resp, err := s.Watch(ctx, api.WatchRequest{After: &after, WaitMs: api.Ms(time.Minute)}, service.WatchScope{})
 				if err != nil {
 					return
 				}

@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/framing"
+	"github.com/fencelock/fencelock/internal/service"
 )
 
 // watchAnswer is one long-poll's answer: the events, or the error.
@@ -201,7 +202,7 @@ func TestWatchResumeMissesNothingAndRepeatsNothing(t *testing.T) {
 	for i := range 5 {
 		ts.post(api.PathAcquire, fmt.Sprintf(`{"key":"w/%d","holder":"h","ttl_ms":1000}`, i))
 	}
-	before := ts.watches.now().String()
+	before := ts.Revision().String()
 	fake.Advance(time.Second) // five expiries in one tick entry
 	eventually(t, "the expiries", func() bool { evs, _ := ts.readAll(before, 10); return len(evs) == 5 })
 	whole, end := ts.readAll("0", api.MaxWatchLimit)
@@ -241,22 +242,18 @@ func TestWatchLongPollWaitsForAnEventOrItsWait(t *testing.T) {
 	go func() { got <- ts.watch(q("prefix", "a/", "after", w.resp.Revision.String(), "wait_ms", "60000")) }()
 	eventually(t, "the watch to wait", func() bool { return testWatchers(ts.Server) == 1 })
 	ts.post(api.PathAcquire, `{"key":"b/y","holder":"h","ttl_ms":3600000}`)
-	eventually(t, "b/y seen", func() bool { return ts.watches.now().Compare(w.resp.Revision) > 0 })
+	eventually(t, "b/y seen", func() bool { return ts.Revision().Compare(w.resp.Revision) > 0 })
 	fake.Advance(time.Minute)
 	w2 := <-got
-	if w2.status != 200 || len(w2.resp.Events) != 0 || w2.resp.Revision.Compare(ts.watches.now()) != 0 {
-		t.Fatalf("ran out: %+v, now %s", w2, ts.watches.now())
+	if w2.status != 200 || len(w2.resp.Events) != 0 || w2.resp.Revision.Compare(ts.Revision()) != 0 {
+		t.Fatalf("ran out: %+v, now %s", w2, ts.Revision())
 	}
 	if testWatchers(ts.Server) != 0 {
 		t.Fatal("a finished watch is still counted")
 	}
 }
 
-func testWatchers(s *Server) int {
-	s.watches.count.Lock()
-	defer s.watches.count.Unlock()
-	return s.watches.total
-}
+func testWatchers(s *Server) int { return int(s.metric("fencelock_watchers")) }
 
 func TestWatchCompactedNamesTheOldestRevision(t *testing.T) {
 	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -333,15 +330,15 @@ func TestWatchLimitsOpenWatches(t *testing.T) {
 		t.Fatalf("third from one host: %+v", w)
 	}
 	// The total counts every caller: the in-process one is another.
-	if _, err := ts.Watch(ctx, api.WatchRequest{}); err != nil {
+	if _, err := ts.Watch(ctx, api.WatchRequest{}, service.WatchScope{}); err != nil {
 		t.Fatalf("in-process: %v", err)
 	}
 	go func() {
-		_, _ = ts.Watch(ctx, api.WatchRequest{WaitMs: 60000})
+		_, _ = ts.Watch(ctx, api.WatchRequest{WaitMs: 60000}, service.WatchScope{})
 		done <- watchReply{}
 	}()
 	eventually(t, "three watches", func() bool { return testWatchers(ts.Server) == 3 })
-	if _, err := ts.Watch(ctx, api.WatchRequest{}); err == nil || !strings.Contains(err.Error(), "its limit") {
+	if _, err := ts.Watch(ctx, api.WatchRequest{}, service.WatchScope{}); err == nil || !strings.Contains(err.Error(), "its limit") {
 		t.Fatalf("fourth in all: %v", err)
 	}
 	cancel()
@@ -464,11 +461,11 @@ func TestWatchEventStream(t *testing.T) {
 	}
 	// With nothing to send, a progress frame moves the id past other keys.
 	ts.post(api.PathAcquire, `{"key":"x/2","holder":"h","ttl_ms":60000}`)
-	eventually(t, "x/2 seen", func() bool { return ts.watches.now().Compare(ev.Revision) > 0 })
-	fake.Advance(sseProgress)
+	eventually(t, "x/2 seen", func() bool { return ts.Revision().Compare(ev.Revision) > 0 })
+	fake.Advance(service.StreamProgress)
 	p := readSSE(t, br)
-	if p.event != api.SSEProgress || p.id != ts.watches.now().String() {
-		t.Fatalf("progress: %+v, now %s", p, ts.watches.now())
+	if p.event != api.SSEProgress || p.id != ts.Revision().String() {
+		t.Fatalf("progress: %+v, now %s", p, ts.Revision())
 	}
 	cancel()
 	// A reconnect with Last-Event-ID resumes after it.
@@ -520,7 +517,7 @@ func TestWatchRevisionsAreTheSameOnEveryNode(t *testing.T) {
 	eventually(t, "the expiries", func() bool { evs, _ := l.readAll("0", 100, "prefix", "c/"); return len(evs) == 12 })
 	want, end := l.readAll("0", 100)
 	for _, n := range c.others(l) {
-		eventually(t, n.id+" to apply as far", func() bool { return n.watches.now().Compare(mustRev(t, end)) >= 0 })
+		eventually(t, n.id+" to apply as far", func() bool { return n.Revision().Compare(mustRev(t, end)) >= 0 })
 		evs, _ := n.readAll("0", 3)
 		if len(evs) < len(want) || fmt.Sprint(lines(evs[:len(want)])) != fmt.Sprint(lines(want)) {
 			t.Fatalf("%s:\n%v\nleader %s:\n%v", n.id, lines(evs), l.id, lines(want))
@@ -546,12 +543,12 @@ func TestWatchAfterASnapshotInstallIsCompacted(t *testing.T) {
 	lag := c.others(l)[0]
 	l.post(api.PathAcquire, acquireBody("first", "h", 60000, ""))
 	eventually(t, "the lagging node has the first", func() bool { return lag.fsm.LastToken() == 1 })
-	seen := lag.watches.now()
+	seen := lag.Revision()
 	c.isolate(lag)
 	for i := range 40 {
 		l.post(api.PathAcquire, acquireBody(fmt.Sprintf("k%d", i), "h", 60000, ""))
 	}
-	if err := l.node.raft.Snapshot().Error(); err != nil {
+	if err := l.node.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
 	c.heal()
@@ -569,7 +566,7 @@ func TestWatchAfterASnapshotInstallIsCompacted(t *testing.T) {
 	from := w.err.CompactRevision.String()
 	l.post(api.PathAcquire, acquireBody("later", "h", 60000, ""))
 	want, end := l.readAll(from, 100)
-	eventually(t, "the lagging node to apply later", func() bool { return lag.watches.now().Compare(mustRev(t, end)) >= 0 })
+	eventually(t, "the lagging node to apply later", func() bool { return lag.Revision().Compare(mustRev(t, end)) >= 0 })
 	got, _ := lag.readAll(from, 100)
 	if len(want) == 0 || fmt.Sprint(lines(got)) != fmt.Sprint(lines(want)) {
 		t.Fatalf("after %s: lagging node %v, leader %v", from, lines(got), lines(want))
@@ -606,13 +603,14 @@ func TestWatchUnderACLsNeedsReadAndHidesDeniedKeys(t *testing.T) {
 }
 
 // A stream whose consumer stops reading is cut off once the connection
-// takes no bytes for sseWriteTimeout; the server holds no buffer for it
+// takes no bytes for its write timeout; the server holds no buffer for it
 // meanwhile (the stream reads the shared history, which is bounded).
 func TestWatchEventStreamDropsAConsumerThatStopsReading(t *testing.T) {
-	old := sseWriteTimeout
-	sseWriteTimeout = 100 * time.Millisecond
-	defer func() { sseWriteTimeout = old }()
+	if testing.Short() {
+		t.Skip("full tier: floods the history until a write times out (go test without -short)")
+	}
 	cfg := fastConfig("")
+	cfg.sseWriteTimeout = 100 * time.Millisecond
 	cfg.WatchHistory = maxWatchHistory // so that only the write timeout can end it
 	ts := startServer(t, cfg)
 	openSSE(t, context.Background(), ts, q("prefix", ""), "") // never read

@@ -118,9 +118,6 @@ func (r *Reloader) Reload() error {
 // Certificate returns the certificate now presented.
 func (r *Reloader) Certificate() *tls.Certificate { return r.cur.Load().cert }
 
-// HasPeerCA reports whether a CA for peers was loaded.
-func (r *Reloader) HasPeerCA() bool { return r.cur.Load().peers != nil }
-
 // LoadPool reads the PEM certificates in files (empty names skipped)
 // into one pool.
 func LoadPool(files ...string) (*x509.CertPool, error) {

@@ -1,0 +1,70 @@
+package node
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+type memSink struct {
+	bytes.Buffer
+	closed bool
+}
+
+func (s *memSink) ID() string    { return "test" }
+func (s *memSink) Cancel() error { return nil }
+func (s *memSink) Close() error  { s.closed = true; return nil }
+
+// A restore, and a snapshot of at least the size set once written and
+// released, each ask for freed memory to be returned; a smaller snapshot
+// does not.
+func TestRestoresAndBigSnapshotsSignalFreedMemory(t *testing.T) {
+	f := fsm.New(nil)
+	for i := range 50 {
+		f.ApplyCommand(uint64(i+1), fsm.Command{Op: fsm.OpAcquire, Key: fmt.Sprint("k", i), Holder: "h", TTL: locktable.Second})
+	}
+	m := newMachine(f, nil, Hooks{})
+	freed := m.freed
+	pending := func() bool {
+		select {
+		case <-freed:
+			return true
+		default:
+			return false
+		}
+	}
+	persist := func(big int64) *memSink {
+		m.big = big
+		snap, err := m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sink memSink
+		if err := snap.Persist(&sink); err != nil || !sink.closed {
+			t.Fatalf("persist: %v, closed %v", err, sink.closed)
+		}
+		snap.Release()
+		return &sink
+	}
+	sink := persist(1 << 30)
+	if pending() {
+		t.Error("a small snapshot asked to return memory")
+	}
+	persist(int64(sink.Len()))
+	if !pending() {
+		t.Error("a snapshot of the size set did not ask to return memory")
+	}
+	if err := m.Restore(io.NopCloser(&sink.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	if !pending() {
+		t.Error("a restore did not ask to return memory")
+	}
+	if l, ok := f.Get("k7", 0); !ok || l.Holder != "h" {
+		t.Errorf("after the restore k7 is %+v, %v", l, ok)
+	}
+}

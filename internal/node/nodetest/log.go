@@ -1,0 +1,192 @@
+// Package nodetest is an in-memory node.Replicator for tests of the
+// service: one voter that applies each proposal to the state machine at
+// once, in order, with no raft, no disk and no network. Tests take its
+// leadership away and give it back (Lose, Lead) to drive what a leader
+// change does to the service.
+package nodetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/node"
+)
+
+// Log is a single-voter replicated log in memory. It starts as the
+// leader: the first value on Leadership is true.
+type Log struct {
+	id   string
+	fsm  *fsm.FSM
+	lead chan bool
+
+	mu      sync.Mutex
+	index   uint64
+	leading bool
+	// FailCovered, when set, is what Covered answers (a token ceiling
+	// this node could not record).
+	failCovered error
+	pending     uint64
+}
+
+var _ node.Replicator = (*Log)(nil)
+
+// New returns a log applying to f, whose one voter is id.
+func New(id string, f *fsm.FSM) *Log {
+	l := &Log{id: id, fsm: f, lead: make(chan bool, 16), leading: true}
+	l.lead <- true
+	return l
+}
+
+// Propose applies data at the next index, if this log leads.
+func (l *Log) Propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leading {
+		return nil, fmt.Errorf("%w: nodetest: leadership taken away", node.ErrNotLeader)
+	}
+	l.index++
+	r, ok := l.fsm.Apply(&raft.Log{Index: l.index, Type: raft.LogCommand, Data: data}).(*fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("%w: unexpected apply response", node.ErrUnavailable)
+	}
+	return r, nil
+}
+
+// Barrier returns at once: every proposal is applied before Propose
+// returns.
+func (l *Log) Barrier(time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leading {
+		return node.ErrNotLeader
+	}
+	return nil
+}
+
+// Leadership reports the changes Lose and Lead make.
+func (l *Log) Leadership() <-chan bool { return l.lead }
+
+// Lose takes leadership away, as a deposed leader loses it.
+func (l *Log) Lose() { l.set(false) }
+
+// Lead gives it back, as an election won again.
+func (l *Log) Lead() { l.set(true) }
+
+func (l *Log) set(leading bool) {
+	l.mu.Lock()
+	changed := l.leading != leading
+	l.leading = leading
+	l.mu.Unlock()
+	if changed {
+		l.lead <- leading
+	}
+}
+
+// VerifyLeader answers whether this log leads.
+func (l *Log) VerifyLeader() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leading {
+		return node.ErrNotLeader
+	}
+	return nil
+}
+
+// Status is leader or follower of no known leader.
+func (l *Log) Status() node.Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.leading {
+		return node.Status{State: node.Leader, LeaderID: l.id}
+	}
+	return node.Status{State: node.Follower}
+}
+
+// AppliedIndex is the last index applied.
+func (l *Log) AppliedIndex() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.index
+}
+
+// CommitIndex is AppliedIndex: what is committed is applied at once.
+func (l *Log) CommitIndex() uint64 { return l.AppliedIndex() }
+
+// StartIndex is 0: the log starts empty.
+func (l *Log) StartIndex() uint64 { return 0 }
+
+// FailCovered makes Covered answer err (nil heals it), as a node whose
+// state file refused a token reservation.
+func (l *Log) FailCovered(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failCovered = err
+}
+
+// Covered answers what FailCovered set; nil by default.
+func (l *Log) Covered(uint64, time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failCovered != nil {
+		return fmt.Errorf("%w: %w", node.ErrUnavailable, l.failCovered)
+	}
+	return nil
+}
+
+// SetPendingFloor leaves a token floor for the next leader to commit.
+func (l *Log) SetPendingFloor(floor uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = floor
+}
+
+// PendingFloor is the floor SetPendingFloor left.
+func (l *Log) PendingFloor() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pending
+}
+
+// ClearPendingFloor forgets floor.
+func (l *Log) ClearPendingFloor(floor uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == floor {
+		l.pending = 0
+	}
+	return nil
+}
+
+// Configuration is the one voter.
+func (l *Log) Configuration() ([]node.Server, error) {
+	return []node.Server{{ID: l.id, Addr: l.id, Suffrage: "Voter", Voter: true}}, nil
+}
+
+var errNoMembers = errors.New("nodetest: a single in-memory voter takes no other members")
+
+// AddNonvoter is refused: nobody can reach an in-memory log.
+func (l *Log) AddNonvoter(string, string, time.Duration) error { return errNoMembers }
+
+// AddVoter is refused.
+func (l *Log) AddVoter(string, string, time.Duration) error { return errNoMembers }
+
+// RemoveServer is refused.
+func (l *Log) RemoveServer(string, time.Duration) error { return errNoMembers }
+
+// TransferLeadership is refused: there is nobody to hand it to.
+func (l *Log) TransferLeadership() error { return errNoMembers }
+
+// Addr is the voter's id.
+func (l *Log) Addr() string { return l.id }
+
+// Dialable is false.
+func (l *Log) Dialable() bool { return false }
+
+// ProbeRaft is refused.
+func (l *Log) ProbeRaft(context.Context, string, time.Duration) error { return errNoMembers }

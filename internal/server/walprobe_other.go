@@ -1,8 +1,0 @@
-//go:build !linux
-
-package server
-
-import "os"
-
-// reserveSpace cannot check for space here; the reopen will tell.
-func reserveSpace(f *os.File, n int64) error { return nil }

@@ -1,0 +1,198 @@
+package service
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// metrics are the service's: leases, waits, proposals. The server
+// registers them (Collectors) in a registry of its own, so that two
+// servers in one process (tests) do not collide.
+type metrics struct {
+	all       []prometheus.Collector
+	grants    *prometheus.CounterVec   // waited: "false" | "true"
+	refusals  *prometheus.CounterVec   // op
+	leaseEnds *prometheus.CounterVec   // reason: released | expired
+	extends   *prometheus.CounterVec   // result: ok | not_held
+	waitEnds  *prometheus.CounterVec   // outcome: granted | elapsed | cancelled
+	waiters   prometheus.Gauge         // requests waiting on this node
+	hold      *prometheus.HistogramVec // reason
+	wait      *prometheus.HistogramVec // outcome
+	commit    *prometheus.HistogramVec // op
+	leader    prometheus.Gauge
+	retries   prometheus.Counter
+	queueFull *prometheus.CounterVec // scope: key | total
+	watchers  prometheus.Gauge
+}
+
+// leaseSeconds are the buckets of the hold and wait histograms.
+var leaseSeconds = prometheus.ExponentialBuckets(0.001, 4, 10) // 1ms .. ~4.4 min
+
+func newMetrics(s *Service) *metrics {
+	seconds := leaseSeconds
+	m := &metrics{
+		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelock_grants_total", Help: "Leases granted (each with a new token); waited=true for grants from a queue.",
+		}, []string{"waited"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelock_refusals_total", Help: "Requests answered no: acquire/wait held by another, renew/extend not held.",
+		}, []string{"op"}),
+		leaseEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelock_lease_ends_total", Help: "Leases that ended, by reason: released by the holder or expired.",
+		}, []string{"reason"}),
+		extends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelock_extends_total", Help: "Extend calls (single and batch items) by result.",
+		}, []string{"result"}),
+		waitEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelock_waits_total", Help: "Queued waits that ended, by outcome: granted, elapsed, cancelled.",
+		}, []string{"outcome"}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencelock_waiters", Help: "Acquire requests currently waiting in a queue on this node.",
+		}),
+		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fencelock_hold_seconds", Help: "Cluster time from grant to release or expiry.", Buckets: seconds,
+		}, []string{"reason"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fencelock_wait_seconds", Help: "Cluster time a waiter spent queued, by outcome.", Buckets: seconds,
+		}, []string{"outcome"}),
+		commit: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fencelock_commit_seconds", Help: "Time from proposal to committed and applied, by command.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 100µs .. ~3.3s
+		}, []string{"op"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencelock_retried_requests_total", Help: "Writes whose request_id repeated an earlier one: answered from memory, not applied.",
+		}),
+		queueFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelock_wait_queue_full_total", Help: "Waits refused (429 too_many_waiters) because the key's queue (scope=key) or all queues (scope=total) were at their limit.",
+		}, []string{"scope"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencelock_is_leader", Help: "1 while this node is the leader and serving writes.",
+		}),
+		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencelock_watchers", Help: "Watches open on this node (long-polls waiting and event streams).",
+		}),
+	}
+	m.all = []prometheus.Collector{m.grants, m.refusals, m.leaseEnds, m.extends, m.waitEnds, m.waiters,
+		m.hold, m.wait, m.commit, m.leader, m.retries, m.queueFull, m.watchers,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_queued_waiters", Help: "Waiters in all wait queues of the replicated table (every node's view of the same queues).",
+		}, func() float64 { return float64(s.fsm.QueuedCount()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_last_token", Help: "The last fencing token issued.",
+		}, func() float64 { return float64(s.fsm.LastToken()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_sessions", Help: "Sessions not yet ended, in this node's replicated table.",
+		}, func() float64 { n, _ := s.fsm.SessionStats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_session_locks", Help: "Locks held under sessions, in this node's replicated table.",
+		}, func() float64 { _, n := s.fsm.SessionStats(); return float64(n) }),
+		newLeaseCollector(s.eachLiveLease),
+	}
+	return m
+}
+
+func dur(d locktable.Duration) float64 { return time.Duration(d).Seconds() }
+
+// observe counts one table event. Events are counted only while this node
+// leads, so a log replayed at start-up is not counted twice.
+func (m *metrics) observe(ev locktable.Event) {
+	switch ev.Kind {
+	case locktable.EventGranted:
+		if ev.Since < ev.At {
+			m.grants.WithLabelValues("true").Inc()
+			m.waitEnds.WithLabelValues("granted").Inc()
+			m.wait.WithLabelValues("granted").Observe(dur(locktable.Duration(ev.At - ev.Since)))
+		} else {
+			m.grants.WithLabelValues("false").Inc()
+		}
+	case locktable.EventReleased:
+		m.leaseEnds.WithLabelValues("released").Inc()
+		m.hold.WithLabelValues("released").Observe(dur(locktable.Duration(ev.At - ev.Since)))
+	case locktable.EventExpired:
+		m.leaseEnds.WithLabelValues("expired").Inc()
+		m.hold.WithLabelValues("expired").Observe(dur(locktable.Duration(ev.Expiry - ev.Since)))
+	case locktable.EventWaitDropped:
+		m.waitEnds.WithLabelValues("elapsed").Inc()
+		m.wait.WithLabelValues("elapsed").Observe(dur(locktable.Duration(ev.At - ev.Since)))
+	}
+}
+
+// maxLeasePrefixes bounds fencelock_leases_by_prefix: the first this many
+// top-level prefixes (in key order) get a series each, the rest are summed
+// under prefix="other".
+const maxLeasePrefixes = 20
+
+// leaseCollector reports the leases held now, in total and by top-level
+// key prefix (the key up to and including its first "/"; a key without
+// one is its own prefix), from one walk of the table per scrape.
+type leaseCollector struct {
+	each            func(func(key string))
+	total, byPrefix *prometheus.Desc
+}
+
+func newLeaseCollector(each func(func(key string))) *leaseCollector {
+	return &leaseCollector{
+		each:  each,
+		total: prometheus.NewDesc("fencelock_leases", "Leases held now, in this node's replicated table.", nil, nil),
+		byPrefix: prometheus.NewDesc("fencelock_leases_by_prefix",
+			"Leases held now by top-level key prefix (up to the first /); past the first 20 prefixes in key order, prefix=\"other\".",
+			[]string{"prefix"}, nil),
+	}
+}
+
+func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.total
+	ch <- c.byPrefix
+}
+
+func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	var pc prefixCounter
+	c.each(func(key string) { pc.add(key, maxLeasePrefixes) })
+	ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(pc.total))
+	for _, pc := range pc.counts() {
+		ch <- prometheus.MustNewConstMetric(c.byPrefix, prometheus.GaugeValue, float64(pc.n), pc.prefix)
+	}
+}
+
+type prefixCount struct {
+	prefix string
+	n      int
+}
+
+// prefixCounter counts keys, fed in key order, by top-level prefix: the
+// first max prefixes, then "other" for the rest.
+type prefixCounter struct {
+	total int
+	out   []prefixCount
+	other int
+}
+
+func (c *prefixCounter) add(key string, max int) {
+	c.total++
+	p := key
+	if i := strings.IndexByte(p, '/'); i >= 0 {
+		p = p[:i+1]
+	}
+	switch {
+	case len(c.out) > 0 && c.out[len(c.out)-1].prefix == p:
+		c.out[len(c.out)-1].n++
+	case len(c.out) < max:
+		c.out = append(c.out, prefixCount{p, 1})
+	default:
+		c.other++
+	}
+}
+
+func (c *prefixCounter) counts() []prefixCount {
+	if c.other > 0 {
+		return append(c.out, prefixCount{"other", c.other})
+	}
+	return c.out
+}
+
+// Collectors are the service's metrics, for the server's registry.
+func (s *Service) Collectors() []prometheus.Collector { return s.metrics.all }

@@ -1,0 +1,137 @@
+package service
+
+import (
+	"context"
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// Overview answers a page of live leases whose keys start with prefix,
+// each with the head of its wait queue, the last token issued and this
+// node's lease counters and histograms (api.Overview). It is a read: the
+// leader answers it at the current cluster time, like List; limit 0 is
+// api.DefaultOverviewLimit.
+func (s *Service) Overview(ctx context.Context, prefix string, limit int) (api.Overview, error) {
+	if limit == 0 {
+		limit = api.DefaultOverviewLimit
+	}
+	e := checkPrefix(prefix)
+	if e == nil && (limit < 1 || limit > api.MaxOverviewLimit) {
+		e = Invalid("limit", "limit must be an integer between 1 and %d", api.MaxOverviewLimit)
+	}
+	if e != nil {
+		return api.Overview{}, s.fail(e)
+	}
+	now, e := s.readNow()
+	if e != nil {
+		return api.Overview{}, s.fail(e)
+	}
+	locks, more, last, queued := s.fsm.Overview(prefix, "", now, limit, api.MaxOverviewWaiters)
+	out := api.Overview{
+		Node:      s.cfg.NodeID,
+		NowMs:     int64(now) / int64(locktable.Millisecond),
+		LastToken: last,
+		Locks:     make([]api.LockOverview, len(locks)),
+		More:      more,
+		Queued:    queued,
+		Stats:     s.metrics.stats(),
+	}
+	for i, l := range locks {
+		lo := api.LockOverview{
+			Lease:        wireLease(l.Lease, now),
+			HeldMs:       ms(locktable.Duration(now - l.Lease.Granted)),
+			Waiters:      make([]api.Waiter, len(l.Waiters)),
+			WaitersTotal: l.Queued,
+		}
+		for j, w := range l.Waiters {
+			lo.Waiters[j] = api.Waiter{Holder: w.Holder, WaitedMs: ms(locktable.Duration(now - w.Since)), LeftMs: ms(locktable.Duration(max(0, w.Deadline-now)))}
+		}
+		out.Locks[i] = lo
+	}
+	return out, nil
+}
+
+// stats reads the lease counters and histograms without adding series
+// that were never observed.
+func (m *metrics) stats() api.Stats {
+	var st api.Stats
+	each(m.grants, func(d *dto.Metric) {
+		n := uint64(d.GetCounter().GetValue())
+		st.Grants += n
+		if label(d, "waited") == "true" {
+			st.Handoffs += n
+		}
+	})
+	each(m.leaseEnds, func(d *dto.Metric) {
+		n := uint64(d.GetCounter().GetValue())
+		switch label(d, "reason") {
+		case "released":
+			st.Releases += n
+		case "expired":
+			st.Expiries += n
+		}
+	})
+	st.Hold = histogram(m.hold, nil)
+	st.Wait = histogram(m.wait, func(d *dto.Metric) bool { return label(d, "outcome") == "granted" })
+	return st
+}
+
+// each calls fn with every series c has.
+func each(c prometheus.Collector, fn func(*dto.Metric)) {
+	ch := make(chan prometheus.Metric, 8)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) == nil {
+			fn(&d)
+		}
+	}
+}
+
+func label(d *dto.Metric, name string) string {
+	for _, l := range d.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// histogram sums the series of h that keep accepts (all when nil) into
+// one, with per-bucket (not cumulative) counts in milliseconds.
+func histogram(h *prometheus.HistogramVec, keep func(*dto.Metric) bool) api.Histogram {
+	out := api.Histogram{BoundsMs: make([]float64, len(leaseSeconds))}
+	for i, b := range leaseSeconds {
+		out.BoundsMs[i] = math.Round(b*1e6) / 1e3
+	}
+	cum := make([]uint64, len(leaseSeconds))
+	each(h, func(d *dto.Metric) {
+		if keep != nil && !keep(d) {
+			return
+		}
+		hd := d.GetHistogram()
+		for i, b := range hd.GetBucket() {
+			if i < len(cum) && !math.IsInf(b.GetUpperBound(), 1) {
+				cum[i] += b.GetCumulativeCount()
+			}
+		}
+		out.Count += hd.GetSampleCount()
+		out.SumMs += hd.GetSampleSum() * 1000
+	})
+	out.Counts = make([]uint64, len(cum)+1)
+	prev := uint64(0)
+	for i, c := range cum {
+		out.Counts[i] = c - prev
+		prev = c
+	}
+	out.Counts[len(cum)] = out.Count - prev
+	return out
+}
