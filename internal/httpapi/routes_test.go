@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/clock"
+	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/internal/httpapi"
 	"github.com/fencelock/fencelock/internal/node/nodetest"
 	"github.com/fencelock/fencelock/internal/service"
