@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -245,9 +246,10 @@ func (c *cluster) addrs() []string {
 }
 
 type member struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	Suffrage string `json:"suffrage"`
+	ID         string `json:"id"`
+	RaftAddr   string `json:"raft_addr"`
+	ClientAddr string `json:"client_addr"`
+	Suffrage   string `json:"suffrage"`
 }
 
 type membersAnswer struct {
@@ -479,4 +481,53 @@ func (c *cluster) isolate(n *node, cut bool) error {
 		}
 	}
 	return nil
+}
+
+// replace takes old out of the cluster with `fencelock cluster remove`,
+// kills it, and joins a fresh node in its place with `server --join`,
+// waiting until the leader counts the fresh node a voter. Loopback only.
+func (c *cluster) replace(t *testing.T, old *node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// The leader refuses a removal it cannot show leaves a quorum that
+	// answers, which it learns at the client addresses the nodes announce
+	// after they start.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if ld := c.findLeader(nil); ld != nil {
+			if m, err := members(ld.client); err == nil && !slices.ContainsFunc(m.Members, func(mm member) bool { return mm.ClientAddr == "" }) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the leader does not know every node's client address within 30s")
+		}
+	}
+	if out, err := c.cli(ctx, "cluster", "remove", "--id", old.id, "--addr", strings.Join(c.addrs(), ","), "--timeout", "60s"); err != nil {
+		return fmt.Errorf("cluster remove %s: %v: %s", old.id, err, out)
+	}
+	c.kill(old)
+	if c.waitLeader(old, 60*time.Second) == nil {
+		return fmt.Errorf("no ready leader within 60s of removing %s", old.id)
+	}
+	c.gen++
+	fresh := &node{id: fmt.Sprintf("%sr%d", old.id, c.gen), client: freeAddr(t), raft: freeAddr(t),
+		data: filepath.Join(c.dir, fmt.Sprintf("%sr%d", old.id, c.gen))}
+	var join []string
+	for _, n := range c.nodes {
+		if n != old {
+			join = append(join, n.client)
+		}
+	}
+	c.nodes[slices.Index(c.nodes, old)] = fresh
+	c.start(fresh, "--join", strings.Join(join, ","))
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if ld := c.findLeader(nil); ld != nil {
+			if m, err := members(ld.client); err == nil && slices.ContainsFunc(m.Members, func(mm member) bool {
+				return mm.ID == fresh.id && strings.EqualFold(mm.Suffrage, "voter")
+			}) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s, joined in place of %s, is not a voter within 60s", fresh.id, old.id)
 }

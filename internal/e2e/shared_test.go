@@ -7,19 +7,24 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/client"
 )
 
-// TestSharedFaults runs semaphores and read/write locks under kill -9 of
-// the leader and, where network namespaces are available, a partition of
-// the leader: workers on their own clients take permits of a 2-permit
-// semaphore and read or write holds of a read/write lock (waiting, holding
-// a little, releasing; client.Lease keeps each alive), and CheckShared
-// checks the holds as the clients saw them. A few seconds a class.
+// TestSharedFaults runs semaphores, read/write locks and multi-key
+// acquires under kill -9 of the leader, SIGSTOP of the leader, a change of
+// membership (the leader removed and a fresh node joined in its place)
+// and, where network namespaces are available, a partition of the leader:
+// workers on their own clients take permits of a 2-permit semaphore, read
+// or write holds of a read/write lock (waiting, holding a little,
+// releasing; client.Lease keeps each alive), and two of three keys at once
+// under a session (client.Session keeps them alive); CheckShared checks
+// the holds as the clients saw them. A few seconds a class.
 func TestSharedFaults(t *testing.T) {
 	fencelockBinary(t)
 	t.Parallel()
@@ -35,6 +40,19 @@ func TestSharedFaults(t *testing.T) {
 			time.Sleep(700 * time.Millisecond) // down a while: the others elect
 			c.start(l)
 			return nil
+		}},
+		{"leader-stop", false, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			c.signal(l, syscall.SIGSTOP)
+			defer c.signal(l, syscall.SIGCONT)
+			if c.waitLeader(l, 60*time.Second) == nil {
+				return fmt.Errorf("no other leader within 60s of stopping %s", l.id)
+			}
+			time.Sleep(500 * time.Millisecond) // the old leader stays frozen a while
+			return nil
+		}},
+		{"membership", false, func(c *cluster) error {
+			return c.replace(t, c.leader(60*time.Second))
 		}},
 		{"partition", true, func(c *cluster) error {
 			l := c.leader(60 * time.Second)
@@ -66,7 +84,7 @@ func TestSharedFaults(t *testing.T) {
 			for _, e := range errs {
 				t.Error(e)
 			}
-			var lost, writes int
+			var lost, writes, multi int
 			for _, h := range holds {
 				if h.Lost {
 					lost++
@@ -74,10 +92,13 @@ func TestSharedFaults(t *testing.T) {
 				if h.Write {
 					writes++
 				}
+				if strings.HasPrefix(h.Key, "m") {
+					multi++
+				}
 			}
-			t.Logf("%s: %d holds (%d writes), %d lost", tc.name, len(holds), writes, lost)
-			if len(holds) < 10 {
-				t.Fatalf("only %d holds: the run checked nothing", len(holds))
+			t.Logf("%s: %d holds (%d writes, %d of them keys of multi-key acquires), %d lost", tc.name, len(holds), writes, multi, lost)
+			if len(holds) < 10 || multi < 4 {
+				t.Fatalf("only %d holds, %d of multi-key acquires: the run checked too little", len(holds), multi)
 			}
 			for _, v := range CheckShared(holds, map[string]int{"sem": 2}) {
 				t.Errorf("%v", v)
@@ -159,6 +180,19 @@ func sharedLoad(t *testing.T, c *cluster, seed int64, inject func(*cluster) erro
 			}
 		}()
 	}
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := multiKeyWorker(c, seed, w, since, stop)
+			mu.Lock()
+			defer mu.Unlock()
+			holds = append(holds, h...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
 	time.Sleep(1500 * time.Millisecond)
 	if err := inject(c); err != nil {
 		errs = append(errs, err)
@@ -167,4 +201,85 @@ func sharedLoad(t *testing.T, c *cluster, seed int64, inject func(*cluster) erro
 	close(stop)
 	wg.Wait()
 	return holds, errs
+}
+
+// multiKeyWorker takes two of the keys m1, m2, m3 at once under a session
+// (kept alive by client.Session), holds them a little and releases them,
+// until stop; a session lost in a fault is replaced by a new one. Each
+// key's hold is recorded as a writer's, so CheckShared allows nothing
+// beside it.
+func multiKeyWorker(c *cluster, seed int64, w int, since func(time.Time) time.Duration, stop <-chan struct{}) ([]Hold, error) {
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(100+w)))
+	cl, err := client.New(c.addrs())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var holds []Hold
+	var s *client.Session
+	defer func() {
+		if s != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = s.Close(ctx)
+			cancel()
+		}
+	}()
+	keys := []string{"m1", "m2", "m3"}
+	for {
+		select {
+		case <-stop:
+			return holds, nil
+		default:
+		}
+		if s == nil || s.Err() != nil {
+			if s != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = s.Close(ctx)
+				cancel()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			s, err = client.NewSession(ctx, cl, client.WithSessionTTL(3*time.Second), client.WithSessionHolder(fmt.Sprintf("multi-%d", w)))
+			cancel()
+			if err != nil {
+				s = nil
+				if errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) {
+					continue
+				}
+				return holds, fmt.Errorf("session open: %w", err)
+			}
+		}
+		skip := rng.IntN(len(keys))
+		var pick []string
+		for i, k := range keys {
+			if i != skip {
+				pick = append(pick, k)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		lks, err := s.AcquireAll(ctx, pick, client.WithWait(2*time.Second))
+		cancel()
+		if err != nil {
+			if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) ||
+				errors.Is(err, context.DeadlineExceeded) || s.Err() != nil {
+				continue
+			}
+			return holds, fmt.Errorf("acquire-all %v: %w", pick, err)
+		}
+		start := since(time.Now())
+		select {
+		case <-time.After(time.Duration(20+rng.IntN(150)) * time.Millisecond):
+		case <-s.Done():
+		}
+		end := since(time.Now())
+		lost := s.Err() != nil && !errors.Is(s.Err(), client.ErrSessionClosed)
+		if lost {
+			end = min(end, since(s.Deadline()))
+		}
+		for _, lk := range lks {
+			holds = append(holds, Hold{Key: lk.Key(), Holder: s.Holder(), Token: lk.Token(), Write: true, Start: start, End: end, Lost: lost})
+			rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = lk.Release(rctx)
+			rcancel()
+		}
+	}
 }
