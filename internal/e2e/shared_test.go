@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/fencelock/fencelock/client"
 )
 
@@ -282,4 +283,195 @@ func multiKeyWorker(c *cluster, seed int64, w int, since func(time.Time) time.Du
 			rcancel()
 		}
 	}
+}
+
+// TestSharedLinearizable records try-once acquires and releases of a
+// 2-permit semaphore and a read/write lock (TTL one minute, so nothing
+// expires within a run) across kill -9 and SIGSTOP of the leader and,
+// where network namespaces are available, a partition of it, and checks
+// the history against SharedModel with porcupine.
+func TestSharedLinearizable(t *testing.T) {
+	fencelockBinary(t)
+	t.Parallel()
+	seed := suiteSeed(t)
+	for _, tc := range []struct {
+		name  string
+		netns bool
+		fault func(c *cluster) error
+	}{
+		{"leader-kill", false, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			c.kill(l)
+			time.Sleep(700 * time.Millisecond)
+			c.start(l)
+			return nil
+		}},
+		{"leader-stop", false, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			c.signal(l, syscall.SIGSTOP)
+			defer c.signal(l, syscall.SIGCONT)
+			if c.waitLeader(l, 60*time.Second) == nil {
+				return fmt.Errorf("no other leader within 60s of stopping %s", l.id)
+			}
+			time.Sleep(500 * time.Millisecond)
+			return nil
+		}},
+		{"partition", true, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			if err := c.isolate(l, true); err != nil {
+				return err
+			}
+			if c.waitLeader(l, 60*time.Second) == nil {
+				_ = c.isolate(l, false)
+				return fmt.Errorf("no other leader within 60s of isolating %s", l.id)
+			}
+			time.Sleep(500 * time.Millisecond)
+			return c.isolate(l, false)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("seed %d; replay: go test ./internal/e2e -run 'TestSharedLinearizable/%s$' -v -seed %d", seed, tc.name, seed)
+				}
+			})
+			if tc.netns {
+				if why := netnsUnavailable(); why != "" {
+					t.Skipf("skipping: %s", why)
+				}
+			}
+			c := startCluster(t, 3, tc.netns)
+			ops, errs := sharedHistory(c, seed, tc.fault)
+			for _, e := range errs {
+				t.Error(e)
+			}
+			var grants, unknown int
+			for _, o := range ops {
+				if o.Input.Kind == SharedAcquire && o.Output.Result == OK {
+					grants++
+				}
+				if o.Output.Result == Unknown {
+					unknown++
+				}
+			}
+			res, n := CheckSharedLinearizable(ops, time.Minute)
+			t.Logf("%s: %d operations (%d grants, %d unknown): %v", tc.name, n, grants, unknown, res)
+			if grants < 20 {
+				t.Fatalf("only %d grants: the run checked too little", grants)
+			}
+			if res != porcupine.Ok {
+				for _, o := range ops {
+					t.Logf("client %d [%v, %v] %v", o.Client, o.Call, o.Return, o)
+				}
+				t.Fatalf("the history is not linearizable against SharedModel: %v", res)
+			}
+		})
+	}
+}
+
+// sharedHistory runs try-once workers on "psem" (2 permits) and "prw"
+// (read 70%, write 30%), injects the fault after a while, and returns
+// every call as its client saw it. A worker whose acquire or release had
+// no definite answer takes a new holder name: the hold may be there.
+func sharedHistory(c *cluster, seed int64, fault func(*cluster) error) ([]SharedOp, []error) {
+	t0 := time.Now()
+	var (
+		mu   sync.Mutex
+		ops  []SharedOp
+		errs []error
+		wg   sync.WaitGroup
+	)
+	record := func(o SharedOp) {
+		mu.Lock()
+		ops = append(ops, o)
+		mu.Unlock()
+	}
+	stop := make(chan struct{})
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(200+w)))
+			cl, err := client.New(c.addrs())
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			defer cl.Close()
+			gen := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				holder := fmt.Sprintf("p%d-%d", w, gen)
+				in := SharedInput{Kind: SharedAcquire, Key: "psem", Holder: holder, Permits: 2}
+				opts := []client.LeaseOption{client.WithTTL(time.Minute), client.WithHolder(holder)}
+				if w%2 == 1 {
+					in.Key, in.Permits, in.Write = "prw", 0, rng.IntN(10) < 3
+					if in.Write {
+						opts = append(opts, client.WithWrite())
+					} else {
+						opts = append(opts, client.WithRead())
+					}
+				} else {
+					opts = append(opts, client.WithPermits(2))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				call := time.Since(t0)
+				l, err := cl.TryAcquire(ctx, in.Key, opts...)
+				ret := time.Since(t0)
+				cancel()
+				o := SharedOp{Client: w, Input: in, Call: call, Return: ret}
+				switch {
+				case err == nil:
+					o.Output = SharedOutput{Result: OK, Token: l.Token()}
+				case errors.Is(err, client.ErrHeld):
+					o.Output = SharedOutput{Result: Refused}
+				case errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded):
+					gen++
+				default:
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("acquire %s: %w", in.Key, err))
+					mu.Unlock()
+					gen++
+				}
+				record(o)
+				if err != nil {
+					time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+					continue
+				}
+				time.Sleep(time.Duration(10+rng.IntN(50)) * time.Millisecond)
+				rin := SharedInput{Kind: SharedRelease, Key: in.Key, Holder: holder, Token: l.Token()}
+				ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+				call = time.Since(t0)
+				err = l.Release(ctx)
+				ret = time.Since(t0)
+				cancel()
+				r := SharedOp{Client: w, Input: rin, Call: call, Return: ret}
+				var le *client.LostError
+				switch {
+				case err == nil:
+					r.Output = SharedOutput{Result: OK, Released: true}
+				case errors.Is(err, client.ErrNotHeld) && !errors.As(err, &le):
+					r.Output = SharedOutput{Result: OK}
+				default:
+					gen++ // it may still be held
+				}
+				record(r)
+			}
+		}()
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if err := fault(c); err != nil {
+		errs = append(errs, err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	return ops, errs
 }
