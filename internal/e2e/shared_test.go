@@ -294,41 +294,7 @@ func TestSharedLinearizable(t *testing.T) {
 	fencelockBinary(t)
 	t.Parallel()
 	seed := suiteSeed(t)
-	for _, tc := range []struct {
-		name  string
-		netns bool
-		fault func(c *cluster) error
-	}{
-		{"leader-kill", false, func(c *cluster) error {
-			l := c.leader(60 * time.Second)
-			c.kill(l)
-			time.Sleep(700 * time.Millisecond)
-			c.start(l)
-			return nil
-		}},
-		{"leader-stop", false, func(c *cluster) error {
-			l := c.leader(60 * time.Second)
-			c.signal(l, syscall.SIGSTOP)
-			defer c.signal(l, syscall.SIGCONT)
-			if c.waitLeader(l, 60*time.Second) == nil {
-				return fmt.Errorf("no other leader within 60s of stopping %s", l.id)
-			}
-			time.Sleep(500 * time.Millisecond)
-			return nil
-		}},
-		{"partition", true, func(c *cluster) error {
-			l := c.leader(60 * time.Second)
-			if err := c.isolate(l, true); err != nil {
-				return err
-			}
-			if c.waitLeader(l, 60*time.Second) == nil {
-				_ = c.isolate(l, false)
-				return fmt.Errorf("no other leader within 60s of isolating %s", l.id)
-			}
-			time.Sleep(500 * time.Millisecond)
-			return c.isolate(l, false)
-		}},
-	} {
+	for _, tc := range leaderFaults() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			t.Cleanup(func() {
@@ -463,6 +429,209 @@ func sharedHistory(c *cluster, seed int64, fault func(*cluster) error) ([]Shared
 					gen++ // it may still be held
 				}
 				record(r)
+			}
+		}()
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if err := fault(c); err != nil {
+		errs = append(errs, err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	return ops, errs
+}
+
+// leaderFault is one of the faults the linearizability tests of the
+// shared primitives run under.
+type leaderFault struct {
+	name  string
+	netns bool
+	fault func(c *cluster) error
+}
+
+func leaderFaults() []leaderFault {
+	return []leaderFault{
+		{"leader-kill", false, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			c.kill(l)
+			time.Sleep(700 * time.Millisecond)
+			c.start(l)
+			return nil
+		}},
+		{"leader-stop", false, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			c.signal(l, syscall.SIGSTOP)
+			defer c.signal(l, syscall.SIGCONT)
+			if c.waitLeader(l, 60*time.Second) == nil {
+				return fmt.Errorf("no other leader within 60s of stopping %s", l.id)
+			}
+			time.Sleep(500 * time.Millisecond)
+			return nil
+		}},
+		{"partition", true, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			if err := c.isolate(l, true); err != nil {
+				return err
+			}
+			if c.waitLeader(l, 60*time.Second) == nil {
+				_ = c.isolate(l, false)
+				return fmt.Errorf("no other leader within 60s of isolating %s", l.id)
+			}
+			time.Sleep(500 * time.Millisecond)
+			return c.isolate(l, false)
+		}},
+	}
+}
+
+// TestMultiKeyLinearizable records try-once acquires of two of the keys
+// m1, m2, m3 at once and releases of each (TTL one minute: nothing
+// expires within a run) across the same faults, and checks the history
+// against MultiModel with porcupine: all of a multi-key acquire or none.
+func TestMultiKeyLinearizable(t *testing.T) {
+	fencelockBinary(t)
+	t.Parallel()
+	seed := suiteSeed(t)
+	for _, tc := range leaderFaults() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("seed %d; replay: go test ./internal/e2e -run 'TestMultiKeyLinearizable/%s$' -v -seed %d", seed, tc.name, seed)
+				}
+			})
+			if tc.netns {
+				if why := netnsUnavailable(); why != "" {
+					t.Skipf("skipping: %s", why)
+				}
+			}
+			c := startCluster(t, 3, tc.netns)
+			ops, errs := multiHistory(c, seed, tc.fault)
+			for _, e := range errs {
+				t.Error(e)
+			}
+			var grants, unknown int
+			for _, o := range ops {
+				if o.Input.Kind == MultiAcquire && o.Output.Result == OK {
+					grants++
+				}
+				if o.Output.Result == Unknown {
+					unknown++
+				}
+			}
+			res, n := CheckMultiLinearizable(ops, time.Minute)
+			t.Logf("%s: %d operations (%d multi-key grants, %d unknown): %v", tc.name, n, grants, unknown, res)
+			if grants < 20 {
+				t.Fatalf("only %d grants: the run checked too little", grants)
+			}
+			if res != porcupine.Ok {
+				for _, o := range ops {
+					t.Logf("client %d [%v, %v] %v", o.Client, o.Call, o.Return, o)
+				}
+				t.Fatalf("the history is not linearizable against MultiModel: %v", res)
+			}
+		})
+	}
+}
+
+// multiHistory runs 4 workers that take two of MultiKeys at once, hold
+// them a little and release each, injects the fault after a while, and
+// returns every call as its client saw it. A worker whose call had no
+// definite answer takes a new holder name.
+func multiHistory(c *cluster, seed int64, fault func(*cluster) error) ([]MultiOp, []error) {
+	t0 := time.Now()
+	var (
+		mu   sync.Mutex
+		ops  []MultiOp
+		errs []error
+		wg   sync.WaitGroup
+	)
+	record := func(o MultiOp) {
+		mu.Lock()
+		ops = append(ops, o)
+		mu.Unlock()
+	}
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	definite := func(err error) bool {
+		return !(errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded))
+	}
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(300+w)))
+			cl, err := client.New(c.addrs())
+			if err != nil {
+				fail(err)
+				return
+			}
+			defer cl.Close()
+			gen := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				holder := fmt.Sprintf("mk%d-%d", w, gen)
+				skip := rng.IntN(len(MultiKeys))
+				var keys []string
+				for i, k := range MultiKeys {
+					if i != skip {
+						keys = append(keys, k)
+					}
+				}
+				in := MultiInput{Kind: MultiAcquire, Keys: strings.Join(keys, ","), Holder: holder}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				call := time.Since(t0)
+				lks, err := cl.AcquireAll(ctx, keys, holder, time.Minute, client.GrantOptions{})
+				ret := time.Since(t0)
+				cancel()
+				o := MultiOp{Client: w, Input: in, Call: call, Return: ret}
+				switch {
+				case err == nil:
+					toks := make([]string, len(lks))
+					for i, lk := range lks {
+						toks[i] = fmt.Sprint(lk.Token)
+					}
+					o.Output = MultiOutput{Result: OK, Tokens: strings.Join(toks, ",")}
+				case errors.Is(err, client.ErrHeld):
+					o.Output = MultiOutput{Result: Refused}
+				case !definite(err):
+					gen++
+				default:
+					fail(fmt.Errorf("acquire-all %v: %w", keys, err))
+					gen++
+				}
+				record(o)
+				if err != nil {
+					time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+					continue
+				}
+				time.Sleep(time.Duration(10+rng.IntN(50)) * time.Millisecond)
+				for _, lk := range lks {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					call := time.Since(t0)
+					ok, err := cl.Release(ctx, lk.Key, holder, lk.Token)
+					ret := time.Since(t0)
+					cancel()
+					r := MultiOp{Client: w, Input: MultiInput{Kind: MultiRelease, Keys: lk.Key, Holder: holder, Token: lk.Token}, Call: call, Return: ret}
+					switch {
+					case err == nil:
+						r.Output = MultiOutput{Result: OK, Released: ok}
+					case !definite(err):
+						gen++ // it may still be held
+					default:
+						fail(fmt.Errorf("release %s: %w", lk.Key, err))
+						gen++
+					}
+					record(r)
+				}
 			}
 		}()
 	}
