@@ -98,19 +98,26 @@ type testServer struct {
 
 // startServer starts a single node in-process on a free loopback port,
 // which it knows as its client address (the members table shows it).
-func startServer(t *testing.T) *testServer {
+func startServer(t *testing.T) *testServer { return startServerWith(t, nil) }
+
+// startServerWith is startServer with tweak applied to its Config.
+func startServerWith(t *testing.T, tweak func(*server.Config)) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Config{
+	cfg := server.Config{
 		ClientAddr:         ln.Addr().String(),
 		HeartbeatTimeout:   50 * time.Millisecond,
 		ElectionTimeout:    50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond,
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, err := server.New(cfg)
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)

@@ -198,7 +198,11 @@
     renderHistogram($('chart-wait'), o.stats.wait, 'wait', $('wait-sum'));
 
     state.prev = { nowMs: o.now_ms, lastToken: o.last_token, locks: byKey };
-    state.clockSkew = Date.now() - o.now_ms; // cluster time to the browser's, for the events' times
+    // Cluster time to the browser's, for the events' times.
+    const known = state.skewFromLeader;
+    state.clockSkew = Date.now() - o.now_ms;
+    state.skewFromLeader = true;
+    if (!known) renderEvents();
   }
 
   function lockRow(l, o, t0, fresh) {
@@ -307,12 +311,19 @@
 
   const WATCH_WAIT_MS = 20000;
   const WATCH_OFF = params.get('watch') === 'off'; // events from the polls only
-  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map() };
+  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map(), filled: undefined };
 
   function delay(ms) { return new Promise((r) => setTimeout(r, ms)); }
 
   function restartWatch() {
     if (WATCH_OFF) return;
+    if (watch.filled !== undefined && watch.filled !== state.prefix) {
+      // Another prefix: its own history replaces the pane.
+      state.events = [];
+      watch.ended.clear();
+      watch.filled = undefined;
+      renderEvents();
+    }
     watch.gen++;
     if (watch.cancel) watch.cancel.abort();
     watchLoop(watch.gen);
@@ -331,19 +342,107 @@
       try { r = await call('/v1/watch' + q, WATCH_WAIT_MS + 10000, watch.cancel.signal); } catch (_) { r = null; }
       if (gen !== watch.gen) return;
       if (r && r.status === 200 && r.body.revision) {
-        if (watch.rev) for (const ev of r.body.events || []) watchEvent(ev);
+        if (watch.rev) {
+          for (const ev of r.body.events || []) watchEvent(ev, true);
+        } else if (watch.filled !== state.prefix) {
+          // The first answer is the present: what the server still keeps
+          // before it fills the pane, and the live events follow on.
+          const past = await history(r.body.revision, gen);
+          if (gen !== watch.gen) return;
+          if (past) {
+            watch.filled = state.prefix;
+            for (const ev of past) watchEvent(ev, false);
+            renderEvents();
+          }
+        }
         watch.rev = r.body.revision;
         setWatching(true);
         backoff = 1000;
         continue;
       }
-      if (r && r.status === 410) { watch.rev = ''; continue; } // fell behind the history: from now on
+      if (r && r.status === 410) {
+        // Fell behind the history: go on from where it now starts, and say
+        // that some events in between are not shown.
+        const from = watch.rev && r.body.compact_revision;
+        if (from) {
+          state.events.unshift({ kind: 'gap', at: new Date(), note: 'some events are not shown: the server’s history moved on past them' });
+          renderEvents();
+        }
+        watch.rev = from || '';
+        continue;
+      }
       setWatching(false);
       watch.rev = '';
       // 404: this server has no watches; try again now and then.
       await delay(r && r.status === 404 ? 30000 : backoff);
       backoff = Math.min(10000, backoff * 2);
     }
+  }
+
+  // --- the history: the latest events up to a revision ---
+  //
+  // The server keeps its recent events (--watch-history) and answers them
+  // oldest first after a revision. Revisions are raft log indexes, so the
+  // page asks for the entries just before the present, and further back
+  // (eight times as far each time) until it has a pane full or reaches
+  // the start of the history, which a 410 names.
+
+  const HISTORY_PAGE = 1000;
+  const HISTORY_PAGES = 20; // per look back: 20,000 events at most
+
+  function parseRev(s) {
+    const [i, q] = String(s).split('.');
+    return { i: Number(i), q: q === undefined ? Infinity : Number(q) };
+  }
+
+  function revAfter(a, b) {
+    return a.i > b.i || (a.i === b.i && a.q > b.q);
+  }
+
+  async function history(present, gen) {
+    const end = parseRev(present);
+    let best = [];
+    for (let span = 64; ; span *= 8) {
+      const from = Math.max(0, end.i - span);
+      const got = await historyAfter(String(from), end, gen);
+      if (!got || gen !== watch.gen) return null;
+      if (got.cut) return best; // too many to read: the shorter look back has the latest
+      best = got.events;
+      if (best.length >= MAX_EVENTS || from === 0 || got.start) return best.slice(-MAX_EVENTS);
+    }
+  }
+
+  // historyAfter reads the events after after up to end: {events, start}
+  // (start: it began where the history does), {cut} when they are more
+  // than it reads, null on an error.
+  async function historyAfter(after, end, gen) {
+    let events = [];
+    let start = false;
+    for (let page = 0; page < HISTORY_PAGES; page++) {
+      let q = '?wait_ms=0&limit=' + HISTORY_PAGE + '&after=' + encodeURIComponent(after);
+      if (state.prefix) q += '&prefix=' + encodeURIComponent(state.prefix);
+      let r;
+      try { r = await call('/v1/watch' + q, 10000); } catch (_) { return null; }
+      if (gen !== watch.gen) return null;
+      if (r.status === 410 && r.body.compact_revision) {
+        // Older than the history: start where it does (again, if it moved
+        // on while this read, since what was read is then before it).
+        after = r.body.compact_revision;
+        events = [];
+        start = true;
+        continue;
+      }
+      if (r.status !== 200) return null;
+      const evs = r.body.events || [];
+      for (const ev of evs) {
+        if (revAfter(parseRev(ev.revision), end)) return { events, start };
+        events.push(ev);
+      }
+      if (events.length > 2 * MAX_EVENTS) events = events.slice(-MAX_EVENTS);
+      if (evs.length < HISTORY_PAGE || !revAfter(end, parseRev(r.body.revision))) return { events, start };
+      after = r.body.revision;
+    }
+    return { cut: true };
   }
 
   function setWatching(on) {
@@ -355,9 +454,11 @@
     $('events-source').title = on ? 'Every change, from GET /v1/watch' : 'Derived from what changed between two answers of /v1/overview';
   }
 
-  function watchEvent(ev) {
-    const at = new Date(state.clockSkew !== undefined ? ev.at_ms + state.clockSkew : Date.now());
-    const base = { at, key: ev.key, holder: ev.holder, token: ev.token };
+  // watchEvent adds ev to the pane; live, it is drawn at once and its
+  // arrival bounds the browser's clock against the cluster's.
+  function watchEvent(ev, live) {
+    if (live) clusterTimeSeen(ev.at_ms);
+    const base = { atMs: ev.at_ms, key: ev.key, holder: ev.holder, token: ev.token };
     switch (ev.type) {
       case 'granted': {
         const waited = ev.since_ms < ev.at_ms;
@@ -384,10 +485,31 @@
         return;
     }
     if (state.events.length > MAX_EVENTS) state.events.length = MAX_EVENTS;
-    renderEvents();
+    if (live) renderEvents();
   }
 
-  const KIND_LABEL = { granted: 'granted', handoff: 'hand-off', released: 'released', expired: 'expired', queued: 'queued', left: 'left queue' };
+  // clusterTimeSeen notes that the cluster's clock had reached ms by now.
+  // Without the leader's overview (a follower) the least difference seen
+  // is the best guess of the offset: each is late by at most the delay.
+  function clusterTimeSeen(ms) {
+    if (!(ms > 0) || state.skewFromLeader) return;
+    const d = Date.now() - ms;
+    if (state.clockSkew === undefined || d < state.clockSkew) {
+      const first = state.clockSkew === undefined;
+      state.clockSkew = d;
+      if (first) renderEvents();
+    }
+  }
+
+  const KIND_LABEL = { granted: 'granted', handoff: 'hand-off', released: 'released', expired: 'expired', queued: 'queued', left: 'left queue', gap: 'gap' };
+
+  // eventTime is when e happened on the browser's clock: events from the
+  // watch carry cluster time, shown once the offset is known.
+  function eventTime(e) {
+    if (e.at) return fmtClock(e.at);
+    if (e.atMs !== undefined && state.clockSkew !== undefined) return fmtClock(new Date(e.atMs + state.clockSkew));
+    return '··:··:··';
+  }
 
   function renderEvents() {
     const list = $('events');
@@ -405,7 +527,7 @@
         if (e.old) what.push(' again, was #' + e.old);
       }
       return el('li', { class: 'event', 'data-kind': e.kind, 'data-key': e.key || '' }, [
-        el('span', { class: 'time' }, [fmtClock(e.at)]),
+        el('span', { class: 'time' }, [eventTime(e)]),
         el('span', { class: 'kind kind-' + e.kind }, [KIND_LABEL[e.kind] || e.kind]),
         el('span', { class: 'what', title: e.note || e.key + ': token ' + e.token + ', ' + e.holder }, what),
       ]);
