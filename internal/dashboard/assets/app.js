@@ -162,7 +162,13 @@
     }
     $('stat-locks').textContent = locks.length + (o.more ? '+' : '');
     $('stat-locks-sub').textContent = state.prefix ? 'under ' + state.prefix : 'live leases';
-    $('stat-queued').textContent = String(o.queued);
+    // Waiting counts the waiters the page lists, so the tile and the
+    // chips agree; the server's count of all queues (other prefixes, keys
+    // a token may not read, keys past the page) is said beside it.
+    const waits = queuedWaits(locks);
+    $('stat-queued').textContent = String(waits.total);
+    $('stat-queued-sub').textContent = o.queued === waits.total ? (waits.total ? 'queued on the keys below' : 'acquires queued, all keys')
+      : o.queued + ' queued in all, ' + waits.total + ' listed below';
     $('stat-last-token').textContent = o.last_token ? String(o.last_token) : 'none yet';
     $('node').textContent = o.node ? 'node ' + o.node : '';
 
@@ -174,6 +180,7 @@
     const frag = document.createDocumentFragment();
     state.rows = [];
     let group = null;
+    let lastKey = null;
     for (const l of locks) {
       const g = topPrefix(l.key);
       if (g !== group) {
@@ -183,7 +190,10 @@
       }
       const p = prevKeys && prevKeys.get(l.key);
       const fresh = prevKeys && (!p || !p.some((x) => x.token === l.token));
-      frag.appendChild(lockRow(l, o, t0, fresh));
+      // A key's queue is one, whatever its holders: it is drawn on the
+      // key's first row.
+      frag.appendChild(lockRow(l, o, t0, fresh, l.key === lastKey));
+      lastKey = l.key;
     }
     body.replaceChildren(frag);
     $('locks').hidden = locks.length === 0;
@@ -195,7 +205,7 @@
 
     renderRates();
     renderHistogram($('chart-hold'), o.stats.hold, 'hold', $('hold-sum'));
-    renderHistogram($('chart-wait'), o.stats.wait, 'wait', $('wait-sum'));
+    renderHistogram($('chart-wait'), o.stats.wait, 'wait', $('wait-sum'), waits);
 
     state.prev = { nowMs: o.now_ms, lastToken: o.last_token, locks: byKey };
     // Cluster time to the browser's, for the events' times.
@@ -205,24 +215,66 @@
     if (!known) renderEvents();
   }
 
-  function lockRow(l, o, t0, fresh) {
+  function lockRow(l, o, t0, fresh, sameKey) {
     const text = el('span', { class: 'ttl-text' });
     const fill = el('div', { class: 'ttl-fill' });
     const box = el('div', { class: 'ttl', title: 'TTL ' + fmtDuration(l.ttl_ms) + '; held ' + fmtDuration(l.held_ms) + ' under this token' }, [el('div', { class: 'ttl-bar' }, [fill]), text]);
     state.rows.push({ text, fill, box, r0: l.remaining_ms, ttl: l.ttl_ms, t0 });
     const tokenCell = [String(l.token)];
     if (l.token === o.last_token) tokenCell.push(el('span', { class: 'newest', title: 'the last token issued' }, ['newest']));
-    const ws = (l.waiters || []).map((w, i) => el('span', { class: 'waiter', title: 'waiting ' + fmtDuration(w.waited_ms) + ', gives up in ' + fmtDuration(w.left_ms) }, [
-      el('span', { class: 'pos' }, [String(i + 1)]), w.holder, el('span', { class: 'age' }, [fmtDuration(w.waited_ms)]),
-    ]));
-    if (l.waiters_total > ws.length) ws.push(el('span', { class: 'waiter' }, ['+' + (l.waiters_total - ws.length) + ' more']));
+    let queue;
+    if (sameKey) {
+      queue = el('span', { class: 'nowait', title: 'the key’s one queue is on its first row' }, ['″']);
+    } else {
+      const ws = (l.waiters || []).map((w, i) => el('span', { class: 'waiter', 'data-holder': w.holder, title: waiterTitle(w) }, [
+        el('span', { class: 'pos' }, [String(i + 1)]), w.holder, ...waiterKind(w), el('span', { class: 'age' }, [fmtDuration(w.waited_ms)]),
+      ]));
+      const total = waitersOn(l);
+      if (total > ws.length) ws.push(el('span', { class: 'waiter more' }, ['+' + (total - ws.length) + ' more']));
+      queue = ws.length ? el('div', { class: 'waiters' }, ws) : el('span', { class: 'nowait' }, ['—']);
+    }
     return el('tr', { class: 'lock' + (fresh ? ' fresh' : ''), 'data-key': l.key, 'data-token': String(l.token) }, [
       el('td', { class: 'key' }, [l.key, ...leaseKind(l)]),
       el('td', { class: 'holder' }, [l.holder]),
       el('td', { class: 'token' }, tokenCell),
       el('td', {}, [box]),
-      el('td', { class: 'waiters-cell' }, [ws.length ? el('div', { class: 'waiters' }, ws) : el('span', { class: 'nowait' }, ['—'])]),
+      el('td', { class: 'waiters-cell' }, [queue]),
     ]);
+  }
+
+  // waitersOn is how many wait on l's key: the server's count, or those
+  // listed when it gives none.
+  function waitersOn(l) {
+    return Math.max(l.waiters_total || 0, (l.waiters || []).length);
+  }
+
+  // queuedWaits counts the waiters queued on the keys of locks, each
+  // key's queue once, and collects how long each listed one has waited.
+  function queuedWaits(locks) {
+    const seen = new Set();
+    const out = { total: 0, waitedMs: [] };
+    for (const l of locks) {
+      if (seen.has(l.key)) continue;
+      seen.add(l.key);
+      out.total += waitersOn(l);
+      for (const w of l.waiters || []) out.waitedMs.push(w.waited_ms);
+    }
+    return out;
+  }
+
+  // waiterKind marks what a waiter of a shared key asks for, when the
+  // server says: a read/write lock's mode, a semaphore's permits.
+  function waiterKind(w) {
+    if (w.mode) return [el('span', { class: 'wkind' }, [w.mode])];
+    if (w.permits) return [el('span', { class: 'wkind' }, ['1/' + w.permits])];
+    return [];
+  }
+
+  function waiterTitle(w) {
+    let t = 'waiting ' + fmtDuration(w.waited_ms) + ', gives up in ' + fmtDuration(w.left_ms);
+    if (w.mode) t += '; wants to ' + (w.mode === 'write' ? 'write' : 'read');
+    if (w.session) t += '; under session ' + w.session;
+    return t;
   }
 
   // leaseKind marks a semaphore's permit or a read/write lock's hold.
@@ -602,37 +654,60 @@
 
   // --- histograms ---
 
-  function renderHistogram(svg, hst, kind, sumEl) {
+  // renderHistogram draws hst in its buckets; for waits, now (the waits
+  // under way: {total, waitedMs}) are drawn on top as open bars, since a
+  // wait is counted only once it is granted.
+  function renderHistogram(svg, hst, kind, sumEl, now) {
     const { w, h } = size(svg);
     const m = { l: 8, r: 8, t: 16, b: 20 };
     const kids = [];
     const counts = hst.counts || [];
     const bounds = hst.bounds_ms || [];
     const n = counts.length;
-    if (!hst.count || !n) {
+    const waiting = now ? now.total : 0;
+    const open = new Array(n).fill(0);
+    if (now && n) {
+      for (const ms of now.waitedMs) {
+        let i = bounds.findIndex((b) => ms <= b);
+        if (i < 0) i = bounds.length;
+        open[Math.min(i, n - 1)]++;
+      }
+    }
+    const openCount = open.reduce((a, b) => a + b, 0);
+    if ((!hst.count || !n) && !openCount) {
       kids.push(el('line', { class: 'axis', x1: m.l, x2: w - m.r, y1: h - m.b, y2: h - m.b }, [], SVG));
-      kids.push(el('text', { class: 'nodata', x: w / 2, y: h / 2, 'text-anchor': 'middle' }, [kind === 'hold' ? 'No lease has ended yet' : 'Nobody has waited yet'], SVG));
+      const text = kind === 'hold' ? 'No lease has ended yet' : waiting ? waiting + ' waiting, none granted yet' : 'Nobody has waited yet';
+      kids.push(el('text', { class: 'nodata', x: w / 2, y: h / 2, 'text-anchor': 'middle' }, [text], SVG));
       svg.replaceChildren(...kids);
-      sumEl.textContent = '';
+      sumEl.textContent = waiting ? waiting + ' waiting now' : '';
       return;
     }
-    const top = Math.max(...counts);
+    const top = Math.max(1, ...counts.map((c, i) => c + open[i]));
     const slot = (w - m.l - m.r) / n;
     const bw = Math.max(2, slot * 0.72);
+    const ph = (c) => (c ? Math.max(1.5, (h - m.t - m.b) * (c / top)) : 0);
     for (let i = 0; i < n; i++) {
       const c = counts[i];
-      const bh = c ? Math.max(1.5, (h - m.t - m.b) * (c / top)) : 0;
+      const bh = ph(c);
+      const oh = ph(open[i]);
       const x0 = m.l + i * slot + (slot - bw) / 2;
       const label = i < bounds.length ? '≤' + fmtBound(bounds[i]) : '>' + fmtBound(bounds[bounds.length - 1]);
       if (c) {
-        kids.push(el('rect', { class: 'bar' + (kind === 'wait' ? ' wait' : ''), x: x0, y: h - m.b - bh, width: bw, height: bh, rx: 2, 'data-count': c }, [el('title', {}, [label + ': ' + c], SVG)], SVG));
-        kids.push(el('text', { class: 'bar-label', x: x0 + bw / 2, y: h - m.b - bh - 3, 'text-anchor': 'middle' }, [String(c)], SVG));
+        kids.push(el('rect', { class: 'bar' + (kind === 'wait' ? ' wait' : ''), x: x0, y: h - m.b - bh, width: bw, height: bh, rx: 2, 'data-count': c }, [el('title', {}, [label + ': ' + c + (kind === 'wait' ? ' granted after waiting' : '')], SVG)], SVG));
       }
+      if (open[i]) {
+        kids.push(el('rect', { class: 'bar now', x: x0 + 0.75, y: h - m.b - bh - oh + 0.75, width: Math.max(0.5, bw - 1.5), height: Math.max(0.5, oh - 1.5), rx: 2, 'data-count': open[i] }, [el('title', {}, [label + ': ' + open[i] + ' waiting now'], SVG)], SVG));
+      }
+      if (c || open[i]) kids.push(el('text', { class: 'bar-label', x: x0 + bw / 2, y: h - m.b - bh - oh - 3, 'text-anchor': 'middle' }, [String(c + open[i])], SVG));
       if (i % 2 === 0 || slot > 40) kids.push(el('text', { x: x0 + bw / 2, y: h - 5, 'text-anchor': 'middle' }, [label], SVG));
     }
     kids.push(el('line', { class: 'axis', x1: m.l, x2: w - m.r, y1: h - m.b, y2: h - m.b }, [], SVG));
     svg.replaceChildren(...kids);
-    sumEl.textContent = hst.count + (hst.count === 1 ? ' lease' : (kind === 'hold' ? ' leases' : ' waits')) + ', mean ' + fmtDuration(hst.sum_ms / hst.count);
+    const noun = kind === 'hold' ? (hst.count === 1 ? ' lease' : ' leases') : (hst.count === 1 ? ' wait' : ' waits');
+    const parts = [];
+    if (hst.count) parts.push(hst.count + noun + ', mean ' + fmtDuration(hst.sum_ms / hst.count));
+    if (waiting) parts.push(waiting + ' waiting now');
+    sumEl.textContent = parts.join(' · ');
   }
 
   // --- members ---
