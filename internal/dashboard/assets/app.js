@@ -203,6 +203,7 @@
     $('more').textContent = 'Showing the first ' + locks.length + ' locks' + (state.prefix ? ' under ' + state.prefix : '') + '; narrow the prefix to see the others.';
     tick();
 
+    renderSessions(o, t0);
     renderRates();
     renderHistogram($('chart-hold'), o.stats.hold, 'hold', $('hold-sum'));
     renderHistogram($('chart-wait'), o.stats.wait, 'wait', $('wait-sum'), waits);
@@ -277,8 +278,45 @@
     return t;
   }
 
+  // --- sessions: one lease for many locks ---
+
+  function renderSessions(o, t0) {
+    if (!Array.isArray(o.sessions)) { // a server that does not answer them
+      $('sessions').hidden = true;
+      $('sessions-empty').hidden = false;
+      $('sessions-empty').textContent = 'This server does not report sessions.';
+      $('sessions-sum').textContent = '';
+      return;
+    }
+    const open = o.sessions_open || 0;
+    $('sessions-sum').textContent = open + ' open' + (o.sessions.length < open ? ' · ' + o.sessions.length + ' with listed locks' : '');
+    const rows = o.sessions.map((ss) => {
+      const text = el('span', { class: 'ttl-text' });
+      const fill = el('div', { class: 'ttl-fill' });
+      const box = el('div', { class: 'ttl', title: 'session TTL ' + fmtDuration(ss.ttl_ms) + '; its locks end with it' }, [el('div', { class: 'ttl-bar' }, [fill]), text]);
+      state.rows.push({ text, fill, box, r0: ss.remaining_ms, ttl: ss.ttl_ms, t0 });
+      const keys = [];
+      for (const k of ss.keys || []) keys.push(el('code', {}, [k]), ' ');
+      keys.pop();
+      const more = (ss.locks || 0) - (ss.keys || []).length;
+      if (more > 0) keys.push(el('span', { class: 'more' }, [' +' + more + ' more']));
+      const notes = [];
+      if (ss.waiting) notes.push(el('div', { class: 'hint' }, ['and waiting on ' + ss.waiting + (ss.waiting === 1 ? ' key' : ' keys')]));
+      return el('tr', { 'data-session': String(ss.id) }, [
+        el('td', {}, [el('div', { class: 'holder' }, [ss.holder]), el('div', { class: 'sid hint' }, ['session ' + ss.id])]),
+        el('td', {}, [el('div', { class: 'keys' }, keys.length ? keys : ['no lock you may read']), ...notes]),
+        el('td', {}, [box]),
+      ]);
+    });
+    $('sessions-body').replaceChildren(...rows);
+    $('sessions').hidden = rows.length === 0;
+    $('sessions-empty').hidden = rows.length !== 0;
+    $('sessions-empty').textContent = open ? 'No session holds a listed lock.' : 'No session is open. A session is one lease for many locks: they are kept together by one keep-alive and lost together.';
+  }
+
   // leaseKind marks a semaphore's permit or a read/write lock's hold.
   function leaseKind(l) {
+    if (l.session) return [el('span', { class: 'kind-tag session-tag', title: 'held under session ' + l.session + ': it ends with the session' }, ['session ' + l.session])];
     if (l.kind === 'semaphore') return [el('span', { class: 'kind-tag', title: 'a permit of a semaphore of ' + l.permits }, ['permit ' + l.slot + '/' + l.permits])];
     if (l.kind === 'rwlock') return [el('span', { class: 'kind-tag', title: 'a hold of a read/write lock' }, [l.mode || 'rw'])];
     return [];
@@ -304,6 +342,11 @@
     state.rows = [];
     state.prev = null;
     $('locks-body').replaceChildren(el('tr', {}, [el('td', { colspan: '5', class: 'hint' }, [msg])]));
+    $('sessions-body').replaceChildren();
+    $('sessions').hidden = true;
+    $('sessions-empty').hidden = false;
+    $('sessions-empty').textContent = msg;
+    $('sessions-sum').textContent = '';
     $('locks').hidden = false;
     $('empty').hidden = true;
     $('more').hidden = true;
@@ -399,7 +442,7 @@
         } else if (watch.filled !== state.prefix) {
           // The first answer is the present: what the server still keeps
           // before it fills the pane, and the live events follow on.
-          const past = await history(r.body.revision, gen);
+          const past = await pastEvents(r.body.revision, gen);
           if (gen !== watch.gen) return;
           if (past) {
             watch.filled = state.prefix;
@@ -451,7 +494,7 @@
     return a.i > b.i || (a.i === b.i && a.q > b.q);
   }
 
-  async function history(present, gen) {
+  async function pastEvents(present, gen) {
     const end = parseRev(present);
     let best = [];
     for (let span = 64; ; span *= 8) {
