@@ -224,8 +224,10 @@
     const tokenCell = [String(l.token)];
     if (l.token === o.last_token) tokenCell.push(el('span', { class: 'newest', title: 'the last token issued' }, ['newest']));
     let queue;
-    if (sameKey) {
+    if (sameKey && waitersOn(l) > 0) {
       queue = el('span', { class: 'nowait', title: 'the key’s one queue is on its first row' }, ['″']);
+    } else if (sameKey) {
+      queue = el('span', { class: 'nowait' }, ['—']);
     } else {
       const ws = (l.waiters || []).map((w, i) => el('span', { class: 'waiter', 'data-holder': w.holder, title: waiterTitle(w) }, [
         el('span', { class: 'pos' }, [String(i + 1)]), w.holder, ...waiterKind(w), el('span', { class: 'age' }, [fmtDuration(w.waited_ms)]),
@@ -263,12 +265,11 @@
     return out;
   }
 
-  // waiterKind marks what a waiter of a shared key asks for, when the
-  // server says: a read/write lock's mode, a semaphore's permits.
+  // waiterKind marks what a read/write lock's waiter asks for, when the
+  // server says (a semaphore's waiter asks for one permit, as its holders
+  // hold).
   function waiterKind(w) {
-    if (w.mode) return [el('span', { class: 'wkind' }, [w.mode])];
-    if (w.permits) return [el('span', { class: 'wkind' }, ['1/' + w.permits])];
-    return [];
+    return w.mode ? [el('span', { class: 'wkind' }, [w.mode])] : [];
   }
 
   function waiterTitle(w) {
@@ -757,17 +758,42 @@
 
   function renderMembers(mb) {
     if (mb.node) $('node').textContent = 'node ' + mb.node;
-    const rows = (mb.members || []).map((m) => el('tr', { class: m.id === mb.node ? 'self' : '', 'data-node': m.id }, [
+    const rows = (mb.members || []).map((m) => el('tr', { class: m.id === mb.node ? 'self' : '', 'data-node': m.id, 'data-state': m.state || '' }, [
       el('td', { class: 'node-id' }, [m.id]),
       el('td', { class: 'addr' }, [el('div', {}, [m.client_addr ? el('a', { href: location.protocol + '//' + m.client_addr + '/ui/', title: m.id + '’s dashboard' }, [m.client_addr]) : 'client address not known yet']), el('div', { class: 'raft' }, ['raft ' + m.raft_addr])]),
-      el('td', {}, [el('span', { class: 'role' + (m.leader ? ' leader' : '') }, [m.leader ? 'leader' : m.suffrage.toLowerCase()])]),
+      el('td', {}, [el('span', { class: 'role' + (m.leader ? ' leader' : '') }, [m.leader ? 'leader' : String(m.suffrage || '').toLowerCase()]), ...memberHealth(m, mb)]),
     ]));
     $('members-body').replaceChildren(...rows);
     $('cluster-id').textContent = mb.cluster_id ? 'cluster ' + mb.cluster_id.slice(0, 8) : '';
     $('cluster-id').title = mb.cluster_id || '';
     $('stat-leader').textContent = mb.leader || 'none';
     const n = (mb.members || []).length;
-    $('stat-leader-sub').textContent = mb.leader ? [mb.leader_addr, n + (n === 1 ? ' node' : ' nodes')].filter(Boolean).join(' · ') : 'no leader known: writes wait';
+    const down = (mb.members || []).filter((m) => m.state === 'unreachable').length;
+    const sub = mb.leader ? [mb.leader_addr, n + (n === 1 ? ' node' : ' nodes')] : ['no leader known: writes wait'];
+    if (down) sub.push(down + ' unreachable');
+    $('stat-leader-sub').textContent = sub.filter(Boolean).join(' · ');
+    if (mb.applied_time_ms) clusterTimeSeen(mb.applied_time_ms);
+  }
+
+  // memberHealth is a member's health as the leader sees it, when the
+  // server reports it: its state, when the leader last heard from it and
+  // how far behind its log was then.
+  function memberHealth(m, mb) {
+    if (!m.state) return [];
+    const out = [];
+    if (m.state !== 'leader') out.push(el('span', { class: 'health', 'data-state': m.state, title: healthTitle(m, mb) }, [m.state]));
+    const facts = [];
+    if (m.last_contact_ms !== undefined && m.last_contact_ms !== null) facts.push('heard ' + fmtDuration(m.last_contact_ms) + ' ago');
+    if (m.lag_entries !== undefined && m.lag_entries !== null) facts.push(m.lag_entries === 0 ? 'up to date' : m.lag_entries + (m.lag_entries === 1 ? ' entry' : ' entries') + ' behind');
+    if (facts.length) out.push(el('div', { class: 'health-facts' }, [facts.join(' · ')]));
+    return out;
+  }
+
+  function healthTitle(m, mb) {
+    const from = mb.health_from ? 'as ' + mb.health_from + ' (the leader) sees it' : 'no leader’s view could be had';
+    if (m.state === 'unreachable') return 'not heard from for over ' + fmtDuration(mb.unreachable_after_ms) + ', ' + from;
+    if (m.state === 'unknown') return 'not known: ' + from;
+    return 'answering the leader’s heartbeats, ' + from;
   }
 
   // --- bits ---
