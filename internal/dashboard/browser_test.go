@@ -65,10 +65,11 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// browser starts headless Chromium on a temporary profile and returns a tab
-// whose context ends after timeout: a bound on the test's whole
-// conversation with the browser.
-func browser(t *testing.T, width, height int, timeout time.Duration) context.Context {
+// browser starts headless Chromium on a temporary profile (with extra
+// options after the usual ones) and returns a tab whose context ends
+// after timeout: a bound on the test's whole conversation with the
+// browser.
+func browser(t *testing.T, width, height int, timeout time.Duration, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := chromiumPath(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -78,6 +79,7 @@ func browser(t *testing.T, width, height int, timeout time.Duration) context.Con
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.Flag("force-device-scale-factor", "1"),
 	)
+	opts = append(opts, extra...)
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
 	}
@@ -92,8 +94,9 @@ func browser(t *testing.T, width, height int, timeout time.Duration) context.Con
 }
 
 type testServer struct {
-	*server.Server
-	url string
+	*server.Server // nil for a server run by server.Serve
+	url            string
+	client         *http.Client // nil: http.DefaultClient
 }
 
 // startServer starts a single node in-process on a free loopback port,
@@ -158,7 +161,11 @@ func (ts *testServer) call(ctx context.Context, t *testing.T, method, path, toke
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := ts.client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0
