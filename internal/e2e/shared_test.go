@@ -7,19 +7,25 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/fencelock/fencelock/client"
 )
 
-// TestSharedFaults runs semaphores and read/write locks under kill -9 of
-// the leader and, where network namespaces are available, a partition of
-// the leader: workers on their own clients take permits of a 2-permit
-// semaphore and read or write holds of a read/write lock (waiting, holding
-// a little, releasing; client.Lease keeps each alive), and CheckShared
-// checks the holds as the clients saw them. A few seconds a class.
+// TestSharedFaults runs semaphores, read/write locks and multi-key
+// acquires under kill -9 of the leader, SIGSTOP of the leader, a change of
+// membership (the leader removed and a fresh node joined in its place)
+// and, where network namespaces are available, a partition of the leader:
+// workers on their own clients take permits of a 2-permit semaphore, read
+// or write holds of a read/write lock (waiting, holding a little,
+// releasing; client.Lease keeps each alive), and two of three keys at once
+// under a session (client.Session keeps them alive); CheckShared checks
+// the holds as the clients saw them. A few seconds a class.
 func TestSharedFaults(t *testing.T) {
 	fencelockBinary(t)
 	t.Parallel()
@@ -35,6 +41,19 @@ func TestSharedFaults(t *testing.T) {
 			time.Sleep(700 * time.Millisecond) // down a while: the others elect
 			c.start(l)
 			return nil
+		}},
+		{"leader-stop", false, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			c.signal(l, syscall.SIGSTOP)
+			defer c.signal(l, syscall.SIGCONT)
+			if c.waitLeader(l, 60*time.Second) == nil {
+				return fmt.Errorf("no other leader within 60s of stopping %s", l.id)
+			}
+			time.Sleep(500 * time.Millisecond) // the old leader stays frozen a while
+			return nil
+		}},
+		{"membership", false, func(c *cluster) error {
+			return c.replace(t, c.leader(60*time.Second))
 		}},
 		{"partition", true, func(c *cluster) error {
 			l := c.leader(60 * time.Second)
@@ -66,7 +85,7 @@ func TestSharedFaults(t *testing.T) {
 			for _, e := range errs {
 				t.Error(e)
 			}
-			var lost, writes int
+			var lost, writes, multi int
 			for _, h := range holds {
 				if h.Lost {
 					lost++
@@ -74,10 +93,13 @@ func TestSharedFaults(t *testing.T) {
 				if h.Write {
 					writes++
 				}
+				if strings.HasPrefix(h.Key, "m") {
+					multi++
+				}
 			}
-			t.Logf("%s: %d holds (%d writes), %d lost", tc.name, len(holds), writes, lost)
-			if len(holds) < 10 {
-				t.Fatalf("only %d holds: the run checked nothing", len(holds))
+			t.Logf("%s: %d holds (%d writes, %d of them keys of multi-key acquires), %d lost", tc.name, len(holds), writes, multi, lost)
+			if len(holds) < 10 || multi < 4 {
+				t.Fatalf("only %d holds, %d of multi-key acquires: the run checked too little", len(holds), multi)
 			}
 			for _, v := range CheckShared(holds, map[string]int{"sem": 2}) {
 				t.Errorf("%v", v)
@@ -159,6 +181,19 @@ func sharedLoad(t *testing.T, c *cluster, seed int64, inject func(*cluster) erro
 			}
 		}()
 	}
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := multiKeyWorker(c, seed, w, since, stop)
+			mu.Lock()
+			defer mu.Unlock()
+			holds = append(holds, h...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
 	time.Sleep(1500 * time.Millisecond)
 	if err := inject(c); err != nil {
 		errs = append(errs, err)
@@ -167,4 +202,276 @@ func sharedLoad(t *testing.T, c *cluster, seed int64, inject func(*cluster) erro
 	close(stop)
 	wg.Wait()
 	return holds, errs
+}
+
+// multiKeyWorker takes two of the keys m1, m2, m3 at once under a session
+// (kept alive by client.Session), holds them a little and releases them,
+// until stop; a session lost in a fault is replaced by a new one. Each
+// key's hold is recorded as a writer's, so CheckShared allows nothing
+// beside it.
+func multiKeyWorker(c *cluster, seed int64, w int, since func(time.Time) time.Duration, stop <-chan struct{}) ([]Hold, error) {
+	rng := rand.New(rand.NewPCG(uint64(seed), uint64(100+w)))
+	cl, err := client.New(c.addrs())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var holds []Hold
+	var s *client.Session
+	defer func() {
+		if s != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = s.Close(ctx)
+			cancel()
+		}
+	}()
+	keys := []string{"m1", "m2", "m3"}
+	for {
+		select {
+		case <-stop:
+			return holds, nil
+		default:
+		}
+		if s == nil || s.Err() != nil {
+			if s != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = s.Close(ctx)
+				cancel()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			s, err = client.NewSession(ctx, cl, client.WithSessionTTL(3*time.Second), client.WithSessionHolder(fmt.Sprintf("multi-%d", w)))
+			cancel()
+			if err != nil {
+				s = nil
+				if errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) {
+					continue
+				}
+				return holds, fmt.Errorf("session open: %w", err)
+			}
+		}
+		skip := rng.IntN(len(keys))
+		var pick []string
+		for i, k := range keys {
+			if i != skip {
+				pick = append(pick, k)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		lks, err := s.AcquireAll(ctx, pick, client.WithWait(2*time.Second))
+		cancel()
+		if err != nil {
+			if errors.Is(err, client.ErrHeld) || errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) ||
+				errors.Is(err, context.DeadlineExceeded) || s.Err() != nil {
+				continue
+			}
+			return holds, fmt.Errorf("acquire-all %v: %w", pick, err)
+		}
+		start := since(time.Now())
+		select {
+		case <-time.After(time.Duration(20+rng.IntN(150)) * time.Millisecond):
+		case <-s.Done():
+		}
+		end := since(time.Now())
+		lost := s.Err() != nil && !errors.Is(s.Err(), client.ErrSessionClosed)
+		if lost {
+			end = min(end, since(s.Deadline()))
+		}
+		for _, lk := range lks {
+			holds = append(holds, Hold{Key: lk.Key(), Holder: s.Holder(), Token: lk.Token(), Write: true, Start: start, End: end, Lost: lost})
+			rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = lk.Release(rctx)
+			rcancel()
+		}
+	}
+}
+
+// TestSharedLinearizable records try-once acquires and releases of a
+// 2-permit semaphore and a read/write lock (TTL one minute, so nothing
+// expires within a run) across kill -9 and SIGSTOP of the leader and,
+// where network namespaces are available, a partition of it, and checks
+// the history against SharedModel with porcupine.
+func TestSharedLinearizable(t *testing.T) {
+	fencelockBinary(t)
+	t.Parallel()
+	seed := suiteSeed(t)
+	for _, tc := range []struct {
+		name  string
+		netns bool
+		fault func(c *cluster) error
+	}{
+		{"leader-kill", false, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			c.kill(l)
+			time.Sleep(700 * time.Millisecond)
+			c.start(l)
+			return nil
+		}},
+		{"leader-stop", false, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			c.signal(l, syscall.SIGSTOP)
+			defer c.signal(l, syscall.SIGCONT)
+			if c.waitLeader(l, 60*time.Second) == nil {
+				return fmt.Errorf("no other leader within 60s of stopping %s", l.id)
+			}
+			time.Sleep(500 * time.Millisecond)
+			return nil
+		}},
+		{"partition", true, func(c *cluster) error {
+			l := c.leader(60 * time.Second)
+			if err := c.isolate(l, true); err != nil {
+				return err
+			}
+			if c.waitLeader(l, 60*time.Second) == nil {
+				_ = c.isolate(l, false)
+				return fmt.Errorf("no other leader within 60s of isolating %s", l.id)
+			}
+			time.Sleep(500 * time.Millisecond)
+			return c.isolate(l, false)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("seed %d; replay: go test ./internal/e2e -run 'TestSharedLinearizable/%s$' -v -seed %d", seed, tc.name, seed)
+				}
+			})
+			if tc.netns {
+				if why := netnsUnavailable(); why != "" {
+					t.Skipf("skipping: %s", why)
+				}
+			}
+			c := startCluster(t, 3, tc.netns)
+			ops, errs := sharedHistory(c, seed, tc.fault)
+			for _, e := range errs {
+				t.Error(e)
+			}
+			var grants, unknown int
+			for _, o := range ops {
+				if o.Input.Kind == SharedAcquire && o.Output.Result == OK {
+					grants++
+				}
+				if o.Output.Result == Unknown {
+					unknown++
+				}
+			}
+			res, n := CheckSharedLinearizable(ops, time.Minute)
+			t.Logf("%s: %d operations (%d grants, %d unknown): %v", tc.name, n, grants, unknown, res)
+			if grants < 20 {
+				t.Fatalf("only %d grants: the run checked too little", grants)
+			}
+			if res != porcupine.Ok {
+				for _, o := range ops {
+					t.Logf("client %d [%v, %v] %v", o.Client, o.Call, o.Return, o)
+				}
+				t.Fatalf("the history is not linearizable against SharedModel: %v", res)
+			}
+		})
+	}
+}
+
+// sharedHistory runs try-once workers on "psem" (2 permits) and "prw"
+// (read 70%, write 30%), injects the fault after a while, and returns
+// every call as its client saw it. A worker whose acquire or release had
+// no definite answer takes a new holder name: the hold may be there.
+func sharedHistory(c *cluster, seed int64, fault func(*cluster) error) ([]SharedOp, []error) {
+	t0 := time.Now()
+	var (
+		mu   sync.Mutex
+		ops  []SharedOp
+		errs []error
+		wg   sync.WaitGroup
+	)
+	record := func(o SharedOp) {
+		mu.Lock()
+		ops = append(ops, o)
+		mu.Unlock()
+	}
+	stop := make(chan struct{})
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(200+w)))
+			cl, err := client.New(c.addrs())
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			defer cl.Close()
+			gen := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				holder := fmt.Sprintf("p%d-%d", w, gen)
+				in := SharedInput{Kind: SharedAcquire, Key: "psem", Holder: holder, Permits: 2}
+				opts := []client.LeaseOption{client.WithTTL(time.Minute), client.WithHolder(holder)}
+				if w%2 == 1 {
+					in.Key, in.Permits, in.Write = "prw", 0, rng.IntN(10) < 3
+					if in.Write {
+						opts = append(opts, client.WithWrite())
+					} else {
+						opts = append(opts, client.WithRead())
+					}
+				} else {
+					opts = append(opts, client.WithPermits(2))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				call := time.Since(t0)
+				l, err := cl.TryAcquire(ctx, in.Key, opts...)
+				ret := time.Since(t0)
+				cancel()
+				o := SharedOp{Client: w, Input: in, Call: call, Return: ret}
+				switch {
+				case err == nil:
+					o.Output = SharedOutput{Result: OK, Token: l.Token()}
+				case errors.Is(err, client.ErrHeld):
+					o.Output = SharedOutput{Result: Refused}
+				case errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded):
+					gen++
+				default:
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("acquire %s: %w", in.Key, err))
+					mu.Unlock()
+					gen++
+				}
+				record(o)
+				if err != nil {
+					time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+					continue
+				}
+				time.Sleep(time.Duration(10+rng.IntN(50)) * time.Millisecond)
+				rin := SharedInput{Kind: SharedRelease, Key: in.Key, Holder: holder, Token: l.Token()}
+				ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+				call = time.Since(t0)
+				err = l.Release(ctx)
+				ret = time.Since(t0)
+				cancel()
+				r := SharedOp{Client: w, Input: rin, Call: call, Return: ret}
+				var le *client.LostError
+				switch {
+				case err == nil:
+					r.Output = SharedOutput{Result: OK, Released: true}
+				case errors.Is(err, client.ErrNotHeld) && !errors.As(err, &le):
+					r.Output = SharedOutput{Result: OK}
+				default:
+					gen++ // it may still be held
+				}
+				record(r)
+			}
+		}()
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if err := fault(c); err != nil {
+		errs = append(errs, err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	return ops, errs
 }
