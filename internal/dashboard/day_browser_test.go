@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/server"
 )
@@ -53,10 +55,12 @@ const eventsJS = `[...document.querySelectorAll('#events li')].map(li => li.data
 // TestDashboardBackfillsEvents: a page opened after the changes shows
 // them, from the server's watch history, in the order they were made and
 // told as they would have been live (the hand-off names whom it came
-// from), and then goes on live without repeating one.
+// from), and then goes on live without repeating one; a new prefix
+// replaces them with its own history.
 func TestDashboardBackfillsEvents(t *testing.T) {
 	ctx := browser(t, 1280, 900, time.Minute)
 	ts := startServer(t)
+	ts.acquire(t, "other/x", "dave", 30*time.Second, "")
 	ts.acquire(t, "jobs/a", "alice", 30*time.Second, "")
 	ts.waiter(t, api.AcquireRequest{Key: "jobs/a", Holder: "bob", TTLMs: 30000, WaitMs: 30000})
 	ts.waitQueued(t, 1)
@@ -66,8 +70,8 @@ func TestDashboardBackfillsEvents(t *testing.T) {
 	ts.acquire(t, "jobs/b", "carol", 30*time.Second, "")
 
 	open(ctx, t, ts.url+"/ui/?poll=200")
-	want := []string{"granted jobs/b", "released jobs/a", "handoff jobs/a", "released jobs/a", "queued jobs/a", "granted jobs/a"}
-	wait[bool](ctx, t, "the history in the events pane", eventsJS+`.length >= 6`)
+	want := []string{"granted jobs/b", "released jobs/a", "handoff jobs/a", "released jobs/a", "queued jobs/a", "granted jobs/a", "granted other/x"}
+	wait[bool](ctx, t, "the history in the events pane", eventsJS+`.length >= 7`)
 	if got := wait[[]string](ctx, t, "the events", eventsJS); !slices.Equal(got, want) {
 		t.Errorf("events on load, newest first: %q, want %q", got, want)
 	}
@@ -81,8 +85,18 @@ func TestDashboardBackfillsEvents(t *testing.T) {
 
 	ts.release(t, "jobs/b", "carol", "")
 	wait[bool](ctx, t, "the live release", `document.querySelector('#events li').dataset.kind === 'released' && document.querySelector('#events li').dataset.key === 'jobs/b'`)
-	if got := wait[[]string](ctx, t, "the events", eventsJS); !slices.Equal(got, append([]string{"released jobs/b"}, want...)) {
+	want = append([]string{"released jobs/b"}, want...)
+	if got := wait[[]string](ctx, t, "the events", eventsJS); !slices.Equal(got, want) {
 		t.Errorf("events after a live one, newest first: %q", got)
+	}
+
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("prefix"), "jobs/")); err != nil {
+		t.Fatal(err)
+	}
+	want = want[:len(want)-1]
+	wait[bool](ctx, t, "other/x to leave the pane", `!document.querySelector('#events li[data-key="other/x"]') && document.querySelectorAll('#events li').length > 0`)
+	if got := wait[[]string](ctx, t, "the events under jobs/", eventsJS); !slices.Equal(got, want) {
+		t.Errorf("events under jobs/, newest first: %q, want %q", got, want)
 	}
 	noProblems(ctx, t)
 }
