@@ -409,8 +409,8 @@ func TestDashboardAsksForAToken(t *testing.T) {
 }
 
 // TestDashboardScreenshot (with -update) takes docs/img/dashboard.png:
-// a few held locks with waiters, and half a minute of grants, hand-offs,
-// releases and expiries for the charts.
+// a few held locks with waiters, a session holding two, and half a minute
+// of grants, hand-offs, releases and expiries for the charts.
 func TestDashboardScreenshot(t *testing.T) {
 	if !*update {
 		t.Skip("run with -update to rewrite docs/img/dashboard.png")
@@ -430,6 +430,15 @@ func TestDashboardScreenshot(t *testing.T) {
 	}
 	for _, h := range held {
 		ts.acquire(t, h.key, h.holder, h.ttl, "")
+	}
+	var ss api.Session
+	if st := ts.call(context.Background(), t, "POST", api.PathSessionOpen, "", api.SessionOpenRequest{Holder: "deployer", TTLMs: 40000}, &ss); st != 200 {
+		t.Fatalf("session open: %d", st)
+	}
+	for _, k := range []string{"deploy/web", "deploy/db"} {
+		if st := ts.call(context.Background(), t, "POST", api.PathAcquire, "", api.AcquireRequest{Key: k, Holder: "deployer", Session: ss.ID}, nil); st != 200 {
+			t.Fatalf("acquire %s under the session: %d", k, st)
+		}
 	}
 	ctxW, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
