@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,6 +339,35 @@ func TestDashboardOnAFollower(t *testing.T) {
 	}
 	if leader := wait[string](ctx, t, "the leader tile", `document.getElementById('stat-leader').textContent !== '–' && document.getElementById('stat-leader').textContent`); leader != nodes[0].id && leader != nodes[1].id {
 		t.Errorf("the leader tile says %q", leader)
+	}
+	noProblems(ctx, t)
+}
+
+// TestDashboardOnARemovedNode: the page of a node removed from the
+// cluster says so and links to a member's dashboard, where the server
+// reports removal (MembersResponse.Removed).
+func TestDashboardOnARemovedNode(t *testing.T) {
+	if _, ok := reflect.TypeOf(api.MembersResponse{}).FieldByName("Removed"); !ok {
+		t.Skip("this server's members answer does not say a node was removed")
+	}
+	ctx := browser(t, 1280, 900, time.Minute)
+	nodes, leader := startCluster(t, 2)
+	var gone *clusterNode
+	for _, nd := range nodes {
+		if nd != leader {
+			gone = nd
+		}
+	}
+	if st := leader.call(context.Background(), t, "POST", api.PathRemove, "", api.RemoveRequest{ID: gone.id}, nil); st != 200 {
+		t.Fatalf("remove %s: %d", gone.id, st)
+	}
+	open(ctx, t, gone.url+"/ui/?poll=200")
+	banner := wait[string](ctx, t, "the removed node's banner", `!document.getElementById('banner').hidden && document.getElementById('banner').textContent.includes('removed') && document.getElementById('banner').textContent`)
+	if !strings.Contains(banner, "serves nothing") {
+		t.Errorf("the banner says %q", banner)
+	}
+	if link := wait[string](ctx, t, "the link to a member", `document.querySelector('#banner a') && document.querySelector('#banner a').href`); link != leader.url+"/ui/" {
+		t.Errorf("the banner links to %q, want %q", link, leader.url+"/ui/")
 	}
 	noProblems(ctx, t)
 }

@@ -112,7 +112,13 @@
       return;
     }
     const b = ov.body;
-    if (ov.status === 403) {
+    if (b.code === 'removed' || (mem.status === 200 && mem.body.removed)) {
+      setLive('error', 'removed');
+      const other = ((mem.status === 200 && mem.body.members) || []).find((m) => m.client_addr && m.id !== mem.body.node);
+      const href = other ? location.protocol + '//' + other.client_addr + '/ui/' : '';
+      banner('error', 'This node has been removed from the cluster and serves nothing' + (other ? '; open another member’s dashboard, at ' : '.'), null, href, other && other.client_addr);
+      showNothing('A removed node holds no locks for anyone.');
+    } else if (ov.status === 403) {
       setLive('auth', 'permission denied');
       banner('error', '403 — ' + (b.error || 'permission denied') + '. ', 'Use another token');
       showNothing('The token does not allow reading these locks.');
