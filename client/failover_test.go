@@ -13,10 +13,10 @@ import (
 
 // twoNodes is a client for nodes a and b, and a lease on "k" taken on a
 // that b knows too, as the replica that the cluster elects next would.
-func twoNodes(t *testing.T, clk *clock.Fake) (a, b *clienttest.Server, c *client.Client, l *client.Lease) {
+func twoNodes(t *testing.T, clk *clock.Fake, opts ...client.Option) (a, b *clienttest.Server, c *client.Client, l *client.Lease) {
 	t.Helper()
 	a, b = clienttest.NewServer(clk), clienttest.NewServer(clk)
-	c, err := client.New([]string{a.Addr, b.Addr}, client.WithClock(clk))
+	c, err := client.New([]string{a.Addr, b.Addr}, append([]client.Option{client.WithClock(clk)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

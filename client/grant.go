@@ -67,14 +67,14 @@ func (g grantCall) request() (api.AcquireRequest, error) {
 	return req, nil
 }
 
-// grant sends g; a call that waits is watched (see Client.watched).
+// grant sends g.
 func (c *Client) grant(ctx context.Context, g grantCall) (Lock, error) {
 	req, err := g.request()
 	if err != nil {
 		return Lock{}, err
 	}
 	var out api.Lease
-	err = c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: req, out: &out, watch: g.wait > 0})
+	err = c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: req, out: &out})
 	return lockOf(out), err
 }
 
