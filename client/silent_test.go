@@ -141,3 +141,75 @@ func TestLeaseReleaseMovesOffASilentNode(t *testing.T) {
 		t.Fatal("the key is still held on b")
 	}
 }
+
+// TestPlainCallPassesOverASilentNode: the leader a froze and b and c have
+// not elected anyone yet. A release left on a after its check goes to b
+// and c, both answer not_leader naming nobody, and the rounds after the
+// pauses must not wait on a again: c, elected meanwhile, releases. A
+// frozen node costs a call one check, not one per round.
+func TestPlainCallPassesOverASilentNode(t *testing.T) {
+	leakCheck(t)
+	const check = time.Second
+	clk := newFakeClock()
+	a, b, c3 := clienttest.NewServer(clk), clienttest.NewServer(clk), clienttest.NewServer(clk)
+	c, err := client.New([]string{a.Addr, b.Addr, c3.Addr}, client.WithClock(clk), client.WithWaitCheck(check))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); a.Close(); b.Close(); c3.Close() })
+	cc, err := client.New([]string{c3.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Close)
+	if _, err := cc.Grant(context.Background(), "k", "h", time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	nobody := ""
+	freeze(a, "release")
+	b.NotLeader(&nobody)
+	c3.NotLeader(&nobody)
+	got := make(chan error, 1)
+	go func() {
+		ok, err := c.Release(context.Background(), "k", "h", 0)
+		if err == nil && !ok {
+			err = errors.New("not released")
+		}
+		got <- err
+	}()
+	stepPastSilence(t, clk, a, "release", check)
+	// b, then c, answer not_leader; each answer is followed by a pause.
+	for i, s := range []*clienttest.Server{b, c3} {
+		waitFor(t, "the call to reach the next node", func() bool { return s.Count("release") == 1 })
+		waitFor(t, "the pause", func() bool { return clk.Pending() == 1 })
+		if i == 1 {
+			c3.NotLeader(nil) // c has won its election
+		}
+		pause, _ := clk.Next()
+		clk.Advance(pause)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := a.Count("release"); n != 1 {
+				t.Fatalf("a, silent, was asked %d times; want once", n)
+			}
+			if _, _, held := c3.Holder("k"); held {
+				t.Fatal("the key is still held on c")
+			}
+			return
+		default:
+		}
+		if time.Now().After(deadline) { // a bound on a hang, not a timing
+			t.Fatal("the release never ended")
+		}
+		// More pauses while b is asked again: move through them.
+		if d, ok := clk.Next(); ok && clk.Pending() == 1 {
+			clk.Advance(d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
