@@ -231,6 +231,8 @@ type call struct {
 	body   any
 	out    any
 	at     string // one attempt at exactly this address: no retries, no redirects, no check
+	// resend, when set, is the body of every attempt after the first.
+	resend func() any
 	// maybeApplied, when set, is called for each attempt that may have
 	// been applied without an answer saying so: it was sent (or may have
 	// been) and no answer came, or the answer was change_unknown.
@@ -274,15 +276,9 @@ func (cl call) noteMaybe() {
 // intervals, and that node is passed over for the rest of the call while
 // another is left, unless a node names it as the leader.
 func (c *Client) do(ctx context.Context, cl call) error {
-	var body []byte
-	if c.framed {
-		cl.bin = binaryBody(cl)
-	}
-	if cl.body != nil && cl.bin == nil {
-		var err error
-		if body, err = jsonBody(cl, nil); err != nil {
-			return err
-		}
+	body, err := c.encode(&cl)
+	if err != nil {
+		return err
 	}
 	if cl.at != "" {
 		return c.once(ctx, cl.at, cl, body)
@@ -293,7 +289,13 @@ func (c *Client) do(ctx context.Context, cl call) error {
 	backoffs := 0
 	tries := 0
 	var silent map[string]bool // addresses that went silent during this call
-	for next := 0; ; {
+	for next, first := 0, true; ; first = false {
+		if !first && cl.resend != nil {
+			cl.body = cl.resend()
+			if body, err = c.encode(&cl); err != nil {
+				return err
+			}
+		}
 		var addr string
 		addr, next = c.pickSkipping(next, silent)
 		err := c.checked(ctx, addr, cl, body)
@@ -349,6 +351,19 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			backoff = min(2*backoff, c.maxBackoff)
 		}
 	}
+}
+
+// encode makes cl's body: in binary for a framed call that has a binary
+// form (cl.bin), else the JSON returned.
+func (c *Client) encode(cl *call) ([]byte, error) {
+	cl.bin = nil
+	if c.framed {
+		cl.bin = binaryBody(*cl)
+	}
+	if cl.body == nil || cl.bin != nil {
+		return nil, nil
+	}
+	return jsonBody(*cl, nil)
 }
 
 // pickSkipping is the address n places after the preferred one, passing
