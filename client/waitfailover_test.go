@@ -2,10 +2,13 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/client/clienttest"
 	"github.com/fencelock/fencelock/clock"
@@ -151,5 +154,112 @@ func TestWaitThatEndsInAnElectionIsHeld(t *testing.T) {
 	stepUntil(t, clk, start.Add(time.Hour), ended)
 	if !errors.Is(err, client.ErrHeld) {
 		t.Fatalf("wait = %v; want ErrHeld once b leads", err)
+	}
+}
+
+// waitLeft is how long holder's queue place on key at srv has left
+// before the server drops it, from the server's overview; false when
+// holder is not queued there.
+func waitLeft(t *testing.T, srv *clienttest.Server, key, holder string) (time.Duration, bool) {
+	t.Helper()
+	resp, err := http.Get(srv.URL + api.PathOverview)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ov api.Overview
+	if err := json.NewDecoder(resp.Body).Decode(&ov); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ov.Locks {
+		if l.Key != key {
+			continue
+		}
+		for _, w := range l.Waiters {
+			if w.Holder == holder {
+				return time.Duration(w.LeftMs) * time.Millisecond, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// TestLongWaitKeepsItsPlace (issue 27 item 2): a wait without end keeps
+// its place in the queue for hours, although the server waits at most an
+// hour per request. A queued first and B a minute later; three hours on,
+// the key is released and A, not B, gets it. Before, each wait queued
+// again at the back every hour, so B, re-queued first, went first.
+func TestLongWaitKeepsItsPlace(t *testing.T) {
+	leakCheck(t)
+	clk := newFakeClock()
+	// No node checks in three hours: only the rounds' timers move the clock.
+	srv, c := newPair(t, clk, client.WithWaitCheck(24*time.Hour))
+	x, err := c.Grant(context.Background(), "k", "x", 10*time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *client.Lease
+		err error
+	}
+	wait := func(holder string) chan result {
+		got := make(chan result, 1)
+		go func() {
+			l, err := c.Acquire(context.Background(), "k", client.WithHolder(holder), client.WithTTL(time.Minute))
+			got <- result{l, err}
+		}()
+		return got
+	}
+	gotA := wait("A")
+	waitFor(t, "A to queue", func() bool { return len(srv.Waiters("k")) == 1 })
+	clk.Advance(time.Minute)
+	gotB := wait("B")
+	waitFor(t, "B to queue", func() bool { return len(srv.Waiters("k")) == 2 })
+	start := clk.Now()
+	for clk.Now().Before(start.Add(3 * time.Hour)) {
+		// The client's timers: A's and B's next rounds, their node checks
+		// a day away, and for a minute after a round was sent the check
+		// of the round it overlaps. Move to the next; once a round is
+		// sent, the clock stands still until the server has taken its new
+		// deadline, as it would in the moment a real request takes (and
+		// by then the new round has armed its timers).
+		waitFor(t, "both waits' timers", func() bool { return clk.Pending() >= 4 })
+		d, _ := clk.Next()
+		clk.Advance(d)
+		waitFor(t, "the round's new deadline", func() bool {
+			la, okA := waitLeft(t, srv, "k", "A")
+			lb, okB := waitLeft(t, srv, "k", "B")
+			return okA && okB && max(la, lb) > 59*time.Minute+30*time.Second
+		})
+		if w := srv.Waiters("k"); len(w) != 2 || w[0] != "A" || w[1] != "B" {
+			t.Fatalf("after %v the queue is %v; want [A B]", clk.Now().Sub(start), w)
+		}
+	}
+	if ok, err := c.Release(context.Background(), "k", "x", x.Token); !ok || err != nil {
+		t.Fatalf("release x: %v, %v", ok, err)
+	}
+	var r result
+	select {
+	case r = <-gotA:
+	case r = <-gotB:
+		t.Fatalf("B was granted first: %v", r.err)
+	case <-time.After(10 * time.Second): // a bound on a hang, not a timing
+		t.Fatal("nobody was granted")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.l.Holder() != "A" {
+		t.Fatalf("granted to %q; want A", r.l.Holder())
+	}
+	if err := r.l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r = <-gotB
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := r.l.Release(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
