@@ -84,8 +84,12 @@ func (cf *clientFlags) call(ctx context.Context, wait time.Duration, what string
 	return nil
 }
 
-// callContext bounds one command's calls: the answer timeout plus any wait.
+// callContext bounds one command's calls: the answer timeout plus any
+// wait; a wait without end (waitForever) is bounded by ctx alone.
 func (cf *clientFlags) callContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if wait < 0 {
+		return context.WithCancel(ctx)
+	}
 	return context.WithTimeout(ctx, *cf.timeout+wait)
 }
 

@@ -122,6 +122,10 @@ func clientFail(what string, err error) error {
 		}
 		return (&usageErr{cmd: cmd, message: fmt.Sprintf("%s: %s", what, trimPrefix(err))}).exit()
 	}
+	var in *interrupted
+	if errors.As(err, &in) {
+		return &exitError{Code: in.code(), Err: fmt.Errorf("%s: %v", what, in)}
+	}
 	code := exitNo
 	switch {
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrUnavailable),
