@@ -306,6 +306,9 @@ func (c *Client) do(ctx context.Context, cl call) error {
 		if ctx.Err() != nil {
 			return gaveUp(ctx, lastErr)
 		}
+		if m := c.tlsMismatch(ctx, addr, err); m != nil {
+			return m // no retry can help
+		}
 		var se *silentError
 		if errors.As(err, &se) {
 			if silent == nil {
@@ -364,6 +367,48 @@ func (c *Client) encode(cl *call) ([]byte, error) {
 		return nil, nil
 	}
 	return jsonBody(*cl, nil)
+}
+
+// tlsMismatch is the error for an attempt at addr that failed with err
+// because one side spoke TLS and the other did not, or nil. A plain
+// server met over https:// shows it in the handshake. A TLS server met
+// over http:// only closes the connection, which is also what a node that
+// dies does: after such a close (EOF, reset), a TLS handshake is tried on
+// addr, bounded by ctx and the dial timeout; a server that answers it
+// speaks TLS.
+func (c *Client) tlsMismatch(ctx context.Context, addr string, err error) error {
+	var se *silentError
+	if !errors.Is(err, ErrUnreachable) || errors.As(err, &se) {
+		return nil
+	}
+	msg := err.Error()
+	if host, ok := strings.CutPrefix(addr, "https://"); ok {
+		if strings.Contains(msg, "first record does not look like a TLS handshake") ||
+			strings.Contains(msg, "server gave HTTP response to HTTPS client") {
+			return &TLSMismatchError{Addr: addr, Host: host}
+		}
+		return nil
+	}
+	host, ok := strings.CutPrefix(addr, "http://")
+	if !ok || !(strings.HasSuffix(msg, "EOF") || strings.Contains(msg, "connection reset by peer")) {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout},
+		// Only whether it speaks TLS is asked, not whom: nothing is sent.
+		Config: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}
+	conn, herr := d.DialContext(pctx, "tcp", host)
+	var alert tls.AlertError
+	switch {
+	case herr == nil:
+		conn.Close()
+	case errors.As(herr, &alert):
+		// It answered the handshake, if only to refuse it.
+	default:
+		return nil
+	}
+	return &TLSMismatchError{Addr: addr, Host: host, ServerTLS: true}
 }
 
 // pickSkipping is the address n places after the preferred one, passing
