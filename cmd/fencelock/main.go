@@ -72,7 +72,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"server", "run a durable lock server (HTTP/JSON API)", runServer, serverUsage},
-		{"acquire", "acquire a lock once and print its fencing token", runAcquire, acquireUsage},
+		{"acquire", "acquire a lock (waiting its turn) and print its fencing token", runAcquire, acquireUsage},
 		{"extend", "extend a held lock, keeping its token", runExtend, extendUsage},
 		{"release", "release a lock you hold", runRelease, releaseUsage},
 		{"session", "open, extend or close a session that keeps many locks alive", runSession, sessionUsage},
