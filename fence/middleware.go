@@ -36,7 +36,8 @@ type errorBody struct {
 //
 //   - 409 {"code":"missing_token"} when the header is absent or empty;
 //   - 409 {"code":"stale_token","token":T,"highest":H} when T < H;
-//   - 400 {"code":"invalid_token"} when the header is not a positive integer;
+//   - 400 {"code":"invalid_token"} when the header is not a positive integer,
+//     or there are two of them;
 //   - 503 {"code":"fence_unavailable"} when f could not check or record the
 //     token (a disk or database error), before next ran.
 //
@@ -58,6 +59,11 @@ func Middleware(f Fence, resource ResourceFunc, next http.Handler, safe ...strin
 			}
 		}
 		name := resource(r)
+		if vs := r.Header.Values(Header); len(vs) > 1 {
+			// Which one an upstream or handler reads is its own choice.
+			writeError(w, http.StatusBadRequest, errorBody{Error: "request carries " + strconv.Itoa(len(vs)) + " " + Header + " headers, want one", Code: "invalid_token", Resource: name})
+			return
+		}
 		raw := strings.TrimSpace(r.Header.Get(Header))
 		var token uint64
 		if raw != "" {

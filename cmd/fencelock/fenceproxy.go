@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 )
 
 const fenceProxyUsage = `Usage: fencelock fence-proxy --listen ADDR --upstream URL --state DIR
-                             [--resource-from path|header:NAME] [--pass METHODS]
+                             [--resource-from path|path:clean|header:NAME]
+                             [--resource-case exact|fold] [--pass METHODS]
 
 Fences an HTTP service that cannot check fencing tokens itself: a reverse
 proxy in front of it that forwards a request only if its Fencing-Token
@@ -26,43 +28,50 @@ resource (the URL path, or the value of header NAME). The marks live in
 DIR (fsynced before a request is forwarded), so a restarted proxy still
 refuses a token it had superseded. One proxy per DIR.
 
+The resource fenced is exactly the one forwarded. With --resource-from
+path, a path an upstream could read as another path is refused: empty
+segments (//), . or .. segments, a trailing slash, an encoded slash
+(%2F), a backslash or a control character. path:clean fences and
+forwards the cleaned path instead (/data//x/../a/ is /data/a; %2F is a
+slash). With header:NAME, a request with two NAME headers (or NAME_ spelt
+with an underscore), or whose Connection header names NAME, is refused.
+--resource-case fold lower-cases the resource, fenced and forwarded, for
+an upstream that does not tell ACCT from acct.
+
 Refusals are the fence middleware's JSON: 409 stale_token (naming the
-token and the highest honoured), 409 missing_token, 400 invalid_token;
-400 missing_resource when --resource-from names a header the request
-lacks; 502 upstream_unreachable.
+token and the highest honoured), 409 missing_token, 400 invalid_token
+(also for two Fencing-Token headers); 400 noncanonical_path,
+duplicate_resource, hop_by_hop_resource, and missing_resource when the
+request lacks the header NAME; 502 upstream_unreachable.
 
 A token is honoured (the mark raised, on disk) before the request is
 forwarded, whatever the upstream then answers: once a newer holder has
 shown up, older ones are stale even if its request failed. Requests for
 one resource are forwarded one at a time, each only after the previous
 answer is back, so an older request cannot overtake a newer one on the
-way. Methods in --pass (e.g. GET,HEAD) are forwarded unfenced.
+way. Methods in --pass (e.g. GET,HEAD) are forwarded unfenced, as they
+came.
 
 The limit: only requests through the proxy are fenced. A writer that
 reaches the upstream another way is not, so the upstream should accept
 writes from the proxy only. See docs/FENCING.md.
 `
 
-// resourceFrom turns --resource-from into a ResourceFunc; header names a
-// header the request must carry ("" for the path).
-func resourceFrom(spec string) (fn fence.ResourceFunc, header string, err error) {
-	switch {
-	case spec == "path":
-		return fence.ByPath, "", nil
-	case strings.HasPrefix(spec, "header:") && len(spec) > len("header:"):
-		h := http.CanonicalHeaderKey(strings.TrimPrefix(spec, "header:"))
-		return func(r *http.Request) string { return r.Header.Get(h) }, h, nil
-	}
-	return nil, "", usageError("--resource-from %q: want path or header:NAME", spec)
+// proxyConfig is what a fence proxy forwards, and how it names resources.
+type proxyConfig struct {
+	upstream *url.URL
+	resource proxyResource
+	pass     []string // methods forwarded unfenced, as they came
 }
 
 // newFenceProxy forwards to upstream the requests f admits. The upstream
 // request runs inside f.Admit: the mark is raised before it is sent, and
-// the next request for the same resource waits for its answer.
-func newFenceProxy(f fence.Fence, upstream *url.URL, resource fence.ResourceFunc, header string, pass []string) http.Handler {
+// the next request for the same resource waits for its answer. What is
+// forwarded names the resource fenced, spelt as it was fenced.
+func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
+			pr.SetURL(cfg.upstream)
 			pr.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -72,19 +81,14 @@ func newFenceProxy(f fence.Fence, upstream *url.URL, resource fence.ResourceFunc
 			proxyError(w, http.StatusBadGateway, "upstream_unreachable", "fence-proxy: upstream: "+err.Error())
 		},
 	}
-	fenced := fence.Middleware(f, resource, rp, pass...)
-	if header == "" {
-		return fenced
-	}
+	fenced := fence.Middleware(f, cfg.resource.of, rp)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.TrimSpace(r.Header.Get(header)) == "" {
-			for _, m := range pass {
-				if r.Method == m {
-					rp.ServeHTTP(w, r)
-					return
-				}
-			}
-			proxyError(w, http.StatusBadRequest, "missing_resource", "request carries no "+header+" header to name its resource")
+		if slices.Contains(cfg.pass, r.Method) {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		if _, rerr := cfg.resource.name(r); rerr != nil {
+			proxyError(w, http.StatusBadRequest, rerr.code, "fence-proxy: "+rerr.msg)
 			return
 		}
 		fenced.ServeHTTP(w, r)
@@ -102,7 +106,8 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	listen := f.String("listen", "127.0.0.1:7490", "`ADDR` to listen on (port 0 picks one)")
 	upstreamFlag := f.String("upstream", "", "the service to fence, `URL` (http://host:port)")
 	state := f.String("state", "", "`DIR` for the highest tokens honoured (created if missing)")
-	from := f.String("resource-from", "path", "`SPEC` of what names a request's resource: path, or header:NAME")
+	from := f.String("resource-from", "path", "`SPEC` of what names a request's resource: path, path:clean or header:NAME")
+	caseMode := f.String("resource-case", "exact", "`MODE` exact, or fold for an upstream that does not tell ACCT from acct")
 	passFlag := f.String("pass", "", "comma-separated `METHODS` forwarded without a token (e.g. GET,HEAD)")
 	grace := f.Duration("grace", 5*time.Second, "how long in-flight requests may finish on SIGINT/SIGTERM")
 	pos, err := f.parse(args)
@@ -122,7 +127,7 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
 		return usageError("--upstream %q: want http://HOST:PORT or https://HOST:PORT", *upstreamFlag)
 	}
-	resource, header, err := resourceFrom(*from)
+	resource, err := parseResourceFrom(*from, *caseMode)
 	if err != nil {
 		return err
 	}
@@ -143,7 +148,7 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	}
 	// The first line says where: a script (or test) can start on port 0.
 	fmt.Fprintf(e.stdout, "fence-proxy listening on http://%s, fencing %s, marks in %s\n", ln.Addr(), upstream, *state)
-	srv := &http.Server{Handler: newFenceProxy(ff, upstream, resource, header, pass), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: newFenceProxy(ff, proxyConfig{upstream: upstream, resource: resource, pass: pass}), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -24,13 +24,13 @@ import (
 // request that reached it.
 type recordingUpstream struct {
 	mu   sync.Mutex
-	seen []string // "METHOD PATH token body"
+	seen []string // "METHOD PATH token body", the path as escaped on the wire
 }
 
 func (u *recordingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
-	u.seen = append(u.seen, r.Method+" "+r.URL.Path+" "+r.Header.Get(fence.Header)+" "+string(b))
+	u.seen = append(u.seen, r.Method+" "+r.URL.EscapedPath()+" "+r.Header.Get(fence.Header)+" "+string(b))
 	u.mu.Unlock()
 	w.WriteHeader(http.StatusCreated)
 	io.WriteString(w, "stored")
@@ -42,19 +42,35 @@ func (u *recordingUpstream) requests() []string {
 	return append([]string(nil), u.seen...)
 }
 
+// proxyOptions are the flags of a proxy a test starts in-process.
+type proxyOptions struct {
+	from string // --resource-from
+	fold bool   // --resource-case fold
+	pass []string
+}
+
 // startProxy runs the proxy in-process on a file fence in dir.
 func startProxy(t *testing.T, dir, upstream, from string, pass ...string) (*httptest.Server, func()) {
+	t.Helper()
+	return startProxyWith(t, dir, upstream, proxyOptions{from: from, pass: pass})
+}
+
+func startProxyWith(t *testing.T, dir, upstream string, o proxyOptions) (*httptest.Server, func()) {
 	t.Helper()
 	ff, err := filefence.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	u, _ := url.Parse(upstream)
-	res, header, err := resourceFrom(from)
+	caseMode := "exact"
+	if o.fold {
+		caseMode = "fold"
+	}
+	res, err := parseResourceFrom(o.from, caseMode)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newFenceProxy(ff, u, res, header, pass))
+	srv := httptest.NewServer(newFenceProxy(ff, proxyConfig{upstream: u, resource: res, pass: o.pass}))
 	stop := func() { srv.Close(); ff.Close() }
 	t.Cleanup(stop)
 	return srv, stop
@@ -177,6 +193,11 @@ func TestFenceProxyUsageErrors(t *testing.T) {
 		{"fence-proxy", "--upstream", "ftp://x", "--state", "x"},
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "query"},
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "extra"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:Connection"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:fencing-token"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:Transfer_Encoding"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:X Y"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-case", "upper"},
 	} {
 		var stderr strings.Builder
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
@@ -274,7 +295,7 @@ func BenchmarkFenceProxy(b *testing.B) {
 	}
 	defer ff.Close()
 	u, _ := url.Parse(upstream.URL)
-	proxy := httptest.NewServer(newFenceProxy(ff, u, fence.ByPath, "", nil))
+	proxy := httptest.NewServer(newFenceProxy(ff, proxyConfig{upstream: u}))
 	defer proxy.Close()
 	plain := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }})
 	defer plain.Close()
