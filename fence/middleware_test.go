@@ -118,3 +118,22 @@ func TestMiddlewareRefusesTwoTokens(t *testing.T) {
 		t.Fatalf("the mark rose to %d", g.Highest("/r"))
 	}
 }
+
+// fencedPut sends one PUT /r through Middleware(f) with token and key
+// headers ("" for none) and answers the status and the JSON body.
+func fencedPut(t *testing.T, f Fence, token, key string) (int, map[string]any) {
+	t.Helper()
+	h := Middleware(f, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	req := httptest.NewRequest(http.MethodPut, "/r", nil)
+	if token != "" {
+		req.Header.Set(Header, token)
+	}
+	if key != "" {
+		req.Header.Set(KeyHeader, key)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var m map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &m)
+	return rec.Code, m
+}
