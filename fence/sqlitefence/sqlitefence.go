@@ -5,15 +5,20 @@
 // The marks live in a table (CreateTable makes it; DDL is the statement):
 //
 //	CREATE TABLE IF NOT EXISTS fencelock_fence (
-//	    resource TEXT PRIMARY KEY,
-//	    token    INTEGER NOT NULL CHECK (token > 0)
+//	    resource  TEXT PRIMARY KEY,
+//	    token     INTEGER NOT NULL CHECK (token > 0),
+//	    lock_key  TEXT,     -- the lock key it is bound to (a verifying fence)
+//	    raised_ms INTEGER   -- when the mark last rose, Unix ms
 //	)
 //
 // Admit takes one connection from the pool and runs, on it:
 //
 //	BEGIN IMMEDIATE;  -- the write lock now, not at the first write
-//	INSERT INTO fencelock_fence (resource, token) VALUES (?1, ?2)
-//	    ON CONFLICT (resource) DO UPDATE SET token = excluded.token
+//	INSERT INTO fencelock_fence (resource, token, lock_key, raised_ms) VALUES (?1, ?2, ?3, ?4)
+//	    ON CONFLICT (resource) DO UPDATE SET token = excluded.token,
+//	        lock_key = COALESCE(excluded.lock_key, fencelock_fence.lock_key),
+//	        raised_ms = CASE WHEN excluded.token > fencelock_fence.token
+//	            THEN excluded.raised_ms ELSE fencelock_fence.raised_ms END
 //	    WHERE excluded.token >= fencelock_fence.token
 //	    RETURNING token;  -- no row: a higher token is stored, so ?2 is stale
 //	SAVEPOINT fencelock_effect;
@@ -36,6 +41,11 @@
 // connection of the pool is outside the transaction, unfenced, and would
 // wait for the lock this one holds.
 //
+// A verifying fence (WithVerification) reads the row after BEGIN
+// IMMEDIATE, asks the lock service about a token above the mark while it
+// holds the write lock, and stores the key in lock_key (?3; NULL when not
+// verifying, which keeps the key stored).
+//
 // SQLite's INTEGER is a signed 64-bit number; a token above 2^63-1 is
 // refused with an error (fencelock issues tokens from 1 upwards).
 package sqlitefence
@@ -47,7 +57,10 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
+	"time"
 
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/fence"
 
 	_ "modernc.org/sqlite" // the pure-Go driver, registered as "sqlite"
@@ -58,9 +71,21 @@ const DefaultTable = "fencelock_fence"
 
 // DDL is the statement CreateTable runs, with %s for the table's name.
 const DDL = `CREATE TABLE IF NOT EXISTS %s (
-    resource TEXT PRIMARY KEY,
-    token    INTEGER NOT NULL CHECK (token > 0)
+    resource  TEXT PRIMARY KEY,
+    token     INTEGER NOT NULL CHECK (token > 0),
+    lock_key  TEXT,
+    raised_ms INTEGER
 )`
+
+// MarksSQL lists the marks of the table %s: what ` + "`fencelock fence marks`" + `
+// shows of a file fence.
+const MarksSQL = `SELECT resource, token, lock_key, strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', raised_ms / 1000.0, 'unixepoch') FROM %s ORDER BY resource`
+
+// columns a table made by an older DDL lacks, added by CreateTable.
+var columns = []struct{ name, decl string }{
+	{"lock_key", "TEXT"},
+	{"raised_ms", "INTEGER"},
+}
 
 // Tx is the transaction an effect writes through (a *sql.Conn inside
 // BEGIN IMMEDIATE ... COMMIT).
@@ -80,9 +105,21 @@ func TxFrom(ctx context.Context) (Tx, bool) {
 
 // Fence is a fence.Fence on a SQLite database. Use New.
 type Fence struct {
-	db    *sql.DB
-	table string
+	db     *sql.DB
+	table  string
+	verify *fence.Verification
+	now    func() time.Time
 }
+
+// Option configures New.
+type Option func(*Fence)
+
+// WithVerification makes the fence confirm each new token with the lock
+// service before it raises a mark (fence.Verification).
+func WithVerification(v *fence.Verification) Option { return func(f *Fence) { f.verify = v } }
+
+// WithClock is the clock raised_ms is read from (clock.System).
+func WithClock(c clock.Clock) Option { return func(f *Fence) { f.now = c.Now } }
 
 var _ fence.Fence = (*Fence)(nil)
 
@@ -90,14 +127,18 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // New fences with the table named table in db ("" for DefaultTable). The
 // table must exist (CreateTable).
-func New(db *sql.DB, table string) (*Fence, error) {
+func New(db *sql.DB, table string, opts ...Option) (*Fence, error) {
 	if table == "" {
 		table = DefaultTable
 	}
 	if !identifier.MatchString(table) {
 		return nil, fmt.Errorf("sqlitefence: table name %q: want letters, digits and _", table)
 	}
-	return &Fence{db: db, table: table}, nil
+	f := &Fence{db: db, table: table, now: time.Now}
+	for _, o := range opts {
+		o(f)
+	}
+	return f, nil
 }
 
 // Open opens the SQLite database file path with the settings a fence
@@ -112,12 +153,69 @@ func Open(path string) (*sql.DB, error) {
 	return db, nil
 }
 
-// CreateTable creates the fence table if it is not there (DDL).
+// CreateTable creates the fence table if it is not there (DDL), and adds
+// to one made by an older version the columns it lacks.
 func (f *Fence) CreateTable(ctx context.Context) error {
 	if _, err := f.db.ExecContext(ctx, fmt.Sprintf(DDL, f.table)); err != nil {
 		return fmt.Errorf("sqlitefence: creating %s: %w", f.table, err)
 	}
+	have := map[string]bool{}
+	rows, err := f.db.QueryContext(ctx, "SELECT name FROM pragma_table_info(?)", f.table)
+	if err != nil {
+		return fmt.Errorf("sqlitefence: reading %s's columns: %w", f.table, err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("sqlitefence: reading %s's columns: %w", f.table, err)
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlitefence: reading %s's columns: %w", f.table, err)
+	}
+	for _, c := range columns {
+		if have[c.name] {
+			continue
+		}
+		if _, err := f.db.ExecContext(ctx, "ALTER TABLE "+f.table+" ADD COLUMN "+c.name+" "+c.decl); err != nil {
+			return fmt.Errorf("sqlitefence: adding %s to %s: %w", c.name, f.table, err)
+		}
+	}
 	return nil
+}
+
+// Mark is one row of the fence table.
+type Mark struct {
+	Resource string
+	Token    uint64
+	Key      string    // the lock key it is bound to ("" none)
+	Raised   time.Time // when the mark last rose (zero: unknown)
+}
+
+// Marks lists the marks, by resource.
+func (f *Fence) Marks(ctx context.Context) ([]Mark, error) {
+	rows, err := f.db.QueryContext(ctx, "SELECT resource, token, COALESCE(lock_key, ''), COALESCE(raised_ms, 0) FROM "+f.table+" ORDER BY resource")
+	if err != nil {
+		return nil, fmt.Errorf("sqlitefence: %w", err)
+	}
+	defer rows.Close()
+	var out []Mark
+	for rows.Next() {
+		var m Mark
+		var tok, ms int64
+		if err := rows.Scan(&m.Resource, &tok, &m.Key, &ms); err != nil {
+			return nil, fmt.Errorf("sqlitefence: %w", err)
+		}
+		m.Token = uint64(tok)
+		if ms != 0 {
+			m.Raised = time.UnixMilli(ms)
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
 }
 
 // Highest is the highest token honoured on resource (0 if none).
@@ -165,10 +263,32 @@ func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effe
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
+	var key string
+	if f.verify != nil {
+		var highest int64
+		var bound string
+		err := conn.QueryRowContext(ctx, "SELECT token, COALESCE(lock_key, '') FROM "+f.table+" WHERE resource = ?", resource).Scan(&highest, &bound)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sqlitefence: reading the mark of %q: %w", resource, err)
+		}
+		if uint64(highest) > token {
+			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
+		}
+		if key, err = f.verify.Check(ctx, resource, token, uint64(highest), bound); err != nil {
+			return err
+		}
+	}
+	var lockKey any
+	if key != "" {
+		lockKey = key
+	}
 	var stored int64
-	err = conn.QueryRowContext(ctx, "INSERT INTO "+f.table+" (resource, token) VALUES (?1, ?2)"+
-		" ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE excluded.token >= "+f.table+".token"+
-		" RETURNING token", resource, int64(token)).Scan(&stored)
+	t := f.table
+	err = conn.QueryRowContext(ctx, "INSERT INTO "+t+" (resource, token, lock_key, raised_ms) VALUES (?1, ?2, ?3, ?4)"+
+		" ON CONFLICT (resource) DO UPDATE SET token = excluded.token, lock_key = COALESCE(excluded.lock_key, "+t+".lock_key),"+
+		" raised_ms = CASE WHEN excluded.token > "+t+".token THEN excluded.raised_ms ELSE "+t+".raised_ms END"+
+		" WHERE excluded.token >= "+t+".token"+
+		" RETURNING token", resource, int64(token), lockKey, f.now().UnixMilli()).Scan(&stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		var highest int64
 		if err := conn.QueryRowContext(ctx, "SELECT token FROM "+f.table+" WHERE resource = ?", resource).Scan(&highest); err != nil {
@@ -177,6 +297,9 @@ func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effe
 		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
 	}
 	if err != nil {
+		if strings.Contains(err.Error(), "no such column") || strings.Contains(err.Error(), "has no column") {
+			return fmt.Errorf("sqlitefence: raising the mark of %q: %w (the table %s is from an older sqlitefence: run CreateTable once)", resource, err, f.table)
+		}
 		return fmt.Errorf("sqlitefence: raising the mark of %q: %w", resource, err)
 	}
 	var effectErr error
