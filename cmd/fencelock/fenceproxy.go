@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/fence/filefence"
 )
@@ -20,6 +21,7 @@ import (
 const fenceProxyUsage = `Usage: fencelock fence-proxy --listen ADDR --upstream URL --state DIR
                              [--resource-from path|path:clean|header:NAME]
                              [--resource-case exact|fold] [--pass METHODS]
+                             [--verify ADDRS [--lock-key KEY] [client TLS/auth flags]]
 
 Fences an HTTP service that cannot check fencing tokens itself: a reverse
 proxy in front of it that forwards a request only if its Fencing-Token
@@ -51,6 +53,17 @@ one resource are forwarded one at a time, each only after the previous
 answer is back, so an older request cannot overtake a newer one on the
 way. Methods in --pass (e.g. GET,HEAD) are forwarded unfenced, as they
 came.
+
+With --verify, a token above a resource's mark is forwarded only once the
+cluster confirms it is a live grant of the lock key guarding the resource
+(one check per new token per resource; the current token is not asked
+about again): a made-up token, or another key's live token, is refused
+with 409 unverified_token or wrong_key and raises nothing. The key is
+--lock-key (say ledger/{resource}), or else the Fencing-Key header of the
+first request a verified token raised the resource for, recorded with the
+mark; 400 missing_key when neither names one. While the cluster cannot be
+reached, new tokens are refused (503 fence_unavailable) and the current
+ones still pass.
 
 The limit: only requests through the proxy are fenced. A writer that
 reaches the upstream another way is not, so the upstream should accept
@@ -95,6 +108,17 @@ func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
 	})
 }
 
+// proxyVerification verifies with v, resources bound by template
+// ({resource} replaced by the resource's name; "" binds each resource to
+// the key its first verified request names).
+func proxyVerification(v fence.Verifier, template string) *fence.Verification {
+	fv := &fence.Verification{Verifier: v}
+	if template != "" {
+		fv.Key = func(resource string) string { return strings.ReplaceAll(template, "{resource}", resource) }
+	}
+	return fv
+}
+
 func proxyError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -110,6 +134,10 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	caseMode := f.String("resource-case", "exact", "`MODE` exact, or fold for an upstream that does not tell ACCT from acct")
 	passFlag := f.String("pass", "", "comma-separated `METHODS` forwarded without a token (e.g. GET,HEAD)")
 	grace := f.Duration("grace", 5*time.Second, "how long in-flight requests may finish on SIGINT/SIGTERM")
+	verify := f.String("verify", "", "cluster `ADDRS` to verify each new token with before it raises a mark (host:port,...)")
+	lockKey := f.String("lock-key", "", "the lock `KEY` guarding each resource, {resource} standing for its name (with --verify; default: the request's Fencing-Key, bound by the first verified token)")
+	tlsFlags := addClientTLSFlags(f)
+	authToken := authTokenFlag(f)
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -137,7 +165,19 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 			pass = append(pass, m)
 		}
 	}
-	ff, err := filefence.Open(*state)
+	var opts []filefence.Option
+	if *verify == "" && *lockKey != "" {
+		return usageError("--lock-key binds resources for --verify; give --verify ADDRS too")
+	}
+	if *verify != "" {
+		c, err := (&clientFlags{addr: verify, tls: tlsFlags, authToken: authToken}).client()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		opts = append(opts, filefence.WithVerification(proxyVerification(client.NewVerifier(c), *lockKey)))
+	}
+	ff, err := filefence.Open(*state, opts...)
 	if err != nil {
 		return fmt.Errorf("fence-proxy: %w", err)
 	}
@@ -147,7 +187,11 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("fence-proxy: %w", err)
 	}
 	// The first line says where: a script (or test) can start on port 0.
-	fmt.Fprintf(e.stdout, "fence-proxy listening on http://%s, fencing %s, marks in %s\n", ln.Addr(), upstream, *state)
+	verifying := ""
+	if *verify != "" {
+		verifying = ", verifying with " + *verify
+	}
+	fmt.Fprintf(e.stdout, "fence-proxy listening on http://%s, fencing %s, marks in %s%s\n", ln.Addr(), upstream, *state, verifying)
 	srv := &http.Server{Handler: newFenceProxy(ff, proxyConfig{upstream: upstream, resource: resource, pass: pass}), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

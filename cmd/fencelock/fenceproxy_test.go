@@ -44,9 +44,10 @@ func (u *recordingUpstream) requests() []string {
 
 // proxyOptions are the flags of a proxy a test starts in-process.
 type proxyOptions struct {
-	from string // --resource-from
-	fold bool   // --resource-case fold
-	pass []string
+	from   string // --resource-from
+	fold   bool   // --resource-case fold
+	pass   []string
+	verify *fence.Verification // --verify
 }
 
 // startProxy runs the proxy in-process on a file fence in dir.
@@ -57,7 +58,11 @@ func startProxy(t *testing.T, dir, upstream, from string, pass ...string) (*http
 
 func startProxyWith(t *testing.T, dir, upstream string, o proxyOptions) (*httptest.Server, func()) {
 	t.Helper()
-	ff, err := filefence.Open(dir)
+	var opts []filefence.Option
+	if o.verify != nil {
+		opts = append(opts, filefence.WithVerification(o.verify))
+	}
+	ff, err := filefence.Open(dir, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +203,7 @@ func TestFenceProxyUsageErrors(t *testing.T) {
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:Transfer_Encoding"},
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:X Y"},
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-case", "upper"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--lock-key", "k/{resource}"},
 	} {
 		var stderr strings.Builder
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
