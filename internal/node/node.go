@@ -64,6 +64,10 @@ type Config struct {
 	TrailingLogs       uint64
 	SnapshotInterval   time.Duration
 	WALSegmentSize     int
+	// TokenFloor, when this node has no raft state yet, is a floor the
+	// first leader commits before it serves a grant: every token it
+	// issues is above it. Ignored once there is state.
+	TokenFloor uint64
 
 	Hooks Hooks
 }
@@ -101,6 +105,7 @@ type Node struct {
 	closers []io.Closer
 	state   *stateFile  // nil without a data dir
 	floor   *tokenFloor // nil without a data dir
+	mem     memFloor    // the pending floor without a data dir
 	m       *machine
 	// startIndex is the last index of the log when the node opened it.
 	startIndex uint64
@@ -168,6 +173,10 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	n.m = newMachine(f, n.floor, cfg.Hooks)
 
+	if err := n.bootFloor(logs, stable, snaps); err != nil {
+		n.close()
+		return nil, err
+	}
 	trans, err := n.transport(rc)
 	if err != nil {
 		n.close()

@@ -93,7 +93,7 @@ func New(cfg Config) (*Server, error) {
 		Logger:           cfg.Logger,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
-		WALSegmentSize: cfg.WALSegmentSize,
+		WALSegmentSize: cfg.WALSegmentSize, TokenFloor: cfg.TokenFloor,
 		Hooks:          node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
 	}, s.fsm)
 	if err != nil {
