@@ -94,7 +94,7 @@ func New(cfg Config) (*Server, error) {
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
 		WALSegmentSize: cfg.WALSegmentSize, TokenFloor: cfg.TokenFloor,
-		Hooks:          node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
+		Hooks: node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
 	}, s.fsm)
 	if err != nil {
 		return nil, err
