@@ -63,8 +63,11 @@ func TestCompletionBash(t *testing.T) {
 	if got := complete("fencelock", "cluster", "j"); got != "join" {
 		t.Errorf("fencelock cluster j<TAB> = %q, want join", got)
 	}
-	if got := complete("fencelock", "help", "fence"); got != "fence-proxy" {
-		t.Errorf("fencelock help fence<TAB> = %q, want fence-proxy", got)
+	if got := complete("fencelock", "help", "fence-"); got != "fence-proxy" {
+		t.Errorf("fencelock help fence-<TAB> = %q, want fence-proxy", got)
+	}
+	if got := complete("fencelock", "fence", "r"); got != "reset" {
+		t.Errorf("fencelock fence r<TAB> = %q, want reset", got)
 	}
 	if got := complete("fencelock", "help", "saf"); got != "safe-stop" {
 		t.Errorf("fencelock help saf<TAB> = %q, want the topic safe-stop", got)

@@ -215,6 +215,34 @@ func TestFenceProxyUsageErrors(t *testing.T) {
 	}
 }
 
+// startProxyProcess starts the fence-proxy binary on a free port in front
+// of upstream with marks in state, and answers it and its URL once it
+// says where it listens.
+func startProxyProcess(t *testing.T, upstream, state string, extra ...string) (*exec.Cmd, string) {
+	t.Helper()
+	args := append([]string{"fence-proxy", "--listen", "127.0.0.1:0", "--upstream", upstream, "--state", state}, extra...)
+	cmd := exec.Command(fencelockBinary(t), args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("fence-proxy said nothing: %v %s", err, stderr.String())
+	}
+	_, rest, ok := strings.Cut(line, "listening on ")
+	if !ok {
+		t.Fatalf("unexpected first line %q", line)
+	}
+	return cmd, strings.TrimSuffix(strings.Fields(rest)[0], ",")
+}
+
 // The real binary: a proxy process is stopped and started again on the
 // same --state, and the stale token is still refused.
 func TestFenceProxyProcess(t *testing.T) {
@@ -223,24 +251,8 @@ func TestFenceProxyProcess(t *testing.T) {
 	defer upstream.Close()
 	state := t.TempDir()
 	start := func() (string, *exec.Cmd) {
-		cmd := exec.Command(fencelockBinary(t), "fence-proxy", "--listen", "127.0.0.1:0", "--upstream", upstream.URL, "--state", state)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil {
-			t.Fatalf("fence-proxy said nothing: %v", err)
-		}
-		_, rest, ok := strings.Cut(line, "listening on ")
-		if !ok {
-			t.Fatalf("unexpected first line %q", line)
-		}
-		return strings.TrimSuffix(strings.Fields(rest)[0], ","), cmd
+		cmd, addr := startProxyProcess(t, upstream.URL, state)
+		return addr, cmd
 	}
 	stop := func(cmd *exec.Cmd) {
 		cmd.Process.Signal(syscall.SIGTERM)

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"net/http/httptest"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,7 +84,6 @@ func TestFenceProxyVerifyRefusesForgedAndForeignTokens(t *testing.T) {
 // The same with real processes: fencelock server, and fence-proxy
 // --verify on it.
 func TestFenceProxyVerifyProcess(t *testing.T) {
-	bin := fencelockBinary(t)
 	addr := freeAddr(t)
 	startProc(t, t.TempDir(), nil, "--listen", addr, "--data", t.TempDir()).waitReady(addr)
 	acquire := func(key string) string {
@@ -97,21 +94,7 @@ func TestFenceProxyVerifyProcess(t *testing.T) {
 	up := &recordingUpstream{}
 	upstream := httptest.NewServer(up)
 	defer upstream.Close()
-	cmd := exec.Command(bin, "fence-proxy", "--listen", "127.0.0.1:0", "--upstream", upstream.URL, "--state", t.TempDir(),
-		"--verify", addr, "--lock-key", "store{resource}")
-	out, _ := cmd.StdoutPipe()
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("fence-proxy said nothing: %v %s", err, stderr.String())
-	}
-	_, rest, _ := strings.Cut(line, "listening on ")
-	proxy := strings.TrimSuffix(strings.Fields(rest)[0], ",")
+	_, proxy := startProxyProcess(t, upstream.URL, t.TempDir(), "--verify", addr, "--lock-key", "store{resource}")
 	for _, s := range []struct {
 		token  string
 		status int

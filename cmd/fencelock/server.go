@@ -68,7 +68,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	advertise := f.String("advertise", "", "client `ADDR` other nodes send clients to (default: the --listen address)")
 	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
-	tokenFloor := f.Uint64("token-floor", 0, "on first start (an empty DIR), issue only tokens above `N`: rebuild a cluster above every token its fences have seen")
+	tokenFloor := f.Uint64("token-floor", 0, "on first start (an empty DIR), every token issued is above `N`: rebuild a cluster above the tokens its fences have seen")
 	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
 	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")
 	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
