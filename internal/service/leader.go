@@ -395,7 +395,7 @@ func (s *Service) raisePendingFloor(ctx context.Context) bool {
 			err = s.node.ClearPendingFloor(floor)
 		}
 		if err == nil {
-			s.log.Warn("raised the token counter to the floor recorded by fencelock recover or --token-floor",
+			s.log.Warn("raised the token counter to the floor recorded by fencelock recover",
 				"floor", floor, "last_token", s.fsm.LastToken())
 			return true
 		}
