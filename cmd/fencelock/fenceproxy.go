@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/fence/filefence"
 )
@@ -22,6 +25,7 @@ const fenceProxyUsage = `Usage: fencelock fence-proxy --listen ADDR --upstream U
                              [--resource-from path|path:clean|header:NAME]
                              [--resource-case exact|fold] [--pass METHODS]
                              [--verify ADDRS [--lock-key KEY] [client TLS/auth flags]]
+                             [--upstream-timeout D]
 
 Fences an HTTP service that cannot check fencing tokens itself: a reverse
 proxy in front of it that forwards a request only if its Fencing-Token
@@ -65,6 +69,15 @@ mark; 400 missing_key when neither names one. While the cluster cannot be
 reached, new tokens are refused (503 fence_unavailable) and the current
 ones still pass.
 
+No reordering, on a restart either: each forwarded request is cut off
+after --upstream-timeout (504 upstream_timeout), and one that got no
+answer (cut off, the client gone, the connection lost) keeps its resource
+until --upstream-timeout has passed since it was sent. A proxy that
+starts after one that did not stop cleanly (killed, or --grace ran out)
+forwards nothing fenced for --upstream-timeout. So the upstream must
+apply or drop every request within --upstream-timeout of receiving it:
+set its own request timeout below it.
+
 The limit: only requests through the proxy are fenced. A writer that
 reaches the upstream another way is not, so the upstream should accept
 writes from the proxy only. See docs/FENCING.md.
@@ -75,26 +88,66 @@ type proxyConfig struct {
 	upstream *url.URL
 	resource proxyResource
 	pass     []string // methods forwarded unfenced, as they came
+	// upstreamTimeout bounds each forwarded request, and is how long a
+	// request that got no answer keeps its resource (0: no bound).
+	upstreamTimeout time.Duration
+	// holdUntil: no fenced request is forwarded before it (a start after
+	// a proxy that did not stop cleanly; see proxyStart).
+	holdUntil time.Time
+	clock     clock.Clock // nil: the system's
 }
+
+// forwarded is what the proxy learns of one forwarded request.
+type forwarded struct{ unanswered bool }
+
+type forwardedKey struct{}
 
 // newFenceProxy forwards to upstream the requests f admits. The upstream
 // request runs inside f.Admit: the mark is raised before it is sent, and
-// the next request for the same resource waits for its answer. What is
+// the next request for the same resource waits for its answer, or, when
+// no answer comes, until the upstream can no longer apply it. What is
 // forwarded names the resource fenced, spelt as it was fenced.
 func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
+	clk := cfg.clock
+	if clk == nil {
+		clk = clock.System{}
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.upstream)
 			pr.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
-				return // the client went away; nobody to answer
+			if fw, ok := r.Context().Value(forwardedKey{}).(*forwarded); ok {
+				fw.unanswered = true
 			}
-			proxyError(w, http.StatusBadGateway, "upstream_unreachable", "fence-proxy: upstream: "+err.Error())
+			switch {
+			case errors.Is(r.Context().Err(), context.DeadlineExceeded):
+				proxyError(w, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("fence-proxy: the upstream did not answer within --upstream-timeout (%v)", cfg.upstreamTimeout))
+			case r.Context().Err() != nil:
+				// The client went away; nobody to answer.
+			default:
+				proxyError(w, http.StatusBadGateway, "upstream_unreachable", "fence-proxy: upstream: "+err.Error())
+			}
 		},
 	}
-	fenced := fence.Middleware(f, cfg.resource.of, rp)
+	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent := clk.Now()
+		fw := &forwarded{}
+		ctx := context.WithValue(r.Context(), forwardedKey{}, fw)
+		if cfg.upstreamTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, cfg.upstreamTimeout)
+			defer cancel()
+		}
+		rp.ServeHTTP(w, r.WithContext(ctx))
+		if fw.unanswered && cfg.upstreamTimeout > 0 {
+			// The upstream may have the request and apply it yet: keep
+			// the resource (this runs inside Admit) until it cannot.
+			sleepUntil(context.WithoutCancel(r.Context()), clk, sent.Add(cfg.upstreamTimeout))
+		}
+	})
+	fenced := fence.Middleware(f, cfg.resource.of, forward)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if slices.Contains(cfg.pass, r.Method) {
 			rp.ServeHTTP(w, r)
@@ -104,8 +157,93 @@ func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
 			proxyError(w, http.StatusBadRequest, rerr.code, "fence-proxy: "+rerr.msg)
 			return
 		}
+		if !sleepUntil(r.Context(), clk, cfg.holdUntil) {
+			return // the client gave up during the hold
+		}
 		fenced.ServeHTTP(w, r)
 	})
+}
+
+// sleepUntil waits on clk until t; false if ctx ended first.
+func sleepUntil(ctx context.Context, clk clock.Clock, t time.Time) bool {
+	d := t.Sub(clk.Now())
+	if d <= 0 {
+		return true
+	}
+	done := make(chan struct{})
+	timer := clk.AfterFunc(d, func() { close(done) })
+	defer timer.Stop()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// stoppedFile, in a proxy's --state, says that the proxy that last ran on
+// it stopped with every forwarded request answered or waited out.
+const stoppedFile = "proxy-stopped"
+
+// proxyStart opens the fence in dir for a proxy starting at now, and says
+// until when it must forward no fenced request: now + timeout if a proxy
+// ran on dir before and did not record a clean stop (it may have been
+// killed with requests on their way, which the upstream may still apply
+// within timeout), else nothing. It removes the clean-stop record before
+// it returns, so that a crash from now on is seen by the next start.
+func proxyStart(dir string, timeout time.Duration, now time.Time, opts ...filefence.Option) (*filefence.Fence, time.Time, error) {
+	used := false
+	for _, name := range []string{filefence.FileName, filefence.LogName} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			used = true
+		}
+	}
+	ff, err := filefence.Open(dir, opts...)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	stopped := filepath.Join(dir, stoppedFile)
+	_, err = os.Stat(stopped)
+	clean := err == nil
+	if clean {
+		err = os.Remove(stopped)
+		if err == nil {
+			err = syncDir(dir)
+		}
+		if err != nil {
+			ff.Close()
+			return nil, time.Time{}, err
+		}
+	}
+	if !used || clean || timeout <= 0 {
+		return ff, time.Time{}, nil
+	}
+	return ff, now.Add(timeout), nil
+}
+
+// proxyStopped records a clean stop in dir (after every request ended).
+func proxyStopped(dir string) error {
+	f, err := os.Create(filepath.Join(dir, stoppedFile))
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // proxyVerification verifies with v, resources bound by template
@@ -134,6 +272,7 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	caseMode := f.String("resource-case", "exact", "`MODE` exact, or fold for an upstream that does not tell ACCT from acct")
 	passFlag := f.String("pass", "", "comma-separated `METHODS` forwarded without a token (e.g. GET,HEAD)")
 	grace := f.Duration("grace", 5*time.Second, "how long in-flight requests may finish on SIGINT/SIGTERM")
+	upstreamTimeout := f.Duration("upstream-timeout", 10*time.Second, "`D` the upstream must apply or drop a request within: each forwarded request is cut off after it, and after a crash nothing is forwarded for it")
 	verify := f.String("verify", "", "cluster `ADDRS` to verify each new token with before it raises a mark (host:port,...)")
 	lockKey := f.String("lock-key", "", "the lock `KEY` guarding each resource, {resource} standing for its name (with --verify; default: the request's Fencing-Key, bound by the first verified token)")
 	tlsFlags := addClientTLSFlags(f)
@@ -177,7 +316,10 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 		defer c.Close()
 		opts = append(opts, filefence.WithVerification(proxyVerification(client.NewVerifier(c), *lockKey)))
 	}
-	ff, err := filefence.Open(*state, opts...)
+	if *upstreamTimeout < 0 {
+		return usageError("--upstream-timeout must be positive (or 0 for none), not %v", *upstreamTimeout)
+	}
+	ff, hold, err := proxyStart(*state, *upstreamTimeout, time.Now(), opts...)
 	if err != nil {
 		return fmt.Errorf("fence-proxy: %w", err)
 	}
@@ -192,7 +334,12 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 		verifying = ", verifying with " + *verify
 	}
 	fmt.Fprintf(e.stdout, "fence-proxy listening on http://%s, fencing %s, marks in %s%s\n", ln.Addr(), upstream, *state, verifying)
-	srv := &http.Server{Handler: newFenceProxy(ff, proxyConfig{upstream: upstream, resource: resource, pass: pass}), ReadHeaderTimeout: 10 * time.Second}
+	if !hold.IsZero() {
+		fmt.Fprintf(e.stderr, "fence-proxy: the last proxy on %s did not stop cleanly: forwarding nothing fenced until %s (--upstream-timeout %v), when nothing it sent can still be applied\n",
+			*state, hold.Format(time.RFC3339Nano), *upstreamTimeout)
+	}
+	cfg := proxyConfig{upstream: upstream, resource: resource, pass: pass, upstreamTimeout: *upstreamTimeout, holdUntil: hold}
+	srv := &http.Server{Handler: newFenceProxy(ff, cfg), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -202,8 +349,14 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err := srv.Shutdown(sctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil // requests left on their way: the next start holds
+		}
 		return fmt.Errorf("fence-proxy: %w", err)
+	}
+	if err := proxyStopped(*state); err != nil {
+		return fmt.Errorf("fence-proxy: recording a clean stop: %w", err)
 	}
 	return nil
 }
