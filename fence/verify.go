@@ -122,6 +122,7 @@ type Verification struct {
 }
 
 // Check is the verification of token for resource, whose mark is highest
+// (the highest token admitted, reads included)
 // and whose recorded key is bound ("" for none), on behalf of a request
 // whose ctx may name a key (WithKey). It returns the key to record with
 // the mark. A nil v checks nothing and returns bound.
@@ -145,8 +146,11 @@ func (v *Verification) Check(ctx context.Context, resource string, token, highes
 	case claimed != "" && claimed != key:
 		return "", &WrongKeyError{Resource: resource, Bound: key, Key: claimed, Token: token}
 	}
-	if token == highest && bound != "" {
-		return bound, nil // verified when it raised the mark
+	if token <= highest && bound != "" {
+		// A token at the mark was verified when it raised it; one below
+		// it (a read, which a write's mark does not stale) raises
+		// nothing and cannot fence anyone out.
+		return bound, nil
 	}
 	if err := v.Verifier.Verify(ctx, key, token); err != nil {
 		var ue *UnverifiedTokenError

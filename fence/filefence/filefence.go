@@ -189,8 +189,29 @@ func (r *resource) release() { <-r.lock }
 // Admit implements fence.Fence. A token above the mark is verified (with
 // WithVerification) and written to disk (fsynced) before effect runs; if
 // either fails, effect does not run and Admit returns the error. An equal
-// token needs no write.
+// token needs no write. Admit is AdmitWrite.
 func (f *Fence) Admit(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return f.admit(ctx, name, token, true, effect)
+}
+
+// AdmitWrite admits a write of a read/write lock's writer (fence.RWFence):
+// token must be at least every token admitted on resource, reads
+// included; it becomes the last write's.
+func (f *Fence) AdmitWrite(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return f.admit(ctx, name, token, true, effect)
+}
+
+// AdmitRead admits a read of a read/write lock's reader (fence.RWFence):
+// token must be at least the last write's; a higher one raises the mark
+// writes are checked against (on disk, as a write's does). Reads of one
+// resource are admitted one at a time, as writes are.
+func (f *Fence) AdmitRead(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return f.admit(ctx, name, token, false, effect)
+}
+
+var _ fence.RWFence = (*Fence)(nil)
+
+func (f *Fence) admit(ctx context.Context, name string, token uint64, write bool, effect func(context.Context) error) error {
 	if token == 0 {
 		return fence.ErrMissingToken
 	}
@@ -202,15 +223,23 @@ func (f *Fence) Admit(ctx context.Context, name string, token uint64, effect fun
 		return err
 	}
 	defer r.release()
-	if token < r.mark.Highest {
-		return &fence.StaleTokenError{Resource: name, Token: token, Highest: r.mark.Highest}
+	m := r.mark
+	switch {
+	case write && token < m.Highest:
+		return &fence.StaleTokenError{Resource: name, Token: token, Highest: m.Highest}
+	case !write && token < m.LastWrite:
+		return &fence.StaleTokenError{Resource: name, Token: token, Highest: m.LastWrite}
 	}
-	key, err := f.verify.Check(ctx, name, token, r.mark.Highest, r.mark.Key)
+	key, err := f.verify.Check(ctx, name, token, m.Highest, m.Key)
 	if err != nil {
 		return err
 	}
-	if token > r.mark.Highest || token > r.mark.LastWrite || key != r.mark.Key {
-		next := Mark{Resource: name, Highest: token, LastWrite: token, Key: key, Raised: f.clock.Now()}
+	next := Mark{Resource: name, Highest: max(m.Highest, token), LastWrite: m.LastWrite, Key: key, Raised: m.Raised}
+	if write {
+		next.LastWrite = token
+	}
+	if next.Highest != m.Highest || next.LastWrite != m.LastWrite || next.Key != m.Key {
+		next.Raised = f.clock.Now()
 		if err := f.persist(next); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package filefence
 import (
 	"context"
 	"errors"
+	"github.com/fencelock/fencelock/fence/fencetest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -286,5 +287,20 @@ func TestAdmitAfterCloseFails(t *testing.T) {
 	ran := false
 	if err := f.Admit(ctx, "a", 3, func(context.Context) error { ran = true; return nil }); err == nil || ran {
 		t.Fatalf("Admit after Close: err %v ran %v", err, ran)
+	}
+}
+
+// Finding 7 of issue 25: only the in-memory RWGuard knew the read/write
+// rule. The file fence keeps it, across a restart after every step.
+func TestReadWriteRule(t *testing.T) {
+	dir := t.TempDir()
+	f := open(t, dir)
+	fencetest.CheckRW(t, f, func() fence.RWFence {
+		f.Close()
+		f = open(t, dir)
+		return f
+	})
+	if m := f.Marks(); len(m) != 1 || m[0].Highest != 8 || m[0].LastWrite != 7 {
+		t.Fatalf("marks %+v", m)
 	}
 }
