@@ -5,10 +5,11 @@
 // The marks live in a table (CreateTable makes it; DDL is the statement):
 //
 //	CREATE TABLE IF NOT EXISTS fencelock_fence (
-//	    resource  TEXT PRIMARY KEY,
-//	    token     INTEGER NOT NULL CHECK (token > 0),
-//	    lock_key  TEXT,     -- the lock key it is bound to (a verifying fence)
-//	    raised_ms INTEGER   -- when the mark last rose, Unix ms
+//	    resource    TEXT PRIMARY KEY,
+//	    token       INTEGER NOT NULL CHECK (token > 0),
+//	    write_token INTEGER,   -- the last write's token (reads must reach it)
+//	    lock_key    TEXT,      -- the lock key it is bound to (a verifying fence)
+//	    raised_ms   INTEGER    -- when the mark last rose, Unix ms
 //	)
 //
 // Admit takes one connection from the pool and runs, on it:
@@ -41,6 +42,12 @@
 // connection of the pool is outside the transaction, unfenced, and would
 // wait for the lock this one holds.
 //
+// (The statement also sets write_token = ?2.) AdmitRead, a read/write
+// lock's reader (fence.RWFence), upserts instead with token =
+// MAX(token, ?2) WHERE ?2 >= the last write's token: readers do not stale
+// each other, a reader from before the last write is refused, and a
+// writer must be at least every reader admitted.
+//
 // A verifying fence (WithVerification) reads the row after BEGIN
 // IMMEDIATE, asks the lock service about a token above the mark while it
 // holds the write lock, and stores the key in lock_key (?3; NULL when not
@@ -71,18 +78,20 @@ const DefaultTable = "fencelock_fence"
 
 // DDL is the statement CreateTable runs, with %s for the table's name.
 const DDL = `CREATE TABLE IF NOT EXISTS %s (
-    resource  TEXT PRIMARY KEY,
-    token     INTEGER NOT NULL CHECK (token > 0),
-    lock_key  TEXT,
-    raised_ms INTEGER
+    resource    TEXT PRIMARY KEY,
+    token       INTEGER NOT NULL CHECK (token > 0),
+    write_token INTEGER,
+    lock_key    TEXT,
+    raised_ms   INTEGER
 )`
 
 // MarksSQL lists the marks of the table %s: what ` + "`fencelock fence marks`" + `
 // shows of a file fence.
-const MarksSQL = `SELECT resource, token, lock_key, strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', raised_ms / 1000.0, 'unixepoch') FROM %s ORDER BY resource`
+const MarksSQL = `SELECT resource, token, COALESCE(write_token, token), lock_key, strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', raised_ms / 1000.0, 'unixepoch') FROM %s ORDER BY resource`
 
 // columns a table made by an older DDL lacks, added by CreateTable.
 var columns = []struct{ name, decl string }{
+	{"write_token", "INTEGER"},
 	{"lock_key", "TEXT"},
 	{"raised_ms", "INTEGER"},
 }
@@ -189,15 +198,16 @@ func (f *Fence) CreateTable(ctx context.Context) error {
 
 // Mark is one row of the fence table.
 type Mark struct {
-	Resource string
-	Token    uint64
-	Key      string    // the lock key it is bound to ("" none)
+	Resource  string
+	Token     uint64 // the highest token admitted, reads included
+	LastWrite uint64 // the last write's token
+	Key       string // the lock key it is bound to ("" none)
 	Raised   time.Time // when the mark last rose (zero: unknown)
 }
 
 // Marks lists the marks, by resource.
 func (f *Fence) Marks(ctx context.Context) ([]Mark, error) {
-	rows, err := f.db.QueryContext(ctx, "SELECT resource, token, COALESCE(lock_key, ''), COALESCE(raised_ms, 0) FROM "+f.table+" ORDER BY resource")
+	rows, err := f.db.QueryContext(ctx, "SELECT resource, token, COALESCE(write_token, token), COALESCE(lock_key, ''), COALESCE(raised_ms, 0) FROM "+f.table+" ORDER BY resource")
 	if err != nil {
 		return nil, fmt.Errorf("sqlitefence: %w", err)
 	}
@@ -205,11 +215,11 @@ func (f *Fence) Marks(ctx context.Context) ([]Mark, error) {
 	var out []Mark
 	for rows.Next() {
 		var m Mark
-		var tok, ms int64
-		if err := rows.Scan(&m.Resource, &tok, &m.Key, &ms); err != nil {
+		var tok, last, ms int64
+		if err := rows.Scan(&m.Resource, &tok, &last, &m.Key, &ms); err != nil {
 			return nil, fmt.Errorf("sqlitefence: %w", err)
 		}
-		m.Token = uint64(tok)
+		m.Token, m.LastWrite = uint64(tok), uint64(last)
 		if ms != 0 {
 			m.Raised = time.UnixMilli(ms)
 		}
@@ -241,7 +251,37 @@ func (f *Fence) Admit(ctx context.Context, resource string, token uint64, effect
 }
 
 // AdmitTx is Admit with the transaction handed to effect.
-func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effect func(context.Context, Tx) error) (err error) {
+func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effect func(context.Context, Tx) error) error {
+	return f.admit(ctx, resource, token, true, effect)
+}
+
+// AdmitWrite is Admit: a read/write lock writer's write (fence.RWFence),
+// admitted iff token is at least every token admitted, reads included.
+func (f *Fence) AdmitWrite(ctx context.Context, resource string, token uint64, effect func(context.Context) error) error {
+	return f.Admit(ctx, resource, token, effect)
+}
+
+// AdmitRead admits a read/write lock reader's read (fence.RWFence): token
+// must be at least the last write's (write_token); a higher one raises
+// token, the mark writes are checked against. Like a write it holds the
+// database's write lock while it runs: reads of a fenced resource go one
+// at a time.
+func (f *Fence) AdmitRead(ctx context.Context, resource string, token uint64, effect func(context.Context) error) error {
+	var fn func(context.Context, Tx) error
+	if effect != nil {
+		fn = func(ctx context.Context, _ Tx) error { return effect(ctx) }
+	}
+	return f.AdmitReadTx(ctx, resource, token, fn)
+}
+
+// AdmitReadTx is AdmitRead with the transaction handed to effect.
+func (f *Fence) AdmitReadTx(ctx context.Context, resource string, token uint64, effect func(context.Context, Tx) error) error {
+	return f.admit(ctx, resource, token, false, effect)
+}
+
+var _ fence.RWFence = (*Fence)(nil)
+
+func (f *Fence) admit(ctx context.Context, resource string, token uint64, write bool, effect func(context.Context, Tx) error) (err error) {
 	if token == 0 {
 		return fence.ErrMissingToken
 	}
@@ -263,16 +303,20 @@ func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effe
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
+	t := f.table
 	var key string
 	if f.verify != nil {
-		var highest int64
+		var highest, last int64
 		var bound string
-		err := conn.QueryRowContext(ctx, "SELECT token, COALESCE(lock_key, '') FROM "+f.table+" WHERE resource = ?", resource).Scan(&highest, &bound)
+		err := conn.QueryRowContext(ctx, "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, '') FROM "+t+" WHERE resource = ?", resource).Scan(&highest, &last, &bound)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sqlitefence: reading the mark of %q: %w", resource, err)
 		}
-		if uint64(highest) > token {
+		switch {
+		case write && uint64(highest) > token:
 			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
+		case !write && uint64(last) > token:
+			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(last)}
 		}
 		if key, err = f.verify.Check(ctx, resource, token, uint64(highest), bound); err != nil {
 			return err
@@ -282,16 +326,30 @@ func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effe
 	if key != "" {
 		lockKey = key
 	}
+	// A write sets both marks; a read raises token only, and needs token
+	// at least the last write's (write_token; NULL in a row from before
+	// reads were fenced, when every admission was a write).
+	stmt := "INSERT INTO " + t + " (resource, token, write_token, lock_key, raised_ms) VALUES (?1, ?2, ?2, ?3, ?4)" +
+		" ON CONFLICT (resource) DO UPDATE SET token = excluded.token, write_token = excluded.token," +
+		" lock_key = COALESCE(excluded.lock_key, " + t + ".lock_key)," +
+		" raised_ms = CASE WHEN excluded.token > " + t + ".token THEN excluded.raised_ms ELSE " + t + ".raised_ms END" +
+		" WHERE excluded.token >= " + t + ".token RETURNING token"
+	if !write {
+		stmt = "INSERT INTO " + t + " (resource, token, write_token, lock_key, raised_ms) VALUES (?1, ?2, 0, ?3, ?4)" +
+			" ON CONFLICT (resource) DO UPDATE SET token = MAX(" + t + ".token, excluded.token)," +
+			" lock_key = COALESCE(excluded.lock_key, " + t + ".lock_key)," +
+			" raised_ms = CASE WHEN excluded.token > " + t + ".token THEN excluded.raised_ms ELSE " + t + ".raised_ms END" +
+			" WHERE excluded.token >= COALESCE(" + t + ".write_token, " + t + ".token) RETURNING token"
+	}
 	var stored int64
-	t := f.table
-	err = conn.QueryRowContext(ctx, "INSERT INTO "+t+" (resource, token, lock_key, raised_ms) VALUES (?1, ?2, ?3, ?4)"+
-		" ON CONFLICT (resource) DO UPDATE SET token = excluded.token, lock_key = COALESCE(excluded.lock_key, "+t+".lock_key),"+
-		" raised_ms = CASE WHEN excluded.token > "+t+".token THEN excluded.raised_ms ELSE "+t+".raised_ms END"+
-		" WHERE excluded.token >= "+t+".token"+
-		" RETURNING token", resource, int64(token), lockKey, f.now().UnixMilli()).Scan(&stored)
+	err = conn.QueryRowContext(ctx, stmt, resource, int64(token), lockKey, f.now().UnixMilli()).Scan(&stored)
 	if errors.Is(err, sql.ErrNoRows) {
+		col := "token"
+		if !write {
+			col = "COALESCE(write_token, token)"
+		}
 		var highest int64
-		if err := conn.QueryRowContext(ctx, "SELECT token FROM "+f.table+" WHERE resource = ?", resource).Scan(&highest); err != nil {
+		if err := conn.QueryRowContext(ctx, "SELECT "+col+" FROM "+t+" WHERE resource = ?", resource).Scan(&highest); err != nil {
 			return fmt.Errorf("sqlitefence: reading the mark of %q: %w", resource, err)
 		}
 		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}

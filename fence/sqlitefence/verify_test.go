@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencelock/fencelock/fence/fencetest"
 	"math"
 	"path/filepath"
 	"strings"
@@ -80,7 +81,7 @@ func TestVerifyingFenceRefusesForgedAndForeignTokens(t *testing.T) {
 		t.Fatalf("ledger %q", notes(t, db))
 	}
 	var listed string
-	if err := db.QueryRow(fmt.Sprintf(MarksSQL, DefaultTable)).Scan(new(string), new(int64), new(string), &listed); err != nil || listed != "2025-03-01T12:00:00.000Z" {
+	if err := db.QueryRow(fmt.Sprintf(MarksSQL, DefaultTable)).Scan(new(string), new(int64), new(int64), new(string), &listed); err != nil || listed != "2025-03-01T12:00:00.000Z" {
 		t.Fatalf("MarksSQL: %q %v", listed, err)
 	}
 }
@@ -110,5 +111,33 @@ func TestCreateTableUpgradesAnOldTable(t *testing.T) {
 	}
 	if err := f.Admit(ctx, "acct", 8, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Finding 7 of issue 25: only the in-memory RWGuard knew the read/write
+// rule. The SQLite fence keeps it, the database closed and opened again
+// after every step.
+func TestReadWriteRule(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rw.db")
+	open := func() *Fence {
+		db, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		f, _ := New(db, "")
+		if err := f.CreateTable(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f := open()
+	fencetest.CheckRW(t, f, func() fence.RWFence {
+		f.db.Close()
+		f = open()
+		return f
+	})
+	if m, err := f.Marks(ctx); err != nil || len(m) != 1 || m[0].Token != 8 || m[0].LastWrite != 7 {
+		t.Fatalf("marks %+v %v", m, err)
 	}
 }
