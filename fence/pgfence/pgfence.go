@@ -30,6 +30,12 @@
 // the stored token is higher (or, verifying, the row is bound to another
 // key); Admit reads it for the error and rolls back.
 //
+// (It also sets write_token, the last write's token, to $2.) A read of a
+// read/write lock's reader (CheckRead, DoRead, AdmitRead) upserts instead
+// with token = GREATEST(token, $2) WHERE COALESCE(write_token, token) <=
+// $2: readers do not stale each other, a reader from before the last
+// write is refused, a writer must be at least every reader admitted.
+//
 // A verifying fence (WithVerification, CheckVerified) first reads the row
 // with SELECT ... FOR UPDATE, so the row lock is held while it asks the
 // lock service about a token above the mark, and records the lock key the
@@ -100,10 +106,12 @@ func ident(name string) string {
 
 // TableDDL is the statement CreateTable runs for table. lock_key is the
 // lock key the resource is bound to (NULL: none; set by a verifying
-// fence), raised_at when its mark last rose.
+// fence), raised_at when its mark last rose, write_token the last write's
+// token (a reader's must reach it; NULL in a row from before reads were
+// fenced, when token was).
 func TableDDL(table string) string {
 	return "CREATE TABLE IF NOT EXISTS " + ident(table) +
-		" (resource text PRIMARY KEY, token bigint NOT NULL, lock_key text, raised_at timestamptz NOT NULL DEFAULT now())"
+		" (resource text PRIMARY KEY, token bigint NOT NULL, write_token bigint, lock_key text, raised_at timestamptz NOT NULL DEFAULT now())"
 }
 
 // UpgradeDDL adds to a fence table made by an older TableDDL (resource
@@ -111,13 +119,13 @@ func TableDDL(table string) string {
 // after TableDDL; it changes nothing on a table that has them.
 func UpgradeDDL(table string) string {
 	return "ALTER TABLE " + ident(table) +
-		" ADD COLUMN IF NOT EXISTS lock_key text, ADD COLUMN IF NOT EXISTS raised_at timestamptz NOT NULL DEFAULT now()"
+		" ADD COLUMN IF NOT EXISTS write_token bigint, ADD COLUMN IF NOT EXISTS lock_key text, ADD COLUMN IF NOT EXISTS raised_at timestamptz NOT NULL DEFAULT now()"
 }
 
 // MarksSQL lists a fence table's marks: what `fencelock fence marks` shows
 // of a file fence.
 func MarksSQL(table string) string {
-	return "SELECT resource, token, lock_key, raised_at FROM " + ident(table) + " ORDER BY resource"
+	return "SELECT resource, token, COALESCE(write_token, token) AS write_token, lock_key, raised_at FROM " + ident(table) + " ORDER BY resource"
 }
 
 // CreateTable creates the fence table if it does not exist, and adds the
@@ -135,15 +143,26 @@ func CreateTable(ctx context.Context, q Querier, table string) error {
 // is bound to no key or to $3's; the binding is set when $3 is not NULL.
 func admitSQL(table string) string {
 	t := ident(table)
-	return "INSERT INTO " + t + " (resource, token, lock_key) VALUES ($1, $2, $3) " +
-		"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, lock_key = COALESCE(EXCLUDED.lock_key, " + t + ".lock_key), " +
+	return "INSERT INTO " + t + " (resource, token, write_token, lock_key) VALUES ($1, $2, $2, $3) " +
+		"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, write_token = EXCLUDED.token, lock_key = COALESCE(EXCLUDED.lock_key, " + t + ".lock_key), " +
 		"raised_at = CASE WHEN EXCLUDED.token > " + t + ".token THEN now() ELSE " + t + ".raised_at END " +
 		"WHERE " + t + ".token <= EXCLUDED.token AND (EXCLUDED.lock_key IS NULL OR " + t + ".lock_key IS NULL OR " + t + ".lock_key = EXCLUDED.lock_key) " +
 		"RETURNING token"
 }
 
+// readSQL admits a read: $2 at least the last write's token; token rises
+// to $2 if it is higher, write_token stays.
+func readSQL(table string) string {
+	t := ident(table)
+	return "INSERT INTO " + t + " (resource, token, write_token, lock_key) VALUES ($1, $2, 0, $3) " +
+		"ON CONFLICT (resource) DO UPDATE SET token = GREATEST(" + t + ".token, EXCLUDED.token), lock_key = COALESCE(EXCLUDED.lock_key, " + t + ".lock_key), " +
+		"raised_at = CASE WHEN EXCLUDED.token > " + t + ".token THEN now() ELSE " + t + ".raised_at END " +
+		"WHERE COALESCE(" + t + ".write_token, " + t + ".token) <= EXCLUDED.token AND (EXCLUDED.lock_key IS NULL OR " + t + ".lock_key IS NULL OR " + t + ".lock_key = EXCLUDED.lock_key) " +
+		"RETURNING token"
+}
+
 func storedSQL(table string) string {
-	return "SELECT token, COALESCE(lock_key, '') FROM " + ident(table) + " WHERE resource = $1"
+	return "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, '') FROM " + ident(table) + " WHERE resource = $1"
 }
 
 func lockedSQL(table string) string {
@@ -181,36 +200,64 @@ func Check(ctx context.Context, tx Querier, table, resource string, token uint64
 // first, while tx holds the fence row's lock, and the lock key it came for
 // is recorded in lock_key. A nil v is Check.
 func CheckVerified(ctx context.Context, tx Querier, v *fence.Verification, table, resource string, token uint64) error {
+	return check(ctx, tx, v, table, resource, token, true)
+}
+
+// CheckRead is Check for a read of a read/write lock's reader
+// (fence.RWFence): token must be at least the last write's (write_token),
+// and a higher one raises token, the mark writes are checked against.
+// Like Check it takes the fence row's lock: readers of one resource go
+// one transaction at a time.
+func CheckRead(ctx context.Context, tx Querier, table, resource string, token uint64) error {
+	return check(ctx, tx, nil, table, resource, token, false)
+}
+
+// CheckReadVerified is CheckRead with v's verification (CheckVerified).
+func CheckReadVerified(ctx context.Context, tx Querier, v *fence.Verification, table, resource string, token uint64) error {
+	return check(ctx, tx, v, table, resource, token, false)
+}
+
+func check(ctx context.Context, tx Querier, v *fence.Verification, table, resource string, token uint64, write bool) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
 	var key string
 	if v != nil {
-		var highest int64
+		var highest, last int64
 		var bound string
-		err := tx.QueryRow(ctx, lockedSQL(table), resource).Scan(&highest, &bound)
+		err := tx.QueryRow(ctx, lockedSQL(table), resource).Scan(&highest, &last, &bound)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("pgfence: check %q: %w", resource, err)
+			return checkError(table, resource, err)
 		}
-		if uint64(highest) > token {
+		switch {
+		case write && uint64(highest) > token:
 			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
+		case !write && uint64(last) > token:
+			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(last)}
 		}
 		if key, err = v.Check(ctx, resource, token, uint64(highest), bound); err != nil {
 			return err
 		}
 	}
+	stmt := admitSQL(table)
+	if !write {
+		stmt = readSQL(table)
+	}
 	var got int64
-	err := tx.QueryRow(ctx, admitSQL(table), resource, int64(token), nullKey(key)).Scan(&got)
+	err := tx.QueryRow(ctx, stmt, resource, int64(token), nullKey(key)).Scan(&got)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return checkError(table, resource, err)
 	}
-	var stored int64
+	var stored, last int64
 	var bound string
-	if err := tx.QueryRow(ctx, storedSQL(table), resource).Scan(&stored, &bound); err != nil {
+	if err := tx.QueryRow(ctx, storedSQL(table), resource).Scan(&stored, &last, &bound); err != nil {
 		return fmt.Errorf("pgfence: token %d for %q refused, and reading the stored token failed: %w", token, resource, err)
+	}
+	if !write {
+		stored = last
 	}
 	return refusal(resource, token, key, uint64(stored), bound)
 }
@@ -246,9 +293,9 @@ func CheckSQL(ctx context.Context, tx *sql.Tx, table, resource string, token uin
 	if !errors.Is(err, sql.ErrNoRows) {
 		return checkError(table, resource, err)
 	}
-	var stored int64
+	var stored, last int64
 	var bound string
-	if err := tx.QueryRowContext(ctx, storedSQL(table), resource).Scan(&stored, &bound); err != nil {
+	if err := tx.QueryRowContext(ctx, storedSQL(table), resource).Scan(&stored, &last, &bound); err != nil {
 		return fmt.Errorf("pgfence: token %d for %q refused, and reading the stored token failed: %w", token, resource, err)
 	}
 	return refusal(resource, token, "", uint64(stored), bound)
@@ -300,7 +347,16 @@ func (f *Fence) Table() string { return f.table }
 // returns its error, and then neither the mark nor fn's writes are kept. Do
 // does not retry: with SERIALIZABLE, retry on IsSerializationFailure if fn
 // may run again.
-func (f *Fence) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+func (f *Fence) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return f.do(ctx, resource, token, true, fn)
+}
+
+// DoRead is Do for a read/write lock's reader (CheckRead's rule).
+func (f *Fence) DoRead(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return f.do(ctx, resource, token, false, fn)
+}
+
+func (f *Fence) do(ctx context.Context, resource string, token uint64, write bool, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	if err := checkToken(token); err != nil {
 		return err
 	}
@@ -320,7 +376,7 @@ func (f *Fence) Do(ctx context.Context, resource string, token uint64, fn func(c
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := CheckVerified(ctx, tx, f.verify, f.table, resource, token); err != nil {
+	if err := check(ctx, tx, f.verify, f.table, resource, token, write); err != nil {
 		if ctx.Err() != nil && !isRefusal(err) {
 			return ctx.Err()
 		}
@@ -365,6 +421,24 @@ func (f *Fence) Admit(ctx context.Context, resource string, token uint64, effect
 		return effect(context.WithValue(ctx, txKey{}, tx))
 	})
 }
+
+// AdmitWrite is Admit (fence.RWFence).
+func (f *Fence) AdmitWrite(ctx context.Context, resource string, token uint64, effect func(ctx context.Context) error) error {
+	return f.Admit(ctx, resource, token, effect)
+}
+
+// AdmitRead is Admit for a read/write lock's reader (fence.RWFence,
+// CheckRead's rule).
+func (f *Fence) AdmitRead(ctx context.Context, resource string, token uint64, effect func(ctx context.Context) error) error {
+	return f.DoRead(ctx, resource, token, func(ctx context.Context, tx pgx.Tx) error {
+		if effect == nil {
+			return nil
+		}
+		return effect(context.WithValue(ctx, txKey{}, tx))
+	})
+}
+
+var _ fence.RWFence = (*Fence)(nil)
 
 // Tx is the transaction Admit runs an effect in (nil outside one).
 func Tx(ctx context.Context) pgx.Tx {

@@ -12,8 +12,10 @@ import (
 	"github.com/fencelock/fencelock/client/clienttest"
 	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/fence/fencetest"
 	"github.com/fencelock/fencelock/fence/pgfence"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // grants is a real in-process fencelock server with three live leases:
@@ -113,6 +115,13 @@ func TestCreateTableUpgradesAnOldTable(t *testing.T) {
 	if err := f.Admit(ctx, "acct", 6, nil); !errors.Is(err, fence.ErrStaleToken) {
 		t.Fatalf("the old mark is kept: %v", err)
 	}
+	// The old row has no write_token: its mark was a write's.
+	if err := f.AdmitRead(ctx, "acct", 6, nil); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("a read below an old row's mark: %v", err)
+	}
+	if err := f.AdmitRead(ctx, "acct", 7, nil); err != nil {
+		t.Fatalf("a read at an old row's mark: %v", err)
+	}
 	if err := f.Admit(ctx, "acct", 8, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -124,13 +133,13 @@ func TestCreateTableUpgradesAnOldTable(t *testing.T) {
 	var n int
 	for rows.Next() {
 		var res string
-		var tok int64
+		var tok, last int64
 		var key *string
 		var at time.Time
-		if err := rows.Scan(&res, &tok, &key, &at); err != nil {
+		if err := rows.Scan(&res, &tok, &last, &key, &at); err != nil {
 			t.Fatal(err)
 		}
-		if res != "acct" || tok != 8 || key != nil || at.IsZero() {
+		if res != "acct" || tok != 8 || last != 8 || key != nil || at.IsZero() {
 			t.Fatalf("mark %s %d %v %v", res, tok, key, at)
 		}
 		n++
@@ -142,5 +151,30 @@ func TestCreateTableUpgradesAnOldTable(t *testing.T) {
 	mustExec(t, pool, `UPDATE old SET token = 7 WHERE resource = 'acct'`)
 	if err := f.Admit(ctx, "acct", 7, nil); err != nil {
 		t.Fatalf("token 7 after the mark was set to 7: %v", err)
+	}
+}
+
+// Finding 7 of issue 25: only the in-memory RWGuard knew the read/write
+// rule. The PostgreSQL fence keeps it, with a new pool (new sessions)
+// after every step, at both isolation levels.
+func TestReadWriteRule(t *testing.T) {
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.Serializable} {
+		t.Run(string(iso), func(t *testing.T) {
+			pool := newPool(t)
+			cfg := pool.Config()
+			f := pgfence.New(pool, pgfence.WithTxOptions(pgx.TxOptions{IsoLevel: iso}))
+			fencetest.CheckRW(t, f, func() fence.RWFence {
+				p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(p.Close)
+				return pgfence.New(p, pgfence.WithTxOptions(pgx.TxOptions{IsoLevel: iso}))
+			})
+			var tok, last int64
+			if err := pool.QueryRow(context.Background(), `SELECT token, write_token FROM fence WHERE resource = 'doc'`).Scan(&tok, &last); err != nil || tok != 8 || last != 7 {
+				t.Fatalf("row %d %d %v", tok, last, err)
+			}
+		})
 	}
 }
