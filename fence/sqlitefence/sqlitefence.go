@@ -199,10 +199,10 @@ func (f *Fence) CreateTable(ctx context.Context) error {
 // Mark is one row of the fence table.
 type Mark struct {
 	Resource  string
-	Token     uint64 // the highest token admitted, reads included
-	LastWrite uint64 // the last write's token
-	Key       string // the lock key it is bound to ("" none)
-	Raised   time.Time // when the mark last rose (zero: unknown)
+	Token     uint64    // the highest token admitted, reads included
+	LastWrite uint64    // the last write's token
+	Key       string    // the lock key it is bound to ("" none)
+	Raised    time.Time // when the mark last rose (zero: unknown)
 }
 
 // Marks lists the marks, by resource.
