@@ -24,6 +24,7 @@ import (
 const fenceProxyUsage = `Usage: fencelock fence-proxy --listen ADDR --upstream URL --state DIR
                              [--resource-from path|path:clean|header:NAME]
                              [--resource-case exact|fold] [--pass METHODS]
+                             [--read-methods METHODS]
                              [--verify ADDRS [--lock-key KEY] [client TLS/auth flags]]
                              [--upstream-timeout D]
 
@@ -58,6 +59,14 @@ answer is back, so an older request cannot overtake a newer one on the
 way. Methods in --pass (e.g. GET,HEAD) are forwarded unfenced, as they
 came.
 
+For a resource guarded by a read/write lock, --read-methods GET,HEAD
+fences those methods by the read rule: a reader sends its read hold's
+token, which must be at least the last write's (readers granted together
+do not stale each other), and a write must be at least every token
+admitted, reads included. Reads are fenced, not waved through: no token
+is 409 missing_token, as for a write. Reads of one resource are forwarded
+one at a time, as writes are.
+
 With --verify, a token above a resource's mark is forwarded only once the
 cluster confirms it is a live grant of the lock key guarding the resource
 (one check per new token per resource; the current token is not asked
@@ -88,6 +97,7 @@ type proxyConfig struct {
 	upstream *url.URL
 	resource proxyResource
 	pass     []string // methods forwarded unfenced, as they came
+	reads    []string // methods admitted by the read rule (f must be a fence.RWFence)
 	// upstreamTimeout bounds each forwarded request, and is how long a
 	// request that got no answer keeps its resource (0: no bound).
 	upstreamTimeout time.Duration
@@ -148,6 +158,9 @@ func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
 		}
 	})
 	fenced := fence.Middleware(f, cfg.resource.of, forward)
+	if rw, ok := f.(fence.RWFence); ok && len(cfg.reads) > 0 {
+		fenced = fence.RWMiddleware(rw, cfg.resource.of, forward, cfg.reads...)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if slices.Contains(cfg.pass, r.Method) {
 			rp.ServeHTTP(w, r)
@@ -162,6 +175,17 @@ func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
 		}
 		fenced.ServeHTTP(w, r)
 	})
+}
+
+// methods reads a comma-separated list of HTTP methods.
+func methods(list string) []string {
+	var out []string
+	for _, m := range strings.Split(list, ",") {
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // sleepUntil waits on clk until t; false if ctx ended first.
@@ -271,6 +295,7 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	from := f.String("resource-from", "path", "`SPEC` of what names a request's resource: path, path:clean or header:NAME")
 	caseMode := f.String("resource-case", "exact", "`MODE` exact, or fold for an upstream that does not tell ACCT from acct")
 	passFlag := f.String("pass", "", "comma-separated `METHODS` forwarded without a token (e.g. GET,HEAD)")
+	readsFlag := f.String("read-methods", "", "comma-separated `METHODS` fenced as reads of a read/write lock (e.g. GET,HEAD): a reader's token must reach the last write's")
 	grace := f.Duration("grace", 5*time.Second, "how long in-flight requests may finish on SIGINT/SIGTERM")
 	upstreamTimeout := f.Duration("upstream-timeout", 10*time.Second, "`D` the upstream must apply or drop a request within: each forwarded request is cut off after it, and after a crash nothing is forwarded for it")
 	verify := f.String("verify", "", "cluster `ADDRS` to verify each new token with before it raises a mark (host:port,...)")
@@ -298,10 +323,10 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var pass []string
-	for _, m := range strings.Split(*passFlag, ",") {
-		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
-			pass = append(pass, m)
+	pass, reads := methods(*passFlag), methods(*readsFlag)
+	for _, m := range reads {
+		if slices.Contains(pass, m) {
+			return usageError("%s is in both --pass and --read-methods: forwarded unfenced, or fenced as a read?", m)
 		}
 	}
 	var opts []filefence.Option
@@ -338,7 +363,7 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "fence-proxy: the last proxy on %s did not stop cleanly: forwarding nothing fenced until %s (--upstream-timeout %v), when nothing it sent can still be applied\n",
 			*state, hold.Format(time.RFC3339Nano), *upstreamTimeout)
 	}
-	cfg := proxyConfig{upstream: upstream, resource: resource, pass: pass, upstreamTimeout: *upstreamTimeout, holdUntil: hold}
+	cfg := proxyConfig{upstream: upstream, resource: resource, pass: pass, reads: reads, upstreamTimeout: *upstreamTimeout, holdUntil: hold}
 	srv := &http.Server{Handler: newFenceProxy(ff, cfg), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -51,6 +51,7 @@ type proxyOptions struct {
 	from   string // --resource-from
 	fold   bool   // --resource-case fold
 	pass   []string
+	reads  []string            // --read-methods
 	verify *fence.Verification // --verify
 }
 
@@ -79,7 +80,7 @@ func startProxyWith(t *testing.T, dir, upstream string, o proxyOptions) (*httpte
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newFenceProxy(ff, proxyConfig{upstream: u, resource: res, pass: o.pass}))
+	srv := httptest.NewServer(newFenceProxy(ff, proxyConfig{upstream: u, resource: res, pass: o.pass, reads: o.reads}))
 	stop := func() { srv.Close(); ff.Close() }
 	t.Cleanup(stop)
 	return srv, stop
@@ -208,6 +209,7 @@ func TestFenceProxyUsageErrors(t *testing.T) {
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:X Y"},
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-case", "upper"},
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--lock-key", "k/{resource}"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--pass", "GET", "--read-methods", "get,HEAD"},
 	} {
 		var stderr strings.Builder
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
@@ -283,6 +285,43 @@ func TestFenceProxyProcess(t *testing.T) {
 	stop(cmd)
 	if got := up.requests(); len(got) != 1 || got[0] != "PUT /v/a 7 B" {
 		t.Fatalf("upstream saw %q", got)
+	}
+}
+
+// Finding 7 of issue 25 at the proxy: with GET fenced as a write, reader 5
+// was refused after reader 6 of the same read hold; with GET passed, a
+// reader from before the last write got through. --read-methods fences
+// reads by the read rule, across a restart.
+func TestFenceProxyReadMethods(t *testing.T) {
+	up := &recordingUpstream{}
+	upstream := httptest.NewServer(up)
+	defer upstream.Close()
+	dir := t.TempDir()
+	proxy, stop := startProxyWith(t, dir, upstream.URL, proxyOptions{from: "path", reads: []string{"GET", "HEAD"}})
+	steps := []struct {
+		method, token string
+		status        int
+		code          string
+	}{
+		{"PUT", "5", 201, ""},             // writer 5
+		{"GET", "4", 409, "stale_token"},  // a reader from before writer 5
+		{"GET", "7", 201, ""},             // reader 7
+		{"GET", "6", 201, ""},             // reader 6, granted with 7
+		{"GET", "", 409, "missing_token"}, // reads are fenced, not waved through
+		{"PUT", "6", 409, "stale_token"},  // a writer below reader 7
+		{"PUT", "8", 201, ""},             // writer 8
+		{"HEAD", "7", 409, ""},            // reader 7 after writer 8 (a HEAD answer has no body)
+		{"GET", "9", 201, ""},             // reader 9
+	}
+	for i, s := range steps {
+		if i == 5 {
+			stop() // a restart in the middle: both marks are on disk
+			proxy, stop = startProxyWith(t, dir, upstream.URL, proxyOptions{from: "path", reads: []string{"GET", "HEAD"}})
+		}
+		got := send(t, s.method, proxy.URL+"/v/doc", s.token, "")
+		if got.status != s.status || got.code != s.code {
+			t.Fatalf("%s with token %q: %d %s, want %d %s", s.method, s.token, got.status, got.body, s.status, s.code)
+		}
 	}
 }
 
