@@ -141,3 +141,22 @@ func TestReadWriteRule(t *testing.T) {
 		t.Fatalf("marks %+v %v", m, err)
 	}
 }
+
+// A pitfall of FENCING.md: two fence tables over one data table keep two
+// marks, and each lets in a token the other has superseded.
+func TestPitfallTwoFenceTables(t *testing.T) {
+	db, a := setup(t, filepath.Join(t.TempDir(), "two.db"))
+	b, _ := New(db, "other_fence")
+	if err := b.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AdmitTx(ctx, "acct", 70, write("acct", 70, "seventy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AdmitTx(ctx, "acct", 60, write("acct", 60, "sixty")); err != nil {
+		t.Fatalf("the other table's check: %v", err)
+	}
+	if got := notes(t, db); got != "seventy,sixty" {
+		t.Fatalf("ledger %q", got)
+	}
+}
