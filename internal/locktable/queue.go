@@ -8,6 +8,7 @@ type Queued struct {
 	Holder   string
 	Since    Time // when it joined the queue
 	Deadline Time // it leaves the queue at now >= Deadline
+	Write    bool // a read/write lock's waiter that asks to write
 }
 
 // QueuedWaiters returns every waiter in every queue, keys sorted, each queue
