@@ -167,6 +167,14 @@ type Lease struct {
 	Mode    string  `json:"mode,omitempty"`
 	Slot    int     `json:"slot,omitempty"` // a semaphore holder's permit, 1..Permits
 	Holders []Lease `json:"holders,omitempty"`
+	// Waiting is how many wait in the key's queue (waiters of every
+	// kind: exclusive, a permit, a read or a write) and NextWaiter the
+	// head of it; GET /v1/lock and /v1/locks answer them, absent when
+	// nobody waits. A key of several holders gives them with its first
+	// lease (the oldest token) only, so that summing Waiting over a list
+	// counts each waiter once.
+	Waiting    int     `json:"waiting,omitempty"`
+	NextWaiter *Waiter `json:"next_waiter,omitempty"`
 }
 
 // AcquireRequest is POST /v1/acquire; the answer is a Lease. WaitMs 0 tries
