@@ -102,6 +102,7 @@ type Node struct {
 	state   *stateFile  // nil without a data dir
 	floor   *tokenFloor // nil without a data dir
 	m       *machine
+	peers   *peerWatch // what the peers answered this node's AppendEntries
 	// startIndex is the last index of the log when the node opened it.
 	startIndex uint64
 	stop       chan struct{}
@@ -173,6 +174,8 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		n.close()
 		return nil, err
 	}
+	n.peers = newPeerWatch(time.Now)
+	trans = watchTransport(trans, n.peers)
 	if err := bootstrap(cfg, rc, logs, stable, snaps, trans); err != nil {
 		n.close()
 		return nil, err

@@ -32,6 +32,7 @@ type Log struct {
 	// this node could not record).
 	failCovered error
 	pending     uint64
+	peers       []node.PeerStatus
 }
 
 var _ node.Replicator = (*Log)(nil)
@@ -163,9 +164,16 @@ func (l *Log) ClearPendingFloor(floor uint64) error {
 	return nil
 }
 
-// Configuration is the one voter.
+// Configuration is the one voter, and a voter for each peer SetPeers
+// pretends is there.
 func (l *Log) Configuration() ([]node.Server, error) {
-	return []node.Server{{ID: l.id, Addr: l.id, Suffrage: "Voter", Voter: true}}, nil
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := []node.Server{{ID: l.id, Addr: l.id, Suffrage: "Voter", Voter: true}}
+	for _, p := range l.peers {
+		out = append(out, node.Server{ID: p.ID, Addr: p.ID, Suffrage: "Voter", Voter: true})
+	}
+	return out, nil
 }
 
 var errNoMembers = errors.New("nodetest: a single in-memory voter takes no other members")
@@ -190,3 +198,25 @@ func (l *Log) Dialable() bool { return false }
 
 // ProbeRaft is refused.
 func (l *Log) ProbeRaft(context.Context, string, time.Duration) error { return errNoMembers }
+
+// SetPeers makes Peers answer ps while the log leads, and Configuration
+// list them as voters: members a test pretends are there, which nothing
+// is replicated to.
+func (l *Log) SetPeers(ps []node.PeerStatus) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.peers = append([]node.PeerStatus(nil), ps...)
+}
+
+// Peers is what SetPeers gave, while the log leads.
+func (l *Log) Peers() ([]node.PeerStatus, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leading {
+		return nil, false
+	}
+	return append([]node.PeerStatus(nil), l.peers...), true
+}
+
+// UnreachableAfter is a second: nothing here times out.
+func (l *Log) UnreachableAfter() time.Duration { return time.Second }
