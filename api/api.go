@@ -292,10 +292,39 @@ type Member struct {
 	ClientAddr string `json:"client_addr,omitempty"`
 	Suffrage   string `json:"suffrage"` // Voter, Nonvoter or Staging
 	Leader     bool   `json:"leader"`
+	// State is the member's health as the leader sees it
+	// (MembersResponse.HealthFrom): MemberLeader, MemberHealthy,
+	// MemberUnreachable or MemberUnknown. LastContactMs is how long ago
+	// the leader last heard from it, LagEntries how many log entries it
+	// was behind the leader's last one then; both are absent for the
+	// leader itself and for a member it has never heard from.
+	State         string  `json:"state"`
+	LastContactMs *int64  `json:"last_contact_ms,omitempty"`
+	LagEntries    *uint64 `json:"lag_entries,omitempty"`
 }
 
+// Member states (Member.State).
+const (
+	// MemberLeader: the leader, answering for itself or named by a node
+	// that hears from it.
+	MemberLeader = "leader"
+	// MemberHealthy: it answered the leader's last heartbeats.
+	MemberHealthy = "healthy"
+	// MemberUnreachable: the leader has not heard from it for longer than
+	// MembersResponse.UnreachableAfterMs (or, for a leader the answering
+	// node has stopped hearing from, a heartbeat timeout).
+	MemberUnreachable = "unreachable"
+	// MemberUnknown: no leader's view of it could be had, or the leader
+	// has just been elected and has not heard from it yet.
+	MemberUnknown = "unknown"
+)
+
 // MembersResponse answers GET /v1/cluster/members from the answering
-// node's view: the configuration, the leader, and the node's own progress.
+// node's view: the configuration, the leader, the node's own progress,
+// and each member's health as the leader sees it. A follower asks the
+// leader for its view; a leader it has not heard from for a heartbeat
+// timeout is not named as the leader (raft keeps naming a dead one until
+// a new one is elected) and is shown unreachable.
 type MembersResponse struct {
 	Leader        string   `json:"leader"`      // leader's id, "" if none known
 	LeaderAddr    string   `json:"leader_addr"` // leader's client address
@@ -305,6 +334,13 @@ type MembersResponse struct {
 	AppliedIndex  uint64   `json:"applied_index"`
 	AppliedTimeMs int64    `json:"applied_time_ms"` // cluster time of its last applied entry
 	ClusterID     string   `json:"cluster_id"`
+	// HealthFrom is the leader whose view the members' State,
+	// LastContactMs and LagEntries are; "" when none could be had (no
+	// leader, or it did not answer the answering node).
+	HealthFrom string `json:"health_from"`
+	// UnreachableAfterMs: a member the leader has not heard from for
+	// longer is MemberUnreachable (twice the heartbeat timeout).
+	UnreachableAfterMs int64 `json:"unreachable_after_ms"`
 }
 
 // JoinRequest is POST /v1/cluster/join (and /announce, by which a node

@@ -106,7 +106,8 @@ func New(cfg Config) (*Server, error) {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_raft_state", Help: "This node's raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.",
-		}, func() float64 { return float64(n.Status().State) }))
+		}, func() float64 { return float64(n.Status().State) }),
+		newPeerCollector(n))
 	svc.Start(n)
 	if cfg.TLSReload != nil {
 		s.wg.Add(1)

@@ -55,6 +55,9 @@ type Peers interface {
 	// Announce asks the leader at clientAddr to record this node's
 	// addresses.
 	Announce(ctx context.Context, clientAddr string, req api.JoinRequest) error
+	// Members asks the node at clientAddr for its members answer (a
+	// follower asks the leader for its view of the members' health).
+	Members(ctx context.Context, clientAddr string) (api.MembersResponse, error)
 }
 
 // Service is the lock service of one node: the operations over the

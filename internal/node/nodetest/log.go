@@ -33,6 +33,7 @@ type Log struct {
 	failCovered error
 	pending     uint64
 	peers       []node.PeerStatus
+	follows     node.Status // what Status answers while it does not lead
 }
 
 var _ node.Replicator = (*Log)(nil)
@@ -74,7 +75,22 @@ func (l *Log) Barrier(time.Duration) error {
 func (l *Log) Leadership() <-chan bool { return l.lead }
 
 // Lose takes leadership away, as a deposed leader loses it.
-func (l *Log) Lose() { l.set(false) }
+func (l *Log) Lose() {
+	l.mu.Lock()
+	l.follows = node.Status{State: node.Follower}
+	l.mu.Unlock()
+	l.set(false)
+}
+
+// Follow takes leadership away and makes Status name leader as the one
+// this follower knows of, silent or not (it has not heard from it for a
+// heartbeat timeout).
+func (l *Log) Follow(leader string, silent bool) {
+	l.mu.Lock()
+	l.follows = node.Status{State: node.Follower, LeaderID: leader, LeaderSilent: silent}
+	l.mu.Unlock()
+	l.set(false)
+}
 
 // Lead gives it back, as an election won again.
 func (l *Log) Lead() { l.set(true) }
@@ -83,6 +99,9 @@ func (l *Log) set(leading bool) {
 	l.mu.Lock()
 	changed := l.leading != leading
 	l.leading = leading
+	if leading {
+		l.follows = node.Status{State: node.Follower}
+	}
 	l.mu.Unlock()
 	if changed {
 		l.lead <- leading
@@ -99,14 +118,15 @@ func (l *Log) VerifyLeader() error {
 	return nil
 }
 
-// Status is leader or follower of no known leader.
+// Status is leader, or follower of the leader Follow named (none after
+// Lose).
 func (l *Log) Status() node.Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.leading {
 		return node.Status{State: node.Leader, LeaderID: l.id}
 	}
-	return node.Status{State: node.Follower}
+	return l.follows
 }
 
 // AppliedIndex is the last index applied.
