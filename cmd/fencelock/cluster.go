@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,7 +25,8 @@ const clusterUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
        fencelock cluster remove --id ID [--addr ADDRS]
 
 members lists the nodes as the answering node sees them, with each one's
-raft and client address, suffrage (voter or nonvoter) and which one leads.
+raft and client address, suffrage (voter or nonvoter), which one leads,
+and each one's health as the leader sees it.
 
 join adds a node that is running with 'fencelock server --join' (an empty
 data directory, or the data of a former member of this cluster).
@@ -38,9 +40,16 @@ Run 'fencelock cluster SUBCOMMAND -h' for its flags and exit statuses.
 const clusterMembersUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
 
 Lists the nodes as the answering node sees them, with each one's raft and
-client address, suffrage (voter or nonvoter) and which one leads (with
---json, the API's members answer, which also says which node answered,
-whether it is ready, and how far it has applied the log).
+client address, suffrage (voter or nonvoter) and which one leads, and each
+one's health as the leader sees it (a follower asks the leader): STATE is
+leader, healthy, unreachable (the leader has not heard from it for twice
+the heartbeat timeout) or unknown (no leader, or it did not answer);
+CONTACT is when the leader last heard from it, LAG how many log entries
+it was behind then. A leader the answering node has stopped hearing from
+is not marked as the leader, and shows unreachable. With --json, the API's
+members answer, which also says which node answered, whose view the
+health is (health_from), whether it is ready, and how far it has applied
+the log.
 `
 
 const clusterJoinUsage = `Usage: fencelock cluster join --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
@@ -216,16 +225,26 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 
 func printMembers(w io.Writer, m api.MembersResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT\tCLIENT\tSUFFRAGE\tLEADER")
+	fmt.Fprintln(tw, "ID\tRAFT\tCLIENT\tSUFFRAGE\tLEADER\tSTATE\tCONTACT\tLAG")
 	for _, n := range m.Members {
-		client, lead := n.ClientAddr, ""
+		client, lead, contact, lag := n.ClientAddr, "", "-", "-"
 		if client == "" {
 			client = "-"
 		}
 		if n.Leader {
 			lead = "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.ID, n.RaftAddr, client, strings.ToLower(n.Suffrage), lead)
+		state := n.State
+		if state == "" {
+			state = api.MemberUnknown // a server that does not say
+		}
+		if n.LastContactMs != nil {
+			contact = api.Duration(*n.LastContactMs).String() + " ago"
+		}
+		if n.LagEntries != nil {
+			lag = strconv.FormatUint(*n.LagEntries, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.RaftAddr, client, strings.ToLower(n.Suffrage), lead, state, contact, lag)
 	}
 	tw.Flush()
 }
