@@ -114,7 +114,7 @@ func (s *Service) addHealth(ctx context.Context, r *api.MembersResponse) {
 		switch m := &r.Members[i]; {
 		case m.ID == r.Leader:
 			m.State = api.MemberLeader
-		case st.LeaderSilent && m.ID == st.LeaderID:
+		case st.LeaderSilent && (m.ID == st.LeaderID || m.ID == st.FormerLeader):
 			m.State = api.MemberUnreachable
 		}
 	}
