@@ -96,6 +96,11 @@ const (
 	CodeWrongCluster    = "wrong_cluster"     // it belongs to another cluster
 	CodeNoQuorum        = "no_quorum"         // the new configuration would have no reachable quorum
 	CodeChangeUnknown   = "change_unknown"    // 503: the change may or may not have applied
+
+	// CodeRemoved (503): the answering node has been removed from the
+	// cluster; it serves nothing. Send the call to another node (clients
+	// that know several move on, as on any 503).
+	CodeRemoved = "removed"
 )
 
 // Status is the HTTP status a code is answered with.
@@ -124,7 +129,7 @@ func Status(code string) int {
 		return http.StatusTooManyRequests
 	case CodeCompacted:
 		return http.StatusGone
-	case CodeNotLeader, CodeUnavailable, CodeTooManyOpenFiles, CodeTooManyConns, CodeChangeUnknown:
+	case CodeNotLeader, CodeUnavailable, CodeTooManyOpenFiles, CodeTooManyConns, CodeChangeUnknown, CodeRemoved:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -341,6 +346,10 @@ type MembersResponse struct {
 	// UnreachableAfterMs: a member the leader has not heard from for
 	// longer is MemberUnreachable (twice the heartbeat timeout).
 	UnreachableAfterMs int64 `json:"unreachable_after_ms"`
+	// Removed: the answering node has been removed from the cluster, and
+	// Members is the configuration as it last saw it, without itself.
+	// It serves nothing (every other call answers CodeRemoved).
+	Removed bool `json:"removed,omitempty"`
 }
 
 // JoinRequest is POST /v1/cluster/join (and /announce, by which a node
