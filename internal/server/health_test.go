@@ -1,11 +1,15 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fencelock/fencelock/api"
@@ -114,4 +118,61 @@ func fmtMs(p *int64) string {
 		return "none"
 	}
 	return strconv.FormatInt(*p, 10)
+}
+
+// TestClusterRemovedNodeSaysSo (issue 26.5): a node removed with
+// cluster remove kept running, answered not_leader and never logged that
+// it was removed. Now it logs it, answers every call (and /readyz)
+// 503 removed, and its members answer says it is no longer a member.
+func TestClusterRemovedNodeSaysSo(t *testing.T) {
+	logs := map[string]*syncBuffer{}
+	c := startCluster(t, 3, func(cfg *Config) {
+		b := &syncBuffer{}
+		logs[cfg.NodeID] = b
+		cfg.Logger = slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	l := c.leader()
+	victim := c.others(l)[0]
+	eventually(t, "every member's client address on the leader", func() bool {
+		for _, m := range l.members(t).Members {
+			if m.ClientAddr == "" {
+				return false
+			}
+		}
+		return true
+	})
+	if a, _ := c.send(nil, "POST", "/v1/cluster/remove", fmt.Sprintf(`{"id":%q}`, victim.id)); a.status != 200 {
+		t.Fatalf("remove %s: %d %v", victim.id, a.status, a.body)
+	}
+	eventually(t, victim.id+" to answer removed", func() bool {
+		a := victim.get("/v1/lock?key=k")
+		return a.status == 503 && a.body["code"] == api.CodeRemoved
+	})
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/readyz", ""},
+		{"GET", "/v1/locks", ""},
+		{"POST", "/v1/acquire", acquireBody("k", "a", 60000, "")},
+		{"POST", "/v1/release", `{"key":"k","holder":"a"}`},
+	} {
+		a := victim.do(context.Background(), r.method, r.path, r.body)
+		if a.status != 503 || a.body["code"] != api.CodeRemoved || !strings.Contains(fmt.Sprint(a.body["error"]), "removed from the cluster") {
+			t.Fatalf("%s %s on the removed node: %d %v", r.method, r.path, a.status, a.body)
+		}
+	}
+	m := victim.members(t)
+	if !m.Removed || memberOf(m, victim.id).ID != "" || len(m.Members) != 2 {
+		t.Fatalf("members on the removed node: %+v", m)
+	}
+	if got := logs[victim.id].String(); !strings.Contains(got, "this node was removed from the cluster") {
+		t.Fatalf("the removed node's log says nothing of it:\n%s", got)
+	}
+	// The others go on without it, and do not call themselves removed.
+	if a, _ := c.send(c.others(victim), "POST", "/v1/acquire", acquireBody("k", "a", 60000, "")); a.status != 200 {
+		t.Fatalf("acquire after the removal: %d %v", a.status, a.body)
+	}
+	for _, n := range c.others(victim) {
+		if m := n.members(t); m.Removed {
+			t.Fatalf("%s calls itself removed: %+v", n.id, m)
+		}
+	}
 }

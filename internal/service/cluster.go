@@ -66,6 +66,7 @@ func (s *Service) members() (api.MembersResponse, *Error) {
 		Node: s.cfg.NodeID, Ready: ready, AppliedIndex: s.fsm.AppliedIndex(),
 		AppliedTimeMs: int64(s.fsm.Now()) / int64(time.Millisecond), ClusterID: s.fsm.ClusterID(),
 		UnreachableAfterMs: api.Ms(s.node.UnreachableAfter()),
+		Removed:            s.removed.Load(),
 	}, nil
 }
 

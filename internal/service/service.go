@@ -77,6 +77,8 @@ type Service struct {
 	ready       atomic.Bool // leader, caught up, orphans dropped
 	aclCaughtUp atomic.Bool
 	counting    atomic.Bool   // count table events in metrics
+	member      atomic.Bool   // this node has been in the configuration, in this process
+	removed     atomic.Bool   // ... and has been taken out of it since
 	closing     chan struct{} // closed by BeginShutdown
 	stop        chan struct{} // closed by Close
 	once        sync.Once
@@ -129,6 +131,8 @@ func (s *Service) Start(n node.Replicator) {
 		s.wg.Add(1)
 		go s.announceLoop()
 	}
+	s.wg.Add(1)
+	go s.membershipLoop()
 }
 
 // Ready reports whether this node serves writes.
