@@ -278,6 +278,24 @@ func newClusterClient(addrs []string, tlsCfg *tls.Config, more ...fencelock.Opti
 	return fencelock.New(addrs, append(opts, more...)...)
 }
 
+// newJoinClient is the client of 'server --join': newClusterClient with
+// two back-offs per attempt across the addresses, so that an address
+// nobody answers at fails the attempt in well under a second and is
+// reported; the join loop then backs off and asks again.
+func newJoinClient(addrs []string, tlsCfg *tls.Config, more ...fencelock.Option) (*fencelock.Client, error) {
+	return newClusterClient(addrs, tlsCfg, append(more, fencelock.WithRetries(2))...)
+}
+
+// unreachable: no node could be reached at all.
+func unreachable(err error) bool { return errors.Is(err, fencelock.ErrUnreachable) }
+
+// unavailableOrUnknown: a node answered that it cannot serve now (no
+// leader, shutting down), or a change may or may not have applied: both
+// are worth asking again.
+func unavailableOrUnknown(err error) bool {
+	return errors.Is(err, fencelock.ErrUnavailable) || errors.Is(err, fencelock.ErrChangeUnknown)
+}
+
 // refusal is the answer of a node that refused a call (not a 503: those
 // are retried until ctx ends), or nil.
 func refusal(err error) *fencelock.APIError {

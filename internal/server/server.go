@@ -235,7 +235,7 @@ func serviceConfig(cfg Config, peers service.Peers) service.Config {
 	return service.Config{
 		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Clock: cfg.Clock, Logger: cfg.Logger, Peers: peers,
 		ApplyTimeout: cfg.ApplyTimeout, MinTickInterval: cfg.MinTickInterval, ClockCheckpoint: cfg.ClockCheckpoint,
-		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout,
+		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout, Join: cfg.Joining,
 		// -1 in Config is no cap: 0 in the wait commands.
 		MaxWaitersPerKey: max(cfg.MaxWaitersPerKey, 0), MaxWaiters: max(cfg.MaxWaiters, 0),
 		WatchHistory: cfg.WatchHistory, WatchMaxWatchers: cfg.WatchMaxWatchers, WatchMaxPerCaller: cfg.WatchMaxPerCaller,

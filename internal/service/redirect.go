@@ -39,6 +39,9 @@ func (s *Service) notReady() *Error {
 	if s.removed.Load() {
 		return removedError()
 	}
+	if msg := s.cfg.Join.String(); msg != "" && !s.member.Load() {
+		return Unavailable("not ready: " + msg)
+	}
 	if s.node.Status().State == node.Leader {
 		return Unavailable("not ready: this leader is catching up or has lost its quorum")
 	}

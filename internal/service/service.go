@@ -37,6 +37,10 @@ type Config struct {
 	// AnnounceEvery is how often a follower checks that the members table
 	// has its client address (the heartbeat timeout).
 	AnnounceEvery time.Duration
+	// Join, for a node started to join a cluster, is how its join goes;
+	// until the node is a member, a not-ready answer (/readyz) says that
+	// rather than "knows no leader yet". Nil: not joining.
+	Join *JoinStatus
 
 	// Queue caps: the waiters on one key and on all keys; 0: no cap.
 	MaxWaitersPerKey int
