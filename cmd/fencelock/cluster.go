@@ -46,7 +46,8 @@ leader, healthy, unreachable (the leader has not heard from it for twice
 the heartbeat timeout) or unknown (no leader, or it did not answer);
 CONTACT is when the leader last heard from it, LAG how many log entries
 it was behind then. A leader the answering node has stopped hearing from
-is not marked as the leader, and shows unreachable. With --json, the API's
+is not marked as the leader, and shows unreachable. A node that has been
+removed from the cluster says so first. With --json, the API's
 members answer, which also says which node answered, whose view the
 health is (health_from), whether it is ready, and how far it has applied
 the log.
@@ -224,6 +225,9 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 }
 
 func printMembers(w io.Writer, m api.MembersResponse) {
+	if m.Removed {
+		fmt.Fprintf(w, "%s, which answered, is no longer a member: it was removed from the cluster and serves nothing. The members as it last saw them:\n", m.Node)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRAFT\tCLIENT\tSUFFRAGE\tLEADER\tSTATE\tCONTACT\tLAG")
 	for _, n := range m.Members {

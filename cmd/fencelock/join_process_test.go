@@ -48,3 +48,41 @@ func TestServerProcessJoinTargetUnreachable(t *testing.T) {
 		t.Fatalf("members after the join: exit %d\n%s", code, out)
 	}
 }
+
+// TestClusterProcessRemovedNodeSaysSo (issue 26.5): a node removed with
+// `cluster remove` kept running, answered not_leader and never logged
+// that it was removed. Now it logs it at ERROR, answers removed, and
+// `cluster members` on it says it is no longer a member.
+func TestClusterProcessRemovedNodeSaysSo(t *testing.T) {
+	t.Parallel()
+	c := startPCluster(t)
+	addrs := c.clients()
+	poll(t, "every member's client address", func() bool {
+		out, code := clusterCLI(t, addrs, "members")
+		return code == 0 && everyClientKnown(out)
+	})
+	l := c.waitLeader()
+	victim := c.nodes[0]
+	if victim == l {
+		victim = c.nodes[1]
+	}
+	out, code := clusterCLI(t, addrs, "remove", "--id", victim.id)
+	if code != 0 || !strings.Contains(out, "applied: removed "+victim.id) {
+		t.Fatalf("remove %s: exit %d\n%s", victim.id, code, out)
+	}
+	poll(t, victim.id+" to log its removal", func() bool {
+		s := victim.p.stderr.String()
+		return strings.Contains(s, "level=ERROR") && strings.Contains(s, "this node was removed from the cluster")
+	})
+	r, err := call(victim.client, "GET", "/v1/lock?key=k", "")
+	if err != nil || r.status != 503 || r.body["code"] != "removed" {
+		t.Fatalf("a call on the removed node: %v %v", r, err)
+	}
+	out, code = clusterCLI(t, []string{victim.client}, "members")
+	if code != 0 || !strings.Contains(out, victim.id+", which answered, is no longer a member") {
+		t.Fatalf("cluster members on the removed node: exit %d\n%s", code, out)
+	}
+	if _, _, ids := voterLines(out); strings.Contains(strings.Join(ids, " "), victim.id) {
+		t.Fatalf("the removed node lists itself:\n%s", out)
+	}
+}
