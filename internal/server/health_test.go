@@ -163,6 +163,17 @@ func TestClusterRemovedNodeSaysSo(t *testing.T) {
 	if !m.Removed || memberOf(m, victim.id).ID != "" || len(m.Members) != 2 {
 		t.Fatalf("members on the removed node: %+v", m)
 	}
+	// Its view of the others is the leader's, not its own (it hears
+	// from nobody now).
+	eventually(t, "the leader's view on the removed node", func() bool {
+		m := victim.members(t)
+		for _, n := range c.others(victim) {
+			if s := memberOf(m, n.id).State; s != api.MemberHealthy && s != api.MemberLeader {
+				return false
+			}
+		}
+		return m.HealthFrom != "" && m.HealthFrom != victim.id
+	})
 	if got := logs[victim.id].String(); !strings.Contains(got, "this node was removed from the cluster") {
 		t.Fatalf("the removed node's log says nothing of it:\n%s", got)
 	}

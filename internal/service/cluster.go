@@ -96,7 +96,20 @@ func (s *Service) addHealth(ctx context.Context, r *api.MembersResponse) {
 		}
 		return
 	}
-	if v, ok := s.leaderView(ctx, r.Leader, r.LeaderAddr); ok {
+	st := s.node.Status()
+	leader, addr := r.Leader, r.LeaderAddr
+	if s.removed.Load() {
+		// A removed node hears from no leader, so its own view says
+		// nothing of the others: the leader's, if it answers, or none.
+		if leader = st.LeaderID; leader == "" {
+			leader = st.FormerLeader
+		}
+		addr = ""
+		if m, ok := s.fsm.Member(leader); ok {
+			addr = m.ClientAddr
+		}
+	}
+	if v, ok := s.leaderView(ctx, leader, addr); ok {
 		r.HealthFrom = v.HealthFrom
 		byID := make(map[string]api.Member, len(v.Members))
 		for _, m := range v.Members {
@@ -110,7 +123,9 @@ func (s *Service) addHealth(ctx context.Context, r *api.MembersResponse) {
 		}
 		return
 	}
-	st := s.node.Status()
+	if s.removed.Load() {
+		return
+	}
 	for i := range r.Members {
 		switch m := &r.Members[i]; {
 		case m.ID == r.Leader:
