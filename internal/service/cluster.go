@@ -110,13 +110,19 @@ func (s *Service) addHealth(ctx context.Context, r *api.MembersResponse) {
 		}
 	}
 	if v, ok := s.leaderView(ctx, leader, addr); ok {
-		r.HealthFrom = v.HealthFrom
+		// The leader answered for itself: it leads (a removed node, which
+		// knows no leader, learns which one here).
+		r.HealthFrom, r.Leader = v.HealthFrom, v.Node
+		if v.LeaderAddr != "" {
+			r.LeaderAddr = v.LeaderAddr
+		}
 		byID := make(map[string]api.Member, len(v.Members))
 		for _, m := range v.Members {
 			byID[m.ID] = m
 		}
 		for i := range r.Members {
 			m := &r.Members[i]
+			m.Leader = m.ID == v.Node
 			if lm, ok := byID[m.ID]; ok {
 				m.State, m.LastContactMs, m.LagEntries = lm.State, lm.LastContactMs, lm.LagEntries
 			}
