@@ -107,6 +107,8 @@ type Node struct {
 	// lastLeader is the last leader raft named: raft forgets a leader it
 	// stops hearing from, the health view does not.
 	lastLeader atomic.Value // string
+	// otherLeader is the last leader raft named that is not this node.
+	otherLeader atomic.Value // string
 	// startIndex is the last index of the log when the node opened it.
 	startIndex uint64
 	stop       chan struct{}
@@ -192,11 +194,15 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	n.raft, n.addr = r, trans.LocalAddr()
 	n.lastLeader.Store("")
+	n.otherLeader.Store("")
 	// The filter runs in raft's goroutine and sends nothing: it only
 	// notes the leader.
 	r.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
 		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
 			n.lastLeader.Store(string(lo.LeaderID))
+			if string(lo.LeaderID) != cfg.NodeID {
+				n.otherLeader.Store(string(lo.LeaderID))
+			}
 		}
 		return false
 	}))

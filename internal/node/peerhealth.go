@@ -43,13 +43,24 @@ func (s PeerState) String() string {
 type PeerStatus struct {
 	ID    string
 	State PeerState
-	// Contacted: it has answered this node at least once (LastContact
-	// and Lag mean something). LastContact is how long ago it last did,
-	// in any term; Lag is how many entries its log was behind this
-	// node's last index when it did.
+	// Contacted: this node has heard from it (LastContact means
+	// something): it answered this node's AppendEntries, in any term,
+	// or, for the leader this node followed before it led, sent them.
+	// LastContact is how long ago that last was. LagKnown: Lag is how
+	// many entries its log was behind this node's last index when it
+	// last answered.
 	Contacted   bool
 	LastContact time.Duration
+	LagKnown    bool
 	Lag         uint64
+}
+
+// formerLeader is the leader a new leader followed before, and when it
+// last heard from it: a leader killed is the peer most likely dead, and
+// the new one need not wait a whole bound of its own tries to say so.
+type formerLeader struct {
+	id    string
+	heard time.Time
 }
 
 // peerRecord is what the transport saw of one peer.
@@ -117,24 +128,37 @@ func (w *peerWatch) answered(id raft.ServerID, term uint64, resp *raft.AppendEnt
 }
 
 // status is every peer in ids as a leader of term whose last log index is
-// last sees it at now, in the order of ids.
-func (w *peerWatch) status(ids []string, term, last uint64, bound time.Duration) []PeerStatus {
+// last sees it at now, in the order of ids. The former leader, until it
+// answers in this term, is unreachable once bound has passed since this
+// node last heard from it as its follower.
+func (w *peerWatch) status(ids []string, term, last uint64, bound time.Duration, former formerLeader) []PeerStatus {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]PeerStatus, 0, len(ids))
 	for _, id := range ids {
-		r, ok := w.peers[raft.ServerID(id)]
-		if !ok {
-			out = append(out, PeerStatus{ID: id})
-			continue
+		var r peerRecord
+		if p, ok := w.peers[raft.ServerID(id)]; ok {
+			r = *p
 		}
-		st := PeerStatus{ID: id, State: peerState(*r, term, now, bound)}
+		st := PeerStatus{ID: id, State: peerState(r, term, now, bound)}
+		heard := r.answered
 		if !r.answered.IsZero() {
-			st.Contacted, st.LastContact = true, now.Sub(r.answered)
+			st.LagKnown = true
 			if last > r.lastLog {
 				st.Lag = last - r.lastLog
 			}
+		}
+		if id == former.id && !former.heard.IsZero() && !(r.term == term && r.contacted) {
+			if former.heard.After(heard) {
+				heard = former.heard
+			}
+			if now.Sub(heard) > bound {
+				st.State = PeerUnreachable
+			}
+		}
+		if !heard.IsZero() {
+			st.Contacted, st.LastContact = true, now.Sub(heard)
 		}
 		out = append(out, st)
 	}
@@ -215,7 +239,10 @@ func (n *Node) Peers() (peers []PeerStatus, ok bool) {
 		}
 	}
 	n.peers.forget(ids)
-	return n.peers.status(ids, n.raft.CurrentTerm(), n.raft.LastIndex(), n.UnreachableAfter()), true
+	// raft's LastContact is when a leader last sent to this node; it
+	// stops moving once this node leads, so it dates the former leader.
+	former := formerLeader{id: n.otherLeader.Load().(string), heard: n.raft.LastContact()}
+	return n.peers.status(ids, n.raft.CurrentTerm(), n.raft.LastIndex(), n.UnreachableAfter(), former), true
 }
 
 // UnreachableAfter is how long a leader waits for a peer's answer before

@@ -25,12 +25,16 @@ func TestPeerHealthFromAnswers(t *testing.T) {
 		w.sent(raft.ServerID(id), term)
 		w.answered(raft.ServerID(id), term, &raft.AppendEntriesResponse{LastLog: lastLog})
 	}
+	var former formerLeader
 	show := func(term, last uint64) string {
 		var out []string
-		for _, p := range w.status([]string{"a", "b", "c"}, term, last, bound) {
+		for _, p := range w.status([]string{"a", "b", "c"}, term, last, bound, former) {
 			s := fmt.Sprintf("%s:%s", p.ID, p.State)
 			if p.Contacted {
-				s += fmt.Sprintf("/%v/lag%d", p.LastContact, p.Lag)
+				s += fmt.Sprintf("/%v", p.LastContact)
+			}
+			if p.LagKnown {
+				s += fmt.Sprintf("/lag%d", p.Lag)
 			}
 			out = append(out, s)
 		}
@@ -64,6 +68,19 @@ func TestPeerHealthFromAnswers(t *testing.T) {
 	check(3, 12, "[a:unreachable/2.1s/lag5 b:unknown c:unknown]")
 	answer("a", 3, 12)
 	check(3, 12, "[a:healthy/0s/lag0 b:unknown c:unknown]")
+
+	// This node led after following c, which it last heard from at
+	// 2.5s: c is unreachable once the bound has passed since then, before
+	// this leader has tried it for a whole bound itself.
+	former = formerLeader{id: "c", heard: t0.Add(2500 * time.Millisecond)}
+	w.sent("c", 3)
+	check(3, 12, "[a:healthy/0s/lag0 b:unknown c:unknown/200ms]")
+	at(3500 * time.Millisecond)
+	check(3, 12, "[a:healthy/800ms/lag0 b:unknown c:unknown/1s]")
+	at(3500*time.Millisecond + 1)
+	check(3, 12, "[a:healthy/800.000001ms/lag0 b:unknown c:unreachable/1.000000001s]")
+	answer("c", 3, 11) // it was alive after all
+	check(3, 12, "[a:healthy/800.000001ms/lag0 b:unknown c:healthy/0s/lag1]")
 
 	w.forget([]string{"a"}) // b and c were removed
 	if len(w.peers) != 1 {

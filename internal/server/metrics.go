@@ -102,6 +102,8 @@ func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
 		last := math.Inf(1)
 		if p.Contacted {
 			last = p.LastContact.Seconds()
+		}
+		if p.LagKnown {
 			ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(p.Lag), p.ID)
 		}
 		ch <- prometheus.MustNewConstMetric(c.contact, prometheus.GaugeValue, last, p.ID)

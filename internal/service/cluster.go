@@ -170,8 +170,12 @@ func setHealth(m *api.Member, p node.PeerStatus) {
 		m.State = api.MemberUnknown
 	}
 	if p.Contacted {
-		last, lag := api.Ms(p.LastContact), p.Lag
-		m.LastContactMs, m.LagEntries = &last, &lag
+		last := api.Ms(p.LastContact)
+		m.LastContactMs = &last
+	}
+	if p.LagKnown {
+		lag := p.Lag
+		m.LagEntries = &lag
 	}
 }
 

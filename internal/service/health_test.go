@@ -66,8 +66,8 @@ func TestMembersHealth(t *testing.T) {
 	s, log, _ := newTestServiceWith(t, func(c *Config) { c.Peers = peers })
 	ctx := context.Background()
 	log.SetPeers([]node.PeerStatus{
-		{ID: "n2", State: node.PeerHealthy, Contacted: true, LastContact: 120 * time.Millisecond, Lag: 3},
-		{ID: "n3", State: node.PeerUnreachable, Contacted: true, LastContact: 2500 * time.Millisecond, Lag: 40},
+		{ID: "n2", State: node.PeerHealthy, Contacted: true, LastContact: 120 * time.Millisecond, LagKnown: true, Lag: 3},
+		{ID: "n3", State: node.PeerUnreachable, Contacted: true, LastContact: 2500 * time.Millisecond, LagKnown: true, Lag: 40},
 		{ID: "n4", State: node.PeerUnknown},
 	})
 	for _, id := range []string{"n2", "n3"} { // their client addresses, as they announce them
