@@ -78,6 +78,7 @@ const (
 	CodeHeld             = "held"                 // 409: another holder has a live lease (or a wait elapsed)
 	CodeNotHeld          = "not_held"             // 409: not the live holder of this token
 	CodeNotFound         = "not_found"            // 404: no live lease, no such route, no such member
+	CodeAlreadyExists    = "already_exists"       // 409: a principal of that name exists; ask again with replace
 	CodeMethodNotAllowed = "method_not_allowed"   // 405
 	CodeNotLeader        = "not_leader"           // 503: send it to Error.Leader
 	CodeUnavailable      = "unavailable"          // 503: no leader, shutting down, not ready
@@ -117,7 +118,7 @@ func Status(code string) int {
 		return http.StatusForbidden
 	case CodeKindMismatch:
 		return http.StatusConflict
-	case CodeHeld, CodeNotHeld, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeNoQuorum:
+	case CodeHeld, CodeNotHeld, CodeAlreadyExists, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeNoQuorum:
 		return http.StatusConflict
 	case CodeNotFound:
 		return http.StatusNotFound

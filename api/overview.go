@@ -5,7 +5,8 @@ package api
 // with the head of its wait queue, the last token issued, and the leader's
 // counters and hold/wait histograms. The same facts are in /v1/locks and
 // /metrics; this answers them together, from one consistent read of the
-// table, as JSON.
+// table, as JSON, with the sessions those leases are held under (read
+// just after).
 
 // PathOverview is GET /v1/overview?prefix=P&limit=N. It is a read: the
 // leader answers it (others answer 503 not_leader), and with ACLs on it
@@ -41,6 +42,11 @@ type Overview struct {
 	More  bool           `json:"more"`
 	// Queued is the number of waiters in all queues of the table.
 	Queued int `json:"queued"`
+	// Sessions are the live sessions the listed leases are held under,
+	// each once, in the order of its first listed lease, at most
+	// MaxOverviewSessions; SessionsOpen counts every open session.
+	Sessions     []SessionOverview `json:"sessions"`
+	SessionsOpen int               `json:"sessions_open"`
 	// Stats are this node's counters, counted while it leads.
 	Stats Stats `json:"stats"`
 }
