@@ -66,12 +66,14 @@ type LockOverview struct {
 
 // Waiter is one queued acquire: how long it has waited and how long it
 // will wait more before it gives up. Mode is what a read/write lock's
-// waiter asks for (ModeRead, ModeWrite); absent on other kinds.
+// waiter asks for (ModeRead, ModeWrite); absent on other kinds. Session
+// is the session it is to be granted under, when it waits under one.
 type Waiter struct {
 	Holder   string `json:"holder"`
 	WaitedMs int64  `json:"waited_ms"`
 	LeftMs   int64  `json:"left_ms"`
 	Mode     string `json:"mode,omitempty"`
+	Session  uint64 `json:"session,omitempty"`
 }
 
 // Stats are the lease counters and histograms of fencelock_grants_total,

@@ -40,12 +40,14 @@ type Lock struct {
 }
 
 // Waiter is a queued acquire: who, how long it has waited, how long it
-// will wait more, and a read/write lock's waiter's mode.
+// will wait more, a read/write lock's waiter's mode, and the session it
+// waits under (0: none).
 type Waiter struct {
-	Holder string
-	Waited time.Duration
-	Left   time.Duration
-	Mode   string
+	Holder  string
+	Waited  time.Duration
+	Left    time.Duration
+	Mode    string
+	Session uint64
 }
 
 // MarshalJSON writes the wire shape, api.Lease.
@@ -69,7 +71,7 @@ func lockOf(w api.Lease) Lock {
 		l.Holders = append(l.Holders, lockOf(h))
 	}
 	if n := w.NextWaiter; n != nil {
-		l.NextWaiter = &Waiter{Holder: n.Holder, Waited: api.Duration(n.WaitedMs), Left: api.Duration(n.LeftMs), Mode: n.Mode}
+		l.NextWaiter = &Waiter{Holder: n.Holder, Waited: api.Duration(n.WaitedMs), Left: api.Duration(n.LeftMs), Mode: n.Mode, Session: n.Session}
 	}
 	return l
 }
@@ -81,7 +83,7 @@ func (l Lock) lease() api.Lease {
 		w.Holders = append(w.Holders, h.lease())
 	}
 	if n := l.NextWaiter; n != nil {
-		w.NextWaiter = &api.Waiter{Holder: n.Holder, WaitedMs: api.Ms(n.Waited), LeftMs: api.Ms(n.Left), Mode: n.Mode}
+		w.NextWaiter = &api.Waiter{Holder: n.Holder, WaitedMs: api.Ms(n.Waited), LeftMs: api.Ms(n.Left), Mode: n.Mode, Session: n.Session}
 	}
 	return w
 }

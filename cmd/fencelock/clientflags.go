@@ -103,7 +103,7 @@ func apiLease(lk client.Lock) api.Lease {
 		l.Holders = append(l.Holders, apiLease(h))
 	}
 	if w := lk.NextWaiter; w != nil {
-		l.NextWaiter = &api.Waiter{Holder: w.Holder, WaitedMs: api.Ms(w.Waited), LeftMs: api.Ms(w.Left), Mode: w.Mode}
+		l.NextWaiter = &api.Waiter{Holder: w.Holder, WaitedMs: api.Ms(w.Waited), LeftMs: api.Ms(w.Left), Mode: w.Mode, Session: w.Session}
 	}
 	return l
 }

@@ -25,6 +25,9 @@ func (t *Table) QueueOf(key string, max int) ([]Queued, int) {
 	out := make([]Queued, len(ws))
 	for i, w := range ws {
 		out[i] = Queued{Key: key, Holder: w.holder, Since: w.since, Deadline: w.deadline}
+		if w.sess != nil {
+			out[i].Session = w.sess.id
+		}
 	}
 	return out, n
 }

@@ -254,4 +254,18 @@ func TestLeaseNamesItsSession(t *testing.T) {
 	if len(ls) != 2 || ls[0].Key != "in" || ls[0].Session != ss.ID || ls[1].Session != 0 {
 		t.Fatalf("list: %+v", ls)
 	}
+	// A waiter under a session says so too; one on its own ttl says 0.
+	sb, err := tb.OpenSession("b", 2, 10*Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb.WaitWith("out", "b", 2, Second, 100, WaitLimits{}, Options{Session: sb.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb.WaitWithin("out", "c", 2, Second, 100, WaitLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if q, n := tb.QueueOf("out", 0); n != 2 || q[0].Session != sb.ID || q[1].Session != 0 {
+		t.Fatalf("queue of out: %+v", q)
+	}
 }

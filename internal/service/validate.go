@@ -87,7 +87,7 @@ func wireLease(l locktable.Lease, now locktable.Time) api.Lease {
 
 // wireWaiter is a queued waiter as the API carries it, measured at now.
 func wireWaiter(w locktable.Queued, kind locktable.Kind, now locktable.Time) api.Waiter {
-	out := api.Waiter{Holder: w.Holder, WaitedMs: ms(locktable.Duration(now - w.Since)), LeftMs: ms(locktable.Duration(max(0, w.Deadline-now)))}
+	out := api.Waiter{Holder: w.Holder, WaitedMs: ms(locktable.Duration(now - w.Since)), LeftMs: ms(locktable.Duration(max(0, w.Deadline-now))), Session: w.Session}
 	if kind == locktable.ReadWrite {
 		out.Mode = api.ModeRead
 		if w.Write {
