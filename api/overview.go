@@ -52,7 +52,11 @@ type Overview struct {
 }
 
 // LockOverview is one live lease, how long its token has been held, and
-// its wait queue, head first.
+// its wait queue, head first. A key of several holders (a semaphore's
+// permits, a read/write lock's readers) gives its queue with its first
+// lease only: every waiter is listed once, and the waiters listed add up
+// to Overview.Queued when no queue is cut and every queued key is on the
+// page.
 type LockOverview struct {
 	Lease
 	HeldMs       int64    `json:"held_ms"`
@@ -61,11 +65,15 @@ type LockOverview struct {
 }
 
 // Waiter is one queued acquire: how long it has waited and how long it
-// will wait more before it gives up.
+// will wait more before it gives up. Mode is what a read/write lock's
+// waiter asks for (ModeRead, ModeWrite); absent on other kinds. Session
+// is the session it is to be granted under, when it waits under one.
 type Waiter struct {
 	Holder   string `json:"holder"`
 	WaitedMs int64  `json:"waited_ms"`
 	LeftMs   int64  `json:"left_ms"`
+	Mode     string `json:"mode,omitempty"`
+	Session  uint64 `json:"session,omitempty"`
 }
 
 // Stats are the lease counters and histograms of fencelock_grants_total,

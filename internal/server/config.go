@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
@@ -46,6 +47,10 @@ type Config struct {
 	// Join: with no raft state yet, bootstrap nothing and wait for a
 	// leader to add this node (fencelock cluster join).
 	Join bool
+	// Joining, with Join, is how the join goes, as whoever asks the
+	// cluster to add this node tells it; /readyz answers it until the
+	// node is a member. Nil: nothing to say.
+	Joining *service.JoinStatus
 	// Transport replaces the one RaftAddr would make (tests use raft's
 	// in-memory transport to partition a cluster in-process).
 	Transport raft.Transport
