@@ -52,18 +52,25 @@ func sessionStatus(code string) (int, bool) {
 }
 
 // SessionOpenRequest is POST PathSessionOpen; the answer is a Session.
+// An open re-sent under the same RequestID (after a lost answer or a
+// failover) is answered with the session it opened while that lives, not
+// given a second one.
 type SessionOpenRequest struct {
-	Holder string `json:"holder"`
-	TTLMs  int64  `json:"ttl_ms"`
+	Holder    string `json:"holder"`
+	TTLMs     int64  `json:"ttl_ms"`
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // SessionRequest is POST PathSessionExtend and PathSessionClose: the
 // session's id and the holder that opened it. The answer is a Session:
 // after an extend, its new remaining time; after a close, how many locks
-// it released (RemainingMs 0).
+// it released (RemainingMs 0). A close re-sent under the same RequestID
+// is answered as the first was, not refused with CodeNoSession; an extend
+// needs none (a re-sent extend moves the same expiry again).
 type SessionRequest struct {
-	ID     uint64 `json:"id"`
-	Holder string `json:"holder"`
+	ID        uint64 `json:"id"`
+	Holder    string `json:"holder"`
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Session is a live session. Locks counts the locks held under it,
@@ -95,3 +102,18 @@ type AcquireAllRequest struct {
 type AcquireAllResponse struct {
 	Locks []Lease `json:"locks"`
 }
+
+// SessionOverview is a session as an overview shows it: the session and
+// the keys of its locks, sorted, at most MaxOverviewSessionKeys of them
+// (Session.Locks counts them all). Under ACLs only the keys the caller
+// may read are listed and counted, and Waiting is left out.
+type SessionOverview struct {
+	Session
+	Keys []string `json:"keys"`
+}
+
+// Limits of the sessions in an overview.
+const (
+	MaxOverviewSessions    = 100
+	MaxOverviewSessionKeys = 20
+)

@@ -352,7 +352,7 @@ func sessionInfoOf(w api.Session) SessionInfo {
 func (c *Client) OpenSession(ctx context.Context, holder string, ttl time.Duration) (SessionInfo, error) {
 	var out api.Session
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionOpen,
-		body: api.SessionOpenRequest{Holder: holder, TTLMs: api.Ms(ttl)}, out: &out})
+		body: api.SessionOpenRequest{Holder: holder, TTLMs: api.Ms(ttl), RequestID: newRequestID()}, out: &out})
 	return sessionInfoOf(out), err
 }
 
@@ -369,6 +369,6 @@ func (c *Client) ExtendSession(ctx context.Context, id uint64, holder string) (S
 func (c *Client) CloseSession(ctx context.Context, id uint64, holder string) (SessionInfo, error) {
 	var out api.Session
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionClose,
-		body: api.SessionRequest{ID: id, Holder: holder}, out: &out})
+		body: api.SessionRequest{ID: id, Holder: holder, RequestID: newRequestID()}, out: &out})
 	return sessionInfoOf(out), err
 }

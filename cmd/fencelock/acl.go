@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -230,6 +231,9 @@ func runACLSub(ctx context.Context, e *env, sub string, args []string) error {
 			}
 		}
 		out, err := c.ACLCreateToken(ctx, api.ACLTokenRequest{Name: *name, Policies: ps, NoSecret: *noSecret, Replace: *replce})
+		if ae := (*client.APIError)(nil); errors.As(err, &ae) && ae.Code == api.CodeAlreadyExists {
+			return answerNo("%s: a principal named %q exists; pass --replace to give it a new token (its old one stops working)", what, *name)
+		}
 		if err != nil {
 			return clientFail(what, err)
 		}

@@ -34,6 +34,12 @@ func TestACLCommands(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(ci, "flk_") {
 		t.Fatalf("acl token create: %d %q %q", code, ci, errs)
 	}
+	// A second create of the name is "no", not bad usage, and names the
+	// flag that replaces it; the first secret keeps working.
+	if code, out, errs := runClientCLI(t, envs, "acl", "token", "create", "--name", "ci", "--policy", "jobs", "--auth-token", admin); code != 1 || out != "" ||
+		!strings.Contains(errs, "--replace") || strings.Contains(errs, "pass replace") {
+		t.Fatalf("acl token create of an existing name: exit %d, stdout %q, stderr %q; want 1 and --replace named", code, out, errs)
+	}
 	if code, out, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr, "FENCELOCK_AUTH_TOKEN": admin}, "acl", "token", "list"); code != 0 ||
 		!strings.Contains(out, "ci") || !strings.Contains(out, "admin") || strings.Contains(out, ci) {
 		t.Fatalf("acl token list: %d %q %q", code, out, errs)

@@ -45,13 +45,20 @@ func runCompletion(_ context.Context, e *env, args []string) error {
 // completionCommand is a listed command and the flags it declares.
 type completionCommand struct {
 	name, summary string
-	subs          []string // first words of its subcommands
+	subs          []string // its subcommands, each as its words ("token create")
 	flags         []string // "--name": its own, or all its subcommands'
+	valued        []string // those of flags that take a value
 }
 
-// subcommandsOf are the subcommands of the commands that have them.
+// sessionSubcommands are session's; its run takes them as its first word.
+var sessionSubcommands = []string{"open", "extend", "close"}
+
+// subcommandsOf are the subcommands of the commands that have them, each
+// the words that name it ("token create").
 func subcommandsOf(name string) []string {
 	switch name {
+	case "session":
+		return sessionSubcommands
 	case "cluster":
 		return clusterSubcommands
 	case "acl":
@@ -83,6 +90,9 @@ func completionCommands() []completionCommand {
 						if !seen[n] {
 							seen[n] = true
 							cc.flags = append(cc.flags, "--"+n)
+							if x := f.fs.Lookup(n); x != nil && !isBoolFlag(x) {
+								cc.valued = append(cc.valued, "--"+n)
+							}
 						}
 					}
 				}}
@@ -95,15 +105,34 @@ func completionCommands() []completionCommand {
 			probeRun(nil)
 		}
 		for _, sub := range subs {
-			words := strings.Fields(sub)
-			if !slices.Contains(cc.subs, words[0]) {
-				cc.subs = append(cc.subs, words[0])
-			}
-			probeRun(words)
+			cc.subs = append(cc.subs, sub)
+			probeRun(strings.Fields(sub))
 		}
 		out = append(out, cc)
 	}
 	return out
+}
+
+// nextWords maps each path of words already typed after fencelock
+// ("acl", "acl token") to the words that may follow it, in order, for the
+// commands that have subcommands.
+func nextWords(cmds []completionCommand) (paths []string, next map[string][]string) {
+	next = map[string][]string{}
+	for _, c := range cmds {
+		for _, sub := range c.subs {
+			words := append([]string{c.name}, strings.Fields(sub)...)
+			for i := 1; i < len(words); i++ {
+				path := strings.Join(words[:i], " ")
+				if _, ok := next[path]; !ok {
+					paths = append(paths, path)
+				}
+				if !slices.Contains(next[path], words[i]) {
+					next[path] = append(next[path], words[i])
+				}
+			}
+		}
+	}
+	return paths, next
 }
 
 func commandNames(cmds []completionCommand) string {
@@ -129,17 +158,38 @@ _fencelock() {
 	for _, c := range cmds {
 		fmt.Fprintf(w, "        %s) COMPREPLY=($(compgen -W %q -- \"$cur\")) ;;\n", c.name, strings.Join(c.flags, " "))
 	}
-	fmt.Fprintf(w, `        esac
+	fmt.Fprint(w, `        esac
         return 0
     fi
+    # The words typed so far, flags left out: "acl token" completes create,
+    # list and delete.
+    local valued=""
     case "$cmd" in
+`)
+	for _, c := range cmds {
+		if len(c.subs) > 0 && len(c.valued) > 0 {
+			fmt.Fprintf(w, "        %s) valued=%q ;;\n", c.name, " "+strings.Join(c.valued, " ")+" ")
+		}
+	}
+	fmt.Fprintf(w, `    esac
+    local path="" word skip="" i
+    for (( i=1; i<COMP_CWORD; i++ )); do
+        word="${COMP_WORDS[i]}"
+        if [ -n "$skip" ]; then
+            skip=""
+        elif [[ "$word" == -* ]]; then
+            [[ "$valued" == *" $word "* ]] && skip=1
+        else
+            path="${path:+$path }$word"
+        fi
+    done
+    case "$path" in
         help) COMPREPLY=($(compgen -W "%s %s" -- "$cur")) ;;
         completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")) ;;
 `, commandNames(cmds), strings.Join(topicNames(), " "))
-	for _, c := range cmds {
-		if len(c.subs) > 0 {
-			fmt.Fprintf(w, "        %s) [ \"$COMP_CWORD\" -eq 2 ] && COMPREPLY=($(compgen -W %q -- \"$cur\")) ;;\n", c.name, strings.Join(c.subs, " "))
-		}
+	paths, next := nextWords(cmds)
+	for _, p := range paths {
+		fmt.Fprintf(w, "        %q) COMPREPLY=($(compgen -W %q -- \"$cur\")) ;;\n", p, strings.Join(next[p], " "))
 	}
 	fmt.Fprint(w, `    esac
     return 0
@@ -181,13 +231,32 @@ func writeZshCompletion(w io.Writer, cmds []completionCommand) {
 	fmt.Fprintln(w, "    esac")
 	fmt.Fprintln(w, "    return")
 	fmt.Fprintln(w, "  fi")
+	fmt.Fprintln(w, "  # The words typed so far, flags left out: 'acl token' completes create,")
+	fmt.Fprintln(w, "  # list and delete.")
+	fmt.Fprintln(w, "  local -a typed valued")
 	fmt.Fprintln(w, "  case $words[2] in")
+	for _, c := range cmds {
+		if len(c.subs) > 0 && len(c.valued) > 0 {
+			fmt.Fprintf(w, "    %s) valued=(%s) ;;\n", c.name, strings.Join(c.valued, " "))
+		}
+	}
+	fmt.Fprintln(w, "  esac")
+	fmt.Fprintln(w, "  local word skip=0")
+	fmt.Fprintln(w, "  for word in ${words[2,CURRENT-1]}; do")
+	fmt.Fprintln(w, "    if (( skip )); then")
+	fmt.Fprintln(w, "      skip=0")
+	fmt.Fprintln(w, "    elif [[ $word == -* ]]; then")
+	fmt.Fprintln(w, "      (( ${valued[(Ie)$word]} )) && skip=1")
+	fmt.Fprintln(w, "    else")
+	fmt.Fprintln(w, "      typed+=($word)")
+	fmt.Fprintln(w, "    fi")
+	fmt.Fprintln(w, "  done")
+	fmt.Fprintln(w, `  case "${(j: :)typed}" in`)
 	fmt.Fprintln(w, "    help) _describe 'command' commands; _describe 'topic' topics ;;")
 	fmt.Fprintln(w, "    completion) compadd bash zsh ;;")
-	for _, c := range cmds {
-		if len(c.subs) > 0 {
-			fmt.Fprintf(w, "    %s) (( CURRENT == 3 )) && compadd -- %s || _files ;;\n", c.name, strings.Join(c.subs, " "))
-		}
+	paths, next := nextWords(cmds)
+	for _, p := range paths {
+		fmt.Fprintf(w, "    %s) compadd -- %s ;;\n", zshQuote(p), strings.Join(next[p], " "))
 	}
 	fmt.Fprintln(w, "    *) _files ;;")
 	fmt.Fprintln(w, "  esac")

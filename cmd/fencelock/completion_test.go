@@ -63,11 +63,27 @@ func TestCompletionBash(t *testing.T) {
 	if got := complete("fencelock", "cluster", "j"); got != "join" {
 		t.Errorf("fencelock cluster j<TAB> = %q, want join", got)
 	}
+	// Every level of every subcommand group, flags between words left out.
+	for _, c := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"fencelock", "session", ""}, "open extend close"},
+		{[]string{"fencelock", "session", "--holder", "x", "o"}, "open"},
+		{[]string{"fencelock", "acl", ""}, "bootstrap whoami token policy"},
+		{[]string{"fencelock", "acl", "token", ""}, "create list delete"},
+		{[]string{"fencelock", "acl", "policy", "s"}, "set"},
+		{[]string{"fencelock", "lab", "r"}, "replay"},
+		{[]string{"fencelock", "cluster", ""}, "members join remove"},
+		{[]string{"fencelock", "fence", ""}, "marks reset"},
+		{[]string{"fencelock", "fence", "r"}, "reset"},
+	} {
+		if got := complete(c.words...); got != c.want {
+			t.Errorf("%s<TAB> = %q, want %q", strings.Join(c.words, " "), got, c.want)
+		}
+	}
 	if got := complete("fencelock", "help", "fence-"); got != "fence-proxy" {
 		t.Errorf("fencelock help fence-<TAB> = %q, want fence-proxy", got)
-	}
-	if got := complete("fencelock", "fence", "r"); got != "reset" {
-		t.Errorf("fencelock fence r<TAB> = %q, want reset", got)
 	}
 	if got := complete("fencelock", "help", "saf"); got != "safe-stop" {
 		t.Errorf("fencelock help saf<TAB> = %q, want the topic safe-stop", got)
@@ -101,6 +117,51 @@ func TestCompletionZsh(t *testing.T) {
 	}
 	if out, err := exec.Command(zsh, "-n", path).CombinedOutput(); err != nil {
 		t.Fatalf("zsh -n: %v\n%s", err, out)
+	}
+	// Run the function outside the completion system: compadd, _describe
+	// and _files print what they were given, words and CURRENT are set as
+	// the completion system sets them.
+	complete := func(words ...string) string {
+		t.Helper()
+		prog := `compadd() { [[ $1 == -- ]] && shift; print -r -- "$*" }
+_describe() { print -r -- "describe $1" }
+_files() { print -r -- files }
+compdef() { :; }
+source "$1"; shift
+words=("$@"); CURRENT=$#; PREFIX=${words[CURRENT]}
+_fencelock`
+		out, err := exec.Command(zsh, append([]string{"-fc", prog, "zsh", path}, words...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("completing %q: %v\n%s", words, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, c := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"fencelock", ""}, "describe command"},
+		{[]string{"fencelock", "session", ""}, "open extend close"},
+		{[]string{"fencelock", "acl", "token", ""}, "create list delete"},
+		{[]string{"fencelock", "acl", "--json", "policy", ""}, "set list delete"},
+		{[]string{"fencelock", "session", "--holder", "x", "--json", ""}, "open extend close"},
+		{[]string{"fencelock", "lab", ""}, "replay"},
+		{[]string{"fencelock", "cluster", ""}, "members join remove"},
+		{[]string{"fencelock", "completion", ""}, "bash zsh"},
+		{[]string{"fencelock", "check", "--ad"}, "--addr"},
+		{[]string{"fencelock", "get", ""}, "files"},
+	} {
+		got := complete(c.words...)
+		if c.want == "--addr" {
+			// compadd gets every flag; zsh itself would filter by PREFIX.
+			if !strings.Contains(" "+got+" ", " --addr ") {
+				t.Errorf("%s<TAB> = %q, want it to offer --addr", strings.Join(c.words, " "), got)
+			}
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%s<TAB> = %q, want %q", strings.Join(c.words, " "), got, c.want)
+		}
 	}
 }
 

@@ -214,8 +214,8 @@ func (f *flags) flagError(err error) error {
 	msg = strings.ReplaceAll(msg, "for flag --", "for --")
 	ue := &usageErr{cmd: f.cmd, message: msg}
 	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
-		if s := suggest(strings.TrimLeft(name, "-"), f.order); s != "" {
-			ue.hint = fmt.Sprintf("Did you mean --%s? Run 'fencelock %s -h' for usage.", s, f.cmd)
+		if s := suggestFlags(strings.TrimLeft(name, "-"), f.order); s != "" {
+			ue.hint = fmt.Sprintf("Did you mean %s? Run 'fencelock %s -h' for usage.", s, f.cmd)
 		}
 	}
 	return ue.exit()
@@ -404,6 +404,33 @@ func (l *durationList) String() string {
 		return ""
 	}
 	return l.str()
+}
+
+// suggestFlags names the flags an unknown flag s may have meant: for a
+// name of one or two letters (-t, as short options are spelled elsewhere)
+// the flags it begins ("--ttl or --timeout"), since any other flag of that
+// length is one edit away and means nothing like it; for a longer name the
+// closest flag, if it is close enough to be a typo.
+func suggestFlags(s string, names []string) string {
+	if len([]rune(s)) > 2 {
+		if best := suggest(s, names); best != "" {
+			return "--" + best
+		}
+		return ""
+	}
+	var begun []string
+	for _, n := range names {
+		if len(n) > len(s) && strings.HasPrefix(n, s) {
+			begun = append(begun, "--"+n)
+		}
+	}
+	switch len(begun) {
+	case 0:
+		return ""
+	case 1:
+		return begun[0]
+	}
+	return strings.Join(begun[:len(begun)-1], ", ") + " or " + begun[len(begun)-1]
 }
 
 // suggest returns the candidate closest to s, if it is close enough to be

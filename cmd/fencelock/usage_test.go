@@ -161,6 +161,27 @@ func TestUnknownCommandSuggests(t *testing.T) {
 	if !strings.Contains(errs, "Did you mean --holder?") {
 		t.Errorf("acquire --hodler: stderr %q", errs)
 	}
+	// A short spelling suggests the flags it begins, never another short
+	// flag one edit away (-t is not a typo of --n).
+	for _, tc := range []struct {
+		args []string
+		want string // "" for no suggestion
+	}{
+		{[]string{"acquire", "k", "-t", "5s"}, "Did you mean --ttl or --timeout?"},
+		{[]string{"list", "-l", "3"}, "Did you mean --limit?"},
+		{[]string{"acquire", "k", "-q", "5s"}, ""},
+	} {
+		_, errs, _ := runCLI(t, "", tc.args...)
+		if tc.want == "" {
+			if strings.Contains(errs, "Did you mean") {
+				t.Errorf("%v: stderr %q, want no suggestion", tc.args, errs)
+			}
+			continue
+		}
+		if !strings.Contains(errs, tc.want) || strings.Contains(errs, "--n?") {
+			t.Errorf("%v: stderr %q, want %q", tc.args, errs, tc.want)
+		}
+	}
 }
 
 func TestHelpListsEveryCommand(t *testing.T) {

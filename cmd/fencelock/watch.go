@@ -26,8 +26,16 @@ oldest revision it still has: list the keys, then watch again --after it.
 --json prints each change as the API's WatchEvent.
 `
 
+// watchExit is watch's exit status text: it answers no question of a
+// lock, so it has no "held".
+const watchExit = `Exit status: 0 stopped after --count changes, or interrupted; 1 the
+revision given to --after is older than the server's history; 2 bad usage
+or input; 3 the server cannot be reached or cannot serve.
+`
+
 func runWatch(ctx context.Context, e *env, args []string) error {
 	f, cf := newClientFlags(e, "watch", watchUsage)
+	f.after = watchExit
 	prefix := f.Bool("prefix", false, "the argument is a key prefix (\"\" for every key)")
 	after := f.String("after", "", "start after revision `REV` (0: the whole history kept)")
 	count := f.Int("count", 0, "stop after `N` changes (0: run until interrupted)")

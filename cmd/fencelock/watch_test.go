@@ -52,3 +52,15 @@ func TestWatchCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchHelpExitStatus: watch's help tells its own exit statuses, not
+// the lock commands' "held by another".
+func TestWatchHelpExitStatus(t *testing.T) {
+	out, errs, code := runCLI(t, "", "watch", "-h")
+	if code != 0 || errs != "" {
+		t.Fatalf("watch -h: exit %d, stderr %q", code, errs)
+	}
+	if strings.Contains(out, "held by another") || !strings.Contains(out, "older than the server's history") {
+		t.Errorf("watch -h tells the wrong exit statuses:\n%s", out)
+	}
+}

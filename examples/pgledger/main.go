@@ -70,11 +70,34 @@ func main() {
 	}
 }
 
+// usage is what -h prints, and what bad usage points to.
+const usage = `Usage: pgledger init  --dsn DSN
+       pgledger write --dsn DSN --addr ADDR --account A --balance N
+                      [--ttl D] [--wait D] [--holder H] [--pause] [--no-fence]
+       pgledger show  --dsn DSN --account A
+
+init creates the fence table and the accounts table; write takes the lock
+"ledger/ACCOUNT" and sets the balance through the fence; show prints
+"balance N writer W token T". 'pgledger COMMAND -h' lists its flags.
+
+Exit status: 0 done; 1 refused by the fence (stale token); 2 bad usage;
+3 the lock or the database could not be had.
+`
+
 func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return &exitError{2, errors.New("usage: pgledger init|write|show --dsn DSN [flags]")}
+		return &exitError{2, errors.New("want a command: init, write or show (pgledger -h for usage)")}
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		_, err := io.WriteString(stdout, usage)
+		return err
+	case "init", "write", "show":
+	default:
+		return &exitError{2, fmt.Errorf("unknown command %q: want init, write or show (pgledger -h for usage)", args[0])}
 	}
 	fs := flag.NewFlagSet("pgledger "+args[0], flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	dsn := fs.String("dsn", os.Getenv("DATABASE_URL"), "PostgreSQL DSN (default $DATABASE_URL)")
 	addr := fs.String("addr", "127.0.0.1:7470", "fencelock server")
 	account := fs.String("account", "alice", "account to write")
@@ -84,7 +107,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) 
 	holder := fs.String("holder", "", "holder name (default: the client's)")
 	pause := fs.Bool("pause", false, "read a line from stdin between the lease check and the write")
 	noFence := fs.Bool("no-fence", false, "write without the fence")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stdout, "Usage: pgledger %s [flags]\n\nFlags:\n", args[0])
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil
+	} else if err != nil {
 		return &exitError{2, err}
 	}
 	if *dsn == "" {
@@ -114,9 +142,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) 
 		}
 		fmt.Fprintf(stdout, "balance %d writer %s token %d\n", bal, w, tok)
 		return nil
-	case "write":
-	default:
-		return &exitError{2, fmt.Errorf("unknown command %q", args[0])}
 	}
 
 	c, err := client.New([]string{*addr})

@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -247,5 +248,26 @@ func TestZombieRefusedByPostgres(t *testing.T) {
 			}
 			t.Logf("A token %d, B token %d: A exit %d %s; row: %s", tokA, tokB, code, strings.TrimSpace(a.stderr.String()), got)
 		})
+	}
+}
+
+// TestUsage: -h, at the top and after a command, prints usage and exits 0
+// (it said unknown command "-h"); an unknown command is refused before the
+// database is asked for. No database is needed.
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"write", "-h"}} {
+		var out bytes.Buffer
+		if err := run(context.Background(), args, strings.NewReader(""), &out); err != nil {
+			t.Errorf("%q: %v", args, err)
+		}
+		if !strings.Contains(out.String(), "Usage: pgledger") {
+			t.Errorf("%q printed %q", args, out.String())
+		}
+	}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"frob", "--dsn", "postgres://nowhere"}, strings.NewReader(""), &out)
+	var xe *exitError
+	if !errors.As(err, &xe) || xe.code != 2 || !strings.Contains(err.Error(), `unknown command "frob"`) {
+		t.Errorf("frob: %v", err)
 	}
 }

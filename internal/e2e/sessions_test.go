@@ -7,14 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/client"
 )
 
-// Sessions under faults: kill -9 of the leader and a partition of the
-// leader, on 3 real processes. Through the fault:
+// Sessions under faults: kill -9 of the leader, SIGSTOP of the leader, the
+// leader replaced by a fresh node (cluster remove, then server --join) and
+// a partition of the leader, on 3 real processes. Through the fault:
 //
 //   - session K ("keeper") is kept alive by client.Session over the fault
 //     and holds 16 locks; while its handle says it is alive, every one of
@@ -36,6 +38,8 @@ func TestSessionFaults(t *testing.T) {
 		netns bool
 	}{
 		{"leader-kill", false},
+		{"leader-stop", false},
+		{"membership", false},
 		{"partition", true},
 	} {
 		t.Run(fc.name, func(t *testing.T) {
@@ -184,6 +188,18 @@ func sessionFaultRun(t *testing.T, fault string, netns bool) {
 		c.kill(l)
 		time.Sleep(1500 * time.Millisecond)
 		c.start(l)
+	case "leader-stop":
+		c.signal(l, syscall.SIGSTOP)
+		if c.waitLeader(l, 30*time.Second) == nil {
+			c.signal(l, syscall.SIGCONT)
+			t.Fatal("no other leader after SIGSTOP of the leader")
+		}
+		time.Sleep(1000 * time.Millisecond)
+		c.signal(l, syscall.SIGCONT)
+	case "membership":
+		if err := c.replace(t, l); err != nil {
+			t.Fatal(err)
+		}
 	case "partition":
 		if err := c.isolate(l, true); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,14 +14,24 @@ import (
 	"github.com/fencelock/fencelock/client"
 )
 
-// A watcher across kill -9 of the leader it watches on: it goes on at
-// another node after the last revision it saw, and sees every grant
+// A watcher across kill -9 or SIGSTOP of the leader it watches on: it goes
+// on at another node after the last revision it saw, and sees every grant
 // exactly once. Every grant issues the next token, so the granted events
 // of a gap-free stream carry 1, 2, 3, ... with none missing and none
 // twice, up to the last token the writers were given; and every release
 // they were told succeeded is there too.
-func TestWatchAcrossLeaderKill(t *testing.T) {
+func TestWatchAcrossLeaderFaults(t *testing.T) {
+	fencelockBinary(t)
 	t.Parallel()
+	for _, fault := range []string{"leader-kill", "leader-stop"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			watchAcross(t, fault)
+		})
+	}
+}
+
+func watchAcross(t *testing.T, fault string) {
 	c := startCluster(t, 3, false)
 	l := c.leader(60 * time.Second)
 	addrs := []string{l.client} // the watch starts on the leader
@@ -84,12 +95,21 @@ func TestWatchAcrossLeaderKill(t *testing.T) {
 		}()
 	}
 	time.Sleep(800 * time.Millisecond) // load before the fault
-	c.kill(l)
+	if fault == "leader-stop" {
+		c.signal(l, syscall.SIGSTOP)
+	} else {
+		c.kill(l)
+	}
 	if c.waitLeader(l, 30*time.Second) == nil {
-		t.Fatal("no new leader after the kill")
+		c.signal(l, syscall.SIGCONT)
+		t.Fatalf("no new leader after the %s", fault)
 	}
 	time.Sleep(800 * time.Millisecond) // load after it
-	c.start(l)
+	if fault == "leader-stop" {
+		c.signal(l, syscall.SIGCONT)
+	} else {
+		c.start(l)
+	}
 	time.Sleep(400 * time.Millisecond)
 	close(stop)
 	wg.Wait()
@@ -143,5 +163,5 @@ func TestWatchAcrossLeaderKill(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d grants and %d releases watched across the kill, last revision %s", last, len(rels), prev)
+	t.Logf("%d grants and %d releases watched across the %s, last revision %s", last, len(rels), fault, prev)
 }

@@ -27,6 +27,11 @@ import (
 // claimed: the server's release of a grant whose waiter went away names
 // the wait's request id and does nothing to a claimed grant, so a grant
 // that a re-sent wait answered is never released behind its holder.
+// A session open and a session close are remembered with the session
+// they answered: a re-sent open is answered with its session while that
+// session lives (and runs again once it has ended, as an open nobody
+// remembered would), and a re-sent close with what it released, not with
+// no_session.
 // Extend batches are not remembered either: a
 // batch result can be a thousand leases, and re-running a batch of extends
 // only moves the same leases' expiries again, under the same tokens.
@@ -37,7 +42,7 @@ const (
 
 func remembers(op Op) bool {
 	switch op {
-	case OpAcquire, OpRenew, OpExtend, OpRelease, OpWait, OpShared:
+	case OpAcquire, OpRenew, OpExtend, OpRelease, OpWait, OpShared, OpSessionOpen, OpSessionClose:
 		return true
 	}
 	return false
@@ -47,7 +52,7 @@ type remembered struct {
 	id  string // holder, NUL, request id
 	op  Op
 	at  locktable.Time
-	res Result // Op, Lease, Granted, Queued, Released, Batch, Err only
+	res Result // Op, Lease, Granted, Queued, Released, Batch, Session, Err only
 	// OpWait: a re-sent wait was answered with this grant.
 	claimed bool
 }
@@ -85,6 +90,17 @@ func (f *FSM) recall(c Command, id string, now locktable.Time, r *Result) bool {
 		}
 		m.claimed = true
 	}
+	if c.Op == OpSessionOpen {
+		// Answered with the session as it is now, while it lives.
+		ss, live := f.table.GetSession(m.res.Session.ID, now)
+		if !live || ss.Holder != c.Holder {
+			return false
+		}
+		*r = m.res
+		r.Session = ss
+		r.Now, r.Duplicate = now, true
+		return true
+	}
 	*r = m.res
 	r.Now, r.Duplicate = now, true
 	r.Batch = append([]BatchResult(nil), m.res.Batch...)
@@ -100,7 +116,7 @@ func (f *FSM) remember(c Command, id string, r *Result, now locktable.Time) {
 	}
 	if keep {
 		m := &remembered{id: id, op: c.Op, at: now,
-			res: Result{Op: r.Op, Lease: r.Lease, Granted: r.Granted, Queued: r.Queued, Released: r.Released, Batch: r.Batch, Err: r.Err}}
+			res: Result{Op: r.Op, Lease: r.Lease, Granted: r.Granted, Queued: r.Queued, Released: r.Released, Batch: r.Batch, Session: r.Session, Err: r.Err}}
 		if r.Queued {
 			m.res.Lease = locktable.Lease{Key: c.Key, Holder: c.Holder}
 		}
@@ -191,10 +207,15 @@ func isInputError(err error) bool {
 // Encoding of the memory in a snapshot, oldest first:
 //
 //	uvarint count | each: string id | byte op | varint at | result
-//	result: byte flags (1 granted, 2 released, 4 claimed, 8 queued) | error | byte has lease | [lease] |
-//	        uvarint batch | each: string key | uvarint token | error | byte has lease | [lease]
+//	result: byte flags (1 granted, 2 released, 4 claimed, 8 queued, 16 session) | error | byte has lease | [lease] |
+//	        uvarint batch | each: string key | uvarint token | error | byte has lease | [lease] |
+//	        [session, when flag 16: uvarint id | string holder | varint ttl | varint created | varint expiry |
+//	        uvarint locks | uvarint waiting]
 //	error:  byte 0 none, 1 held (then lease), 2 not held
 //	lease:  string key | string holder | uvarint token | varint granted | varint expiry | varint ttl
+//
+// Flag 16 is set only for a session open or close, which snapshots made
+// before they were remembered never hold.
 const (
 	errNone    = 0
 	errHeld    = 1
@@ -220,6 +241,9 @@ func appendRemembered(b []byte, order []*remembered) []byte {
 		if m.res.Queued {
 			flags |= 8
 		}
+		if sessionOp(m.op) {
+			flags |= 16
+		}
 		b = append(b, flags)
 		b = appendErr(b, m.res.Err)
 		b = appendOptLease(b, m.res.Lease)
@@ -230,8 +254,36 @@ func appendRemembered(b []byte, order []*remembered) []byte {
 			b = appendErr(b, it.Err)
 			b = appendOptLease(b, it.Lease)
 		}
+		if sessionOp(m.op) {
+			b = appendSession(b, m.res.Session)
+		}
 	}
 	return b
+}
+
+// sessionOp reports the remembered ops whose result is a session.
+func sessionOp(op Op) bool { return op == OpSessionOpen || op == OpSessionClose }
+
+func appendSession(b []byte, ss locktable.Session) []byte {
+	b = binary.AppendUvarint(b, ss.ID)
+	b = appendString(b, ss.Holder)
+	b = binary.AppendVarint(b, int64(ss.TTL))
+	b = binary.AppendVarint(b, int64(ss.Created))
+	b = binary.AppendVarint(b, int64(ss.Expiry))
+	b = binary.AppendUvarint(b, uint64(ss.Locks))
+	return binary.AppendUvarint(b, uint64(ss.Waiting))
+}
+
+func readSession(r *reader) locktable.Session {
+	ss := locktable.Session{ID: r.Uvarint(), Holder: r.String(locktable.MaxHolderLen), TTL: locktable.Duration(r.Varint()),
+		Created: locktable.Time(r.Varint()), Expiry: locktable.Time(r.Varint())}
+	locks, waiting := r.Uvarint(), r.Uvarint()
+	if r.Err() == nil && (locks > locktable.MaxSessionLocks || waiting > locktable.MaxSessionLocks) {
+		r.fail("session of %d locks and %d places", locks, waiting)
+		return locktable.Session{}
+	}
+	ss.Locks, ss.Waiting = int(locks), int(waiting)
+	return ss
 }
 
 func appendErr(b []byte, err error) []byte {
@@ -290,13 +342,19 @@ func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
 			it.Lease = readOptLease(r)
 			m.res.Batch = append(m.res.Batch, it)
 		}
+		if flags&16 != 0 {
+			m.res.Session = readSession(r)
+		}
 		if r.Err() != nil {
 			break
 		}
 		bad := !remembers(m.op) || seen[m.id] != nil
-		if waits(m.op) {
+		switch {
+		case waits(m.op):
 			bad = bad || flags > 15 || flags&2 != 0 || flags&(1|8) == 0
-		} else {
+		case sessionOp(m.op):
+			bad = bad || flags != 16
+		default:
 			bad = bad || flags > 3
 		}
 		if bad {

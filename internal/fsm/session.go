@@ -16,9 +16,10 @@ import (
 // writes its limits bracket too (0, 0 allowed). OpSessionOpen,
 // OpSessionExtend and OpSessionClose are the session's own lifecycle;
 // OpAcquireKeys grants up to locktable.MaxMultiKeys keys all or none.
-// None of the four is remembered for retries: a re-sent open
-// makes a second session, which expires unused; a re-sent multi-acquire
-// renews the same holder's grants under new tokens.
+// Opens and closes are remembered for retries by request id (dedupe.go);
+// extends are not (a re-sent extend only moves the same expiry again), nor
+// multi-key acquires (a re-sent one renews the same holder's grants under
+// new tokens).
 
 func hasGrantOptions(c Command) bool { return c.Session != 0 || c.LockDelay != 0 }
 

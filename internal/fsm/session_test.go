@@ -174,3 +174,72 @@ func TestApplyLockDelaySnapshot(t *testing.T) {
 		}
 	}
 }
+
+// A session open or close re-sent under its request id (its answer was
+// lost, or the client moved to a new leader) is answered with the first
+// one's result and changes nothing: one session, not two; a close that
+// worked is not refused as no_session. The memory survives a snapshot. A
+// re-sent open whose session has since ended opens a new one, as an
+// unremembered open would.
+func TestSessionOpenAndCloseAreIdempotent(t *testing.T) {
+	f := New(nil)
+	i := uint64(0)
+	apply := func(c Command) *Result {
+		i++
+		return f.ApplyCommand(i, c)
+	}
+	sec := locktable.Second
+	first := apply(Command{Op: OpSessionOpen, RequestID: "o1", Now: 0, Holder: "svc", TTL: 10 * sec})
+	again := apply(Command{Op: OpSessionOpen, RequestID: "o1", Now: 1, Holder: "svc", TTL: 10 * sec})
+	if first.Err != nil || again.Err != nil || again.Session.ID != first.Session.ID || !again.Duplicate {
+		t.Fatalf("re-sent open: %+v, then %+v; want the same session", first, again)
+	}
+	if other := apply(Command{Op: OpSessionOpen, RequestID: "o1", Now: 1, Holder: "other", TTL: 10 * sec}); other.Session.ID == first.Session.ID {
+		t.Fatalf("another holder's open under the same id got session %d", other.Session.ID)
+	}
+	if n, _ := f.SessionStats(); n != 2 {
+		t.Fatalf("%d sessions, want 2", n)
+	}
+	if r := apply(Command{Op: OpAcquireKeys, Now: 1, Holder: "svc", Session: first.Session.ID, Items: []Item{{Key: "a"}, {Key: "b"}, {Key: "c"}}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	snap, err := f.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := New(nil)
+	if err := g.UnmarshalBinary(snap); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := g.MarshalBinary(); !bytes.Equal(snap, again) {
+		t.Fatal("snapshot not stable across restore")
+	}
+	for _, fs := range []*FSM{f, g} {
+		j := i
+		do := func(c Command) *Result { j++; return fs.ApplyCommand(j, c) }
+		if r := do(Command{Op: OpSessionOpen, RequestID: "o1", Now: 2, Holder: "svc", TTL: 10 * sec}); r.Session.ID != first.Session.ID {
+			t.Fatalf("re-sent open after restore: session %d, want %d", r.Session.ID, first.Session.ID)
+		}
+		c1 := do(Command{Op: OpSessionClose, RequestID: "c1", Now: 3, Holder: "svc", Session: first.Session.ID})
+		c2 := do(Command{Op: OpSessionClose, RequestID: "c1", Now: 4, Holder: "svc", Session: first.Session.ID})
+		if c1.Err != nil || c2.Err != nil || !c2.Duplicate || c1.Session.Locks != 3 || c2.Session.Locks != 3 {
+			t.Fatalf("re-sent close: %+v, then %+v; want both to succeed, releasing 3", c1, c2)
+		}
+		// Its memory survives a snapshot too.
+		snap, _ := fs.MarshalBinary()
+		h := New(nil)
+		if err := h.UnmarshalBinary(snap); err != nil {
+			t.Fatal(err)
+		}
+		if c := h.ApplyCommand(j+1, Command{Op: OpSessionClose, RequestID: "c1", Now: 4, Holder: "svc", Session: first.Session.ID}); c.Err != nil || c.Session.Locks != 3 {
+			t.Fatalf("re-sent close after restore: %+v", c)
+		}
+		if c3 := do(Command{Op: OpSessionClose, RequestID: "c2", Now: 4, Holder: "svc", Session: first.Session.ID}); !errors.Is(c3.Err, locktable.ErrNoSession) {
+			t.Fatalf("a new close of a closed session: %v, want no session", c3.Err)
+		}
+		// The session is gone: a re-sent open of it opens a new one.
+		if r := do(Command{Op: OpSessionOpen, RequestID: "o1", Now: 5, Holder: "svc", TTL: 10 * sec}); r.Err != nil || r.Duplicate || r.Session.ID == first.Session.ID {
+			t.Fatalf("re-sent open of an ended session: %+v", r)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
@@ -52,6 +53,10 @@ type Config struct {
 	// above the tokens its resources have seen). Ignored once there is
 	// state; at most node.MaxFloor.
 	TokenFloor uint64
+	// Joining, with Join, is how the join goes, as whoever asks the
+	// cluster to add this node tells it; /readyz answers it until the
+	// node is a member. Nil: nothing to say.
+	Joining *service.JoinStatus
 	// Transport replaces the one RaftAddr would make (tests use raft's
 	// in-memory transport to partition a cluster in-process).
 	Transport raft.Transport

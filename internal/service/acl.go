@@ -144,7 +144,7 @@ func (s *Service) proposeACL(c fsm.ACLChange) *Error {
 	case errors.Is(res.Err, acl.ErrNotFound):
 		return NewError(api.CodeNotFound, "%v", res.Err)
 	case errors.Is(res.Err, acl.ErrExists):
-		return Invalid("name", "a principal named %q exists; pass replace to give it a new token", c.Principal.Name)
+		return NewError(api.CodeAlreadyExists, "a principal named %q exists; ask with \"replace\": true to give it a new token (its old one stops working)", c.Principal.Name)
 	}
 	return Invalid("body", "%v", res.Err)
 }

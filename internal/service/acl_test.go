@@ -65,8 +65,8 @@ func TestACLOperations(t *testing.T) {
 		t.Fatalf("w1's secret names %+v (%v) with the wrong rights", p, ok)
 	}
 	_, err = s.ACLCreateToken(ctx, api.ACLTokenRequest{Name: "w1", Policies: []string{"workers"}})
-	if e := wantCode(t, err, api.CodeInvalid); e.Field != "name" {
-		t.Fatalf("create an existing principal: field %q", e.Field)
+	if e := wantCode(t, err, api.CodeAlreadyExists); !strings.Contains(e.Message, `"replace": true`) {
+		t.Fatalf("create an existing principal: %q does not say how to replace it", e.Message)
 	}
 	w1b, err := s.ACLCreateToken(ctx, api.ACLTokenRequest{Name: "w1", Policies: []string{"workers"}, Replace: true})
 	if err != nil || w1b.Secret == w1.Secret {

@@ -21,10 +21,10 @@ import (
 // OpenSession opens a session for req.Holder with req.TTLMs.
 func (s *Service) OpenSession(ctx context.Context, req api.SessionOpenRequest) (api.Session, error) {
 	ttl, e := checkTTL(req.TTLMs)
-	if e := firstErr(checkHolder(req.Holder), e, s.writable()); e != nil {
+	if e := firstErr(checkHolder(req.Holder), e, checkRequestID(req.RequestID), s.writable()); e != nil {
 		return api.Session{}, s.fail(e)
 	}
-	return s.proposeSession(fsm.Command{Op: fsm.OpSessionOpen, Holder: req.Holder, TTL: ttl})
+	return s.proposeSession(fsm.Command{Op: fsm.OpSessionOpen, RequestID: req.RequestID, Holder: req.Holder, TTL: ttl})
 }
 
 // ExtendSession renews req.Holder's session req.ID, and so every lock
@@ -40,10 +40,10 @@ func (s *Service) ExtendSession(ctx context.Context, req api.SessionRequest) (ap
 // released and handed to its next waiter in the same committed step. The
 // answer's Locks is how many it released.
 func (s *Service) CloseSession(ctx context.Context, req api.SessionRequest) (api.Session, error) {
-	if e := firstErr(checkHolder(req.Holder), checkSessionID(req.ID), s.writable()); e != nil {
+	if e := firstErr(checkHolder(req.Holder), checkSessionID(req.ID), checkRequestID(req.RequestID), s.writable()); e != nil {
 		return api.Session{}, s.fail(e)
 	}
-	out, err := s.proposeSession(fsm.Command{Op: fsm.OpSessionClose, Holder: req.Holder, Session: req.ID})
+	out, err := s.proposeSession(fsm.Command{Op: fsm.OpSessionClose, RequestID: req.RequestID, Holder: req.Holder, Session: req.ID})
 	out.RemainingMs = 0
 	return out, err
 }

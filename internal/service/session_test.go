@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,5 +197,36 @@ func TestAcquireAllIsAllOrNone(t *testing.T) {
 	}
 	if !slices.Equal(keys, []string{"x", "y", "z"}) {
 		t.Fatalf("granted %v", keys)
+	}
+}
+
+// An open and a close re-sent with their request ids (a client whose
+// answer was lost) are answered as the first were: one session, and a
+// close that is not refused as no_session. A request id over the limit
+// is refused before anything is proposed.
+func TestSessionOpenAndCloseRetriedByRequestID(t *testing.T) {
+	s, _, _ := newTestService(t)
+	ctx := context.Background()
+	open := api.SessionOpenRequest{Holder: "a", TTLMs: 60000, RequestID: "open-1"}
+	first, err := s.OpenSession(ctx, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.OpenSession(ctx, open)
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("re-sent open: %+v %v; want session %d", again, err, first.ID)
+	}
+	mustAcquire(t, s, api.AcquireRequest{Key: "x", Holder: "a", Session: first.ID})
+	closeReq := api.SessionRequest{ID: first.ID, Holder: "a", RequestID: "close-1"}
+	for i := range 2 {
+		if closed, err := s.CloseSession(ctx, closeReq); err != nil || closed.Locks != 1 {
+			t.Fatalf("close #%d: %+v %v; want 1 lock released", i+1, closed, err)
+		}
+	}
+	_, err = s.CloseSession(ctx, api.SessionRequest{ID: first.ID, Holder: "a", RequestID: "close-2"})
+	wantCode(t, err, api.CodeNoSession)
+	_, err = s.OpenSession(ctx, api.SessionOpenRequest{Holder: "a", TTLMs: 60000, RequestID: strings.Repeat("r", api.MaxRequestIDLen+1)})
+	if e := wantCode(t, err, api.CodeInvalid); e.Field != "request_id" {
+		t.Fatalf("a long request id: field %q", e.Field)
 	}
 }
