@@ -37,7 +37,9 @@ start (an empty DIR) it bootstraps a cluster of itself, or of --peers
 (start every node with the same list), or with --join it bootstraps
 nothing and asks the nodes in ADDRS (client addresses) to add it. After
 the first start these flags are ignored: the membership is in DIR. See
-docs/OPERATIONS.md.
+docs/OPERATIONS.md. --token-floor N, on first start, makes every token
+issued above N (give it to every node of a new cluster); also ignored
+after.
 
 With --cert and --key the client port serves TLS (HTTP and framed
 connections alike) and, with --raft and --ca, raft runs over mutual TLS:
@@ -67,6 +69,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	advertise := f.String("advertise", "", "client `ADDR` other nodes send clients to (default: the --listen address)")
 	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
+	tokenFloor := f.Uint64("token-floor", 0, "on first start (an empty DIR), every token issued is above `N`: rebuild a cluster above the tokens its fences have seen")
 	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
 	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")
 	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
@@ -208,7 +211,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 	bv := readVersion()
 	cfg := server.Config{DataDir: *data, Logger: log, BuildVersion: bv.Version, BuildCommit: bv.Commit, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
-		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
+		Peers: peers, Join: *join != "", TokenFloor: *tokenFloor, SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
 		MaxConnectionsPerAddr: *maxConnsPerAddr, FramedMaxInFlight: *framedInFlight, FramedMaxPriorityInFlight: *framedPriority,

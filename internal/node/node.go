@@ -65,6 +65,10 @@ type Config struct {
 	TrailingLogs       uint64
 	SnapshotInterval   time.Duration
 	WALSegmentSize     int
+	// TokenFloor, when this node has no raft state yet, is a floor the
+	// first leader commits before it serves a grant: every token it
+	// issues is above it. Ignored once there is state.
+	TokenFloor uint64
 
 	Hooks Hooks
 }
@@ -102,6 +106,7 @@ type Node struct {
 	closers []io.Closer
 	state   *stateFile  // nil without a data dir
 	floor   *tokenFloor // nil without a data dir
+	mem     memFloor    // the pending floor without a data dir
 	m       *machine
 	peers   *peerWatch // what the peers answered this node's AppendEntries
 	// lastLeader is the last leader raft named: raft forgets a leader it
@@ -175,6 +180,10 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	n.m = newMachine(f, n.floor, cfg.Hooks)
 
+	if err := n.bootFloor(logs, stable, snaps); err != nil {
+		n.close()
+		return nil, err
+	}
 	trans, err := n.transport(rc)
 	if err != nil {
 		n.close()

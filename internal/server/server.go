@@ -93,8 +93,8 @@ func New(cfg Config) (*Server, error) {
 		Logger:           cfg.Logger,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
-		WALSegmentSize: cfg.WALSegmentSize,
-		Hooks:          node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
+		WALSegmentSize: cfg.WALSegmentSize, TokenFloor: cfg.TokenFloor,
+		Hooks: node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
 	}, s.fsm)
 	if err != nil {
 		return nil, err
