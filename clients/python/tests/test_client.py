@@ -223,8 +223,9 @@ class LostTest(unittest.TestCase):
         finally:
             self.srv.cont_process()
             lease.close()  # lost: no release sent, the thread has ended
-        self.assertIsNotNone(lease._thread)
-        self.assertFalse(lease._thread.is_alive())  # type: ignore[union-attr]
+        keeper = lease._keeper
+        assert keeper is not None and keeper._thread is not None
+        self.assertFalse(keeper._thread.is_alive())
 
 
 class _Fake(http.server.BaseHTTPRequestHandler):
@@ -293,7 +294,7 @@ class FailoverTest(unittest.TestCase):
         g = c.acquire("fo/leader", "alice", 30)  # the real server has no ACLs: the header is ignored there
         self.assertEqual(len(_Fake.seen), 1)
         self.assertEqual(_Fake.seen[0].get("Authorization"), "Bearer s3cret")
-        self.assertEqual(c.addrs[-1], self.srv.addr)
+        self.assertEqual(c.addrs[0], "http://" + self.srv.addr)  # the leader, preferred now
         self.assertTrue(c.release("fo/leader", "alice", g.token))
         self.assertEqual(len(_Fake.seen), 1)  # later calls go to the leader directly
 
