@@ -85,6 +85,9 @@ class Revision:
             return str(self.index)
         return "%d.%d" % (self.index, self.seq)
 
+    def __repr__(self) -> str:
+        return "Revision(%r)" % str(self)
+
 
 @dataclass(frozen=True)
 class Grant:
@@ -712,31 +715,92 @@ def default_holder() -> str:
     return "%s-%d-%s" % (host, os.getpid(), secrets.token_hex(4))
 
 
-@dataclass
-class KeepPolicy:
-    """The keep-alive's timing, shared by Lease, Session and their asyncio
-    flavours (the Go client's ``keeper``; DESIGN.md section 4).
+class KeepState:
+    """The keep-alive's state and rules, shared by Lease, Session and their
+    asyncio flavours (the Go client's ``keeper``; DESIGN.md section 4).
+    Not thread-safe: the sync keeper holds its lock around it.
 
     Extend about every TTL/3 after the send of the last confirmed one
     (less up to 10% of jitter, never later: one sent late would leave
     less than TTL/6 to ride out a leader's death just before it was due);
-    lost at TTL/2 after that send.
+    lost at TTL/2 after that send. A failed attempt moves to the next
+    address at once (or to the leader a node named) until a round of
+    addresses is done, then pauses about TTL/30; an address that gave no
+    answer at all is passed over while others are left, so a frozen
+    leader costs one attempt's timeout, not one per round.
     """
 
-    ttl: float
+    def __init__(self, addrs: Addrs, ttl: float, sent: float) -> None:
+        self.addrs = addrs
+        self.ttl = ttl
+        self.last_sent = sent  # send time of the last confirmed grant, open or extension
+        self.last_err = ""
+        self.next = 0
+        self.tries = 0
+        self.silent: set = set()
 
-    def interval(self) -> float:
+    def deadline(self) -> float:
+        return self.last_sent + self.ttl / 2
+
+    def due(self) -> float:
         third = self.ttl / 3
-        return third - random.uniform(0, third / 10)
+        return self.last_sent + third - random.uniform(0, third / 10)
 
     def retry_delay(self) -> float:
         """Between rounds of failed extensions: about TTL/30, at most 250 ms."""
         return jitter(min(max(self.ttl / 30, 0.002), 0.25))
 
-    def attempt_timeout(self) -> float:
+    def attempt_timeout(self, now: float) -> float:
         """One extension to one node: about TTL/12 (100 ms to 2 s, at most TTL/6),
-        so that a frozen node costs only part of the TTL/6 before the deadline."""
-        return min(max(self.ttl / 12, 0.1), 2.0, max(self.ttl / 6, 0.001))
+        never past the deadline."""
+        t = min(max(self.ttl / 12, 0.1), 2.0, max(self.ttl / 6, 0.001))
+        return max(min(t, self.deadline() - now), 0.001)
+
+    def lost_reason(self) -> str:
+        why = "no extension confirmed within TTL/2 (%.3fs) of the last confirmed send" % (self.ttl / 2)
+        if self.last_err:
+            why += "; last error: " + self.last_err
+        return why
+
+    def pick(self) -> str:
+        n = self.addrs.size()
+        for i in range(n):
+            a = self.addrs.pick(self.next + i)
+            if a not in self.silent:
+                self.next += i
+                return a
+        return self.addrs.pick(self.next)
+
+    def confirmed(self, addr: str, sent: float) -> None:
+        self.addrs.prefer(addr)
+        self.next, self.tries = 0, 0
+        self.silent.clear()
+        self.last_sent, self.last_err = sent, ""
+
+    def failed(self, addr: str, err: FencelockError) -> Optional[float]:
+        """None: a refusal that ends the keep-alive; else the pause before the next attempt."""
+        if isinstance(err, TLSMismatchError) or not (isinstance(err, KEEP_RETRY) or err.code == "not_leader"):
+            return None
+        if "timed out" in err.message and not err.status:
+            self.silent.add(addr)
+        if err.code == "not_leader" and err.leader:
+            try:
+                url = leader_url(addr, err.leader)
+            except FencelockError:
+                url = addr
+            if url != addr:
+                self.addrs.prefer(url)
+                self.next = 0
+                self.silent.discard(url)  # named as the leader: ask it
+            else:
+                self.next += 1
+        else:
+            self.next += 1
+        self.last_err = err.message
+        self.tries += 1
+        if self.tries % self.addrs.size() != 0:
+            return 0.0  # this round has addresses left: at once
+        return self.retry_delay()
 
 
 KEEP_RETRY = (UnavailableError, InternalError)  # an extension failing so is tried elsewhere
