@@ -9,7 +9,8 @@
 - :class:`Session`: many locks, one keep-alive, lost together.
 - :class:`Election`: campaign, observe, resign; the leader's fencing token.
 - :class:`Watch`: the changes on a key or prefix, resumable by revision.
-- :class:`Fence`: the resource side of fencing tokens.
+- :class:`Fence`, :class:`RWFence`, :func:`permit_resource`: the resource
+  side of fencing tokens (exclusive, read/write, a semaphore's permits).
 - :class:`DistributedLock`: the course exercise's calls on a real server.
 - :mod:`fencelock.aio`: the client, leases, sessions and watches on asyncio.
 """
@@ -53,7 +54,7 @@ from .errors import (
     UnavailableError,
     UnreachableError,
 )
-from .fence import Fence
+from .fence import Fence, RWFence, permit_resource
 from .lease import Lease
 from .seed import DistributedLock
 from .session import Session, SessionLock
@@ -88,6 +89,7 @@ __all__ = [
     "NotFoundError",
     "NotHeldError",
     "Observer",
+    "RWFence",
     "PermissionDeniedError",
     "Revision",
     "Session",
@@ -105,4 +107,5 @@ __all__ = [
     "Watch",
     "WhoAmI",
     "default_holder",
+    "permit_resource",
 ]

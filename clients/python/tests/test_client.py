@@ -362,3 +362,51 @@ class FenceTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RWFenceTest(unittest.TestCase):
+    def test_read_and_write_rules(self) -> None:
+        from fencelock import RWFence, permit_resource
+
+        f = RWFence()
+        f.admit_read("idx", 3)
+        f.admit_read("idx", 2)  # readers do not order each other
+        f.admit_write("idx", 5)  # >= every token admitted, reads included
+        with self.assertRaises(StaleTokenError):
+            f.admit_write("idx", 4)
+        with self.assertRaises(StaleTokenError):
+            f.admit_read("idx", 4)  # older than the last write
+        f.admit_read("idx", 7)  # raises the mark writes are checked against
+        with self.assertRaises(StaleTokenError):
+            f.admit_write("idx", 6)
+        self.assertEqual(f.marks("idx"), (7, 5))
+        with self.assertRaises(StaleTokenError):
+            f.admit_read("idx", 0)
+        self.assertEqual(permit_resource("pool/gpu", 2), "pool/gpu#permit-2")
+
+    def test_a_write_runs_alone(self) -> None:
+        from fencelock import RWFence
+
+        f = RWFence()
+        inside = threading.Event()
+        leave = threading.Event()
+        order: List[str] = []
+
+        def reader() -> None:
+            def effect() -> None:
+                inside.set()
+                leave.wait(BOUND)
+                order.append("read done")
+
+            f.admit_read("r", 1, effect)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        self.assertTrue(inside.wait(BOUND))
+        w = threading.Thread(target=lambda: f.admit_write("r", 2, lambda: order.append("write")))
+        w.start()
+        self.assertEqual(order, [])  # the write waits for the read in progress
+        leave.set()
+        t.join(BOUND)
+        w.join(BOUND)
+        self.assertEqual(order, ["read done", "write"])
