@@ -1,6 +1,7 @@
 """Leader election: campaign, observe, resign; the leadership's fencing token."""
 
 import threading
+import time
 
 from fencelock import Client, Election, Fence, StaleTokenError
 
@@ -17,8 +18,11 @@ for job in ("job-1", "job-2"):
     db.admit("ledger", leader.token, lambda: print("write", job, "under", leader.token))
 
 nxt = []
+_, rev = c.watch_list(key="elections/billing")
 t = threading.Thread(target=lambda: nxt.append(e.campaign("app/worker-8")))
 t.start()
+with c.watch(key="elections/billing", after=rev) as w:  # until worker-8 is in line
+    next(ev for ev in w if ev.type == "wait-joined")
 leader.resign()  # the next candidate is elected in the same step
 t.join()
 print("now:", e.leader().candidate, "token", nxt[0].token)
@@ -28,7 +32,9 @@ try:
 except StaleTokenError as err:
     print("the deposed leader is refused:", err)
 nxt[0].resign()
-while len(seen) < 5:
-    threading.Event().wait(0.01)
+for _ in range(1000):  # the observer's last report comes on its own thread
+    if len(seen) >= 5:
+        break
+    time.sleep(0.01)
 obs.close()
 print("observed:", seen)
