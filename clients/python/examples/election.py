@@ -18,7 +18,7 @@ for job in ("job-1", "job-2"):
     db.admit("ledger", leader.token, lambda: print("write", job, "under", leader.token))
 
 nxt = []
-_, rev = c.watch_list(key="elections/billing")
+_held, rev = c.watch_list(key="elections/billing")
 t = threading.Thread(target=lambda: nxt.append(e.campaign("app/worker-8")))
 t.start()
 with c.watch(key="elections/billing", after=rev) as w:  # until worker-8 is in line

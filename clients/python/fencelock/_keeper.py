@@ -11,6 +11,7 @@ extension sends (``send``) and what a refusal is called (``refused``).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
@@ -89,7 +90,7 @@ class Keeper:
         self._stop.set()
         # Run outside the lock, by whoever ended it (_run_callbacks).
         for h in self._hooks:
-            self._due_callbacks.append(lambda h=h: h(reason))
+            self._due_callbacks.append(functools.partial(h, reason))
         self._hooks = []
         if not owner and self._on_lost is not None:
             cb = self._on_lost

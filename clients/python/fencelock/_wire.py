@@ -19,7 +19,7 @@ import threading
 import urllib.parse
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from .errors import (
     FencelockError,
@@ -737,7 +737,7 @@ class KeepState:
         self.last_err = ""
         self.next = 0
         self.tries = 0
-        self.silent: set = set()
+        self.silent: Set[str] = set()
 
     def deadline(self) -> float:
         return self.last_sent + self.ttl / 2

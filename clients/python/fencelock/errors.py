@@ -6,7 +6,7 @@ raises the subclass of :class:`FencelockError` that the code maps to.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 
 class FencelockError(Exception):
@@ -177,7 +177,7 @@ _BY_CODE = {
 }
 
 
-def error_for(status: int, body: dict) -> FencelockError:
+def error_for(status: int, body: Dict[str, Any]) -> FencelockError:
     """The exception for an error answer: by its code, else by its HTTP status."""
     code = str(body.get("code", ""))
     cls = _BY_CODE.get(code)

@@ -10,7 +10,7 @@ import asyncio
 import os
 import time
 import unittest
-from typing import List
+from typing import Any, List
 from unittest import mock
 
 from fencelock import (
@@ -62,7 +62,7 @@ class SecureClusterTest(unittest.TestCase):
         return Client(cls.cluster.addrs, ca=cls.certs.ca, cert=p(who + ".pem"), key=p(who + "-key.pem"),
                       auth_token=token, **kw)  # type: ignore[arg-type]
 
-    def env(self) -> "mock._patch[dict]":
+    def env(self) -> Any:
         p = self.certs.path
         return mock.patch.dict(os.environ, {
             "FENCELOCK_ADDR": ",".join(self.cluster.addrs),
