@@ -228,6 +228,32 @@ class LostTest(unittest.TestCase):
         self.assertFalse(keeper._thread.is_alive())
 
 
+    def test_waiting_acquire_leaves_a_frozen_node(self) -> None:
+        c = Client(self.srv.addr, auth_token="", wait_check=0.2, rounds=1)
+        g = c.acquire("frozen/k", "alice", 30)
+        errs: List[BaseException] = []
+
+        def bob() -> None:
+            try:
+                c.acquire("frozen/k", "bob", 30, wait=60)
+            except BaseException as e:  # noqa: BLE001 - checked below
+                errs.append(e)
+
+        t = threading.Thread(target=bob)
+        t.start()
+        until(lambda: waiters(self.srv.addr) >= 1, "bob queued")
+        self.srv.stop_process()
+        try:
+            t.join(BOUND)  # not the 60 s of the wait: the node stopped answering its checks
+            self.assertFalse(t.is_alive())
+        finally:
+            self.srv.cont_process()
+        self.assertEqual(len(errs), 1)
+        self.assertIsInstance(errs[0], fencelock.UnreachableError)
+        self.assertIn("stopped answering while we waited", str(errs[0]))
+        c.release("frozen/k", "alice", g.token)
+
+
 class _Fake(http.server.BaseHTTPRequestHandler):
     """Answers every call 503 not_leader naming the real server; records headers."""
 
