@@ -132,6 +132,18 @@ type Config struct {
 	// quarter of MaxConnections (at least 1), or no cap when MaxConnections
 	// is 0.
 	MaxConnectionsPerAddr int
+	// The raft port's own budgets, apart from the client port's
+	// (docs/SECURITY.md): MaxRaftConnections caps the accepted
+	// connections raft holds, MaxRaftHandshakes the TLS handshakes in
+	// progress (a quarter of it from one address), RaftHandshakeTimeout
+	// each handshake. A connection past a cap is closed at accept,
+	// counted (fencelock_raft_connections_refused_total) and summed up in
+	// a log line at most every 10 s. 0 means the defaults (128, 32, 5 s;
+	// the server command sizes the caps from the open-file limit:
+	// RaftConnectionCaps).
+	MaxRaftConnections   int
+	MaxRaftHandshakes    int
+	RaftHandshakeTimeout time.Duration
 	// Limits of each framed connection (internal/framing; docs/OPERATIONS.md,
 	// Limits). FramedMaxInFlight requests may be unanswered at once, and
 	// FramedMaxPriorityInFlight extends and releases besides; an answer
@@ -298,6 +310,7 @@ func (c Config) Validate() error {
 		{"FramedWriteTimeout", c.FramedWriteTimeout},
 		{"FramedReadTimeout", c.FramedReadTimeout},
 		{"FramedIdleTimeout", c.FramedIdleTimeout},
+		{"RaftHandshakeTimeout", c.RaftHandshakeTimeout},
 	} {
 		if d.v < 0 {
 			bad("%s is %v; it must not be negative (0 is the default)", d.name, d.v)
@@ -311,6 +324,8 @@ func (c Config) Validate() error {
 		v    int64
 	}{
 		{"MaxConnectionsPerAddr", int64(c.MaxConnectionsPerAddr)},
+		{"MaxRaftConnections", int64(c.MaxRaftConnections)},
+		{"MaxRaftHandshakes", int64(c.MaxRaftHandshakes)},
 		{"FramedMaxInFlight", int64(c.FramedMaxInFlight)},
 		{"FramedMaxPriorityInFlight", int64(c.FramedMaxPriorityInFlight)},
 		{"FramedMaxPendingAnswerBytes", c.FramedMaxPendingAnswerBytes},

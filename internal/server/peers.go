@@ -95,7 +95,7 @@ func newPeerHTTP(r *tlsconfig.Reloader, timeout time.Duration) *http.Client {
 		tr.Proxy = nil // the TLS dial below must reach the node itself
 		d := &net.Dialer{Timeout: timeout}
 		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			td := &tls.Dialer{NetDialer: d, Config: r.PeerClient(addr)}
+			td := &tls.Dialer{NetDialer: d, Config: r.PeerClient(addr, nil)}
 			return td.DialContext(ctx, network, addr)
 		}
 	}

@@ -91,6 +91,8 @@ func New(cfg Config) (*Server, error) {
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, Peers: nodePeers(cfg.Peers), Join: cfg.Join,
 		Transport: cfg.Transport, TLS: s.tls, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
 		Logger:           cfg.Logger,
+		RaftPort: node.RaftPortLimits{MaxConns: cfg.MaxRaftConnections, MaxHandshakes: cfg.MaxRaftHandshakes,
+			HandshakeTimeout: cfg.RaftHandshakeTimeout},
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
 		WALSegmentSize: cfg.WALSegmentSize,
@@ -100,7 +102,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.node = n
+	if cfg.TLS.Enabled() && cfg.RaftAddr != "" && cfg.Transport == nil && cfg.TLS.SameCA() {
+		s.log.Warn("the client CA is the peer CA: a client certificate it signs differs from a node's only by its name and extended key usage; issue client certificates from a CA of their own (--client-ca, docs/SECURITY.md)",
+			"ca", cfg.TLS.CAFile, "client_ca", cfg.TLS.ClientCAFile)
+	}
 	s.reg.MustRegister(svc.Collectors()...)
+	s.reg.MustRegister(raftPortCollectors(n)...)
 	s.reg.MustRegister(s.api.Collectors()...)
 	s.reg.MustRegister(apply, buildInfo(cfg.BuildVersion, cfg.BuildCommit),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

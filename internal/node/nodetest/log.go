@@ -189,4 +189,4 @@ func (l *Log) Addr() string { return l.id }
 func (l *Log) Dialable() bool { return false }
 
 // ProbeRaft is refused.
-func (l *Log) ProbeRaft(context.Context, string, time.Duration) error { return errNoMembers }
+func (l *Log) ProbeRaft(context.Context, string, string, time.Duration) error { return errNoMembers }
