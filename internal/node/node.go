@@ -105,7 +105,7 @@ type Node struct {
 	state   *stateFile  // nil without a data dir
 	floor   *tokenFloor // nil without a data dir
 	m       *machine
-	gate    *portGate                   // the raft port's budgets; nil without one
+	gate    *portGate                 // the raft port's budgets; nil without one
 	running atomic.Pointer[raft.Raft] // set once raft has started: the raft port's members
 	// startIndex is the last index of the log when the node opened it.
 	startIndex uint64

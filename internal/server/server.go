@@ -90,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 	n, err := node.Open(node.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, Peers: nodePeers(cfg.Peers), Join: cfg.Join,
 		Transport: cfg.Transport, TLS: s.tls, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
-		Logger:           cfg.Logger,
+		Logger: cfg.Logger,
 		RaftPort: node.RaftPortLimits{MaxConns: cfg.MaxRaftConnections, MaxHandshakes: cfg.MaxRaftHandshakes,
 			HandshakeTimeout: cfg.RaftHandshakeTimeout},
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
