@@ -73,6 +73,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-connections", "FENCELOCK_MAX_CONNECTIONS")
 	maxConnsPerAddr := f.Int("max-connections-per-address", 0, "at most `N` open client connections from one remote address; 0: a quarter of --max-connections")
 	f.Env("max-connections-per-address", "FENCELOCK_MAX_CONNECTIONS_PER_ADDRESS")
+	maxRaftConns := f.Int("max-raft-connections", 0, "raft port: at most `N` accepted peer connections held; 0: sized from the open-file limit (at most 128)")
+	maxRaftHandshakes := f.Int("max-raft-handshakes", 0, "raft port: at most `N` TLS handshakes in progress, a quarter of them from one address; 0: sized from the open-file limit (at most 32)")
+	raftHandshake := f.Duration("raft-handshake-timeout", 0, "raft port: cut a peer whose TLS handshake takes longer than `D`; 0: 5s")
 	framedInFlight := f.Int("framed-max-in-flight", defaults.FramedMaxInFlight, "framed: at most `N` requests unanswered per connection (extends and releases aside); the Go client keeps to 1024")
 	framedPriority := f.Int("framed-max-priority-in-flight", defaults.FramedMaxPriorityInFlight, "framed: at most `N` extends and releases unanswered per connection, a budget of their own")
 	framedPending := f.Int64("framed-max-pending-bytes", defaults.FramedMaxPendingAnswerBytes, "framed: stop reading a connection with more than `BYTES` of answers waiting to be written")
@@ -143,6 +146,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *maxConnsPerAddr < 0 {
 		return usageError("--max-connections-per-address must be >= 0")
 	}
+	if *maxRaftConns < 0 || *maxRaftHandshakes < 0 || *raftHandshake < 0 {
+		return usageError("--max-raft-connections, --max-raft-handshakes and --raft-handshake-timeout must be >= 0")
+	}
 	if *framedInFlight <= 0 || *framedPriority <= 0 || *framedPending <= 0 {
 		return usageError("--framed-max-in-flight, --framed-max-priority-in-flight and --framed-max-pending-bytes must be > 0")
 	}
@@ -193,7 +199,19 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *maxConnsPerAddr == 0 && *maxConns > 0 {
 		*maxConnsPerAddr = max(*maxConns/4, 1)
 	}
-	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns, "max_connections_per_address", *maxConnsPerAddr)
+	if fdLimit > 0 {
+		// The raft port's caps come out of the reserve kept for the log
+		// and peers, not out of the clients' share.
+		conns, handshakes := server.RaftConnectionCaps(fdLimit)
+		if *maxRaftConns == 0 {
+			*maxRaftConns = conns
+		}
+		if *maxRaftHandshakes == 0 {
+			*maxRaftHandshakes = handshakes
+		}
+	}
+	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns, "max_connections_per_address", *maxConnsPerAddr,
+		"max_raft_connections", *maxRaftConns, "max_raft_handshakes", *maxRaftHandshakes)
 	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat.String(), "election_timeout", timing.election.String(),
 		"leader_lease_timeout", timing.leaderLease.String())
 
@@ -215,6 +233,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		FramedIdleTimeout: *framedIdle, MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
 		WatchHistory: *watchHistory, WatchMaxWatchers: *maxWatchers, WatchMaxPerCaller: *maxWatchersCaller,
 		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure, AuthToken: *authToken}
+	cfg.MaxRaftConnections, cfg.MaxRaftHandshakes, cfg.RaftHandshakeTimeout = *maxRaftConns, *maxRaftHandshakes, *raftHandshake
 	if cfg.TLS.Enabled() {
 		cfg.TLSReload = reloadOnHangup(ctx, log)
 	}

@@ -89,9 +89,10 @@ const refusalLogEvery = 10 * time.Second
 
 // portGate is the raft port's budgets and accounting.
 type portGate struct {
-	lim                                             RaftPortLimits
-	log                                             *slog.Logger
-	open, handshaking                               atomic.Int64
+	lim                                            RaftPortLimits
+	log                                            *slog.Logger
+	now                                            func() time.Time // spaces the log lines
+	open, handshaking                              atomic.Int64
 	refusedConns, refusedBudget, refusedHandshakes atomic.Int64
 
 	mu       sync.Mutex
@@ -101,7 +102,7 @@ type portGate struct {
 }
 
 func newPortGate(lim RaftPortLimits, log *slog.Logger) *portGate {
-	return &portGate{lim: lim.withDefaults(), log: log, byAddr: make(map[string]int)}
+	return &portGate{lim: lim.withDefaults(), log: log, now: time.Now, byAddr: make(map[string]int)}
 }
 
 func (g *portGate) stats() RaftPortStats {
@@ -146,7 +147,7 @@ func (g *portGate) refused(c *atomic.Int64, msg, remote string, err error) {
 	c.Add(1)
 	g.mu.Lock()
 	g.unlogged++
-	now := time.Now()
+	now := g.now()
 	if !g.lastLog.IsZero() && now.Sub(g.lastLog) < refusalLogEvery {
 		g.mu.Unlock()
 		return
