@@ -159,6 +159,17 @@ type Config struct {
 	FramedWriteTimeout          time.Duration
 	FramedReadTimeout           time.Duration
 	FramedIdleTimeout           time.Duration
+	// Before authentication (docs/SECURITY.md): with ACLs on, a framed
+	// connection that has named no principal sends frames of at most
+	// FramedMaxUnauthenticatedFrame bytes and is closed after
+	// FramedUnauthenticatedIdleTimeout without one. Any frame whose
+	// bytes stop arriving for FramedStallTimeout is cut, and the frames
+	// being read from one address hold at most FramedMaxBufferedPerAddr
+	// bytes. 0 means the defaults (8 KiB, 10 s, 5 s, 16 MiB).
+	FramedMaxUnauthenticatedFrame    int
+	FramedUnauthenticatedIdleTimeout time.Duration
+	FramedStallTimeout               time.Duration
+	FramedMaxBufferedPerAddr         int64
 	// WALSegmentSize is the size of each preallocated log segment file;
 	// 0 means 16 MiB. Tests make it small to rotate segments often.
 	WALSegmentSize int
@@ -311,6 +322,8 @@ func (c Config) Validate() error {
 		{"FramedReadTimeout", c.FramedReadTimeout},
 		{"FramedIdleTimeout", c.FramedIdleTimeout},
 		{"RaftHandshakeTimeout", c.RaftHandshakeTimeout},
+		{"FramedUnauthenticatedIdleTimeout", c.FramedUnauthenticatedIdleTimeout},
+		{"FramedStallTimeout", c.FramedStallTimeout},
 	} {
 		if d.v < 0 {
 			bad("%s is %v; it must not be negative (0 is the default)", d.name, d.v)
@@ -326,6 +339,8 @@ func (c Config) Validate() error {
 		{"MaxConnectionsPerAddr", int64(c.MaxConnectionsPerAddr)},
 		{"MaxRaftConnections", int64(c.MaxRaftConnections)},
 		{"MaxRaftHandshakes", int64(c.MaxRaftHandshakes)},
+		{"FramedMaxUnauthenticatedFrame", int64(c.FramedMaxUnauthenticatedFrame)},
+		{"FramedMaxBufferedPerAddr", c.FramedMaxBufferedPerAddr},
 		{"FramedMaxInFlight", int64(c.FramedMaxInFlight)},
 		{"FramedMaxPriorityInFlight", int64(c.FramedMaxPriorityInFlight)},
 		{"FramedMaxPendingAnswerBytes", c.FramedMaxPendingAnswerBytes},

@@ -47,6 +47,7 @@ type Server struct {
 	fsm   *fsm.FSM
 	node  *node.Node
 	api   *httpapi.API
+	guard *auth.Guard
 	reg   *prometheus.Registry
 	tls   *tlsconfig.Reloader // nil without TLS
 	peers *peers
@@ -79,8 +80,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.Service, s.fsm = svc, svc.FSM()
+	s.guard = auth.NewGuard(svc, cfg.Logger)
 	s.api = httpapi.New(httpapi.Config{
-		Service: svc, Guard: auth.NewGuard(svc, cfg.Logger), Authorizer: cfg.Authorizer, Logger: cfg.Logger,
+		Service: svc, Guard: s.guard, Authorizer: cfg.Authorizer, Logger: cfg.Logger,
 		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), StreamWriteTimeout: cfg.sseWriteTimeout,
 	})
 	apply := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -175,6 +177,9 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		// server clears the read deadline once the body has been read.
 		ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute,
+		// Headers arrive before authentication: net/http's default
+		// allows a megabyte of them on every connection.
+		MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		// The sorting listener hands out wrapped connections, so
 		// net/http cannot see a TLS one: carry its state (a client
@@ -193,6 +198,14 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		WriteTimeout:          cfg.FramedWriteTimeout,
 		ReadTimeout:           cfg.FramedReadTimeout,
 		IdleTimeout:           cfg.FramedIdleTimeout,
+		// Nothing large before authentication: a connection that has
+		// not named a principal (with ACLs on) sends small frames and
+		// is closed soon when silent.
+		Authenticated:              s.guard.Identified,
+		MaxUnauthenticatedFrame:    cfg.FramedMaxUnauthenticatedFrame,
+		UnauthenticatedIdleTimeout: cfg.FramedUnauthenticatedIdleTimeout,
+		StallTimeout:               cfg.FramedStallTimeout,
+		MaxBufferedPerAddr:         cfg.FramedMaxBufferedPerAddr,
 	}
 	s.reg.MustRegister(framedCollectors(fs)...)
 	served := make(chan error, 1)
@@ -226,6 +239,10 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	s.log.Info("stopped")
 	return nil
 }
+
+// maxHeaderBytes bounds an HTTP request's headers (a browser's cookies
+// for the host included).
+const maxHeaderBytes = 64 << 10
 
 // loopbackCheck refuses to serve what on addr without TLS, unless it is
 // a loopback address or cfg.Insecure is set (node.CheckLoopback).
