@@ -171,11 +171,11 @@ type Stats struct {
 }
 
 type serverStats struct {
-	inFlight, pending, peak                 atomic.Int64
-	writeTimeouts, readTimeouts, idleClosed atomic.Int64
+	inFlight, pending, peak                  atomic.Int64
+	writeTimeouts, readTimeouts, idleClosed  atomic.Int64
 	stalls, tooLarge, addrCloses, unauthIdle atomic.Int64
 	buffered                                 atomic.Int64
-	calls                                   atomic.Int64
+	calls                                    atomic.Int64
 }
 
 // Stats returns the server's accounting now.

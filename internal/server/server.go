@@ -180,7 +180,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		// Headers arrive before authentication: net/http's default
 		// allows a megabyte of them on every connection.
 		MaxHeaderBytes: maxHeaderBytes,
-		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		// The sorting listener hands out wrapped connections, so
 		// net/http cannot see a TLS one: carry its state (a client
 		// certificate names a principal) in the context instead.
