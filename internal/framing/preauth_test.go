@@ -191,3 +191,30 @@ func TestFramesBeingReadShareTheAddressBudget(t *testing.T) {
 		t.Fatalf("a frame once the budget was back: %d", a.status)
 	}
 }
+
+// An unauthenticated connection reads through a small buffer; the bytes
+// it holds when the connection authenticates (an auth frame and the
+// requests written with it) are kept when the buffer grows.
+func TestReaderGrowsOnAuthenticationKeepingWhatItHolds(t *testing.T) {
+	f := serve(t, echo, &Server{Authenticated: goodToken})
+	c := rawDial(t, f.addr)
+	var frames []byte
+	frames, _ = appendRequest(frames, 0, KindAuth, 0, "", []byte("Bearer good"))
+	for id := range uint32(50) {
+		frames, _ = appendRequest(frames, id+1, KindRequest, methodPost, "/p", bytes.Repeat([]byte{'a' + byte(id%26)}, 1000))
+	}
+	if _, err := c.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint32]bool{}
+	for range 50 {
+		a := answerTo(t, c)
+		if a.status != 200 || len(a.body) != len("POST /p  ")+1000 || a.body[len(a.body)-1] != 'a'+byte((a.id-1)%26) {
+			t.Fatalf("answer %d: %d %q", a.id, a.status, a.body[:min(len(a.body), 40)])
+		}
+		seen[a.id] = true
+	}
+	if len(seen) != 50 {
+		t.Fatalf("%d distinct answers", len(seen))
+	}
+}

@@ -272,7 +272,6 @@ func (s *Server) serve(c net.Conn, br *bufio.Reader) error {
 		sc.authed.Store(true)
 	} else {
 		sc.unauthIdle = orDefault(s.UnauthenticatedIdleTimeout, DefaultUnauthenticatedIdleTimeout)
-		sc.checkAuth()
 	}
 	sc.bw = batchWriter{
 		w:       deadlineWriter{c: c, timeout: orDefault(s.WriteTimeout, DefaultWriteTimeout)},
@@ -479,11 +478,30 @@ func (sc *serverConn) checkAuth() bool {
 	return false
 }
 
+// readBuffer is the read buffer of an authenticated framed connection:
+// many small frames a read.
+const readBuffer = 16 << 10
+
+// growReader gives an authenticated connection its full read buffer,
+// keeping the bytes the small one holds.
+func (sc *serverConn) growReader() {
+	if sc.br.Size() >= readBuffer {
+		return
+	}
+	rest, _ := sc.br.Peek(sc.br.Buffered())
+	var r io.Reader = sc.c
+	if len(rest) > 0 {
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(rest)), sc.c)
+	}
+	sc.br = bufio.NewReaderSize(r, readBuffer)
+}
+
 // frameLimit is the longest frame the connection may send next.
 func (sc *serverConn) frameLimit() int {
 	if !sc.checkAuth() {
 		return orDefault(sc.s.MaxUnauthenticatedFrame, DefaultMaxUnauthenticatedFrame)
 	}
+	sc.growReader()
 	return MaxRequestFrame
 }
 
