@@ -37,11 +37,12 @@ case $case in
 	scheme=https
 	;;
 esac
+files=$(ulimit -n)
 case $case in
-raft*) ulimit -n 1024 ;;
+raft*) files=1024 ;; # the server's limit only: the attacker needs more
 esac
 # shellcheck disable=SC2086
-"$bin" server --id n1 --listen "$listen" --raft "$raft" --data "$dir/data" $tls 2>"$dir/log" &
+(ulimit -n "$files" && exec "$bin" server --id n1 --listen "$listen" --raft "$raft" --data "$dir/data" $tls 2>"$dir/log") &
 pid=$!
 i=0
 until curl -sf $curltls "$scheme://$listen/readyz" >/dev/null 2>&1; do
@@ -61,9 +62,13 @@ frames | frames-acl) "$dir/fillattack" --addr "$listen" --pid $pid --conns 100 "
 frames-tls) "$dir/fillattack" --addr "$listen" --pid $pid --conns 60 $ca "$@" ;;
 small-acl) "$dir/fillattack" --addr "$listen" --pid $pid --conns 4000 --declare 8192 --send 8191 "$@" ;;
 raft-tls)
-	"$dir/fillattack" --mode raft --addr "$raft" --pid $pid --conns 1100 "$@"
-	# Is the client port still answering?
-	if curl -s -m 5 $curltls -o /dev/null -w 'client port /healthz after the flood: %{http_code}\n' "$scheme://$listen/healthz"; then :; else echo "client port /healthz after the flood: no answer"; fi
+	"$dir/fillattack" --mode raft --addr "$raft" --pid $pid --conns 1100 "$@" &
+	attack=$!
+	sleep 3 # the connections are open and held
+	# Is the client port still answering while they are held?
+	code=$(curl -s -m 5 $curltls -o /dev/null -w '%{http_code}' "$scheme://$listen/healthz" || true)
+	echo "client port /healthz while they are held: ${code:-000} (000: no answer within 5 s)"
+	wait $attack
 	echo "server log lines: $(wc -l <"$dir/log"), of them about raft peers refused: $(grep -c 'raft peer refused\|raft port' "$dir/log" || true), 'too many open files': $(grep -c 'too many open files' "$dir/log" || true)"
 	;;
 *) echo "unknown case $case" >&2; exit 2 ;;
