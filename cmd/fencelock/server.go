@@ -106,6 +106,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	leaderLease := f.String("leader-lease-timeout", defaults.LeaderLeaseTimeout.String(),
 		"raft: a leader that has not reached a quorum for this long (`D`) steps down; <= --heartbeat-timeout")
 	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
+	var allowedHosts ruleList // repeatable, like acl's --rule
+	f.Var(&allowedHosts, "allowed-host", "a `NAME` HTTP requests may carry as Host besides the --listen and --advertise hosts, localhost, IP addresses and the certificate's names; repeat for more; \"*\": any")
 	tlsFlags := addServerTLSFlags(f)
 	authToken := authTokenFlag(f) // this node's own calls (announce, join)
 	pos, err := f.parse(args)
@@ -244,6 +246,12 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cfg.MaxRaftConnections, cfg.MaxRaftHandshakes, cfg.RaftHandshakeTimeout = *maxRaftConns, *maxRaftHandshakes, *raftHandshake
 	cfg.FramedMaxUnauthenticatedFrame, cfg.FramedUnauthenticatedIdleTimeout = *framedUnauthFrame, *framedUnauthIdle
 	cfg.FramedStallTimeout, cfg.FramedMaxBufferedPerAddr = *framedStall, *framedBufferedAddr
+	// The --listen host is a name of this server too (the advertised one
+	// is Config.ClientAddr).
+	if h, _, err := net.SplitHostPort(*listen); err == nil && h != "" {
+		allowedHosts = append(allowedHosts, h)
+	}
+	cfg.AllowedHosts = allowedHosts
 	if cfg.TLS.Enabled() {
 		cfg.TLSReload = reloadOnHangup(ctx, log)
 	}

@@ -858,7 +858,7 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 	r := &http.Request{
 		Method:        q.method,
 		URL:           &url.URL{Path: path, RawQuery: query},
-		Proto:         "FLP/1",
+		Proto:         Proto,
 		ProtoMajor:    1,
 		Header:        make(http.Header, 1),
 		Body:          io.NopCloser(bytes.NewReader(q.body)),
@@ -883,6 +883,11 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 	}
 	return w.status, w.body.Bytes()
 }
+
+// Proto is the Proto of the http.Requests a framed connection's requests
+// are served as: no browser speaks the framed protocol, so the HTTP API's
+// protections against pages of other sites do not apply to them.
+const Proto = "FLP/1"
 
 // answerWriter collects one answer.
 type answerWriter struct {

@@ -59,6 +59,12 @@ type Config struct {
 	// Insecure allows serving the client port or the raft port on an
 	// address other than loopback without TLS.
 	Insecure bool
+	// AllowedHosts are names besides the advertised one (ClientAddr),
+	// localhost and IP addresses that an HTTP request's Host may carry;
+	// any other Host is refused 403 host_not_allowed, since a page that
+	// rebinds its own name to this server sends that name (hostCheck).
+	// "*" takes any Host.
+	AllowedHosts []string
 	// raftListener, if set, is the listener the TLS raft transport
 	// accepts on instead of one on RaftAddr (tests: ports chosen first).
 	raftListener net.Listener

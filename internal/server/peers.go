@@ -68,6 +68,7 @@ func (p *peers) Announce(ctx context.Context, clientAddr string, req api.JoinReq
 	if err != nil {
 		return err
 	}
+	hr.Header.Set("Content-Type", api.ContentType)
 	if p.authToken != "" {
 		hr.Header.Set(api.HeaderAuthorization, "Bearer "+p.authToken)
 	}

@@ -84,6 +84,7 @@ func New(cfg Config) (*Server, error) {
 	s.api = httpapi.New(httpapi.Config{
 		Service: svc, Guard: s.guard, Authorizer: cfg.Authorizer, Logger: cfg.Logger,
 		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), StreamWriteTimeout: cfg.sseWriteTimeout,
+		Hosts: hostCheck(cfg, s.tls),
 	})
 	apply := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "fencelock_apply_seconds", Help: "Time the state machine took to apply one committed log entry, on every node.",
