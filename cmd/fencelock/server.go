@@ -41,8 +41,9 @@ docs/OPERATIONS.md.
 
 With --cert and --key the client port serves TLS (HTTP and framed
 connections alike) and, with --raft and --ca, raft runs over mutual TLS:
-a peer without a certificate signed by --ca is refused at the handshake.
-SIGHUP rereads the certificate files. Without TLS the client and raft
+a peer is refused at the handshake unless it presents a node certificate
+signed by --ca that names a member of the configuration (a client
+certificate never is a peer). SIGHUP rereads the certificate files. Without TLS the client and raft
 ports serve loopback addresses only, unless --insecure. See
 docs/SECURITY.md.
 
