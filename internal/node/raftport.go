@@ -264,8 +264,10 @@ func (st *stream) acceptLoop() {
 		}
 		ip := remoteIP(c)
 		if !st.gate.beginHandshake(ip) {
-			c.Close()
+			// Counted before the close, so that the count is there once
+			// the dialer sees the end.
 			st.gate.refused(&st.gate.refusedBudget, "raft port: connections closed at accept, the handshake budget spent", c.RemoteAddr().String(), nil)
+			c.Close()
 			continue
 		}
 		st.wg.Add(1)
@@ -276,8 +278,8 @@ func (st *stream) acceptLoop() {
 // admit hands c to raft if the gate has room for it.
 func (st *stream) admit(c net.Conn) {
 	if !st.gate.admit() {
-		c.Close()
 		st.gate.refused(&st.gate.refusedConns, "raft port: connections closed at accept, at the connection cap", c.RemoteAddr().String(), nil)
+		c.Close()
 		return
 	}
 	sc, ok := st.track(c, true)
@@ -299,8 +301,8 @@ func (st *stream) handshake(c net.Conn, ip string) {
 	cancel()
 	st.gate.endHandshake(ip)
 	if err != nil {
-		c.Close()
 		st.gate.refused(&st.gate.refusedHandshakes, "raft peer refused at the TLS handshake", c.RemoteAddr().String(), err)
+		c.Close()
 		return
 	}
 	st.admit(tc)
