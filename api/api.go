@@ -109,6 +109,9 @@ func Status(code string) int {
 	if st, ok := sessionStatus(code); ok {
 		return st
 	}
+	if st, ok := browserStatus(code); ok {
+		return st
+	}
 	switch code {
 	case CodeInvalid:
 		return http.StatusBadRequest

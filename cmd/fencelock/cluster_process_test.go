@@ -153,6 +153,9 @@ func callWith(hc *http.Client, addr, method, path, body string) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // what every client sends with a body
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return reply{}, err

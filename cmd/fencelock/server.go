@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/server"
 	"github.com/fencelock/fencelock/internal/service"
@@ -43,8 +44,9 @@ after.
 
 With --cert and --key the client port serves TLS (HTTP and framed
 connections alike) and, with --raft and --ca, raft runs over mutual TLS:
-a peer without a certificate signed by --ca is refused at the handshake.
-SIGHUP rereads the certificate files. Without TLS the client and raft
+a peer is refused at the handshake unless it presents a node certificate
+signed by --ca that names a member of the configuration (a client
+certificate never is a peer). SIGHUP rereads the certificate files. Without TLS the client and raft
 ports serve loopback addresses only, unless --insecure. See
 docs/SECURITY.md.
 
@@ -77,12 +79,19 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-connections", "FENCELOCK_MAX_CONNECTIONS")
 	maxConnsPerAddr := f.Int("max-connections-per-address", 0, "at most `N` open client connections from one remote address; 0: a quarter of --max-connections")
 	f.Env("max-connections-per-address", "FENCELOCK_MAX_CONNECTIONS_PER_ADDRESS")
+	maxRaftConns := f.Int("max-raft-connections", 0, "raft port: at most `N` accepted peer connections held; 0: sized from the open-file limit (at most 128)")
+	maxRaftHandshakes := f.Int("max-raft-handshakes", 0, "raft port: at most `N` TLS handshakes in progress, a quarter of them from one address; 0: sized from the open-file limit (at most 32)")
+	raftHandshake := f.Duration("raft-handshake-timeout", 0, "raft port: cut a peer whose TLS handshake takes longer than `D`; 0: 5s")
 	framedInFlight := f.Int("framed-max-in-flight", defaults.FramedMaxInFlight, "framed: at most `N` requests unanswered per connection (extends and releases aside); the Go client keeps to 1024")
 	framedPriority := f.Int("framed-max-priority-in-flight", defaults.FramedMaxPriorityInFlight, "framed: at most `N` extends and releases unanswered per connection, a budget of their own")
 	framedPending := f.Int64("framed-max-pending-bytes", defaults.FramedMaxPendingAnswerBytes, "framed: stop reading a connection with more than `BYTES` of answers waiting to be written")
 	framedWrite := f.Duration("framed-write-timeout", defaults.FramedWriteTimeout, "framed: close a connection that takes no answer byte for this long (`D`) while answers wait")
 	framedRead := f.Duration("framed-read-timeout", defaults.FramedReadTimeout, "framed: close a connection whose frame, once begun, takes longer than `D` to arrive")
 	framedIdle := f.Duration("framed-idle-timeout", defaults.FramedIdleTimeout, "framed: close a connection with nothing in flight that sends nothing for `D`")
+	framedUnauthFrame := f.Int("framed-max-unauthenticated-frame", framing.DefaultMaxUnauthenticatedFrame, "framed, ACLs on: at most `BYTES` a frame until the connection has authenticated")
+	framedUnauthIdle := f.Duration("framed-unauthenticated-idle-timeout", framing.DefaultUnauthenticatedIdleTimeout, "framed, ACLs on: close a connection that has not authenticated and sends nothing for `D`")
+	framedStall := f.Duration("framed-stall-timeout", framing.DefaultStallTimeout, "framed: close a connection whose frame, once begun, brings no byte for `D`")
+	framedBufferedAddr := f.Int64("framed-max-buffered-per-address", framing.DefaultMaxBufferedPerAddr, "framed: at most `BYTES` of frames being read over one remote address's connections")
 	maxWaitersKey := f.Int("max-waiters-per-key", defaults.MaxWaitersPerKey, "at most `N` waiting acquires queued on one key; -1: no cap")
 	f.Env("max-waiters-per-key", "FENCELOCK_MAX_WAITERS_PER_KEY")
 	maxWaiters := f.Int("max-waiters", defaults.MaxWaiters, "at most `N` waiting acquires queued in all; -1: no cap")
@@ -102,6 +111,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	leaderLease := f.String("leader-lease-timeout", defaults.LeaderLeaseTimeout.String(),
 		"raft: a leader that has not reached a quorum for this long (`D`) steps down; <= --heartbeat-timeout")
 	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
+	var allowedHosts ruleList // repeatable, like acl's --rule
+	f.Var(&allowedHosts, "allowed-host", "a `NAME` HTTP requests may carry as Host besides the --listen and --advertise hosts, localhost, IP addresses and the certificate's names; repeat for more; \"*\": any")
 	tlsFlags := addServerTLSFlags(f)
 	authToken := authTokenFlag(f) // this node's own calls (announce, join)
 	pos, err := f.parse(args)
@@ -146,6 +157,12 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 	if *maxConnsPerAddr < 0 {
 		return usageError("--max-connections-per-address must be >= 0")
+	}
+	if *framedUnauthFrame < 64 || *framedUnauthIdle <= 0 || *framedStall <= 0 || *framedBufferedAddr < framing.MaxRequestFrame {
+		return usageError("--framed-max-unauthenticated-frame must be >= 64, --framed-unauthenticated-idle-timeout and --framed-stall-timeout > 0, --framed-max-buffered-per-address >= %d (one request)", framing.MaxRequestFrame)
+	}
+	if *maxRaftConns < 0 || *maxRaftHandshakes < 0 || *raftHandshake < 0 {
+		return usageError("--max-raft-connections, --max-raft-handshakes and --raft-handshake-timeout must be >= 0")
 	}
 	if *framedInFlight <= 0 || *framedPriority <= 0 || *framedPending <= 0 {
 		return usageError("--framed-max-in-flight, --framed-max-priority-in-flight and --framed-max-pending-bytes must be > 0")
@@ -197,7 +214,19 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *maxConnsPerAddr == 0 && *maxConns > 0 {
 		*maxConnsPerAddr = max(*maxConns/4, 1)
 	}
-	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns, "max_connections_per_address", *maxConnsPerAddr)
+	if fdLimit > 0 {
+		// The raft port's caps come out of the reserve kept for the log
+		// and peers, not out of the clients' share.
+		conns, handshakes := server.RaftConnectionCaps(fdLimit)
+		if *maxRaftConns == 0 {
+			*maxRaftConns = conns
+		}
+		if *maxRaftHandshakes == 0 {
+			*maxRaftHandshakes = handshakes
+		}
+	}
+	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns, "max_connections_per_address", *maxConnsPerAddr,
+		"max_raft_connections", *maxRaftConns, "max_raft_handshakes", *maxRaftHandshakes)
 	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat.String(), "election_timeout", timing.election.String(),
 		"leader_lease_timeout", timing.leaderLease.String())
 
@@ -219,6 +248,15 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		FramedIdleTimeout: *framedIdle, MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
 		WatchHistory: *watchHistory, WatchMaxWatchers: *maxWatchers, WatchMaxPerCaller: *maxWatchersCaller,
 		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure, AuthToken: *authToken}
+	cfg.MaxRaftConnections, cfg.MaxRaftHandshakes, cfg.RaftHandshakeTimeout = *maxRaftConns, *maxRaftHandshakes, *raftHandshake
+	cfg.FramedMaxUnauthenticatedFrame, cfg.FramedUnauthenticatedIdleTimeout = *framedUnauthFrame, *framedUnauthIdle
+	cfg.FramedStallTimeout, cfg.FramedMaxBufferedPerAddr = *framedStall, *framedBufferedAddr
+	// The --listen host is a name of this server too (the advertised one
+	// is Config.ClientAddr).
+	if h, _, err := net.SplitHostPort(*listen); err == nil && h != "" {
+		allowedHosts = append(allowedHosts, h)
+	}
+	cfg.AllowedHosts = allowedHosts
 	if cfg.TLS.Enabled() {
 		cfg.TLSReload = reloadOnHangup(ctx, log)
 	}

@@ -49,9 +49,11 @@ type Config struct {
 	TLS *tlsconfig.Reloader
 	// Insecure allows a raft port on a non-loopback address without TLS.
 	Insecure bool
-	// Listener, if set, is what the TLS raft transport accepts on
-	// instead of a listener on RaftAddr (tests: ports chosen first).
+	// Listener, if set, is what the raft transport accepts on instead of
+	// a listener on RaftAddr (tests: ports chosen first).
 	Listener net.Listener
+	// RaftPort bounds the raft port's connections and handshakes.
+	RaftPort RaftPortLimits
 	// DialRaft checks that a raft address accepts connections before a
 	// join; nil: a TCP (or TLS) dial, and nothing on a Transport given
 	// here.
@@ -113,7 +115,9 @@ type Node struct {
 	// stops hearing from, the health view does not.
 	lastLeader atomic.Value // string
 	// otherLeader is the last leader raft named that is not this node.
-	otherLeader atomic.Value // string
+	otherLeader atomic.Value              // string
+	gate        *portGate                 // the raft port's budgets; nil without one
+	running     atomic.Pointer[raft.Raft] // set once raft has started: the raft port's members
 	// startIndex is the last index of the log when the node opened it.
 	startIndex uint64
 	stop       chan struct{}
@@ -215,6 +219,7 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		}
 		return false
 	}))
+	n.running.Store(r)
 	n.startIndex = r.LastIndex()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.m.returnFreedMemory(n.stop) }()
@@ -231,27 +236,63 @@ func (n *Node) transport(rc *raft.Config) (raft.Transport, error) {
 	case cfg.RaftAddr == "":
 		_, mem := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		return mem, nil
-	case cfg.TLS != nil:
-		nt, err := newRaftTLSTransport(cfg, rc.Logger)
-		if err != nil {
-			return nil, fmt.Errorf("server: raft transport: %w", err)
+	case cfg.TLS == nil:
+		var addr net.Addr
+		if cfg.Listener != nil {
+			addr = cfg.Listener.Addr()
+		} else {
+			a, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+			if err != nil {
+				return nil, fmt.Errorf("server: raft address: %w", err)
+			}
+			addr = a
 		}
-		n.closers = append(n.closers, nt)
-		return nt, nil
+		if err := CheckLoopback(cfg.Insecure, "raft", addr); err != nil {
+			return nil, err
+		}
 	}
-	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
-	if err != nil {
-		return nil, fmt.Errorf("server: raft address: %w", err)
-	}
-	if err := CheckLoopback(cfg.Insecure, "raft", addr); err != nil {
-		return nil, err
-	}
-	tcp, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 10*time.Second, rc.Logger)
+	n.gate = newPortGate(cfg.RaftPort, cfg.Logger.With("component", "raft-port"))
+	nt, err := newRaftTransport(cfg, rc.Logger, n.isMember, n.gate)
 	if err != nil {
 		return nil, fmt.Errorf("server: raft transport: %w", err)
 	}
-	n.closers = append(n.closers, tcp)
-	return tcp, nil
+	n.closers = append(n.closers, nt)
+	return nt, nil
+}
+
+// isMember says whether the raft port takes a peer named id: a member of
+// the configuration. A node with no configuration yet (started to be
+// joined) takes any node of the CA, since it cannot know its cluster
+// before the leader reaches it; a node whose raft has not started takes
+// none (peers retry).
+func (n *Node) isMember(id string) bool {
+	r := n.running.Load()
+	if r == nil {
+		return false
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	if len(servers) == 0 {
+		return true
+	}
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// RaftPortStats is the raft port's accounting; zero without a raft port
+// (an in-memory or given transport).
+func (n *Node) RaftPortStats() RaftPortStats {
+	if n.gate == nil {
+		return RaftPortStats{}
+	}
+	return n.gate.stats()
 }
 
 // bootstrap writes the first configuration when the stores hold no raft
@@ -480,9 +521,10 @@ func (n *Node) changeErr(err error) error {
 }
 
 // ProbeRaft checks that addr accepts raft connections: a TCP dial, or a
-// full TLS handshake when the raft port runs TLS (the node must also hold
-// a certificate this cluster trusts).
-func (n *Node) ProbeRaft(ctx context.Context, addr string, timeout time.Duration) error {
+// full TLS handshake when the raft port runs TLS, where the node must
+// also hold a node certificate of this cluster's CA that names id (the
+// node being joined).
+func (n *Node) ProbeRaft(ctx context.Context, id, addr string, timeout time.Duration) error {
 	if n.cfg.DialRaft != nil {
 		return n.cfg.DialRaft(ctx, addr)
 	}
@@ -495,7 +537,7 @@ func (n *Node) ProbeRaft(ctx context.Context, addr string, timeout time.Duration
 		DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 	} = &net.Dialer{}
 	if n.cfg.TLS != nil {
-		d = &tls.Dialer{Config: n.cfg.TLS.PeerClient(addr)}
+		d = &tls.Dialer{Config: n.cfg.TLS.PeerClient(addr, func(name string) bool { return name == id })}
 	}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

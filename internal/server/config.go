@@ -70,6 +70,12 @@ type Config struct {
 	// Insecure allows serving the client port or the raft port on an
 	// address other than loopback without TLS.
 	Insecure bool
+	// AllowedHosts are names besides the advertised one (ClientAddr),
+	// localhost and IP addresses that an HTTP request's Host may carry;
+	// any other Host is refused 403 host_not_allowed, since a page that
+	// rebinds its own name to this server sends that name (hostCheck).
+	// "*" takes any Host.
+	AllowedHosts []string
 	// raftListener, if set, is the listener the TLS raft transport
 	// accepts on instead of one on RaftAddr (tests: ports chosen first).
 	raftListener net.Listener
@@ -143,6 +149,18 @@ type Config struct {
 	// quarter of MaxConnections (at least 1), or no cap when MaxConnections
 	// is 0.
 	MaxConnectionsPerAddr int
+	// The raft port's own budgets, apart from the client port's
+	// (docs/SECURITY.md): MaxRaftConnections caps the accepted
+	// connections raft holds, MaxRaftHandshakes the TLS handshakes in
+	// progress (a quarter of it from one address), RaftHandshakeTimeout
+	// each handshake. A connection past a cap is closed at accept,
+	// counted (fencelock_raft_connections_refused_total) and summed up in
+	// a log line at most every 10 s. 0 means the defaults (128, 32, 5 s;
+	// the server command sizes the caps from the open-file limit:
+	// RaftConnectionCaps).
+	MaxRaftConnections   int
+	MaxRaftHandshakes    int
+	RaftHandshakeTimeout time.Duration
 	// Limits of each framed connection (internal/framing; docs/OPERATIONS.md,
 	// Limits). FramedMaxInFlight requests may be unanswered at once, and
 	// FramedMaxPriorityInFlight extends and releases besides; an answer
@@ -158,6 +176,17 @@ type Config struct {
 	FramedWriteTimeout          time.Duration
 	FramedReadTimeout           time.Duration
 	FramedIdleTimeout           time.Duration
+	// Before authentication (docs/SECURITY.md): with ACLs on, a framed
+	// connection that has named no principal sends frames of at most
+	// FramedMaxUnauthenticatedFrame bytes and is closed after
+	// FramedUnauthenticatedIdleTimeout without one. Any frame whose
+	// bytes stop arriving for FramedStallTimeout is cut, and the frames
+	// being read from one address hold at most FramedMaxBufferedPerAddr
+	// bytes. 0 means the defaults (8 KiB, 10 s, 5 s, 16 MiB).
+	FramedMaxUnauthenticatedFrame    int
+	FramedUnauthenticatedIdleTimeout time.Duration
+	FramedStallTimeout               time.Duration
+	FramedMaxBufferedPerAddr         int64
 	// WALSegmentSize is the size of each preallocated log segment file;
 	// 0 means 16 MiB. Tests make it small to rotate segments often.
 	WALSegmentSize int
@@ -309,6 +338,9 @@ func (c Config) Validate() error {
 		{"FramedWriteTimeout", c.FramedWriteTimeout},
 		{"FramedReadTimeout", c.FramedReadTimeout},
 		{"FramedIdleTimeout", c.FramedIdleTimeout},
+		{"RaftHandshakeTimeout", c.RaftHandshakeTimeout},
+		{"FramedUnauthenticatedIdleTimeout", c.FramedUnauthenticatedIdleTimeout},
+		{"FramedStallTimeout", c.FramedStallTimeout},
 	} {
 		if d.v < 0 {
 			bad("%s is %v; it must not be negative (0 is the default)", d.name, d.v)
@@ -322,6 +354,10 @@ func (c Config) Validate() error {
 		v    int64
 	}{
 		{"MaxConnectionsPerAddr", int64(c.MaxConnectionsPerAddr)},
+		{"MaxRaftConnections", int64(c.MaxRaftConnections)},
+		{"MaxRaftHandshakes", int64(c.MaxRaftHandshakes)},
+		{"FramedMaxUnauthenticatedFrame", int64(c.FramedMaxUnauthenticatedFrame)},
+		{"FramedMaxBufferedPerAddr", c.FramedMaxBufferedPerAddr},
 		{"FramedMaxInFlight", int64(c.FramedMaxInFlight)},
 		{"FramedMaxPriorityInFlight", int64(c.FramedMaxPriorityInFlight)},
 		{"FramedMaxPendingAnswerBytes", c.FramedMaxPendingAnswerBytes},

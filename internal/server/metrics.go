@@ -35,6 +35,12 @@ func framedCollectors(fs *framing.Server) []prometheus.Collector {
 		closed("write_timeout", func(st framing.Stats) int64 { return st.WriteTimeouts }),
 		closed("read_timeout", func(st framing.Stats) int64 { return st.ReadTimeouts }),
 		closed("idle", func(st framing.Stats) int64 { return st.IdleTimeouts }),
+		closed("stalled", func(st framing.Stats) int64 { return st.Stalls }),
+		closed("frame_too_large", func(st framing.Stats) int64 { return st.FramesTooLarge }),
+		closed("address_buffer_cap", func(st framing.Stats) int64 { return st.AddrBufferCloses }),
+		closed("unauthenticated_idle", func(st framing.Stats) int64 { return st.UnauthenticatedIdle }),
+		gauge("fencelock_framed_buffered_bytes", "Bytes of framed requests being read (declared, not yet complete), over all connections.",
+			func(st framing.Stats) float64 { return float64(st.BufferedBytes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fencelock_framed_binary_calls_total",
 			Help: "Hot calls (acquire, extend, release, check) answered in the binary encoding on framed connections rather than as JSON.",

@@ -68,6 +68,7 @@ func (p *peers) Announce(ctx context.Context, clientAddr string, req api.JoinReq
 	if err != nil {
 		return err
 	}
+	hr.Header.Set("Content-Type", api.ContentType)
 	if p.authToken != "" {
 		hr.Header.Set(api.HeaderAuthorization, "Bearer "+p.authToken)
 	}
@@ -124,7 +125,7 @@ func newPeerHTTP(r *tlsconfig.Reloader, timeout time.Duration) *http.Client {
 		tr.Proxy = nil // the TLS dial below must reach the node itself
 		d := &net.Dialer{Timeout: timeout}
 		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			td := &tls.Dialer{NetDialer: d, Config: r.PeerClient(addr)}
+			td := &tls.Dialer{NetDialer: d, Config: r.PeerClient(addr, nil)}
 			return td.DialContext(ctx, network, addr)
 		}
 	}

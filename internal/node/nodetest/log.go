@@ -217,7 +217,7 @@ func (l *Log) Addr() string { return l.id }
 func (l *Log) Dialable() bool { return false }
 
 // ProbeRaft is refused.
-func (l *Log) ProbeRaft(context.Context, string, time.Duration) error { return errNoMembers }
+func (l *Log) ProbeRaft(context.Context, string, string, time.Duration) error { return errNoMembers }
 
 // SetPeers makes Peers answer ps while the log leads, and Configuration
 // list them as voters: members a test pretends are there, which nothing
