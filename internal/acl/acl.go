@@ -460,3 +460,39 @@ func (s *State) Rebuild() {
 		}
 	}
 }
+
+// CheckKey refuses a key whose meaning a prefix rule could misread: an
+// empty, "." or ".." segment between slashes (a//x, a/./x, a/x/../y and
+// a/ are other strings than the paths they look like, so a deny on a/y/
+// would not cover them), or a control character or NUL. The server
+// applies it to every key once ACLs are on (docs/SECURITY.md).
+func CheckKey(key string) error { return checkPath(key, false) }
+
+// CheckPrefix is CheckKey for a prefix of keys: its last segment may be
+// partial (empty, ".", "a/." all begin real keys); the segments before
+// it are checked as a key's.
+func CheckPrefix(prefix string) error { return checkPath(prefix, true) }
+
+func checkPath(s string, prefix bool) error {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("acl: byte %d is the control character %#02x; keys hold none once ACLs are on", i, c)
+		}
+	}
+	segs := strings.Split(s, "/")
+	if prefix {
+		segs = segs[:len(segs)-1]
+	}
+	for i, seg := range segs {
+		switch seg {
+		case "":
+			if !prefix && len(segs) == 1 {
+				return nil // the empty key: the caller's own check refuses it
+			}
+			return fmt.Errorf("acl: segment %d is empty (a leading, doubled or trailing \"/\"); once ACLs are on a key has none, so that a prefix rule means what it reads", i+1)
+		case ".", "..":
+			return fmt.Errorf("acl: segment %d is %q; once ACLs are on a key has no \".\" or \"..\" segment, so that a prefix rule means what it reads", i+1, seg)
+		}
+	}
+	return nil
+}

@@ -187,6 +187,35 @@ type Subject struct {
 	Holder string
 	Key    string
 	Target string
+	// Prefix: Keys holds one prefix of keys (list, overview, a watch of
+	// a prefix), not keys.
+	Prefix bool
+	// Field names Keys in a refusal of their form; "" is "key", or
+	// "prefix" with Prefix.
+	Field string
+}
+
+// checkForm refuses, once ACLs are on, keys a prefix rule could misread
+// (acl.CheckKey).
+func (sub Subject) checkForm() *service.Error {
+	field := sub.Field
+	switch {
+	case field != "":
+	case sub.Prefix:
+		field = "prefix"
+	default:
+		field = "key"
+	}
+	for _, k := range sub.Keys {
+		check := acl.CheckKey
+		if sub.Prefix {
+			check = acl.CheckPrefix
+		}
+		if err := check(k); err != nil {
+			return service.Invalid(field, "%s %q: %s", field, k, strings.TrimPrefix(err.Error(), "acl: "))
+		}
+	}
+	return nil
 }
 
 // Check refuses, before the call runs, a caller that does not have what
@@ -199,6 +228,9 @@ func (g *Guard) Check(ctx context.Context, n Need, op string, sub Subject) *serv
 	c := callerFrom(ctx)
 	if c == nil {
 		return nil
+	}
+	if e := sub.checkForm(); e != nil {
+		return e
 	}
 	switch n.kind {
 	case kindKeys:

@@ -72,7 +72,7 @@ func (a *API) table() []Route {
 			binary(callcodec.Release, callcodec.AppendReleased)),
 		post(a, api.PathAcquireAll, "acquire-all", auth.LockAs("acquire"),
 			func(r api.AcquireAllRequest) auth.Subject {
-				sub := auth.Subject{Keys: r.Keys, Holder: r.Holder}
+				sub := auth.Subject{Keys: r.Keys, Holder: r.Holder, Field: "keys"}
 				if len(r.Keys) > 0 {
 					sub.Key = r.Keys[0]
 				}
@@ -87,7 +87,7 @@ func (a *API) table() []Route {
 			func(q url.Values) (string, *service.Error) { return q.Get(api.QueryKey), nil },
 			func(k string) auth.Subject { return auth.Subject{Keys: []string{k}} }, s.Get, nil),
 		filtered(get(a, api.PathLocks, "locks", auth.Read("list"), listQuery,
-			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}} },
+			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}, Prefix: true} },
 			func(ctx context.Context, q listPage) (api.ListResponse, error) {
 				l, err := s.ListAfter(ctx, q.prefix, q.after, q.limit)
 				if vis := auth.Visible(ctx); err == nil && vis != nil {
@@ -96,7 +96,7 @@ func (a *API) table() []Route {
 				return l, err
 			}, nil), func(rt *Route) { rt.Heavy = true }),
 		get(a, api.PathOverview, "overview", auth.Read("read"), overviewQuery,
-			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}} },
+			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}, Prefix: true} },
 			func(ctx context.Context, q listPage) (api.Overview, error) {
 				o, err := s.Overview(ctx, q.prefix, q.limit)
 				if vis := auth.Visible(ctx); err == nil && vis != nil {
