@@ -69,3 +69,30 @@ func TestACLKeysWithAmbiguousSegmentsAreRefused(t *testing.T) {
 		t.Errorf("admin acquire a/x/../secret/y: %d %v, want 400 naming the segment", a.status, a.body)
 	}
 }
+
+// Issue 24, finding 7: in the default configuration cluster/announce
+// stored any string as a client address, which became the dashboard's
+// link to the leader. A client address must be host:port.
+func TestAnnounceRefusesAClientAddressThatIsNotHostPort(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	raftAddr := ts.node.Addr()
+	for _, addr := range []string{
+		"javascript:alert(1)", "evil.example", "http://evil.example:80", "evil.example:80/x", "a b:80",
+		"evil.example:0", "evil.example:99999", "evil.example:http", ":80", "user@evil.example:80", "[::1]:80\n",
+	} {
+		body := jsonString(map[string]string{"id": ts.cfg.NodeID, "raft_addr": raftAddr, "client_addr": addr})
+		a := ts.post(api.PathAnnounce, body)
+		if a.status != 400 || a.body["field"] != "client_addr" {
+			t.Errorf("announce %q: %d %v, want 400 on client_addr", addr, a.status, a.body)
+		}
+		if m, ok := ts.fsm.Member(ts.cfg.NodeID); ok && m.ClientAddr == addr {
+			t.Errorf("announce %q was recorded", addr)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:7470", "[::1]:7470", "node-2.example.com:443"} {
+		body := jsonString(map[string]string{"id": ts.cfg.NodeID, "raft_addr": raftAddr, "client_addr": addr})
+		if a := ts.post(api.PathAnnounce, body); a.status != 200 {
+			t.Errorf("announce %q: %d %v, want 200", addr, a.status, a.body)
+		}
+	}
+}
