@@ -418,6 +418,24 @@ func (s *State) Allowed(p Principal, verb Verb, key string) bool {
 	return allow
 }
 
+// ReadsAll reports whether p may read every key that starts with
+// prefix: read on the prefix itself, and no deny of read on a longer
+// prefix under it. A figure about all those keys (a count by prefix, the
+// table's totals) tells no more than such a principal could read.
+func (s *State) ReadsAll(p Principal, prefix string) bool {
+	if !s.Allowed(p, Read, prefix) {
+		return false
+	}
+	for _, name := range p.Policies {
+		for _, r := range s.Policies[name].Rules {
+			if r.Deny && r.Verbs&Read != 0 && len(r.Prefix) > len(prefix) && strings.HasPrefix(r.Prefix, prefix) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // OwnsHolder reports whether the principal name may act as holder: the
 // holder is the name itself or starts with name + "/".
 func OwnsHolder(name, holder string) bool {

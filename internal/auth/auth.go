@@ -76,6 +76,18 @@ func Visible(ctx context.Context) func(key string) bool {
 	return func(key string) bool { return c.st.Allowed(c.p, acl.Read, key) }
 }
 
+// ReadsAll is what ctx's caller may be told about whole prefixes: nil
+// (everything) when the call has no principal, else a test of whether it
+// may read every key under a prefix (acl.State.ReadsAll). Counts by
+// prefix and the table's totals are shown only where it is true.
+func ReadsAll(ctx context.Context) func(prefix string) bool {
+	c := callerFrom(ctx)
+	if c == nil {
+		return nil
+	}
+	return func(prefix string) bool { return c.st.ReadsAll(c.p, prefix) }
+}
+
 // Authenticate finds the principal of a call when ACLs are on: a bearer
 // token (credential is the Authorization header's value), else a verified
 // client certificate whose SAN (DNS, email) or CN names a principal. A

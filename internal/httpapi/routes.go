@@ -102,6 +102,9 @@ func (a *API) table() []Route {
 				if vis := auth.Visible(ctx); err == nil && vis != nil {
 					o.Locks = readable(vis, o.Locks, func(l api.LockOverview) string { return l.Key })
 				}
+				if reads := auth.ReadsAll(ctx); err == nil && reads != nil && !reads("") {
+					hideTableFigures(&o)
+				}
 				return o, err
 			}, nil),
 		{Method: http.MethodGet, Path: api.PathWatch, Op: "watch", Need: watchNeed, serve: a.serveWatch},
@@ -127,11 +130,7 @@ func (a *API) table() []Route {
 			func(ctx context.Context, _ struct{}) (api.Identity, error) { return s.Identity(ctx), nil }, nil),
 		get(a, api.PathMembers, "members", auth.Authenticated(), noQuery, nil,
 			func(ctx context.Context, _ struct{}) (api.MembersResponse, error) { return s.Members(ctx) }, nil),
-		{Method: http.MethodGet, Path: api.PathMetrics, Op: "metrics", Need: auth.Authenticated(),
-			serve: func(w http.ResponseWriter, r *http.Request) *service.Error {
-				a.cfg.Metrics.ServeHTTP(w, r)
-				return nil
-			}},
+		{Method: http.MethodGet, Path: api.PathMetrics, Op: "metrics", Need: auth.Authenticated(), serve: a.serveMetrics},
 		post(a, api.PathJoin, "join", auth.Admin("join"),
 			func(r api.JoinRequest) auth.Subject { return target(r.ID) }, s.Join, nil),
 		post(a, api.PathRemove, "remove", auth.Admin("remove"),
@@ -307,6 +306,16 @@ func pageLimit(q url.Values) int {
 		return -1
 	}
 	return n
+}
+
+// hideTableFigures zeroes the figures of an overview that count the whole
+// table, keeping the histograms' bounds (the dashboard draws them).
+func hideTableFigures(o *api.Overview) {
+	o.LastToken, o.Queued, o.StatsHidden = 0, 0, true
+	zero := func(h api.Histogram) api.Histogram {
+		return api.Histogram{BoundsMs: h.BoundsMs, Counts: make([]uint64, len(h.Counts))}
+	}
+	o.Stats = api.Stats{Hold: zero(o.Stats.Hold), Wait: zero(o.Stats.Wait)}
 }
 
 // readable keeps the items of a page whose keys the caller may read.

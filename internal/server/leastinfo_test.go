@@ -1,7 +1,10 @@
 package server
 
 import (
+	"io"
+	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,5 +97,84 @@ func TestAnnounceRefusesAClientAddressThatIsNotHostPort(t *testing.T) {
 		if a := ts.post(api.PathAnnounce, body); a.status != 200 {
 			t.Errorf("announce %q: %d %v, want 200", addr, a.status, a.body)
 		}
+	}
+}
+
+// scrapeAs is the /metrics text with a bearer token.
+func (ts *testServer) scrapeAs(token string) (int, string) {
+	ts.t.Helper()
+	req, _ := http.NewRequest("GET", ts.url+api.PathMetrics, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// Issue 24, finding 7: /metrics showed key names
+// (fencelock_leases_by_prefix{prefix="payroll-secret-merger-acme"}) to a
+// principal with no policies, and /v1/overview?prefix=b/ showed the
+// cluster-wide last token and grant, release and expiry counts. A
+// per-prefix series is shown only to a principal that may read every key
+// under the prefix, and the cluster-wide figures of an overview only to
+// one that may read every key.
+func TestACLPerPrefixMetricsAndOverviewStatsNeedRead(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	admin := ts.bootstrap()
+	for _, k := range []string{"payroll-secret-merger-acme", "b/x", "b/hidden/y", "c/z"} {
+		if a := ts.authDo("POST", api.PathAcquire, acquireBody(k, "admin", 60000, ""), admin); a.status != 200 {
+			t.Fatalf("acquire %s: %d %v", k, a.status, a.body)
+		}
+	}
+	nobody := ts.token(admin, "nobody")
+	bob := ts.token(admin, "bob", "b/:read", "c/:read")
+	carol := ts.token(admin, "carol", "b/:read", "b/hidden/:read:deny")
+
+	series := func(text string) []string {
+		var out []string
+		for _, l := range strings.Split(text, "\n") {
+			if strings.HasPrefix(l, "fencelock_leases_by_prefix{") {
+				out = append(out, l[:strings.LastIndexByte(l, ' ')])
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name, token string
+		want        []string
+	}{
+		{"nobody", nobody, nil},
+		{"bob", bob, []string{`fencelock_leases_by_prefix{prefix="b/"}`, `fencelock_leases_by_prefix{prefix="c/"}`}},
+		{"carol", carol, nil}, // b/ holds b/hidden/, which she may not read
+		{"admin", admin, []string{`fencelock_leases_by_prefix{prefix="b/"}`, `fencelock_leases_by_prefix{prefix="c/"}`,
+			`fencelock_leases_by_prefix{prefix="payroll-secret-merger-acme"}`}},
+	} {
+		st, text := ts.scrapeAs(c.token)
+		got := series(text)
+		if st != 200 || !slices.Equal(got, c.want) {
+			t.Errorf("%s: %d, per-prefix series %q, want %q", c.name, st, got, c.want)
+		}
+		if metricValue(text, "fencelock_leases") != 4 {
+			t.Errorf("%s: fencelock_leases is not the total:\n%s", c.name, grepLines(text, "fencelock_leases"))
+		}
+	}
+
+	st, o, _ := ts.getOverview("?prefix=b/", bob)
+	if st != 200 || len(o.Locks) != 2 {
+		t.Fatalf("bob's overview of b/: %d %+v", st, o)
+	}
+	if o.LastToken != 0 || o.Stats.Grants != 0 || o.Queued != 0 || !o.StatsHidden {
+		t.Errorf("bob's overview of b/ shows the cluster's figures: last_token %d, grants %d, queued %d, stats_hidden %v",
+			o.LastToken, o.Stats.Grants, o.Queued, o.StatsHidden)
+	}
+	if len(o.Stats.Hold.BoundsMs) == 0 {
+		t.Errorf("hidden stats keep their histogram bounds (the dashboard draws them): %+v", o.Stats.Hold)
+	}
+	st, o, _ = ts.getOverview("", admin)
+	if st != 200 || o.LastToken != 4 || o.Stats.Grants != 4 || o.StatsHidden {
+		t.Errorf("admin's overview: %d last_token %d grants %d hidden %v", st, o.LastToken, o.Stats.Grants, o.StatsHidden)
 	}
 }

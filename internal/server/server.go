@@ -81,7 +81,7 @@ func New(cfg Config) (*Server, error) {
 	s.Service, s.fsm = svc, svc.FSM()
 	s.api = httpapi.New(httpapi.Config{
 		Service: svc, Guard: auth.NewGuard(svc, cfg.Logger), Authorizer: cfg.Authorizer, Logger: cfg.Logger,
-		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), StreamWriteTimeout: cfg.sseWriteTimeout,
+		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), Gatherer: s.reg, StreamWriteTimeout: cfg.sseWriteTimeout,
 	})
 	apply := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "fencelock_apply_seconds", Help: "Time the state machine took to apply one committed log entry, on every node.",

@@ -121,6 +121,16 @@ func (m *metrics) observe(ev locktable.Event) {
 	}
 }
 
+// PrefixLabel labels the series that count keys by their top-level
+// prefix; OtherPrefix is its value for the keys past the first
+// maxLeasePrefixes prefixes. A transport that shows metrics to callers
+// who may not read every key leaves out the series of prefixes they may
+// not read.
+const (
+	PrefixLabel = "prefix"
+	OtherPrefix = "other"
+)
+
 // maxLeasePrefixes bounds fencelock_leases_by_prefix: the first this many
 // top-level prefixes (in key order) get a series each, the rest are summed
 // under prefix="other".
@@ -140,7 +150,7 @@ func newLeaseCollector(each func(func(key string))) *leaseCollector {
 		total: prometheus.NewDesc("fencelock_leases", "Leases held now, in this node's replicated table.", nil, nil),
 		byPrefix: prometheus.NewDesc("fencelock_leases_by_prefix",
 			"Leases held now by top-level key prefix (up to the first /); past the first 20 prefixes in key order, prefix=\"other\".",
-			[]string{"prefix"}, nil),
+			[]string{PrefixLabel}, nil),
 	}
 }
 
@@ -189,7 +199,7 @@ func (c *prefixCounter) add(key string, max int) {
 
 func (c *prefixCounter) counts() []prefixCount {
 	if c.other > 0 {
-		return append(c.out, prefixCount{"other", c.other})
+		return append(c.out, prefixCount{OtherPrefix, c.other})
 	}
 	return c.out
 }
