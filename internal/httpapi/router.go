@@ -57,7 +57,7 @@ type Config struct {
 	// principal is shown a series counted by key prefix only if it may
 	// read the prefix (serveMetrics). nil: Metrics serves everyone alike.
 	Gatherer prometheus.Gatherer
-	Logger     *slog.Logger
+	Logger   *slog.Logger
 	// StreamWriteTimeout drops an event stream whose peer takes no bytes
 	// for this long; 0: 10 s.
 	StreamWriteTimeout time.Duration
