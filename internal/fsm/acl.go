@@ -44,6 +44,30 @@ func (f *FSM) ACL() *acl.State {
 	return f.acls
 }
 
+// ACLRevision is the log index of the entry that made the ACL tables as
+// this node has them (after a restore, the snapshot's index, which is no
+// earlier): a node that has applied this index has them too.
+func (f *FSM) ACLRevision() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.aclIndex
+}
+
+// ACLWatch returns the ACL tables and a channel closed once they are
+// replaced (by a change or a restore).
+func (f *FSM) ACLWatch() (*acl.State, <-chan struct{}) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.acls, f.aclChanged
+}
+
+// aclSwapped tells ACLWatch's callers that acls was replaced; under the
+// lock.
+func (f *FSM) aclSwapped() {
+	close(f.aclChanged)
+	f.aclChanged = make(chan struct{})
+}
+
 // applyACL runs one change; a refusal changes nothing.
 func (f *FSM) applyACL(c *ACLChange) error {
 	if c == nil {
@@ -70,7 +94,8 @@ func (f *FSM) applyACL(c *ACLChange) error {
 	if err != nil {
 		return err
 	}
-	f.acls = next
+	f.acls, f.aclIndex = next, f.index
+	f.aclSwapped()
 	return nil
 }
 

@@ -65,6 +65,14 @@ type FSM struct {
 	members map[string]Member      // by node id
 	cluster string                 // the cluster id; "" until the first leader sets it
 	acls    *acl.State             // replaced whole on each change
+	// aclIndex is the index of the entry that made acls (or, after a
+	// restore, of the snapshot: no later than that); aclChanged is
+	// closed, and replaced, when acls is.
+	aclIndex   uint64
+	aclChanged chan struct{}
+	// applied, when not nil, is closed by the next apply or restore
+	// (WaitApplied).
+	applied chan struct{}
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -72,7 +80,7 @@ var _ raft.FSM = (*FSM)(nil)
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
 	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{},
-		waits: map[string]*remembered{}, members: map[string]Member{}, acls: acl.Empty()}
+		waits: map[string]*remembered{}, members: map[string]Member{}, acls: acl.Empty(), aclChanged: make(chan struct{})}
 	f.table.SetObserver(f.emit)
 	return f
 }
@@ -112,6 +120,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if f.applyDecoded(l.Index, cmd, err, r) {
 		f.poke()
 	}
+	f.wakeApplied()
 	return r
 }
 
@@ -149,6 +158,7 @@ func (f *FSM) ApplyBatchFunc(logs []*raft.Log, each func()) []any {
 	if ran {
 		f.poke()
 	}
+	f.wakeApplied()
 	return out
 }
 
@@ -267,6 +277,37 @@ func (f *FSM) LastToken() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.table.LastToken()
+}
+
+// wakeApplied wakes WaitApplied's callers; under the lock.
+func (f *FSM) wakeApplied() {
+	if f.applied != nil {
+		close(f.applied)
+		f.applied = nil
+	}
+}
+
+// WaitApplied blocks until the entry at index has been applied (or a
+// snapshot at or past it restored), or done is closed; it reports
+// whether the entry was applied.
+func (f *FSM) WaitApplied(index uint64, done <-chan struct{}) bool {
+	for {
+		f.mu.Lock()
+		if f.index >= index {
+			f.mu.Unlock()
+			return true
+		}
+		if f.applied == nil {
+			f.applied = make(chan struct{})
+		}
+		ch := f.applied
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-done:
+			return false
+		}
+	}
 }
 
 // AppliedIndex is the index of the last entry applied.
@@ -463,7 +504,10 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 		}
 	}
 	f.members, f.cluster, f.acls = members, cluster, acls
+	f.aclIndex = index
+	f.aclSwapped()
 	f.poke()
+	f.wakeApplied()
 	return nil
 }
 
