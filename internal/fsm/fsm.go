@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -61,10 +62,10 @@ type FSM struct {
 	changed chan struct{}
 	seen    map[string]*remembered // answers kept for retries, by request id
 	order   []*remembered
-	waits   map[string]*remembered // queued waits by waitKey, a view of seen
-	members map[string]Member      // by node id
-	cluster string                 // the cluster id; "" until the first leader sets it
-	acls    *acl.State             // replaced whole on each change
+	waits   map[string]*remembered    // queued waits by waitKey, a view of seen
+	members map[string]Member         // by node id
+	cluster string                    // the cluster id; "" until the first leader sets it
+	acls    atomic.Pointer[acl.State] // replaced whole on each change, under mu
 	// aclIndex is the index of the entry that made acls (or, after a
 	// restore, of the snapshot: no later than that); aclChanged is
 	// closed, and replaced, when acls is.
@@ -80,7 +81,8 @@ var _ raft.FSM = (*FSM)(nil)
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
 	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{},
-		waits: map[string]*remembered{}, members: map[string]Member{}, acls: acl.Empty(), aclChanged: make(chan struct{})}
+		waits: map[string]*remembered{}, members: map[string]Member{}, aclChanged: make(chan struct{})}
+	f.acls.Store(acl.Empty())
 	f.table.SetObserver(f.emit)
 	return f
 }
@@ -402,7 +404,7 @@ func (f *FSM) marshalParts() [][]byte {
 	head = binary.AppendUvarint(head, f.index)
 	head = binary.AppendUvarint(head, uint64(len(tbl)))
 	tail := appendRemembered(nil, f.order)
-	acls := f.acls.On
+	acls := f.acls.Load().On
 	if len(f.members) > 0 || f.cluster != "" || acls {
 		tail = appendMembers(tail, f.members)
 	}
@@ -410,7 +412,7 @@ func (f *FSM) marshalParts() [][]byte {
 		tail = appendString(tail, f.cluster)
 	}
 	if acls {
-		tail = appendACLState(tail, f.acls)
+		tail = appendACLState(tail, f.acls.Load())
 	}
 	sum := crc32.ChecksumIEEE(head)
 	sum = crc32.Update(sum, crc32.IEEETable, tbl)
@@ -503,7 +505,8 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 			f.waits[waitKey(m.res.Lease.Key, m.res.Lease.Holder)] = m
 		}
 	}
-	f.members, f.cluster, f.acls = members, cluster, acls
+	f.members, f.cluster = members, cluster
+	f.acls.Store(acls)
 	f.aclIndex = index
 	f.aclSwapped()
 	f.poke()

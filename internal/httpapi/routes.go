@@ -142,6 +142,8 @@ func (a *API) table() []Route {
 		post(a, api.PathACLBootstrap, "acl-bootstrap", auth.Bootstrap(),
 			func(struct{}) auth.Subject { return target(acl.BootstrapPrincipal) },
 			func(ctx context.Context, _ struct{}) (api.ACLSecret, error) { return s.ACLBootstrap(ctx) }, nil),
+		get(a, api.PathACLRevision, "acl-revision", auth.Open(), noQuery, nil,
+			func(ctx context.Context, _ struct{}) (api.ACLRevision, error) { return s.ACLRevision(ctx) }, nil),
 		get(a, api.PathACLWhoAmI, "acl-whoami", auth.Authenticated(), noQuery, nil,
 			func(ctx context.Context, _ struct{}) (api.WhoAmI, error) {
 				st, _ := s.ACL()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/internal/framing"
 )
 
@@ -61,4 +62,16 @@ func buildInfo(version, commit string) prometheus.Collector {
 	})
 	g.Set(1)
 	return g
+}
+
+// guardCollectors count the calls the ACLs are watched for.
+func guardCollectors(g *auth.Guard) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_acl_calls_running", Help: "Calls with a principal running now on this node (waits, watches and streams among them), checked again whenever the ACLs change.",
+		}, func() float64 { return float64(g.Live()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencelock_acl_revoked_calls_total", Help: "Running calls ended because a change of the ACLs revoked their token or their permission.",
+		}, func() float64 { return float64(g.Revoked()) }),
+	}
 }

@@ -79,8 +79,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.Service, s.fsm = svc, svc.FSM()
+	guard := auth.NewGuard(svc, cfg.Logger)
 	s.api = httpapi.New(httpapi.Config{
-		Service: svc, Guard: auth.NewGuard(svc, cfg.Logger), Authorizer: cfg.Authorizer, Logger: cfg.Logger,
+		Service: svc, Guard: guard, Authorizer: cfg.Authorizer, Logger: cfg.Logger,
 		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), Gatherer: s.reg, StreamWriteTimeout: cfg.sseWriteTimeout,
 	})
 	apply := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -107,7 +108,12 @@ func New(cfg Config) (*Server, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_raft_state", Help: "This node's raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.",
 		}, func() float64 { return float64(n.Status().State) }))
+	s.reg.MustRegister(guardCollectors(guard)...)
 	svc.Start(n)
+	// Calls that a change of the ACLs no longer allows end when this node
+	// applies it.
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); guard.Run(s.stop) }()
 	if cfg.TLSReload != nil {
 		s.wg.Add(1)
 		go s.reloadLoop(cfg.TLSReload)

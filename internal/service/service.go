@@ -55,6 +55,9 @@ type Peers interface {
 	// Announce asks the leader at clientAddr to record this node's
 	// addresses.
 	Announce(ctx context.Context, clientAddr string, req api.JoinRequest) error
+	// ACLRevision asks the leader at clientAddr for the revision of its
+	// ACL tables (Service.ACLRevision).
+	ACLRevision(ctx context.Context, clientAddr string) (api.ACLRevision, error)
 }
 
 // Service is the lock service of one node: the operations over the
@@ -69,6 +72,9 @@ type Service struct {
 	waiters *waitRegistry
 	watches *eventlog.Log
 	clock   clusterClock // the cluster clock, and the local clock it runs on (clock.clk)
+	// aclReads are a follower's questions to the leader about its ACL
+	// revision (ConfirmedACL).
+	aclReads *readIndex
 
 	change      sync.Mutex  // serialises membership changes: each probes, then changes
 	ready       atomic.Bool // leader, caught up, orphans dropped
@@ -93,10 +99,11 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("service: config: AnnounceEvery must be positive with a ClientAddr")
 	}
 	s := &Service{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		closing: make(chan struct{}),
-		stop:    make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		closing:  make(chan struct{}),
+		stop:     make(chan struct{}),
+		aclReads: newReadIndex(),
 	}
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
@@ -161,6 +168,7 @@ func (s *Service) Closing() <-chan struct{} { return s.closing }
 func (s *Service) Close() {
 	s.BeginShutdown()
 	close(s.stop)
+	s.aclReads.close()
 	s.wg.Wait()
 }
 

@@ -65,7 +65,7 @@ func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) 
 					if s.waiters.leave(sub) {
 						s.releaseUnanswered(we.ev, g.requestID)
 					}
-					return none, Unavailable("client went away")
+					return none, ctxError(ctx, Unavailable("client went away"))
 				}
 				s.waiters.remove(sub)
 				return s.answerWaitEvent(g.key, we.ev)
@@ -99,7 +99,7 @@ func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) 
 					Message: "leadership lost while waiting; send the same request to the leader"}
 			}
 		case <-ctx.Done():
-			gone, cause = true, Unavailable("client went away")
+			gone, cause = true, ctxError(ctx, Unavailable("client went away"))
 		case <-s.closing:
 			cause = Unavailable("shutting down")
 		case <-backstopC:

@@ -117,7 +117,7 @@ func (s *Service) watch(ctx context.Context, req api.WatchRequest, sc WatchScope
 			}
 			return watchAnswer(evs, next), nil
 		case <-ctx.Done():
-			return api.WatchResponse{}, Unavailable("the watch was given up")
+			return api.WatchResponse{}, ctxError(ctx, Unavailable("the watch was given up"))
 		case <-s.closing:
 			// Shutting down: answer where the watcher is, so it goes
 			// on at another node from there.
@@ -179,7 +179,8 @@ type StreamItem struct {
 const StreamProgress = 10 * time.Second
 
 // Stream watches like Watch, without end: it hands send the frames due,
-// a batch at a time, until ctx ends, the service shuts down, send
+// a batch at a time, until ctx ends (with a last batch of its cause, when
+// that is an *Error: a credential revoked), the service shuts down, send
 // reports false (the peer is gone or stopped reading), or the stream
 // falls behind the history (a last batch that ends with Err). The first
 // batch starts with a progress frame that says where the stream starts.
@@ -237,6 +238,11 @@ func (s *Service) Stream(ctx context.Context, req api.WatchRequest, scope WatchS
 			t = tick()
 			progressDue = true // after reading up to the present
 		case <-ctx.Done():
+			if e := ctxError(ctx, nil); e != nil {
+				// Ended for a reason the caller should hear (its
+				// credential was revoked): a last error frame says it.
+				send([]StreamItem{{Revision: cursor, Err: e}})
+			}
 			return nil
 		case <-s.closing:
 			return nil
