@@ -272,7 +272,7 @@ func (c *caller) recheck() *service.Error {
 	checks := c.checks
 	c.mu.Unlock()
 	for _, ck := range checks {
-		if e := c.g.check(nil, c, v, ck.n, "", ck.sub); e != nil {
+		if e := c.g.check(context.Background(), false, v, ck.n, "", ck.sub); e != nil {
 			e.Message = "the ACLs changed while the call ran: " + e.Message
 			return e
 		}
@@ -407,7 +407,7 @@ func (g *Guard) Check(ctx context.Context, n Need, op string, sub Subject) *serv
 	if !v.ok {
 		return service.Unauthenticated("unknown or deleted token")
 	}
-	if e := g.check(ctx, c, v, n, op, sub); e != nil {
+	if e := g.check(ctx, true, v, n, op, sub); e != nil {
 		return e
 	}
 	if c.cancel != nil {
@@ -418,11 +418,11 @@ func (g *Guard) Check(ctx context.Context, n Need, op string, sub Subject) *serv
 	return nil
 }
 
-// check is Check's decision under v; with ctx nil (a re-check) it writes
-// no audit line.
-func (g *Guard) check(ctx context.Context, c *caller, v view, n Need, op string, sub Subject) *service.Error {
+// check is Check's decision under v; without audits (a re-check) it
+// writes no audit line.
+func (g *Guard) check(ctx context.Context, audits bool, v view, n Need, op string, sub Subject) *service.Error {
 	audit := func(op, target string, e error) {
-		if ctx != nil {
+		if audits {
 			g.audit(ctx, op, target, e)
 		}
 	}
