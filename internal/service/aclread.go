@@ -100,9 +100,10 @@ type readIndex struct {
 }
 
 type readRound struct {
-	done chan struct{}
-	rev  uint64
-	err  error
+	done  chan struct{}
+	rev   uint64
+	err   error
+	calls int // the calls waiting on it, under readIndex.mu
 }
 
 func newReadIndex() *readIndex {
@@ -130,6 +131,7 @@ func (ri *readIndex) next(ctx context.Context, ask func(context.Context) (uint64
 		ri.pending = &readRound{done: make(chan struct{})}
 	}
 	r := ri.pending
+	r.calls++
 	if !ri.running {
 		ri.running = true
 		ri.pending = nil
