@@ -169,6 +169,7 @@ type Table struct {
 	expiries expiryHeap
 	waiting  map[string]*waitQueue // keys with at least one waiter
 	holders  map[string]*holderRef
+	owners   map[string]*OwnerCount // by OwnerOf(holder); owners with nothing are left out
 	unused   int    // holders entries whose n is 0
 	last     uint64 // the last token issued; 0 before the first
 	maxNow   Time   // the largest now ever passed in
@@ -196,7 +197,7 @@ func byKey(a, b *entry) bool { return a.key < b.key }
 
 // New returns an empty table whose first grant will carry token 1.
 func New() *Table {
-	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{},
+	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{}, owners: map[string]*OwnerCount{},
 		index: btree.NewG(indexDegree, byKey)}
 }
 
@@ -352,6 +353,7 @@ func (t *Table) WaitWith(key, holder string, now Time, ttl Duration, deadline Ti
 	t.setWaiterSession(key, &w, g.sess)
 	q.waiters = append(q.waiters, w)
 	t.queued++
+	t.own(holder, 0, 1, 0)
 	t.emit(Event{Kind: EventWaitJoined, Key: key, Holder: holder, At: now, Since: now, Expiry: deadline})
 	return Lease{}, false, nil
 }
@@ -383,6 +385,7 @@ func (t *Table) CancelWaitAt(key, holder string, now Time) bool {
 		if ws[i].holder == holder {
 			t.emit(Event{Kind: EventWaitLeft, Key: key, Holder: holder, Since: ws[i].since, Expiry: ws[i].deadline})
 			t.setWaiterSession(key, &ws[i], nil)
+			t.own(holder, 0, -1, 0)
 			t.setWaiters(e, append(ws[:i], ws[i+1:]...))
 			t.tidy(e)
 			return true
@@ -684,7 +687,7 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 	var r *holderRef
 	if g.sess != nil {
 		r = &g.sess.ref
-		r.n++
+		t.hold(r)
 		g.sess.locks[e] = struct{}{}
 		ttl = g.sess.ttl
 	} else {
@@ -710,6 +713,7 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 				t.setWaiterSession(e.key, &q.waiters[i], nil)
 				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 				t.queued--
+				t.own(holder, 0, -1, 0)
 				break
 			}
 		}
@@ -744,6 +748,7 @@ func (t *Table) dropLateWaiters(e *entry, q *waitQueue, now Time) {
 		if w.late(now) {
 			t.emit(Event{Kind: EventWaitDropped, Key: e.key, Holder: w.holder, At: now, Since: w.since})
 			t.setWaiterSession(e.key, w, nil)
+			t.own(w.holder, 0, -1, 0)
 			continue
 		}
 		kept = append(kept, *w)
@@ -775,7 +780,7 @@ func (t *Table) drop(e *entry) {
 func (t *Table) unref(e *entry) {
 	if s := e.holder.sess; s != nil {
 		delete(s.locks, e)
-		s.ref.n--
+		t.unhold(&s.ref)
 		return
 	}
 	t.releaseHolder(e.holder)
@@ -840,7 +845,7 @@ func (t *Table) internHolder(name string) *holderRef {
 	case r.n == 0:
 		t.unused--
 	}
-	r.n++
+	t.hold(r)
 	return r
 }
 
@@ -849,7 +854,7 @@ func (t *Table) internHolder(name string) *holderRef {
 // kept, so a holder that takes and releases one lock over and over does not
 // allocate its name each time, and forgotten names cost O(1) amortised.
 func (t *Table) releaseHolder(r *holderRef) {
-	if r.n--; r.n > 0 {
+	if t.unhold(r); r.n > 0 {
 		return
 	}
 	if t.unused++; t.unused > 64 && t.unused*2 > len(t.holders) {

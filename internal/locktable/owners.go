@@ -1,0 +1,87 @@
+package locktable
+
+import "strings"
+
+// Counts by owner. A holder's owner is its name up to its first "/" (the
+// whole name when it has none): holders "bob", "bob/1" and "bob/w/2" are
+// one owner's. The server binds holders to principals this way, and caps
+// what one principal may pin (sessions, locks held, queue places) by
+// these counts, kept as the table changes so that a check costs one map
+// lookup.
+
+// OwnerCount is what one owner's holders have in the table: leases
+// (alive, or expired and not yet ended by a Tick or a lookup), places in
+// wait queues, and open sessions.
+type OwnerCount struct {
+	Locks, Waits, Sessions int
+}
+
+// OwnerOf is holder's owner.
+func OwnerOf(holder string) string {
+	if i := strings.IndexByte(holder, '/'); i >= 0 {
+		return holder[:i]
+	}
+	return holder
+}
+
+// Owner is owner's count now.
+func (t *Table) Owner(owner string) OwnerCount {
+	if c := t.owners[owner]; c != nil {
+		return *c
+	}
+	return OwnerCount{}
+}
+
+// own adds to the count of holder's owner, forgetting an owner left with
+// nothing.
+func (t *Table) own(holder string, locks, waits, sessions int) {
+	o := OwnerOf(holder)
+	c := t.owners[o]
+	if c == nil {
+		c = &OwnerCount{}
+		t.owners[strings.Clone(o)] = c
+	}
+	c.Locks += locks
+	c.Waits += waits
+	c.Sessions += sessions
+	if *c == (OwnerCount{}) {
+		delete(t.owners, o)
+	}
+}
+
+// recountOwners counts every owner again from the table (after a
+// snapshot is decoded).
+func (t *Table) recountOwners() {
+	t.owners = map[string]*OwnerCount{}
+	for _, r := range t.holders {
+		if r.n > 0 {
+			t.own(r.name, r.n, 0, 0)
+		}
+	}
+	for _, q := range t.waiting {
+		for _, w := range q.waiters {
+			t.own(w.holder, 0, 1, 0)
+		}
+	}
+	for _, m := range t.multi {
+		for _, w := range m.waiters {
+			t.own(w.holder, 0, 1, 0)
+		}
+	}
+	if t.sessions != nil {
+		for _, s := range t.sessions.byID {
+			t.own(s.ref.name, s.ref.n, 0, 1)
+		}
+	}
+}
+
+// hold counts one more lease carried by r; unhold one fewer.
+func (t *Table) hold(r *holderRef) {
+	r.n++
+	t.own(r.name, 1, 0, 0)
+}
+
+func (t *Table) unhold(r *holderRef) {
+	r.n--
+	t.own(r.name, -1, 0, 0)
+}
