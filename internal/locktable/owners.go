@@ -32,27 +32,40 @@ func (t *Table) Owner(owner string) OwnerCount {
 	return OwnerCount{}
 }
 
-// own adds to the count of holder's owner, forgetting an owner left with
-// nothing.
+// own adds to the count of holder's owner. Owners left with nothing are
+// forgotten in sweeps, once they are at least half of those kept (as
+// holder names are), so that one that takes and releases a lock over and
+// over does not allocate its count each time.
 func (t *Table) own(holder string, locks, waits, sessions int) {
 	o := OwnerOf(holder)
 	c := t.owners[o]
-	if c == nil {
+	switch {
+	case c == nil:
 		c = &OwnerCount{}
 		t.owners[strings.Clone(o)] = c
+	case *c == (OwnerCount{}):
+		t.idleOwners--
 	}
 	c.Locks += locks
 	c.Waits += waits
 	c.Sessions += sessions
-	if *c == (OwnerCount{}) {
-		delete(t.owners, o)
+	if *c != (OwnerCount{}) {
+		return
+	}
+	if t.idleOwners++; t.idleOwners > 64 && t.idleOwners*2 > len(t.owners) {
+		for k, c := range t.owners {
+			if *c == (OwnerCount{}) {
+				delete(t.owners, k)
+			}
+		}
+		t.idleOwners = 0
 	}
 }
 
 // recountOwners counts every owner again from the table (after a
 // snapshot is decoded).
 func (t *Table) recountOwners() {
-	t.owners = map[string]*OwnerCount{}
+	t.owners, t.idleOwners = map[string]*OwnerCount{}, 0
 	for _, r := range t.holders {
 		if r.n > 0 {
 			t.own(r.name, r.n, 0, 0)

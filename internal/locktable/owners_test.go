@@ -1,6 +1,7 @@
 package locktable
 
 import (
+	"fmt"
 	"maps"
 	"testing"
 )
@@ -9,17 +10,20 @@ import (
 // are those counted again from scratch. The model tests call it after
 // every step.
 func checkOwners(tb interface{ Fatalf(string, ...any) }, t *Table) {
-	kept := map[string]OwnerCount{}
-	for o, c := range t.owners {
-		kept[o] = *c
+	counts := func() map[string]OwnerCount {
+		out := map[string]OwnerCount{}
+		for o, c := range t.owners {
+			if *c != (OwnerCount{}) {
+				out[o] = *c
+			}
+		}
+		return out
 	}
-	saved := t.owners
+	kept := counts()
+	saved, idle := t.owners, t.idleOwners
 	t.recountOwners()
-	fresh := map[string]OwnerCount{}
-	for o, c := range t.owners {
-		fresh[o] = *c
-	}
-	t.owners = saved
+	fresh := counts()
+	t.owners, t.idleOwners = saved, idle
 	if !maps.Equal(kept, fresh) {
 		tb.Fatalf("owner counts kept %v, counted again %v", kept, fresh)
 	}
@@ -68,8 +72,21 @@ func TestOwnerCounts(t *testing.T) {
 		t.Fatalf("restored: %+v, want %+v", got, want)
 	}
 	tb.Tick(1000)
-	if got := tb.Owner("bob"); got != (OwnerCount{}) || len(tb.owners) != 0 {
-		t.Fatalf("after every lease and session expired: %+v (%d owners kept)", got, len(tb.owners))
+	if got := tb.Owner("bob"); got != (OwnerCount{}) {
+		t.Fatalf("after every lease and session expired: %+v", got)
+	}
+	// Owners with nothing are forgotten in sweeps.
+	for i := range 200 {
+		h := fmt.Sprintf("o%d", i)
+		if _, err := tb.Acquire("k", h, 2000, 10); err != nil {
+			t.Fatal(err)
+		}
+		if ok, _ := tb.Release("k", h, 2000); !ok {
+			t.Fatal("release", h)
+		}
+	}
+	if len(tb.owners) > 130 {
+		t.Errorf("%d owners kept with nothing", len(tb.owners))
 	}
 	checkOwners(t, tb)
 }

@@ -169,16 +169,18 @@ type Table struct {
 	expiries expiryHeap
 	waiting  map[string]*waitQueue // keys with at least one waiter
 	holders  map[string]*holderRef
-	owners   map[string]*OwnerCount // by OwnerOf(holder); owners with nothing are left out
-	unused   int    // holders entries whose n is 0
-	last     uint64 // the last token issued; 0 before the first
-	maxNow   Time   // the largest now ever passed in
-	queued   int    // waiters in all queues
-	observe  func(Event)
-	sessions *sessionTable        // nil until the first session
-	delays   map[*entry]Duration  // held leases that take a lock-delay
-	delayed  map[string]Time      // keys granted to nobody until then
-	multi    map[string]*multiKey // semaphores and read/write locks; nil until one
+	owners   map[string]*OwnerCount // by OwnerOf(holder)
+	// idleOwners counts the owners entries with nothing.
+	idleOwners int
+	unused     int    // holders entries whose n is 0
+	last       uint64 // the last token issued; 0 before the first
+	maxNow     Time   // the largest now ever passed in
+	queued     int    // waiters in all queues
+	observe    func(Event)
+	sessions   *sessionTable        // nil until the first session
+	delays     map[*entry]Duration  // held leases that take a lock-delay
+	delayed    map[string]Time      // keys granted to nobody until then
+	multi      map[string]*multiKey // semaphores and read/write locks; nil until one
 	// index orders the entries by key, for List: it holds exactly the
 	// entries of the map, so a lease that passes from holder to waiter
 	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
