@@ -98,3 +98,25 @@ func (t *Table) unhold(r *holderRef) {
 	r.n--
 	t.own(r.name, -1, 0, 0)
 }
+
+// Counted reports whether holder already has a lease record or a queue
+// place on key, so that a grant or a wait there adds nothing to its
+// owner's count (a renewal, a wait sent again).
+func (t *Table) Counted(key, holder string) bool {
+	e := t.entries[key]
+	if e == nil {
+		return false
+	}
+	if m := t.multi[key]; e.multi && m != nil {
+		return m.holderIndex(holder) >= 0 || m.waiterIndex(holder) >= 0
+	}
+	if e.held() && e.holder.name == holder {
+		return true
+	}
+	for _, w := range t.waitersOf(e) {
+		if w.holder == holder {
+			return true
+		}
+	}
+	return false
+}

@@ -90,3 +90,20 @@ func TestOwnerCounts(t *testing.T) {
 	}
 	checkOwners(t, tb)
 }
+
+func TestCounted(t *testing.T) {
+	tb := New()
+	tb.Acquire("a", "h", 0, 10)
+	tb.Wait("a", "w", 0, 10, 100)
+	tb.AcquireShared("s", "r", Shared{Kind: ReadWrite}, 0, 10, 0, WaitLimits{})
+	tb.AcquireShared("s", "x", Shared{Kind: ReadWrite, Write: true}, 0, 10, 100, WaitLimits{})
+	for _, c := range []struct {
+		key, holder string
+		want        bool
+	}{{"a", "h", true}, {"a", "w", true}, {"a", "z", false}, {"b", "h", false}, {"s", "r", true}, {"s", "x", true}, {"s", "h", false}} {
+		if got := tb.Counted(c.key, c.holder); got != c.want {
+			t.Errorf("Counted(%s, %s) = %v", c.key, c.holder, got)
+		}
+	}
+	checkOwners(t, tb)
+}

@@ -46,6 +46,13 @@ type Config struct {
 	WatchHistory      int
 	WatchMaxWatchers  int
 	WatchMaxPerCaller int
+
+	// Quotas of one principal (0: none): open sessions, leases held plus
+	// places in wait queues, places in wait queues. The leader checks
+	// them before it proposes (quota.go).
+	QuotaSessions int
+	QuotaLocks    int
+	QuotaWaiters  int
 }
 
 // Peers is how this node calls the client port of another node.
@@ -70,6 +77,7 @@ type Service struct {
 	node    node.Replicator
 	metrics *metrics
 	waiters *waitRegistry
+	quotas  quotas
 	watches *eventlog.Log
 	clock   clusterClock // the cluster clock, and the local clock it runs on (clock.clk)
 	// aclReads are a follower's questions to the leader about its ACL

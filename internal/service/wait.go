@@ -13,8 +13,9 @@ import (
 // acquireWait queues in the key's FIFO and answers when the grant or the
 // end of the wait is committed. A ctx that ends is a caller that went
 // away. See the package comment for how a waiter that gives up is
-// handled.
-func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) {
+// handled. The quota reservation is released once the wait is in the
+// table (or refused): from then on the table counts it.
+func (s *Service) acquireWait(ctx context.Context, g grant, release func()) (api.Lease, *Error) {
 	var none api.Lease
 	sub := s.waiters.join(g.key, g.holder)
 	now, err := s.stamp()
@@ -23,6 +24,7 @@ func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) 
 		return none, proposalError(err)
 	}
 	res, err := s.apply(s.waitCommand(g, now))
+	release()
 	if err != nil {
 		s.waiters.remove(sub)
 		return none, proposalError(err)

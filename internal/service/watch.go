@@ -83,8 +83,8 @@ func (s *Service) watch(ctx context.Context, req api.WatchRequest, sc WatchScope
 	if req.List {
 		return s.watchList(req, sc), nil
 	}
-	if err := s.watches.Join(sc.Caller); err != nil {
-		return api.WatchResponse{}, watchError(err)
+	if e := s.joinWatch(sc.Caller); e != nil {
+		return api.WatchResponse{}, e
 	}
 	defer s.watches.Leave(sc.Caller)
 	after := s.watches.Now()
@@ -194,8 +194,8 @@ func (s *Service) Stream(ctx context.Context, req api.WatchRequest, scope WatchS
 		return e
 	}
 	match = sc.narrow(match)
-	if err := s.watches.Join(sc.Caller); err != nil {
-		return watchError(err)
+	if e := s.joinWatch(sc.Caller); e != nil {
+		return e
 	}
 	defer s.watches.Leave(sc.Caller)
 	cursor := s.watches.Now()
@@ -267,7 +267,11 @@ func watchError(err error) *Error {
 		e.CompactRevision = &floor
 		return e
 	case errors.As(err, &lim):
-		return NewError(api.CodeTooManyWatchers, "%s", lim.Error())
+		e := NewError(api.CodeTooManyWatchers, "%s", lim.Error())
+		if lim.Caller != "" {
+			e.Quota = api.QuotaWatches
+		}
+		return e
 	}
 	return AsError(err)
 }
