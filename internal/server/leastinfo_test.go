@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -176,5 +177,30 @@ func TestACLPerPrefixMetricsAndOverviewStatsNeedRead(t *testing.T) {
 	st, o, _ = ts.getOverview("", admin)
 	if st != 200 || o.LastToken != 4 || o.Stats.Grants != 4 || o.StatsHidden {
 		t.Errorf("admin's overview: %d last_token %d grants %d hidden %v", st, o.LastToken, o.Stats.Grants, o.StatsHidden)
+	}
+}
+
+// The "other" series sums prefixes past the first 20, which a caller
+// cannot tell apart: only a principal that may read every key sees it.
+func TestACLOtherPrefixSeriesNeedsReadOnEverything(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	admin := ts.bootstrap()
+	for i := range 22 {
+		k := fmt.Sprintf("p%02d/x", i)
+		if a := ts.authDo("POST", api.PathAcquire, acquireBody(k, "admin", 60000, ""), admin); a.status != 200 {
+			t.Fatalf("acquire %s: %d %v", k, a.status, a.body)
+		}
+	}
+	most := ts.token(admin, "most", "p:read", "p21/:read:deny")
+	const other = `fencelock_leases_by_prefix{prefix="other"}`
+	if _, text := ts.scrapeAs(admin); !strings.Contains(text, other) {
+		t.Fatalf("admin does not see the other series:\n%s", grepLines(text, "by_prefix"))
+	}
+	_, text := ts.scrapeAs(most)
+	if strings.Contains(text, other) {
+		t.Errorf("a principal denied p21/ sees the other series")
+	}
+	if !strings.Contains(text, `fencelock_leases_by_prefix{prefix="p00/"}`) {
+		t.Errorf("it does not see p00/:\n%s", grepLines(text, "by_prefix"))
 	}
 }

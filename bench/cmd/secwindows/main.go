@@ -297,8 +297,13 @@ func revocation(on, leader *node, admin string, newToken func(string) (string, e
 	select {
 	case t1 := <-ended:
 		last, _ := lastEvent.Load().(string)
-		line = fmt.Sprintf("revocation window, SSE watch on the %s: stream ended %v after the deletion was answered; events granted delivered after it: %d; last frame: %s",
-			role(on, leader), t1.Sub(t0).Round(100*time.Microsecond), after.Load(), last)
+		d := t1.Sub(t0)
+		when := fmt.Sprintf("%v after the deletion's answer reached this client", d.Round(10*time.Microsecond))
+		if d < 0 {
+			when = fmt.Sprintf("%v before the deletion's answer reached this client", (-d).Round(10*time.Microsecond))
+		}
+		line = fmt.Sprintf("revocation window, SSE watch on the %s: stream ended %s; events granted delivered after the deletion: %d; last frame: %s",
+			role(on, leader), when, after.Load(), last)
 	case <-time.After(30 * time.Second):
 		line = fmt.Sprintf("revocation window, SSE watch on the %s: stream still open 30s after the deletion was answered; events granted delivered after it: %d",
 			role(on, leader), after.Load())
