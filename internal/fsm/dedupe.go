@@ -214,7 +214,6 @@ func isInputError(err error) bool {
 //
 // Flag 16 is set only for a session open or close, which snapshots made
 // before they were remembered never hold.
-//
 //	error:  byte 0 none, 1 held (then lease), 2 not held
 //	lease:  string key | string holder | uvarint token | varint granted | varint expiry | varint ttl
 const (
