@@ -580,7 +580,7 @@ func TestClusterProcessJoinMembersRemove(t *testing.T) {
 	for {
 		out := cli("members")
 		if strings.Count(out, "voter") == 3 && strings.Contains(out, c.nodes[2].client) {
-			if !regexp.MustCompile(`(?m)^n1 .* voter +\*$`).MatchString(out) {
+			if !regexp.MustCompile(`(?m)^n1 .* voter +\* +leader `).MatchString(out) {
 				t.Fatalf("n1 should lead:\n%s", out)
 			}
 			break

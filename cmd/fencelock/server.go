@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/server"
+	"github.com/fencelock/fencelock/internal/service"
 )
 
 const defaultData = "fencelock-data"
@@ -36,7 +37,9 @@ start (an empty DIR) it bootstraps a cluster of itself, or of --peers
 (start every node with the same list), or with --join it bootstraps
 nothing and asks the nodes in ADDRS (client addresses) to add it. After
 the first start these flags are ignored: the membership is in DIR. See
-docs/OPERATIONS.md.
+docs/OPERATIONS.md. --token-floor N, on first start, makes every token
+issued above N (give it to every node of a new cluster); also ignored
+after.
 
 With --cert and --key the client port serves TLS (HTTP and framed
 connections alike) and, with --raft and --ca, raft runs over mutual TLS:
@@ -66,6 +69,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	advertise := f.String("advertise", "", "client `ADDR` other nodes send clients to (default: the --listen address)")
 	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
+	tokenFloor := f.Uint64("token-floor", 0, "on first start (an empty DIR), every token issued is above `N`: rebuild a cluster above the tokens its fences have seen")
 	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
 	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")
 	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
@@ -222,7 +226,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 	bv := readVersion()
 	cfg := server.Config{DataDir: *data, Logger: log, BuildVersion: bv.Version, BuildCommit: bv.Commit, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
-		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
+		Peers: peers, Join: *join != "", TokenFloor: *tokenFloor, SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
 		MaxConnectionsPerAddr: *maxConnsPerAddr, FramedMaxInFlight: *framedInFlight, FramedMaxPriorityInFlight: *framedPriority,
@@ -240,42 +244,63 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	// Ask the cluster to add this node while it serves; a node that is
 	// already a voter is simply confirmed. The leader checks this node's
 	// addresses first (it may not answer yet) and promotes it only once
-	// it has caught up: both are asked again until it is a voter.
+	// it has caught up: both are asked again until it is a voter. Each
+	// attempt is short, so that a target nobody answers at is said in the
+	// log and on /readyz, then tried again after a back-off.
+	status := &service.JoinStatus{}
+	status.Set("asking %s to add this node to the cluster", *join)
+	cfg.Joining = status
 	jctx, cancel := context.WithCancel(ctx)
 	joined := make(chan struct{})
 	go func() {
 		defer close(joined)
+		fail := func(err error) {
+			log.Error("joining the cluster failed; not trying again", "join", *join, "err", err)
+			status.Set("joining the cluster via %s failed and is not tried again: %s", *join, trimPrefix(err))
+		}
 		tlsCfg, err := tlsFlags.clientConfig()
 		if err != nil {
-			log.Error("joining the cluster failed", "join", *join, "err", err)
+			fail(err)
 			return
 		}
-		c, err := newClusterClient(splitAddrs(*join), tlsCfg, authOption(*authToken)...)
+		c, err := newJoinClient(splitAddrs(*join), tlsCfg, authOption(*authToken)...)
 		if err != nil {
-			log.Error("joining the cluster failed", "join", *join, "err", err)
+			fail(err)
 			return
 		}
 		defer c.Close()
+		var b joinBackoff
 		for {
 			out, err := c.Join(jctx, *id, *raftAddr, client)
+			if jctx.Err() != nil {
+				return
+			}
+			wait := b.next()
 			switch {
 			case err == nil && strings.EqualFold(out.Joined.Suffrage, "voter"):
 				log.Info("joined the cluster", "via", *join)
+				status.Clear()
 				return
 			case err == nil:
-				log.Warn("joined as a non-voter; asking again to be promoted", "message", out.Message)
+				log.Warn("joined as a non-voter; asking again to be promoted", "message", out.Message, "retry_in", wait.String())
+				status.Set("joined as a non-voter, not yet promoted (%s); asking again in %s", out.Message, wait)
 			case refusedWith(err, api.CodeNodeUnreachable):
-				log.Warn("the leader cannot reach this node yet; asking again", "err", err)
+				log.Warn("the leader cannot reach this node yet; asking again", "err", err, "retry_in", wait.String())
+				status.Set("the leader cannot reach this node yet (%s); asking again in %s", trimPrefix(err), wait)
+			case unreachable(err):
+				log.Error("cannot reach the cluster to join it; is --join right?", "join", *join, "err", err, "retry_in", wait.String())
+				status.Set("cannot reach %s to join the cluster (%s); trying again in %s", *join, trimPrefix(err), wait)
+			case unavailableOrUnknown(err):
+				log.Warn("the cluster could not add this node now; asking again", "join", *join, "err", err, "retry_in", wait.String())
+				status.Set("%s could not add this node now (%s); asking again in %s", *join, trimPrefix(err), wait)
 			default:
-				if jctx.Err() == nil {
-					log.Error("joining the cluster failed", "join", *join, "err", err)
-				}
+				fail(err)
 				return
 			}
 			select {
 			case <-jctx.Done():
 				return
-			case <-time.After(time.Second):
+			case <-time.After(wait):
 			}
 		}
 	}()
@@ -283,6 +308,20 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cancel()
 	<-joined
 	return err
+}
+
+// joinBackoff is the wait between join attempts: 1s, doubling, at most
+// 30s.
+type joinBackoff struct{ d time.Duration }
+
+func (b *joinBackoff) next() time.Duration {
+	switch {
+	case b.d == 0:
+		b.d = time.Second
+	case b.d < 30*time.Second:
+		b.d = min(2*b.d, 30*time.Second)
+	}
+	return b.d
 }
 
 // testWALSegmentSize reads FENCELOCK_TEST_WAL_SEGMENT_SIZE, a knob for the

@@ -79,6 +79,8 @@ var classes = []class{
 	{"all-kill", false, false, faultKillAll},
 	{"leader-stop", false, true, faultStop},
 	{"partition", true, true, faultPartition},
+	{"silent-partition", true, true, faultSilence(false)},
+	{"silent-leader", true, true, faultSilence(true)},
 	{"membership", false, true, faultMembership},
 }
 
@@ -782,6 +784,27 @@ func faultPartition(r *run) error {
 	r.sleep(200*time.Millisecond, 800*time.Millisecond)
 	r.holdFault()
 	return r.c.isolate(l, false)
+}
+
+// faultSilence makes the leader's links to the other nodes (and, with
+// clients, to the clients too) drop every packet without a word, until
+// another node leads and a little longer: a cable pulled mid-stream,
+// where partition's blackhole routes refuse connects at once.
+func faultSilence(clients bool) func(r *run) error {
+	return func(r *run) error {
+		l := r.c.leader(60 * time.Second)
+		if err := r.c.silence(l, true, clients); err != nil {
+			return err
+		}
+		r.mark()
+		if r.c.waitLeader(l, 60*time.Second) == nil {
+			_ = r.c.silence(l, false, clients)
+			return fmt.Errorf("no other leader within 60s of silencing %s", l.id)
+		}
+		r.sleep(200*time.Millisecond, 800*time.Millisecond)
+		r.holdFault()
+		return r.c.silence(l, false, clients)
+	}
 }
 
 // faultMembership changes the membership under load, one of (seeded):

@@ -8,7 +8,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -328,8 +330,8 @@ func (c *cluster) cli(ctx context.Context, args ...string) (string, error) {
 // inside the namespaces, so the host (the clients) still reaches every
 // node while the nodes cannot reach each other.
 type bridgeNet struct {
-	prefix string
-	subnet int // the third byte of 10.213.N.0/24
+	prefix string // of every name it makes
+	subnet int    // the third byte of 10.213.N.0/24
 	bridge string
 	ns     []string
 	ips    []string
@@ -443,6 +445,11 @@ func newBridgeNet(size int) (*bridgeNet, error) {
 			{"-n", ns, "addr", "add", ip + "/24", "dev", peer},
 			{"-n", ns, "link", "set", peer, "up"},
 			{"-n", ns, "link", "set", "lo", "up"},
+			// A next hop that answers for nobody: frames for its made-up
+			// address reach no interface, so what the silent classes
+			// route through it vanishes without a word (connects hang,
+			// open connections go quiet), as over a dead link.
+			{"-n", ns, "neigh", "replace", bn.sink(), "lladdr", "02:00:00:00:de:ad", "dev", peer, "nud", "permanent"},
 		}
 		for _, s := range steps {
 			if err := ipCmd(s...); err != nil {
@@ -454,6 +461,9 @@ func newBridgeNet(size int) (*bridgeNet, error) {
 	return bn, nil
 }
 
+// sink is the next hop that answers for nobody, in the bridge's subnet.
+func (bn *bridgeNet) sink() string { return fmt.Sprintf("10.213.%d.254", bn.subnet) }
+
 func (bn *bridgeNet) close() {
 	for _, ns := range bn.ns {
 		_ = ipCmd("netns", "del", ns) // takes its end of the veth pair along
@@ -464,6 +474,35 @@ func (bn *bridgeNet) close() {
 
 // isolate cuts n off from every other node, both ways; clients on the host
 // still reach all of them.
+// silence routes, in both directions, everything between n and the other
+// nodes through the sink, where it vanishes: nothing is
+// refused, connects hang and open connections stop carrying anything.
+// With clients, n's answers to the host (the test's clients) vanish too.
+func (c *cluster) silence(n *node, cut, clients bool) error {
+	verb := "add"
+	if !cut {
+		verb = "del"
+	}
+	for _, m := range c.nodes {
+		if m == n {
+			continue
+		}
+		if err := ipCmd("-n", n.ns, "route", verb, m.ip+"/32", "via", c.net.sink()); err != nil {
+			return err
+		}
+		if err := ipCmd("-n", m.ns, "route", verb, n.ip+"/32", "via", c.net.sink()); err != nil {
+			return err
+		}
+	}
+	if clients {
+		host := fmt.Sprintf("10.213.%d.1/32", c.net.subnet)
+		if err := ipCmd("-n", n.ns, "route", verb, host, "via", c.net.sink()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *cluster) isolate(n *node, cut bool) error {
 	verb := "add"
 	if !cut {
@@ -530,4 +569,43 @@ func (c *cluster) replace(t *testing.T, old *node) error {
 		}
 	}
 	return fmt.Errorf("%s, joined in place of %s, is not a voter within 60s", fresh.id, old.id)
+}
+
+// TestSilenceDropsQuietly: the silent classes' links drop without a word —
+// a connect to a silenced node times out instead of being refused — and
+// healing them gives the node back.
+func TestSilenceDropsQuietly(t *testing.T) {
+	if why := netnsUnavailable(); why != "" {
+		t.Skipf("skipping: %s", why)
+	}
+	t.Parallel()
+	c := startCluster(t, 3, true)
+	n := c.nodes[0]
+	if err := c.silence(n, true, true); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", n.client, time.Second)
+	var ne net.Error
+	if err == nil {
+		conn.Close()
+		t.Fatal("a silenced node took a connection")
+	}
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("connect to a silenced node: %v; want it to hang until its timeout", err)
+	}
+	// From a peer's namespace too (where a blackhole route would refuse
+	// the connect at once): timeout(1) ends it, with status 124.
+	peer := c.nodes[1]
+	dial := exec.Command("ip", "netns", "exec", peer.ns, "timeout", "1", "bash", "-c", "exec 3<>/dev/tcp/"+strings.Replace(n.raft, ":", "/", 1))
+	if out, err := dial.CombinedOutput(); dial.ProcessState == nil || dial.ProcessState.ExitCode() != 124 {
+		t.Fatalf("connect from %s to silenced %s: %v %s; want it to hang", peer.id, n.raft, err, out)
+	}
+	if err := c.silence(n, false, true); err != nil {
+		t.Fatal(err)
+	}
+	conn, err = net.DialTimeout("tcp", n.client, 5*time.Second)
+	if err != nil {
+		t.Fatalf("connect after healing: %v", err)
+	}
+	conn.Close()
 }

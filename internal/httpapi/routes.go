@@ -101,6 +101,7 @@ func (a *API) table() []Route {
 				o, err := s.Overview(ctx, q.prefix, q.limit)
 				if vis := auth.Visible(ctx); err == nil && vis != nil {
 					o.Locks = readable(vis, o.Locks, func(l api.LockOverview) string { return l.Key })
+					o.Sessions = readableSessions(vis, o.Locks, o.Sessions)
 				}
 				if reads := auth.ReadsAll(ctx); err == nil && reads != nil && !reads("") {
 					hideTableFigures(&o)
@@ -321,6 +322,25 @@ func hideTableFigures(o *api.Overview) {
 }
 
 // readable keeps the items of a page whose keys the caller may read.
+// readableSessions keeps the sessions of the readable locks, each with
+// only the keys the caller may read, and counts only those.
+func readableSessions(visible func(string) bool, locks []api.LockOverview, sessions []api.SessionOverview) []api.SessionOverview {
+	held := map[uint64]bool{}
+	for _, l := range locks {
+		held[l.Session] = true
+	}
+	kept := sessions[:0]
+	for _, ss := range sessions {
+		if !held[ss.ID] {
+			continue
+		}
+		ss.Keys = readable(visible, ss.Keys, func(k string) string { return k })
+		ss.Locks, ss.Waiting = len(ss.Keys), 0
+		kept = append(kept, ss)
+	}
+	return kept
+}
+
 func readable[T any](visible func(string) bool, items []T, key func(T) string) []T {
 	kept := items[:0]
 	for _, x := range items {

@@ -289,6 +289,7 @@ func (t *Table) AcquireShared(key, holder string, s Shared, now Time, ttl Durati
 	m.waiters = append(m.waiters, sharedWaiter{waiter: waiter{holder: holder, ttl: ttl, since: now, deadline: deadline}, write: s.Write})
 	t.queued++
 	t.own(holder, 0, 1, 0)
+	t.emit(Event{Kind: EventWaitJoined, Key: key, Holder: holder, At: now, Since: now, Expiry: deadline})
 	return Lease{}, false, nil
 }
 
@@ -434,6 +435,8 @@ func (t *Table) cancelShared(e *entry, holder string, now Time) bool {
 	if i < 0 {
 		return false
 	}
+	w := m.waiters[i]
+	t.emit(Event{Kind: EventWaitLeft, Key: e.key, Holder: holder, At: now, Since: w.since, Expiry: w.deadline})
 	m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
 	t.queued--
 	t.own(holder, 0, -1, 0)
@@ -573,9 +576,15 @@ func (t *Table) nextSharedDeadline(at Time, ok bool) (Time, bool) {
 
 func (t *Table) queuedShared(out []Queued) []Queued {
 	for k, m := range t.multi {
-		for _, w := range m.waiters {
-			out = append(out, Queued{Key: k, Holder: w.holder, Since: w.since, Deadline: w.deadline})
-		}
+		out = m.queued(out, k, len(m.waiters))
+	}
+	return out
+}
+
+// queued appends m's first n waiters, head first.
+func (m *multiKey) queued(out []Queued, key string, n int) []Queued {
+	for _, w := range m.waiters[:n] {
+		out = append(out, Queued{Key: key, Holder: w.holder, Since: w.since, Deadline: w.deadline, Write: w.write})
 	}
 	return out
 }

@@ -45,6 +45,9 @@ type Lease struct {
 	// at its grant, kept by its renewals. A resource fences each slot as
 	// an exclusive lock (docs/PRIMITIVES.md).
 	Slot int
+	// Session is the id of the session the lease is held under (0: none);
+	// Expiry and TTL are then the session's.
+	Session uint64
 }
 
 // Remaining is how long the lease has left at now (0 once expired).
@@ -101,7 +104,7 @@ func (e *entry) lease() Lease {
 	if e.holder != nil {
 		l.Holder = e.holder.name
 		if s := e.holder.sess; s != nil {
-			l.Expiry, l.TTL = s.expiry, s.ttl
+			l.Expiry, l.TTL, l.Session = s.expiry, s.ttl, s.id
 		}
 	}
 	return l

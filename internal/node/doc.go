@@ -78,6 +78,11 @@ type Membership interface {
 	Dialable() bool
 	// ProbeRaft checks that addr accepts raft connections.
 	ProbeRaft(ctx context.Context, addr string, timeout time.Duration) error
+	// Peers is the other members' health as this node sees it while it
+	// leads (ok false otherwise); a peer silent for UnreachableAfter is
+	// PeerUnreachable.
+	Peers() (peers []PeerStatus, ok bool)
+	UnreachableAfter() time.Duration
 }
 
 var _ Replicator = (*Node)(nil)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -64,6 +65,10 @@ type Config struct {
 	TrailingLogs       uint64
 	SnapshotInterval   time.Duration
 	WALSegmentSize     int
+	// TokenFloor, when this node has no raft state yet, is a floor the
+	// first leader commits before it serves a grant: every token it
+	// issues is above it. Ignored once there is state.
+	TokenFloor uint64
 
 	Hooks Hooks
 }
@@ -101,7 +106,14 @@ type Node struct {
 	closers []io.Closer
 	state   *stateFile  // nil without a data dir
 	floor   *tokenFloor // nil without a data dir
+	mem     memFloor    // the pending floor without a data dir
 	m       *machine
+	peers   *peerWatch // what the peers answered this node's AppendEntries
+	// lastLeader is the last leader raft named: raft forgets a leader it
+	// stops hearing from, the health view does not.
+	lastLeader atomic.Value // string
+	// otherLeader is the last leader raft named that is not this node.
+	otherLeader atomic.Value // string
 	// startIndex is the last index of the log when the node opened it.
 	startIndex uint64
 	stop       chan struct{}
@@ -168,11 +180,17 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	n.m = newMachine(f, n.floor, cfg.Hooks)
 
+	if err := n.bootFloor(logs, stable, snaps); err != nil {
+		n.close()
+		return nil, err
+	}
 	trans, err := n.transport(rc)
 	if err != nil {
 		n.close()
 		return nil, err
 	}
+	n.peers = newPeerWatch(time.Now)
+	trans = watchTransport(trans, n.peers)
 	if err := bootstrap(cfg, rc, logs, stable, snaps, trans); err != nil {
 		n.close()
 		return nil, err
@@ -184,6 +202,19 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		return nil, fmt.Errorf("server: starting raft: %w", err)
 	}
 	n.raft, n.addr = r, trans.LocalAddr()
+	n.lastLeader.Store("")
+	n.otherLeader.Store("")
+	// The filter runs in raft's goroutine and sends nothing: it only
+	// notes the leader.
+	r.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
+			n.lastLeader.Store(string(lo.LeaderID))
+			if string(lo.LeaderID) != cfg.NodeID {
+				n.otherLeader.Store(string(lo.LeaderID))
+			}
+		}
+		return false
+	}))
 	n.startIndex = r.LastIndex()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.m.returnFreedMemory(n.stop) }()
@@ -344,6 +375,10 @@ type Status struct {
 	// one for a heartbeat timeout. raft keeps naming a dead leader until
 	// an election starts; sending clients there only makes them fail.
 	LeaderSilent bool
+	// FormerLeader, when LeaderID is "", is the last leader this node
+	// knew of, if another node: raft forgets a leader it has stopped
+	// hearing from.
+	FormerLeader string
 	// Term is this node's current raft term.
 	Term uint64
 	// Fault is the log's unresolved write failure; nil when it writes.
@@ -355,6 +390,9 @@ func (n *Node) Status() Status {
 	_, id := n.raft.LeaderWithID()
 	st := Status{State: State(n.raft.State()), LeaderID: string(id), Term: n.raft.CurrentTerm()}
 	st.LeaderSilent = st.State != Leader && time.Since(n.raft.LastContact()) > n.cfg.HeartbeatTimeout
+	if last, _ := n.lastLeader.Load().(string); st.LeaderID == "" && last != n.cfg.NodeID {
+		st.FormerLeader = last
+	}
 	if n.wal != nil {
 		st.Fault = n.wal.Fault()
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
@@ -46,6 +47,16 @@ type Config struct {
 	// Join: with no raft state yet, bootstrap nothing and wait for a
 	// leader to add this node (fencelock cluster join).
 	Join bool
+	// TokenFloor, when this node has no raft state yet, is a floor its
+	// first term as leader commits before any grant: every token the
+	// cluster issues is above it (a cluster rebuilt from scratch starts
+	// above the tokens its resources have seen). Ignored once there is
+	// state; at most node.MaxFloor.
+	TokenFloor uint64
+	// Joining, with Join, is how the join goes, as whoever asks the
+	// cluster to add this node tells it; /readyz answers it until the
+	// node is a member. Nil: nothing to say.
+	Joining *service.JoinStatus
 	// Transport replaces the one RaftAddr would make (tests use raft's
 	// in-memory transport to partition a cluster in-process).
 	Transport raft.Transport
@@ -382,6 +393,9 @@ func (c Config) Validate() error {
 	}
 	if c.Join && len(c.Peers) > 0 {
 		bad("Join and Peers are both set; a node either bootstraps with the peer list or waits to be joined")
+	}
+	if c.TokenFloor > node.MaxFloor {
+		bad("TokenFloor is %d; the limit is %d (tokens would run out)", c.TokenFloor, uint64(node.MaxFloor))
 	}
 	if len(c.Peers) > 0 {
 		self := false

@@ -111,6 +111,35 @@ func (p *peers) Announce(ctx context.Context, clientAddr string, req api.JoinReq
 	return nil
 }
 
+// Members asks the node at clientAddr for its members answer: a
+// follower asks the leader for its view of every member's health.
+func (p *peers) Members(ctx context.Context, clientAddr string) (api.MembersResponse, error) {
+	var out api.MembersResponse
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.scheme+clientAddr+api.PathMembers, nil)
+	if err != nil {
+		return out, err
+	}
+	if p.authToken != "" {
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+p.authToken)
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return out, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return out, fmt.Errorf("GET %s answered %d (%s)", api.PathMembers, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return out, fmt.Errorf("GET %s: %w", api.PathMembers, err)
+	}
+	return out, nil
+}
+
 // close drops idle connections: one dialed for a call that gave up would
 // sit idle on the other node until it times out.
 func (p *peers) close() { p.hc.CloseIdleConnections() }

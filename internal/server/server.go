@@ -94,8 +94,8 @@ func New(cfg Config) (*Server, error) {
 		Logger:           cfg.Logger,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
-		WALSegmentSize: cfg.WALSegmentSize,
-		Hooks:          node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
+		WALSegmentSize: cfg.WALSegmentSize, TokenFloor: cfg.TokenFloor,
+		Hooks: node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
 	}, s.fsm)
 	if err != nil {
 		return nil, err
@@ -107,7 +107,8 @@ func New(cfg Config) (*Server, error) {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_raft_state", Help: "This node's raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.",
-		}, func() float64 { return float64(n.Status().State) }))
+		}, func() float64 { return float64(n.Status().State) }),
+		newPeerCollector(n))
 	s.reg.MustRegister(guardCollectors(guard)...)
 	svc.Start(n)
 	// Calls that a change of the ACLs no longer allows end when this node
@@ -240,7 +241,7 @@ func serviceConfig(cfg Config, peers service.Peers) service.Config {
 	return service.Config{
 		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Clock: cfg.Clock, Logger: cfg.Logger, Peers: peers,
 		ApplyTimeout: cfg.ApplyTimeout, MinTickInterval: cfg.MinTickInterval, ClockCheckpoint: cfg.ClockCheckpoint,
-		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout,
+		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout, Join: cfg.Joining,
 		// -1 in Config is no cap: 0 in the wait commands.
 		MaxWaitersPerKey: max(cfg.MaxWaitersPerKey, 0), MaxWaiters: max(cfg.MaxWaiters, 0),
 		WatchHistory: cfg.WatchHistory, WatchMaxWatchers: cfg.WatchMaxWatchers, WatchMaxPerCaller: cfg.WatchMaxPerCaller,

@@ -53,6 +53,19 @@ func (s *Service) alone() bool {
 // leaderACLRevision asks the leader for its ACL revision.
 func (s *Service) leaderACLRevision(ctx context.Context) (uint64, error) {
 	addr := s.leaderClientAddr()
+	if addr == "" && s.removed.Load() {
+		// A removed node hears from no leader: it asks the one it last
+		// knew, and answers only while it has every change that one has
+		// (it applies none after its removal).
+		st := s.node.Status()
+		id := st.LeaderID
+		if id == "" {
+			id = st.FormerLeader
+		}
+		if m, ok := s.fsm.Member(id); ok {
+			addr = m.ClientAddr
+		}
+	}
 	if addr == "" || addr == s.cfg.ClientAddr {
 		// No leader to ask (an election, a node not yet joined, a leader
 		// catching up): not_leader, as a write would be answered.

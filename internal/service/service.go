@@ -37,6 +37,10 @@ type Config struct {
 	// AnnounceEvery is how often a follower checks that the members table
 	// has its client address (the heartbeat timeout).
 	AnnounceEvery time.Duration
+	// Join, for a node started to join a cluster, is how its join goes;
+	// until the node is a member, a not-ready answer (/readyz) says that
+	// rather than "knows no leader yet". Nil: not joining.
+	Join *JoinStatus
 
 	// Queue caps: the waiters on one key and on all keys; 0: no cap.
 	MaxWaitersPerKey int
@@ -62,6 +66,9 @@ type Peers interface {
 	// Announce asks the leader at clientAddr to record this node's
 	// addresses.
 	Announce(ctx context.Context, clientAddr string, req api.JoinRequest) error
+	// Members asks the node at clientAddr for its members answer (a
+	// follower asks the leader for its view of the members' health).
+	Members(ctx context.Context, clientAddr string) (api.MembersResponse, error)
 	// ACLRevision asks the leader at clientAddr for the revision of its
 	// ACL tables (Service.ACLRevision).
 	ACLRevision(ctx context.Context, clientAddr string) (api.ACLRevision, error)
@@ -88,6 +95,8 @@ type Service struct {
 	ready       atomic.Bool // leader, caught up, orphans dropped
 	aclCaughtUp atomic.Bool
 	counting    atomic.Bool   // count table events in metrics
+	member      atomic.Bool   // this node has been in the configuration, in this process
+	removed     atomic.Bool   // ... and has been taken out of it since
 	closing     chan struct{} // closed by BeginShutdown
 	stop        chan struct{} // closed by Close
 	once        sync.Once
@@ -141,6 +150,8 @@ func (s *Service) Start(n node.Replicator) {
 		s.wg.Add(1)
 		go s.announceLoop()
 	}
+	s.wg.Add(1)
+	go s.membershipLoop()
 }
 
 // Ready reports whether this node serves writes.
