@@ -89,6 +89,7 @@ const (
 	CodeTooManyWaiters   = "too_many_waiters"     // 429: the key's wait queue, or all queues, are at their limit; nothing changed
 	CodeUnauthenticated  = "unauthenticated"      // 401: auth is on and the call carries no known credential
 	CodePermissionDenied = "permission_denied"    // 403: the caller's policies do not allow this call
+	CodeQuotaExceeded    = "quota_exceeded"       // 429: the caller's principal is at a quota (Error.Quota names it); nothing changed
 
 	// Membership refusals (409 unless noted); nothing changed.
 	CodeNoRaft          = "no_raft_transport" // this node cannot add nodes
@@ -129,7 +130,7 @@ func Status(code string) int {
 		return http.StatusMethodNotAllowed
 	case CodeNoSpace:
 		return http.StatusInsufficientStorage
-	case CodeTooManyWaiters, CodeTooManyWatchers:
+	case CodeTooManyWaiters, CodeTooManyWatchers, CodeQuotaExceeded:
 		return http.StatusTooManyRequests
 	case CodeCompacted:
 		return http.StatusGone
@@ -156,7 +157,19 @@ type Error struct {
 	// CompactRevision is the oldest revision a watch may start after
 	// (CodeCompacted).
 	CompactRevision *Revision `json:"compact_revision,omitempty"`
+	// Quota names the quota a principal is at (CodeQuotaExceeded, and
+	// CodeTooManyWatchers for one caller's watches): one of the Quota
+	// constants.
+	Quota string `json:"quota,omitempty"`
 }
+
+// The quotas of one principal (docs/OPERATIONS.md, "Limits").
+const (
+	QuotaSessions = "sessions" // open sessions
+	QuotaLocks    = "locks"    // leases held plus places in wait queues
+	QuotaWaiters  = "waiters"  // places in wait queues
+	QuotaWatches  = "watches"  // watches open on one node
+)
 
 // Lease is one grant: who holds a key, under which fencing token, for how
 // long. RemainingMs is measured on cluster time when the answer was made.

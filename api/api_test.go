@@ -48,7 +48,7 @@ func TestStatus(t *testing.T) {
 		api.CodeMethodNotAllowed: 405, api.CodeNotLeader: 503, api.CodeUnavailable: 503,
 		api.CodeInternal: 500, api.CodeNoSpace: http.StatusInsufficientStorage,
 		api.CodeTooManyOpenFiles: 503, api.CodeTooManyConns: 503, api.CodeNoQuorum: 409,
-		api.CodeChangeUnknown: 503, api.CodeTooManyWaiters: 429, api.CodeRemoved: 503,
+		api.CodeChangeUnknown: 503, api.CodeTooManyWaiters: 429, api.CodeRemoved: 503, api.CodeQuotaExceeded: 429,
 		api.CodeUnauthenticated: 401, api.CodePermissionDenied: 403, "something new": 500,
 	} {
 		if got := api.Status(code); got != want {

@@ -49,6 +49,10 @@ type Overview struct {
 	SessionsOpen int               `json:"sessions_open"`
 	// Stats are this node's counters, counted while it leads.
 	Stats Stats `json:"stats"`
+	// StatsHidden: with ACLs on, the caller may not read every key, so
+	// the figures of the whole table (LastToken, Queued, Stats' counts)
+	// are left out as zeros (docs/SECURITY.md, "Least information").
+	StatsHidden bool `json:"stats_hidden,omitempty"`
 }
 
 // LockOverview is one live lease, how long its token has been held, and

@@ -102,6 +102,13 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-watchers", "FENCELOCK_MAX_WATCHERS")
 	maxWatchersCaller := f.Int("max-watchers-per-caller", defaults.WatchMaxPerCaller, "at most `N` watches open of one principal (or remote host without ACLs); -1: no cap")
 	f.Env("max-watchers-per-caller", "FENCELOCK_MAX_WATCHERS_PER_CALLER")
+	// Quotas of one principal once ACLs are on (docs/OPERATIONS.md).
+	quotaSessions := f.Int("max-sessions-per-principal", defaults.MaxSessionsPerPrincipal, "with ACLs, at most `N` open sessions of one principal, whatever its holder names; -1: no quota")
+	f.Env("max-sessions-per-principal", "FENCELOCK_MAX_SESSIONS_PER_PRINCIPAL")
+	quotaLocks := f.Int("max-locks-per-principal", defaults.MaxLocksPerPrincipal, "with ACLs, at most `N` leases held plus queue places of one principal; -1: no quota")
+	f.Env("max-locks-per-principal", "FENCELOCK_MAX_LOCKS_PER_PRINCIPAL")
+	quotaWaiters := f.Int("max-waiters-per-principal", defaults.MaxWaitersPerPrincipal, "with ACLs, at most `N` queue places of one principal; -1: no quota")
+	f.Env("max-waiters-per-principal", "FENCELOCK_MAX_WAITERS_PER_PRINCIPAL")
 	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
 		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
 	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
@@ -176,6 +183,14 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *watchHistory < 1 || *maxWatchers < -1 || *maxWatchers == 0 || *maxWatchersCaller < -1 || *maxWatchersCaller == 0 {
 		return usageError("--watch-history must be > 0, --max-watchers and --max-watchers-per-caller > 0 or -1 for no cap")
 	}
+	for _, q := range []struct {
+		flag string
+		v    int
+	}{{"max-sessions-per-principal", *quotaSessions}, {"max-locks-per-principal", *quotaLocks}, {"max-waiters-per-principal", *quotaWaiters}} {
+		if q.v < -1 || q.v == 0 {
+			return usageError("--%s must be > 0, or -1 for no quota", q.flag)
+		}
+	}
 	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
 	if err != nil {
 		return usageError("%v", err)
@@ -247,6 +262,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		FramedMaxPendingAnswerBytes: *framedPending, FramedWriteTimeout: *framedWrite, FramedReadTimeout: *framedRead,
 		FramedIdleTimeout: *framedIdle, MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
 		WatchHistory: *watchHistory, WatchMaxWatchers: *maxWatchers, WatchMaxPerCaller: *maxWatchersCaller,
+		MaxSessionsPerPrincipal: *quotaSessions, MaxLocksPerPrincipal: *quotaLocks, MaxWaitersPerPrincipal: *quotaWaiters,
 		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure, AuthToken: *authToken}
 	cfg.MaxRaftConnections, cfg.MaxRaftHandshakes, cfg.RaftHandshakeTimeout = *maxRaftConns, *maxRaftHandshakes, *raftHandshake
 	cfg.FramedMaxUnauthenticatedFrame, cfg.FramedUnauthenticatedIdleTimeout = *framedUnauthFrame, *framedUnauthIdle

@@ -53,7 +53,11 @@ type Config struct {
 	Guard      *auth.Guard
 	Authorizer Authorizer   // nil: everything is authorized
 	Metrics    http.Handler // GET /metrics
-	Logger     *slog.Logger
+	// Gatherer is what Metrics serves; with it, a caller with a
+	// principal is shown a series counted by key prefix only if it may
+	// read the prefix (serveMetrics). nil: Metrics serves everyone alike.
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
 	// StreamWriteTimeout drops an event stream whose peer takes no bytes
 	// for this long; 0: 10 s.
 	StreamWriteTimeout time.Duration

@@ -470,6 +470,7 @@ func sharedProperty(rt *rapid.T) {
 			tb = fresh
 		},
 		"": func(rt *rapid.T) {
+			checkOwners(rt, tb)
 			if fmt.Sprint(got) != fmt.Sprint(m.evs) {
 				rt.Fatalf("events:\n table %v\n model %v", got, m.evs)
 			}

@@ -288,6 +288,7 @@ func (t *Table) AcquireShared(key, holder string, s Shared, now Time, ttl Durati
 	}
 	m.waiters = append(m.waiters, sharedWaiter{waiter: waiter{holder: holder, ttl: ttl, since: now, deadline: deadline}, write: s.Write})
 	t.queued++
+	t.own(holder, 0, 1, 0)
 	t.emit(Event{Kind: EventWaitJoined, Key: key, Holder: holder, At: now, Since: now, Expiry: deadline})
 	return Lease{}, false, nil
 }
@@ -324,6 +325,7 @@ func (t *Table) grantSlot(e *entry, m *multiKey, holder string, write bool, now 
 	if i := m.waiterIndex(holder); i >= 0 {
 		m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
 		t.queued--
+		t.own(holder, 0, -1, 0)
 	}
 	t.emit(Event{Kind: EventGranted, Key: e.key, Holder: holder, Token: t.last, At: now, Since: since, Expiry: he.expiry})
 	return m.lease(h)
@@ -376,6 +378,7 @@ func (t *Table) dropLateShared(e *entry, m *multiKey, now Time) {
 	for _, w := range m.waiters {
 		if now >= w.deadline {
 			t.emit(Event{Kind: EventWaitDropped, Key: e.key, Holder: w.holder, At: now, Since: w.since})
+			t.own(w.holder, 0, -1, 0)
 			continue
 		}
 		kept = append(kept, w)
@@ -436,6 +439,7 @@ func (t *Table) cancelShared(e *entry, holder string, now Time) bool {
 	t.emit(Event{Kind: EventWaitLeft, Key: e.key, Holder: holder, At: now, Since: w.since, Expiry: w.deadline})
 	m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
 	t.queued--
+	t.own(holder, 0, -1, 0)
 	// A writer that leaves the head lets the readers behind it in.
 	t.handOffShared(e, m, now)
 	t.tidyShared(e, m)

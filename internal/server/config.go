@@ -202,6 +202,18 @@ type Config struct {
 	WatchHistory      int
 	WatchMaxWatchers  int
 	WatchMaxPerCaller int
+
+	// Quotas of one principal, once ACLs are on (docs/OPERATIONS.md,
+	// Limits): its open sessions (0: 4,096), its leases held plus places
+	// in wait queues (0: 65,536), its places in wait queues (0: 10,000).
+	// The leader answers a call that would go past one 429
+	// quota_exceeded, naming it, and changes nothing; so one principal,
+	// whatever holder names it uses, cannot fill a table-wide cap
+	// (1,048,576 sessions, MaxWaiters) and lock the others out. Its
+	// watches are WatchMaxPerCaller. -1 means no quota.
+	MaxSessionsPerPrincipal int
+	MaxLocksPerPrincipal    int
+	MaxWaitersPerPrincipal  int
 }
 
 // DefaultConfig returns the values used for zero fields.
@@ -237,6 +249,10 @@ func DefaultConfig() Config {
 		WatchHistory:      10000,
 		WatchMaxWatchers:  10000,
 		WatchMaxPerCaller: 1000,
+
+		MaxSessionsPerPrincipal: 4096,
+		MaxLocksPerPrincipal:    65536,
+		MaxWaitersPerPrincipal:  10000,
 	}
 }
 
@@ -310,6 +326,9 @@ func (c Config) withDefaults() Config {
 		return v
 	}
 	c.WatchMaxWatchers, c.WatchMaxPerCaller = pick(c.WatchMaxWatchers, d.WatchMaxWatchers), pick(c.WatchMaxPerCaller, d.WatchMaxPerCaller)
+	c.MaxSessionsPerPrincipal = pick(c.MaxSessionsPerPrincipal, d.MaxSessionsPerPrincipal)
+	c.MaxLocksPerPrincipal = pick(c.MaxLocksPerPrincipal, d.MaxLocksPerPrincipal)
+	c.MaxWaitersPerPrincipal = pick(c.MaxWaitersPerPrincipal, d.MaxWaitersPerPrincipal)
 	if c.WatchHistory == 0 {
 		c.WatchHistory = d.WatchHistory
 	}
@@ -380,7 +399,9 @@ func (c Config) Validate() error {
 	for _, w := range []struct {
 		name string
 		v    int
-	}{{"WatchMaxWatchers", c.WatchMaxWatchers}, {"WatchMaxPerCaller", c.WatchMaxPerCaller}} {
+	}{{"WatchMaxWatchers", c.WatchMaxWatchers}, {"WatchMaxPerCaller", c.WatchMaxPerCaller},
+		{"MaxSessionsPerPrincipal", c.MaxSessionsPerPrincipal}, {"MaxLocksPerPrincipal", c.MaxLocksPerPrincipal},
+		{"MaxWaitersPerPrincipal", c.MaxWaitersPerPrincipal}} {
 		if w.v < -1 {
 			bad("%s is %d; it must be positive (0 is the default, -1 no cap)", w.name, w.v)
 		}

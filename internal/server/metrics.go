@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/node"
 )
@@ -118,5 +119,17 @@ func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
 			down = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.unreachable, prometheus.GaugeValue, down, p.ID)
+	}
+}
+
+// guardCollectors count the calls the ACLs are watched for.
+func guardCollectors(g *auth.Guard) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_acl_calls_running", Help: "Calls with a principal running now on this node (waits, watches and streams among them), checked again whenever the ACLs change.",
+		}, func() float64 { return float64(g.Live()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencelock_acl_revoked_calls_total", Help: "Running calls ended because a change of the ACLs revoked their token or their permission.",
+		}, func() float64 { return float64(g.Revoked()) }),
 	}
 }

@@ -57,6 +57,37 @@ func (p *peers) Identity(ctx context.Context, clientAddr string) (api.Identity, 
 	return id, nil
 }
 
+// ACLRevision asks the leader at clientAddr for the revision of its ACL
+// tables. Its answer is small; a refusal (not_leader, unavailable) comes
+// back as the leader's *Error.
+func (p *peers) ACLRevision(ctx context.Context, clientAddr string) (api.ACLRevision, error) {
+	var rev api.ACLRevision
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.scheme+clientAddr+api.PathACLRevision, nil)
+	if err != nil {
+		return rev, err
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return rev, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<12))
+	if err != nil {
+		return rev, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var we api.Error
+		if json.Unmarshal(body, &we) == nil && we.Code != "" {
+			return rev, &Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("the leader at %s answered %s: %s", clientAddr, we.Code, we.Message)}
+		}
+		return rev, fmt.Errorf("GET %s at %s answered %d", api.PathACLRevision, clientAddr, resp.StatusCode)
+	}
+	if err := json.Unmarshal(body, &rev); err != nil {
+		return rev, fmt.Errorf("GET %s: %w", api.PathACLRevision, err)
+	}
+	return rev, nil
+}
+
 // Announce asks the leader at clientAddr to record req. Whatever the
 // answer, the caller looks at the members table again later.
 func (p *peers) Announce(ctx context.Context, clientAddr string, req api.JoinRequest) error {

@@ -83,7 +83,7 @@ func New(cfg Config) (*Server, error) {
 	s.guard = auth.NewGuard(svc, cfg.Logger)
 	s.api = httpapi.New(httpapi.Config{
 		Service: svc, Guard: s.guard, Authorizer: cfg.Authorizer, Logger: cfg.Logger,
-		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), StreamWriteTimeout: cfg.sseWriteTimeout,
+		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), Gatherer: s.reg, StreamWriteTimeout: cfg.sseWriteTimeout,
 		Hosts: hostCheck(cfg, s.tls),
 	})
 	apply := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -118,7 +118,12 @@ func New(cfg Config) (*Server, error) {
 			Name: "fencelock_raft_state", Help: "This node's raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.",
 		}, func() float64 { return float64(n.Status().State) }),
 		newPeerCollector(n))
+	s.reg.MustRegister(guardCollectors(s.guard)...)
 	svc.Start(n)
+	// Calls that a change of the ACLs no longer allows end when this node
+	// applies it.
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.guard.Run(s.stop) }()
 	if cfg.TLSReload != nil {
 		s.wg.Add(1)
 		go s.reloadLoop(cfg.TLSReload)
@@ -264,6 +269,7 @@ func serviceConfig(cfg Config, peers service.Peers) service.Config {
 		// -1 in Config is no cap: 0 in the wait commands.
 		MaxWaitersPerKey: max(cfg.MaxWaitersPerKey, 0), MaxWaiters: max(cfg.MaxWaiters, 0),
 		WatchHistory: cfg.WatchHistory, WatchMaxWatchers: cfg.WatchMaxWatchers, WatchMaxPerCaller: cfg.WatchMaxPerCaller,
+		QuotaSessions: cfg.MaxSessionsPerPrincipal, QuotaLocks: cfg.MaxLocksPerPrincipal, QuotaWaiters: cfg.MaxWaitersPerPrincipal,
 	}
 }
 

@@ -210,7 +210,7 @@ func (s *Service) Remove(ctx context.Context, req api.RemoveRequest) (api.Remove
 func (s *Service) join(ctx context.Context, req api.JoinRequest, add bool) (api.JoinResponse, *Error) {
 	var none api.JoinResponse
 	if e := firstErr(checkNodeField("id", req.ID, api.MaxNodeIDLen), checkNodeField("raft_addr", req.RaftAddr, api.MaxAddrLen),
-		checkNodeField("client_addr", req.ClientAddr, api.MaxAddrLen)); e != nil {
+		checkClientAddr(req.ClientAddr)); e != nil {
 		return none, e
 	}
 	if add && !s.node.Dialable() {

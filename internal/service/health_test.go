@@ -27,6 +27,10 @@ func (p *fakePeers) Identity(context.Context, string) (api.Identity, error) {
 
 func (p *fakePeers) Announce(context.Context, string, api.JoinRequest) error { return nil }
 
+func (p *fakePeers) ACLRevision(context.Context, string) (api.ACLRevision, error) {
+	return api.ACLRevision{}, errors.New("fakePeers: no ACL revision")
+}
+
 func (p *fakePeers) Members(_ context.Context, addr string) (api.MembersResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

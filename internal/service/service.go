@@ -50,6 +50,13 @@ type Config struct {
 	WatchHistory      int
 	WatchMaxWatchers  int
 	WatchMaxPerCaller int
+
+	// Quotas of one principal (0: none): open sessions, leases held plus
+	// places in wait queues, places in wait queues. The leader checks
+	// them before it proposes (quota.go).
+	QuotaSessions int
+	QuotaLocks    int
+	QuotaWaiters  int
 }
 
 // Peers is how this node calls the client port of another node.
@@ -62,6 +69,9 @@ type Peers interface {
 	// Members asks the node at clientAddr for its members answer (a
 	// follower asks the leader for its view of the members' health).
 	Members(ctx context.Context, clientAddr string) (api.MembersResponse, error)
+	// ACLRevision asks the leader at clientAddr for the revision of its
+	// ACL tables (Service.ACLRevision).
+	ACLRevision(ctx context.Context, clientAddr string) (api.ACLRevision, error)
 }
 
 // Service is the lock service of one node: the operations over the
@@ -74,8 +84,12 @@ type Service struct {
 	node    node.Replicator
 	metrics *metrics
 	waiters *waitRegistry
+	quotas  quotas
 	watches *eventlog.Log
 	clock   clusterClock // the cluster clock, and the local clock it runs on (clock.clk)
+	// aclReads are a follower's questions to the leader about its ACL
+	// revision (ConfirmedACL).
+	aclReads *readIndex
 
 	change      sync.Mutex  // serialises membership changes: each probes, then changes
 	ready       atomic.Bool // leader, caught up, orphans dropped
@@ -102,10 +116,11 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("service: config: AnnounceEvery must be positive with a ClientAddr")
 	}
 	s := &Service{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		closing: make(chan struct{}),
-		stop:    make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		closing:  make(chan struct{}),
+		stop:     make(chan struct{}),
+		aclReads: newReadIndex(),
 	}
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
@@ -172,6 +187,7 @@ func (s *Service) Closing() <-chan struct{} { return s.closing }
 func (s *Service) Close() {
 	s.BeginShutdown()
 	close(s.stop)
+	s.aclReads.close()
 	s.wg.Wait()
 }
 
