@@ -49,10 +49,18 @@ type Overview struct {
 	SessionsOpen int               `json:"sessions_open"`
 	// Stats are this node's counters, counted while it leads.
 	Stats Stats `json:"stats"`
+	// StatsHidden: with ACLs on, the caller may not read every key, so
+	// the figures of the whole table (LastToken, Queued, Stats' counts)
+	// are left out as zeros (docs/SECURITY.md, "Least information").
+	StatsHidden bool `json:"stats_hidden,omitempty"`
 }
 
 // LockOverview is one live lease, how long its token has been held, and
-// its wait queue, head first.
+// its wait queue, head first. A key of several holders (a semaphore's
+// permits, a read/write lock's readers) gives its queue with its first
+// lease only: every waiter is listed once, and the waiters listed add up
+// to Overview.Queued when no queue is cut and every queued key is on the
+// page.
 type LockOverview struct {
 	Lease
 	HeldMs       int64    `json:"held_ms"`
@@ -61,11 +69,15 @@ type LockOverview struct {
 }
 
 // Waiter is one queued acquire: how long it has waited and how long it
-// will wait more before it gives up.
+// will wait more before it gives up. Mode is what a read/write lock's
+// waiter asks for (ModeRead, ModeWrite); absent on other kinds. Session
+// is the session it is to be granted under, when it waits under one.
 type Waiter struct {
 	Holder   string `json:"holder"`
 	WaitedMs int64  `json:"waited_ms"`
 	LeftMs   int64  `json:"left_ms"`
+	Mode     string `json:"mode,omitempty"`
+	Session  uint64 `json:"session,omitempty"`
 }
 
 // Stats are the lease counters and histograms of fencelock_grants_total,

@@ -158,6 +158,9 @@ func (ts *testServer) call(ctx context.Context, t *testing.T, method, path, toke
 	if err != nil {
 		t.Fatal(err)
 	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

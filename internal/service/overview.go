@@ -49,7 +49,7 @@ func (s *Service) Overview(ctx context.Context, prefix string, limit int) (api.O
 			WaitersTotal: l.Queued,
 		}
 		for j, w := range l.Waiters {
-			lo.Waiters[j] = api.Waiter{Holder: w.Holder, WaitedMs: ms(locktable.Duration(now - w.Since)), LeftMs: ms(locktable.Duration(max(0, w.Deadline-now)))}
+			lo.Waiters[j] = wireWaiter(w, l.Lease.Kind, now)
 		}
 		out.Locks[i] = lo
 	}
