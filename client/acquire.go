@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -32,57 +31,17 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 	if o.ttl <= 0 {
 		return nil, invalidf("ttl_ms", "ttl must be positive, not %v", o.ttl)
 	}
-	var end time.Time
-	if wait > 0 {
-		end = c.clock.Now().Add(wait)
+	lk, sent, err := c.queue(ctx, grantCall{key: key, holder: o.holder, ttl: o.ttl, id: newRequestID(), opts: o.grant}, wait)
+	if err != nil {
+		if ctx.Err() != nil && wait != 0 && o.generated {
+			// A grant may have crossed our cancel on the wire, unseen.
+			// The holder name is ours alone, so releasing by it is safe.
+			c.releaseQuietly(key, o.holder, 0)
+		}
+		return nil, err
 	}
-	id := newRequestID()
-	outages := 0
-	for {
-		var round time.Duration
-		switch {
-		case wait < 0:
-			round = maxWaitRound
-		case wait > 0:
-			round = min(end.Sub(c.clock.Now()), maxWaitRound)
-			round = max(round, 0)
-		}
-		sent := c.clock.Now()
-		lk, err := c.grant(ctx, grantCall{key: key, holder: o.holder, ttl: o.ttl, wait: round, id: id, opts: o.grant})
-		if err == nil {
-			return c.start(ctx, lk, o, sent)
-		}
-		if ctx.Err() != nil {
-			if round > 0 && o.generated {
-				// The grant may have crossed our cancel on the wire. The
-				// holder name is ours alone, so releasing by it is safe.
-				c.releaseQuietly(key, o.holder, 0)
-			}
-			return nil, err
-		}
-		// Less than a millisecond left cannot be expressed on the wire.
-		if wait == 0 || (wait > 0 && end.Sub(c.clock.Now()) < time.Millisecond) {
-			return nil, err
-		}
-		switch {
-		case errors.Is(err, ErrHeld):
-			id = newRequestID() // the round's wait elapsed: a new wait
-		case (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnreachable)) && outages < maxOutages:
-			// No leader for longer than one call's retries (an election
-			// under load, say): a waiter goes on waiting a while, under
-			// the same id, so its queue place and any grant made
-			// meanwhile are still its own.
-			outages++
-		default:
-			return nil, err
-		}
-	}
+	return c.start(ctx, lk, o, sent)
 }
-
-// maxOutages is how many times in a row a waiting acquire starts its
-// retries again after they all failed (each time about 1.3 to 2.6 s)
-// before it reports the cluster unreachable.
-const maxOutages = 3
 
 // start turns a grant into a Lease. sent is when the grant was asked for: the
 // server granted at or after it, so the lease lasts at least until sent+TTL.

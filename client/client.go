@@ -80,15 +80,19 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 // most once.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
-// WithWaitCheck sets how often a waiting acquire asks the node it waits on
-// whether it still answers (GET /healthz), and how long that node has to
-// answer (default 1s). A node that does not answer in time is left, and the
-// wait goes on at the new leader with the same request id: in the same
-// queue place, and never granted twice. A wait moves within about two of
-// these intervals after its node froze or was cut off. A node that answers
-// but loses leadership answers its waits not_leader itself. A leader too
-// loaded to answer in time is left too, and the wait queues there again
-// behind those that came meanwhile: keep the interval well above the
+// WithWaitCheck sets how long any call may go unanswered before the client
+// asks the node it went to whether it still answers at all (GET /healthz),
+// how long that node has to answer, and how often it is asked again while
+// the call is out (default 1s). A node that does not answer in time (it
+// froze, or it was cut off: a stopped process's kernel still accepts
+// connections) is left, and the call goes on at the next node with the same
+// request id: a write is applied at most once, and a wait keeps its queue
+// place and is never granted twice. A call moves within about two of these
+// intervals after its node stopped answering, whatever the ctx allows: a
+// Release with context.Background() included. A node that answers but
+// loses leadership answers its waits not_leader itself. A leader too loaded
+// to answer its health check in time is left too, and a wait queues there
+// again behind those that came meanwhile: keep the interval well above the
 // answer times seen under load.
 func WithWaitCheck(d time.Duration) Option {
 	return func(c *Client) {
@@ -226,10 +230,9 @@ type call struct {
 	query  url.Values
 	body   any
 	out    any
-	at     string // one attempt at exactly this address: no retries, no redirects
-	// watch: a wait that may last long; while it is out, the node it went
-	// to is asked whether it still answers (see watched).
-	watch bool
+	at     string // one attempt at exactly this address: no retries, no redirects, no check
+	// resend, when set, is the body of every attempt after the first.
+	resend func() any
 	// maybeApplied, when set, is called for each attempt that may have
 	// been applied without an answer saying so: it was sent (or may have
 	// been) and no answer came, or the answer was change_unknown.
@@ -267,16 +270,15 @@ func (cl call) noteMaybe() {
 
 // do runs a call with failover and retries. It returns nil, an *APIError, an
 // error matching ErrUnreachable, or the cause of ctx when ctx ended first.
+//
+// Every attempt is checked (see checked): one whose node stops answering
+// (a SIGSTOPped or cut-off leader) is left after about two WithWaitCheck
+// intervals, and that node is passed over for the rest of the call while
+// another is left, unless a node names it as the leader.
 func (c *Client) do(ctx context.Context, cl call) error {
-	var body []byte
-	if c.framed {
-		cl.bin = binaryBody(cl)
-	}
-	if cl.body != nil && cl.bin == nil {
-		var err error
-		if body, err = jsonBody(cl, nil); err != nil {
-			return err
-		}
+	body, err := c.encode(&cl)
+	if err != nil {
+		return err
 	}
 	if cl.at != "" {
 		return c.once(ctx, cl.at, cl, body)
@@ -285,20 +287,34 @@ func (c *Client) do(ctx context.Context, cl call) error {
 	backoff := c.backoff
 	redirects := 0
 	backoffs := 0
-	for next := 0; ; {
-		addr := c.pick(next)
-		var err error
-		if cl.watch {
-			err = c.watched(ctx, addr, cl, body)
-		} else {
-			err = c.once(ctx, addr, cl, body)
+	tries := 0
+	var silent map[string]bool // addresses that went silent during this call
+	for next, first := 0, true; ; first = false {
+		if !first && cl.resend != nil {
+			cl.body = cl.resend()
+			if body, err = c.encode(&cl); err != nil {
+				return err
+			}
 		}
+		var addr string
+		addr, next = c.pickSkipping(next, silent)
+		err := c.checked(ctx, addr, cl, body)
 		if err == nil {
 			c.prefer(addr)
 			return nil
 		}
 		if ctx.Err() != nil {
 			return gaveUp(ctx, lastErr)
+		}
+		if m := c.tlsMismatch(ctx, addr, err); m != nil {
+			return m // no retry can help
+		}
+		var se *silentError
+		if errors.As(err, &se) {
+			if silent == nil {
+				silent = map[string]bool{}
+			}
+			silent[addr] = true
 		}
 		var ae *APIError
 		if errors.As(err, &ae) && ae.Code == api.CodeChangeUnknown {
@@ -307,9 +323,12 @@ func (c *Client) do(ctx context.Context, cl call) error {
 		switch {
 		case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "" && redirects < 3:
 			// Follow the named leader at once; it does not use up a retry.
-			if u, perr := leaderURL(addr, ae.Leader); perr == nil {
+			// A node named as the leader is asked even if it went silent:
+			// it may have been stopped for a moment only.
+			if u, perr := leaderURL(addr, ae.Leader); perr == nil && u != addr {
 				redirects++
 				c.prefer(u)
+				delete(silent, u)
 				next = 0
 				lastErr = err
 				continue
@@ -319,10 +338,11 @@ func (c *Client) do(ctx context.Context, cl call) error {
 		}
 		lastErr = err
 		next++
+		tries++
 		// Try every address once before backing off; the budget counts
 		// back-offs, so a cluster with a dead node and an election in
 		// progress gets the same time as a single node.
-		if next%len(c.addrs) == 0 || errors.As(err, &ae) {
+		if tries%c.size() == 0 || errors.As(err, &ae) {
 			if backoffs >= c.retries {
 				return lastErr
 			}
@@ -336,51 +356,183 @@ func (c *Client) do(ctx context.Context, cl call) error {
 	}
 }
 
-// watched sends a waiting call to addr and, while it waits, asks addr
-// every waitCheck whether it still answers at all (GET /healthz, bounded by
-// waitCheck too: cheap, no quorum round). A node that is frozen or cut off
-// cannot grant the wait nor say that it will not: its call is abandoned
-// with ErrUnreachable, and do sends the same request (same request_id) to
-// the next node, whose queue already holds this holder's place. A node that
-// answers but stops leading says so itself: it answers its waits
-// not_leader, naming the new leader.
-func (c *Client) watched(ctx context.Context, addr string, cl call, body []byte) error {
-	actx, cancel := context.WithCancelCause(ctx)
-	stopped := make(chan struct{})
-	checked := make(chan struct{})
-	defer func() {
-		// Stop the checker, ending a check still out, and wait for it.
-		close(stopped)
-		cancel(nil)
-		<-checked
-	}()
-	go func() {
-		defer close(checked)
-		for {
-			if !sleep(c.clock, c.waitCheck, stopped) {
-				return
-			}
-			pctx, pcancel := context.WithCancelCause(actx)
-			t := c.clock.AfterFunc(c.waitCheck, func() { pcancel(errors.New("no answer")) })
-			err := c.once(pctx, addr, call{method: http.MethodGet, path: api.PathHealth}, nil)
-			t.Stop()
-			pcancel(nil)
-			select {
-			case <-stopped:
-				return
-			default:
-			}
-			if err != nil && actx.Err() == nil {
-				cancel(fmt.Errorf("%w: %s stopped leading or answering while we waited: %v", ErrUnreachable, addr, err))
-				return
+// encode makes cl's body: in binary for a framed call that has a binary
+// form (cl.bin), else the JSON returned.
+func (c *Client) encode(cl *call) ([]byte, error) {
+	cl.bin = nil
+	if c.framed {
+		cl.bin = binaryBody(*cl)
+	}
+	if cl.body == nil || cl.bin != nil {
+		return nil, nil
+	}
+	return jsonBody(*cl, nil)
+}
+
+// tlsMismatch is the error for an attempt at addr that failed with err
+// because one side spoke TLS and the other did not, or nil. A plain
+// server met over https:// shows it in the handshake. A TLS server met
+// over http:// only closes the connection, which is also what a node that
+// dies does: after such a close (EOF, reset), a TLS handshake is tried on
+// addr, bounded by ctx and the dial timeout; a server that answers it
+// speaks TLS.
+func (c *Client) tlsMismatch(ctx context.Context, addr string, err error) error {
+	var se *silentError
+	if !errors.Is(err, ErrUnreachable) || errors.As(err, &se) {
+		return nil
+	}
+	msg := err.Error()
+	if host, ok := strings.CutPrefix(addr, "https://"); ok {
+		if strings.Contains(msg, "first record does not look like a TLS handshake") ||
+			strings.Contains(msg, "server gave HTTP response to HTTPS client") {
+			return &TLSMismatchError{Addr: addr, Host: host}
+		}
+		return nil
+	}
+	host, ok := strings.CutPrefix(addr, "http://")
+	if !ok || !(strings.HasSuffix(msg, "EOF") || strings.Contains(msg, "connection reset by peer")) {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout},
+		// Only whether it speaks TLS is asked, not whom: nothing is sent.
+		Config: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}
+	conn, herr := d.DialContext(pctx, "tcp", host)
+	var alert tls.AlertError
+	switch {
+	case herr == nil:
+		conn.Close()
+	case errors.As(herr, &alert):
+		// It answered the handshake, if only to refuse it.
+	default:
+		return nil
+	}
+	return &TLSMismatchError{Addr: addr, Host: host, ServerTLS: true}
+}
+
+// pickSkipping is the address n places after the preferred one, passing
+// over those in skip while another is left, and the place it was found at.
+func (c *Client) pickSkipping(n int, skip map[string]bool) (string, int) {
+	if len(skip) > 0 {
+		for i := range c.size() {
+			if a := c.pick(n + i); !skip[a] {
+				return a, n + i
 			}
 		}
-	}()
+	}
+	return c.pick(n), n
+}
+
+// silentError is an attempt left because its node stopped answering: no
+// answer came, and neither did one to the health check sent meanwhile (or
+// the check said the node cannot serve).
+type silentError struct {
+	addr  string
+	check error // what the health check got
+}
+
+func (e *silentError) Error() string {
+	return fmt.Sprintf("%v: %s stopped answering (its health check: %s)", ErrUnreachable, e.addr, strings.ReplaceAll(e.check.Error(), "fencelock: ", ""))
+}
+
+func (e *silentError) Unwrap() error { return ErrUnreachable }
+
+// checked sends cl to addr and, while no answer has come, asks addr every
+// waitCheck whether it still answers at all (GET /healthz, bounded by
+// waitCheck too: cheap, no quorum round). A node that is frozen or cut off
+// cannot answer the call nor say that it will not: the attempt is
+// abandoned with a *silentError, and do sends the same request (same
+// request_id) to the next node. A write abandoned so may have been
+// applied; its request id makes the re-sent one apply at most once, and a
+// wait re-sent so finds its queue place on the node that leads next. A
+// node that answers but stops leading says so itself: it answers its waits
+// not_leader, naming the new leader. Nothing is checked of a call answered
+// within waitCheck but a timer armed and stopped.
+func (c *Client) checked(ctx context.Context, addr string, cl call, body []byte) error {
+	actx, cancel := context.WithCancelCause(ctx)
+	k := &nodeCheck{c: c, addr: addr, ctx: actx, abandon: cancel}
+	k.arm()
 	err := c.once(actx, addr, cl, body)
-	if err != nil && ctx.Err() == nil && actx.Err() != nil {
-		return context.Cause(actx)
+	cause := context.Cause(actx)
+	k.stop()
+	cancel(nil)
+	var se *silentError
+	if err != nil && ctx.Err() == nil && errors.As(cause, &se) {
+		return se
 	}
 	return err
+}
+
+// nodeCheck is the health check of one attempt's node, running while the
+// attempt is out: a timer that, each time it fires, sends one check in a
+// goroutine of its own, which arms the timer again if the node answered.
+// stop ends it and waits for a check still out.
+type nodeCheck struct {
+	c       *Client
+	addr    string
+	ctx     context.Context // the attempt's
+	abandon context.CancelCauseFunc
+
+	mu      sync.Mutex
+	stopped bool
+	timer   Timer
+	probe   context.CancelFunc // ends the check that is out
+	wg      sync.WaitGroup
+}
+
+func (k *nodeCheck) arm() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped {
+		k.timer = k.c.clock.AfterFunc(k.c.waitCheck, k.fire)
+	}
+}
+
+// fire runs on the clock's timer; the check itself must not, because a
+// test clock runs timers on the goroutine that moves it.
+func (k *nodeCheck) fire() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped {
+		return
+	}
+	pctx, pcancel := context.WithCancelCause(k.ctx)
+	k.probe = func() { pcancel(nil) }
+	k.wg.Add(1)
+	go k.check(pctx, pcancel)
+}
+
+func (k *nodeCheck) check(pctx context.Context, pcancel context.CancelCauseFunc) {
+	defer k.wg.Done()
+	t := k.c.clock.AfterFunc(k.c.waitCheck, func() { pcancel(errors.New("no answer within " + k.c.waitCheck.String())) })
+	err := k.c.once(pctx, k.addr, call{method: http.MethodGet, path: api.PathHealth}, nil)
+	t.Stop()
+	pcancel(nil)
+	k.mu.Lock()
+	stopped := k.stopped
+	k.mu.Unlock()
+	switch {
+	case stopped || k.ctx.Err() != nil:
+	case err != nil:
+		k.abandon(&silentError{addr: k.addr, check: err})
+	default:
+		k.arm()
+	}
+}
+
+// stop ends the check and waits for a check still out.
+func (k *nodeCheck) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+	if k.probe != nil {
+		k.probe()
+	}
+	k.mu.Unlock()
+	k.wg.Wait()
 }
 
 // gaveUp is the error of a call whose ctx ended while it retried: the

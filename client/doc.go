@@ -60,9 +60,12 @@
 // random, new per lease); Acquire waits until ctx ends unless WithWait; an
 // extension attempt waits TTL/12 for one node (100ms to 2s), the next node
 // is tried at once, and a round of every node is tried again about TTL/30
-// later (at most 250ms); a waiting acquire checks its node every second
-// (WithWaitCheck) and moves on, same request_id, when it does not answer;
-// plain calls retry 6 rounds with jittered back-off from 50ms to 1s.
+// later (at most 250ms); any call unanswered for a second has its node
+// checked every second (WithWaitCheck) and moves on, same request_id, when
+// the check is not answered either, about 2s after the node went silent;
+// plain calls retry 6 rounds with jittered back-off from 50ms to 1s; a wait
+// longer than the server's hour is sent in rounds that overlap by a minute,
+// under one request id, so it keeps its queue place.
 //
 // A Client takes several addresses: it moves to the next one when a node
 // cannot be reached, retries with jittered back-off, and follows a node that

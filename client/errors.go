@@ -157,3 +157,21 @@ func (e *LostError) Unwrap() []error { return []error{ErrLeaseLost, e.Reason} }
 func invalidf(field, format string, args ...any) error {
 	return &APIError{Code: api.CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
 }
+
+// TLSMismatchError is a server that speaks TLS met at an http:// address,
+// or one that does not met at an https:// address: the handshake showed
+// it. It matches ErrUnreachable; retrying cannot help.
+type TLSMismatchError struct {
+	Addr      string // the base URL tried
+	Host      string // its host:port
+	ServerTLS bool   // the server speaks TLS (and Addr is http://)
+}
+
+func (e *TLSMismatchError) Error() string {
+	if e.ServerTLS {
+		return fmt.Sprintf("%v: %s speaks TLS: use https://%s", ErrUnreachable, e.Addr, e.Host)
+	}
+	return fmt.Sprintf("%v: %s does not speak TLS: use http://%s", ErrUnreachable, e.Addr, e.Host)
+}
+
+func (e *TLSMismatchError) Unwrap() error { return ErrUnreachable }

@@ -13,10 +13,10 @@ import (
 
 // twoNodes is a client for nodes a and b, and a lease on "k" taken on a
 // that b knows too, as the replica that the cluster elects next would.
-func twoNodes(t *testing.T, clk *clock.Fake) (a, b *clienttest.Server, c *client.Client, l *client.Lease) {
+func twoNodes(t *testing.T, clk *clock.Fake, opts ...client.Option) (a, b *clienttest.Server, c *client.Client, l *client.Lease) {
 	t.Helper()
 	a, b = clienttest.NewServer(clk), clienttest.NewServer(clk)
-	c, err := client.New([]string{a.Addr, b.Addr}, client.WithClock(clk))
+	c, err := client.New([]string{a.Addr, b.Addr}, append([]client.Option{client.WithClock(clk)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,16 +171,17 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 				got <- result{l, err}
 			}()
 			waitFor(t, "the wait to queue on a", func() bool { return len(a.Waiters("k")) == 1 })
-			// A healthy node is checked and kept. The client's one timer
-			// at rest is the check's sleep (the wait's bound and x's
-			// expiry are the server's).
-			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 1 })
+			// A healthy node is checked and kept. The client's timers at
+			// rest are the check's sleep and the send of the wait's next
+			// round, an hour on (the wait's bound and x's expiry are the
+			// server's).
+			waitFor(t, "the check's sleep", func() bool { return clk.Pending() == 2 })
 			// The check arms its answer bound, then (answered) its next
 			// sleep: both are 1s timers, so wait for the second one made.
 			armed := clk.Scheduled()
 			clk.Advance(time.Second)
 			waitFor(t, "the first check", func() bool { return a.Count("healthz") == 1 })
-			waitFor(t, "the check's sleep", func() bool { return clk.Scheduled() == armed+2 && clk.Pending() == 1 })
+			waitFor(t, "the check's sleep", func() bool { return clk.Scheduled() == armed+2 && clk.Pending() == 2 })
 			if len(a.Waiters("k")) != 1 || b.Count("acquire") != 0 {
 				t.Fatal("the wait left a node that answered its check")
 			}
@@ -193,7 +194,7 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 			clk.Advance(time.Second)
 			waitFor(t, "the second check", func() bool { return a.Count("healthz") == 2 })
 			if fault == "frozen" {
-				waitFor(t, "the check's timeout", func() bool { return clk.Pending() == 1 })
+				waitFor(t, "the check's timeout", func() bool { return clk.Pending() == 2 })
 				clk.Advance(time.Second)
 			}
 			var r result

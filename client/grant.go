@@ -24,20 +24,26 @@ type GrantOptions struct {
 
 // Grant is the plain acquire call: it asks for key on behalf of holder for
 // ttl. With wait 0 it tries once; with wait > 0 it queues in the key's FIFO
-// for up to wait (at most an hour, the server's limit). A refusal, or a wait
-// that elapsed, matches ErrHeld; the *APIError names the holder in the way.
-// A grant to a holder that already holds the key is a renewal: new token.
+// for up to wait; with wait < 0, until ctx ends. However long it waits it
+// keeps its place in the queue (a wait longer than the server's hour is
+// sent in overlapping rounds under one request id), and a node that dies,
+// freezes or stops leading meanwhile passes it on to the next with what is
+// left of it. A refusal, or a wait that elapsed, matches ErrHeld; the
+// *APIError names the holder in the way. A grant to a holder that already
+// holds the key is a renewal: new token.
 //
 // Grant does not keep the lease alive; Acquire and TryAcquire do.
 func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
-	return c.grant(ctx, grantCall{key: key, holder: holder, ttl: ttl, wait: wait, id: newRequestID()})
+	lk, _, err := c.queue(ctx, grantCall{key: key, holder: holder, ttl: ttl, id: newRequestID()}, wait)
+	return lk, err
 }
 
 // GrantWith is Grant with options: under a session, with a lock-delay, a
 // semaphore's permit or a read/write hold. Like Grant it does not keep the
 // lease alive.
 func (c *Client) GrantWith(ctx context.Context, key, holder string, ttl, wait time.Duration, g GrantOptions) (Lock, error) {
-	return c.grant(ctx, grantCall{key: key, holder: holder, ttl: ttl, wait: wait, id: newRequestID(), opts: g})
+	lk, _, err := c.queue(ctx, grantCall{key: key, holder: holder, ttl: ttl, id: newRequestID(), opts: g}, wait)
+	return lk, err
 }
 
 // grantCall is one acquire request before it is sent. Every single-key
@@ -67,14 +73,27 @@ func (g grantCall) request() (api.AcquireRequest, error) {
 	return req, nil
 }
 
-// grant sends g; a call that waits is watched (see Client.watched).
+// grant sends g.
 func (c *Client) grant(ctx context.Context, g grantCall) (Lock, error) {
 	req, err := g.request()
 	if err != nil {
 		return Lock{}, err
 	}
 	var out api.Lease
-	err = c.do(ctx, call{method: http.MethodPost, path: api.PathAcquire, body: req, out: &out, watch: g.wait > 0})
+	cl := call{method: http.MethodPost, path: api.PathAcquire, body: req, out: &out}
+	if g.wait > 0 {
+		// A wait re-sent to another node (its own died, froze or stopped
+		// leading) asks for what is left of it: a failover does not
+		// lengthen it. Past its end it still asks for a millisecond, so
+		// that it stays a wait under its request id, answered with the
+		// grant it may have had meanwhile.
+		end := c.clock.Now().Add(g.wait)
+		cl.resend = func() any {
+			req.WaitMs = api.Ms(max(end.Sub(c.clock.Now()), time.Millisecond))
+			return req
+		}
+	}
+	err = c.do(ctx, cl)
 	return lockOf(out), err
 }
 

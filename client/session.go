@@ -267,41 +267,25 @@ func (s *Session) acquire(ctx context.Context, key string, o leaseOptions, wait 
 	defer stop(nil)
 	unhook := context.AfterFunc(s.ctx, func() { stop(context.Cause(s.ctx)) })
 	defer unhook()
-	var end time.Time
-	if wait > 0 {
-		end = s.clock.Now().Add(wait)
+	lk, _, err := s.c.queue(wctx, grantCall{key: key, holder: s.holder, id: newRequestID(),
+		opts: GrantOptions{Session: s.id, LockDelay: o.grant.LockDelay}}, wait)
+	if err == nil {
+		if serr := s.alive(); serr != nil {
+			return nil, serr // the session ended as the grant came: it went with it
+		}
+		return s.lockOf(lk), nil
 	}
-	for {
-		round := time.Duration(0)
-		switch {
-		case wait < 0:
-			round = maxWaitRound
-		case wait > 0:
-			round = max(min(end.Sub(s.clock.Now()), maxWaitRound), 0)
+	if wctx.Err() != nil {
+		if wait != 0 {
+			// A grant may have crossed our cancel; the holder is the
+			// session's alone, so releasing by it is safe.
+			s.c.releaseQuietly(key, s.holder, 0)
 		}
-		lk, err := s.c.grant(wctx, grantCall{key: key, holder: s.holder, wait: round, id: newRequestID(),
-			opts: GrantOptions{Session: s.id, LockDelay: o.grant.LockDelay}})
-		if err == nil {
-			if serr := s.alive(); serr != nil {
-				return nil, serr // the session ended as the grant came: it went with it
-			}
-			return s.lockOf(lk), nil
-		}
-		if wctx.Err() != nil {
-			if round > 0 {
-				// A grant may have crossed our cancel; the holder is the
-				// session's alone, so releasing by it is safe.
-				s.c.releaseQuietly(key, s.holder, 0)
-			}
-			if cause := context.Cause(wctx); s.ctx.Err() != nil {
-				return nil, cause
-			}
-			return nil, err
-		}
-		if wait == 0 || (wait > 0 && end.Sub(s.clock.Now()) < time.Millisecond) || !errors.Is(err, ErrHeld) {
-			return nil, err
+		if cause := context.Cause(wctx); s.ctx.Err() != nil {
+			return nil, cause
 		}
 	}
+	return nil, err
 }
 
 // AcquireAll takes every key under the session in one command, or none: a

@@ -171,7 +171,7 @@ func (w *Watch) run(ctx context.Context, c *Client, name string, o watchOptions)
 			q.Set(api.QueryAfter, after.String())
 		}
 		var resp api.WatchResponse
-		err := c.do(ctx, call{method: http.MethodGet, path: api.PathWatch, query: q, out: &resp, watch: true})
+		err := c.do(ctx, call{method: http.MethodGet, path: api.PathWatch, query: q, out: &resp})
 		switch {
 		case ctx.Err() != nil:
 			return

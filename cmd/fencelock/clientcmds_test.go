@@ -31,7 +31,7 @@ func TestClientCommands(t *testing.T) {
 		stderr string // substring
 	}{
 		{[]string{"acquire", "jobs/a", "--holder", "alice", "--ttl", "30s"}, 0, "1\n", ""},
-		{[]string{"acquire", "--holder=bob", "jobs/a"}, 1, "", `acquire jobs/a: held by another holder (holder "alice"`},
+		{[]string{"acquire", "--holder=bob", "jobs/a", "--try"}, 1, "", `acquire jobs/a: held by another holder (holder "alice"`},
 		{[]string{"acquire", "jobs/a", "--holder", "bob", "--wait", "100ms"}, 1, "", "held"},
 		{[]string{"check", "jobs/a", "1"}, 0, "true\n", ""},
 		{[]string{"check", "jobs/a", "2"}, 1, "false\n", ""},

@@ -23,7 +23,7 @@ type clientFlags struct {
 // clientExit is the exit status text of the client commands.
 const clientExit = `Exit status: 0 yes; 1 no (held by another, not released, token not
 current, no such lock); 2 bad usage or input; 3 the server cannot be
-reached or cannot serve.
+reached or cannot serve; 130, 143 interrupted by SIGINT or SIGTERM.
 `
 
 // newClientFlags makes a client command's flags with the common ones
@@ -84,8 +84,12 @@ func (cf *clientFlags) call(ctx context.Context, wait time.Duration, what string
 	return nil
 }
 
-// callContext bounds one command's calls: the answer timeout plus any wait.
+// callContext bounds one command's calls: the answer timeout plus any
+// wait; a wait without end (waitForever) is bounded by ctx alone.
 func (cf *clientFlags) callContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if wait < 0 {
+		return context.WithCancel(ctx)
+	}
 	return context.WithTimeout(ctx, *cf.timeout+wait)
 }
 

@@ -36,7 +36,7 @@ func TestClientSessionAgainstServer(t *testing.T) {
 		stdout string // prefix
 	}{
 		{[]string{"acquire", "jobs/nightly", "--holder", "alice", "--ttl", "30s"}, 0, "1\n"},
-		{[]string{"acquire", "jobs/nightly", "--holder", "bob", "--ttl", "30s"}, 1, ""},
+		{[]string{"acquire", "jobs/nightly", "--holder", "bob", "--ttl", "30s", "--try"}, 1, ""},
 		{[]string{"acquire", "jobs/nightly", "--holder", "bob", "--wait", "200ms"}, 1, ""},
 		{[]string{"check", "jobs/nightly", "1"}, 0, "true\n"},
 		{[]string{"extend", "jobs/nightly", "1", "--holder", "alice", "--ttl", "1m"}, 0, "1\n"},

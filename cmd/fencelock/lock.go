@@ -18,9 +18,10 @@ import (
 // exitLost is lock's status when the lease was lost while CMD ran.
 const exitLost = 4
 
-const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--wait D|forever] [--holder H] [--n N | --read | --write] -- CMD [ARGS...]
+const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--try | --wait D] [--holder H] [--n N | --read | --write] -- CMD [ARGS...]
 
-Acquires KEY (waiting up to --wait in the key's FIFO queue), runs CMD with
+Acquires KEY (waiting in the key's FIFO queue until it is granted, as
+flock does; --wait D bounds the wait, --try tries once), runs CMD with
 FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_HOLDER in its environment,
 extends the lease while CMD runs (about every TTL/3, keeping the token),
 and releases it when CMD exits. Pass FENCELOCK_TOKEN to whatever CMD
@@ -57,16 +58,18 @@ SIGTTOU) ends the hold as a loss does: SIGTERM and SIGCONT, SIGKILL when
 the grace period ends, release, exit status 4. (Stops are seen on Linux
 only.) See 'fencelock help safe-stop'.
 
---wait forever waits until the lock is granted, as etcdctl lock does, in
-rounds of an hour (the server's longest wait); each round queues again,
-at the back.
+A wait keeps its place in the queue however long it lasts, and through
+a leader's failover. Ctrl-C (SIGINT) or SIGTERM while waiting leaves the
+queue, holds nothing, and exits 130 or 143; CMD never starts.
 ` + sharedUsage
 
 const lockExit = `Exit status:
   CMD's own status when it ran and the lease held (128+N if killed by signal N)
-  1    the lock could not be had within --wait (CMD never started)
+  1    the lock could not be had within --wait, or at once with --try
+       (CMD never started)
   2    bad usage
   3    the server cannot be reached (CMD never started)
+  130, 143  interrupted by SIGINT or SIGTERM while waiting (CMD never started)
   4    the lease was lost while CMD ran, or CMD was stopped by SIGSTOP,
        SIGTTIN or SIGTTOU; CMD was ended
   126  CMD could not be started (or lock does not run on this platform:
@@ -78,7 +81,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	f.after = lockExit
 	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
-	wait := waitFlag(f) // a duration, or forever
+	waits := addWaitFlags(f)
 	lockDelay := f.Duration("lock-delay", 0, "grant KEY to nobody for D after the lease expires (not after a release), at most 60s")
 	shared := addSharedFlags(f)
 	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
@@ -107,7 +110,8 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	if err := checkDuration("ttl_ms", *ttl); err != nil {
 		return err
 	}
-	if err := checkWait(*wait); err != nil {
+	wait, err := waits.value()
+	if err != nil {
 		return err
 	}
 	if err := checkDuration("lock_delay_ms", *lockDelay); err != nil {
@@ -127,9 +131,17 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	}
 	defer c.Close()
 
-	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, *wait, append(sharedOpts, client.WithLockDelay(*lockDelay))...)
+	lease, err := acquireForLock(ctx, c, cf, key, *holder, *ttl, wait, append(sharedOpts, client.WithLockDelay(*lockDelay))...)
 	if err != nil {
 		return clientFail("lock "+key, err)
+	}
+	if in, ok := context.Cause(ctx).(*interrupted); ok {
+		// Granted as the signal came: never start CMD for a caller that
+		// asked to stop.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *cf.timeout)
+		defer cancel()
+		_ = lease.Release(rctx)
+		return clientFail("lock "+key, in)
 	}
 	if *cf.json {
 		if err := writeJSON(e.stderr, apiLease(lease.Lock())); err != nil {
@@ -141,7 +153,7 @@ func runLock(ctx context.Context, e *env, args []string) error {
 }
 
 func acquireForLock(ctx context.Context, c *client.Client, cf *clientFlags, key, holder string, ttl, wait time.Duration, more ...client.LeaseOption) (*client.Lease, error) {
-	actx, cancel := waitContext(ctx, cf, wait)
+	actx, cancel := cf.callContext(ctx, wait)
 	defer cancel()
 	opts := append([]client.LeaseOption{client.WithTTL(ttl)}, more...)
 	if holder != "" {

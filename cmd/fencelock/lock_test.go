@@ -63,7 +63,8 @@ func TestLockNotHadNeverStartsCMD(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "started")
 	envs := map[string]string{"FENCELOCK_ADDR": srv.Addr}
 	for _, args := range [][]string{
-		{"lock", "k", "--", "touch", marker},
+		{"lock", "k", "--try", "--", "touch", marker},
+		{"lock", "k", "--wait", "0", "--", "touch", marker},
 		{"lock", "k", "--wait", "200ms", "--", "touch", marker},
 	} {
 		code, _, errs := runClientCLI(t, envs, args...)

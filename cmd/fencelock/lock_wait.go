@@ -1,20 +1,24 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/fencelock/fencelock/api"
 )
 
-// waitForever is lock's --wait forever: wait in the queue until granted,
-// as etcdctl lock does, or until fencelock is interrupted.
+// lock and acquire wait as flock, etcdctl lock and consul lock do: in the
+// key's FIFO queue until the lock is granted, however long that takes,
+// keeping their place (the client sends the server's hour-long waits in
+// overlapping rounds under one request id). --wait D bounds the wait;
+// --try, or --wait 0, tries once. SIGINT or SIGTERM during the wait leaves
+// the queue and exits 130 or 143 (interrupted, in main.go).
+
+// waitForever is the default wait, and --wait forever: until granted, or
+// until fencelock is interrupted.
 const waitForever = time.Duration(-1)
 
-// waitValue is lock's --wait: a duration under the rule of every duration
-// flag (a unit, 0 alone needs none), or "forever".
+// waitValue is --wait: a duration under the rule of every duration flag
+// (a unit, 0 alone needs none), or "forever".
 type waitValue time.Duration
 
 func (w *waitValue) Set(s string) error {
@@ -40,30 +44,28 @@ func (w *waitValue) String() string {
 	return time.Duration(*w).String()
 }
 
-// waitFlag declares lock's --wait.
-func waitFlag(f *flags) *time.Duration {
-	var d time.Duration
-	f.Var((*waitValue)(&d), "wait", fmt.Sprintf("wait in the key's queue up to `D` (at most %s), or forever (0: try once)", fmtDuration(api.MaxWait)))
-	return &d
+// waitFlags are --wait and --try.
+type waitFlags struct {
+	f    *flags
+	wait time.Duration
+	try  *bool
 }
 
-// checkWait refuses a --wait past the server's limit in CLI terms.
-func checkWait(d time.Duration) error {
-	if d == waitForever {
-		return nil
-	}
-	if d < 0 || d > api.MaxWait {
-		return usageError("--wait must be between 0s and %s, or forever", fmtDuration(api.MaxWait))
-	}
-	return nil
+// addWaitFlags declares --wait and --try.
+func addWaitFlags(f *flags) *waitFlags {
+	w := &waitFlags{f: f, wait: waitForever}
+	f.Var((*waitValue)(&w.wait), "wait", "wait in the key's queue at most `D`, or forever (0: try once, as --try)")
+	w.try = f.Bool("try", false, "try once: fail at once (exit 1) when another holder has the key")
+	return w
 }
 
-// waitContext bounds lock's acquire: the call timeout plus the wait, and
-// nothing but ctx for a wait without end. The client then waits in rounds
-// of the server's longest wait (client.WithWait with a negative bound).
-func waitContext(ctx context.Context, cf *clientFlags, wait time.Duration) (context.Context, context.CancelFunc) {
-	if wait == waitForever {
-		return context.WithCancel(ctx)
+// value is the wait asked for: waitForever, 0 to try once, or a bound.
+func (w *waitFlags) value() (time.Duration, error) {
+	if *w.try {
+		if w.f.given("wait") && w.wait != 0 {
+			return 0, usageError("--try and --wait %s: --try tries once", (*waitValue)(&w.wait))
+		}
+		return 0, nil
 	}
-	return cf.callContext(ctx, wait)
+	return w.wait, nil
 }

@@ -72,7 +72,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"server", "run a durable lock server (HTTP/JSON API)", runServer, serverUsage},
-		{"acquire", "acquire a lock once and print its fencing token", runAcquire, acquireUsage},
+		{"acquire", "acquire a lock (waiting its turn) and print its fencing token", runAcquire, acquireUsage},
 		{"extend", "extend a held lock, keeping its token", runExtend, extendUsage},
 		{"release", "release a lock you hold", runRelease, releaseUsage},
 		{"session", "open, extend or close a session that keeps many locks alive", runSession, sessionUsage},
@@ -96,11 +96,51 @@ func init() {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	err := run(ctx, e, os.Args[1:])
 	stop()
 	os.Exit(exitCode(e, err))
+}
+
+// interrupted is the cause of main's context once fencelock got one of the
+// signals it catches. A command it stops (a wait in a queue, say) reports
+// it, and exits as a shell says of a process killed by that signal:
+// 128+N, 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
+type interrupted struct{ sig os.Signal }
+
+func (e *interrupted) Error() string { return "interrupted by " + signalName(e.sig) }
+
+// Is makes the cause match context.Canceled, as signal.NotifyContext's does.
+func (e *interrupted) Is(target error) bool { return target == context.Canceled }
+
+// code is the exit status: 128+N.
+func (e *interrupted) code() int {
+	if n, ok := e.sig.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 128 + 2
+}
+
+// signalContext is signal.NotifyContext with an *interrupted as the
+// cause, so that exitCode can tell which signal ended the command.
+func signalContext(parent context.Context, sigs ...os.Signal) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			cancel(&interrupted{sig: s})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(nil)
+	}
 }
 
 // exitCode turns the result of run into a process status, printing the
@@ -115,6 +155,11 @@ func exitCode(e *env, err error) int {
 		return exitUsage
 	}
 	var xe *exitError
+	var in *interrupted
+	if !errors.As(err, &xe) && errors.As(err, &in) {
+		fmt.Fprintf(e.stderr, "fencelock: %v\n", err)
+		return in.code()
+	}
 	if errors.As(err, &xe) {
 		if xe.Err != nil {
 			fmt.Fprintf(e.stderr, "fencelock: %v\n", xe.Err)

@@ -21,7 +21,7 @@ func TestSessionAndMultiKeyCommands(t *testing.T) {
 		{[]string{"session", "open", "--holder", "svc", "--ttl", "1m"}, 0, "1\n", ""},
 		{[]string{"acquire", "a", "b", "--holder", "svc", "--session", "1"}, 0, "a 1\nb 2\n", ""},
 		{[]string{"acquire", "c", "--holder", "svc", "--session", "1", "--json"}, 0, `{"key":"c","holder":"svc","token":3,"ttl_ms":60000,…`, ""},
-		{[]string{"acquire", "x", "b", "--holder", "other", "--ttl", "1m"}, 1, "", `acquire x b: "b" is held by another holder; no key was granted`},
+		{[]string{"acquire", "x", "b", "--holder", "other", "--ttl", "1m", "--try"}, 1, "", `acquire x b: "b" is held by another holder; no key was granted`},
 		{[]string{"get", "x"}, 1, "", "no live lease"},
 		{[]string{"acquire", "d", "--holder", "other", "--session", "1"}, 1, "", "no such live session"},
 		{[]string{"session", "extend", "1", "--holder", "svc"}, 0, "session 1: 3 locks, …", ""},

@@ -122,6 +122,17 @@ func clientFail(what string, err error) error {
 		}
 		return (&usageErr{cmd: cmd, message: fmt.Sprintf("%s: %s", what, trimPrefix(err))}).exit()
 	}
+	var in *interrupted
+	if errors.As(err, &in) {
+		return &exitError{Code: in.code(), Err: fmt.Errorf("%s: %v", what, in)}
+	}
+	var tm *client.TLSMismatchError
+	if errors.As(err, &tm) {
+		return &exitError{Code: exitUnreachable, Err: fmt.Errorf("%s: %s", what, tlsHint(tm))}
+	}
+	if msg := trimPrefix(err); strings.Contains(msg, "certificate signed by unknown authority") {
+		return &exitError{Code: exitUnreachable, Err: fmt.Errorf("%s: %s; pass --ca FILE (or set FENCELOCK_CLIENT_CA) with the CA that signed the server's certificate", what, msg)}
+	}
 	code := exitNo
 	switch {
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrUnavailable),
@@ -134,4 +145,12 @@ func clientFail(what string, err error) error {
 // trimPrefix drops the package prefix of client errors: main adds its own.
 func trimPrefix(err error) string {
 	return strings.ReplaceAll(err.Error(), "fencelock: ", "")
+}
+
+// tlsHint says what to pass when one side spoke TLS and the other did not.
+func tlsHint(tm *client.TLSMismatchError) string {
+	if tm.ServerTLS {
+		return fmt.Sprintf("the server at %s speaks TLS, and was reached over plain HTTP: pass --ca FILE (or set FENCELOCK_CLIENT_CA) with the CA that signed its certificate, or give the address as https://%s if this machine trusts that CA", tm.Host, tm.Host)
+	}
+	return fmt.Sprintf("the server at %s does not speak TLS, and was reached over TLS: give the address as http://%s (or host:port without --ca, --cert and --key)", tm.Host, tm.Host)
 }

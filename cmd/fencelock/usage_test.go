@@ -167,7 +167,7 @@ func TestUnknownCommandSuggests(t *testing.T) {
 		args []string
 		want string // "" for no suggestion
 	}{
-		{[]string{"acquire", "k", "-t", "5s"}, "Did you mean --ttl or --timeout?"},
+		{[]string{"acquire", "k", "-t", "5s"}, "Did you mean --ttl, --try or --timeout?"},
 		{[]string{"list", "-l", "3"}, "Did you mean --limit?"},
 		{[]string{"acquire", "k", "-q", "5s"}, ""},
 	} {
@@ -307,7 +307,7 @@ func TestRangeErrorsInCLITerms(t *testing.T) {
 	}{
 		{[]string{"acquire", "k", "--holder", "h", "--ttl", "50ms"}, "fencelock: acquire: --ttl must be between 100ms and 24h\n"},
 		{[]string{"acquire", "k", "--holder", "h", "--ttl", "25h"}, "--ttl must be between 100ms and 24h"},
-		{[]string{"acquire", "k", "--holder", "h", "--wait", "2h"}, "--wait must be between 0s and 1h"},
+		{[]string{"acquire", "k", "--holder", "h", "--try", "--wait", "5s"}, "--try and --wait 5s: --try tries once"},
 		{[]string{"extend", "k", "1", "--holder", "h", "--ttl", "50ms"}, "fencelock: extend: --ttl must be between 100ms and 24h\n"},
 		{[]string{"lock", "k", "--ttl", "50ms", "--", "true"}, "fencelock: lock: --ttl must be between 100ms and 24h\n"},
 		{[]string{"list", "--limit", "-1"}, "--limit must not be negative"},
