@@ -76,7 +76,7 @@ func TestLockStoppedCMDEndsTheHold(t *testing.T) {
 	}
 	for _, want := range []string{
 		"fencelock: lock k: CMD was stopped by SIGSTOP, and a stopped command must not hold the lock; sending SIGTERM and SIGCONT to CMD, SIGKILL in ",
-		"CMD was stopped by terminated\n", // SIGTERM took effect once CMD continued
+		"CMD was killed by SIGTERM\n", // SIGTERM took effect once CMD continued
 	} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("stderr %q lacks %q", errs, want)
@@ -105,7 +105,7 @@ func TestLockStoppedCMDIgnoringTERMIsKilled(t *testing.T) {
 		!strings.Contains(stopped.Error, "SIGSTOP") {
 		t.Errorf("stop line %q: %+v, %v", lines[1], stopped, err)
 	}
-	if want := "CMD was stopped by killed"; !strings.HasSuffix(lines[2], want) {
+	if want := "CMD was killed by SIGKILL"; !strings.HasSuffix(lines[2], want) {
 		t.Errorf("last line %q, want it to end in %q", lines[2], want)
 	}
 	if _, _, held := srv.Holder("k"); held {

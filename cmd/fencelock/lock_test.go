@@ -99,7 +99,7 @@ func TestLockLostLeaseKillsCMD(t *testing.T) {
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
 	}
-	if !strings.Contains(errs, "lost: injected not_held; sending SIGTERM to CMD, SIGKILL in") || !strings.Contains(errs, "CMD was stopped by killed") {
+	if !strings.Contains(errs, "lost: injected not_held; sending SIGTERM to CMD, SIGKILL in") || !strings.Contains(errs, "CMD was killed by SIGKILL") {
 		t.Fatalf("stderr %q", errs)
 	}
 }

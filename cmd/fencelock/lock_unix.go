@@ -101,9 +101,11 @@ func statusOf(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// describeExit says how CMD ended, to follow "CMD": "was killed by
+// SIGKILL", "exited with status 3".
 func describeExit(ps *os.ProcessState) string {
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "was stopped by " + ws.Signal().String()
+		return "was killed by " + signalName(ws.Signal())
 	}
 	return fmt.Sprintf("exited with status %d", ps.ExitCode())
 }
