@@ -172,11 +172,6 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 		"FENCELOCK_HOLDER="+lease.Holder(),
 	)
 	cmd.Env = append(cmd.Env, sharedEnv(lease.Lock())...)
-	// Its own process group: a loss must stop the whole tree CMD started,
-	// not just its first process (a shell's children would outlive it).
-	// With lock's terminal, the group gets its foreground.
-	job := newJob(cmd, e)
-	defer job.finish()
 	cmd.WaitDelay = time.Second // do not hang on pipes kept open by orphans
 
 	// Catch signals before the child exists, so none is lost in between.
@@ -184,13 +179,30 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 	signal.Notify(sigc, forwardedSignals...)
 	defer signal.Stop(sigc)
 
+	// Subscribed before the deadlines are read, so that no confirmation
+	// between the two goes unpushed.
+	extc := lease.Extended()
 	// The lease may already be gone (a slow start, a pause): never start
 	// CMD without it.
 	if err := lease.Err(); err != nil {
 		_ = release()
 		return &exitError{Code: exitLost, Err: fmt.Errorf("lock %s: %s before CMD started", key, trimPrefix(err))}
 	}
+	// The watchdog stops CMD even when this process cannot (lock_watchdog.go).
+	wd, err := startWatchdog(e, cf, lease)
+	if err != nil {
+		_ = release()
+		return &exitError{Code: 126, Err: fmt.Errorf("lock %s: CMD not started: %v", key, err)}
+	}
+	// CMD joins the watchdog's process group: a loss must stop the whole
+	// tree CMD started, not just its first process (a shell's children
+	// would outlive it). With lock's terminal, the group gets its
+	// foreground.
+	pgid := wd.pgid()
+	job := newJob(cmd, e, pgid)
+	defer job.finish()
 	if err := cmd.Start(); err != nil {
+		wd.quit()
 		_ = release()
 		code := 126
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
@@ -198,14 +210,21 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 		}
 		return &exitError{Code: code, Err: fmt.Errorf("lock %s: %v", key, err)}
 	}
-	pgid := cmd.Process.Pid
-	sendGroup := func(s os.Signal) { signalGroup(pgid, s) }
-	stopc := job.started(pgid)
+	// Reaped last: until then the watchdog's pid names the group.
+	defer wd.close()
+	sendGroup := func(s os.Signal) {
+		if s == sigKill {
+			wd.groupKilled = true
+		}
+		signalGroup(pgid, s)
+	}
+	stopc := job.started(cmd.Process.Pid)
 
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 
 	lostc := lease.Done()
+	wdGone := wd.gone
 	var killc <-chan time.Time
 	var killAt time.Time
 	// killIn sends SIGKILL after grace, or sooner if already due.
@@ -254,21 +273,38 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 			return nil
 		case s := <-sigc:
 			sendGroup(s)
+		case <-extc:
+			extc = lease.Extended()
+			wd.arm(lease.Deadline(), lease.StopBy())
+		case <-wdGone:
+			wdGone = nil
+			if wd.unexpected() && ended == nil && lost == nil {
+				// Killed by someone: a freeze of lock's would no longer
+				// stop CMD, so the hold ends here.
+				ended = fmt.Errorf("the watchdog (pid %d) ended, and CMD must not run without it", pgid)
+				grace := max(time.Until(lease.StopBy()), 0)
+				fmt.Fprintf(e.stderr, "fencelock: lock %s: %v; sending SIGTERM to CMD, SIGKILL in %v, then releasing\n", key, ended, grace.Round(time.Millisecond))
+				sendGroup(sigTerm)
+				sendGroup(sigCont)
+				killIn(grace)
+			}
 		case <-lostc:
 			lostc = nil
 			lost = lease.Err()
-			grace := time.Until(lease.HeldUntil()) - lease.TTL()/10
+			grace := time.Until(lease.StopBy())
 			if *cf.json {
 				kill := api.Ms(max(grace, 0))
 				_ = writeJSON(e.stderr, lockEvent{Key: key, Token: lease.Token(), Event: "lost", Error: trimPrefix(lost), SIGKILLInMs: &kill})
 			} else {
 				fmt.Fprintf(e.stderr, "fencelock: lock %s: %s; sending SIGTERM to CMD, SIGKILL in %v\n", key, trimPrefix(lost), max(grace, 0).Round(time.Millisecond))
 			}
+			wd.end(lease.StopBy())
 			sendGroup(sigTerm)
 			killIn(grace)
 		case sig := <-stopc:
 			if grace, err := job.stopped(e, cf, lease, sig, sendGroup); err != nil && ended == nil {
 				ended = err
+				wd.end(lease.StopBy())
 				killIn(grace)
 			}
 		case <-killc:
