@@ -275,7 +275,7 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 			sendGroup(s)
 		case <-extc:
 			extc = lease.Extended()
-			wd.arm(lease.Deadline(), lease.StopBy())
+			wd.arm(lease.Deadline(), lease.StopBy(), lease.TTL())
 		case <-wdGone:
 			wdGone = nil
 			if wd.unexpected() && ended == nil && lost == nil {

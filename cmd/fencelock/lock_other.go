@@ -45,12 +45,12 @@ func startWatchdog(*env, *clientFlags, *client.Lease) (*lockWatchdog, error) {
 	return nil, lockSupported()
 }
 
-func (*lockWatchdog) pgid() int                { return 0 }
-func (*lockWatchdog) arm(time.Time, time.Time) {}
-func (*lockWatchdog) end(time.Time)            {}
-func (*lockWatchdog) unexpected() bool         { return false }
-func (*lockWatchdog) quit()                    {}
-func (*lockWatchdog) close()                   {}
+func (*lockWatchdog) pgid() int                               { return 0 }
+func (*lockWatchdog) arm(time.Time, time.Time, time.Duration) {}
+func (*lockWatchdog) end(time.Time)                           {}
+func (*lockWatchdog) unexpected() bool                        { return false }
+func (*lockWatchdog) quit()                                   {}
+func (*lockWatchdog) close()                                  {}
 
 func runLockWatchdog(context.Context, *env, []string) error { return lockSupported() }
 

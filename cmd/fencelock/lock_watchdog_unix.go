@@ -136,7 +136,7 @@ func startWatchdog(e *env, cf *clientFlags, lease *client.Lease) (*lockWatchdog,
 	args := []string{watchdogCommand,
 		"--key", lease.Key(), "--token", strconv.FormatUint(lease.Token(), 10),
 		"--parent", strconv.Itoa(os.Getpid()),
-		"--term", strconv.FormatInt(monoOf(lease.Deadline()), 10),
+		"--term", strconv.FormatInt(monoOf(watchdogTerm(lease.Deadline(), lease.TTL())), 10),
 		"--kill", strconv.FormatInt(monoOf(lease.StopBy()), 10)}
 	if *cf.json {
 		args = append(args, "--json")
@@ -193,9 +193,18 @@ func (w *lockWatchdog) send(line string) {
 	_, _ = w.in.WriteString(line + "\n")
 }
 
-// arm pushes the lease's deadlines: SIGTERM at term, SIGKILL at kill.
-func (w *lockWatchdog) arm(term, kill time.Time) {
-	w.send(fmt.Sprintf("arm %d %d", monoOf(term), monoOf(kill)))
+// arm pushes the lease's deadlines: SIGTERM a moment after deadline,
+// SIGKILL at stopBy.
+func (w *lockWatchdog) arm(deadline, stopBy time.Time, ttl time.Duration) {
+	w.send(fmt.Sprintf("arm %d %d", monoOf(watchdogTerm(deadline, ttl)), monoOf(stopBy)))
+}
+
+// watchdogTerm is when the watchdog sends SIGTERM: a tenth of the stop
+// grace after the lease's deadline, so that a lock that runs, and sends
+// SIGTERM itself at the deadline, has told the watchdog so first. Only
+// the SIGKILL's time is a matter of safety, and that one is not moved.
+func watchdogTerm(deadline time.Time, ttl time.Duration) time.Time {
+	return deadline.Add(client.StopGrace(ttl) / 10)
 }
 
 // end tells the watchdog that lock is ending CMD itself, with SIGKILL due
