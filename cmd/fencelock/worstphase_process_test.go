@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -27,8 +28,8 @@ import (
 // The lease's client reaches each node through a proxy of the test's,
 // which the node advertises as its address (--advertise), so that the
 // not_leader answers that name a leader send the client through the proxy
-// too. A proxy can kill its node -9 the moment the next bytes from the
-// client arrive, which for a lease's client is its next extension: the
+// too. A proxy can kill its node -9 the moment the client's next
+// extension arrives: the
 // leader dies with that extension in flight, as long after the last
 // confirmed one as the cadence allows, and the survivors must elect a
 // leader and confirm a retry before the client gives the lease up. A
@@ -41,7 +42,9 @@ type linkProxy struct {
 	target string
 	mu     sync.Mutex
 	silent bool
-	onSend func() // called, once, before the next bytes from a client go on
+	// onSend, when set, is shown what a client sends before it goes on,
+	// until it reports that it acted (then it is cleared).
+	onSend func([]byte) bool
 	conns  []net.Conn
 }
 
@@ -109,15 +112,12 @@ func (p *linkProxy) pipe(src, dst net.Conn, fromClient bool) {
 		}
 		p.mu.Lock()
 		silent, hook := p.silent, p.onSend
-		if fromClient && !silent {
-			p.onSend = nil
-		}
 		p.mu.Unlock()
 		if silent {
 			continue
 		}
-		if fromClient && hook != nil {
-			hook()
+		if fromClient && hook != nil && hook(buf[:n]) {
+			p.armSend(nil)
 		}
 		if _, err := dst.Write(buf[:n]); err != nil {
 			return
@@ -131,7 +131,7 @@ func (p *linkProxy) setSilent(s bool) {
 	p.silent = s
 }
 
-func (p *linkProxy) armSend(f func()) {
+func (p *linkProxy) armSend(f func([]byte) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.onSend = f
@@ -253,11 +253,17 @@ func killAtWorstPhase(t *testing.T, c *proxiedCluster, l *client.Lease, ttl time
 		sent time.Time // the send of the last confirmed extension then
 	}
 	killed := make(chan kill, 1)
-	c.proxies[leader.id].armSend(func() {
+	// The nodes talk to each other through the proxies too (a follower
+	// announces its address to the leader): only an extension counts.
+	c.proxies[leader.id].armSend(func(b []byte) bool {
+		if !bytes.Contains(b, []byte("/v1/extend")) {
+			return false
+		}
 		k := kill{at: time.Now(), sent: l.HeldUntil().Add(-ttl)}
 		_ = leader.p.cmd.Process.Signal(syscall.SIGKILL)
 		<-leader.p.done
 		killed <- k
+		return true
 	})
 	var k kill
 	select {
