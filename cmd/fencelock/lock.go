@@ -22,17 +22,21 @@ const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--wait D|forever] [--hol
 
 Acquires KEY (waiting up to --wait in the key's FIFO queue), runs CMD with
 FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_HOLDER in its environment,
-extends the lease while CMD runs (about every TTL/3, keeping the token),
-and releases it when CMD exits. Pass FENCELOCK_TOKEN to whatever CMD
-writes to, so that the resource can refuse a stale writer.
+extends the lease while CMD runs (about every TTL/3, more often below a
+TTL of 2.7s; the token stays the same), and releases it when CMD exits.
+Pass FENCELOCK_TOKEN to whatever CMD writes to, so that the resource can
+refuse a stale writer.
 
-If the lease is lost (no extension confirmed within TTL/2 of sending the
-last confirmed one, or the server refused one), fencelock says so on
-stderr, sends SIGTERM to CMD's process group, and SIGKILL when the grace
-period ends. The grace period ends TTL/10 before the earliest moment the
-server could grant KEY to anyone else (TTL after that last confirmed
-send), so it is about 0.4×TTL when the loss is noticed on time, and zero
-(SIGKILL at once) if fencelock itself was paused past that point.
+If the lease is lost (no extension confirmed within 0.89×TTL of sending
+the last confirmed one, or the server refused one), fencelock says so on
+stderr, sends SIGTERM to CMD's process group, and SIGKILL TTL/10 later,
+at 0.99×TTL after that send: before the earliest moment the server could
+grant KEY to anyone else (TTL after it), with TTL/100 to spare for clocks
+that run at different rates. A watchdog process keeps that promise when
+fencelock itself cannot (stopped, starved): it holds the two instants,
+pushed forward at each confirmed extension, and signals CMD's group
+itself when they pass. If fencelock is killed, the watchdog sends SIGTERM
+at once. Only a frozen machine is beyond it: that is what the token is for.
 
 CMD runs in its own process group, so the whole tree it starts is
 signalled; SIGINT, SIGTERM and SIGHUP sent to fencelock are forwarded to
