@@ -287,7 +287,12 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 				// stop CMD, so the hold ends here.
 				ended = fmt.Errorf("the watchdog (pid %d) ended, and CMD must not run without it", pgid)
 				grace := max(time.Until(lease.StopBy()), 0)
-				fmt.Fprintf(e.stderr, "fencelock: lock %s: %v; sending SIGTERM to CMD, SIGKILL in %v, then releasing\n", key, ended, grace.Round(time.Millisecond))
+				if *cf.json {
+					kill := api.Ms(grace)
+					_ = writeJSON(e.stderr, lockEvent{Key: key, Token: lease.Token(), Event: "watchdog_ended", Error: ended.Error(), SIGKILLInMs: &kill})
+				} else {
+					fmt.Fprintf(e.stderr, "fencelock: lock %s: %v; sending SIGTERM to CMD, SIGKILL in %v, then releasing\n", key, ended, grace.Round(time.Millisecond))
+				}
 				sendGroup(sigTerm)
 				sendGroup(sigCont)
 				killIn(grace)
@@ -323,9 +328,12 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 // follows the SIGTERM), or releasing it after CMD failed. The final error
 // is main's one text line, as for every command.
 type lockEvent struct {
-	Key         string `json:"key"`
-	Token       uint64 `json:"token"`
-	Event       string `json:"event"` // lost, release_failed, stopped, continued
+	Key   string `json:"key"`
+	Token uint64 `json:"token"`
+	// lost, release_failed, stopped, continued; watchdog (from the
+	// watchdog process: it signalled CMD itself), watchdog_ended (it was
+	// killed: the hold ends).
+	Event       string `json:"event"`
 	Error       string `json:"error"`
 	SIGKILLInMs *int64 `json:"sigkill_in_ms,omitempty"`
 }
