@@ -195,12 +195,19 @@ type phaseRun struct {
 }
 
 // TestFailoverProcessWorstPhase: a client.Lease on a 3-node cluster; its
-// leader killed -9 just as the next extension reaches it, at TTL 2 s,
-// 3 s, 6 s and 10 s, FENCELOCK_WORST_PHASE_RUNS times each (1 by
-// default). Every lease must ride through: the killed node restarts and
-// rejoins between kills, so a majority is always up. The figures are
-// logged, one line per TTL, for docs/RELIABILITY.md.
+// leader killed -9 (kill), or frozen with SIGSTOP (stop), just as the
+// next extension reaches it, at TTL 2 s, 3 s, 6 s and 10 s,
+// FENCELOCK_WORST_PHASE_RUNS times each (1 by default). Every lease must
+// ride through: the killed node restarts, or the frozen one is continued,
+// and rejoins before the next fault, so a majority is always up. The
+// figures are logged, one line per fault and TTL, for docs/RELIABILITY.md.
 func TestFailoverProcessWorstPhase(t *testing.T) {
+	for _, fault := range []string{"kill", "stop"} {
+		t.Run(fault, func(t *testing.T) { worstPhase(t, fault) })
+	}
+}
+
+func worstPhase(t *testing.T, fault string) {
 	runs := worstPhaseRuns(t)
 	c := startProxiedCluster(t)
 	cl, err := client.New(c.proxyAddrs())
@@ -217,11 +224,11 @@ func TestFailoverProcessWorstPhase(t *testing.T) {
 			t.Fatal(err)
 		}
 		for run := range runs {
-			r := killAtWorstPhase(t, c, l, ttl)
+			r := faultAtWorstPhase(t, c, l, ttl, fault)
 			results = append(results, r)
 			if r.lost != nil {
-				t.Errorf("TTL %v, run %d: lease lost after kill -9 of the leader %v after the last confirmed send, a majority up: %v",
-					ttl, run+1, r.phase.Round(time.Millisecond), r.lost)
+				t.Errorf("TTL %v, run %d: lease lost after a %s of the leader %v after the last confirmed send, a majority up: %v",
+					ttl, run+1, fault, r.phase.Round(time.Millisecond), r.lost)
 				// Taken again (a renewal: same holder) once the cluster
 				// has settled.
 				c.waitLeader()
@@ -232,14 +239,14 @@ func TestFailoverProcessWorstPhase(t *testing.T) {
 			}
 		}
 		_ = l.Release(ctx)
-		summary = append(summary, summarize(ttl, results))
+		summary = append(summary, summarize(fault, ttl, results))
 	}
-	t.Logf("kill -9 of the leader at the worst phase, %d runs per TTL:\n%s", runs, strings.Join(summary, "\n"))
+	t.Logf("%s of the leader at the worst phase, %d runs per TTL:\n%s", fault, runs, strings.Join(summary, "\n"))
 }
 
-// killAtWorstPhase kills l's leader as its next extension arrives, waits
-// for the outcome, and restarts the node.
-func killAtWorstPhase(t *testing.T, c *proxiedCluster, l *client.Lease, ttl time.Duration) phaseRun {
+// faultAtWorstPhase kills (or stops) l's leader as its next extension
+// arrives, waits for the outcome, and restarts (or continues) the node.
+func faultAtWorstPhase(t *testing.T, c *proxiedCluster, l *client.Lease, ttl time.Duration, fault string) phaseRun {
 	t.Helper()
 	leader := c.waitLeader()
 	c.converge()
@@ -264,8 +271,12 @@ func killAtWorstPhase(t *testing.T, c *proxiedCluster, l *client.Lease, ttl time
 			return false
 		}
 		k := kill{at: time.Now(), sent: l.HeldUntil().Add(-ttl)}
-		_ = leader.p.cmd.Process.Signal(syscall.SIGKILL)
-		<-leader.p.done
+		if fault == "stop" {
+			_ = leader.p.cmd.Process.Signal(syscall.SIGSTOP)
+		} else {
+			_ = leader.p.cmd.Process.Signal(syscall.SIGKILL)
+			<-leader.p.done
+		}
 		killed <- k
 		return true
 	})
@@ -279,11 +290,15 @@ func killAtWorstPhase(t *testing.T, c *proxiedCluster, l *client.Lease, ttl time
 		return l.HeldUntil().Add(-ttl).After(k.at) || l.Err() != nil
 	})
 	r := phaseRun{phase: k.at.Sub(k.sent), gap: l.HeldUntil().Add(-ttl).Sub(k.sent), lost: l.Err()}
-	c.start(leader, "--advertise", c.proxies[leader.id].addr())
+	if fault == "stop" {
+		_ = leader.p.cmd.Process.Signal(syscall.SIGCONT)
+	} else {
+		c.start(leader, "--advertise", c.proxies[leader.id].addr())
+	}
 	return r
 }
 
-func summarize(ttl time.Duration, rs []phaseRun) string {
+func summarize(fault string, ttl time.Duration, rs []phaseRun) string {
 	var phases, gaps []time.Duration
 	lost := 0
 	for _, r := range rs {
@@ -302,7 +317,7 @@ func summarize(ttl time.Duration, rs []phaseRun) string {
 		}
 		return fmt.Sprintf("%v / %v / %v", d[0].Round(time.Millisecond), d[len(d)/2].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
 	}
-	return fmt.Sprintf("| %v | %d | %d | %s | %s | %v |", ttl, len(rs), lost, mm(phases), mm(gaps),
+	return fmt.Sprintf("| %s | %v | %d | %d | %s | %s | %v |", fault, ttl, len(rs), lost, mm(phases), mm(gaps),
 		(ttl - ttl/100 - ttl/10).Round(time.Millisecond))
 }
 
