@@ -15,7 +15,20 @@ const (
 	PathACLPolicies     = "/v1/acl/policies"      // GET -> ACLPolicyList
 	PathACLPolicySet    = "/v1/acl/policy/set"    // POST ACLPolicy -> ACLPolicy
 	PathACLPolicyDelete = "/v1/acl/policy/delete" // POST ACLDeleteRequest -> ACLDeleted
+	// PathACLRevision is open: a node that does not lead asks the leader
+	// for its ACL revision before it answers a call under its own copy
+	// of the tables (docs/SECURITY.md, "Revocation").
+	PathACLRevision = "/v1/acl/revision" // GET -> ACLRevision
 )
+
+// ACLRevision answers GET /v1/acl/revision on the leader: the log index
+// of the change that made its ACL tables, given once it has confirmed
+// with a quorum that it leads. A node that has applied that index has
+// every change the leader had acknowledged when it was asked.
+type ACLRevision struct {
+	Node     string `json:"node"`
+	Revision uint64 `json:"revision"`
+}
 
 // HeaderAuthorization carries the bearer token: "Bearer <secret>".
 const HeaderAuthorization = "Authorization"

@@ -89,6 +89,7 @@ const (
 	CodeTooManyWaiters   = "too_many_waiters"     // 429: the key's wait queue, or all queues, are at their limit; nothing changed
 	CodeUnauthenticated  = "unauthenticated"      // 401: auth is on and the call carries no known credential
 	CodePermissionDenied = "permission_denied"    // 403: the caller's policies do not allow this call
+	CodeQuotaExceeded    = "quota_exceeded"       // 429: the caller's principal is at a quota (Error.Quota names it); nothing changed
 
 	// Membership refusals (409 unless noted); nothing changed.
 	CodeNoRaft          = "no_raft_transport" // this node cannot add nodes
@@ -97,11 +98,19 @@ const (
 	CodeWrongCluster    = "wrong_cluster"     // it belongs to another cluster
 	CodeNoQuorum        = "no_quorum"         // the new configuration would have no reachable quorum
 	CodeChangeUnknown   = "change_unknown"    // 503: the change may or may not have applied
+
+	// CodeRemoved (503): the answering node has been removed from the
+	// cluster; it serves nothing. Send the call to another node (clients
+	// that know several move on, as on any 503).
+	CodeRemoved = "removed"
 )
 
 // Status is the HTTP status a code is answered with.
 func Status(code string) int {
 	if st, ok := sessionStatus(code); ok {
+		return st
+	}
+	if st, ok := browserStatus(code); ok {
 		return st
 	}
 	switch code {
@@ -121,11 +130,11 @@ func Status(code string) int {
 		return http.StatusMethodNotAllowed
 	case CodeNoSpace:
 		return http.StatusInsufficientStorage
-	case CodeTooManyWaiters, CodeTooManyWatchers:
+	case CodeTooManyWaiters, CodeTooManyWatchers, CodeQuotaExceeded:
 		return http.StatusTooManyRequests
 	case CodeCompacted:
 		return http.StatusGone
-	case CodeNotLeader, CodeUnavailable, CodeTooManyOpenFiles, CodeTooManyConns, CodeChangeUnknown:
+	case CodeNotLeader, CodeUnavailable, CodeTooManyOpenFiles, CodeTooManyConns, CodeChangeUnknown, CodeRemoved:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -148,7 +157,19 @@ type Error struct {
 	// CompactRevision is the oldest revision a watch may start after
 	// (CodeCompacted).
 	CompactRevision *Revision `json:"compact_revision,omitempty"`
+	// Quota names the quota a principal is at (CodeQuotaExceeded, and
+	// CodeTooManyWatchers for one caller's watches): one of the Quota
+	// constants.
+	Quota string `json:"quota,omitempty"`
 }
+
+// The quotas of one principal (docs/OPERATIONS.md, "Limits").
+const (
+	QuotaSessions = "sessions" // open sessions
+	QuotaLocks    = "locks"    // leases held plus places in wait queues
+	QuotaWaiters  = "waiters"  // places in wait queues
+	QuotaWatches  = "watches"  // watches open on one node
+)
 
 // Lease is one grant: who holds a key, under which fencing token, for how
 // long. RemainingMs is measured on cluster time when the answer was made.
@@ -168,6 +189,14 @@ type Lease struct {
 	Mode    string  `json:"mode,omitempty"`
 	Slot    int     `json:"slot,omitempty"` // a semaphore holder's permit, 1..Permits
 	Holders []Lease `json:"holders,omitempty"`
+	// Waiting is how many wait in the key's queue (waiters of every
+	// kind: exclusive, a permit, a read or a write) and NextWaiter the
+	// head of it; GET /v1/lock and /v1/locks answer them, absent when
+	// nobody waits. A key of several holders gives them with its first
+	// lease (the oldest token) only, so that summing Waiting over a list
+	// counts each waiter once.
+	Waiting    int     `json:"waiting,omitempty"`
+	NextWaiter *Waiter `json:"next_waiter,omitempty"`
 }
 
 // AcquireRequest is POST /v1/acquire; the answer is a Lease. WaitMs 0 tries
@@ -285,10 +314,39 @@ type Member struct {
 	ClientAddr string `json:"client_addr,omitempty"`
 	Suffrage   string `json:"suffrage"` // Voter, Nonvoter or Staging
 	Leader     bool   `json:"leader"`
+	// State is the member's health as the leader sees it
+	// (MembersResponse.HealthFrom): MemberLeader, MemberHealthy,
+	// MemberUnreachable or MemberUnknown. LastContactMs is how long ago
+	// the leader last heard from it, LagEntries how many log entries it
+	// was behind the leader's last one then; both are absent for the
+	// leader itself and for a member it has never heard from.
+	State         string  `json:"state"`
+	LastContactMs *int64  `json:"last_contact_ms,omitempty"`
+	LagEntries    *uint64 `json:"lag_entries,omitempty"`
 }
 
+// Member states (Member.State).
+const (
+	// MemberLeader: the leader, answering for itself or named by a node
+	// that hears from it.
+	MemberLeader = "leader"
+	// MemberHealthy: it answered the leader's last heartbeats.
+	MemberHealthy = "healthy"
+	// MemberUnreachable: the leader has not heard from it for longer than
+	// MembersResponse.UnreachableAfterMs (or, for a leader the answering
+	// node has stopped hearing from, a heartbeat timeout).
+	MemberUnreachable = "unreachable"
+	// MemberUnknown: no leader's view of it could be had, or the leader
+	// has just been elected and has not heard from it yet.
+	MemberUnknown = "unknown"
+)
+
 // MembersResponse answers GET /v1/cluster/members from the answering
-// node's view: the configuration, the leader, and the node's own progress.
+// node's view: the configuration, the leader, the node's own progress,
+// and each member's health as the leader sees it. A follower asks the
+// leader for its view; a leader it has not heard from for a heartbeat
+// timeout is not named as the leader (raft keeps naming a dead one until
+// a new one is elected) and is shown unreachable.
 type MembersResponse struct {
 	Leader        string   `json:"leader"`      // leader's id, "" if none known
 	LeaderAddr    string   `json:"leader_addr"` // leader's client address
@@ -298,6 +356,17 @@ type MembersResponse struct {
 	AppliedIndex  uint64   `json:"applied_index"`
 	AppliedTimeMs int64    `json:"applied_time_ms"` // cluster time of its last applied entry
 	ClusterID     string   `json:"cluster_id"`
+	// HealthFrom is the leader whose view the members' State,
+	// LastContactMs and LagEntries are; "" when none could be had (no
+	// leader, or it did not answer the answering node).
+	HealthFrom string `json:"health_from"`
+	// UnreachableAfterMs: a member the leader has not heard from for
+	// longer is MemberUnreachable (twice the heartbeat timeout).
+	UnreachableAfterMs int64 `json:"unreachable_after_ms"`
+	// Removed: the answering node has been removed from the cluster, and
+	// Members is the configuration as it last saw it, without itself.
+	// It serves nothing (every other call answers CodeRemoved).
+	Removed bool `json:"removed,omitempty"`
 }
 
 // JoinRequest is POST /v1/cluster/join (and /announce, by which a node

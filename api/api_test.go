@@ -24,7 +24,13 @@ func TestFieldNames(t *testing.T) {
 		{api.ExtendBatchRequest{Holder: "h", TTLMs: 100, Leases: []api.BatchItem{{Key: "a", Token: 1}}},
 			`{"holder":"h","ttl_ms":100,"leases":[{"key":"a","token":1}]}`},
 		{api.JoinResponse{Joined: api.Joined{ID: "n2", Suffrage: "Voter"}},
-			`{"leader":"","leader_addr":"","members":null,"node":"","ready":false,"applied_index":0,"applied_time_ms":0,"cluster_id":"","joined":{"id":"n2","suffrage":"Voter"}}`},
+			`{"leader":"","leader_addr":"","members":null,"node":"","ready":false,"applied_index":0,"applied_time_ms":0,"cluster_id":"","health_from":"","unreachable_after_ms":0,"joined":{"id":"n2","suffrage":"Voter"}}`},
+		{api.Lease{Key: "k", Holder: "h", Token: 3, Session: 7, Waiting: 2, NextWaiter: &api.Waiter{Holder: "w", WaitedMs: 1, LeftMs: 2, Mode: api.ModeWrite}},
+			`{"key":"k","holder":"h","token":3,"ttl_ms":0,"remaining_ms":0,"session":7,"waiting":2,"next_waiter":{"holder":"w","waited_ms":1,"left_ms":2,"mode":"write"}}`},
+		{api.Member{ID: "n2", Suffrage: "Voter", State: api.MemberHealthy, LastContactMs: &rem, LagEntries: new(uint64)},
+			`{"id":"n2","raft_addr":"","suffrage":"Voter","leader":false,"state":"healthy","last_contact_ms":5,"lag_entries":0}`},
+		{api.MembersResponse{Node: "n3", Removed: true, HealthFrom: "n1", UnreachableAfterMs: 1000},
+			`{"leader":"","leader_addr":"","members":null,"node":"n3","ready":false,"applied_index":0,"applied_time_ms":0,"cluster_id":"","health_from":"n1","unreachable_after_ms":1000,"removed":true}`},
 	} {
 		b, err := json.Marshal(c.v)
 		if err != nil {
@@ -42,7 +48,7 @@ func TestStatus(t *testing.T) {
 		api.CodeMethodNotAllowed: 405, api.CodeNotLeader: 503, api.CodeUnavailable: 503,
 		api.CodeInternal: 500, api.CodeNoSpace: http.StatusInsufficientStorage,
 		api.CodeTooManyOpenFiles: 503, api.CodeTooManyConns: 503, api.CodeNoQuorum: 409,
-		api.CodeChangeUnknown: 503, api.CodeTooManyWaiters: 429,
+		api.CodeChangeUnknown: 503, api.CodeTooManyWaiters: 429, api.CodeRemoved: 503, api.CodeQuotaExceeded: 429,
 		api.CodeUnauthenticated: 401, api.CodePermissionDenied: 403, "something new": 500,
 	} {
 		if got := api.Status(code); got != want {

@@ -5,7 +5,8 @@ package api
 // with the head of its wait queue, the last token issued, and the leader's
 // counters and hold/wait histograms. The same facts are in /v1/locks and
 // /metrics; this answers them together, from one consistent read of the
-// table, as JSON.
+// table, as JSON, with the sessions those leases are held under (read
+// just after).
 
 // PathOverview is GET /v1/overview?prefix=P&limit=N. It is a read: the
 // leader answers it (others answer 503 not_leader), and with ACLs on it
@@ -41,12 +42,25 @@ type Overview struct {
 	More  bool           `json:"more"`
 	// Queued is the number of waiters in all queues of the table.
 	Queued int `json:"queued"`
+	// Sessions are the live sessions the listed leases are held under,
+	// each once, in the order of its first listed lease, at most
+	// MaxOverviewSessions; SessionsOpen counts every open session.
+	Sessions     []SessionOverview `json:"sessions"`
+	SessionsOpen int               `json:"sessions_open"`
 	// Stats are this node's counters, counted while it leads.
 	Stats Stats `json:"stats"`
+	// StatsHidden: with ACLs on, the caller may not read every key, so
+	// the figures of the whole table (LastToken, Queued, Stats' counts)
+	// are left out as zeros (docs/SECURITY.md, "Least information").
+	StatsHidden bool `json:"stats_hidden,omitempty"`
 }
 
 // LockOverview is one live lease, how long its token has been held, and
-// its wait queue, head first.
+// its wait queue, head first. A key of several holders (a semaphore's
+// permits, a read/write lock's readers) gives its queue with its first
+// lease only: every waiter is listed once, and the waiters listed add up
+// to Overview.Queued when no queue is cut and every queued key is on the
+// page.
 type LockOverview struct {
 	Lease
 	HeldMs       int64    `json:"held_ms"`
@@ -55,11 +69,15 @@ type LockOverview struct {
 }
 
 // Waiter is one queued acquire: how long it has waited and how long it
-// will wait more before it gives up.
+// will wait more before it gives up. Mode is what a read/write lock's
+// waiter asks for (ModeRead, ModeWrite); absent on other kinds. Session
+// is the session it is to be granted under, when it waits under one.
 type Waiter struct {
 	Holder   string `json:"holder"`
 	WaitedMs int64  `json:"waited_ms"`
 	LeftMs   int64  `json:"left_ms"`
+	Mode     string `json:"mode,omitempty"`
+	Session  uint64 `json:"session,omitempty"`
 }
 
 // Stats are the lease counters and histograms of fencelock_grants_total,

@@ -102,3 +102,18 @@ type AcquireAllRequest struct {
 type AcquireAllResponse struct {
 	Locks []Lease `json:"locks"`
 }
+
+// SessionOverview is a session as an overview shows it: the session and
+// the keys of its locks, sorted, at most MaxOverviewSessionKeys of them
+// (Session.Locks counts them all). Under ACLs only the keys the caller
+// may read are listed and counted, and Waiting is left out.
+type SessionOverview struct {
+	Session
+	Keys []string `json:"keys"`
+}
+
+// Limits of the sessions in an overview.
+const (
+	MaxOverviewSessions    = 100
+	MaxOverviewSessionKeys = 20
+)

@@ -79,7 +79,7 @@ wait_leader() {
 }
 
 write_ok() { # I KEY: one try-once acquire; true on 200
-	[[ $(curl -s -m 1 -o /dev/null -w '%{http_code}' -X POST "http://$(client "$1")/v1/acquire" \
+	[[ $(curl -s -m 1 -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' "http://$(client "$1")/v1/acquire" \
 		-d "{\"key\":\"$2\",\"holder\":\"probe\",\"ttl_ms\":1000}" 2>/dev/null) == 200 ]]
 }
 

@@ -30,6 +30,24 @@ type Lock struct {
 	Mode    string
 	Slot    int // a semaphore holder's permit, 1..Permits: fence per slot
 	Holders []Lock
+	// Session is the session the lease is held under (0: none).
+	Session uint64
+	// Waiting is how many wait in the key's queue, NextWaiter the first of
+	// them (Get and List; nil when nobody waits). A key of several holders
+	// gives them with its first lease only.
+	Waiting    int
+	NextWaiter *Waiter
+}
+
+// Waiter is a queued acquire: who, how long it has waited, how long it
+// will wait more, a read/write lock's waiter's mode, and the session it
+// waits under (0: none).
+type Waiter struct {
+	Holder  string
+	Waited  time.Duration
+	Left    time.Duration
+	Mode    string
+	Session uint64
 }
 
 // MarshalJSON writes the wire shape, api.Lease.
@@ -48,18 +66,24 @@ func (l *Lock) UnmarshalJSON(data []byte) error {
 // lockOf is the server's lease in the client's terms.
 func lockOf(w api.Lease) Lock {
 	l := Lock{Key: w.Key, Holder: w.Holder, Token: w.Token, TTL: api.Duration(w.TTLMs), Remaining: api.Duration(w.RemainingMs),
-		Kind: w.Kind, Permits: w.Permits, Mode: w.Mode, Slot: w.Slot}
+		Kind: w.Kind, Permits: w.Permits, Mode: w.Mode, Slot: w.Slot, Session: w.Session, Waiting: w.Waiting}
 	for _, h := range w.Holders {
 		l.Holders = append(l.Holders, lockOf(h))
+	}
+	if n := w.NextWaiter; n != nil {
+		l.NextWaiter = &Waiter{Holder: n.Holder, Waited: api.Duration(n.WaitedMs), Left: api.Duration(n.LeftMs), Mode: n.Mode, Session: n.Session}
 	}
 	return l
 }
 
 func (l Lock) lease() api.Lease {
 	w := api.Lease{Key: l.Key, Holder: l.Holder, Token: l.Token, TTLMs: api.Ms(l.TTL), RemainingMs: api.Ms(l.Remaining),
-		Kind: l.Kind, Permits: l.Permits, Mode: l.Mode, Slot: l.Slot}
+		Kind: l.Kind, Permits: l.Permits, Mode: l.Mode, Slot: l.Slot, Session: l.Session, Waiting: l.Waiting}
 	for _, h := range l.Holders {
 		w.Holders = append(w.Holders, h.lease())
+	}
+	if n := l.NextWaiter; n != nil {
+		w.NextWaiter = &api.Waiter{Holder: n.Holder, WaitedMs: api.Ms(n.Waited), LeftMs: api.Ms(n.Left), Mode: n.Mode, Session: n.Session}
 	}
 	return w
 }

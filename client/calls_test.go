@@ -91,8 +91,8 @@ func TestPlainCalls(t *testing.T) {
 }
 
 func TestErrorsMatchOneSentinel(t *testing.T) {
-	sentinels := []error{client.ErrHeld, client.ErrNotHeld, client.ErrNotFound, client.ErrInvalid, client.ErrUnavailable, client.ErrInternal}
-	for _, code := range []string{"held", "not_held", "not_found", "invalid_argument", "unavailable", "internal"} {
+	sentinels := []error{client.ErrHeld, client.ErrNotHeld, client.ErrNotFound, client.ErrInvalid, client.ErrUnavailable, client.ErrInternal, client.ErrQuotaExceeded}
+	for _, code := range []string{"held", "not_held", "not_found", "invalid_argument", "unavailable", "internal", "quota_exceeded"} {
 		err := &client.APIError{Code: code}
 		n := 0
 		for _, s := range sentinels {

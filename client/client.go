@@ -604,6 +604,7 @@ func decodeError(status int, data []byte) error {
 		Leader:  we.Leader,
 		Kind:    we.Kind,
 		Permits: we.Permits,
+		Quota:   we.Quota,
 
 		CompactRevision: we.CompactRevision,
 	}

@@ -43,6 +43,11 @@ var (
 	// permits; APIError.Kind and Permits say which. Wire code
 	// "kind_mismatch".
 	ErrKindMismatch = errors.New("fencelock: key is of another kind")
+	// ErrQuotaExceeded: the caller's principal is at one of its quotas
+	// (APIError.Quota names it: sessions, locks, waiters); nothing
+	// changed. Every node would answer the same: back off. Wire code
+	// "quota_exceeded".
+	ErrQuotaExceeded = errors.New("fencelock: quota exceeded")
 )
 
 // Reasons a Lease ends. Lease.Err and context.Cause(Lease.Context()) return
@@ -77,6 +82,9 @@ type APIError struct {
 	Permits int
 	// For "compacted": the oldest revision a watch may start after.
 	CompactRevision *Revision
+	// For "quota_exceeded" (and a caller's "too_many_watchers"): the
+	// quota (api.Quota*).
+	Quota string
 }
 
 func (e *APIError) Error() string {
@@ -117,6 +125,8 @@ func (e *APIError) Unwrap() error {
 		return ErrKindMismatch
 	case api.CodeCompacted:
 		return ErrCompacted
+	case api.CodeQuotaExceeded:
+		return ErrQuotaExceeded
 	}
 	switch {
 	case e.Status == 400:

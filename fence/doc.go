@@ -26,5 +26,14 @@
 // docs/FENCING.md says which to use where.
 //
 // Middleware applies any Fence to an HTTP handler using the Fencing-Token
-// request header.
+// request header (and Fencing-Key, the lock key, for a fence that
+// verifies).
+//
+// The rule trusts every token it is shown: one made-up token raises a mark
+// for good. A Verification makes a fence ask the lock service, once per
+// new token per resource, whether the token is a live grant of the lock
+// key the resource is bound to (client.Verifier asks the cluster); every
+// adapter takes one. RWFence is the rule of a read/write lock's readers
+// and writers; RWGuard keeps it in memory and the durable adapters keep
+// it too. fence/fencetest holds them all to the same steps.
 package fence

@@ -37,6 +37,7 @@ func (e *StaleTokenError) Unwrap() error { return ErrStaleToken }
 type Guard struct {
 	mu        sync.Mutex
 	resources map[string]*resource
+	verify    *Verification
 }
 
 type resource struct {
@@ -44,12 +45,32 @@ type resource struct {
 	// so waiting for it gives up when the caller's ctx is done.
 	lock    chan struct{}
 	highest uint64 // guarded by lock
+	key     string // the lock key the resource is bound to; guarded by lock
 }
 
 var _ Fence = (*Guard)(nil)
 
+// GuardOption configures a Guard or an RWGuard.
+type GuardOption func(*guardOptions)
+
+type guardOptions struct {
+	verify *Verification
+}
+
+// WithVerification makes the guard confirm every new token with the lock
+// service before it raises a mark (Verification says how).
+func WithVerification(v *Verification) GuardOption {
+	return func(o *guardOptions) { o.verify = v }
+}
+
 // NewGuard returns an empty Guard.
-func NewGuard() *Guard { return &Guard{} }
+func NewGuard(opts ...GuardOption) *Guard {
+	var o guardOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Guard{verify: o.verify}
+}
 
 func (g *Guard) get(name string) *resource {
 	g.mu.Lock()
@@ -69,7 +90,9 @@ func (g *Guard) get(name string) *resource {
 // ErrMissingToken, a token below the highest honoured with a
 // *StaleTokenError; an accepted token becomes the highest honoured before
 // effect runs, whether or not effect then succeeds (once a newer holder has
-// shown up, older ones are stale even if that holder's write failed). No
+// shown up, older ones are stale even if that holder's write failed). With
+// WithVerification, a token that would raise the mark is first confirmed
+// with the lock service, and a refusal from it is returned. No
 // other Admit on the same resource runs between the check and the end of
 // effect. Admit returns effect's error, or ctx.Err() if ctx is done before
 // the resource could be locked.
@@ -85,7 +108,11 @@ func (g *Guard) Admit(ctx context.Context, name string, token uint64, effect fun
 	if token < r.highest {
 		return &StaleTokenError{Resource: name, Token: token, Highest: r.highest}
 	}
-	r.highest = token
+	key, err := g.verify.Check(ctx, name, token, r.highest, r.key)
+	if err != nil {
+		return err
+	}
+	r.highest, r.key = token, key
 	if effect == nil {
 		return nil
 	}

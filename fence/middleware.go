@@ -25,6 +25,9 @@ type errorBody struct {
 	Resource string `json:"resource"`
 	Token    uint64 `json:"token,omitempty"`
 	Highest  uint64 `json:"highest,omitempty"`
+	Key      string `json:"key,omitempty"`    // the lock key the token came for
+	Bound    string `json:"bound,omitempty"`  // the lock key the resource is bound to
+	Issued   uint64 `json:"issued,omitempty"` // the lock service's highest token
 }
 
 // Middleware fences next with f, any Fence (a Guard in memory, a file or a
@@ -36,9 +39,21 @@ type errorBody struct {
 //
 //   - 409 {"code":"missing_token"} when the header is absent or empty;
 //   - 409 {"code":"stale_token","token":T,"highest":H} when T < H;
-//   - 400 {"code":"invalid_token"} when the header is not a positive integer;
+//   - 400 {"code":"invalid_token"} when the header is not a positive integer,
+//     or there are two of them;
+//   - 409 {"code":"unverified_token","key":K,"token":T,"issued":I} when f
+//     verifies (Verification) and the lock service does not hold T as a
+//     live grant of K; 409 {"code":"wrong_key","key":K,"bound":B} when the
+//     resource is bound to lock key B and the token came for K; 400
+//     {"code":"missing_key"} when the resource is bound to no key and the
+//     request names none; 400 {"code":"invalid_key"} for two Fencing-Key
+//     headers;
 //   - 503 {"code":"fence_unavailable"} when f could not check or record the
-//     token (a disk or database error), before next ran.
+//     token (a disk or database error, or the lock service unreachable),
+//     before next ran.
+//
+// The lock key comes from the Fencing-Key header (KeyHeader), put in the
+// context Admit gets (WithKey).
 //
 // If f fails after next has answered (a database commit failing), next's
 // answer has already gone out; a handler on a transactional backend that
@@ -58,6 +73,20 @@ func Middleware(f Fence, resource ResourceFunc, next http.Handler, safe ...strin
 			}
 		}
 		name := resource(r)
+		if vs := r.Header.Values(Header); len(vs) > 1 {
+			// Which one an upstream or handler reads is its own choice.
+			writeError(w, http.StatusBadRequest, errorBody{Error: "request carries " + strconv.Itoa(len(vs)) + " " + Header + " headers, want one", Code: "invalid_token", Resource: name})
+			return
+		}
+		keys := r.Header.Values(KeyHeader)
+		if len(keys) > 1 {
+			writeError(w, http.StatusBadRequest, errorBody{Error: "request carries " + strconv.Itoa(len(keys)) + " " + KeyHeader + " headers, want one", Code: "invalid_key", Resource: name})
+			return
+		}
+		ctx := r.Context()
+		if len(keys) == 1 && strings.TrimSpace(keys[0]) != "" {
+			ctx = WithKey(ctx, strings.TrimSpace(keys[0]))
+		}
 		raw := strings.TrimSpace(r.Header.Get(Header))
 		var token uint64
 		if raw != "" {
@@ -69,15 +98,25 @@ func Middleware(f Fence, resource ResourceFunc, next http.Handler, safe ...strin
 			token = t
 		}
 		ran := false
-		err := f.Admit(r.Context(), name, token, func(ctx context.Context) error {
+		err := f.Admit(ctx, name, token, func(ctx context.Context) error {
 			ran = true
 			next.ServeHTTP(w, r.WithContext(ctx))
 			return nil
 		})
-		var stale *StaleTokenError
+		var (
+			stale *StaleTokenError
+			unver *UnverifiedTokenError
+			wrong *WrongKeyError
+		)
 		switch {
 		case errors.As(err, &stale):
 			writeError(w, http.StatusConflict, errorBody{Error: stale.Error(), Code: "stale_token", Resource: name, Token: stale.Token, Highest: stale.Highest})
+		case errors.As(err, &unver):
+			writeError(w, http.StatusConflict, errorBody{Error: unver.Error(), Code: "unverified_token", Resource: name, Token: unver.Token, Key: unver.Key, Issued: unver.Issued})
+		case errors.As(err, &wrong):
+			writeError(w, http.StatusConflict, errorBody{Error: wrong.Error(), Code: "wrong_key", Resource: name, Token: wrong.Token, Key: wrong.Key, Bound: wrong.Bound})
+		case errors.Is(err, ErrNoKey):
+			writeError(w, http.StatusBadRequest, errorBody{Error: err.Error(), Code: "missing_key", Resource: name})
 		case errors.Is(err, ErrMissingToken):
 			writeError(w, http.StatusConflict, errorBody{Error: "request carries no " + Header + " header", Code: "missing_token", Resource: name})
 		case err != nil && !ran && r.Context().Err() == nil:

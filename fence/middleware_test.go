@@ -99,3 +99,41 @@ func TestMiddlewareAnswers503WhenTheFenceFails(t *testing.T) {
 		t.Fatalf("status %d ran %v body %s", rec.Code, ran, rec.Body)
 	}
 }
+
+// Two Fencing-Token headers: the fence would read one and the handler (or
+// an upstream behind a proxy) might read the other.
+func TestMiddlewareRefusesTwoTokens(t *testing.T) {
+	g := NewGuard()
+	ran := false
+	h := Middleware(g, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true }))
+	req := httptest.NewRequest(http.MethodPut, "/r", nil)
+	req.Header.Add(Header, "9")
+	req.Header.Add(Header, "3")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"invalid_token"`) || ran {
+		t.Fatalf("%d %s ran=%v", rec.Code, rec.Body, ran)
+	}
+	if g.Highest("/r") != 0 {
+		t.Fatalf("the mark rose to %d", g.Highest("/r"))
+	}
+}
+
+// fencedPut sends one PUT /r through Middleware(f) with token and key
+// headers ("" for none) and answers the status and the JSON body.
+func fencedPut(t *testing.T, f Fence, token, key string) (int, map[string]any) {
+	t.Helper()
+	h := Middleware(f, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	req := httptest.NewRequest(http.MethodPut, "/r", nil)
+	if token != "" {
+		req.Header.Set(Header, token)
+	}
+	if key != "" {
+		req.Header.Set(KeyHeader, key)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var m map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &m)
+	return rec.Code, m
+}

@@ -235,6 +235,7 @@ func (s *Server) Waiters(key string) []string { return s.srv.Waiters(key) }
 func (s *Server) Holder(key string) (string, uint64, bool) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, api.PathLock+"?"+url.Values{api.QueryKey: {key}}.Encode(), nil)
+	req.Host = "localhost" // not httptest's example.com, which the server refuses as another site's name
 	s.srv.Handler().ServeHTTP(rec, req)
 	var l api.Lease
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &l) != nil {

@@ -98,9 +98,12 @@ func answerNo(format string, args ...any) error {
 // one.
 func apiLease(lk client.Lock) api.Lease {
 	l := api.Lease{Key: lk.Key, Holder: lk.Holder, Token: lk.Token, TTLMs: api.Ms(lk.TTL), RemainingMs: api.Ms(lk.Remaining),
-		Kind: lk.Kind, Permits: lk.Permits, Mode: lk.Mode, Slot: lk.Slot}
+		Kind: lk.Kind, Permits: lk.Permits, Mode: lk.Mode, Slot: lk.Slot, Session: lk.Session, Waiting: lk.Waiting}
 	for _, h := range lk.Holders {
 		l.Holders = append(l.Holders, apiLease(h))
+	}
+	if w := lk.NextWaiter; w != nil {
+		l.NextWaiter = &api.Waiter{Holder: w.Holder, WaitedMs: api.Ms(w.Waited), LeftMs: api.Ms(w.Left), Mode: w.Mode, Session: w.Session}
 	}
 	return l
 }

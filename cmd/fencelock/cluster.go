@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,7 +25,8 @@ const clusterUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
        fencelock cluster remove --id ID [--addr ADDRS]
 
 members lists the nodes as the answering node sees them, with each one's
-raft and client address, suffrage (voter or nonvoter) and which one leads.
+raft and client address, suffrage (voter or nonvoter), which one leads,
+and each one's health as the leader sees it.
 
 join adds a node that is running with 'fencelock server --join' (an empty
 data directory, or the data of a former member of this cluster).
@@ -38,9 +40,17 @@ Run 'fencelock cluster SUBCOMMAND -h' for its flags and exit statuses.
 const clusterMembersUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
 
 Lists the nodes as the answering node sees them, with each one's raft and
-client address, suffrage (voter or nonvoter) and which one leads (with
---json, the API's members answer, which also says which node answered,
-whether it is ready, and how far it has applied the log).
+client address, suffrage (voter or nonvoter) and which one leads, and each
+one's health as the leader sees it (a follower asks the leader): STATE is
+leader, healthy, unreachable (the leader has not heard from it for twice
+the heartbeat timeout) or unknown (no leader, or it did not answer);
+CONTACT is when the leader last heard from it, LAG how many log entries
+it was behind then. A leader the answering node has stopped hearing from
+is not marked as the leader, and shows unreachable. A node that has been
+removed from the cluster says so first. With --json, the API's
+members answer, which also says which node answered, whose view the
+health is (health_from), whether it is ready, and how far it has applied
+the log.
 `
 
 const clusterJoinUsage = `Usage: fencelock cluster join --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
@@ -215,17 +225,30 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 }
 
 func printMembers(w io.Writer, m api.MembersResponse) {
+	if m.Removed {
+		fmt.Fprintf(w, "%s, which answered, is no longer a member: it was removed from the cluster and serves nothing. The members as it last saw them:\n", m.Node)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT\tCLIENT\tSUFFRAGE\tLEADER")
+	fmt.Fprintln(tw, "ID\tRAFT\tCLIENT\tSUFFRAGE\tLEADER\tSTATE\tCONTACT\tLAG")
 	for _, n := range m.Members {
-		client, lead := n.ClientAddr, ""
+		client, lead, contact, lag := n.ClientAddr, "", "-", "-"
 		if client == "" {
 			client = "-"
 		}
 		if n.Leader {
 			lead = "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.ID, n.RaftAddr, client, strings.ToLower(n.Suffrage), lead)
+		state := n.State
+		if state == "" {
+			state = api.MemberUnknown // a server that does not say
+		}
+		if n.LastContactMs != nil {
+			contact = api.Duration(*n.LastContactMs).String() + " ago"
+		}
+		if n.LagEntries != nil {
+			lag = strconv.FormatUint(*n.LagEntries, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.RaftAddr, client, strings.ToLower(n.Suffrage), lead, state, contact, lag)
 	}
 	tw.Flush()
 }
@@ -257,6 +280,24 @@ func newClusterClient(addrs []string, tlsCfg *tls.Config, more ...fencelock.Opti
 		opts = append(opts, fencelock.WithTLSConfig(tlsCfg))
 	}
 	return fencelock.New(addrs, append(opts, more...)...)
+}
+
+// newJoinClient is the client of 'server --join': newClusterClient with
+// two back-offs per attempt across the addresses, so that an address
+// nobody answers at fails the attempt in well under a second and is
+// reported; the join loop then backs off and asks again.
+func newJoinClient(addrs []string, tlsCfg *tls.Config, more ...fencelock.Option) (*fencelock.Client, error) {
+	return newClusterClient(addrs, tlsCfg, append(more, fencelock.WithRetries(2))...)
+}
+
+// unreachable: no node could be reached at all.
+func unreachable(err error) bool { return errors.Is(err, fencelock.ErrUnreachable) }
+
+// unavailableOrUnknown: a node answered that it cannot serve now (no
+// leader, shutting down), or a change may or may not have applied: both
+// are worth asking again.
+func unavailableOrUnknown(err error) bool {
+	return errors.Is(err, fencelock.ErrUnavailable) || errors.Is(err, fencelock.ErrChangeUnknown)
 }
 
 // refusal is the answer of a node that refused a call (not a 503: those

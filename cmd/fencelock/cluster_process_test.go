@@ -153,6 +153,9 @@ func callWith(hc *http.Client, addr, method, path, body string) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // what every client sends with a body
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return reply{}, err
@@ -580,7 +583,7 @@ func TestClusterProcessJoinMembersRemove(t *testing.T) {
 	for {
 		out := cli("members")
 		if strings.Count(out, "voter") == 3 && strings.Contains(out, c.nodes[2].client) {
-			if !regexp.MustCompile(`(?m)^n1 .* voter +\*$`).MatchString(out) {
+			if !regexp.MustCompile(`(?m)^n1 .* voter +\* +leader `).MatchString(out) {
 				t.Fatalf("n1 should lead:\n%s", out)
 			}
 			break

@@ -65,6 +65,8 @@ func subcommandsOf(name string) []string {
 		return aclSubcommands
 	case "lab":
 		return []string{"replay"}
+	case "fence":
+		return fenceSubcommands
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ func TestCompletionBash(t *testing.T) {
 	if got := complete("fencelock", "acquire", "--ho"); got != "--holder" {
 		t.Errorf("fencelock acquire --ho<TAB> = %q, want --holder", got)
 	}
-	if got := complete("fencelock", "server", "--max-waiters"); got != "--max-waiters-per-key --max-waiters" {
+	if got := complete("fencelock", "server", "--max-waiters"); got != "--max-waiters-per-key --max-waiters --max-waiters-per-principal" {
 		t.Errorf("fencelock server --max-waiters<TAB> = %q", got)
 	}
 	if got := complete("fencelock", "cluster", "j"); got != "join" {
@@ -75,13 +75,15 @@ func TestCompletionBash(t *testing.T) {
 		{[]string{"fencelock", "acl", "policy", "s"}, "set"},
 		{[]string{"fencelock", "lab", "r"}, "replay"},
 		{[]string{"fencelock", "cluster", ""}, "members join remove"},
+		{[]string{"fencelock", "fence", ""}, "marks reset"},
+		{[]string{"fencelock", "fence", "r"}, "reset"},
 	} {
 		if got := complete(c.words...); got != c.want {
 			t.Errorf("%s<TAB> = %q, want %q", strings.Join(c.words, " "), got, c.want)
 		}
 	}
-	if got := complete("fencelock", "help", "fence"); got != "fence-proxy" {
-		t.Errorf("fencelock help fence<TAB> = %q, want fence-proxy", got)
+	if got := complete("fencelock", "help", "fence-"); got != "fence-proxy" {
+		t.Errorf("fencelock help fence-<TAB> = %q, want fence-proxy", got)
 	}
 	if got := complete("fencelock", "help", "saf"); got != "safe-stop" {
 		t.Errorf("fencelock help saf<TAB> = %q, want the topic safe-stop", got)

@@ -9,15 +9,24 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/fence/filefence"
 )
 
 const fenceProxyUsage = `Usage: fencelock fence-proxy --listen ADDR --upstream URL --state DIR
-                             [--resource-from path|header:NAME] [--pass METHODS]
+                             [--resource-from path|path:clean|header:NAME]
+                             [--resource-case exact|fold] [--pass METHODS]
+                             [--read-methods METHODS]
+                             [--verify ADDRS [--lock-key KEY] [client TLS/auth flags]]
+                             [--upstream-timeout D]
 
 Fences an HTTP service that cannot check fencing tokens itself: a reverse
 proxy in front of it that forwards a request only if its Fencing-Token
@@ -26,69 +35,250 @@ resource (the URL path, or the value of header NAME). The marks live in
 DIR (fsynced before a request is forwarded), so a restarted proxy still
 refuses a token it had superseded. One proxy per DIR.
 
+The resource fenced is exactly the one forwarded. With --resource-from
+path, a path an upstream could read as another path is refused: empty
+segments (//), . or .. segments, a trailing slash, an encoded slash
+(%2F), a backslash or a control character. path:clean fences and
+forwards the cleaned path instead (/data//x/../a/ is /data/a; %2F is a
+slash). With header:NAME, a request with two NAME headers (or NAME_ spelt
+with an underscore), or whose Connection header names NAME, is refused.
+--resource-case fold lower-cases the resource, fenced and forwarded, for
+an upstream that does not tell ACCT from acct.
+
 Refusals are the fence middleware's JSON: 409 stale_token (naming the
-token and the highest honoured), 409 missing_token, 400 invalid_token;
-400 missing_resource when --resource-from names a header the request
-lacks; 502 upstream_unreachable.
+token and the highest honoured), 409 missing_token, 400 invalid_token
+(also for two Fencing-Token headers); 400 noncanonical_path,
+duplicate_resource, hop_by_hop_resource, and missing_resource when the
+request lacks the header NAME; 502 upstream_unreachable.
 
 A token is honoured (the mark raised, on disk) before the request is
 forwarded, whatever the upstream then answers: once a newer holder has
 shown up, older ones are stale even if its request failed. Requests for
 one resource are forwarded one at a time, each only after the previous
 answer is back, so an older request cannot overtake a newer one on the
-way. Methods in --pass (e.g. GET,HEAD) are forwarded unfenced.
+way. Methods in --pass (e.g. GET,HEAD) are forwarded unfenced, as they
+came.
+
+For a resource guarded by a read/write lock, --read-methods GET,HEAD
+fences those methods by the read rule: a reader sends its read hold's
+token, which must be at least the last write's (readers granted together
+do not stale each other), and a write must be at least every token
+admitted, reads included. Reads are fenced, not waved through: no token
+is 409 missing_token, as for a write. Reads of one resource are forwarded
+one at a time, as writes are.
+
+With --verify, a token above a resource's mark is forwarded only once the
+cluster confirms it is a live grant of the lock key guarding the resource
+(one check per new token per resource; the current token is not asked
+about again): a made-up token, or another key's live token, is refused
+with 409 unverified_token or wrong_key and raises nothing. The key is
+--lock-key (say ledger/{resource}), or else the Fencing-Key header of the
+first request a verified token raised the resource for, recorded with the
+mark; 400 missing_key when neither names one. While the cluster cannot be
+reached, new tokens are refused (503 fence_unavailable) and the current
+ones still pass.
+
+No reordering, on a restart either: each forwarded request is cut off
+after --upstream-timeout (504 upstream_timeout), and one that got no
+answer (cut off, the client gone, the connection lost) keeps its resource
+until --upstream-timeout has passed since it was sent. A proxy that
+starts after one that did not stop cleanly (killed, or --grace ran out)
+forwards nothing fenced for --upstream-timeout. So the upstream must
+apply or drop every request within --upstream-timeout of receiving it:
+set its own request timeout below it.
 
 The limit: only requests through the proxy are fenced. A writer that
 reaches the upstream another way is not, so the upstream should accept
 writes from the proxy only. See docs/FENCING.md.
 `
 
-// resourceFrom turns --resource-from into a ResourceFunc; header names a
-// header the request must carry ("" for the path).
-func resourceFrom(spec string) (fn fence.ResourceFunc, header string, err error) {
-	switch {
-	case spec == "path":
-		return fence.ByPath, "", nil
-	case strings.HasPrefix(spec, "header:") && len(spec) > len("header:"):
-		h := http.CanonicalHeaderKey(strings.TrimPrefix(spec, "header:"))
-		return func(r *http.Request) string { return r.Header.Get(h) }, h, nil
-	}
-	return nil, "", usageError("--resource-from %q: want path or header:NAME", spec)
+// proxyConfig is what a fence proxy forwards, and how it names resources.
+type proxyConfig struct {
+	upstream *url.URL
+	resource proxyResource
+	pass     []string // methods forwarded unfenced, as they came
+	reads    []string // methods admitted by the read rule (f must be a fence.RWFence)
+	// upstreamTimeout bounds each forwarded request, and is how long a
+	// request that got no answer keeps its resource (0: no bound).
+	upstreamTimeout time.Duration
+	// holdUntil: no fenced request is forwarded before it (a start after
+	// a proxy that did not stop cleanly; see proxyStart).
+	holdUntil time.Time
+	clock     clock.Clock // nil: the system's
 }
+
+// forwarded is what the proxy learns of one forwarded request.
+type forwarded struct{ unanswered bool }
+
+type forwardedKey struct{}
 
 // newFenceProxy forwards to upstream the requests f admits. The upstream
 // request runs inside f.Admit: the mark is raised before it is sent, and
-// the next request for the same resource waits for its answer.
-func newFenceProxy(f fence.Fence, upstream *url.URL, resource fence.ResourceFunc, header string, pass []string) http.Handler {
+// the next request for the same resource waits for its answer, or, when
+// no answer comes, until the upstream can no longer apply it. What is
+// forwarded names the resource fenced, spelt as it was fenced.
+func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
+	clk := cfg.clock
+	if clk == nil {
+		clk = clock.System{}
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
+			pr.SetURL(cfg.upstream)
 			pr.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
-				return // the client went away; nobody to answer
+			if fw, ok := r.Context().Value(forwardedKey{}).(*forwarded); ok {
+				fw.unanswered = true
 			}
-			proxyError(w, http.StatusBadGateway, "upstream_unreachable", "fence-proxy: upstream: "+err.Error())
+			switch {
+			case errors.Is(r.Context().Err(), context.DeadlineExceeded):
+				proxyError(w, http.StatusGatewayTimeout, "upstream_timeout", fmt.Sprintf("fence-proxy: the upstream did not answer within --upstream-timeout (%v)", cfg.upstreamTimeout))
+			case r.Context().Err() != nil:
+				// The client went away; nobody to answer.
+			default:
+				proxyError(w, http.StatusBadGateway, "upstream_unreachable", "fence-proxy: upstream: "+err.Error())
+			}
 		},
 	}
-	fenced := fence.Middleware(f, resource, rp, pass...)
-	if header == "" {
-		return fenced
+	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent := clk.Now()
+		fw := &forwarded{}
+		ctx := context.WithValue(r.Context(), forwardedKey{}, fw)
+		if cfg.upstreamTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, cfg.upstreamTimeout)
+			defer cancel()
+		}
+		rp.ServeHTTP(w, r.WithContext(ctx))
+		if fw.unanswered && cfg.upstreamTimeout > 0 {
+			// The upstream may have the request and apply it yet: keep
+			// the resource (this runs inside Admit) until it cannot.
+			sleepUntil(context.WithoutCancel(r.Context()), clk, sent.Add(cfg.upstreamTimeout))
+		}
+	})
+	fenced := fence.Middleware(f, cfg.resource.of, forward)
+	if rw, ok := f.(fence.RWFence); ok && len(cfg.reads) > 0 {
+		fenced = fence.RWMiddleware(rw, cfg.resource.of, forward, cfg.reads...)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.TrimSpace(r.Header.Get(header)) == "" {
-			for _, m := range pass {
-				if r.Method == m {
-					rp.ServeHTTP(w, r)
-					return
-				}
-			}
-			proxyError(w, http.StatusBadRequest, "missing_resource", "request carries no "+header+" header to name its resource")
+		if slices.Contains(cfg.pass, r.Method) {
+			rp.ServeHTTP(w, r)
 			return
+		}
+		if _, rerr := cfg.resource.name(r); rerr != nil {
+			proxyError(w, http.StatusBadRequest, rerr.code, "fence-proxy: "+rerr.msg)
+			return
+		}
+		if !sleepUntil(r.Context(), clk, cfg.holdUntil) {
+			return // the client gave up during the hold
 		}
 		fenced.ServeHTTP(w, r)
 	})
+}
+
+// methods reads a comma-separated list of HTTP methods.
+func methods(list string) []string {
+	var out []string
+	for _, m := range strings.Split(list, ",") {
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// sleepUntil waits on clk until t; false if ctx ended first.
+func sleepUntil(ctx context.Context, clk clock.Clock, t time.Time) bool {
+	d := t.Sub(clk.Now())
+	if d <= 0 {
+		return true
+	}
+	done := make(chan struct{})
+	timer := clk.AfterFunc(d, func() { close(done) })
+	defer timer.Stop()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// stoppedFile, in a proxy's --state, says that the proxy that last ran on
+// it stopped with every forwarded request answered or waited out.
+const stoppedFile = "proxy-stopped"
+
+// proxyStart opens the fence in dir for a proxy starting at now, and says
+// until when it must forward no fenced request: now + timeout if a proxy
+// ran on dir before and did not record a clean stop (it may have been
+// killed with requests on their way, which the upstream may still apply
+// within timeout), else nothing. It removes the clean-stop record before
+// it returns, so that a crash from now on is seen by the next start.
+func proxyStart(dir string, timeout time.Duration, now time.Time, opts ...filefence.Option) (*filefence.Fence, time.Time, error) {
+	used := false
+	for _, name := range []string{filefence.FileName, filefence.LogName} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			used = true
+		}
+	}
+	ff, err := filefence.Open(dir, opts...)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	stopped := filepath.Join(dir, stoppedFile)
+	_, err = os.Stat(stopped)
+	clean := err == nil
+	if clean {
+		err = os.Remove(stopped)
+		if err == nil {
+			err = syncDir(dir)
+		}
+		if err != nil {
+			ff.Close()
+			return nil, time.Time{}, err
+		}
+	}
+	if !used || clean || timeout <= 0 {
+		return ff, time.Time{}, nil
+	}
+	return ff, now.Add(timeout), nil
+}
+
+// proxyStopped records a clean stop in dir (after every request ended).
+func proxyStopped(dir string) error {
+	f, err := os.Create(filepath.Join(dir, stoppedFile))
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// proxyVerification verifies with v, resources bound by template
+// ({resource} replaced by the resource's name; "" binds each resource to
+// the key its first verified request names).
+func proxyVerification(v fence.Verifier, template string) *fence.Verification {
+	fv := &fence.Verification{Verifier: v}
+	if template != "" {
+		fv.Key = func(resource string) string { return strings.ReplaceAll(template, "{resource}", resource) }
+	}
+	return fv
 }
 
 func proxyError(w http.ResponseWriter, status int, code, msg string) {
@@ -102,9 +292,16 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	listen := f.String("listen", "127.0.0.1:7490", "`ADDR` to listen on (port 0 picks one)")
 	upstreamFlag := f.String("upstream", "", "the service to fence, `URL` (http://host:port)")
 	state := f.String("state", "", "`DIR` for the highest tokens honoured (created if missing)")
-	from := f.String("resource-from", "path", "`SPEC` of what names a request's resource: path, or header:NAME")
+	from := f.String("resource-from", "path", "`SPEC` of what names a request's resource: path, path:clean or header:NAME")
+	caseMode := f.String("resource-case", "exact", "`MODE` exact, or fold for an upstream that does not tell ACCT from acct")
 	passFlag := f.String("pass", "", "comma-separated `METHODS` forwarded without a token (e.g. GET,HEAD)")
+	readsFlag := f.String("read-methods", "", "comma-separated `METHODS` fenced as reads of a read/write lock (e.g. GET,HEAD): a reader's token must reach the last write's")
 	grace := f.Duration("grace", 5*time.Second, "how long in-flight requests may finish on SIGINT/SIGTERM")
+	upstreamTimeout := f.Duration("upstream-timeout", 10*time.Second, "`D` the upstream must apply or drop a request within: each forwarded request is cut off after it, and after a crash nothing is forwarded for it")
+	verify := f.String("verify", "", "cluster `ADDRS` to verify each new token with before it raises a mark (host:port,...)")
+	lockKey := f.String("lock-key", "", "the lock `KEY` guarding each resource, {resource} standing for its name (with --verify; default: the request's Fencing-Key, bound by the first verified token)")
+	tlsFlags := addClientTLSFlags(f)
+	authToken := authTokenFlag(f)
 	pos, err := f.parse(args)
 	if err != nil {
 		return err
@@ -122,17 +319,32 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
 		return usageError("--upstream %q: want http://HOST:PORT or https://HOST:PORT", *upstreamFlag)
 	}
-	resource, header, err := resourceFrom(*from)
+	resource, err := parseResourceFrom(*from, *caseMode)
 	if err != nil {
 		return err
 	}
-	var pass []string
-	for _, m := range strings.Split(*passFlag, ",") {
-		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
-			pass = append(pass, m)
+	pass, reads := methods(*passFlag), methods(*readsFlag)
+	for _, m := range reads {
+		if slices.Contains(pass, m) {
+			return usageError("%s is in both --pass and --read-methods: forwarded unfenced, or fenced as a read?", m)
 		}
 	}
-	ff, err := filefence.Open(*state)
+	var opts []filefence.Option
+	if *verify == "" && *lockKey != "" {
+		return usageError("--lock-key binds resources for --verify; give --verify ADDRS too")
+	}
+	if *verify != "" {
+		c, err := (&clientFlags{addr: verify, tls: tlsFlags, authToken: authToken}).client()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		opts = append(opts, filefence.WithVerification(proxyVerification(client.NewVerifier(c), *lockKey)))
+	}
+	if *upstreamTimeout < 0 {
+		return usageError("--upstream-timeout must be positive (or 0 for none), not %v", *upstreamTimeout)
+	}
+	ff, hold, err := proxyStart(*state, *upstreamTimeout, time.Now(), opts...)
 	if err != nil {
 		return fmt.Errorf("fence-proxy: %w", err)
 	}
@@ -142,8 +354,17 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("fence-proxy: %w", err)
 	}
 	// The first line says where: a script (or test) can start on port 0.
-	fmt.Fprintf(e.stdout, "fence-proxy listening on http://%s, fencing %s, marks in %s\n", ln.Addr(), upstream, *state)
-	srv := &http.Server{Handler: newFenceProxy(ff, upstream, resource, header, pass), ReadHeaderTimeout: 10 * time.Second}
+	verifying := ""
+	if *verify != "" {
+		verifying = ", verifying with " + *verify
+	}
+	fmt.Fprintf(e.stdout, "fence-proxy listening on http://%s, fencing %s, marks in %s%s\n", ln.Addr(), upstream, *state, verifying)
+	if !hold.IsZero() {
+		fmt.Fprintf(e.stderr, "fence-proxy: the last proxy on %s did not stop cleanly: forwarding nothing fenced until %s (--upstream-timeout %v), when nothing it sent can still be applied\n",
+			*state, hold.Format(time.RFC3339Nano), *upstreamTimeout)
+	}
+	cfg := proxyConfig{upstream: upstream, resource: resource, pass: pass, reads: reads, upstreamTimeout: *upstreamTimeout, holdUntil: hold}
+	srv := &http.Server{Handler: newFenceProxy(ff, cfg), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -153,8 +374,14 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err := srv.Shutdown(sctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil // requests left on their way: the next start holds
+		}
 		return fmt.Errorf("fence-proxy: %w", err)
+	}
+	if err := proxyStopped(*state); err != nil {
+		return fmt.Errorf("fence-proxy: recording a clean stop: %w", err)
 	}
 	return nil
 }

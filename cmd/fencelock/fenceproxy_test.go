@@ -3,12 +3,16 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,13 +28,13 @@ import (
 // request that reached it.
 type recordingUpstream struct {
 	mu   sync.Mutex
-	seen []string // "METHOD PATH token body"
+	seen []string // "METHOD PATH token body", the path as escaped on the wire
 }
 
 func (u *recordingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
-	u.seen = append(u.seen, r.Method+" "+r.URL.Path+" "+r.Header.Get(fence.Header)+" "+string(b))
+	u.seen = append(u.seen, r.Method+" "+r.URL.EscapedPath()+" "+r.Header.Get(fence.Header)+" "+string(b))
 	u.mu.Unlock()
 	w.WriteHeader(http.StatusCreated)
 	io.WriteString(w, "stored")
@@ -42,19 +46,41 @@ func (u *recordingUpstream) requests() []string {
 	return append([]string(nil), u.seen...)
 }
 
+// proxyOptions are the flags of a proxy a test starts in-process.
+type proxyOptions struct {
+	from   string // --resource-from
+	fold   bool   // --resource-case fold
+	pass   []string
+	reads  []string            // --read-methods
+	verify *fence.Verification // --verify
+}
+
 // startProxy runs the proxy in-process on a file fence in dir.
 func startProxy(t *testing.T, dir, upstream, from string, pass ...string) (*httptest.Server, func()) {
 	t.Helper()
-	ff, err := filefence.Open(dir)
+	return startProxyWith(t, dir, upstream, proxyOptions{from: from, pass: pass})
+}
+
+func startProxyWith(t *testing.T, dir, upstream string, o proxyOptions) (*httptest.Server, func()) {
+	t.Helper()
+	var opts []filefence.Option
+	if o.verify != nil {
+		opts = append(opts, filefence.WithVerification(o.verify))
+	}
+	ff, err := filefence.Open(dir, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	u, _ := url.Parse(upstream)
-	res, header, err := resourceFrom(from)
+	caseMode := "exact"
+	if o.fold {
+		caseMode = "fold"
+	}
+	res, err := parseResourceFrom(o.from, caseMode)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newFenceProxy(ff, u, res, header, pass))
+	srv := httptest.NewServer(newFenceProxy(ff, proxyConfig{upstream: u, resource: res, pass: o.pass, reads: o.reads}))
 	stop := func() { srv.Close(); ff.Close() }
 	t.Cleanup(stop)
 	return srv, stop
@@ -177,6 +203,13 @@ func TestFenceProxyUsageErrors(t *testing.T) {
 		{"fence-proxy", "--upstream", "ftp://x", "--state", "x"},
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "query"},
 		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "extra"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:Connection"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:fencing-token"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:Transfer_Encoding"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-from", "header:X Y"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--resource-case", "upper"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--lock-key", "k/{resource}"},
+		{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", "x", "--pass", "GET", "--read-methods", "get,HEAD"},
 	} {
 		var stderr strings.Builder
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
@@ -188,6 +221,34 @@ func TestFenceProxyUsageErrors(t *testing.T) {
 	}
 }
 
+// startProxyProcess starts the fence-proxy binary on a free port in front
+// of upstream with marks in state, and answers it and its URL once it
+// says where it listens.
+func startProxyProcess(t *testing.T, upstream, state string, extra ...string) (*exec.Cmd, string) {
+	t.Helper()
+	args := append([]string{"fence-proxy", "--listen", "127.0.0.1:0", "--upstream", upstream, "--state", state}, extra...)
+	cmd := exec.Command(fencelockBinary(t), args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("fence-proxy said nothing: %v %s", err, stderr.String())
+	}
+	_, rest, ok := strings.Cut(line, "listening on ")
+	if !ok {
+		t.Fatalf("unexpected first line %q", line)
+	}
+	return cmd, strings.TrimSuffix(strings.Fields(rest)[0], ",")
+}
+
 // The real binary: a proxy process is stopped and started again on the
 // same --state, and the stale token is still refused.
 func TestFenceProxyProcess(t *testing.T) {
@@ -196,24 +257,8 @@ func TestFenceProxyProcess(t *testing.T) {
 	defer upstream.Close()
 	state := t.TempDir()
 	start := func() (string, *exec.Cmd) {
-		cmd := exec.Command(fencelockBinary(t), "fence-proxy", "--listen", "127.0.0.1:0", "--upstream", upstream.URL, "--state", state)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil {
-			t.Fatalf("fence-proxy said nothing: %v", err)
-		}
-		_, rest, ok := strings.Cut(line, "listening on ")
-		if !ok {
-			t.Fatalf("unexpected first line %q", line)
-		}
-		return strings.TrimSuffix(strings.Fields(rest)[0], ","), cmd
+		cmd, addr := startProxyProcess(t, upstream.URL, state)
+		return addr, cmd
 	}
 	stop := func(cmd *exec.Cmd) {
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -240,6 +285,43 @@ func TestFenceProxyProcess(t *testing.T) {
 	stop(cmd)
 	if got := up.requests(); len(got) != 1 || got[0] != "PUT /v/a 7 B" {
 		t.Fatalf("upstream saw %q", got)
+	}
+}
+
+// Finding 7 of issue 25 at the proxy: with GET fenced as a write, reader 5
+// was refused after reader 6 of the same read hold; with GET passed, a
+// reader from before the last write got through. --read-methods fences
+// reads by the read rule, across a restart.
+func TestFenceProxyReadMethods(t *testing.T) {
+	up := &recordingUpstream{}
+	upstream := httptest.NewServer(up)
+	defer upstream.Close()
+	dir := t.TempDir()
+	proxy, stop := startProxyWith(t, dir, upstream.URL, proxyOptions{from: "path", reads: []string{"GET", "HEAD"}})
+	steps := []struct {
+		method, token string
+		status        int
+		code          string
+	}{
+		{"PUT", "5", 201, ""},             // writer 5
+		{"GET", "4", 409, "stale_token"},  // a reader from before writer 5
+		{"GET", "7", 201, ""},             // reader 7
+		{"GET", "6", 201, ""},             // reader 6, granted with 7
+		{"GET", "", 409, "missing_token"}, // reads are fenced, not waved through
+		{"PUT", "6", 409, "stale_token"},  // a writer below reader 7
+		{"PUT", "8", 201, ""},             // writer 8
+		{"HEAD", "7", 409, ""},            // reader 7 after writer 8 (a HEAD answer has no body)
+		{"GET", "9", 201, ""},             // reader 9
+	}
+	for i, s := range steps {
+		if i == 5 {
+			stop() // a restart in the middle: both marks are on disk
+			proxy, stop = startProxyWith(t, dir, upstream.URL, proxyOptions{from: "path", reads: []string{"GET", "HEAD"}})
+		}
+		got := send(t, s.method, proxy.URL+"/v/doc", s.token, "")
+		if got.status != s.status || got.code != s.code {
+			t.Fatalf("%s with token %q: %d %s, want %d %s", s.method, s.token, got.status, got.body, s.status, s.code)
+		}
 	}
 }
 
@@ -274,7 +356,7 @@ func BenchmarkFenceProxy(b *testing.B) {
 	}
 	defer ff.Close()
 	u, _ := url.Parse(upstream.URL)
-	proxy := httptest.NewServer(newFenceProxy(ff, u, fence.ByPath, "", nil))
+	proxy := httptest.NewServer(newFenceProxy(ff, proxyConfig{upstream: u}))
 	defer proxy.Close()
 	plain := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }})
 	defer plain.Close()
@@ -314,4 +396,61 @@ func BenchmarkFenceProxy(b *testing.B) {
 			do(b, proxy.URL, tok)
 		}
 	})
+}
+
+// seedMarks writes a version-1 marks file of n resources into dir (the
+// fence reads it and compacts it into its own format at Open).
+func seedMarks(b *testing.B, dir string, n int) {
+	b.Helper()
+	var buf strings.Builder
+	buf.WriteString("fencelock filefence v1\n")
+	for i := range n {
+		fmt.Fprintf(&buf, "%d %q\n", i+1, fmt.Sprintf("/v/seeded-%07d", i))
+	}
+	body := buf.String()
+	data := body + fmt.Sprintf("crc32c %08x\n", crc32.Checksum([]byte(body), crc32.MakeTable(crc32.Castagnoli)))
+	if err := os.WriteFile(filepath.Join(dir, filefence.FileName), []byte(data), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkFenceProxyNewResource is one PUT per iteration to a resource
+// the proxy has not seen, on a --state already holding 0, 3,000 or
+// 100,000 marks: the case that slowed from 122 to 49 requests/s at 3,000
+// when every new resource rewrote the whole marks file.
+func BenchmarkFenceProxyNewResource(b *testing.B) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	for _, n := range []int{0, 3_000, 100_000} {
+		b.Run(fmt.Sprintf("marks=%d", n), func(b *testing.B) {
+			dir := b.TempDir()
+			seedMarks(b, dir, n)
+			ff, err := filefence.Open(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ff.Close()
+			proxy := httptest.NewServer(newFenceProxy(ff, proxyConfig{upstream: u}))
+			defer proxy.Close()
+			i := 0
+			for b.Loop() {
+				i++
+				req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/v/new-%d", proxy.URL, i), strings.NewReader("value"))
+				req.Header.Set(fence.Header, strconv.Itoa(n+i))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNoContent {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+		})
+	}
 }

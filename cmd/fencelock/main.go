@@ -78,6 +78,7 @@ func init() {
 		{"session", "open, extend or close a session that keeps many locks alive", runSession, sessionUsage},
 		{"check", "tell whether a fencing token is current", runCheck, checkUsage},
 		{"fence-proxy", "fence an HTTP service by a reverse proxy that refuses stale tokens", runFenceProxy, fenceProxyUsage},
+		{"fence", "list the marks of a file fence, or mend one (marks, reset)", runFence, fenceUsage},
 		{"get", "show who holds a lock", runGet, getUsage},
 		{"list", "list live locks by key prefix", runList, listUsage},
 		{"watch", "print the changes on a key or prefix as they happen, resumable by revision", runWatch, watchUsage},

@@ -45,6 +45,9 @@ func secureCall(hc *http.Client, addr, token, method, path, body string) (reply,
 	if err != nil {
 		return reply{}, "", err
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // what every client sends with a body
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

@@ -11,8 +11,10 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/server"
+	"github.com/fencelock/fencelock/internal/service"
 )
 
 const defaultData = "fencelock-data"
@@ -36,12 +38,15 @@ start (an empty DIR) it bootstraps a cluster of itself, or of --peers
 (start every node with the same list), or with --join it bootstraps
 nothing and asks the nodes in ADDRS (client addresses) to add it. After
 the first start these flags are ignored: the membership is in DIR. See
-docs/OPERATIONS.md.
+docs/OPERATIONS.md. --token-floor N, on first start, makes every token
+issued above N (give it to every node of a new cluster); also ignored
+after.
 
 With --cert and --key the client port serves TLS (HTTP and framed
 connections alike) and, with --raft and --ca, raft runs over mutual TLS:
-a peer without a certificate signed by --ca is refused at the handshake.
-SIGHUP rereads the certificate files. Without TLS the client and raft
+a peer is refused at the handshake unless it presents a node certificate
+signed by --ca that names a member of the configuration (a client
+certificate never is a peer). SIGHUP rereads the certificate files. Without TLS the client and raft
 ports serve loopback addresses only, unless --insecure. See
 docs/SECURITY.md.
 
@@ -66,6 +71,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	advertise := f.String("advertise", "", "client `ADDR` other nodes send clients to (default: the --listen address)")
 	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
+	tokenFloor := f.Uint64("token-floor", 0, "on first start (an empty DIR), every token issued is above `N`: rebuild a cluster above the tokens its fences have seen")
 	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
 	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")
 	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
@@ -73,12 +79,19 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-connections", "FENCELOCK_MAX_CONNECTIONS")
 	maxConnsPerAddr := f.Int("max-connections-per-address", 0, "at most `N` open client connections from one remote address; 0: a quarter of --max-connections")
 	f.Env("max-connections-per-address", "FENCELOCK_MAX_CONNECTIONS_PER_ADDRESS")
+	maxRaftConns := f.Int("max-raft-connections", 0, "raft port: at most `N` accepted peer connections held; 0: sized from the open-file limit (at most 128)")
+	maxRaftHandshakes := f.Int("max-raft-handshakes", 0, "raft port: at most `N` TLS handshakes in progress, a quarter of them from one address; 0: sized from the open-file limit (at most 32)")
+	raftHandshake := f.Duration("raft-handshake-timeout", 0, "raft port: cut a peer whose TLS handshake takes longer than `D`; 0: 5s")
 	framedInFlight := f.Int("framed-max-in-flight", defaults.FramedMaxInFlight, "framed: at most `N` requests unanswered per connection (extends and releases aside); the Go client keeps to 1024")
 	framedPriority := f.Int("framed-max-priority-in-flight", defaults.FramedMaxPriorityInFlight, "framed: at most `N` extends and releases unanswered per connection, a budget of their own")
 	framedPending := f.Int64("framed-max-pending-bytes", defaults.FramedMaxPendingAnswerBytes, "framed: stop reading a connection with more than `BYTES` of answers waiting to be written")
 	framedWrite := f.Duration("framed-write-timeout", defaults.FramedWriteTimeout, "framed: close a connection that takes no answer byte for this long (`D`) while answers wait")
 	framedRead := f.Duration("framed-read-timeout", defaults.FramedReadTimeout, "framed: close a connection whose frame, once begun, takes longer than `D` to arrive")
 	framedIdle := f.Duration("framed-idle-timeout", defaults.FramedIdleTimeout, "framed: close a connection with nothing in flight that sends nothing for `D`")
+	framedUnauthFrame := f.Int("framed-max-unauthenticated-frame", framing.DefaultMaxUnauthenticatedFrame, "framed, ACLs on: at most `BYTES` a frame until the connection has authenticated")
+	framedUnauthIdle := f.Duration("framed-unauthenticated-idle-timeout", framing.DefaultUnauthenticatedIdleTimeout, "framed, ACLs on: close a connection that has not authenticated and sends nothing for `D`")
+	framedStall := f.Duration("framed-stall-timeout", framing.DefaultStallTimeout, "framed: close a connection whose frame, once begun, brings no byte for `D`")
+	framedBufferedAddr := f.Int64("framed-max-buffered-per-address", framing.DefaultMaxBufferedPerAddr, "framed: at most `BYTES` of frames being read over one remote address's connections")
 	maxWaitersKey := f.Int("max-waiters-per-key", defaults.MaxWaitersPerKey, "at most `N` waiting acquires queued on one key; -1: no cap")
 	f.Env("max-waiters-per-key", "FENCELOCK_MAX_WAITERS_PER_KEY")
 	maxWaiters := f.Int("max-waiters", defaults.MaxWaiters, "at most `N` waiting acquires queued in all; -1: no cap")
@@ -89,6 +102,13 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-watchers", "FENCELOCK_MAX_WATCHERS")
 	maxWatchersCaller := f.Int("max-watchers-per-caller", defaults.WatchMaxPerCaller, "at most `N` watches open of one principal (or remote host without ACLs); -1: no cap")
 	f.Env("max-watchers-per-caller", "FENCELOCK_MAX_WATCHERS_PER_CALLER")
+	// Quotas of one principal once ACLs are on (docs/OPERATIONS.md).
+	quotaSessions := f.Int("max-sessions-per-principal", defaults.MaxSessionsPerPrincipal, "with ACLs, at most `N` open sessions of one principal, whatever its holder names; -1: no quota")
+	f.Env("max-sessions-per-principal", "FENCELOCK_MAX_SESSIONS_PER_PRINCIPAL")
+	quotaLocks := f.Int("max-locks-per-principal", defaults.MaxLocksPerPrincipal, "with ACLs, at most `N` leases held plus queue places of one principal; -1: no quota")
+	f.Env("max-locks-per-principal", "FENCELOCK_MAX_LOCKS_PER_PRINCIPAL")
+	quotaWaiters := f.Int("max-waiters-per-principal", defaults.MaxWaitersPerPrincipal, "with ACLs, at most `N` queue places of one principal; -1: no quota")
+	f.Env("max-waiters-per-principal", "FENCELOCK_MAX_WAITERS_PER_PRINCIPAL")
 	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
 		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
 	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
@@ -98,6 +118,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	leaderLease := f.String("leader-lease-timeout", defaults.LeaderLeaseTimeout.String(),
 		"raft: a leader that has not reached a quorum for this long (`D`) steps down; <= --heartbeat-timeout")
 	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
+	var allowedHosts ruleList // repeatable, like acl's --rule
+	f.Var(&allowedHosts, "allowed-host", "a `NAME` HTTP requests may carry as Host besides the --listen and --advertise hosts, localhost, IP addresses and the certificate's names; repeat for more; \"*\": any")
 	tlsFlags := addServerTLSFlags(f)
 	authToken := authTokenFlag(f) // this node's own calls (announce, join)
 	pos, err := f.parse(args)
@@ -143,6 +165,12 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *maxConnsPerAddr < 0 {
 		return usageError("--max-connections-per-address must be >= 0")
 	}
+	if *framedUnauthFrame < 64 || *framedUnauthIdle <= 0 || *framedStall <= 0 || *framedBufferedAddr < framing.MaxRequestFrame {
+		return usageError("--framed-max-unauthenticated-frame must be >= 64, --framed-unauthenticated-idle-timeout and --framed-stall-timeout > 0, --framed-max-buffered-per-address >= %d (one request)", framing.MaxRequestFrame)
+	}
+	if *maxRaftConns < 0 || *maxRaftHandshakes < 0 || *raftHandshake < 0 {
+		return usageError("--max-raft-connections, --max-raft-handshakes and --raft-handshake-timeout must be >= 0")
+	}
 	if *framedInFlight <= 0 || *framedPriority <= 0 || *framedPending <= 0 {
 		return usageError("--framed-max-in-flight, --framed-max-priority-in-flight and --framed-max-pending-bytes must be > 0")
 	}
@@ -154,6 +182,14 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 	if *watchHistory < 1 || *maxWatchers < -1 || *maxWatchers == 0 || *maxWatchersCaller < -1 || *maxWatchersCaller == 0 {
 		return usageError("--watch-history must be > 0, --max-watchers and --max-watchers-per-caller > 0 or -1 for no cap")
+	}
+	for _, q := range []struct {
+		flag string
+		v    int
+	}{{"max-sessions-per-principal", *quotaSessions}, {"max-locks-per-principal", *quotaLocks}, {"max-waiters-per-principal", *quotaWaiters}} {
+		if q.v < -1 || q.v == 0 {
+			return usageError("--%s must be > 0, or -1 for no quota", q.flag)
+		}
 	}
 	timing, err := parseRaftTiming(*heartbeat, *election, *leaderLease)
 	if err != nil {
@@ -193,7 +229,19 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *maxConnsPerAddr == 0 && *maxConns > 0 {
 		*maxConnsPerAddr = max(*maxConns/4, 1)
 	}
-	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns, "max_connections_per_address", *maxConnsPerAddr)
+	if fdLimit > 0 {
+		// The raft port's caps come out of the reserve kept for the log
+		// and peers, not out of the clients' share.
+		conns, handshakes := server.RaftConnectionCaps(fdLimit)
+		if *maxRaftConns == 0 {
+			*maxRaftConns = conns
+		}
+		if *maxRaftHandshakes == 0 {
+			*maxRaftHandshakes = handshakes
+		}
+	}
+	log.Info("open files", "limit", fdLimit, "max_connections", *maxConns, "max_connections_per_address", *maxConnsPerAddr,
+		"max_raft_connections", *maxRaftConns, "max_raft_handshakes", *maxRaftHandshakes)
 	log.Info("raft timing", "heartbeat_timeout", timing.heartbeat.String(), "election_timeout", timing.election.String(),
 		"leader_lease_timeout", timing.leaderLease.String())
 
@@ -207,14 +255,24 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 	bv := readVersion()
 	cfg := server.Config{DataDir: *data, Logger: log, BuildVersion: bv.Version, BuildCommit: bv.Commit, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
-		Peers: peers, Join: *join != "", SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
+		Peers: peers, Join: *join != "", TokenFloor: *tokenFloor, SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,
 		MaxConnectionsPerAddr: *maxConnsPerAddr, FramedMaxInFlight: *framedInFlight, FramedMaxPriorityInFlight: *framedPriority,
 		FramedMaxPendingAnswerBytes: *framedPending, FramedWriteTimeout: *framedWrite, FramedReadTimeout: *framedRead,
 		FramedIdleTimeout: *framedIdle, MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
 		WatchHistory: *watchHistory, WatchMaxWatchers: *maxWatchers, WatchMaxPerCaller: *maxWatchersCaller,
+		MaxSessionsPerPrincipal: *quotaSessions, MaxLocksPerPrincipal: *quotaLocks, MaxWaitersPerPrincipal: *quotaWaiters,
 		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure, AuthToken: *authToken}
+	cfg.MaxRaftConnections, cfg.MaxRaftHandshakes, cfg.RaftHandshakeTimeout = *maxRaftConns, *maxRaftHandshakes, *raftHandshake
+	cfg.FramedMaxUnauthenticatedFrame, cfg.FramedUnauthenticatedIdleTimeout = *framedUnauthFrame, *framedUnauthIdle
+	cfg.FramedStallTimeout, cfg.FramedMaxBufferedPerAddr = *framedStall, *framedBufferedAddr
+	// The --listen host is a name of this server too (the advertised one
+	// is Config.ClientAddr).
+	if h, _, err := net.SplitHostPort(*listen); err == nil && h != "" {
+		allowedHosts = append(allowedHosts, h)
+	}
+	cfg.AllowedHosts = allowedHosts
 	if cfg.TLS.Enabled() {
 		cfg.TLSReload = reloadOnHangup(ctx, log)
 	}
@@ -224,42 +282,63 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	// Ask the cluster to add this node while it serves; a node that is
 	// already a voter is simply confirmed. The leader checks this node's
 	// addresses first (it may not answer yet) and promotes it only once
-	// it has caught up: both are asked again until it is a voter.
+	// it has caught up: both are asked again until it is a voter. Each
+	// attempt is short, so that a target nobody answers at is said in the
+	// log and on /readyz, then tried again after a back-off.
+	status := &service.JoinStatus{}
+	status.Set("asking %s to add this node to the cluster", *join)
+	cfg.Joining = status
 	jctx, cancel := context.WithCancel(ctx)
 	joined := make(chan struct{})
 	go func() {
 		defer close(joined)
+		fail := func(err error) {
+			log.Error("joining the cluster failed; not trying again", "join", *join, "err", err)
+			status.Set("joining the cluster via %s failed and is not tried again: %s", *join, trimPrefix(err))
+		}
 		tlsCfg, err := tlsFlags.clientConfig()
 		if err != nil {
-			log.Error("joining the cluster failed", "join", *join, "err", err)
+			fail(err)
 			return
 		}
-		c, err := newClusterClient(splitAddrs(*join), tlsCfg, authOption(*authToken)...)
+		c, err := newJoinClient(splitAddrs(*join), tlsCfg, authOption(*authToken)...)
 		if err != nil {
-			log.Error("joining the cluster failed", "join", *join, "err", err)
+			fail(err)
 			return
 		}
 		defer c.Close()
+		var b joinBackoff
 		for {
 			out, err := c.Join(jctx, *id, *raftAddr, client)
+			if jctx.Err() != nil {
+				return
+			}
+			wait := b.next()
 			switch {
 			case err == nil && strings.EqualFold(out.Joined.Suffrage, "voter"):
 				log.Info("joined the cluster", "via", *join)
+				status.Clear()
 				return
 			case err == nil:
-				log.Warn("joined as a non-voter; asking again to be promoted", "message", out.Message)
+				log.Warn("joined as a non-voter; asking again to be promoted", "message", out.Message, "retry_in", wait.String())
+				status.Set("joined as a non-voter, not yet promoted (%s); asking again in %s", out.Message, wait)
 			case refusedWith(err, api.CodeNodeUnreachable):
-				log.Warn("the leader cannot reach this node yet; asking again", "err", err)
+				log.Warn("the leader cannot reach this node yet; asking again", "err", err, "retry_in", wait.String())
+				status.Set("the leader cannot reach this node yet (%s); asking again in %s", trimPrefix(err), wait)
+			case unreachable(err):
+				log.Error("cannot reach the cluster to join it; is --join right?", "join", *join, "err", err, "retry_in", wait.String())
+				status.Set("cannot reach %s to join the cluster (%s); trying again in %s", *join, trimPrefix(err), wait)
+			case unavailableOrUnknown(err):
+				log.Warn("the cluster could not add this node now; asking again", "join", *join, "err", err, "retry_in", wait.String())
+				status.Set("%s could not add this node now (%s); asking again in %s", *join, trimPrefix(err), wait)
 			default:
-				if jctx.Err() == nil {
-					log.Error("joining the cluster failed", "join", *join, "err", err)
-				}
+				fail(err)
 				return
 			}
 			select {
 			case <-jctx.Done():
 				return
-			case <-time.After(time.Second):
+			case <-time.After(wait):
 			}
 		}
 	}()
@@ -267,6 +346,20 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cancel()
 	<-joined
 	return err
+}
+
+// joinBackoff is the wait between join attempts: 1s, doubling, at most
+// 30s.
+type joinBackoff struct{ d time.Duration }
+
+func (b *joinBackoff) next() time.Duration {
+	switch {
+	case b.d == 0:
+		b.d = time.Second
+	case b.d < 30*time.Second:
+		b.d = min(2*b.d, 30*time.Second)
+	}
+	return b.d
 }
 
 // testWALSegmentSize reads FENCELOCK_TEST_WAL_SEGMENT_SIZE, a knob for the

@@ -147,6 +147,9 @@ func call(addr, method, path, body string) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // what every client sends with a body
+	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		return reply{}, err

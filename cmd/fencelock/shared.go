@@ -107,12 +107,3 @@ func kindColumn(l client.Lock) string {
 	}
 	return api.KindExclusive
 }
-
-func anyShared(locks []client.Lock) bool {
-	for _, l := range locks {
-		if l.Kind != "" {
-			return true
-		}
-	}
-	return false
-}

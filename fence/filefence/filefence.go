@@ -1,78 +1,126 @@
 // Package filefence is a durable fence.Fence for a resource that has no
-// database: the highest token honoured per resource lives in a file under a
-// directory, and a raised mark is on disk (written to a temporary file,
-// fsynced, renamed over the old one, directory fsynced) before the effect
-// runs, so before its success can be acknowledged. A restarted process that
-// opens the same directory refuses every token its predecessor had
-// superseded.
+// database: the marks (per resource, the highest token honoured, the last
+// write's token, the lock key it is bound to and when its mark last rose)
+// live in files under a directory, and a raised mark is on disk before
+// the effect runs, so before its success can be acknowledged. A restarted
+// process that opens the same directory refuses every token its
+// predecessor had superseded.
 //
-// The file is rewritten only when a mark rises; a holder writing many times
-// under one grant (an equal token) costs no disk write. Every mark is in the
-// one file, so a raise costs one fsync plus writing all marks: meant for
-// tens or thousands of resources, not millions.
+// A raise costs one small synced write: the new mark is appended to
+// DIR/marks.log and fsynced. A holder writing many times under one grant
+// (an equal token) costs no disk write. When the log has grown past the
+// number of resources (and at least a few thousand records), it is
+// compacted: every mark is written to DIR/marks (a temporary file,
+// fsynced, renamed over the old one, the directory fsynced) and the log
+// starts again. Both files carry a generation, so a log left over from
+// before a compaction is recognised and not read twice.
 //
-// A file that is there but cannot be read back whole (truncated, edited,
-// checksum wrong) is an error from Open, never an empty fence: starting
-// from zero would let every stale holder back in. A leftover temporary file
-// from a crash mid-write is ignored; the rename had not happened, so the
-// previous file is intact.
+// A snapshot that is there but cannot be read back whole (truncated,
+// edited, checksum wrong), or a log record that fails its checksum, is an
+// error from Open, never an empty fence: starting from zero would let
+// every stale holder back in. The one exception is the log's last line
+// when it has no newline: that is an append a crash cut short, whose
+// fsync never returned and whose effect therefore never ran; it is
+// dropped (and cut off the file, so the next append starts clean).
 //
 // One process owns a directory at a time (an flock on DIR/LOCK where the
 // platform has one): two processes each keeping their own marks would not
-// fence anything.
+// fence anything. ReadMarks reads a directory without taking it.
 package filefence
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
+	"time"
 
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/fence"
 )
 
-// FileName is the marks file inside the directory.
-const FileName = "marks"
+// FileName is the snapshot of the marks inside the directory; LogName the
+// log of marks raised since.
+const (
+	FileName = "marks"
+	LogName  = "marks.log"
+)
 
-const header = "fencelock filefence v1"
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// ErrCorrupt is wrapped by Open's error when the marks file is unreadable.
+// ErrCorrupt is wrapped by Open's error when the marks are unreadable.
 var ErrCorrupt = errors.New("filefence: marks file is corrupt")
+
+// ErrLocked is wrapped by Open's error when another process has the
+// directory.
+var ErrLocked = errors.New("filefence: directory is in use")
+
+// Mark is what the fence keeps of one resource.
+type Mark struct {
+	Resource string
+	// Highest is the highest token honoured, and every write must be at
+	// least it; LastWrite is the last write's (a read, with AdmitRead,
+	// must be at least it). An Admit is a write and sets both.
+	Highest   uint64
+	LastWrite uint64
+	// Key is the lock key the resource is bound to ("" if none: the fence
+	// does not verify, or the mark is from before it did).
+	Key string
+	// Raised is when the mark last changed.
+	Raised time.Time
+}
 
 // Fence is a fence.Fence whose marks survive a restart. Use Open.
 type Fence struct {
 	dir    string
 	unlock func() error
+	verify *fence.Verification
+	clock  clock.Clock
 
 	mu        sync.Mutex // guards resources
 	resources map[string]*resource
 
-	fileMu sync.Mutex        // serialises rewrites of the file
-	marks  map[string]uint64 // what the file holds; guarded by fileMu
-	closed bool              // guarded by fileMu
+	fileMu sync.Mutex // serialises the files; guards store and closed
+	store  *store
+	closed bool
 }
 
 type resource struct {
-	lock    chan struct{} // held across the check and the effect
-	highest uint64        // guarded by lock
+	lock chan struct{} // held across the check and the effect
+	mark Mark          // guarded by lock
 }
 
 var _ fence.Fence = (*Fence)(nil)
 
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	verify     *fence.Verification
+	clock      clock.Clock
+	compactMin int
+}
+
+// WithVerification makes the fence confirm each new token with the lock
+// service before it raises a mark, and record the lock key the resource
+// is bound to (fence.Verification).
+func WithVerification(v *fence.Verification) Option { return func(o *options) { o.verify = v } }
+
+// WithClock is the clock the marks' Raised times are read from
+// (clock.System by default).
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
+
+// withCompactMin is the fewest log records that make a compaction.
+func withCompactMin(n int) Option { return func(o *options) { o.compactMin = n } }
+
 // Open loads the marks in dir (creating dir if needed) and locks it for this
-// process. A missing marks file is an empty fence; a damaged one is an error
-// wrapping ErrCorrupt.
-func Open(dir string) (*Fence, error) {
+// process. No marks is an empty fence; damaged ones are an error wrapping
+// ErrCorrupt, another process's directory one wrapping ErrLocked.
+func Open(dir string, opts ...Option) (*Fence, error) {
+	o := options{clock: clock.System{}, compactMin: defaultCompactMin}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("filefence: %w", err)
 	}
@@ -80,14 +128,14 @@ func Open(dir string) (*Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	marks, err := load(filepath.Join(dir, FileName))
+	st, err := openStore(dir, o.compactMin)
 	if err != nil {
 		_ = unlock()
 		return nil, err
 	}
-	f := &Fence{dir: dir, unlock: unlock, resources: map[string]*resource{}, marks: marks}
-	for name, tok := range marks {
-		f.resources[name] = &resource{lock: make(chan struct{}, 1), highest: tok}
+	f := &Fence{dir: dir, unlock: unlock, verify: o.verify, clock: o.clock, resources: map[string]*resource{}, store: st}
+	for name, m := range st.marks {
+		f.resources[name] = &resource{lock: make(chan struct{}, 1), mark: m}
 	}
 	return f, nil
 }
@@ -108,7 +156,7 @@ func (f *Fence) Close() error {
 		return nil
 	}
 	f.closed = true
-	return f.unlock()
+	return errors.Join(f.store.close(), f.unlock())
 }
 
 func (f *Fence) get(name string) *resource {
@@ -116,16 +164,54 @@ func (f *Fence) get(name string) *resource {
 	defer f.mu.Unlock()
 	r := f.resources[name]
 	if r == nil {
-		r = &resource{lock: make(chan struct{}, 1)}
+		r = &resource{lock: make(chan struct{}, 1), mark: Mark{Resource: name}}
 		f.resources[name] = r
 	}
 	return r
 }
 
-// Admit implements fence.Fence. A token above the mark is written to disk
-// (fsynced) before effect runs; if that fails, effect does not run and
-// Admit returns the error. An equal token needs no write.
+func (r *resource) acquire(ctx context.Context) error {
+	select {
+	case r.lock <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case r.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *resource) release() { <-r.lock }
+
+// Admit implements fence.Fence. A token above the mark is verified (with
+// WithVerification) and written to disk (fsynced) before effect runs; if
+// either fails, effect does not run and Admit returns the error. An equal
+// token needs no write. Admit is AdmitWrite.
 func (f *Fence) Admit(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return f.admit(ctx, name, token, true, effect)
+}
+
+// AdmitWrite admits a write of a read/write lock's writer (fence.RWFence):
+// token must be at least every token admitted on resource, reads
+// included; it becomes the last write's.
+func (f *Fence) AdmitWrite(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return f.admit(ctx, name, token, true, effect)
+}
+
+// AdmitRead admits a read of a read/write lock's reader (fence.RWFence):
+// token must be at least the last write's; a higher one raises the mark
+// writes are checked against (on disk, as a write's does). Reads of one
+// resource are admitted one at a time, as writes are.
+func (f *Fence) AdmitRead(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return f.admit(ctx, name, token, false, effect)
+}
+
+var _ fence.RWFence = (*Fence)(nil)
+
+func (f *Fence) admit(ctx context.Context, name string, token uint64, write bool, effect func(context.Context) error) error {
 	if token == 0 {
 		return fence.ErrMissingToken
 	}
@@ -133,24 +219,31 @@ func (f *Fence) Admit(ctx context.Context, name string, token uint64, effect fun
 		return errClosed
 	}
 	r := f.get(name)
-	select {
-	case r.lock <- struct{}{}:
-	default:
-		select {
-		case r.lock <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := r.acquire(ctx); err != nil {
+		return err
 	}
-	defer func() { <-r.lock }()
-	if token < r.highest {
-		return &fence.StaleTokenError{Resource: name, Token: token, Highest: r.highest}
+	defer r.release()
+	m := r.mark
+	switch {
+	case write && token < m.Highest:
+		return &fence.StaleTokenError{Resource: name, Token: token, Highest: m.Highest}
+	case !write && token < m.LastWrite:
+		return &fence.StaleTokenError{Resource: name, Token: token, Highest: m.LastWrite}
 	}
-	if token > r.highest {
-		if err := f.persist(name, token); err != nil {
+	key, err := f.verify.Check(ctx, name, token, m.Highest, m.Key)
+	if err != nil {
+		return err
+	}
+	next := Mark{Resource: name, Highest: max(m.Highest, token), LastWrite: m.LastWrite, Key: key, Raised: m.Raised}
+	if write {
+		next.LastWrite = token
+	}
+	if next.Highest != m.Highest || next.LastWrite != m.LastWrite || next.Key != m.Key {
+		next.Raised = f.clock.Now()
+		if err := f.persist(next); err != nil {
 			return err
 		}
-		r.highest = token
+		r.mark = next
 	}
 	if effect == nil {
 		return nil
@@ -162,121 +255,52 @@ func (f *Fence) Admit(ctx context.Context, name string, token uint64, effect fun
 func (f *Fence) Highest(name string) uint64 {
 	r := f.get(name)
 	r.lock <- struct{}{}
-	defer func() { <-r.lock }()
-	return r.highest
+	defer r.release()
+	return r.mark.Highest
 }
 
-// persist rewrites the file with name raised to token.
-func (f *Fence) persist(name string, token uint64) error {
+// persist records m on disk.
+func (f *Fence) persist(m Mark) error {
 	f.fileMu.Lock()
 	defer f.fileMu.Unlock()
 	if f.closed {
 		return errClosed
 	}
-	next := make(map[string]uint64, len(f.marks)+1)
-	for k, v := range f.marks {
-		next[k] = v
+	if err := f.store.append(m); err != nil {
+		return fmt.Errorf("filefence: recording token %d for %q: %w", m.Highest, m.Resource, err)
 	}
-	next[name] = token
-	if err := write(f.dir, encode(next)); err != nil {
-		return fmt.Errorf("filefence: recording token %d for %q: %w", token, name, err)
-	}
-	f.marks = next
 	return nil
 }
 
-func encode(marks map[string]uint64) []byte {
-	names := make([]string, 0, len(marks))
-	for k := range marks {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	var b bytes.Buffer
-	b.WriteString(header + "\n")
-	for _, k := range names {
-		fmt.Fprintf(&b, "%d %s\n", marks[k], strconv.Quote(k))
-	}
-	fmt.Fprintf(&b, "crc32c %08x\n", crc32.Checksum(b.Bytes(), castagnoli))
-	return b.Bytes()
+// Marks lists the marks, sorted by resource.
+func (f *Fence) Marks() []Mark {
+	f.fileMu.Lock()
+	defer f.fileMu.Unlock()
+	return sorted(f.store.marks)
 }
 
-// write replaces DIR/marks atomically and durably.
-func write(dir string, data []byte) error {
-	tmp, err := os.CreateTemp(dir, FileName+".tmp-*")
-	if err != nil {
-		return err
+// Reset sets resource's mark to exactly to, lowering it if need be, and
+// keeps the lock key it is bound to; to 0 forgets the resource, binding
+// and all. It answers the mark as it was. Lowering a mark lets back in
+// every token down to it: it is for mending a mark a made-up token raised
+// (`fencelock fence reset`), never part of normal operation.
+func (f *Fence) Reset(ctx context.Context, name string, to uint64) (Mark, error) {
+	if f.isClosed() {
+		return Mark{}, errClosed
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename, a no-op
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
+	r := f.get(name)
+	if err := r.acquire(ctx); err != nil {
+		return Mark{}, err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	defer r.release()
+	before := r.mark
+	next := Mark{Resource: name, Highest: to, LastWrite: min(to, before.LastWrite), Key: before.Key, Raised: f.clock.Now()}
+	if to == 0 {
+		next = Mark{Resource: name}
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err := f.persist(next); err != nil {
+		return before, err
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, FileName)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-func load(path string) (map[string]uint64, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return map[string]uint64{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("filefence: %w", err)
-	}
-	marks, err := decode(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v (refusing to start with no marks: that would let stale tokens back in; restore the file or remove it deliberately)", ErrCorrupt, path, err)
-	}
-	return marks, nil
-}
-
-func decode(data []byte) (map[string]uint64, error) {
-	i := bytes.LastIndex(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
-	if i < 0 || !bytes.HasSuffix(data, []byte("\n")) {
-		return nil, errors.New("no checksum line (truncated?)")
-	}
-	body, trailer := data[:i+1], strings.TrimSpace(string(data[i+1:]))
-	var sum uint32
-	if _, err := fmt.Sscanf(trailer, "crc32c %08x", &sum); err != nil {
-		return nil, fmt.Errorf("bad checksum line %q (truncated?)", trailer)
-	}
-	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return nil, fmt.Errorf("checksum %08x, file says %08x", got, sum)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(nil, 1<<20)
-	if !sc.Scan() || sc.Text() != header {
-		return nil, fmt.Errorf("first line is not %q", header)
-	}
-	marks := map[string]uint64{}
-	for n := 2; sc.Scan(); n++ {
-		tok, quoted, ok := strings.Cut(sc.Text(), " ")
-		t, err := strconv.ParseUint(tok, 10, 64)
-		if !ok || err != nil || t == 0 {
-			return nil, fmt.Errorf("line %d: bad token", n)
-		}
-		name, err := strconv.Unquote(quoted)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: bad resource name", n)
-		}
-		marks[name] = t
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	return marks, nil
+	r.mark = next
+	return before, nil
 }

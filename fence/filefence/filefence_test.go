@@ -3,6 +3,7 @@ package filefence
 import (
 	"context"
 	"errors"
+	"github.com/fencelock/fencelock/fence/fencetest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,7 +97,11 @@ func TestRestartKeepsTheMarks(t *testing.T) {
 
 func TestDamagedFileIsAnErrorNotAnEmptyFence(t *testing.T) {
 	dir := t.TempDir()
-	f := open(t, dir)
+	// Compact at every record, so that every mark is in the snapshot.
+	f, err := Open(dir, withCompactMin(1))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tok := range []uint64{5, 8} {
 		if err := f.Admit(ctx, "a", tok, nil); err != nil {
 			t.Fatal(err)
@@ -111,11 +116,14 @@ func TestDamagedFileIsAnErrorNotAnEmptyFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(string(good), "8 8 ") {
+		t.Fatalf("the snapshot does not hold a's mark:\n%s", good)
+	}
 	for name, bad := range map[string][]byte{
 		"torn write (cut mid-file)": good[:len(good)/2],
 		"torn write (last byte)":    good[:len(good)-1],
 		"empty file":                {},
-		"flipped digit":             []byte(strings.Replace(string(good), "8 ", "1 ", 1)),
+		"flipped digit":             []byte(strings.Replace(string(good), "8 8 ", "1 1 ", 1)),
 		"garbage":                   []byte("\x00\x00\x00\n"),
 	} {
 		if err := os.WriteFile(path, bad, 0o644); err != nil {
@@ -144,6 +152,71 @@ func TestDamagedFileIsAnErrorNotAnEmptyFence(t *testing.T) {
 	}
 }
 
+// The log: a record that fails its checksum is corruption; a last line
+// without its newline is an append cut short by a crash, dropped and cut
+// off so that the next record starts a line.
+func TestDamagedLog(t *testing.T) {
+	dir := t.TempDir()
+	f := open(t, dir)
+	for _, tok := range []uint64{5, 8} {
+		if err := f.Admit(ctx, "a", tok, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Admit(ctx, "b", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	path := filepath.Join(dir, LogName)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(good), "\n"); n != 4 {
+		t.Fatalf("log of %d lines, want a header and 3 records:\n%s", n, good)
+	}
+	for name, bad := range map[string][]byte{
+		"flipped digit":   []byte(strings.Replace(string(good), " 8 8 ", " 1 1 ", 1)),
+		"garbage line":    append(append([]byte{}, good...), "\x00\x00\x00\n"...),
+		"no header":       {},
+		"header cut":      good[:10],
+		"a record's tail": []byte(strings.Replace(string(good), "\n", "\nXX", 2)),
+	} {
+		if err := os.WriteFile(path, bad, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Open(dir)
+		if err == nil {
+			g.Close()
+			t.Fatalf("%s: Open succeeded on a damaged log", name)
+		}
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+			t.Fatalf("%s: err %v, want ErrCorrupt naming %s", name, err, path)
+		}
+	}
+	for _, cut := range []int{1, 10} {
+		if err := os.WriteFile(path, good[:len(good)-cut], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Open(dir)
+		if err != nil {
+			t.Fatalf("torn last record (%d bytes cut): %v", cut, err)
+		}
+		if a, b := g.Highest("a"), g.Highest("b"); a != 8 || b != 0 {
+			t.Fatalf("torn last record: a %d b %d, want 8 and b's unfinished record dropped", a, b)
+		}
+		if err := g.Admit(ctx, "b", 3, nil); err != nil {
+			t.Fatal(err)
+		}
+		g.Close()
+		g = open(t, dir)
+		if b := g.Highest("b"); b != 3 {
+			t.Fatalf("the record after a torn one: b %d, want 3", b)
+		}
+		g.Close()
+	}
+}
+
 func TestOneProcessPerDirectory(t *testing.T) {
 	dir := t.TempDir()
 	open(t, dir)
@@ -153,16 +226,10 @@ func TestOneProcessPerDirectory(t *testing.T) {
 	}
 }
 
-func TestUnwritableDirectoryRefusesBeforeTheEffect(t *testing.T) {
+func TestUnwritableLogRefusesBeforeTheEffect(t *testing.T) {
 	dir := t.TempDir()
 	f := open(t, dir)
-	// Replace the directory's marks path by a directory: the rename fails.
-	if err := os.Mkdir(filepath.Join(dir, FileName), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, FileName, "x"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	f.store.log.Close() // every write to it fails now
 	ran := false
 	err := f.Admit(ctx, "a", 4, func(context.Context) error { ran = true; return nil })
 	if err == nil || ran || errors.Is(err, fence.ErrStaleToken) {
@@ -170,6 +237,9 @@ func TestUnwritableDirectoryRefusesBeforeTheEffect(t *testing.T) {
 	}
 	if h := f.Highest("a"); h != 0 {
 		t.Fatalf("highest %d after a failed write, want 0", h)
+	}
+	if err := f.Admit(ctx, "a", 4, nil); err == nil {
+		t.Fatal("an admit after a failed write that could not be undone succeeded")
 	}
 }
 
@@ -217,5 +287,20 @@ func TestAdmitAfterCloseFails(t *testing.T) {
 	ran := false
 	if err := f.Admit(ctx, "a", 3, func(context.Context) error { ran = true; return nil }); err == nil || ran {
 		t.Fatalf("Admit after Close: err %v ran %v", err, ran)
+	}
+}
+
+// Finding 7 of issue 25: only the in-memory RWGuard knew the read/write
+// rule. The file fence keeps it, across a restart after every step.
+func TestReadWriteRule(t *testing.T) {
+	dir := t.TempDir()
+	f := open(t, dir)
+	fencetest.CheckRW(t, f, func() fence.RWFence {
+		f.Close()
+		f = open(t, dir)
+		return f
+	})
+	if m := f.Marks(); len(m) != 1 || m[0].Highest != 8 || m[0].LastWrite != 7 {
+		t.Fatalf("marks %+v", m)
 	}
 }

@@ -17,7 +17,7 @@ func lockDir(path string) (func() error, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("filefence: %s is locked by another process (one fence per directory)", path)
+			return nil, fmt.Errorf("%w: %s is locked by another process (one fence per directory)", ErrLocked, path)
 		}
 		return nil, fmt.Errorf("filefence: locking %s: %w", path, err)
 	}

@@ -8,21 +8,38 @@
 // A fence table, one row per protected resource (CreateTable makes it):
 //
 //	CREATE TABLE IF NOT EXISTS fence (
-//	    resource text   PRIMARY KEY,
-//	    token    bigint NOT NULL
+//	    resource  text        PRIMARY KEY,
+//	    token     bigint      NOT NULL,
+//	    lock_key  text,                            -- the key it is bound to
+//	    raised_at timestamptz NOT NULL DEFAULT now()
 //	);
 //
 // and, as the first statement of the writing transaction:
 //
-//	INSERT INTO fence (resource, token) VALUES ($1, $2)
-//	ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
+//	INSERT INTO fence (resource, token, lock_key) VALUES ($1, $2, $3)
+//	ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token,
+//	    lock_key = COALESCE(EXCLUDED.lock_key, fence.lock_key),
+//	    raised_at = CASE WHEN EXCLUDED.token > fence.token THEN now() ELSE fence.raised_at END
 //	    WHERE fence.token <= EXCLUDED.token
+//	      AND (EXCLUDED.lock_key IS NULL OR fence.lock_key IS NULL OR fence.lock_key = EXCLUDED.lock_key)
 //	RETURNING token;
 //
-// One row back: the token is current (new resource, equal or higher token)
-// and the transaction now holds the fence row's lock until it commits or
-// rolls back. No row back: the stored token is higher; Admit reads it for the
-// error and rolls back.
+// ($3 is NULL unless the fence verifies.) One row back: the token is
+// current (new resource, equal or higher token) and the transaction now
+// holds the fence row's lock until it commits or rolls back. No row back:
+// the stored token is higher (or, verifying, the row is bound to another
+// key); Admit reads it for the error and rolls back.
+//
+// (It also sets write_token, the last write's token, to $2.) A read of a
+// read/write lock's reader (CheckRead, DoRead, AdmitRead) upserts instead
+// with token = GREATEST(token, $2) WHERE COALESCE(write_token, token) <=
+// $2: readers do not stale each other, a reader from before the last
+// write is refused, a writer must be at least every reader admitted.
+//
+// A verifying fence (WithVerification, CheckVerified) first reads the row
+// with SELECT ... FOR UPDATE, so the row lock is held while it asks the
+// lock service about a token above the mark, and records the lock key the
+// token came for.
 //
 // Why there is no read-then-write race, at READ COMMITTED and SERIALIZABLE:
 // the comparison is not a SELECT followed by a write but the WHERE clause of
@@ -87,29 +104,77 @@ func ident(name string) string {
 	return pgx.Identifier(strings.Split(name, ".")).Sanitize()
 }
 
-// TableDDL is the statement CreateTable runs for table.
+// TableDDL is the statement CreateTable runs for table. lock_key is the
+// lock key the resource is bound to (NULL: none; set by a verifying
+// fence), raised_at when its mark last rose, write_token the last write's
+// token (a reader's must reach it; NULL in a row from before reads were
+// fenced, when token was).
 func TableDDL(table string) string {
 	return "CREATE TABLE IF NOT EXISTS " + ident(table) +
-		" (resource text PRIMARY KEY, token bigint NOT NULL)"
+		" (resource text PRIMARY KEY, token bigint NOT NULL, write_token bigint, lock_key text, raised_at timestamptz NOT NULL DEFAULT now())"
 }
 
-// CreateTable creates the fence table if it does not exist (idempotent).
+// UpgradeDDL adds to a fence table made by an older TableDDL (resource
+// and token only) the columns this version writes. CreateTable runs it
+// after TableDDL; it changes nothing on a table that has them.
+func UpgradeDDL(table string) string {
+	return "ALTER TABLE " + ident(table) +
+		" ADD COLUMN IF NOT EXISTS write_token bigint, ADD COLUMN IF NOT EXISTS lock_key text, ADD COLUMN IF NOT EXISTS raised_at timestamptz NOT NULL DEFAULT now()"
+}
+
+// MarksSQL lists a fence table's marks: what `fencelock fence marks` shows
+// of a file fence.
+func MarksSQL(table string) string {
+	return "SELECT resource, token, COALESCE(write_token, token) AS write_token, lock_key, raised_at FROM " + ident(table) + " ORDER BY resource"
+}
+
+// CreateTable creates the fence table if it does not exist, and adds the
+// columns of this version to one made by an older one (idempotent).
 func CreateTable(ctx context.Context, q Querier, table string) error {
-	if _, err := q.Exec(ctx, TableDDL(table)); err != nil {
-		return fmt.Errorf("pgfence: create table %s: %w", table, err)
+	for _, stmt := range []string{TableDDL(table), UpgradeDDL(table)} {
+		if _, err := q.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("pgfence: create table %s: %w", table, err)
+		}
 	}
 	return nil
 }
 
+// admitSQL raises the mark to $2 if it is not above it and the resource
+// is bound to no key or to $3's; the binding is set when $3 is not NULL.
 func admitSQL(table string) string {
 	t := ident(table)
-	return "INSERT INTO " + t + " (resource, token) VALUES ($1, $2) " +
-		"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE " + t + ".token <= EXCLUDED.token " +
+	return "INSERT INTO " + t + " (resource, token, write_token, lock_key) VALUES ($1, $2, $2, $3) " +
+		"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, write_token = EXCLUDED.token, lock_key = COALESCE(EXCLUDED.lock_key, " + t + ".lock_key), " +
+		"raised_at = CASE WHEN EXCLUDED.token > " + t + ".token THEN now() ELSE " + t + ".raised_at END " +
+		"WHERE " + t + ".token <= EXCLUDED.token AND (EXCLUDED.lock_key IS NULL OR " + t + ".lock_key IS NULL OR " + t + ".lock_key = EXCLUDED.lock_key) " +
+		"RETURNING token"
+}
+
+// readSQL admits a read: $2 at least the last write's token; token rises
+// to $2 if it is higher, write_token stays.
+func readSQL(table string) string {
+	t := ident(table)
+	return "INSERT INTO " + t + " (resource, token, write_token, lock_key) VALUES ($1, $2, 0, $3) " +
+		"ON CONFLICT (resource) DO UPDATE SET token = GREATEST(" + t + ".token, EXCLUDED.token), lock_key = COALESCE(EXCLUDED.lock_key, " + t + ".lock_key), " +
+		"raised_at = CASE WHEN EXCLUDED.token > " + t + ".token THEN now() ELSE " + t + ".raised_at END " +
+		"WHERE COALESCE(" + t + ".write_token, " + t + ".token) <= EXCLUDED.token AND (EXCLUDED.lock_key IS NULL OR " + t + ".lock_key IS NULL OR " + t + ".lock_key = EXCLUDED.lock_key) " +
 		"RETURNING token"
 }
 
 func storedSQL(table string) string {
-	return "SELECT token FROM " + ident(table) + " WHERE resource = $1"
+	return "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, '') FROM " + ident(table) + " WHERE resource = $1"
+}
+
+func lockedSQL(table string) string {
+	return storedSQL(table) + " FOR UPDATE"
+}
+
+// nullKey is key as the admit statement's $3.
+func nullKey(key string) any {
+	if key == "" {
+		return nil
+	}
+	return key
 }
 
 func checkToken(token uint64) error {
@@ -127,22 +192,91 @@ func checkToken(token uint64) error {
 // *fence.StaleTokenError if a higher token is stored. After a stale answer
 // the caller must roll tx back rather than commit its writes.
 func Check(ctx context.Context, tx Querier, table, resource string, token uint64) error {
+	return CheckVerified(ctx, tx, nil, table, resource, token)
+}
+
+// CheckVerified is Check with v's verification (fence.Verification): a
+// token that would raise the mark is confirmed with the lock service
+// first, while tx holds the fence row's lock, and the lock key it came for
+// is recorded in lock_key. A nil v is Check.
+func CheckVerified(ctx context.Context, tx Querier, v *fence.Verification, table, resource string, token uint64) error {
+	return check(ctx, tx, v, table, resource, token, true)
+}
+
+// CheckRead is Check for a read of a read/write lock's reader
+// (fence.RWFence): token must be at least the last write's (write_token),
+// and a higher one raises token, the mark writes are checked against.
+// Like Check it takes the fence row's lock: readers of one resource go
+// one transaction at a time.
+func CheckRead(ctx context.Context, tx Querier, table, resource string, token uint64) error {
+	return check(ctx, tx, nil, table, resource, token, false)
+}
+
+// CheckReadVerified is CheckRead with v's verification (CheckVerified).
+func CheckReadVerified(ctx context.Context, tx Querier, v *fence.Verification, table, resource string, token uint64) error {
+	return check(ctx, tx, v, table, resource, token, false)
+}
+
+func check(ctx context.Context, tx Querier, v *fence.Verification, table, resource string, token uint64, write bool) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
+	var key string
+	if v != nil {
+		var highest, last int64
+		var bound string
+		err := tx.QueryRow(ctx, lockedSQL(table), resource).Scan(&highest, &last, &bound)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return checkError(table, resource, err)
+		}
+		switch {
+		case write && uint64(highest) > token:
+			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
+		case !write && uint64(last) > token:
+			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(last)}
+		}
+		if key, err = v.Check(ctx, resource, token, uint64(highest), bound); err != nil {
+			return err
+		}
+	}
+	stmt := admitSQL(table)
+	if !write {
+		stmt = readSQL(table)
+	}
 	var got int64
-	err := tx.QueryRow(ctx, admitSQL(table), resource, int64(token)).Scan(&got)
+	err := tx.QueryRow(ctx, stmt, resource, int64(token), nullKey(key)).Scan(&got)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("pgfence: check %q: %w", resource, err)
+		return checkError(table, resource, err)
 	}
-	var stored int64
-	if err := tx.QueryRow(ctx, storedSQL(table), resource).Scan(&stored); err != nil {
+	var stored, last int64
+	var bound string
+	if err := tx.QueryRow(ctx, storedSQL(table), resource).Scan(&stored, &last, &bound); err != nil {
 		return fmt.Errorf("pgfence: token %d for %q refused, and reading the stored token failed: %w", token, resource, err)
 	}
-	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(stored)}
+	if !write {
+		stored = last
+	}
+	return refusal(resource, token, key, uint64(stored), bound)
+}
+
+func checkError(table, resource string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column
+		return fmt.Errorf("pgfence: check %q: %w (the fence table %s is from an older pgfence: run pgfence.CreateTable, or UpgradeDDL, once)", resource, err, table)
+	}
+	return fmt.Errorf("pgfence: check %q: %w", resource, err)
+}
+
+// refusal says why the upsert changed no row: a higher token, or (a
+// concurrent first admit having bound the resource) another key.
+func refusal(resource string, token uint64, key string, stored uint64, bound string) error {
+	if stored <= token && key != "" && bound != "" && bound != key {
+		return &fence.WrongKeyError{Resource: resource, Bound: bound, Key: key, Token: token}
+	}
+	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: stored}
 }
 
 // CheckSQL is Check for a database/sql transaction (for example on the pgx
@@ -152,26 +286,28 @@ func CheckSQL(ctx context.Context, tx *sql.Tx, table, resource string, token uin
 		return err
 	}
 	var got int64
-	err := tx.QueryRowContext(ctx, admitSQL(table), resource, int64(token)).Scan(&got)
+	err := tx.QueryRowContext(ctx, admitSQL(table), resource, int64(token), nil).Scan(&got)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("pgfence: check %q: %w", resource, err)
+		return checkError(table, resource, err)
 	}
-	var stored int64
-	if err := tx.QueryRowContext(ctx, storedSQL(table), resource).Scan(&stored); err != nil {
+	var stored, last int64
+	var bound string
+	if err := tx.QueryRowContext(ctx, storedSQL(table), resource).Scan(&stored, &last, &bound); err != nil {
 		return fmt.Errorf("pgfence: token %d for %q refused, and reading the stored token failed: %w", token, resource, err)
 	}
-	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(stored)}
+	return refusal(resource, token, "", uint64(stored), bound)
 }
 
 // Fence admits tokens with the fence table, running each effect in the
 // transaction that checked it. It implements fence.Fence.
 type Fence struct {
-	db    Beginner
-	table string
-	opts  pgx.TxOptions
+	db     Beginner
+	table  string
+	opts   pgx.TxOptions
+	verify *fence.Verification
 }
 
 // Option configures a Fence.
@@ -183,6 +319,10 @@ func WithTable(name string) Option { return func(f *Fence) { f.table = name } }
 // WithTxOptions sets the transactions' options, e.g. the isolation level
 // (default: the server's, normally READ COMMITTED).
 func WithTxOptions(o pgx.TxOptions) Option { return func(f *Fence) { f.opts = o } }
+
+// WithVerification makes the fence confirm each new token with the lock
+// service before it raises a mark, inside the transaction (CheckVerified).
+func WithVerification(v *fence.Verification) Option { return func(f *Fence) { f.verify = v } }
 
 // New returns a Fence on db (a *pgxpool.Pool or *pgx.Conn).
 func New(db Beginner, opts ...Option) *Fence {
@@ -207,7 +347,16 @@ func (f *Fence) Table() string { return f.table }
 // returns its error, and then neither the mark nor fn's writes are kept. Do
 // does not retry: with SERIALIZABLE, retry on IsSerializationFailure if fn
 // may run again.
-func (f *Fence) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+func (f *Fence) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return f.do(ctx, resource, token, true, fn)
+}
+
+// DoRead is Do for a read/write lock's reader (CheckRead's rule).
+func (f *Fence) DoRead(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return f.do(ctx, resource, token, false, fn)
+}
+
+func (f *Fence) do(ctx context.Context, resource string, token uint64, write bool, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	if err := checkToken(token); err != nil {
 		return err
 	}
@@ -227,8 +376,8 @@ func (f *Fence) Do(ctx context.Context, resource string, token uint64, fn func(c
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := Check(ctx, tx, f.table, resource, token); err != nil {
-		if ctx.Err() != nil && !errors.Is(err, fence.ErrStaleToken) {
+	if err := check(ctx, tx, f.verify, f.table, resource, token, write); err != nil {
+		if ctx.Err() != nil && !isRefusal(err) {
 			return ctx.Err()
 		}
 		return err
@@ -254,6 +403,12 @@ func (f *Fence) Do(ctx context.Context, resource string, token uint64, fn func(c
 	return fnErr
 }
 
+// isRefusal: the fence said no (as opposed to failing to answer).
+func isRefusal(err error) bool {
+	return errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrUnverifiedToken) ||
+		errors.Is(err, fence.ErrWrongKey) || errors.Is(err, fence.ErrNoKey)
+}
+
 type txKey struct{}
 
 // Admit implements fence.Fence: Do for effects that take only a context.
@@ -266,6 +421,24 @@ func (f *Fence) Admit(ctx context.Context, resource string, token uint64, effect
 		return effect(context.WithValue(ctx, txKey{}, tx))
 	})
 }
+
+// AdmitWrite is Admit (fence.RWFence).
+func (f *Fence) AdmitWrite(ctx context.Context, resource string, token uint64, effect func(ctx context.Context) error) error {
+	return f.Admit(ctx, resource, token, effect)
+}
+
+// AdmitRead is Admit for a read/write lock's reader (fence.RWFence,
+// CheckRead's rule).
+func (f *Fence) AdmitRead(ctx context.Context, resource string, token uint64, effect func(ctx context.Context) error) error {
+	return f.DoRead(ctx, resource, token, func(ctx context.Context, tx pgx.Tx) error {
+		if effect == nil {
+			return nil
+		}
+		return effect(context.WithValue(ctx, txKey{}, tx))
+	})
+}
+
+var _ fence.RWFence = (*Fence)(nil)
 
 // Tx is the transaction Admit runs an effect in (nil outside one).
 func Tx(ctx context.Context) pgx.Tx {

@@ -5,15 +5,21 @@
 // The marks live in a table (CreateTable makes it; DDL is the statement):
 //
 //	CREATE TABLE IF NOT EXISTS fencelock_fence (
-//	    resource TEXT PRIMARY KEY,
-//	    token    INTEGER NOT NULL CHECK (token > 0)
+//	    resource    TEXT PRIMARY KEY,
+//	    token       INTEGER NOT NULL CHECK (token > 0),
+//	    write_token INTEGER,   -- the last write's token (reads must reach it)
+//	    lock_key    TEXT,      -- the lock key it is bound to (a verifying fence)
+//	    raised_ms   INTEGER    -- when the mark last rose, Unix ms
 //	)
 //
 // Admit takes one connection from the pool and runs, on it:
 //
 //	BEGIN IMMEDIATE;  -- the write lock now, not at the first write
-//	INSERT INTO fencelock_fence (resource, token) VALUES (?1, ?2)
-//	    ON CONFLICT (resource) DO UPDATE SET token = excluded.token
+//	INSERT INTO fencelock_fence (resource, token, lock_key, raised_ms) VALUES (?1, ?2, ?3, ?4)
+//	    ON CONFLICT (resource) DO UPDATE SET token = excluded.token,
+//	        lock_key = COALESCE(excluded.lock_key, fencelock_fence.lock_key),
+//	        raised_ms = CASE WHEN excluded.token > fencelock_fence.token
+//	            THEN excluded.raised_ms ELSE fencelock_fence.raised_ms END
 //	    WHERE excluded.token >= fencelock_fence.token
 //	    RETURNING token;  -- no row: a higher token is stored, so ?2 is stale
 //	SAVEPOINT fencelock_effect;
@@ -36,6 +42,17 @@
 // connection of the pool is outside the transaction, unfenced, and would
 // wait for the lock this one holds.
 //
+// (The statement also sets write_token = ?2.) AdmitRead, a read/write
+// lock's reader (fence.RWFence), upserts instead with token =
+// MAX(token, ?2) WHERE ?2 >= the last write's token: readers do not stale
+// each other, a reader from before the last write is refused, and a
+// writer must be at least every reader admitted.
+//
+// A verifying fence (WithVerification) reads the row after BEGIN
+// IMMEDIATE, asks the lock service about a token above the mark while it
+// holds the write lock, and stores the key in lock_key (?3; NULL when not
+// verifying, which keeps the key stored).
+//
 // SQLite's INTEGER is a signed 64-bit number; a token above 2^63-1 is
 // refused with an error (fencelock issues tokens from 1 upwards).
 package sqlitefence
@@ -47,7 +64,10 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
+	"time"
 
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/fence"
 
 	_ "modernc.org/sqlite" // the pure-Go driver, registered as "sqlite"
@@ -58,9 +78,23 @@ const DefaultTable = "fencelock_fence"
 
 // DDL is the statement CreateTable runs, with %s for the table's name.
 const DDL = `CREATE TABLE IF NOT EXISTS %s (
-    resource TEXT PRIMARY KEY,
-    token    INTEGER NOT NULL CHECK (token > 0)
+    resource    TEXT PRIMARY KEY,
+    token       INTEGER NOT NULL CHECK (token > 0),
+    write_token INTEGER,
+    lock_key    TEXT,
+    raised_ms   INTEGER
 )`
+
+// MarksSQL lists the marks of the table %s: what ` + "`fencelock fence marks`" + `
+// shows of a file fence.
+const MarksSQL = `SELECT resource, token, COALESCE(write_token, token), lock_key, strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', raised_ms / 1000.0, 'unixepoch') FROM %s ORDER BY resource`
+
+// columns a table made by an older DDL lacks, added by CreateTable.
+var columns = []struct{ name, decl string }{
+	{"write_token", "INTEGER"},
+	{"lock_key", "TEXT"},
+	{"raised_ms", "INTEGER"},
+}
 
 // Tx is the transaction an effect writes through (a *sql.Conn inside
 // BEGIN IMMEDIATE ... COMMIT).
@@ -80,9 +114,21 @@ func TxFrom(ctx context.Context) (Tx, bool) {
 
 // Fence is a fence.Fence on a SQLite database. Use New.
 type Fence struct {
-	db    *sql.DB
-	table string
+	db     *sql.DB
+	table  string
+	verify *fence.Verification
+	now    func() time.Time
 }
+
+// Option configures New.
+type Option func(*Fence)
+
+// WithVerification makes the fence confirm each new token with the lock
+// service before it raises a mark (fence.Verification).
+func WithVerification(v *fence.Verification) Option { return func(f *Fence) { f.verify = v } }
+
+// WithClock is the clock raised_ms is read from (clock.System).
+func WithClock(c clock.Clock) Option { return func(f *Fence) { f.now = c.Now } }
 
 var _ fence.Fence = (*Fence)(nil)
 
@@ -90,14 +136,18 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // New fences with the table named table in db ("" for DefaultTable). The
 // table must exist (CreateTable).
-func New(db *sql.DB, table string) (*Fence, error) {
+func New(db *sql.DB, table string, opts ...Option) (*Fence, error) {
 	if table == "" {
 		table = DefaultTable
 	}
 	if !identifier.MatchString(table) {
 		return nil, fmt.Errorf("sqlitefence: table name %q: want letters, digits and _", table)
 	}
-	return &Fence{db: db, table: table}, nil
+	f := &Fence{db: db, table: table, now: time.Now}
+	for _, o := range opts {
+		o(f)
+	}
+	return f, nil
 }
 
 // Open opens the SQLite database file path with the settings a fence
@@ -112,12 +162,70 @@ func Open(path string) (*sql.DB, error) {
 	return db, nil
 }
 
-// CreateTable creates the fence table if it is not there (DDL).
+// CreateTable creates the fence table if it is not there (DDL), and adds
+// to one made by an older version the columns it lacks.
 func (f *Fence) CreateTable(ctx context.Context) error {
 	if _, err := f.db.ExecContext(ctx, fmt.Sprintf(DDL, f.table)); err != nil {
 		return fmt.Errorf("sqlitefence: creating %s: %w", f.table, err)
 	}
+	have := map[string]bool{}
+	rows, err := f.db.QueryContext(ctx, "SELECT name FROM pragma_table_info(?)", f.table)
+	if err != nil {
+		return fmt.Errorf("sqlitefence: reading %s's columns: %w", f.table, err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("sqlitefence: reading %s's columns: %w", f.table, err)
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlitefence: reading %s's columns: %w", f.table, err)
+	}
+	for _, c := range columns {
+		if have[c.name] {
+			continue
+		}
+		if _, err := f.db.ExecContext(ctx, "ALTER TABLE "+f.table+" ADD COLUMN "+c.name+" "+c.decl); err != nil {
+			return fmt.Errorf("sqlitefence: adding %s to %s: %w", c.name, f.table, err)
+		}
+	}
 	return nil
+}
+
+// Mark is one row of the fence table.
+type Mark struct {
+	Resource  string
+	Token     uint64    // the highest token admitted, reads included
+	LastWrite uint64    // the last write's token
+	Key       string    // the lock key it is bound to ("" none)
+	Raised    time.Time // when the mark last rose (zero: unknown)
+}
+
+// Marks lists the marks, by resource.
+func (f *Fence) Marks(ctx context.Context) ([]Mark, error) {
+	rows, err := f.db.QueryContext(ctx, "SELECT resource, token, COALESCE(write_token, token), COALESCE(lock_key, ''), COALESCE(raised_ms, 0) FROM "+f.table+" ORDER BY resource")
+	if err != nil {
+		return nil, fmt.Errorf("sqlitefence: %w", err)
+	}
+	defer rows.Close()
+	var out []Mark
+	for rows.Next() {
+		var m Mark
+		var tok, last, ms int64
+		if err := rows.Scan(&m.Resource, &tok, &last, &m.Key, &ms); err != nil {
+			return nil, fmt.Errorf("sqlitefence: %w", err)
+		}
+		m.Token, m.LastWrite = uint64(tok), uint64(last)
+		if ms != 0 {
+			m.Raised = time.UnixMilli(ms)
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
 }
 
 // Highest is the highest token honoured on resource (0 if none).
@@ -143,7 +251,37 @@ func (f *Fence) Admit(ctx context.Context, resource string, token uint64, effect
 }
 
 // AdmitTx is Admit with the transaction handed to effect.
-func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effect func(context.Context, Tx) error) (err error) {
+func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effect func(context.Context, Tx) error) error {
+	return f.admit(ctx, resource, token, true, effect)
+}
+
+// AdmitWrite is Admit: a read/write lock writer's write (fence.RWFence),
+// admitted iff token is at least every token admitted, reads included.
+func (f *Fence) AdmitWrite(ctx context.Context, resource string, token uint64, effect func(context.Context) error) error {
+	return f.Admit(ctx, resource, token, effect)
+}
+
+// AdmitRead admits a read/write lock reader's read (fence.RWFence): token
+// must be at least the last write's (write_token); a higher one raises
+// token, the mark writes are checked against. Like a write it holds the
+// database's write lock while it runs: reads of a fenced resource go one
+// at a time.
+func (f *Fence) AdmitRead(ctx context.Context, resource string, token uint64, effect func(context.Context) error) error {
+	var fn func(context.Context, Tx) error
+	if effect != nil {
+		fn = func(ctx context.Context, _ Tx) error { return effect(ctx) }
+	}
+	return f.AdmitReadTx(ctx, resource, token, fn)
+}
+
+// AdmitReadTx is AdmitRead with the transaction handed to effect.
+func (f *Fence) AdmitReadTx(ctx context.Context, resource string, token uint64, effect func(context.Context, Tx) error) error {
+	return f.admit(ctx, resource, token, false, effect)
+}
+
+var _ fence.RWFence = (*Fence)(nil)
+
+func (f *Fence) admit(ctx context.Context, resource string, token uint64, write bool, effect func(context.Context, Tx) error) (err error) {
 	if token == 0 {
 		return fence.ErrMissingToken
 	}
@@ -165,18 +303,61 @@ func (f *Fence) AdmitTx(ctx context.Context, resource string, token uint64, effe
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
+	t := f.table
+	var key string
+	if f.verify != nil {
+		var highest, last int64
+		var bound string
+		err := conn.QueryRowContext(ctx, "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, '') FROM "+t+" WHERE resource = ?", resource).Scan(&highest, &last, &bound)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sqlitefence: reading the mark of %q: %w", resource, err)
+		}
+		switch {
+		case write && uint64(highest) > token:
+			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
+		case !write && uint64(last) > token:
+			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(last)}
+		}
+		if key, err = f.verify.Check(ctx, resource, token, uint64(highest), bound); err != nil {
+			return err
+		}
+	}
+	var lockKey any
+	if key != "" {
+		lockKey = key
+	}
+	// A write sets both marks; a read raises token only, and needs token
+	// at least the last write's (write_token; NULL in a row from before
+	// reads were fenced, when every admission was a write).
+	stmt := "INSERT INTO " + t + " (resource, token, write_token, lock_key, raised_ms) VALUES (?1, ?2, ?2, ?3, ?4)" +
+		" ON CONFLICT (resource) DO UPDATE SET token = excluded.token, write_token = excluded.token," +
+		" lock_key = COALESCE(excluded.lock_key, " + t + ".lock_key)," +
+		" raised_ms = CASE WHEN excluded.token > " + t + ".token THEN excluded.raised_ms ELSE " + t + ".raised_ms END" +
+		" WHERE excluded.token >= " + t + ".token RETURNING token"
+	if !write {
+		stmt = "INSERT INTO " + t + " (resource, token, write_token, lock_key, raised_ms) VALUES (?1, ?2, 0, ?3, ?4)" +
+			" ON CONFLICT (resource) DO UPDATE SET token = MAX(" + t + ".token, excluded.token)," +
+			" lock_key = COALESCE(excluded.lock_key, " + t + ".lock_key)," +
+			" raised_ms = CASE WHEN excluded.token > " + t + ".token THEN excluded.raised_ms ELSE " + t + ".raised_ms END" +
+			" WHERE excluded.token >= COALESCE(" + t + ".write_token, " + t + ".token) RETURNING token"
+	}
 	var stored int64
-	err = conn.QueryRowContext(ctx, "INSERT INTO "+f.table+" (resource, token) VALUES (?1, ?2)"+
-		" ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE excluded.token >= "+f.table+".token"+
-		" RETURNING token", resource, int64(token)).Scan(&stored)
+	err = conn.QueryRowContext(ctx, stmt, resource, int64(token), lockKey, f.now().UnixMilli()).Scan(&stored)
 	if errors.Is(err, sql.ErrNoRows) {
+		col := "token"
+		if !write {
+			col = "COALESCE(write_token, token)"
+		}
 		var highest int64
-		if err := conn.QueryRowContext(ctx, "SELECT token FROM "+f.table+" WHERE resource = ?", resource).Scan(&highest); err != nil {
+		if err := conn.QueryRowContext(ctx, "SELECT "+col+" FROM "+t+" WHERE resource = ?", resource).Scan(&highest); err != nil {
 			return fmt.Errorf("sqlitefence: reading the mark of %q: %w", resource, err)
 		}
 		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
 	}
 	if err != nil {
+		if strings.Contains(err.Error(), "no such column") || strings.Contains(err.Error(), "has no column") {
+			return fmt.Errorf("sqlitefence: raising the mark of %q: %w (the table %s is from an older sqlitefence: run CreateTable once)", resource, err, f.table)
+		}
 		return fmt.Errorf("sqlitefence: raising the mark of %q: %w", resource, err)
 	}
 	var effectErr error

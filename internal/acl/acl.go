@@ -418,6 +418,24 @@ func (s *State) Allowed(p Principal, verb Verb, key string) bool {
 	return allow
 }
 
+// ReadsAll reports whether p may read every key that starts with
+// prefix: read on the prefix itself, and no deny of read on a longer
+// prefix under it. A figure about all those keys (a count by prefix, the
+// table's totals) tells no more than such a principal could read.
+func (s *State) ReadsAll(p Principal, prefix string) bool {
+	if !s.Allowed(p, Read, prefix) {
+		return false
+	}
+	for _, name := range p.Policies {
+		for _, r := range s.Policies[name].Rules {
+			if r.Deny && r.Verbs&Read != 0 && len(r.Prefix) > len(prefix) && strings.HasPrefix(r.Prefix, prefix) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // OwnsHolder reports whether the principal name may act as holder: the
 // holder is the name itself or starts with name + "/".
 func OwnsHolder(name, holder string) bool {
@@ -459,4 +477,40 @@ func (s *State) Rebuild() {
 			s.byHash[p.TokenHash] = n
 		}
 	}
+}
+
+// CheckKey refuses a key whose meaning a prefix rule could misread: an
+// empty, "." or ".." segment between slashes (a//x, a/./x, a/x/../y and
+// a/ are other strings than the paths they look like, so a deny on a/y/
+// would not cover them), or a control character or NUL. The server
+// applies it to every key once ACLs are on (docs/SECURITY.md).
+func CheckKey(key string) error { return checkPath(key, false) }
+
+// CheckPrefix is CheckKey for a prefix of keys: its last segment may be
+// partial (empty, ".", "a/." all begin real keys); the segments before
+// it are checked as a key's.
+func CheckPrefix(prefix string) error { return checkPath(prefix, true) }
+
+func checkPath(s string, prefix bool) error {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("acl: byte %d is the control character %#02x; keys hold none once ACLs are on", i, c)
+		}
+	}
+	segs := strings.Split(s, "/")
+	if prefix {
+		segs = segs[:len(segs)-1]
+	}
+	for i, seg := range segs {
+		switch seg {
+		case "":
+			if !prefix && len(segs) == 1 {
+				return nil // the empty key: the caller's own check refuses it
+			}
+			return fmt.Errorf("acl: segment %d is empty (a leading, doubled or trailing \"/\"); once ACLs are on a key has none, so that a prefix rule means what it reads", i+1)
+		case ".", "..":
+			return fmt.Errorf("acl: segment %d is %q; once ACLs are on a key has no \".\" or \"..\" segment, so that a prefix rule means what it reads", i+1, seg)
+		}
+	}
+	return nil
 }

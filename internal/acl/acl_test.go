@@ -228,3 +228,25 @@ func BenchmarkByTokenAllowed(b *testing.B) {
 		}
 	}
 }
+
+func TestCheckKeyAndPrefix(t *testing.T) {
+	for _, c := range []struct {
+		s      string
+		prefix bool
+		ok     bool
+	}{
+		{"a/b", false, true}, {"a", false, true}, {"a/.b", false, true}, {"a/..b", false, true}, {"a/b.", false, true},
+		{"a//b", false, false}, {"a/./b", false, false}, {"a/../b", false, false}, {"a/", false, false}, {"/a", false, false},
+		{".", false, false}, {"..", false, false}, {"a/b\x00", false, false}, {"a\nb", false, false}, {"a\x7f", false, false},
+		{"", true, true}, {"a/", true, true}, {"a/.", true, true}, {"a/..", true, true}, {"a/b", true, true},
+		{"a//", true, false}, {"a/./", true, false}, {"a/../x", true, false}, {"/", true, false}, {"a/\x01", true, false},
+	} {
+		check := CheckKey
+		if c.prefix {
+			check = CheckPrefix
+		}
+		if err := check(c.s); (err == nil) != c.ok {
+			t.Errorf("check(%q, prefix %v) = %v, want ok %v", c.s, c.prefix, err, c.ok)
+		}
+	}
+}

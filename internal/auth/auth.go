@@ -18,34 +18,70 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/service"
 )
 
-// Tables is where the ACL tables come from: the tables as this node has
-// applied them, and whether it can vouch that they are current enough to
-// believe "off".
+// Tables is where the ACL tables come from.
 type Tables interface {
+	// ACL is the tables as this node has applied them, and whether it
+	// can vouch that they are current enough to believe "off".
 	ACL() (st *acl.State, known bool)
+	// ConfirmedACL is the tables once this node has applied at least
+	// what the leader had when the call arrived (service.ConfirmedACL).
+	ConfirmedACL(ctx context.Context) (*acl.State, *service.Error)
+	// ACLWatch is the tables and a channel closed once they change.
+	ACLWatch() (*acl.State, <-chan struct{})
 }
 
 // Guard authenticates calls and checks them against what their routes
-// need.
+// need. It keeps the calls it let in that are still running and, when
+// the tables change (Run), checks them again: a call whose credential or
+// permission was revoked ends at once, its context cancelled with the
+// refusal as its cause.
 type Guard struct {
 	tables Tables
 	log    *slog.Logger // audit lines
+
+	mu      sync.Mutex
+	live    map[*caller]struct{}
+	revoked atomic.Int64
 }
 
 // NewGuard is a guard over tables that writes its audit lines to log.
-func NewGuard(tables Tables, log *slog.Logger) *Guard { return &Guard{tables: tables, log: log} }
+func NewGuard(tables Tables, log *slog.Logger) *Guard {
+	return &Guard{tables: tables, log: log, live: map[*caller]struct{}{}}
+}
 
-// caller is the principal a call acts as, and the tables it was
-// authenticated against.
+// caller is the principal a call acts as: how it authenticated, the
+// tables it was last checked against, and what its route checked.
 type caller struct {
+	g          *Guard
+	name       string // the principal, as authenticated
+	credential string
+	cs         *tls.ConnectionState
+	cur        atomic.Pointer[view]
+	cancel     context.CancelCauseFunc // nil: not tracked (an open route)
+
+	mu     sync.Mutex
+	checks []checked
+}
+
+// view is the caller's principal in one version of the tables; ok is
+// false once the credential no longer names it.
+type view struct {
 	st *acl.State
 	p  acl.Principal
+	ok bool
+}
+
+type checked struct {
+	n   Need
+	sub Subject
 }
 
 type callerKey struct{}
@@ -55,25 +91,58 @@ func callerFrom(ctx context.Context) *caller {
 	return c
 }
 
+// current is the caller in the tables as this node has applied them now.
+// It takes no lock of the tables, so a filter of events may call it.
+func (c *caller) current() view {
+	st, _ := c.g.tables.ACL()
+	if v := c.cur.Load(); v != nil && v.st == st {
+		return *v
+	}
+	p, ok := resolve(st, c.credential, c.cs)
+	v := &view{st: st, p: p, ok: ok && st.On && p.Name == c.name}
+	c.cur.Store(v)
+	return *v
+}
+
 // Principal is the name of ctx's authenticated principal; "" when ACLs
 // are off or the call carried no credential.
 func Principal(ctx context.Context) string {
 	if c := callerFrom(ctx); c != nil {
-		return c.p.Name
+		return c.name
 	}
 	return ""
 }
 
 // Visible is what ctx's caller may read: nil (everything) when the call
-// has no principal, else a test of one key. Pages of leases, overviews
-// and watches under a prefix the caller may read can hold keys under a
-// longer deny; they leave those out.
+// has no principal, else a test of one key under the tables as they are
+// when it is asked. Pages of leases, overviews and watches under a
+// prefix the caller may read can hold keys under a longer deny; they
+// leave those out, and a stream's filter follows a change of the rules
+// from the first event after it.
 func Visible(ctx context.Context) func(key string) bool {
 	c := callerFrom(ctx)
 	if c == nil {
 		return nil
 	}
-	return func(key string) bool { return c.st.Allowed(c.p, acl.Read, key) }
+	return func(key string) bool {
+		v := c.current()
+		return v.ok && v.st.Allowed(v.p, acl.Read, key)
+	}
+}
+
+// ReadsAll is what ctx's caller may be told about whole prefixes: nil
+// (everything) when the call has no principal, else a test of whether it
+// may read every key under a prefix (acl.State.ReadsAll). Counts by
+// prefix and the table's totals are shown only where it is true.
+func ReadsAll(ctx context.Context) func(prefix string) bool {
+	c := callerFrom(ctx)
+	if c == nil {
+		return nil
+	}
+	return func(prefix string) bool {
+		v := c.current()
+		return v.ok && v.st.ReadsAll(v.p, prefix)
+	}
 }
 
 // Authenticate finds the principal of a call when ACLs are on: a bearer
@@ -81,33 +150,134 @@ func Visible(ctx context.Context) func(key string) bool {
 // client certificate whose SAN (DNS, email) or CN names a principal. A
 // call with neither is refused 401, unless its route is open. It answers
 // the context to run the call with.
+//
+// A route that is not open is checked against tables at least as new as
+// the leader's when the call arrived (Tables.ConfirmedACL), and the call
+// is kept until its context ends: a change of the tables that revokes
+// its credential or its permission cancels that context.
 func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.ConnectionState, n Need) (context.Context, *service.Error) {
-	st, known := g.tables.ACL()
-	if !st.On {
-		if n.kind == kindOpen || known {
-			return ctx, nil
+	var st *acl.State
+	if n.kind == kindOpen {
+		st, _ = g.tables.ACL()
+	} else {
+		var e *service.Error
+		if st, e = g.tables.ConfirmedACL(ctx); e != nil {
+			return nil, e
 		}
-		return nil, service.Unavailable("this node has not yet applied the log it had when it started, so it cannot tell whether ACLs are on; retry, or ask another node")
 	}
-	var (
-		p  acl.Principal
-		ok bool
-	)
+	if !st.On {
+		return ctx, nil
+	}
 	if credential != "" {
-		scheme, secret, _ := strings.Cut(credential, " ")
+		scheme, _, _ := strings.Cut(credential, " ")
 		if !strings.EqualFold(scheme, "Bearer") {
 			return nil, service.Unauthenticated("the Authorization header must be \"Bearer <secret>\"")
 		}
-		if p, ok = st.ByToken(strings.TrimSpace(secret)); !ok {
-			return nil, service.Unauthenticated("unknown or deleted token")
-		}
-	} else if p, ok = certPrincipal(st, cs); !ok {
-		if n.kind == kindOpen {
-			return ctx, nil
-		}
+	}
+	p, ok := resolve(st, credential, cs)
+	switch {
+	case ok:
+	case credential != "":
+		return nil, service.Unauthenticated("unknown or deleted token")
+	case n.kind == kindOpen:
+		return ctx, nil
+	default:
 		return nil, service.Unauthenticated("authentication required: send Authorization: Bearer <secret> (fencelock --auth-token, FENCELOCK_AUTH_TOKEN)")
 	}
-	return context.WithValue(ctx, callerKey{}, &caller{st: st, p: p}), nil
+	c := &caller{g: g, name: p.Name, credential: credential, cs: cs}
+	c.cur.Store(&view{st: st, p: p, ok: true})
+	if n.kind != kindOpen {
+		ctx, c.cancel = context.WithCancelCause(ctx)
+		g.track(c)
+		context.AfterFunc(ctx, func() { g.untrack(c) })
+	}
+	return context.WithValue(service.WithPrincipal(ctx, p.Name), callerKey{}, c), nil
+}
+
+// resolve is the principal a credential (or, without one, a client
+// certificate) names in st.
+func resolve(st *acl.State, credential string, cs *tls.ConnectionState) (acl.Principal, bool) {
+	if credential != "" {
+		scheme, secret, _ := strings.Cut(credential, " ")
+		if !strings.EqualFold(scheme, "Bearer") {
+			return acl.Principal{}, false
+		}
+		return st.ByToken(strings.TrimSpace(secret))
+	}
+	return certPrincipal(st, cs)
+}
+
+func (g *Guard) track(c *caller) {
+	g.mu.Lock()
+	g.live[c] = struct{}{}
+	g.mu.Unlock()
+}
+
+func (g *Guard) untrack(c *caller) {
+	g.mu.Lock()
+	delete(g.live, c)
+	g.mu.Unlock()
+}
+
+// Live is the number of calls with a principal running now; Revoked
+// counts those ended because the tables changed under them.
+func (g *Guard) Live() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.live)
+}
+
+// Revoked counts the calls ended because a change of the tables revoked
+// their credential or their permission.
+func (g *Guard) Revoked() int64 { return g.revoked.Load() }
+
+// Run checks the running calls again each time the tables change, until
+// stop is closed.
+func (g *Guard) Run(stop <-chan struct{}) {
+	for {
+		_, changed := g.tables.ACLWatch()
+		select {
+		case <-stop:
+			return
+		case <-changed:
+		}
+		g.Recheck()
+	}
+}
+
+// Recheck checks every running call against the tables as they are now,
+// and ends those they no longer allow.
+func (g *Guard) Recheck() {
+	g.mu.Lock()
+	calls := make([]*caller, 0, len(g.live))
+	for c := range g.live {
+		calls = append(calls, c)
+	}
+	g.mu.Unlock()
+	for _, c := range calls {
+		if e := c.recheck(); e != nil {
+			g.revoked.Add(1)
+			c.cancel(e)
+		}
+	}
+}
+
+// recheck is why the tables as they are now no longer allow c, or nil.
+func (c *caller) recheck() *service.Error {
+	v := c.current()
+	if !v.ok {
+		return service.Unauthenticated("the ACLs changed while the call ran: its token was deleted or replaced, or its principal deleted")
+	}
+	c.mu.Lock()
+	checks := c.checks
+	c.mu.Unlock()
+	for _, ck := range checks {
+		if e := c.g.check(context.Background(), false, v, ck.n, "", ck.sub); e != nil {
+			e.Message = "the ACLs changed while the call ran: " + e.Message
+			return e
+		}
+	}
+	return nil
 }
 
 // certPrincipal is the principal a verified client certificate names.
@@ -127,39 +297,39 @@ func certPrincipal(st *acl.State, cs *tls.ConnectionState) (acl.Principal, bool)
 }
 
 // may refuses 403 unless the caller has verb on key.
-func (c *caller) may(verb acl.Verb, key, what string) *service.Error {
-	if c.st.Allowed(c.p, verb, key) {
+func (v view) may(verb acl.Verb, key, what string) *service.Error {
+	if v.st.Allowed(v.p, verb, key) {
 		return nil
 	}
 	if key == "" && verb == acl.Admin {
-		return service.Denied("principal %q may not %s: it needs admin on the prefix \"\"", c.p.Name, what)
+		return service.Denied("principal %q may not %s: it needs admin on the prefix \"\"", v.p.Name, what)
 	}
-	return service.Denied("principal %q may not %s %q: it needs %s on a prefix of the key", c.p.Name, what, key, verb)
+	return service.Denied("principal %q may not %s %q: it needs %s on a prefix of the key", v.p.Name, what, key, verb)
 }
 
 // lockAs refuses unless the caller may lock key as holder: it needs lock
 // on the key and must own the holder (the holder is its name or starts
 // with its name and "/").
-func (c *caller) lockAs(key, holder, what string) *service.Error {
-	if !acl.OwnsHolder(c.p.Name, holder) {
-		return service.Denied("principal %q may act only as holder %q or %q; not as %q", c.p.Name, c.p.Name, c.p.Name+"/...", holder)
+func (v view) lockAs(key, holder, what string) *service.Error {
+	if !acl.OwnsHolder(v.p.Name, holder) {
+		return service.Denied("principal %q may act only as holder %q or %q; not as %q", v.p.Name, v.p.Name, v.p.Name+"/...", holder)
 	}
-	return c.may(acl.Lock, key, what)
+	return v.may(acl.Lock, key, what)
 }
 
 // redact removes another principal's holder from a held answer unless
 // the caller may read every key of keys.
-func (c *caller) redact(err error, keys ...string) error {
+func (v view) redact(err error, keys ...string) error {
 	var e *service.Error
 	if !errors.As(err, &e) || e.Holder == "" {
 		return err
 	}
-	if acl.OwnsHolder(c.p.Name, e.Holder) {
+	if acl.OwnsHolder(v.p.Name, e.Holder) {
 		return err
 	}
-	visible := true
+	visible := v.ok
 	for _, k := range keys {
-		visible = visible && c.st.Allowed(c.p, acl.Read, k)
+		visible = visible && v.st.Allowed(v.p, acl.Read, k)
 	}
 	if visible {
 		return err
@@ -187,11 +357,41 @@ type Subject struct {
 	Holder string
 	Key    string
 	Target string
+	// Prefix: Keys holds one prefix of keys (list, overview, a watch of
+	// a prefix), not keys.
+	Prefix bool
+	// Field names Keys in a refusal of their form; "" is "key", or
+	// "prefix" with Prefix.
+	Field string
+}
+
+// checkForm refuses, once ACLs are on, keys a prefix rule could misread
+// (acl.CheckKey).
+func (sub Subject) checkForm() *service.Error {
+	field := sub.Field
+	switch {
+	case field != "":
+	case sub.Prefix:
+		field = "prefix"
+	default:
+		field = "key"
+	}
+	for _, k := range sub.Keys {
+		check := acl.CheckKey
+		if sub.Prefix {
+			check = acl.CheckPrefix
+		}
+		if err := check(k); err != nil {
+			return service.Invalid(field, "%s %q: %s", field, k, strings.TrimPrefix(err.Error(), "acl: "))
+		}
+	}
+	return nil
 }
 
 // Check refuses, before the call runs, a caller that does not have what
 // n needs for sub; op names the call in audit lines. A call without a
-// principal (ACLs off, or an open route) is not checked.
+// principal (ACLs off, or an open route) is not checked. What it checked
+// is checked again whenever the tables change while the call runs.
 func (g *Guard) Check(ctx context.Context, n Need, op string, sub Subject) *service.Error {
 	if n.kind == kindUnset {
 		return &service.Error{Code: api.CodeInternal, Message: "internal error: the route " + op + " declares no permission"}
@@ -200,37 +400,63 @@ func (g *Guard) Check(ctx context.Context, n Need, op string, sub Subject) *serv
 	if c == nil {
 		return nil
 	}
+	if e := sub.checkForm(); e != nil {
+		return e
+	}
+	v := c.current()
+	if !v.ok {
+		return service.Unauthenticated("unknown or deleted token")
+	}
+	if e := g.check(ctx, true, v, n, op, sub); e != nil {
+		return e
+	}
+	if c.cancel != nil {
+		c.mu.Lock()
+		c.checks = append(c.checks, checked{n, sub})
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// check is Check's decision under v; without audits (a re-check) it
+// writes no audit line.
+func (g *Guard) check(ctx context.Context, audits bool, v view, n Need, op string, sub Subject) *service.Error {
+	audit := func(op, target string, e error) {
+		if audits {
+			g.audit(ctx, op, target, e)
+		}
+	}
 	switch n.kind {
 	case kindKeys:
 		for _, k := range sub.Keys {
-			if e := c.may(n.verb, k, n.what); e != nil {
+			if e := v.may(n.verb, k, n.what); e != nil {
 				return e
 			}
 		}
 	case kindLockAs:
 		for _, k := range sub.Keys {
-			if e := c.lockAs(k, sub.Holder, n.what); e != nil {
+			if e := v.lockAs(k, sub.Holder, n.what); e != nil {
 				return e
 			}
 		}
 	case kindOwnHolder:
-		if !acl.OwnsHolder(c.p.Name, sub.Holder) {
-			return service.Denied("principal %q may %s only as holder %q or %q; not as %q", c.p.Name, n.what, c.p.Name, c.p.Name+"/...", sub.Holder)
+		if !acl.OwnsHolder(v.p.Name, sub.Holder) {
+			return service.Denied("principal %q may %s only as holder %q or %q; not as %q", v.p.Name, n.what, v.p.Name, v.p.Name+"/...", sub.Holder)
 		}
 	case kindRelease:
 		key := first(sub.Keys)
-		if acl.OwnsHolder(c.p.Name, sub.Holder) {
-			return c.may(acl.Lock, key, "release")
+		if acl.OwnsHolder(v.p.Name, sub.Holder) {
+			return v.may(acl.Lock, key, "release")
 		}
-		if !c.st.Allowed(c.p, acl.Admin, key) {
-			e := service.Denied("principal %q may act only as holder %q or %q; releasing %q's lease needs admin on the key", c.p.Name, c.p.Name, c.p.Name+"/...", sub.Holder)
-			g.audit(ctx, "force-release", key+" "+sub.Holder, e)
+		if !v.st.Allowed(v.p, acl.Admin, key) {
+			e := service.Denied("principal %q may act only as holder %q or %q; releasing %q's lease needs admin on the key", v.p.Name, v.p.Name, v.p.Name+"/...", sub.Holder)
+			audit("force-release", key+" "+sub.Holder, e)
 			return e
 		}
 	case kindAdmin:
-		if e := c.may(acl.Admin, "", n.what); e != nil {
+		if e := v.may(acl.Admin, "", n.what); e != nil {
 			if n.audit != auditNone {
-				g.audit(ctx, op, sub.Target, e)
+				audit(op, sub.Target, e)
 			}
 			return e
 		}
@@ -255,17 +481,17 @@ func (g *Guard) Answer(ctx context.Context, n Need, op string, sub Subject, err 
 			g.audit(ctx, op, sub.Target, err)
 		}
 	case kindRelease:
-		if !acl.OwnsHolder(c.p.Name, sub.Holder) {
+		if !acl.OwnsHolder(c.name, sub.Holder) {
 			g.audit(ctx, "force-release", first(sub.Keys)+" "+sub.Holder, err)
 			return err
 		}
-		return c.redact(err, sub.Key)
+		return c.current().redact(err, sub.Key)
 	case kindLockAs, kindOwnHolder:
 		var ke *service.KeyedError
 		if errors.As(err, &ke) {
-			return c.redact(err, ke.Key, sub.Key)
+			return c.current().redact(err, ke.Key, sub.Key)
 		}
-		return c.redact(err, sub.Key)
+		return c.current().redact(err, sub.Key)
 	}
 	return err
 }

@@ -65,10 +65,11 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// browser starts headless Chromium on a temporary profile and returns a tab
-// whose context ends after timeout: a bound on the test's whole
-// conversation with the browser.
-func browser(t *testing.T, width, height int, timeout time.Duration) context.Context {
+// browser starts headless Chromium on a temporary profile (with extra
+// options after the usual ones) and returns a tab whose context ends
+// after timeout: a bound on the test's whole conversation with the
+// browser.
+func browser(t *testing.T, width, height int, timeout time.Duration, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := chromiumPath(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -78,6 +79,7 @@ func browser(t *testing.T, width, height int, timeout time.Duration) context.Con
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.Flag("force-device-scale-factor", "1"),
 	)
+	opts = append(opts, extra...)
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
 	}
@@ -92,25 +94,33 @@ func browser(t *testing.T, width, height int, timeout time.Duration) context.Con
 }
 
 type testServer struct {
-	*server.Server
-	url string
+	*server.Server // nil for a server run by server.Serve
+	url            string
+	client         *http.Client // nil: http.DefaultClient
 }
 
 // startServer starts a single node in-process on a free loopback port,
 // which it knows as its client address (the members table shows it).
-func startServer(t *testing.T) *testServer {
+func startServer(t *testing.T) *testServer { return startServerWith(t, nil) }
+
+// startServerWith is startServer with tweak applied to its Config.
+func startServerWith(t *testing.T, tweak func(*server.Config)) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Config{
+	cfg := server.Config{
 		ClientAddr:         ln.Addr().String(),
 		HeartbeatTimeout:   50 * time.Millisecond,
 		ElectionTimeout:    50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond,
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, err := server.New(cfg)
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)
@@ -148,10 +158,17 @@ func (ts *testServer) call(ctx context.Context, t *testing.T, method, path, toke
 	if err != nil {
 		t.Fatal(err)
 	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := ts.client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0
@@ -395,8 +412,8 @@ func TestDashboardAsksForAToken(t *testing.T) {
 }
 
 // TestDashboardScreenshot (with -update) takes docs/img/dashboard.png:
-// a few held locks with waiters, and half a minute of grants, hand-offs,
-// releases and expiries for the charts.
+// a few held locks with waiters, a session holding two, and half a minute
+// of grants, hand-offs, releases and expiries for the charts.
 func TestDashboardScreenshot(t *testing.T) {
 	if !*update {
 		t.Skip("run with -update to rewrite docs/img/dashboard.png")
@@ -416,6 +433,15 @@ func TestDashboardScreenshot(t *testing.T) {
 	}
 	for _, h := range held {
 		ts.acquire(t, h.key, h.holder, h.ttl, "")
+	}
+	var ss api.Session
+	if st := ts.call(context.Background(), t, "POST", api.PathSessionOpen, "", api.SessionOpenRequest{Holder: "deployer", TTLMs: 40000}, &ss); st != 200 {
+		t.Fatalf("session open: %d", st)
+	}
+	for _, k := range []string{"deploy/web", "deploy/db"} {
+		if st := ts.call(context.Background(), t, "POST", api.PathAcquire, "", api.AcquireRequest{Key: k, Holder: "deployer", Session: ss.ID}, nil); st != 200 {
+			t.Fatalf("acquire %s under the session: %d", k, st)
+		}
 	}
 	ctxW, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"math"
-	"sort"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -180,23 +179,7 @@ var Model = porcupine.NondeterministicModel{
 	},
 }
 
-func partitionByKey(history []porcupine.Operation) [][]porcupine.Operation {
-	byKey := map[string][]porcupine.Operation{}
-	var keys []string
-	for _, op := range history {
-		k := op.Input.(Input).Key
-		if _, ok := byKey[k]; !ok {
-			keys = append(keys, k)
-		}
-		byKey[k] = append(byKey[k], op)
-	}
-	sort.Strings(keys)
-	out := make([][]porcupine.Operation, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, byKey[k])
-	}
-	return out
-}
+var partitionByKey = partitionBy(func(in interface{}) string { return in.(Input).Key })
 
 // Linearizability is the verdict of CheckLinearizable.
 type Linearizability struct {

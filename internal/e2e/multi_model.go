@@ -180,21 +180,14 @@ var MultiModel = porcupine.NondeterministicModel{
 	},
 }
 
+func (o MultiOp) record() (int, interface{}, interface{}, time.Duration, time.Duration) {
+	return o.Client, o.Input, o.Output, o.Call, o.Return
+}
+func (o MultiOp) unknown() bool { return o.Output.Result == Unknown }
+func (o MultiOp) grant() bool   { return o.Input.Kind == MultiAcquire && o.Output.Result == OK }
+
 // CheckMultiLinearizable checks ops against MultiModel. An Unknown
 // outcome returns at infinity. timeout bounds the search (0: none).
 func CheckMultiLinearizable(ops []MultiOp, timeout time.Duration) (porcupine.CheckResult, int) {
-	var end time.Duration
-	for _, o := range ops {
-		end = max(end, o.Return, o.Call)
-	}
-	infinity := int64(end) + int64(time.Hour)
-	hist := make([]porcupine.Operation, 0, len(ops))
-	for _, o := range ops {
-		ret := int64(o.Return)
-		if o.Output.Result == Unknown {
-			ret = infinity
-		}
-		hist = append(hist, porcupine.Operation{ClientId: o.Client, Input: o.Input, Call: int64(o.Call), Output: o.Output, Return: ret})
-	}
-	return porcupine.CheckOperationsTimeout(MultiModel.ToModel(), hist, timeout), len(hist)
+	return checkCalls(MultiModel, ops, timeout)
 }

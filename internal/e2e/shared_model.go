@@ -192,24 +192,8 @@ func (o SharedOp) String() string {
 // SharedModel is the porcupine model of semaphores and read/write locks,
 // partitioned by key.
 var SharedModel = porcupine.NondeterministicModel{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range history {
-			k := op.Input.(SharedInput).Key
-			if _, ok := byKey[k]; !ok {
-				keys = append(keys, k)
-			}
-			byKey[k] = append(byKey[k], op)
-		}
-		sort.Strings(keys)
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
-	},
-	Init: func() []interface{} { return []interface{}{sharedState{}} },
+	Partition: partitionBy(func(in interface{}) string { return in.(SharedInput).Key }),
+	Init:      func() []interface{} { return []interface{}{sharedState{}} },
 	Step: func(state, input, output interface{}) []interface{} {
 		next := sharedStep(state.(sharedState), input.(SharedInput), output.(SharedOutput))
 		out := make([]interface{}, len(next))
@@ -239,21 +223,64 @@ var SharedModel = porcupine.NondeterministicModel{
 	},
 }
 
+func (o SharedOp) record() (int, interface{}, interface{}, time.Duration, time.Duration) {
+	return o.Client, o.Input, o.Output, o.Call, o.Return
+}
+func (o SharedOp) unknown() bool { return o.Output.Result == Unknown }
+func (o SharedOp) grant() bool   { return o.Input.Kind == SharedAcquire && o.Output.Result == OK }
+
 // CheckSharedLinearizable checks ops against SharedModel. An Unknown
 // outcome returns at infinity. timeout bounds the search (0: none).
 func CheckSharedLinearizable(ops []SharedOp, timeout time.Duration) (porcupine.CheckResult, int) {
+	return checkCalls(SharedModel, ops, timeout)
+}
+
+// recorded is one call of a history checked against a model of its own.
+type recorded interface {
+	record() (client int, input, output interface{}, call, ret time.Duration)
+	unknown() bool // no definite answer: it may or may not have taken effect
+	grant() bool   // a grant, to count how much a history checked
+	String() string
+}
+
+// checkCalls checks ops against model; an Unknown outcome returns at
+// infinity. timeout bounds the search (0: none).
+func checkCalls[R recorded](model porcupine.NondeterministicModel, ops []R, timeout time.Duration) (porcupine.CheckResult, int) {
 	var end time.Duration
 	for _, o := range ops {
-		end = max(end, o.Return, o.Call)
+		_, _, _, call, ret := o.record()
+		end = max(end, ret, call)
 	}
 	infinity := int64(end) + int64(time.Hour)
 	hist := make([]porcupine.Operation, 0, len(ops))
 	for _, o := range ops {
-		ret := int64(o.Return)
-		if o.Output.Result == Unknown {
-			ret = infinity
+		client, in, out, call, ret := o.record()
+		r := int64(ret)
+		if o.unknown() {
+			r = infinity
 		}
-		hist = append(hist, porcupine.Operation{ClientId: o.Client, Input: o.Input, Call: int64(o.Call), Output: o.Output, Return: ret})
+		hist = append(hist, porcupine.Operation{ClientId: client, Input: in, Call: int64(call), Output: out, Return: r})
 	}
-	return porcupine.CheckOperationsTimeout(SharedModel.ToModel(), hist, timeout), len(hist)
+	return porcupine.CheckOperationsTimeout(model.ToModel(), hist, timeout), len(hist)
+}
+
+// partitionBy partitions a history by the key of each input.
+func partitionBy(key func(input interface{}) string) func([]porcupine.Operation) [][]porcupine.Operation {
+	return func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range history {
+			k := key(op.Input)
+			if _, ok := byKey[k]; !ok {
+				keys = append(keys, k)
+			}
+			byKey[k] = append(byKey[k], op)
+		}
+		sort.Strings(keys)
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, byKey[k])
+		}
+		return out
+	}
 }

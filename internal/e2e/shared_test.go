@@ -30,44 +30,10 @@ func TestSharedFaults(t *testing.T) {
 	fencelockBinary(t)
 	t.Parallel()
 	seed := suiteSeed(t)
-	for _, tc := range []struct {
-		name   string
-		netns  bool
-		inject func(c *cluster) error
-	}{
-		{"leader-kill", false, func(c *cluster) error {
-			l := c.leader(60 * time.Second)
-			c.kill(l)
-			time.Sleep(700 * time.Millisecond) // down a while: the others elect
-			c.start(l)
-			return nil
-		}},
-		{"leader-stop", false, func(c *cluster) error {
-			l := c.leader(60 * time.Second)
-			c.signal(l, syscall.SIGSTOP)
-			defer c.signal(l, syscall.SIGCONT)
-			if c.waitLeader(l, 60*time.Second) == nil {
-				return fmt.Errorf("no other leader within 60s of stopping %s", l.id)
-			}
-			time.Sleep(500 * time.Millisecond) // the old leader stays frozen a while
-			return nil
-		}},
-		{"membership", false, func(c *cluster) error {
-			return c.replace(t, c.leader(60*time.Second))
-		}},
-		{"partition", true, func(c *cluster) error {
-			l := c.leader(60 * time.Second)
-			if err := c.isolate(l, true); err != nil {
-				return err
-			}
-			if c.waitLeader(l, 60*time.Second) == nil {
-				_ = c.isolate(l, false)
-				return fmt.Errorf("no other leader within 60s of isolating %s", l.id)
-			}
-			time.Sleep(500 * time.Millisecond)
-			return c.isolate(l, false)
-		}},
-	} {
+	faults := append(leaderFaults(), leaderFault{"membership", false, func(c *cluster) error {
+		return c.replace(t, c.leader(60*time.Second))
+	}})
+	for _, tc := range faults {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			t.Cleanup(func() {
@@ -81,7 +47,7 @@ func TestSharedFaults(t *testing.T) {
 				}
 			}
 			c := startCluster(t, 3, tc.netns)
-			holds, errs := sharedLoad(t, c, seed, tc.inject)
+			holds, errs := sharedLoad(t, c, seed, tc.fault)
 			for _, e := range errs {
 				t.Error(e)
 			}
@@ -291,6 +257,13 @@ func multiKeyWorker(c *cluster, seed int64, w int, since func(time.Time) time.Du
 // where network namespaces are available, a partition of it, and checks
 // the history against SharedModel with porcupine.
 func TestSharedLinearizable(t *testing.T) {
+	linearizableUnderFaults(t, "TestSharedLinearizable", CheckSharedLinearizable, sharedHistory)
+}
+
+// linearizableUnderFaults runs history under each of leaderFaults on a
+// fresh 3-node cluster and checks what it recorded with check.
+func linearizableUnderFaults[R recorded](t *testing.T, test string, check func([]R, time.Duration) (porcupine.CheckResult, int),
+	history func(c *cluster, seed int64, fault func(*cluster) error) ([]R, []error)) {
 	fencelockBinary(t)
 	t.Parallel()
 	seed := suiteSeed(t)
@@ -299,7 +272,7 @@ func TestSharedLinearizable(t *testing.T) {
 			t.Parallel()
 			t.Cleanup(func() {
 				if t.Failed() {
-					t.Logf("seed %d; replay: go test ./internal/e2e -run 'TestSharedLinearizable/%s$' -v -seed %d", seed, tc.name, seed)
+					t.Logf("seed %d; replay: go test ./internal/e2e -run '%s/%s$' -v -seed %d", seed, test, tc.name, seed)
 				}
 			})
 			if tc.netns {
@@ -308,29 +281,30 @@ func TestSharedLinearizable(t *testing.T) {
 				}
 			}
 			c := startCluster(t, 3, tc.netns)
-			ops, errs := sharedHistory(c, seed, tc.fault)
+			ops, errs := history(c, seed, tc.fault)
 			for _, e := range errs {
 				t.Error(e)
 			}
 			var grants, unknown int
 			for _, o := range ops {
-				if o.Input.Kind == SharedAcquire && o.Output.Result == OK {
+				if o.grant() {
 					grants++
 				}
-				if o.Output.Result == Unknown {
+				if o.unknown() {
 					unknown++
 				}
 			}
-			res, n := CheckSharedLinearizable(ops, time.Minute)
+			res, n := check(ops, time.Minute)
 			t.Logf("%s: %d operations (%d grants, %d unknown): %v", tc.name, n, grants, unknown, res)
-			if grants < 20 {
+			if grants < 10 {
 				t.Fatalf("only %d grants: the run checked too little", grants)
 			}
 			if res != porcupine.Ok {
 				for _, o := range ops {
-					t.Logf("client %d [%v, %v] %v", o.Client, o.Call, o.Return, o)
+					client, _, _, call, ret := o.record()
+					t.Logf("client %d [%v, %v] %v", client, call, ret, o)
 				}
-				t.Fatalf("the history is not linearizable against SharedModel: %v", res)
+				t.Fatalf("the history is not linearizable: %v", res)
 			}
 		})
 	}
@@ -341,105 +315,70 @@ func TestSharedLinearizable(t *testing.T) {
 // every call as its client saw it. A worker whose acquire or release had
 // no definite answer takes a new holder name: the hold may be there.
 func sharedHistory(c *cluster, seed int64, fault func(*cluster) error) ([]SharedOp, []error) {
-	t0 := time.Now()
-	var (
-		mu   sync.Mutex
-		ops  []SharedOp
-		errs []error
-		wg   sync.WaitGroup
-	)
-	record := func(o SharedOp) {
-		mu.Lock()
-		ops = append(ops, o)
-		mu.Unlock()
-	}
-	stop := make(chan struct{})
-	for w := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(seed), uint64(200+w)))
-			cl, err := client.New(c.addrs())
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
+	return loadUnderFault(c, 6, fault, func(w int, cl *client.Client, since func() time.Duration, record func(SharedOp), fail func(error), stop <-chan struct{}) {
+		rng := rand.New(rand.NewPCG(uint64(seed), uint64(200+w)))
+		gen := 0
+		for {
+			select {
+			case <-stop:
 				return
+			default:
 			}
-			defer cl.Close()
-			gen := 0
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				holder := fmt.Sprintf("p%d-%d", w, gen)
-				in := SharedInput{Kind: SharedAcquire, Key: "psem", Holder: holder, Permits: 2}
-				opts := []client.LeaseOption{client.WithTTL(time.Minute), client.WithHolder(holder)}
-				if w%2 == 1 {
-					in.Key, in.Permits, in.Write = "prw", 0, rng.IntN(10) < 3
-					if in.Write {
-						opts = append(opts, client.WithWrite())
-					} else {
-						opts = append(opts, client.WithRead())
-					}
+			holder := fmt.Sprintf("p%d-%d", w, gen)
+			in := SharedInput{Kind: SharedAcquire, Key: "psem", Holder: holder, Permits: 2}
+			opts := []client.LeaseOption{client.WithTTL(time.Minute), client.WithHolder(holder)}
+			if w%2 == 1 {
+				in.Key, in.Permits, in.Write = "prw", 0, rng.IntN(10) < 3
+				if in.Write {
+					opts = append(opts, client.WithWrite())
 				} else {
-					opts = append(opts, client.WithPermits(2))
+					opts = append(opts, client.WithRead())
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				call := time.Since(t0)
-				l, err := cl.TryAcquire(ctx, in.Key, opts...)
-				ret := time.Since(t0)
-				cancel()
-				o := SharedOp{Client: w, Input: in, Call: call, Return: ret}
-				switch {
-				case err == nil:
-					o.Output = SharedOutput{Result: OK, Token: l.Token()}
-				case errors.Is(err, client.ErrHeld):
-					o.Output = SharedOutput{Result: Refused}
-				case errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded):
-					gen++
-				default:
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("acquire %s: %w", in.Key, err))
-					mu.Unlock()
-					gen++
-				}
-				record(o)
-				if err != nil {
-					time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
-					continue
-				}
-				time.Sleep(time.Duration(10+rng.IntN(50)) * time.Millisecond)
-				rin := SharedInput{Kind: SharedRelease, Key: in.Key, Holder: holder, Token: l.Token()}
-				ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-				call = time.Since(t0)
-				err = l.Release(ctx)
-				ret = time.Since(t0)
-				cancel()
-				r := SharedOp{Client: w, Input: rin, Call: call, Return: ret}
-				var le *client.LostError
-				switch {
-				case err == nil:
-					r.Output = SharedOutput{Result: OK, Released: true}
-				case errors.Is(err, client.ErrNotHeld) && !errors.As(err, &le):
-					r.Output = SharedOutput{Result: OK}
-				default:
-					gen++ // it may still be held
-				}
-				record(r)
+			} else {
+				opts = append(opts, client.WithPermits(2))
 			}
-		}()
-	}
-	time.Sleep(1200 * time.Millisecond)
-	if err := fault(c); err != nil {
-		errs = append(errs, err)
-	}
-	time.Sleep(1200 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	return ops, errs
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			call := since()
+			l, err := cl.TryAcquire(ctx, in.Key, opts...)
+			ret := since()
+			cancel()
+			o := SharedOp{Client: w, Input: in, Call: call, Return: ret}
+			switch {
+			case err == nil:
+				o.Output = SharedOutput{Result: OK, Token: l.Token()}
+			case errors.Is(err, client.ErrHeld):
+				o.Output = SharedOutput{Result: Refused}
+			case errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded):
+				gen++
+			default:
+				fail(fmt.Errorf("acquire %s: %w", in.Key, err))
+				gen++
+			}
+			record(o)
+			if err != nil {
+				time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+				continue
+			}
+			time.Sleep(time.Duration(10+rng.IntN(50)) * time.Millisecond)
+			rin := SharedInput{Kind: SharedRelease, Key: in.Key, Holder: holder, Token: l.Token()}
+			ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+			call = since()
+			err = l.Release(ctx)
+			ret = since()
+			cancel()
+			r := SharedOp{Client: w, Input: rin, Call: call, Return: ret}
+			var le *client.LostError
+			switch {
+			case err == nil:
+				r.Output = SharedOutput{Result: OK, Released: true}
+			case errors.Is(err, client.ErrNotHeld) && !errors.As(err, &le):
+				r.Output = SharedOutput{Result: OK}
+			default:
+				gen++ // it may still be held
+			}
+			record(r)
+		}
+	})
 }
 
 // leaderFault is one of the faults the linearizability tests of the
@@ -455,7 +394,7 @@ func leaderFaults() []leaderFault {
 		{"leader-kill", false, func(c *cluster) error {
 			l := c.leader(60 * time.Second)
 			c.kill(l)
-			time.Sleep(700 * time.Millisecond)
+			time.Sleep(700 * time.Millisecond) // down a while: the others elect
 			c.start(l)
 			return nil
 		}},
@@ -466,7 +405,7 @@ func leaderFaults() []leaderFault {
 			if c.waitLeader(l, 60*time.Second) == nil {
 				return fmt.Errorf("no other leader within 60s of stopping %s", l.id)
 			}
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // the old leader stays frozen a while
 			return nil
 		}},
 		{"partition", true, func(c *cluster) error {
@@ -489,49 +428,7 @@ func leaderFaults() []leaderFault {
 // expires within a run) across the same faults, and checks the history
 // against MultiModel with porcupine: all of a multi-key acquire or none.
 func TestMultiKeyLinearizable(t *testing.T) {
-	fencelockBinary(t)
-	t.Parallel()
-	seed := suiteSeed(t)
-	for _, tc := range leaderFaults() {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("seed %d; replay: go test ./internal/e2e -run 'TestMultiKeyLinearizable/%s$' -v -seed %d", seed, tc.name, seed)
-				}
-			})
-			if tc.netns {
-				if why := netnsUnavailable(); why != "" {
-					t.Skipf("skipping: %s", why)
-				}
-			}
-			c := startCluster(t, 3, tc.netns)
-			ops, errs := multiHistory(c, seed, tc.fault)
-			for _, e := range errs {
-				t.Error(e)
-			}
-			var grants, unknown int
-			for _, o := range ops {
-				if o.Input.Kind == MultiAcquire && o.Output.Result == OK {
-					grants++
-				}
-				if o.Output.Result == Unknown {
-					unknown++
-				}
-			}
-			res, n := CheckMultiLinearizable(ops, time.Minute)
-			t.Logf("%s: %d operations (%d multi-key grants, %d unknown): %v", tc.name, n, grants, unknown, res)
-			if grants < 20 {
-				t.Fatalf("only %d grants: the run checked too little", grants)
-			}
-			if res != porcupine.Ok {
-				for _, o := range ops {
-					t.Logf("client %d [%v, %v] %v", o.Client, o.Call, o.Return, o)
-				}
-				t.Fatalf("the history is not linearizable against MultiModel: %v", res)
-			}
-		})
-	}
+	linearizableUnderFaults(t, "TestMultiKeyLinearizable", CheckMultiLinearizable, multiHistory)
 }
 
 // multiHistory runs 4 workers that take two of MultiKeys at once, hold
@@ -539,14 +436,92 @@ func TestMultiKeyLinearizable(t *testing.T) {
 // returns every call as its client saw it. A worker whose call had no
 // definite answer takes a new holder name.
 func multiHistory(c *cluster, seed int64, fault func(*cluster) error) ([]MultiOp, []error) {
+	definite := func(err error) bool {
+		return !(errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded))
+	}
+	return loadUnderFault(c, 4, fault, func(w int, cl *client.Client, since func() time.Duration, record func(MultiOp), fail func(error), stop <-chan struct{}) {
+		rng := rand.New(rand.NewPCG(uint64(seed), uint64(300+w)))
+		gen := 0
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			holder := fmt.Sprintf("mk%d-%d", w, gen)
+			skip := rng.IntN(len(MultiKeys))
+			var keys []string
+			for i, k := range MultiKeys {
+				if i != skip {
+					keys = append(keys, k)
+				}
+			}
+			in := MultiInput{Kind: MultiAcquire, Keys: strings.Join(keys, ","), Holder: holder}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			call := since()
+			lks, err := cl.AcquireAll(ctx, keys, holder, time.Minute, client.GrantOptions{})
+			ret := since()
+			cancel()
+			o := MultiOp{Client: w, Input: in, Call: call, Return: ret}
+			switch {
+			case err == nil:
+				toks := make([]string, len(lks))
+				for i, lk := range lks {
+					toks[i] = fmt.Sprint(lk.Token)
+				}
+				o.Output = MultiOutput{Result: OK, Tokens: strings.Join(toks, ",")}
+			case errors.Is(err, client.ErrHeld):
+				o.Output = MultiOutput{Result: Refused}
+			case !definite(err):
+				gen++
+			default:
+				fail(fmt.Errorf("acquire-all %v: %w", keys, err))
+				gen++
+			}
+			record(o)
+			if err != nil {
+				time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
+				continue
+			}
+			time.Sleep(time.Duration(10+rng.IntN(50)) * time.Millisecond)
+			for _, lk := range lks {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				call := since()
+				ok, err := cl.Release(ctx, lk.Key, holder, lk.Token)
+				ret := since()
+				cancel()
+				r := MultiOp{Client: w, Input: MultiInput{Kind: MultiRelease, Keys: lk.Key, Holder: holder, Token: lk.Token}, Call: call, Return: ret}
+				switch {
+				case err == nil:
+					r.Output = MultiOutput{Result: OK, Released: ok}
+				case !definite(err):
+					gen++ // it may still be held
+				default:
+					fail(fmt.Errorf("release %s: %w", lk.Key, err))
+					gen++
+				}
+				record(r)
+			}
+		}
+	})
+}
+
+// loadUnderFault runs n workers, each on its own client given every
+// node's address, injects fault after a while of load, loads a while
+// longer, stops them and returns what they recorded. A worker records
+// its calls with record (timed by since, from the start), reports what
+// it cannot make sense of with fail, and returns once stop is closed.
+func loadUnderFault[R any](c *cluster, n int, fault func(*cluster) error,
+	worker func(w int, cl *client.Client, since func() time.Duration, record func(R), fail func(error), stop <-chan struct{})) ([]R, []error) {
 	t0 := time.Now()
+	since := func() time.Duration { return time.Since(t0) }
 	var (
 		mu   sync.Mutex
-		ops  []MultiOp
+		ops  []R
 		errs []error
 		wg   sync.WaitGroup
 	)
-	record := func(o MultiOp) {
+	record := func(o R) {
 		mu.Lock()
 		ops = append(ops, o)
 		mu.Unlock()
@@ -556,88 +531,23 @@ func multiHistory(c *cluster, seed int64, fault func(*cluster) error) ([]MultiOp
 		errs = append(errs, err)
 		mu.Unlock()
 	}
-	definite := func(err error) bool {
-		return !(errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded))
-	}
 	stop := make(chan struct{})
-	for w := range 4 {
+	for w := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(seed), uint64(300+w)))
 			cl, err := client.New(c.addrs())
 			if err != nil {
 				fail(err)
 				return
 			}
 			defer cl.Close()
-			gen := 0
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				holder := fmt.Sprintf("mk%d-%d", w, gen)
-				skip := rng.IntN(len(MultiKeys))
-				var keys []string
-				for i, k := range MultiKeys {
-					if i != skip {
-						keys = append(keys, k)
-					}
-				}
-				in := MultiInput{Kind: MultiAcquire, Keys: strings.Join(keys, ","), Holder: holder}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				call := time.Since(t0)
-				lks, err := cl.AcquireAll(ctx, keys, holder, time.Minute, client.GrantOptions{})
-				ret := time.Since(t0)
-				cancel()
-				o := MultiOp{Client: w, Input: in, Call: call, Return: ret}
-				switch {
-				case err == nil:
-					toks := make([]string, len(lks))
-					for i, lk := range lks {
-						toks[i] = fmt.Sprint(lk.Token)
-					}
-					o.Output = MultiOutput{Result: OK, Tokens: strings.Join(toks, ",")}
-				case errors.Is(err, client.ErrHeld):
-					o.Output = MultiOutput{Result: Refused}
-				case !definite(err):
-					gen++
-				default:
-					fail(fmt.Errorf("acquire-all %v: %w", keys, err))
-					gen++
-				}
-				record(o)
-				if err != nil {
-					time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
-					continue
-				}
-				time.Sleep(time.Duration(10+rng.IntN(50)) * time.Millisecond)
-				for _, lk := range lks {
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					call := time.Since(t0)
-					ok, err := cl.Release(ctx, lk.Key, holder, lk.Token)
-					ret := time.Since(t0)
-					cancel()
-					r := MultiOp{Client: w, Input: MultiInput{Kind: MultiRelease, Keys: lk.Key, Holder: holder, Token: lk.Token}, Call: call, Return: ret}
-					switch {
-					case err == nil:
-						r.Output = MultiOutput{Result: OK, Released: ok}
-					case !definite(err):
-						gen++ // it may still be held
-					default:
-						fail(fmt.Errorf("release %s: %w", lk.Key, err))
-						gen++
-					}
-					record(r)
-				}
-			}
+			worker(w, cl, since, record, fail, stop)
 		}()
 	}
 	time.Sleep(1200 * time.Millisecond)
 	if err := fault(c); err != nil {
-		errs = append(errs, err)
+		fail(err)
 	}
 	time.Sleep(1200 * time.Millisecond)
 	close(stop)

@@ -94,6 +94,12 @@ const (
 	maxTarget     = 1<<16 - 1
 )
 
+// MaxRequestFrame bounds a request frame's length field: the largest
+// target and the API's largest body (api.MaxBodyBytes). A server refuses
+// a longer one at its length, before it holds a byte of it, and a client
+// never sends one.
+const MaxRequestFrame = requestHeader - 4 + maxTarget + api.MaxBodyBytes
+
 // ErrFrame is a malformed or oversized frame; the connection that sent it
 // is closed.
 var ErrFrame = errors.New("framing: malformed frame")
@@ -136,8 +142,8 @@ func checkRequest(target string, body []byte) error {
 	if len(target) > maxTarget {
 		return fmt.Errorf("framing: target of %d bytes is longer than %d", len(target), maxTarget)
 	}
-	if n := requestHeader - 4 + len(target) + len(body); n > MaxFrame {
-		return fmt.Errorf("framing: request of %d bytes is larger than %d", n, MaxFrame)
+	if n := requestHeader - 4 + len(target) + len(body); n > MaxRequestFrame {
+		return fmt.Errorf("framing: request of %d bytes is larger than %d", n, MaxRequestFrame)
 	}
 	return nil
 }
@@ -165,32 +171,49 @@ func appendAnswer(dst []byte, id uint32, status int, body []byte) []byte {
 	return append(dst, body...)
 }
 
-// readFrame reads one length-prefixed frame into a new slice (the bytes
-// after the length).
+// readFrame reads one length-prefixed frame of at most MaxFrame bytes
+// into a new slice (the bytes after the length).
 func readFrame(r io.Reader, least int) ([]byte, error) {
-	return readFrameThen(r, least, nil)
+	return readFrameThen(r, least, MaxFrame, nil)
 }
 
 // eagerFrame is the largest frame whose buffer is allocated at its
 // declared length; a longer one grows as its bytes arrive.
 const eagerFrame = 64 << 10
 
-// readFrameThen is readFrame calling began, if set, once the length has
-// been read (the server starts a frame's read deadline there). The buffer
-// is allocated at the declared length only up to eagerFrame and grows
-// from there as bytes arrive, at most doubling each time: a peer that
-// declares 4 MiB and sends ten bytes costs 64 KiB, not 4 MiB.
-func readFrameThen(r io.Reader, least int, began func()) ([]byte, error) {
+// errTooLarge is a frame whose length is over the reader's limit.
+var errTooLarge = fmt.Errorf("%w: frame over its limit", ErrFrame)
+
+// frameHooks are told of a frame's progress (the server's deadlines and
+// buffer accounting); either may be nil.
+type frameHooks struct {
+	// began runs once the length has been read and found within the
+	// limit; an error ends the read.
+	began func(n int) error
+	// progress runs after each read that returned bytes of the frame.
+	progress func()
+}
+
+// readFrameThen is readFrame with a limit of its own and hooks. The
+// buffer is allocated at the declared length only up to eagerFrame and
+// grows from there as bytes arrive, at most doubling each time: a peer
+// that declares 4 MiB and sends ten bytes costs 64 KiB, not 4 MiB.
+func readFrameThen(r io.Reader, least, limit int, h *frameHooks) ([]byte, error) {
 	var lb [4]byte
 	if _, err := io.ReadFull(r, lb[:]); err != nil {
 		return nil, err
 	}
 	n := int(binary.BigEndian.Uint32(lb[:]))
-	if n > MaxFrame || n < least {
+	if n > limit {
+		return nil, fmt.Errorf("%w: length %d, the limit is %d", errTooLarge, n, limit)
+	}
+	if n < least {
 		return nil, fmt.Errorf("%w: length %d", ErrFrame, n)
 	}
-	if began != nil {
-		began()
+	if h != nil && h.began != nil {
+		if err := h.began(n); err != nil {
+			return nil, err
+		}
 	}
 	buf := make([]byte, 0, min(n, eagerFrame))
 	for len(buf) < n {
@@ -201,6 +224,9 @@ func readFrameThen(r io.Reader, least int, began func()) ([]byte, error) {
 		}
 		m, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+m]
+		if m > 0 && h != nil && h.progress != nil {
+			h.progress()
+		}
 		if err != nil && len(buf) < n {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF

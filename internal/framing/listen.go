@@ -26,6 +26,10 @@ func Listen(ln net.Listener, s *Server) net.Listener {
 	return l
 }
 
+// sortBuffer is the read buffer of a connection being sorted, and of a
+// framed one until it has authenticated.
+const sortBuffer = 4 << 10
+
 type sortingListener struct {
 	net.Listener
 	s      *Server
@@ -65,7 +69,10 @@ func (l *sortingListener) acceptLoop() {
 
 func (l *sortingListener) sort(c net.Conn) {
 	c.SetReadDeadline(time.Now().Add(l.s.prefaceTimeout()))
-	br := bufio.NewReaderSize(c, 16<<10)
+	// A small buffer: an HTTP connection gets net/http's own, and a
+	// framed one gets a larger one only once it has authenticated
+	// (serverConn.growReader).
+	br := bufio.NewReaderSize(c, sortBuffer)
 	first, err := br.Peek(1)
 	if err != nil {
 		c.Close()

@@ -62,6 +62,33 @@ type Server struct {
 	// PrefaceTimeout bounds how long a new connection may take to send its
 	// preface (with Listen, its first byte). Default 10s.
 	PrefaceTimeout time.Duration
+	// StallTimeout cuts a frame whose bytes stop arriving for this long
+	// (ReadTimeout still bounds the whole frame). Default
+	// DefaultStallTimeout.
+	StallTimeout time.Duration
+	// MaxBufferedPerAddr bounds the bytes of frames being read (declared
+	// and not yet complete) over all the connections from one remote
+	// address (IP); a frame that would go past it closes its
+	// connection. Default DefaultMaxBufferedPerAddr.
+	MaxBufferedPerAddr int64
+
+	// Authenticated, if set, says whether a connection is authenticated:
+	// by its credential (its auth frame's; "" before one) or its TLS
+	// client certificate, or because nobody needs to be (ACLs off). Until
+	// it is, the connection's frames are limited to
+	// MaxUnauthenticatedFrame and it is closed after
+	// UnauthenticatedIdleTimeout without a frame; it is asked at each
+	// frame until it answers true, then no more. nil: every connection
+	// counts as authenticated.
+	Authenticated func(credential string, tls *tls.ConnectionState) bool
+	// MaxUnauthenticatedFrame bounds the frames of a connection that is
+	// not authenticated: room for an auth frame and a small request.
+	// Default DefaultMaxUnauthenticatedFrame.
+	MaxUnauthenticatedFrame int
+	// UnauthenticatedIdleTimeout closes a connection that is not
+	// authenticated and sends no frame for this long. Default
+	// DefaultUnauthenticatedIdleTimeout.
+	UnauthenticatedIdleTimeout time.Duration
 	// Heavy, if set, names the paths whose answers grow with a page (up
 	// to about a megabyte): a connection runs at most maxHeavy of them at
 	// once, and starts none while its pending answers are over their
@@ -73,6 +100,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	conns    map[*serverConn]struct{}
+	buffered map[string]int64 // bytes of frames being read, by remote IP
 	shutdown bool
 	serving  sync.WaitGroup // connections being served
 
@@ -105,6 +133,13 @@ const (
 	DefaultWriteTimeout          = 10 * time.Second
 	DefaultReadTimeout           = 30 * time.Second
 	DefaultIdleTimeout           = 5 * time.Minute
+	DefaultStallTimeout          = 5 * time.Second
+	DefaultMaxBufferedPerAddr    = 16 << 20
+	// An auth frame (a credential of up to 4 KiB) fits, and any request
+	// a caller may make before it authenticates (health, identity,
+	// bootstrap) does.
+	DefaultMaxUnauthenticatedFrame    = 8 << 10
+	DefaultUnauthenticatedIdleTimeout = 10 * time.Second
 )
 
 // Stats is the server's own accounting of its framed connections.
@@ -121,14 +156,26 @@ type Stats struct {
 	// WriteTimeout; one that sent part of a frame and stalled for
 	// ReadTimeout; one idle for IdleTimeout.
 	WriteTimeouts, ReadTimeouts, IdleTimeouts int64
+	// Connections closed besides: a frame's bytes stopped arriving for
+	// StallTimeout (Stalls); a frame longer than its limit, the
+	// unauthenticated one or MaxRequestFrame (FramesTooLarge); a frame
+	// that would take its address past MaxBufferedPerAddr
+	// (AddrBufferCloses); not authenticated and silent for
+	// UnauthenticatedIdleTimeout (UnauthenticatedIdle).
+	Stalls, FramesTooLarge, AddrBufferCloses, UnauthenticatedIdle int64
+	// BufferedBytes counts the bytes of frames being read, over all
+	// connections.
+	BufferedBytes int64
 	// BinaryCalls counts the calls answered in binary (MethodCall).
 	BinaryCalls int64
 }
 
 type serverStats struct {
-	inFlight, pending, peak                 atomic.Int64
-	writeTimeouts, readTimeouts, idleClosed atomic.Int64
-	calls                                   atomic.Int64
+	inFlight, pending, peak                  atomic.Int64
+	writeTimeouts, readTimeouts, idleClosed  atomic.Int64
+	stalls, tooLarge, addrCloses, unauthIdle atomic.Int64
+	buffered                                 atomic.Int64
+	calls                                    atomic.Int64
 }
 
 // Stats returns the server's accounting now.
@@ -144,6 +191,11 @@ func (s *Server) Stats() Stats {
 		WriteTimeouts:              s.stats.writeTimeouts.Load(),
 		ReadTimeouts:               s.stats.readTimeouts.Load(),
 		IdleTimeouts:               s.stats.idleClosed.Load(),
+		Stalls:                     s.stats.stalls.Load(),
+		FramesTooLarge:             s.stats.tooLarge.Load(),
+		AddrBufferCloses:           s.stats.addrCloses.Load(),
+		UnauthenticatedIdle:        s.stats.unauthIdle.Load(),
+		BufferedBytes:              s.stats.buffered.Load(),
 		BinaryCalls:                s.stats.calls.Load(),
 	}
 }
@@ -161,6 +213,14 @@ func (s *Server) callPath(path string) bool {
 
 // ErrServerClosed: the server was shut down or closed.
 var ErrServerClosed = errors.New("framing: server closed")
+
+// hostOf is the host of a host:port address (all of it without a port).
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
 
 func orDefault[T int | int64 | time.Duration](v, d T) T {
 	if v > 0 {
@@ -202,10 +262,17 @@ func (s *Server) serve(c net.Conn, br *bufio.Reader) error {
 		maxPending: orDefault(s.MaxPendingAnswerBytes, DefaultMaxPendingAnswerBytes),
 		idle:       orDefault(s.IdleTimeout, DefaultIdleTimeout),
 		readLimit:  orDefault(s.ReadTimeout, DefaultReadTimeout),
+		stall:      orDefault(s.StallTimeout, DefaultStallTimeout),
+		ip:         hostOf(c.RemoteAddr().String()),
 		pending:    make(map[uint32]context.CancelFunc),
 		work:       make(chan job),
 	}
 	sc.room.L = &sc.mu
+	if s.Authenticated == nil {
+		sc.authed.Store(true)
+	} else {
+		sc.unauthIdle = orDefault(s.UnauthenticatedIdleTimeout, DefaultUnauthenticatedIdleTimeout)
+	}
 	sc.bw = batchWriter{
 		w:       deadlineWriter{c: c, timeout: orDefault(s.WriteTimeout, DefaultWriteTimeout)},
 		written: sc.written,
@@ -320,6 +387,12 @@ type serverConn struct {
 	maxIn, maxPri   int
 	maxPending      int64
 	idle, readLimit time.Duration
+	stall           time.Duration
+	ip              string // the remote address's host: its buffered bytes are counted together
+	// authed: the connection is authenticated (Server.Authenticated);
+	// until then unauthIdle is its idle timeout.
+	authed     atomic.Bool
+	unauthIdle time.Duration
 
 	bw       batchWriter
 	work     chan job       // to idle workers; closed when reading ends
@@ -362,7 +435,7 @@ func (sc *serverConn) armIdleLocked() {
 		return
 	}
 	if sc.inFlight+sc.inFlightPri == 0 {
-		sc.c.SetReadDeadline(time.Now().Add(sc.idle))
+		sc.c.SetReadDeadline(time.Now().Add(sc.idleLimit()))
 	} else {
 		sc.c.SetReadDeadline(time.Time{})
 	}
@@ -379,9 +452,94 @@ func (sc *serverConn) awaitRoomLocked(ok func() bool) error {
 	return sc.failed
 }
 
+// idleLimit is how long the connection may send nothing with nothing in
+// flight.
+func (sc *serverConn) idleLimit() time.Duration {
+	if !sc.authed.Load() {
+		return min(sc.idle, sc.unauthIdle)
+	}
+	return sc.idle
+}
+
+// checkAuth asks the server whether the connection is authenticated now,
+// until it is.
+func (sc *serverConn) checkAuth() bool {
+	if sc.authed.Load() {
+		return true
+	}
+	cred := ""
+	if p := sc.auth.Load(); p != nil {
+		cred = *p
+	}
+	if sc.s.Authenticated(cred, sc.tls) {
+		sc.authed.Store(true)
+		return true
+	}
+	return false
+}
+
+// readBuffer is the read buffer of an authenticated framed connection:
+// many small frames a read.
+const readBuffer = 16 << 10
+
+// growReader gives an authenticated connection its full read buffer,
+// keeping the bytes the small one holds.
+func (sc *serverConn) growReader() {
+	if sc.br.Size() >= readBuffer {
+		return
+	}
+	rest, _ := sc.br.Peek(sc.br.Buffered())
+	var r io.Reader = sc.c
+	if len(rest) > 0 {
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(rest)), sc.c)
+	}
+	sc.br = bufio.NewReaderSize(r, readBuffer)
+}
+
+// frameLimit is the longest frame the connection may send next.
+func (sc *serverConn) frameLimit() int {
+	if !sc.checkAuth() {
+		return orDefault(sc.s.MaxUnauthenticatedFrame, DefaultMaxUnauthenticatedFrame)
+	}
+	sc.growReader()
+	return MaxRequestFrame
+}
+
+// errAddrBuffer: the frame would take its address past
+// MaxBufferedPerAddr.
+var errAddrBuffer = errors.New("framing: the connections from this address are reading too many frame bytes at once")
+
+// reserve counts n bytes of a frame being read against ip's budget.
+func (s *Server) reserve(ip string, n int) bool {
+	limit := orDefault(s.MaxBufferedPerAddr, DefaultMaxBufferedPerAddr)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.buffered[ip]+int64(n) > limit {
+		return false
+	}
+	if s.buffered == nil {
+		s.buffered = make(map[string]int64)
+	}
+	s.buffered[ip] += int64(n)
+	s.stats.buffered.Add(int64(n))
+	return true
+}
+
+func (s *Server) unreserve(ip string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.buffered[ip] -= int64(n); s.buffered[ip] <= 0 {
+		delete(s.buffered, ip)
+	}
+	s.stats.buffered.Add(-int64(n))
+}
+
 // next reads the next frame once the connection's pending answers are
-// under their bound (backpressure on a peer that does not read).
+// under their bound (backpressure on a peer that does not read). A frame
+// begun must keep arriving: each read that brings bytes extends its
+// deadline by the stall timeout, up to the read timeout from its start.
 func (sc *serverConn) next() (request, error) {
+	limit := sc.frameLimit() // first: an auth frame just read changes the idle limit
 	sc.mu.Lock()
 	err := sc.awaitRoomLocked(func() bool { return sc.pendingBytes <= sc.maxPending })
 	if err == nil {
@@ -391,27 +549,72 @@ func (sc *serverConn) next() (request, error) {
 	if err != nil {
 		return request{}, err
 	}
-	buf, err := readFrameThen(sc.br, requestHeader-4, func() {
+	var (
+		reserved      int
+		start, pushed time.Time
+		stalled       bool // the deadline armed is the stall's, not the frame's end
+	)
+	arm := func(now time.Time) {
+		end := start.Add(sc.readLimit)
+		d := now.Add(sc.stall)
+		stalled = d.Before(end)
+		if !stalled {
+			d = end
+		}
+		pushed = now
 		sc.mu.Lock()
-		sc.midFrame = true
 		if !sc.stopping {
-			sc.c.SetReadDeadline(time.Now().Add(sc.readLimit))
+			sc.c.SetReadDeadline(d)
 		}
 		sc.mu.Unlock()
-	})
+	}
+	hooks := &frameHooks{
+		began: func(n int) error {
+			if !sc.s.reserve(sc.ip, n) {
+				sc.s.stats.addrCloses.Add(1)
+				return errAddrBuffer
+			}
+			reserved = n
+			sc.mu.Lock()
+			sc.midFrame = true
+			sc.mu.Unlock()
+			start = time.Now()
+			arm(start)
+			return nil
+		},
+		progress: func() {
+			// Pushing the deadline costs a timer reset: do it only once
+			// a quarter of the stall timeout has passed.
+			if now := time.Now(); now.Sub(pushed) > sc.stall/4 {
+				arm(now)
+			}
+		},
+	}
+	buf, err := readFrameThen(sc.br, requestHeader-4, limit, hooks)
+	if reserved > 0 {
+		sc.s.unreserve(sc.ip, reserved)
+	}
 	sc.mu.Lock()
 	mid, stopping := sc.midFrame, sc.stopping
 	sc.midFrame = false
 	sc.mu.Unlock()
 	if err != nil {
-		if stopping {
+		switch {
+		case stopping:
 			return request{}, ErrServerClosed
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if mid {
-				sc.s.stats.readTimeouts.Add(1)
-				return request{}, fmt.Errorf("framing: no frame bytes for %v: %w", sc.readLimit, err)
-			}
+		case errors.Is(err, errTooLarge):
+			sc.s.stats.tooLarge.Add(1)
+			return request{}, err
+		case errors.Is(err, os.ErrDeadlineExceeded) && mid && stalled:
+			sc.s.stats.stalls.Add(1)
+			return request{}, fmt.Errorf("framing: a frame's bytes stopped arriving for %v: %w", sc.stall, err)
+		case errors.Is(err, os.ErrDeadlineExceeded) && mid:
+			sc.s.stats.readTimeouts.Add(1)
+			return request{}, fmt.Errorf("framing: a frame took longer than %v: %w", sc.readLimit, err)
+		case errors.Is(err, os.ErrDeadlineExceeded) && !sc.authed.Load():
+			sc.s.stats.unauthIdle.Add(1)
+			return request{}, fmt.Errorf("framing: not authenticated and idle for %v: %w", sc.idleLimit(), err)
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			sc.s.stats.idleClosed.Add(1)
 			return request{}, fmt.Errorf("framing: idle for %v: %w", sc.idle, err)
 		}
@@ -655,7 +858,7 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 	r := &http.Request{
 		Method:        q.method,
 		URL:           &url.URL{Path: path, RawQuery: query},
-		Proto:         "FLP/1",
+		Proto:         Proto,
 		ProtoMajor:    1,
 		Header:        make(http.Header, 1),
 		Body:          io.NopCloser(bytes.NewReader(q.body)),
@@ -680,6 +883,11 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 	}
 	return w.status, w.body.Bytes()
 }
+
+// Proto is the Proto of the http.Requests a framed connection's requests
+// are served as: no browser speaks the framed protocol, so the HTTP API's
+// protections against pages of other sites do not apply to them.
+const Proto = "FLP/1"
 
 // answerWriter collects one answer.
 type answerWriter struct {

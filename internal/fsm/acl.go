@@ -38,10 +38,34 @@ type ACLChange struct {
 
 // ACL returns the ACL tables as of the last applied entry. The value is
 // never changed afterwards; hold it as long as needed.
-func (f *FSM) ACL() *acl.State {
+//
+// It takes no lock, so it may be called from an Observer or from a reader
+// of events the Observer published: an event is published after the
+// tables its entry was applied under.
+func (f *FSM) ACL() *acl.State { return f.acls.Load() }
+
+// ACLRevision is the log index of the entry that made the ACL tables as
+// this node has them (after a restore, the snapshot's index, which is no
+// earlier): a node that has applied this index has them too.
+func (f *FSM) ACLRevision() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.acls
+	return f.aclIndex
+}
+
+// ACLWatch returns the ACL tables and a channel closed once they are
+// replaced (by a change or a restore).
+func (f *FSM) ACLWatch() (*acl.State, <-chan struct{}) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.acls.Load(), f.aclChanged
+}
+
+// aclSwapped tells ACLWatch's callers that acls was replaced; under the
+// lock.
+func (f *FSM) aclSwapped() {
+	close(f.aclChanged)
+	f.aclChanged = make(chan struct{})
 }
 
 // applyACL runs one change; a refusal changes nothing.
@@ -55,22 +79,24 @@ func (f *FSM) applyACL(c *ACLChange) error {
 	)
 	switch c.Kind {
 	case ACLBootstrap:
-		next, err = f.acls.Bootstrap(c.Principal.TokenHash)
+		next, err = f.acls.Load().Bootstrap(c.Principal.TokenHash)
 	case ACLSetPrincipal:
-		next, err = f.acls.SetPrincipal(c.Principal, c.Replace)
+		next, err = f.acls.Load().SetPrincipal(c.Principal, c.Replace)
 	case ACLDeletePrincipal:
-		next, err = f.acls.DeletePrincipal(c.Name)
+		next, err = f.acls.Load().DeletePrincipal(c.Name)
 	case ACLSetPolicy:
-		next, err = f.acls.SetPolicy(c.Policy)
+		next, err = f.acls.Load().SetPolicy(c.Policy)
 	case ACLDeletePolicy:
-		next, err = f.acls.DeletePolicy(c.Name)
+		next, err = f.acls.Load().DeletePolicy(c.Name)
 	default:
 		err = fmt.Errorf("%w: unknown acl change %d", ErrBadCommand, c.Kind)
 	}
 	if err != nil {
 		return err
 	}
-	f.acls = next
+	f.acls.Store(next)
+	f.aclIndex = f.index
+	f.aclSwapped()
 	return nil
 }
 

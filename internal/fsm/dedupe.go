@@ -211,11 +211,11 @@ func isInputError(err error) bool {
 //	        uvarint batch | each: string key | uvarint token | error | byte has lease | [lease] |
 //	        [session, when flag 16: uvarint id | string holder | varint ttl | varint created | varint expiry |
 //	        uvarint locks | uvarint waiting]
+//	error:  byte 0 none, 1 held (then lease), 2 not held
+//	lease:  string key | string holder | uvarint token | varint granted | varint expiry | varint ttl
 //
 // Flag 16 is set only for a session open or close, which snapshots made
 // before they were remembered never hold.
-//	error:  byte 0 none, 1 held (then lease), 2 not held
-//	lease:  string key | string holder | uvarint token | varint granted | varint expiry | varint ttl
 const (
 	errNone    = 0
 	errHeld    = 1

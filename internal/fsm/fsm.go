@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -61,10 +62,18 @@ type FSM struct {
 	changed chan struct{}
 	seen    map[string]*remembered // answers kept for retries, by request id
 	order   []*remembered
-	waits   map[string]*remembered // queued waits by waitKey, a view of seen
-	members map[string]Member      // by node id
-	cluster string                 // the cluster id; "" until the first leader sets it
-	acls    *acl.State             // replaced whole on each change
+	waits   map[string]*remembered    // queued waits by waitKey, a view of seen
+	members map[string]Member         // by node id
+	cluster string                    // the cluster id; "" until the first leader sets it
+	acls    atomic.Pointer[acl.State] // replaced whole on each change, under mu
+	// aclIndex is the index of the entry that made acls (or, after a
+	// restore, of the snapshot: no later than that); aclChanged is
+	// closed, and replaced, when acls is.
+	aclIndex   uint64
+	aclChanged chan struct{}
+	// applied, when not nil, is closed by the next apply or restore
+	// (WaitApplied).
+	applied chan struct{}
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -72,7 +81,8 @@ var _ raft.FSM = (*FSM)(nil)
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
 	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{},
-		waits: map[string]*remembered{}, members: map[string]Member{}, acls: acl.Empty()}
+		waits: map[string]*remembered{}, members: map[string]Member{}, aclChanged: make(chan struct{})}
+	f.acls.Store(acl.Empty())
 	f.table.SetObserver(f.emit)
 	return f
 }
@@ -112,6 +122,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if f.applyDecoded(l.Index, cmd, err, r) {
 		f.poke()
 	}
+	f.wakeApplied()
 	return r
 }
 
@@ -149,6 +160,7 @@ func (f *FSM) ApplyBatchFunc(logs []*raft.Log, each func()) []any {
 	if ran {
 		f.poke()
 	}
+	f.wakeApplied()
 	return out
 }
 
@@ -269,6 +281,37 @@ func (f *FSM) LastToken() uint64 {
 	return f.table.LastToken()
 }
 
+// wakeApplied wakes WaitApplied's callers; under the lock.
+func (f *FSM) wakeApplied() {
+	if f.applied != nil {
+		close(f.applied)
+		f.applied = nil
+	}
+}
+
+// WaitApplied blocks until the entry at index has been applied (or a
+// snapshot at or past it restored), or done is closed; it reports
+// whether the entry was applied.
+func (f *FSM) WaitApplied(index uint64, done <-chan struct{}) bool {
+	for {
+		f.mu.Lock()
+		if f.index >= index {
+			f.mu.Unlock()
+			return true
+		}
+		if f.applied == nil {
+			f.applied = make(chan struct{})
+		}
+		ch := f.applied
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-done:
+			return false
+		}
+	}
+}
+
 // AppliedIndex is the index of the last entry applied.
 func (f *FSM) AppliedIndex() uint64 {
 	f.mu.RLock()
@@ -361,7 +404,7 @@ func (f *FSM) marshalParts() [][]byte {
 	head = binary.AppendUvarint(head, f.index)
 	head = binary.AppendUvarint(head, uint64(len(tbl)))
 	tail := appendRemembered(nil, f.order)
-	acls := f.acls.On
+	acls := f.acls.Load().On
 	if len(f.members) > 0 || f.cluster != "" || acls {
 		tail = appendMembers(tail, f.members)
 	}
@@ -369,7 +412,7 @@ func (f *FSM) marshalParts() [][]byte {
 		tail = appendString(tail, f.cluster)
 	}
 	if acls {
-		tail = appendACLState(tail, f.acls)
+		tail = appendACLState(tail, f.acls.Load())
 	}
 	sum := crc32.ChecksumIEEE(head)
 	sum = crc32.Update(sum, crc32.IEEETable, tbl)
@@ -462,8 +505,12 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 			f.waits[waitKey(m.res.Lease.Key, m.res.Lease.Holder)] = m
 		}
 	}
-	f.members, f.cluster, f.acls = members, cluster, acls
+	f.members, f.cluster = members, cluster
+	f.acls.Store(acls)
+	f.aclIndex = index
+	f.aclSwapped()
 	f.poke()
+	f.wakeApplied()
 	return nil
 }
 

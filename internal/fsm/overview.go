@@ -11,7 +11,7 @@ type LockQueue struct {
 
 // Overview reads, under one lock, what a dashboard shows: up to limit live
 // leases whose keys start with prefix (in key order, from the first key
-// after after) with at most maxWaiters of each one's queue, whether more
+// after after) with at most maxWaiters of each key's queue, whether more
 // leases follow, the last token issued and the waiters in all queues. Its
 // cost is that of ListAfter plus the waiters copied.
 func (f *FSM) Overview(prefix, after string, now locktable.Time, limit, maxWaiters int) (locks []LockQueue, more bool, lastToken uint64, queued int) {
@@ -21,10 +21,36 @@ func (f *FSM) Overview(prefix, after string, now locktable.Time, limit, maxWaite
 	if len(leases) > limit {
 		leases, more = leases[:limit], true
 	}
-	locks = make([]LockQueue, len(leases))
+	return f.withQueues(leases, maxWaiters), more, f.table.LastToken(), f.table.QueuedCount()
+}
+
+// ListQueues is ListAfter with at most maxWaiters of each key's queue, read
+// under the same lock.
+func (f *FSM) ListQueues(prefix, after string, now locktable.Time, limit, maxWaiters int) []LockQueue {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.withQueues(f.table.ListAfter(prefix, after, now, limit), maxWaiters)
+}
+
+// QueueOf is at most max of key's waiters, head first, and how many wait
+// on key in all.
+func (f *FSM) QueueOf(key string, max int) ([]locktable.Queued, int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.QueueOf(key, max)
+}
+
+// withQueues pairs leases (in key order) with their keys' queues. A key
+// of several holders has its queue given with its first lease only, so
+// that every waiter is counted once.
+func (f *FSM) withQueues(leases []locktable.Lease, maxWaiters int) []LockQueue {
+	out := make([]LockQueue, len(leases))
 	for i, l := range leases {
-		ws, n := f.table.QueueOf(l.Key, maxWaiters)
-		locks[i] = LockQueue{Lease: l, Waiters: ws, Queued: n}
+		out[i].Lease = l
+		if i > 0 && leases[i-1].Key == l.Key {
+			continue
+		}
+		out[i].Waiters, out[i].Queued = f.table.QueueOf(l.Key, maxWaiters)
 	}
-	return locks, more, f.table.LastToken(), f.table.QueuedCount()
+	return out
 }

@@ -183,3 +183,19 @@ func (f *FSM) SessionStats() (sessions, locks int) {
 	defer f.mu.RUnlock()
 	return f.table.SessionStats()
 }
+
+// Owner is what the holders of owner (locktable.OwnerOf) have in the
+// table now.
+func (f *FSM) Owner(owner string) locktable.OwnerCount {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.Owner(owner)
+}
+
+// Counted reports whether holder has a lease record or a queue place on
+// key already (locktable.Table.Counted).
+func (f *FSM) Counted(key, holder string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.table.Counted(key, holder)
+}

@@ -53,10 +53,17 @@ type Config struct {
 	Guard      *auth.Guard
 	Authorizer Authorizer   // nil: everything is authorized
 	Metrics    http.Handler // GET /metrics
-	Logger     *slog.Logger
+	// Gatherer is what Metrics serves; with it, a caller with a
+	// principal is shown a series counted by key prefix only if it may
+	// read the prefix (serveMetrics). nil: Metrics serves everyone alike.
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
 	// StreamWriteTimeout drops an event stream whose peer takes no bytes
 	// for this long; 0: 10 s.
 	StreamWriteTimeout time.Duration
+	// Hosts, if set, is the Host check of HTTP requests (browserCheck);
+	// nil takes any Host.
+	Hosts HostCheck
 }
 
 // API is the HTTP/JSON adapter and the binary calls of framed
@@ -141,6 +148,13 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // known path and another method, both as JSON errors, and never lets a
 // panic reach the connection as anything but a 500 JSON error.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Hosts != nil && r.Proto != framing.Proto && !a.cfg.Hosts(r.Host) {
+		// Before the dashboard's assets too: a rebound page would
+		// otherwise be served the dashboard, whose reads then pass.
+		writeError(w, a.browserCheck(r))
+		a.requests.WithLabelValues("refused_host", strconv.Itoa(api.Status(api.CodeHostNotAllowed))).Inc()
+		return
+	}
 	rte, ok := a.route(r.URL.Path)
 	if ok && rte.static != nil {
 		// Public assets that hold no data: no authorizer, no count.
@@ -173,6 +187,10 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != rte.Method {
 		sw.Header().Set("Allow", rte.Method)
 		writeError(sw, service.NewError(api.CodeMethodNotAllowed, "%s is not allowed on %s; use %s", r.Method, r.URL.Path, rte.Method))
+		return
+	}
+	if e := a.browserCheck(r); e != nil {
+		writeError(sw, e)
 		return
 	}
 	if az := a.cfg.Authorizer; az != nil {

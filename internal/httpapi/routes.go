@@ -72,7 +72,7 @@ func (a *API) table() []Route {
 			binary(callcodec.Release, callcodec.AppendReleased)),
 		post(a, api.PathAcquireAll, "acquire-all", auth.LockAs("acquire"),
 			func(r api.AcquireAllRequest) auth.Subject {
-				sub := auth.Subject{Keys: r.Keys, Holder: r.Holder}
+				sub := auth.Subject{Keys: r.Keys, Holder: r.Holder, Field: "keys"}
 				if len(r.Keys) > 0 {
 					sub.Key = r.Keys[0]
 				}
@@ -87,7 +87,7 @@ func (a *API) table() []Route {
 			func(q url.Values) (string, *service.Error) { return q.Get(api.QueryKey), nil },
 			func(k string) auth.Subject { return auth.Subject{Keys: []string{k}} }, s.Get, nil),
 		filtered(get(a, api.PathLocks, "locks", auth.Read("list"), listQuery,
-			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}} },
+			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}, Prefix: true} },
 			func(ctx context.Context, q listPage) (api.ListResponse, error) {
 				l, err := s.ListAfter(ctx, q.prefix, q.after, q.limit)
 				if vis := auth.Visible(ctx); err == nil && vis != nil {
@@ -96,11 +96,15 @@ func (a *API) table() []Route {
 				return l, err
 			}, nil), func(rt *Route) { rt.Heavy = true }),
 		get(a, api.PathOverview, "overview", auth.Read("read"), overviewQuery,
-			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}} },
+			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}, Prefix: true} },
 			func(ctx context.Context, q listPage) (api.Overview, error) {
 				o, err := s.Overview(ctx, q.prefix, q.limit)
 				if vis := auth.Visible(ctx); err == nil && vis != nil {
 					o.Locks = readable(vis, o.Locks, func(l api.LockOverview) string { return l.Key })
+					o.Sessions = readableSessions(vis, o.Locks, o.Sessions)
+				}
+				if reads := auth.ReadsAll(ctx); err == nil && reads != nil && !reads("") {
+					hideTableFigures(&o)
 				}
 				return o, err
 			}, nil),
@@ -127,11 +131,7 @@ func (a *API) table() []Route {
 			func(ctx context.Context, _ struct{}) (api.Identity, error) { return s.Identity(ctx), nil }, nil),
 		get(a, api.PathMembers, "members", auth.Authenticated(), noQuery, nil,
 			func(ctx context.Context, _ struct{}) (api.MembersResponse, error) { return s.Members(ctx) }, nil),
-		{Method: http.MethodGet, Path: api.PathMetrics, Op: "metrics", Need: auth.Authenticated(),
-			serve: func(w http.ResponseWriter, r *http.Request) *service.Error {
-				a.cfg.Metrics.ServeHTTP(w, r)
-				return nil
-			}},
+		{Method: http.MethodGet, Path: api.PathMetrics, Op: "metrics", Need: auth.Authenticated(), serve: a.serveMetrics},
 		post(a, api.PathJoin, "join", auth.Admin("join"),
 			func(r api.JoinRequest) auth.Subject { return target(r.ID) }, s.Join, nil),
 		post(a, api.PathRemove, "remove", auth.Admin("remove"),
@@ -143,6 +143,8 @@ func (a *API) table() []Route {
 		post(a, api.PathACLBootstrap, "acl-bootstrap", auth.Bootstrap(),
 			func(struct{}) auth.Subject { return target(acl.BootstrapPrincipal) },
 			func(ctx context.Context, _ struct{}) (api.ACLSecret, error) { return s.ACLBootstrap(ctx) }, nil),
+		get(a, api.PathACLRevision, "acl-revision", auth.Open(), noQuery, nil,
+			func(ctx context.Context, _ struct{}) (api.ACLRevision, error) { return s.ACLRevision(ctx) }, nil),
 		get(a, api.PathACLWhoAmI, "acl-whoami", auth.Authenticated(), noQuery, nil,
 			func(ctx context.Context, _ struct{}) (api.WhoAmI, error) {
 				st, _ := s.ACL()
@@ -309,7 +311,36 @@ func pageLimit(q url.Values) int {
 	return n
 }
 
+// hideTableFigures zeroes the figures of an overview that count the whole
+// table, keeping the histograms' bounds (the dashboard draws them).
+func hideTableFigures(o *api.Overview) {
+	o.LastToken, o.Queued, o.StatsHidden = 0, 0, true
+	zero := func(h api.Histogram) api.Histogram {
+		return api.Histogram{BoundsMs: h.BoundsMs, Counts: make([]uint64, len(h.Counts))}
+	}
+	o.Stats = api.Stats{Hold: zero(o.Stats.Hold), Wait: zero(o.Stats.Wait)}
+}
+
 // readable keeps the items of a page whose keys the caller may read.
+// readableSessions keeps the sessions of the readable locks, each with
+// only the keys the caller may read, and counts only those.
+func readableSessions(visible func(string) bool, locks []api.LockOverview, sessions []api.SessionOverview) []api.SessionOverview {
+	held := map[uint64]bool{}
+	for _, l := range locks {
+		held[l.Session] = true
+	}
+	kept := sessions[:0]
+	for _, ss := range sessions {
+		if !held[ss.ID] {
+			continue
+		}
+		ss.Keys = readable(visible, ss.Keys, func(k string) string { return k })
+		ss.Locks, ss.Waiting = len(ss.Keys), 0
+		kept = append(kept, ss)
+	}
+	return kept
+}
+
 func readable[T any](visible func(string) bool, items []T, key func(T) string) []T {
 	kept := items[:0]
 	for _, x := range items {

@@ -111,6 +111,7 @@ func TestAPrincipalWithoutPoliciesIsRefusedEveryGuardedRoute(t *testing.T) {
 				body = "{}"
 			}
 			req, _ = http.NewRequest(rt.Method, hs.URL+target, strings.NewReader(body))
+			req.Header.Set("Content-Type", api.ContentType)
 		}
 		req.Header.Set(api.HeaderAuthorization, "Bearer "+nobody.Secret)
 		resp, err := http.DefaultClient.Do(req)

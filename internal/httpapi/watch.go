@@ -32,7 +32,7 @@ func (a *API) serveWatch(w http.ResponseWriter, r *http.Request) *service.Error 
 		scope = req.Key
 	}
 	ctx := r.Context()
-	if e := a.guard.Check(ctx, watchNeed, "watch", auth.Subject{Keys: []string{scope}}); e != nil {
+	if e := a.guard.Check(ctx, watchNeed, "watch", auth.Subject{Keys: []string{scope}, Prefix: req.Key == ""}); e != nil {
 		return e
 	}
 	sc := service.WatchScope{Caller: remoteHost(r.RemoteAddr), Visible: auth.Visible(ctx)}

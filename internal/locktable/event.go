@@ -15,14 +15,16 @@ const (
 	// EventWaitDropped: Holder's deadline passed while queued. Since is when
 	// it joined the queue.
 	EventWaitDropped
-	// EventWaitJoined: Holder joined the back of Key's queue (a holder
-	// already queued that asks again keeps its place and emits nothing).
-	// Since and At are when it joined; Expiry is its deadline. Watches.
+	// EventWaitJoined: Holder joined the back of Key's queue, of any kind
+	// of key (a holder already queued that asks again keeps its place and
+	// emits nothing). Since and At are when it joined; Expiry is its
+	// deadline. Watches.
 	EventWaitJoined
-	// EventWaitLeft: Holder left Key's queue by cancelling (CancelWait).
-	// Since is when it joined. A waiter that leaves because it is granted
-	// emits EventGranted, one whose deadline passed EventWaitDropped.
-	// Watches.
+	// EventWaitLeft: Holder left Key's queue by cancelling (CancelWait,
+	// CancelWaitAt). Since is when it joined; At is 0 on an exclusive key
+	// (CancelWait is given no time). A waiter that leaves
+	// because it is granted emits EventGranted, one whose deadline passed
+	// EventWaitDropped. Watches.
 	EventWaitLeft
 )
 

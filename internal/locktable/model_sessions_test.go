@@ -484,6 +484,7 @@ func TestSessionsMatchModel(t *testing.T) {
 				tb = fresh
 			},
 			"": func(rt *rapid.T) {
+				checkOwners(rt, tb)
 				if fmt.Sprint(got) != fmt.Sprint(m.evs) {
 					rt.Fatalf("events:\n table %v\n model %v", got, m.evs)
 				}
@@ -622,6 +623,7 @@ func TestSessionsLazyInvariants(t *testing.T) {
 				}
 			},
 			"": func(rt *rapid.T) {
+				checkOwners(rt, tb)
 				for _, s := range expiredSessions {
 					for _, g := range owned[s] {
 						if tb.IsValidToken(g.key, g.token) {

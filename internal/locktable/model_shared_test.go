@@ -201,6 +201,7 @@ func (m *mhModel) acquire(name, holder string, s Shared, now Time, ttl Duration,
 	}
 	k.waiters = append(k.waiters, mhWait{holder: holder, write: s.Write, ttl: ttl, since: now, deadline: deadline})
 	m.queue++
+	m.ev("wait-joined", name, holder, 0)
 	return 0, false, nil
 }
 
@@ -273,6 +274,7 @@ func (m *mhModel) cancel(name, holder string, now Time) bool {
 	}
 	for i, w := range k.waiters {
 		if w.holder == holder {
+			m.ev("wait-left", name, holder, 0)
 			k.waiters = append(k.waiters[:i:i], k.waiters[i+1:]...)
 			m.queue--
 			m.handOff(name, k, now)
@@ -468,6 +470,7 @@ func sharedProperty(rt *rapid.T) {
 			tb = fresh
 		},
 		"": func(rt *rapid.T) {
+			checkOwners(rt, tb)
 			if fmt.Sprint(got) != fmt.Sprint(m.evs) {
 				rt.Fatalf("events:\n table %v\n model %v", got, m.evs)
 			}

@@ -294,6 +294,7 @@ func TestTableMatchesModel(t *testing.T) {
 				tb = fresh
 			},
 			"": func(rt *rapid.T) {
+				checkOwners(rt, tb)
 				if fmt.Sprint(got) != fmt.Sprint(want) {
 					rt.Fatalf("events:\n table %v\n model %v", got, want)
 				}

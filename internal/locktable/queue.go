@@ -6,8 +6,10 @@ import "sort"
 type Queued struct {
 	Key      string
 	Holder   string
-	Since    Time // when it joined the queue
-	Deadline Time // it leaves the queue at now >= Deadline
+	Since    Time   // when it joined the queue
+	Deadline Time   // it leaves the queue at now >= Deadline
+	Write    bool   // a read/write lock's waiter that asks to write
+	Session  uint64 // the session it is to be granted under (0: none)
 }
 
 // QueuedWaiters returns every waiter in every queue, keys sorted, each queue

@@ -9,6 +9,14 @@ func (t *Table) QueueOf(key string, max int) ([]Queued, int) {
 	if e == nil {
 		return nil, 0
 	}
+	if e.multi {
+		m := t.multi[key]
+		n := len(m.waiters)
+		if max > 0 && n > max {
+			n = max
+		}
+		return m.queued(make([]Queued, 0, n), key, n), len(m.waiters)
+	}
 	ws := t.waitersOf(e)
 	n := len(ws)
 	if max > 0 && n > max {
@@ -17,6 +25,9 @@ func (t *Table) QueueOf(key string, max int) ([]Queued, int) {
 	out := make([]Queued, len(ws))
 	for i, w := range ws {
 		out[i] = Queued{Key: key, Holder: w.holder, Since: w.since, Deadline: w.deadline}
+		if w.sess != nil {
+			out[i].Session = w.sess.id
+		}
 	}
 	return out, n
 }

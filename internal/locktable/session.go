@@ -113,6 +113,7 @@ func (t *Table) addSession(s *session) {
 	s.ref.sess = s
 	st.byID[s.id] = s
 	st.byHolder[s.ref.name]++
+	t.own(s.ref.name, 0, 0, 1)
 	heap.Push(&st.heap, s)
 }
 
@@ -219,6 +220,7 @@ func (t *Table) endSession(s *session, now Time, kind EventKind) {
 	if st.byHolder[s.ref.name]--; st.byHolder[s.ref.name] <= 0 {
 		delete(st.byHolder, s.ref.name)
 	}
+	t.own(s.ref.name, 0, 0, -1)
 	waits := make([]string, 0, len(s.waits))
 	for k := range s.waits {
 		waits = append(waits, k)
@@ -238,6 +240,7 @@ func (t *Table) endSession(s *session, now Time, kind EventKind) {
 				t.emit(Event{Kind: EventWaitDropped, Key: k, Holder: w.holder, At: now, Since: w.since})
 				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 				t.queued--
+				t.own(w.holder, 0, -1, 0)
 				break
 			}
 		}

@@ -229,3 +229,43 @@ func FuzzUnmarshalSessions(f *testing.F) {
 		tb.Tick(maxTime - 1)
 	})
 }
+
+// TestLeaseNamesItsSession: a lock held under a session says which one in
+// Get, List and Holders, so get and list can show it; others say 0.
+func TestLeaseNamesItsSession(t *testing.T) {
+	tb := New()
+	ss, err := tb.OpenSession("a", 0, 10*Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.AcquireWith("in", "a", 1, Second, Options{Session: ss.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Acquire("out", "a", 1, Second); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := tb.Get("in", 2); l.Session != ss.ID || ss.ID == 0 {
+		t.Fatalf("get of a session's lock: session %d, want %d", l.Session, ss.ID)
+	}
+	if hs := tb.Holders("in", 2); len(hs) != 1 || hs[0].Session != ss.ID {
+		t.Fatalf("holders: %+v", hs)
+	}
+	ls := tb.List("", 2, 0)
+	if len(ls) != 2 || ls[0].Key != "in" || ls[0].Session != ss.ID || ls[1].Session != 0 {
+		t.Fatalf("list: %+v", ls)
+	}
+	// A waiter under a session says so too; one on its own ttl says 0.
+	sb, err := tb.OpenSession("b", 2, 10*Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb.WaitWith("out", "b", 2, Second, 100, WaitLimits{}, Options{Session: sb.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb.WaitWithin("out", "c", 2, Second, 100, WaitLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if q, n := tb.QueueOf("out", 0); n != 2 || q[0].Session != sb.ID || q[1].Session != 0 {
+		t.Fatalf("queue of out: %+v", q)
+	}
+}

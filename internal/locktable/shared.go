@@ -288,6 +288,8 @@ func (t *Table) AcquireShared(key, holder string, s Shared, now Time, ttl Durati
 	}
 	m.waiters = append(m.waiters, sharedWaiter{waiter: waiter{holder: holder, ttl: ttl, since: now, deadline: deadline}, write: s.Write})
 	t.queued++
+	t.own(holder, 0, 1, 0)
+	t.emit(Event{Kind: EventWaitJoined, Key: key, Holder: holder, At: now, Since: now, Expiry: deadline})
 	return Lease{}, false, nil
 }
 
@@ -323,6 +325,7 @@ func (t *Table) grantSlot(e *entry, m *multiKey, holder string, write bool, now 
 	if i := m.waiterIndex(holder); i >= 0 {
 		m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
 		t.queued--
+		t.own(holder, 0, -1, 0)
 	}
 	t.emit(Event{Kind: EventGranted, Key: e.key, Holder: holder, Token: t.last, At: now, Since: since, Expiry: he.expiry})
 	return m.lease(h)
@@ -375,6 +378,7 @@ func (t *Table) dropLateShared(e *entry, m *multiKey, now Time) {
 	for _, w := range m.waiters {
 		if now >= w.deadline {
 			t.emit(Event{Kind: EventWaitDropped, Key: e.key, Holder: w.holder, At: now, Since: w.since})
+			t.own(w.holder, 0, -1, 0)
 			continue
 		}
 		kept = append(kept, w)
@@ -431,8 +435,11 @@ func (t *Table) cancelShared(e *entry, holder string, now Time) bool {
 	if i < 0 {
 		return false
 	}
+	w := m.waiters[i]
+	t.emit(Event{Kind: EventWaitLeft, Key: e.key, Holder: holder, At: now, Since: w.since, Expiry: w.deadline})
 	m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
 	t.queued--
+	t.own(holder, 0, -1, 0)
 	// A writer that leaves the head lets the readers behind it in.
 	t.handOffShared(e, m, now)
 	t.tidyShared(e, m)
@@ -569,9 +576,15 @@ func (t *Table) nextSharedDeadline(at Time, ok bool) (Time, bool) {
 
 func (t *Table) queuedShared(out []Queued) []Queued {
 	for k, m := range t.multi {
-		for _, w := range m.waiters {
-			out = append(out, Queued{Key: k, Holder: w.holder, Since: w.since, Deadline: w.deadline})
-		}
+		out = m.queued(out, k, len(m.waiters))
+	}
+	return out
+}
+
+// queued appends m's first n waiters, head first.
+func (m *multiKey) queued(out []Queued, key string, n int) []Queued {
+	for _, w := range m.waiters[:n] {
+		out = append(out, Queued{Key: key, Holder: w.holder, Since: w.since, Deadline: w.deadline, Write: w.write})
 	}
 	return out
 }

@@ -222,7 +222,11 @@ func decode(data []byte) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t, t.checkRestored()
+	if err := t.checkRestored(); err != nil {
+		return nil, err
+	}
+	t.recountOwners()
+	return t, nil
 }
 
 func decodeV1(d *decoder) (*Table, error) {

@@ -45,6 +45,9 @@ type Lease struct {
 	// at its grant, kept by its renewals. A resource fences each slot as
 	// an exclusive lock (docs/PRIMITIVES.md).
 	Slot int
+	// Session is the id of the session the lease is held under (0: none);
+	// Expiry and TTL are then the session's.
+	Session uint64
 }
 
 // Remaining is how long the lease has left at now (0 once expired).
@@ -101,7 +104,7 @@ func (e *entry) lease() Lease {
 	if e.holder != nil {
 		l.Holder = e.holder.name
 		if s := e.holder.sess; s != nil {
-			l.Expiry, l.TTL = s.expiry, s.ttl
+			l.Expiry, l.TTL, l.Session = s.expiry, s.ttl, s.id
 		}
 	}
 	return l
@@ -169,15 +172,18 @@ type Table struct {
 	expiries expiryHeap
 	waiting  map[string]*waitQueue // keys with at least one waiter
 	holders  map[string]*holderRef
-	unused   int    // holders entries whose n is 0
-	last     uint64 // the last token issued; 0 before the first
-	maxNow   Time   // the largest now ever passed in
-	queued   int    // waiters in all queues
-	observe  func(Event)
-	sessions *sessionTable        // nil until the first session
-	delays   map[*entry]Duration  // held leases that take a lock-delay
-	delayed  map[string]Time      // keys granted to nobody until then
-	multi    map[string]*multiKey // semaphores and read/write locks; nil until one
+	owners   map[string]*OwnerCount // by OwnerOf(holder)
+	// idleOwners counts the owners entries with nothing.
+	idleOwners int
+	unused     int    // holders entries whose n is 0
+	last       uint64 // the last token issued; 0 before the first
+	maxNow     Time   // the largest now ever passed in
+	queued     int    // waiters in all queues
+	observe    func(Event)
+	sessions   *sessionTable        // nil until the first session
+	delays     map[*entry]Duration  // held leases that take a lock-delay
+	delayed    map[string]Time      // keys granted to nobody until then
+	multi      map[string]*multiKey // semaphores and read/write locks; nil until one
 	// index orders the entries by key, for List: it holds exactly the
 	// entries of the map, so a lease that passes from holder to waiter
 	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
@@ -196,7 +202,7 @@ func byKey(a, b *entry) bool { return a.key < b.key }
 
 // New returns an empty table whose first grant will carry token 1.
 func New() *Table {
-	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{},
+	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{}, owners: map[string]*OwnerCount{},
 		index: btree.NewG(indexDegree, byKey)}
 }
 
@@ -352,6 +358,7 @@ func (t *Table) WaitWith(key, holder string, now Time, ttl Duration, deadline Ti
 	t.setWaiterSession(key, &w, g.sess)
 	q.waiters = append(q.waiters, w)
 	t.queued++
+	t.own(holder, 0, 1, 0)
 	t.emit(Event{Kind: EventWaitJoined, Key: key, Holder: holder, At: now, Since: now, Expiry: deadline})
 	return Lease{}, false, nil
 }
@@ -383,6 +390,7 @@ func (t *Table) CancelWaitAt(key, holder string, now Time) bool {
 		if ws[i].holder == holder {
 			t.emit(Event{Kind: EventWaitLeft, Key: key, Holder: holder, Since: ws[i].since, Expiry: ws[i].deadline})
 			t.setWaiterSession(key, &ws[i], nil)
+			t.own(holder, 0, -1, 0)
 			t.setWaiters(e, append(ws[:i], ws[i+1:]...))
 			t.tidy(e)
 			return true
@@ -684,7 +692,7 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 	var r *holderRef
 	if g.sess != nil {
 		r = &g.sess.ref
-		r.n++
+		t.hold(r)
 		g.sess.locks[e] = struct{}{}
 		ttl = g.sess.ttl
 	} else {
@@ -710,6 +718,7 @@ func (t *Table) grant(e *entry, holder string, now Time, ttl Duration, since Tim
 				t.setWaiterSession(e.key, &q.waiters[i], nil)
 				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 				t.queued--
+				t.own(holder, 0, -1, 0)
 				break
 			}
 		}
@@ -744,6 +753,7 @@ func (t *Table) dropLateWaiters(e *entry, q *waitQueue, now Time) {
 		if w.late(now) {
 			t.emit(Event{Kind: EventWaitDropped, Key: e.key, Holder: w.holder, At: now, Since: w.since})
 			t.setWaiterSession(e.key, w, nil)
+			t.own(w.holder, 0, -1, 0)
 			continue
 		}
 		kept = append(kept, *w)
@@ -775,7 +785,7 @@ func (t *Table) drop(e *entry) {
 func (t *Table) unref(e *entry) {
 	if s := e.holder.sess; s != nil {
 		delete(s.locks, e)
-		s.ref.n--
+		t.unhold(&s.ref)
 		return
 	}
 	t.releaseHolder(e.holder)
@@ -840,7 +850,7 @@ func (t *Table) internHolder(name string) *holderRef {
 	case r.n == 0:
 		t.unused--
 	}
-	r.n++
+	t.hold(r)
 	return r
 }
 
@@ -849,7 +859,7 @@ func (t *Table) internHolder(name string) *holderRef {
 // kept, so a holder that takes and releases one lock over and over does not
 // allocate its name each time, and forgotten names cost O(1) amortised.
 func (t *Table) releaseHolder(r *holderRef) {
-	if r.n--; r.n > 0 {
+	if t.unhold(r); r.n > 0 {
 		return
 	}
 	if t.unused++; t.unused > 64 && t.unused*2 > len(t.holders) {

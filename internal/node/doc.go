@@ -76,8 +76,14 @@ type Membership interface {
 	// node can reach it there.
 	Addr() string
 	Dialable() bool
-	// ProbeRaft checks that addr accepts raft connections.
-	ProbeRaft(ctx context.Context, addr string, timeout time.Duration) error
+	// ProbeRaft checks that addr accepts raft connections from this
+	// node, and that the node there is id.
+	ProbeRaft(ctx context.Context, id, addr string, timeout time.Duration) error
+	// Peers is the other members' health as this node sees it while it
+	// leads (ok false otherwise); a peer silent for UnreachableAfter is
+	// PeerUnreachable.
+	Peers() (peers []PeerStatus, ok bool)
+	UnreachableAfter() time.Duration
 }
 
 var _ Replicator = (*Node)(nil)

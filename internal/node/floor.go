@@ -163,12 +163,12 @@ func (n *Node) durableErr() error {
 	return nil
 }
 
-// PendingFloor is the token floor that `fencelock recover` left in the
-// state file for the next leader to commit before it serves a grant; 0:
-// none.
+// PendingFloor is the token floor that `fencelock recover` (or
+// Config.TokenFloor at a node's first start) left in the state file for
+// the next leader to commit before it serves a grant; 0: none.
 func (n *Node) PendingFloor() uint64 {
 	if n.state == nil {
-		return 0
+		return n.mem.get()
 	}
 	return n.state.get().PendingFloor
 }
@@ -176,6 +176,7 @@ func (n *Node) PendingFloor() uint64 {
 // ClearPendingFloor forgets floor once it is committed (fsynced).
 func (n *Node) ClearPendingFloor(floor uint64) error {
 	if n.state == nil {
+		n.mem.clear(floor)
 		return nil
 	}
 	return n.state.update(func(st *dirState) {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -48,9 +49,11 @@ type Config struct {
 	TLS *tlsconfig.Reloader
 	// Insecure allows a raft port on a non-loopback address without TLS.
 	Insecure bool
-	// Listener, if set, is what the TLS raft transport accepts on
-	// instead of a listener on RaftAddr (tests: ports chosen first).
+	// Listener, if set, is what the raft transport accepts on instead of
+	// a listener on RaftAddr (tests: ports chosen first).
 	Listener net.Listener
+	// RaftPort bounds the raft port's connections and handshakes.
+	RaftPort RaftPortLimits
 	// DialRaft checks that a raft address accepts connections before a
 	// join; nil: a TCP (or TLS) dial, and nothing on a Transport given
 	// here.
@@ -64,6 +67,10 @@ type Config struct {
 	TrailingLogs       uint64
 	SnapshotInterval   time.Duration
 	WALSegmentSize     int
+	// TokenFloor, when this node has no raft state yet, is a floor the
+	// first leader commits before it serves a grant: every token it
+	// issues is above it. Ignored once there is state.
+	TokenFloor uint64
 
 	Hooks Hooks
 }
@@ -101,7 +108,16 @@ type Node struct {
 	closers []io.Closer
 	state   *stateFile  // nil without a data dir
 	floor   *tokenFloor // nil without a data dir
+	mem     memFloor    // the pending floor without a data dir
 	m       *machine
+	peers   *peerWatch // what the peers answered this node's AppendEntries
+	// lastLeader is the last leader raft named: raft forgets a leader it
+	// stops hearing from, the health view does not.
+	lastLeader atomic.Value // string
+	// otherLeader is the last leader raft named that is not this node.
+	otherLeader atomic.Value              // string
+	gate        *portGate                 // the raft port's budgets; nil without one
+	running     atomic.Pointer[raft.Raft] // set once raft has started: the raft port's members
 	// startIndex is the last index of the log when the node opened it.
 	startIndex uint64
 	stop       chan struct{}
@@ -168,11 +184,17 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 	}
 	n.m = newMachine(f, n.floor, cfg.Hooks)
 
+	if err := n.bootFloor(logs, stable, snaps); err != nil {
+		n.close()
+		return nil, err
+	}
 	trans, err := n.transport(rc)
 	if err != nil {
 		n.close()
 		return nil, err
 	}
+	n.peers = newPeerWatch(time.Now)
+	trans = watchTransport(trans, n.peers)
 	if err := bootstrap(cfg, rc, logs, stable, snaps, trans); err != nil {
 		n.close()
 		return nil, err
@@ -184,6 +206,20 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		return nil, fmt.Errorf("server: starting raft: %w", err)
 	}
 	n.raft, n.addr = r, trans.LocalAddr()
+	n.lastLeader.Store("")
+	n.otherLeader.Store("")
+	// The filter runs in raft's goroutine and sends nothing: it only
+	// notes the leader.
+	r.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
+			n.lastLeader.Store(string(lo.LeaderID))
+			if string(lo.LeaderID) != cfg.NodeID {
+				n.otherLeader.Store(string(lo.LeaderID))
+			}
+		}
+		return false
+	}))
+	n.running.Store(r)
 	n.startIndex = r.LastIndex()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.m.returnFreedMemory(n.stop) }()
@@ -200,27 +236,63 @@ func (n *Node) transport(rc *raft.Config) (raft.Transport, error) {
 	case cfg.RaftAddr == "":
 		_, mem := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		return mem, nil
-	case cfg.TLS != nil:
-		nt, err := newRaftTLSTransport(cfg, rc.Logger)
-		if err != nil {
-			return nil, fmt.Errorf("server: raft transport: %w", err)
+	case cfg.TLS == nil:
+		var addr net.Addr
+		if cfg.Listener != nil {
+			addr = cfg.Listener.Addr()
+		} else {
+			a, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+			if err != nil {
+				return nil, fmt.Errorf("server: raft address: %w", err)
+			}
+			addr = a
 		}
-		n.closers = append(n.closers, nt)
-		return nt, nil
+		if err := CheckLoopback(cfg.Insecure, "raft", addr); err != nil {
+			return nil, err
+		}
 	}
-	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
-	if err != nil {
-		return nil, fmt.Errorf("server: raft address: %w", err)
-	}
-	if err := CheckLoopback(cfg.Insecure, "raft", addr); err != nil {
-		return nil, err
-	}
-	tcp, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 10*time.Second, rc.Logger)
+	n.gate = newPortGate(cfg.RaftPort, cfg.Logger.With("component", "raft-port"))
+	nt, err := newRaftTransport(cfg, rc.Logger, n.isMember, n.gate)
 	if err != nil {
 		return nil, fmt.Errorf("server: raft transport: %w", err)
 	}
-	n.closers = append(n.closers, tcp)
-	return tcp, nil
+	n.closers = append(n.closers, nt)
+	return nt, nil
+}
+
+// isMember says whether the raft port takes a peer named id: a member of
+// the configuration. A node with no configuration yet (started to be
+// joined) takes any node of the CA, since it cannot know its cluster
+// before the leader reaches it; a node whose raft has not started takes
+// none (peers retry).
+func (n *Node) isMember(id string) bool {
+	r := n.running.Load()
+	if r == nil {
+		return false
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	if len(servers) == 0 {
+		return true
+	}
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// RaftPortStats is the raft port's accounting; zero without a raft port
+// (an in-memory or given transport).
+func (n *Node) RaftPortStats() RaftPortStats {
+	if n.gate == nil {
+		return RaftPortStats{}
+	}
+	return n.gate.stats()
 }
 
 // bootstrap writes the first configuration when the stores hold no raft
@@ -344,6 +416,10 @@ type Status struct {
 	// one for a heartbeat timeout. raft keeps naming a dead leader until
 	// an election starts; sending clients there only makes them fail.
 	LeaderSilent bool
+	// FormerLeader, when LeaderID is "", is the last leader this node
+	// knew of, if another node: raft forgets a leader it has stopped
+	// hearing from.
+	FormerLeader string
 	// Term is this node's current raft term.
 	Term uint64
 	// Fault is the log's unresolved write failure; nil when it writes.
@@ -355,6 +431,9 @@ func (n *Node) Status() Status {
 	_, id := n.raft.LeaderWithID()
 	st := Status{State: State(n.raft.State()), LeaderID: string(id), Term: n.raft.CurrentTerm()}
 	st.LeaderSilent = st.State != Leader && time.Since(n.raft.LastContact()) > n.cfg.HeartbeatTimeout
+	if last, _ := n.lastLeader.Load().(string); st.LeaderID == "" && last != n.cfg.NodeID {
+		st.FormerLeader = last
+	}
 	if n.wal != nil {
 		st.Fault = n.wal.Fault()
 	}
@@ -442,9 +521,10 @@ func (n *Node) changeErr(err error) error {
 }
 
 // ProbeRaft checks that addr accepts raft connections: a TCP dial, or a
-// full TLS handshake when the raft port runs TLS (the node must also hold
-// a certificate this cluster trusts).
-func (n *Node) ProbeRaft(ctx context.Context, addr string, timeout time.Duration) error {
+// full TLS handshake when the raft port runs TLS, where the node must
+// also hold a node certificate of this cluster's CA that names id (the
+// node being joined).
+func (n *Node) ProbeRaft(ctx context.Context, id, addr string, timeout time.Duration) error {
 	if n.cfg.DialRaft != nil {
 		return n.cfg.DialRaft(ctx, addr)
 	}
@@ -457,7 +537,7 @@ func (n *Node) ProbeRaft(ctx context.Context, addr string, timeout time.Duration
 		DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 	} = &net.Dialer{}
 	if n.cfg.TLS != nil {
-		d = &tls.Dialer{Config: n.cfg.TLS.PeerClient(addr)}
+		d = &tls.Dialer{Config: n.cfg.TLS.PeerClient(addr, func(name string) bool { return name == id })}
 	}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

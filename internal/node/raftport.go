@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -17,21 +18,162 @@ import (
 )
 
 // The raft port. With TLS the raft transport runs over mutual TLS: a peer
-// without a certificate signed by the CA is refused at the handshake,
-// before raft reads a byte. Without TLS it is raft's TCP transport, on a
-// loopback address unless Config.Insecure says otherwise.
+// must present a node certificate signed by the CA that names a member of
+// this node's configuration (tlsconfig.CheckNode), or it is refused at the
+// handshake, before raft reads a byte; a client certificate never is a
+// peer. Without TLS it is raft's network transport over plain TCP, on a
+// loopback address unless Config.Insecure says otherwise. Either way the
+// port has budgets of its own, apart from the client port's (portGate):
+// the connections raft holds, and the handshakes in progress, in all and
+// per address; a connection past them is closed at once, counted, and
+// summed up in a log line at most every refusalLogEvery.
 
-// handshakeTimeout bounds one raft peer's TLS handshake.
-const handshakeTimeout = 10 * time.Second
+// RaftPortLimits bound the raft port.
+type RaftPortLimits struct {
+	// MaxConns caps the accepted connections raft holds (each an open
+	// file). Default DefaultRaftMaxConns.
+	MaxConns int
+	// MaxHandshakes caps the TLS handshakes in progress, and
+	// MaxHandshakesPerAddr those from one remote address (IP), so that
+	// one silent dialer cannot take the whole budget. Defaults
+	// DefaultRaftMaxHandshakes and a quarter of MaxHandshakes.
+	MaxHandshakes, MaxHandshakesPerAddr int
+	// HandshakeTimeout bounds one peer's TLS handshake. Default
+	// DefaultRaftHandshakeTimeout.
+	HandshakeTimeout time.Duration
+}
 
-// tlsStream is a raft StreamLayer over TLS. Dial presents this node's
-// certificate and verifies the peer's; Accept hands raft only connections
-// whose peer presented a certificate signed by the CA, handshaken in
-// their own goroutine so a silent dialer holds up nobody.
-type tlsStream struct {
-	ln  net.Listener
-	tls *tlsconfig.Reloader
-	log *slog.Logger
+// Defaults of RaftPortLimits. A 7-node cluster holds about 5 connections
+// from each peer (raft's pool of 3, a pipeline, a snapshot).
+const (
+	DefaultRaftMaxConns         = 128
+	DefaultRaftMaxHandshakes    = 32
+	DefaultRaftHandshakeTimeout = 5 * time.Second
+)
+
+func (l RaftPortLimits) withDefaults() RaftPortLimits {
+	if l.MaxConns <= 0 {
+		l.MaxConns = DefaultRaftMaxConns
+	}
+	if l.MaxHandshakes <= 0 {
+		l.MaxHandshakes = DefaultRaftMaxHandshakes
+	}
+	if l.MaxHandshakesPerAddr <= 0 {
+		l.MaxHandshakesPerAddr = max(l.MaxHandshakes/4, 1)
+	}
+	if l.HandshakeTimeout <= 0 {
+		l.HandshakeTimeout = DefaultRaftHandshakeTimeout
+	}
+	return l
+}
+
+// RaftPortStats is the raft port's accounting.
+type RaftPortStats struct {
+	// Open: accepted connections raft holds now; Handshaking: TLS
+	// handshakes in progress.
+	Open, Handshaking int64
+	// Connections closed at accept: at MaxConns (RefusedConns), or with
+	// the handshake budget spent, in all or for the address
+	// (RefusedHandshakeBudget).
+	RefusedConns, RefusedHandshakeBudget int64
+	// HandshakesRefused counts handshakes that failed or were refused: no
+	// certificate, another CA's, a client certificate, a node of no
+	// member, a timeout, bytes that are not TLS.
+	HandshakesRefused int64
+	Limits            RaftPortLimits
+}
+
+// refusalLogEvery spaces the raft port's log lines about refusals: one
+// dialer cannot write a line per connection.
+const refusalLogEvery = 10 * time.Second
+
+// portGate is the raft port's budgets and accounting.
+type portGate struct {
+	lim                                            RaftPortLimits
+	log                                            *slog.Logger
+	now                                            func() time.Time // spaces the log lines
+	open, handshaking                              atomic.Int64
+	refusedConns, refusedBudget, refusedHandshakes atomic.Int64
+
+	mu       sync.Mutex
+	byAddr   map[string]int // handshakes in progress by remote IP
+	lastLog  time.Time
+	unlogged int // refusals since the last line
+}
+
+func newPortGate(lim RaftPortLimits, log *slog.Logger) *portGate {
+	return &portGate{lim: lim.withDefaults(), log: log, now: time.Now, byAddr: make(map[string]int)}
+}
+
+func (g *portGate) stats() RaftPortStats {
+	return RaftPortStats{Open: g.open.Load(), Handshaking: g.handshaking.Load(),
+		RefusedConns: g.refusedConns.Load(), RefusedHandshakeBudget: g.refusedBudget.Load(),
+		HandshakesRefused: g.refusedHandshakes.Load(), Limits: g.lim}
+}
+
+// beginHandshake takes a handshake slot for ip, if there is one.
+func (g *portGate) beginHandshake(ip string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.handshaking.Load() >= int64(g.lim.MaxHandshakes) || g.byAddr[ip] >= g.lim.MaxHandshakesPerAddr {
+		return false
+	}
+	g.byAddr[ip]++
+	g.handshaking.Add(1)
+	return true
+}
+
+func (g *portGate) endHandshake(ip string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.byAddr[ip]--; g.byAddr[ip] <= 0 {
+		delete(g.byAddr, ip)
+	}
+	g.handshaking.Add(-1)
+}
+
+// admit takes a slot of the connections raft holds, if there is one.
+func (g *portGate) admit() bool {
+	if g.open.Add(1) > int64(g.lim.MaxConns) {
+		g.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+// refused counts one refusal in c and logs a line, with what was refused
+// since the last, unless one was logged within refusalLogEvery.
+func (g *portGate) refused(c *atomic.Int64, msg, remote string, err error) {
+	c.Add(1)
+	g.mu.Lock()
+	g.unlogged++
+	now := g.now()
+	if !g.lastLog.IsZero() && now.Sub(g.lastLog) < refusalLogEvery {
+		g.mu.Unlock()
+		return
+	}
+	n := g.unlogged
+	g.unlogged, g.lastLog = 0, now
+	g.mu.Unlock()
+	attrs := []any{"remote", remote, "refused", n, "within", refusalLogEvery.String()}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	st := g.stats()
+	attrs = append(attrs, "total_handshakes_refused", st.HandshakesRefused, "total_refused_at_cap", st.RefusedConns+st.RefusedHandshakeBudget)
+	g.log.Warn(msg, attrs...)
+}
+
+// stream is raft's StreamLayer over the raft port: TLS when tls is set,
+// else plain TCP. Dial connects to a peer; Accept hands raft only the
+// connections the gate admits (and, with TLS, whose peer is a node of the
+// configuration), each TLS one handshaken in its own goroutine so a
+// silent dialer holds up nobody.
+type stream struct {
+	ln      net.Listener
+	tls     *tlsconfig.Reloader // nil: plain TCP
+	members tlsconfig.Members
+	gate    *portGate
 
 	conns  chan net.Conn
 	ctx    context.Context // ended by Close: handshakes in progress give up
@@ -44,12 +186,13 @@ type tlsStream struct {
 	open map[*streamConn]struct{} // closed by Close: raft's transport leaves them
 }
 
-// streamConn is a connection the stream handed to raft, forgotten when
-// closed.
+// streamConn is a connection the stream made or handed to raft,
+// forgotten when closed; an accepted one gives its slot back then.
 type streamConn struct {
 	net.Conn
-	st   *tlsStream
-	once sync.Once
+	st       *stream
+	accepted bool
+	once     sync.Once
 }
 
 func (c *streamConn) Close() error {
@@ -57,25 +200,31 @@ func (c *streamConn) Close() error {
 		c.st.mu.Lock()
 		delete(c.st.open, c)
 		c.st.mu.Unlock()
+		if c.accepted {
+			c.st.gate.open.Add(-1)
+		}
 	})
 	return c.Conn.Close()
 }
 
 // track registers c, or closes it when the stream is closed.
-func (st *tlsStream) track(c net.Conn) (net.Conn, bool) {
-	sc := &streamConn{Conn: c, st: st}
+func (st *stream) track(c net.Conn, accepted bool) (net.Conn, bool) {
+	sc := &streamConn{Conn: c, st: st, accepted: accepted}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.open == nil {
 		c.Close()
+		if accepted {
+			st.gate.open.Add(-1)
+		}
 		return nil, false
 	}
 	st.open[sc] = struct{}{}
 	return sc, true
 }
 
-func newTLSStream(ln net.Listener, r *tlsconfig.Reloader, log *slog.Logger) *tlsStream {
-	st := &tlsStream{ln: ln, tls: r, log: log, conns: make(chan net.Conn), closed: make(chan struct{}),
+func newStream(ln net.Listener, r *tlsconfig.Reloader, members tlsconfig.Members, gate *portGate) *stream {
+	st := &stream{ln: ln, tls: r, members: members, gate: gate, conns: make(chan net.Conn), closed: make(chan struct{}),
 		open: make(map[*streamConn]struct{})}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	st.wg.Add(1)
@@ -83,7 +232,15 @@ func newTLSStream(ln net.Listener, r *tlsconfig.Reloader, log *slog.Logger) *tls
 	return st
 }
 
-func (st *tlsStream) acceptLoop() {
+func remoteIP(c net.Conn) string {
+	a := c.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(a); err == nil {
+		return h
+	}
+	return a
+}
+
+func (st *stream) acceptLoop() {
 	defer st.wg.Done()
 	var delay time.Duration
 	for {
@@ -101,22 +258,31 @@ func (st *tlsStream) acceptLoop() {
 			}
 		}
 		delay = 0
+		if st.tls == nil {
+			st.admit(c)
+			continue
+		}
+		ip := remoteIP(c)
+		if !st.gate.beginHandshake(ip) {
+			// Counted before the close, so that the count is there once
+			// the dialer sees the end.
+			st.gate.refused(&st.gate.refusedBudget, "raft port: connections closed at accept, the handshake budget spent", c.RemoteAddr().String(), nil)
+			c.Close()
+			continue
+		}
 		st.wg.Add(1)
-		go st.handshake(c)
+		go st.handshake(c, ip)
 	}
 }
 
-func (st *tlsStream) handshake(c net.Conn) {
-	defer st.wg.Done()
-	tc := tls.Server(c, st.tls.PeerServer())
-	ctx, cancel := context.WithTimeout(st.ctx, handshakeTimeout)
-	defer cancel()
-	if err := tc.HandshakeContext(ctx); err != nil {
-		st.log.Warn("raft peer refused at the TLS handshake", "remote", c.RemoteAddr().String(), "err", err)
+// admit hands c to raft if the gate has room for it.
+func (st *stream) admit(c net.Conn) {
+	if !st.gate.admit() {
+		st.gate.refused(&st.gate.refusedConns, "raft port: connections closed at accept, at the connection cap", c.RemoteAddr().String(), nil)
 		c.Close()
 		return
 	}
-	sc, ok := st.track(tc)
+	sc, ok := st.track(c, true)
 	if !ok {
 		return
 	}
@@ -127,8 +293,23 @@ func (st *tlsStream) handshake(c net.Conn) {
 	}
 }
 
-// Accept returns the next authenticated peer connection.
-func (st *tlsStream) Accept() (net.Conn, error) {
+func (st *stream) handshake(c net.Conn, ip string) {
+	defer st.wg.Done()
+	tc := tls.Server(c, st.tls.PeerServer(st.members))
+	ctx, cancel := context.WithTimeout(st.ctx, st.gate.lim.HandshakeTimeout)
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	st.gate.endHandshake(ip)
+	if err != nil {
+		st.gate.refused(&st.gate.refusedHandshakes, "raft peer refused at the TLS handshake", c.RemoteAddr().String(), err)
+		c.Close()
+		return
+	}
+	st.admit(tc)
+}
+
+// Accept returns the next admitted peer connection.
+func (st *stream) Accept() (net.Conn, error) {
 	select {
 	case c := <-st.conns:
 		return c, nil
@@ -140,7 +321,7 @@ func (st *tlsStream) Accept() (net.Conn, error) {
 // Close stops accepting, waits for handshakes in progress to end and
 // closes every connection made, in and out: raft's transport closes
 // neither its accepted connections nor its pool when it closes.
-func (st *tlsStream) Close() error {
+func (st *stream) Close() error {
 	var err error
 	st.once.Do(func() {
 		close(st.closed)
@@ -152,38 +333,45 @@ func (st *tlsStream) Close() error {
 		st.open = nil
 		st.mu.Unlock()
 		for c := range open {
-			c.Conn.Close()
+			c.Close()
 		}
 	})
 	return err
 }
 
 // Addr is the listening address.
-func (st *tlsStream) Addr() net.Addr { return st.ln.Addr() }
+func (st *stream) Addr() net.Addr { return st.ln.Addr() }
 
-// Dial connects to a peer over TLS.
-func (st *tlsStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+// Dial connects to a peer, over TLS when the port runs it; the node
+// answering must be a member.
+func (st *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return st.dial(ctx, string(addr))
-}
-
-func (st *tlsStream) dial(ctx context.Context, addr string) (net.Conn, error) {
-	d := &tls.Dialer{Config: st.tls.PeerClient(addr)}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	var (
+		c   net.Conn
+		err error
+	)
+	if st.tls != nil {
+		d := &tls.Dialer{Config: st.tls.PeerClient(string(addr), st.members)}
+		c, err = d.DialContext(ctx, "tcp", string(addr))
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", string(addr))
+	}
 	if err != nil {
 		return nil, err
 	}
-	sc, ok := st.track(c)
+	sc, ok := st.track(c, false)
 	if !ok {
 		return nil, net.ErrClosed
 	}
 	return sc, nil
 }
 
-// newRaftTLSTransport listens on cfg.RaftAddr (or uses cfg.Listener)
-// and runs raft's network transport over TLS.
-func newRaftTLSTransport(cfg Config, rlog hclog.Logger) (*raft.NetworkTransport, error) {
+// newRaftTransport listens on cfg.RaftAddr (or uses cfg.Listener) and
+// runs raft's network transport over the raft port's stream: TLS when
+// cfg.TLS is set.
+func newRaftTransport(cfg Config, rlog hclog.Logger, members tlsconfig.Members, gate *portGate) (*raft.NetworkTransport, error) {
 	ln := cfg.Listener
 	if ln == nil {
 		var err error
@@ -195,7 +383,7 @@ func newRaftTLSTransport(cfg Config, rlog hclog.Logger) (*raft.NetworkTransport,
 		ln.Close()
 		return nil, errors.New("the raft address must be one peers can dial, not " + a.String())
 	}
-	st := newTLSStream(ln, cfg.TLS, cfg.Logger.With("component", "raft-tls"))
+	st := newStream(ln, cfg.TLS, members, gate)
 	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  st,
 		MaxPool: 3,

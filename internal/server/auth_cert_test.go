@@ -120,6 +120,9 @@ func callTLS(t *testing.T, url string, pool *x509.CertPool, cert *tls.Certificat
 		method = http.MethodPost
 	}
 	req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // what every client sends with a body
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)

@@ -25,6 +25,9 @@ func (ts *testServer) authDo(method, path, body, token string) answer {
 	if err != nil {
 		ts.t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // what every client sends with a body
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

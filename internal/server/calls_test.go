@@ -40,7 +40,9 @@ func viaJSON(t *testing.T, s *Server, c hotCall, cred string) (int, []byte) {
 			t.Fatal(err)
 		}
 		r = httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(string(b)))
+		r.Header.Set("Content-Type", api.ContentType)
 	}
+	r.Host = "localhost" // not httptest's example.com, which the server refuses as another site's name
 	if cred != "" {
 		r.Header.Set(api.HeaderAuthorization, cred)
 	}

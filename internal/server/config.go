@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
@@ -46,6 +47,16 @@ type Config struct {
 	// Join: with no raft state yet, bootstrap nothing and wait for a
 	// leader to add this node (fencelock cluster join).
 	Join bool
+	// TokenFloor, when this node has no raft state yet, is a floor its
+	// first term as leader commits before any grant: every token the
+	// cluster issues is above it (a cluster rebuilt from scratch starts
+	// above the tokens its resources have seen). Ignored once there is
+	// state; at most node.MaxFloor.
+	TokenFloor uint64
+	// Joining, with Join, is how the join goes, as whoever asks the
+	// cluster to add this node tells it; /readyz answers it until the
+	// node is a member. Nil: nothing to say.
+	Joining *service.JoinStatus
 	// Transport replaces the one RaftAddr would make (tests use raft's
 	// in-memory transport to partition a cluster in-process).
 	Transport raft.Transport
@@ -59,6 +70,12 @@ type Config struct {
 	// Insecure allows serving the client port or the raft port on an
 	// address other than loopback without TLS.
 	Insecure bool
+	// AllowedHosts are names besides the advertised one (ClientAddr),
+	// localhost and IP addresses that an HTTP request's Host may carry;
+	// any other Host is refused 403 host_not_allowed, since a page that
+	// rebinds its own name to this server sends that name (hostCheck).
+	// "*" takes any Host.
+	AllowedHosts []string
 	// raftListener, if set, is the listener the TLS raft transport
 	// accepts on instead of one on RaftAddr (tests: ports chosen first).
 	raftListener net.Listener
@@ -132,6 +149,18 @@ type Config struct {
 	// quarter of MaxConnections (at least 1), or no cap when MaxConnections
 	// is 0.
 	MaxConnectionsPerAddr int
+	// The raft port's own budgets, apart from the client port's
+	// (docs/SECURITY.md): MaxRaftConnections caps the accepted
+	// connections raft holds, MaxRaftHandshakes the TLS handshakes in
+	// progress (a quarter of it from one address), RaftHandshakeTimeout
+	// each handshake. A connection past a cap is closed at accept,
+	// counted (fencelock_raft_connections_refused_total) and summed up in
+	// a log line at most every 10 s. 0 means the defaults (128, 32, 5 s;
+	// the server command sizes the caps from the open-file limit:
+	// RaftConnectionCaps).
+	MaxRaftConnections   int
+	MaxRaftHandshakes    int
+	RaftHandshakeTimeout time.Duration
 	// Limits of each framed connection (internal/framing; docs/OPERATIONS.md,
 	// Limits). FramedMaxInFlight requests may be unanswered at once, and
 	// FramedMaxPriorityInFlight extends and releases besides; an answer
@@ -147,6 +176,17 @@ type Config struct {
 	FramedWriteTimeout          time.Duration
 	FramedReadTimeout           time.Duration
 	FramedIdleTimeout           time.Duration
+	// Before authentication (docs/SECURITY.md): with ACLs on, a framed
+	// connection that has named no principal sends frames of at most
+	// FramedMaxUnauthenticatedFrame bytes and is closed after
+	// FramedUnauthenticatedIdleTimeout without one. Any frame whose
+	// bytes stop arriving for FramedStallTimeout is cut, and the frames
+	// being read from one address hold at most FramedMaxBufferedPerAddr
+	// bytes. 0 means the defaults (8 KiB, 10 s, 5 s, 16 MiB).
+	FramedMaxUnauthenticatedFrame    int
+	FramedUnauthenticatedIdleTimeout time.Duration
+	FramedStallTimeout               time.Duration
+	FramedMaxBufferedPerAddr         int64
 	// WALSegmentSize is the size of each preallocated log segment file;
 	// 0 means 16 MiB. Tests make it small to rotate segments often.
 	WALSegmentSize int
@@ -162,6 +202,18 @@ type Config struct {
 	WatchHistory      int
 	WatchMaxWatchers  int
 	WatchMaxPerCaller int
+
+	// Quotas of one principal, once ACLs are on (docs/OPERATIONS.md,
+	// Limits): its open sessions (0: 4,096), its leases held plus places
+	// in wait queues (0: 65,536), its places in wait queues (0: 10,000).
+	// The leader answers a call that would go past one 429
+	// quota_exceeded, naming it, and changes nothing; so one principal,
+	// whatever holder names it uses, cannot fill a table-wide cap
+	// (1,048,576 sessions, MaxWaiters) and lock the others out. Its
+	// watches are WatchMaxPerCaller. -1 means no quota.
+	MaxSessionsPerPrincipal int
+	MaxLocksPerPrincipal    int
+	MaxWaitersPerPrincipal  int
 }
 
 // DefaultConfig returns the values used for zero fields.
@@ -197,6 +249,10 @@ func DefaultConfig() Config {
 		WatchHistory:      10000,
 		WatchMaxWatchers:  10000,
 		WatchMaxPerCaller: 1000,
+
+		MaxSessionsPerPrincipal: 4096,
+		MaxLocksPerPrincipal:    65536,
+		MaxWaitersPerPrincipal:  10000,
 	}
 }
 
@@ -270,6 +326,9 @@ func (c Config) withDefaults() Config {
 		return v
 	}
 	c.WatchMaxWatchers, c.WatchMaxPerCaller = pick(c.WatchMaxWatchers, d.WatchMaxWatchers), pick(c.WatchMaxPerCaller, d.WatchMaxPerCaller)
+	c.MaxSessionsPerPrincipal = pick(c.MaxSessionsPerPrincipal, d.MaxSessionsPerPrincipal)
+	c.MaxLocksPerPrincipal = pick(c.MaxLocksPerPrincipal, d.MaxLocksPerPrincipal)
+	c.MaxWaitersPerPrincipal = pick(c.MaxWaitersPerPrincipal, d.MaxWaitersPerPrincipal)
 	if c.WatchHistory == 0 {
 		c.WatchHistory = d.WatchHistory
 	}
@@ -298,6 +357,9 @@ func (c Config) Validate() error {
 		{"FramedWriteTimeout", c.FramedWriteTimeout},
 		{"FramedReadTimeout", c.FramedReadTimeout},
 		{"FramedIdleTimeout", c.FramedIdleTimeout},
+		{"RaftHandshakeTimeout", c.RaftHandshakeTimeout},
+		{"FramedUnauthenticatedIdleTimeout", c.FramedUnauthenticatedIdleTimeout},
+		{"FramedStallTimeout", c.FramedStallTimeout},
 	} {
 		if d.v < 0 {
 			bad("%s is %v; it must not be negative (0 is the default)", d.name, d.v)
@@ -311,6 +373,10 @@ func (c Config) Validate() error {
 		v    int64
 	}{
 		{"MaxConnectionsPerAddr", int64(c.MaxConnectionsPerAddr)},
+		{"MaxRaftConnections", int64(c.MaxRaftConnections)},
+		{"MaxRaftHandshakes", int64(c.MaxRaftHandshakes)},
+		{"FramedMaxUnauthenticatedFrame", int64(c.FramedMaxUnauthenticatedFrame)},
+		{"FramedMaxBufferedPerAddr", c.FramedMaxBufferedPerAddr},
 		{"FramedMaxInFlight", int64(c.FramedMaxInFlight)},
 		{"FramedMaxPriorityInFlight", int64(c.FramedMaxPriorityInFlight)},
 		{"FramedMaxPendingAnswerBytes", c.FramedMaxPendingAnswerBytes},
@@ -333,7 +399,9 @@ func (c Config) Validate() error {
 	for _, w := range []struct {
 		name string
 		v    int
-	}{{"WatchMaxWatchers", c.WatchMaxWatchers}, {"WatchMaxPerCaller", c.WatchMaxPerCaller}} {
+	}{{"WatchMaxWatchers", c.WatchMaxWatchers}, {"WatchMaxPerCaller", c.WatchMaxPerCaller},
+		{"MaxSessionsPerPrincipal", c.MaxSessionsPerPrincipal}, {"MaxLocksPerPrincipal", c.MaxLocksPerPrincipal},
+		{"MaxWaitersPerPrincipal", c.MaxWaitersPerPrincipal}} {
 		if w.v < -1 {
 			bad("%s is %d; it must be positive (0 is the default, -1 no cap)", w.name, w.v)
 		}
@@ -361,6 +429,9 @@ func (c Config) Validate() error {
 	}
 	if c.Join && len(c.Peers) > 0 {
 		bad("Join and Peers are both set; a node either bootstraps with the peer list or waits to be joined")
+	}
+	if c.TokenFloor > node.MaxFloor {
+		bad("TokenFloor is %d; the limit is %d (tokens would run out)", c.TokenFloor, uint64(node.MaxFloor))
 	}
 	if len(c.Peers) > 0 {
 		self := false

@@ -39,6 +39,16 @@ func ConnectionCap(limit uint64) (int, error) {
 	return int(limit - r), nil
 }
 
+// RaftConnectionCaps are the default caps of the raft port for an
+// open-file limit: the connections raft holds and the handshakes in
+// progress, together at most three quarters of FDReserve so that the
+// log and snapshots keep the rest (at 1,024 files: 64 and 32 of the 128
+// kept).
+func RaftConnectionCaps(limit uint64) (conns, handshakes int) {
+	r := FDReserve(limit)
+	return int(min(r/2, 128)), int(min(r/4, 32))
+}
+
 // connLimiter caps the connections accepted from a listener, in total and
 // per remote address (IP). A connection over either cap is answered 503
 // too_many_connections (an HTTP answer: a framed client reads it as a

@@ -51,6 +51,7 @@ func FuzzHandlers(f *testing.F) {
 		if err != nil || req.URL.Path == "" {
 			return
 		}
+		req.Header.Set("Content-Type", "application/json") // past the browser checks, to the decoders
 		// Waits are bounded so one input cannot stall the fuzzer.
 		ctx, cancel := context.WithTimeout(req.Context(), 200*time.Millisecond)
 		defer cancel()

@@ -31,7 +31,7 @@ func TestAuthorizerSeesEveryRouteAndCanRefuse(t *testing.T) {
 	})
 	ts := startServer(t, cfg)
 	routes := ts.api.Routes()
-	const known = 24 + 4 + 1 + 1 + 1 // + session-open, session-extend, session-close, acquire-all; + watch; + overview; + the dashboard's assets
+	const known = 24 + 4 + 1 + 1 + 1 + 1 // + session-open, session-extend, session-close, acquire-all; + watch; + overview; + the dashboard's assets; + acl-revision
 	if len(routes) != known {
 		t.Errorf("%d routes; this test knows %d", len(routes), known)
 	}

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"math"
 	"runtime"
 	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/internal/framing"
+	"github.com/fencelock/fencelock/internal/node"
 )
 
 // framedCollectors are the framed connections' metrics, read from the
@@ -33,6 +36,12 @@ func framedCollectors(fs *framing.Server) []prometheus.Collector {
 		closed("write_timeout", func(st framing.Stats) int64 { return st.WriteTimeouts }),
 		closed("read_timeout", func(st framing.Stats) int64 { return st.ReadTimeouts }),
 		closed("idle", func(st framing.Stats) int64 { return st.IdleTimeouts }),
+		closed("stalled", func(st framing.Stats) int64 { return st.Stalls }),
+		closed("frame_too_large", func(st framing.Stats) int64 { return st.FramesTooLarge }),
+		closed("address_buffer_cap", func(st framing.Stats) int64 { return st.AddrBufferCloses }),
+		closed("unauthenticated_idle", func(st framing.Stats) int64 { return st.UnauthenticatedIdle }),
+		gauge("fencelock_framed_buffered_bytes", "Bytes of framed requests being read (declared, not yet complete), over all connections.",
+			func(st framing.Stats) float64 { return float64(st.BufferedBytes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fencelock_framed_binary_calls_total",
 			Help: "Hot calls (acquire, extend, release, check) answered in the binary encoding on framed connections rather than as JSON.",
@@ -61,4 +70,66 @@ func buildInfo(version, commit string) prometheus.Collector {
 	})
 	g.Set(1)
 	return g
+}
+
+// peerCollector is the leader's view of every other member, by peer:
+// fencelock_peer_last_contact_seconds (+Inf for a peer it has never heard
+// from) and fencelock_peer_lag_entries. A node that does not lead has no
+// series: only the leader hears from every peer.
+type peerCollector struct {
+	peers        func() ([]node.PeerStatus, bool)
+	contact, lag *prometheus.Desc
+	unreachable  *prometheus.Desc
+}
+
+func newPeerCollector(n *node.Node) *peerCollector {
+	return &peerCollector{
+		peers: n.Peers,
+		contact: prometheus.NewDesc("fencelock_peer_last_contact_seconds",
+			"On the leader: seconds since each peer last answered it (+Inf: never since it started).", []string{"peer"}, nil),
+		lag: prometheus.NewDesc("fencelock_peer_lag_entries",
+			"On the leader: log entries each peer was behind the leader's last when it last answered.", []string{"peer"}, nil),
+		unreachable: prometheus.NewDesc("fencelock_peer_unreachable",
+			"On the leader: 1 for a peer it has not heard from for longer than twice the heartbeat timeout, else 0.", []string{"peer"}, nil),
+	}
+}
+
+func (c *peerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.contact
+	ch <- c.lag
+	ch <- c.unreachable
+}
+
+func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
+	peers, ok := c.peers()
+	if !ok {
+		return
+	}
+	for _, p := range peers {
+		last := math.Inf(1)
+		if p.Contacted {
+			last = p.LastContact.Seconds()
+		}
+		if p.LagKnown {
+			ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(p.Lag), p.ID)
+		}
+		ch <- prometheus.MustNewConstMetric(c.contact, prometheus.GaugeValue, last, p.ID)
+		down := 0.0
+		if p.State == node.PeerUnreachable {
+			down = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.unreachable, prometheus.GaugeValue, down, p.ID)
+	}
+}
+
+// guardCollectors count the calls the ACLs are watched for.
+func guardCollectors(g *auth.Guard) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencelock_acl_calls_running", Help: "Calls with a principal running now on this node (waits, watches and streams among them), checked again whenever the ACLs change.",
+		}, func() float64 { return float64(g.Live()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencelock_acl_revoked_calls_total", Help: "Running calls ended because a change of the ACLs revoked their token or their permission.",
+		}, func() float64 { return float64(g.Revoked()) }),
+	}
 }

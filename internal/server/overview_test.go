@@ -207,3 +207,64 @@ func TestDashboardIsServedPublicly(t *testing.T) {
 		t.Errorf("POST /ui/: %d", resp.StatusCode)
 	}
 }
+
+// The overview names the session each listed lease is held under and
+// answers those sessions: holder, time left, and the keys of their locks;
+// sessions_open counts every one, a session holding nothing on the page
+// too. Under ACLs a session shows only the keys the caller may read, and
+// counts only those.
+func TestOverviewSessions(t *testing.T) {
+	cfg := fastConfig("")
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg.Clock = fake
+	cfg.MinTickInterval = time.Nanosecond
+	ts := startServer(t, cfg)
+	admin := ts.bootstrap()
+	open := func(holder string) uint64 {
+		t.Helper()
+		a := ts.authDo("POST", api.PathSessionOpen, fmt.Sprintf(`{"holder":%q,"ttl_ms":20000}`, holder), admin)
+		if a.status != 200 {
+			t.Fatalf("session open: %d %v", a.status, a.body)
+		}
+		return uint64(a.body["id"].(float64))
+	}
+	id := open("admin/deployer")
+	open("admin/idle") // holds nothing: counted, not listed
+	for _, k := range []string{"deploy/web", "deploy/db", "secret/x"} {
+		if a := ts.authDo("POST", api.PathAcquire, fmt.Sprintf(`{"key":%q,"holder":"admin/deployer","session":%d}`, k, id), admin); a.status != 200 {
+			t.Fatalf("acquire %s under the session: %d %v", k, a.status, a.body)
+		}
+	}
+	if a := ts.authDo("POST", api.PathAcquire, acquireBody("deploy/solo", "admin/x", 60000, ""), admin); a.status != 200 {
+		t.Fatalf("acquire: %d %v", a.status, a.body)
+	}
+	fake.Advance(1500 * time.Millisecond)
+
+	st, o, _ := ts.getOverview("?prefix=deploy/", admin)
+	if st != 200 || o.SessionsOpen != 2 || len(o.Sessions) != 1 {
+		t.Fatalf("overview: %d, %d open, sessions %+v", st, o.SessionsOpen, o.Sessions)
+	}
+	ss := o.Sessions[0]
+	if ss.ID != id || ss.Holder != "admin/deployer" || ss.TTLMs != 20000 || ss.RemainingMs != 18500 || ss.Locks != 3 ||
+		!slices.Equal(ss.Keys, []string{"deploy/db", "deploy/web", "secret/x"}) {
+		t.Errorf("the session: %+v", ss)
+	}
+	for _, l := range o.Locks {
+		if want := map[bool]uint64{true: 0, false: id}[l.Key == "deploy/solo"]; l.Session != want {
+			t.Errorf("%s: session %d, want %d", l.Key, l.Session, want)
+		}
+	}
+
+	viewer := ts.token(admin, "viewer", "deploy/:read", "deploy/db:read:deny")
+	st, o, _ = ts.getOverview("?prefix=deploy/", viewer)
+	if st != 200 || len(o.Sessions) != 1 {
+		t.Fatalf("viewer: %d %+v", st, o.Sessions)
+	}
+	if ss := o.Sessions[0]; ss.Locks != 1 || ss.Waiting != 0 || !slices.Equal(ss.Keys, []string{"deploy/web"}) {
+		t.Errorf("the viewer's view of the session: %+v", ss)
+	}
+	viewer2 := ts.token(admin, "viewer2", "deploy/solo:read")
+	if st, o, _ = ts.getOverview("?prefix=deploy/solo", viewer2); st != 200 || len(o.Sessions) != 0 || len(o.Locks) != 1 {
+		t.Errorf("a viewer of no lock under the session: %d %+v", st, o)
+	}
+}

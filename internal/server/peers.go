@@ -57,6 +57,37 @@ func (p *peers) Identity(ctx context.Context, clientAddr string) (api.Identity, 
 	return id, nil
 }
 
+// ACLRevision asks the leader at clientAddr for the revision of its ACL
+// tables. Its answer is small; a refusal (not_leader, unavailable) comes
+// back as the leader's *Error.
+func (p *peers) ACLRevision(ctx context.Context, clientAddr string) (api.ACLRevision, error) {
+	var rev api.ACLRevision
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.scheme+clientAddr+api.PathACLRevision, nil)
+	if err != nil {
+		return rev, err
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return rev, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<12))
+	if err != nil {
+		return rev, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var we api.Error
+		if json.Unmarshal(body, &we) == nil && we.Code != "" {
+			return rev, &Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("the leader at %s answered %s: %s", clientAddr, we.Code, we.Message)}
+		}
+		return rev, fmt.Errorf("GET %s at %s answered %d", api.PathACLRevision, clientAddr, resp.StatusCode)
+	}
+	if err := json.Unmarshal(body, &rev); err != nil {
+		return rev, fmt.Errorf("GET %s: %w", api.PathACLRevision, err)
+	}
+	return rev, nil
+}
+
 // Announce asks the leader at clientAddr to record req. Whatever the
 // answer, the caller looks at the members table again later.
 func (p *peers) Announce(ctx context.Context, clientAddr string, req api.JoinRequest) error {
@@ -68,6 +99,7 @@ func (p *peers) Announce(ctx context.Context, clientAddr string, req api.JoinReq
 	if err != nil {
 		return err
 	}
+	hr.Header.Set("Content-Type", api.ContentType)
 	if p.authToken != "" {
 		hr.Header.Set(api.HeaderAuthorization, "Bearer "+p.authToken)
 	}
@@ -78,6 +110,35 @@ func (p *peers) Announce(ctx context.Context, clientAddr string, req api.JoinReq
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
 	return nil
+}
+
+// Members asks the node at clientAddr for its members answer: a
+// follower asks the leader for its view of every member's health.
+func (p *peers) Members(ctx context.Context, clientAddr string) (api.MembersResponse, error) {
+	var out api.MembersResponse
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.scheme+clientAddr+api.PathMembers, nil)
+	if err != nil {
+		return out, err
+	}
+	if p.authToken != "" {
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+p.authToken)
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return out, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return out, fmt.Errorf("GET %s answered %d (%s)", api.PathMembers, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return out, fmt.Errorf("GET %s: %w", api.PathMembers, err)
+	}
+	return out, nil
 }
 
 // close drops idle connections: one dialed for a call that gave up would
@@ -95,7 +156,7 @@ func newPeerHTTP(r *tlsconfig.Reloader, timeout time.Duration) *http.Client {
 		tr.Proxy = nil // the TLS dial below must reach the node itself
 		d := &net.Dialer{Timeout: timeout}
 		tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			td := &tls.Dialer{NetDialer: d, Config: r.PeerClient(addr)}
+			td := &tls.Dialer{NetDialer: d, Config: r.PeerClient(addr, nil)}
 			return td.DialContext(ctx, network, addr)
 		}
 	}

@@ -47,6 +47,7 @@ type Server struct {
 	fsm   *fsm.FSM
 	node  *node.Node
 	api   *httpapi.API
+	guard *auth.Guard
 	reg   *prometheus.Registry
 	tls   *tlsconfig.Reloader // nil without TLS
 	peers *peers
@@ -79,9 +80,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.Service, s.fsm = svc, svc.FSM()
+	s.guard = auth.NewGuard(svc, cfg.Logger)
 	s.api = httpapi.New(httpapi.Config{
-		Service: svc, Guard: auth.NewGuard(svc, cfg.Logger), Authorizer: cfg.Authorizer, Logger: cfg.Logger,
-		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), StreamWriteTimeout: cfg.sseWriteTimeout,
+		Service: svc, Guard: s.guard, Authorizer: cfg.Authorizer, Logger: cfg.Logger,
+		Metrics: promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}), Gatherer: s.reg, StreamWriteTimeout: cfg.sseWriteTimeout,
+		Hosts: hostCheck(cfg, s.tls),
 	})
 	apply := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "fencelock_apply_seconds", Help: "Time the state machine took to apply one committed log entry, on every node.",
@@ -90,24 +93,37 @@ func New(cfg Config) (*Server, error) {
 	n, err := node.Open(node.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, Peers: nodePeers(cfg.Peers), Join: cfg.Join,
 		Transport: cfg.Transport, TLS: s.tls, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
-		Logger:           cfg.Logger,
+		Logger: cfg.Logger,
+		RaftPort: node.RaftPortLimits{MaxConns: cfg.MaxRaftConnections, MaxHandshakes: cfg.MaxRaftHandshakes,
+			HandshakeTimeout: cfg.RaftHandshakeTimeout},
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
-		WALSegmentSize: cfg.WALSegmentSize,
-		Hooks:          node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
+		WALSegmentSize: cfg.WALSegmentSize, TokenFloor: cfg.TokenFloor,
+		Hooks: node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
 	}, s.fsm)
 	if err != nil {
 		return nil, err
 	}
 	s.node = n
+	if cfg.TLS.Enabled() && cfg.RaftAddr != "" && cfg.Transport == nil && cfg.TLS.SameCA() {
+		s.log.Warn("the client CA is the peer CA: a client certificate it signs differs from a node's only by its name and extended key usage; issue client certificates from a CA of their own (--client-ca, docs/SECURITY.md)",
+			"ca", cfg.TLS.CAFile, "client_ca", cfg.TLS.ClientCAFile)
+	}
 	s.reg.MustRegister(svc.Collectors()...)
+	s.reg.MustRegister(raftPortCollectors(n)...)
 	s.reg.MustRegister(s.api.Collectors()...)
 	s.reg.MustRegister(apply, buildInfo(cfg.BuildVersion, cfg.BuildCommit),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_raft_state", Help: "This node's raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.",
-		}, func() float64 { return float64(n.Status().State) }))
+		}, func() float64 { return float64(n.Status().State) }),
+		newPeerCollector(n))
+	s.reg.MustRegister(guardCollectors(s.guard)...)
 	svc.Start(n)
+	// Calls that a change of the ACLs no longer allows end when this node
+	// applies it.
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.guard.Run(s.stop) }()
 	if cfg.TLSReload != nil {
 		s.wg.Add(1)
 		go s.reloadLoop(cfg.TLSReload)
@@ -168,7 +184,10 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		// server clears the read deadline once the body has been read.
 		ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute,
-		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Headers arrive before authentication: net/http's default
+		// allows a megabyte of them on every connection.
+		MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		// The sorting listener hands out wrapped connections, so
 		// net/http cannot see a TLS one: carry its state (a client
 		// certificate names a principal) in the context instead.
@@ -186,6 +205,14 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		WriteTimeout:          cfg.FramedWriteTimeout,
 		ReadTimeout:           cfg.FramedReadTimeout,
 		IdleTimeout:           cfg.FramedIdleTimeout,
+		// Nothing large before authentication: a connection that has
+		// not named a principal (with ACLs on) sends small frames and
+		// is closed soon when silent.
+		Authenticated:              s.guard.Identified,
+		MaxUnauthenticatedFrame:    cfg.FramedMaxUnauthenticatedFrame,
+		UnauthenticatedIdleTimeout: cfg.FramedUnauthenticatedIdleTimeout,
+		StallTimeout:               cfg.FramedStallTimeout,
+		MaxBufferedPerAddr:         cfg.FramedMaxBufferedPerAddr,
 	}
 	s.reg.MustRegister(framedCollectors(fs)...)
 	served := make(chan error, 1)
@@ -220,6 +247,10 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	return nil
 }
 
+// maxHeaderBytes bounds an HTTP request's headers (a browser's cookies
+// for the host included).
+const maxHeaderBytes = 64 << 10
+
 // loopbackCheck refuses to serve what on addr without TLS, unless it is
 // a loopback address or cfg.Insecure is set (node.CheckLoopback).
 func loopbackCheck(cfg Config, what string, addr net.Addr) error {
@@ -234,10 +265,11 @@ func serviceConfig(cfg Config, peers service.Peers) service.Config {
 	return service.Config{
 		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Clock: cfg.Clock, Logger: cfg.Logger, Peers: peers,
 		ApplyTimeout: cfg.ApplyTimeout, MinTickInterval: cfg.MinTickInterval, ClockCheckpoint: cfg.ClockCheckpoint,
-		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout,
+		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout, Join: cfg.Joining,
 		// -1 in Config is no cap: 0 in the wait commands.
 		MaxWaitersPerKey: max(cfg.MaxWaitersPerKey, 0), MaxWaiters: max(cfg.MaxWaiters, 0),
 		WatchHistory: cfg.WatchHistory, WatchMaxWatchers: cfg.WatchMaxWatchers, WatchMaxPerCaller: cfg.WatchMaxPerCaller,
+		QuotaSessions: cfg.MaxSessionsPerPrincipal, QuotaLocks: cfg.MaxLocksPerPrincipal, QuotaWaiters: cfg.MaxWaitersPerPrincipal,
 	}
 }
 

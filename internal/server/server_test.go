@@ -85,6 +85,9 @@ func (ts *testServer) do(ctx context.Context, method, path, body string) answer 
 	if err != nil {
 		ts.t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // what every client sends with a body
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

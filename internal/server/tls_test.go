@@ -404,9 +404,9 @@ func TestTLSRaftPortRefusesAPeerWithoutAClusterCertificate(t *testing.T) {
 	}
 
 	// The forgery is real: sent with a certificate from the cluster's CA
-	// (a node's), the same request releases the lease on the target. So
-	// what kept it out above is the handshake.
-	insider := tlsDial(&tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Issue(t, "insider").TLS(t)}})
+	// naming a member (a compromised node's), the same request releases
+	// the lease on the target. So what kept it out above is the handshake.
+	insider := tlsDial(&tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Issue(t, l.id).TLS(t)}})
 	eventually(t, "the insider's forgery to be applied", func() bool {
 		if _, err := forgeRelease(t, target, "k", "a", insider); err != nil {
 			t.Fatalf("insider: %v", err)

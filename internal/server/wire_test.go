@@ -36,6 +36,9 @@ func TestAnswersOnTheWire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if c.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

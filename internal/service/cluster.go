@@ -25,9 +25,13 @@ func (s *Service) Identity(ctx context.Context) api.Identity {
 }
 
 // Members is this node's view of the configuration and of its own
-// progress.
+// progress, with every member's health as the leader sees it (a follower
+// asks the leader, for at most UnreachableAfter).
 func (s *Service) Members(ctx context.Context) (api.MembersResponse, error) {
 	m, e := s.members()
+	if e == nil {
+		s.addHealth(ctx, &m)
+	}
 	return m, s.fail(e)
 }
 
@@ -36,7 +40,13 @@ func (s *Service) members() (api.MembersResponse, *Error) {
 	if err != nil {
 		return api.MembersResponse{}, Unavailable("reading the configuration: " + err.Error())
 	}
-	leader := s.node.Status().LeaderID
+	st := s.node.Status()
+	leader := st.LeaderID
+	if st.LeaderSilent {
+		// raft names a dead leader until an election starts: a leader
+		// this node has not heard from for a heartbeat timeout is none.
+		leader = ""
+	}
 	out := []api.Member{}
 	for _, srv := range servers {
 		m := api.Member{ID: srv.ID, RaftAddr: srv.Addr, Suffrage: srv.Suffrage, Leader: srv.ID == leader}
@@ -55,7 +65,118 @@ func (s *Service) members() (api.MembersResponse, *Error) {
 		Leader: leader, LeaderAddr: s.leaderClientAddr(), Members: out,
 		Node: s.cfg.NodeID, Ready: ready, AppliedIndex: s.fsm.AppliedIndex(),
 		AppliedTimeMs: int64(s.fsm.Now()) / int64(time.Millisecond), ClusterID: s.fsm.ClusterID(),
+		UnreachableAfterMs: api.Ms(s.node.UnreachableAfter()),
+		Removed:            s.removed.Load(),
 	}, nil
+}
+
+// addHealth fills in every member's health as the leader sees it: this
+// node's own view when it leads; else the leader's, asked for over its
+// client port; else only what this node knows itself (the leader it hears
+// from, or the one it has stopped hearing from, which is unreachable).
+func (s *Service) addHealth(ctx context.Context, r *api.MembersResponse) {
+	for i := range r.Members {
+		r.Members[i].State = api.MemberUnknown
+	}
+	if peers, ok := s.node.Peers(); ok {
+		r.HealthFrom = s.cfg.NodeID
+		byID := make(map[string]node.PeerStatus, len(peers))
+		for _, p := range peers {
+			byID[p.ID] = p
+		}
+		for i := range r.Members {
+			m := &r.Members[i]
+			if m.ID == s.cfg.NodeID {
+				m.State = api.MemberLeader
+				continue
+			}
+			if p, ok := byID[m.ID]; ok {
+				setHealth(m, p)
+			}
+		}
+		return
+	}
+	st := s.node.Status()
+	leader, addr := r.Leader, r.LeaderAddr
+	if s.removed.Load() {
+		// A removed node hears from no leader, so its own view says
+		// nothing of the others: the leader's, if it answers, or none.
+		if leader = st.LeaderID; leader == "" {
+			leader = st.FormerLeader
+		}
+		addr = ""
+		if m, ok := s.fsm.Member(leader); ok {
+			addr = m.ClientAddr
+		}
+	}
+	if v, ok := s.leaderView(ctx, leader, addr); ok {
+		// The leader answered for itself: it leads (a removed node, which
+		// knows no leader, learns which one here).
+		r.HealthFrom, r.Leader = v.HealthFrom, v.Node
+		if v.LeaderAddr != "" {
+			r.LeaderAddr = v.LeaderAddr
+		}
+		byID := make(map[string]api.Member, len(v.Members))
+		for _, m := range v.Members {
+			byID[m.ID] = m
+		}
+		for i := range r.Members {
+			m := &r.Members[i]
+			m.Leader = m.ID == v.Node
+			if lm, ok := byID[m.ID]; ok {
+				m.State, m.LastContactMs, m.LagEntries = lm.State, lm.LastContactMs, lm.LagEntries
+			}
+		}
+		return
+	}
+	if s.removed.Load() {
+		return
+	}
+	for i := range r.Members {
+		switch m := &r.Members[i]; {
+		case m.ID == r.Leader:
+			m.State = api.MemberLeader
+		case st.LeaderSilent && (m.ID == st.LeaderID || m.ID == st.FormerLeader):
+			m.State = api.MemberUnreachable
+		}
+	}
+}
+
+// leaderView is the leader's members answer, when this node hears from a
+// leader at a known client address and it answers for itself within
+// UnreachableAfter. A node that is not the leader answers with a view at
+// second hand, which is not taken.
+func (s *Service) leaderView(ctx context.Context, leader, addr string) (api.MembersResponse, bool) {
+	if leader == "" || leader == s.cfg.NodeID || addr == "" || addr == s.cfg.ClientAddr || s.cfg.Peers == nil {
+		return api.MembersResponse{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.node.UnreachableAfter())
+	defer cancel()
+	v, err := s.cfg.Peers.Members(ctx, addr)
+	if err != nil || v.Node != leader || v.HealthFrom != leader {
+		return api.MembersResponse{}, false
+	}
+	return v, true
+}
+
+// setHealth is p as the API carries it.
+func setHealth(m *api.Member, p node.PeerStatus) {
+	switch p.State {
+	case node.PeerHealthy:
+		m.State = api.MemberHealthy
+	case node.PeerUnreachable:
+		m.State = api.MemberUnreachable
+	default:
+		m.State = api.MemberUnknown
+	}
+	if p.Contacted {
+		last := api.Ms(p.LastContact)
+		m.LastContactMs = &last
+	}
+	if p.LagKnown {
+		lag := p.Lag
+		m.LagEntries = &lag
+	}
 }
 
 // Join adds a node: it must answer at the addresses given and belong to
@@ -89,7 +210,7 @@ func (s *Service) Remove(ctx context.Context, req api.RemoveRequest) (api.Remove
 func (s *Service) join(ctx context.Context, req api.JoinRequest, add bool) (api.JoinResponse, *Error) {
 	var none api.JoinResponse
 	if e := firstErr(checkNodeField("id", req.ID, api.MaxNodeIDLen), checkNodeField("raft_addr", req.RaftAddr, api.MaxAddrLen),
-		checkNodeField("client_addr", req.ClientAddr, api.MaxAddrLen)); e != nil {
+		checkClientAddr(req.ClientAddr)); e != nil {
 		return none, e
 	}
 	if add && !s.node.Dialable() {
@@ -125,7 +246,7 @@ func (s *Service) join(ctx context.Context, req api.JoinRequest, add bool) (api.
 		if e := s.recordMember(req); e != nil {
 			return none, e
 		}
-		return s.answerJoin(req.ID, "")
+		return s.answerJoin(ctx, req.ID, "")
 	}
 	if inPlace && cur.Voter {
 		// Already there: a retried join, or a node started with --join
@@ -133,7 +254,7 @@ func (s *Service) join(ctx context.Context, req api.JoinRequest, add bool) (api.
 		if e := s.recordMember(req); e != nil {
 			return none, e
 		}
-		return s.answerJoin(req.ID, "")
+		return s.answerJoin(ctx, req.ID, "")
 	}
 	if _, e := s.checkNewNode(ctx, req); e != nil {
 		return none, e
@@ -161,7 +282,7 @@ func (s *Service) join(ctx context.Context, req api.JoinRequest, add bool) (api.
 	}
 	if !s.caughtUp(ctx, req) {
 		s.log.Warn("a joining node did not catch up; it stays a non-voter", "id", req.ID, "within", s.cfg.JoinCatchUp)
-		return s.answerJoin(req.ID, fmt.Sprintf("%s joined as a non-voter but did not catch up with the log within %s; it is not promoted: run the same join again to promote it, or remove it",
+		return s.answerJoin(ctx, req.ID, fmt.Sprintf("%s joined as a non-voter but did not catch up with the log within %s; it is not promoted: run the same join again to promote it, or remove it",
 			req.ID, s.cfg.JoinCatchUp))
 	}
 	// The quorum may have changed while it caught up.
@@ -173,16 +294,17 @@ func (s *Service) join(ctx context.Context, req api.JoinRequest, add bool) (api.
 		return none, s.changeError("promoting "+req.ID+" to voter", err)
 	}
 	s.log.Info("promoted to voter", "id", req.ID)
-	return s.answerJoin(req.ID, "")
+	return s.answerJoin(ctx, req.ID, "")
 }
 
 // answerJoin is the members answer plus the joined node's suffrage and,
 // when it is not a voter, why.
-func (s *Service) answerJoin(id, note string) (api.JoinResponse, *Error) {
+func (s *Service) answerJoin(ctx context.Context, id, note string) (api.JoinResponse, *Error) {
 	m, e := s.members()
 	if e != nil {
 		return api.JoinResponse{}, e
 	}
+	s.addHealth(ctx, &m)
 	out := api.JoinResponse{MembersResponse: m, Joined: api.Joined{ID: id}, Message: note}
 	for _, mem := range m.Members {
 		if mem.ID == id {

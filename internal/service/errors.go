@@ -55,6 +55,9 @@ func refused(code, format string, args ...any) *Error {
 // Complete is e as a transport answers it: a not_leader that names no
 // leader yet is completed with where to go.
 func (s *Service) Complete(e *Error) *Error {
+	if e.Code == api.CodeNotLeader && s.removed.Load() {
+		return removedError()
+	}
 	if e.Code == api.CodeNotLeader && e.Leader == "" {
 		return s.notLeader(e)
 	}
@@ -68,10 +71,7 @@ func (s *Service) fail(e *Error) error {
 	if e == nil {
 		return nil
 	}
-	if e.Code == api.CodeNotLeader && e.Leader == "" {
-		e = s.notLeader(e)
-	}
-	return e
+	return s.Complete(e)
 }
 
 // proposalError maps a failed proposal to a 503.

@@ -116,8 +116,13 @@ func (s *Service) acquire(ctx context.Context, g grant) (api.Lease, *Error) {
 	if e := s.writable(); e != nil {
 		return api.Lease{}, e
 	}
+	release, e := s.reserve(ctx, g.holder, s.grantAsk(g))
+	if e != nil {
+		return api.Lease{}, e
+	}
+	defer release()
 	if g.wait > 0 {
-		return s.acquireWait(ctx, g)
+		return s.acquireWait(ctx, g, release)
 	}
 	l, _, e := s.proposeLease(g.command(), "acquire")
 	return l, e

@@ -141,7 +141,8 @@ func (s *Service) Get(ctx context.Context, key string) (api.Lease, error) {
 	if !ok {
 		return api.Lease{}, s.fail(NewError(api.CodeNotFound, "no live lease on this key"))
 	}
-	return s.withHolders(wireLease(l, now), key, now), nil
+	head, n := s.fsm.QueueOf(key, 1)
+	return withQueue(s.withHolders(wireLease(l, now), key, now), l.Kind, head, n, now), nil
 }
 
 // List answers up to limit live leases whose keys start with prefix, in
@@ -173,10 +174,10 @@ func (s *Service) ListAfter(ctx context.Context, prefix, after string, limit int
 	if e != nil {
 		return api.ListResponse{}, s.fail(e)
 	}
-	leases := s.fsm.ListAfter(prefix, after, now, limit)
+	leases := s.fsm.ListQueues(prefix, after, now, limit, 1)
 	out := make([]api.Lease, len(leases))
 	for i, l := range leases {
-		out[i] = wireLease(l, now)
+		out[i] = withQueue(wireLease(l.Lease, now), l.Lease.Kind, l.Waiters, l.Queued, now)
 	}
 	return api.ListResponse{Locks: out}, nil
 }

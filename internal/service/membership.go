@@ -52,7 +52,7 @@ func (s *Service) checkNewNode(ctx context.Context, req api.JoinRequest) (api.Id
 		return id, refused(api.CodeWrongCluster, "refused, nothing changed: node %s belongs to another cluster (cluster id %s; this is %s): it already has state of its own; stop it, empty its data directory and start it with --join",
 			req.ID, id.ClusterID, s.fsm.ClusterID())
 	}
-	if err := s.node.ProbeRaft(ctx, req.RaftAddr, probeTimeout); err != nil {
+	if err := s.node.ProbeRaft(ctx, req.ID, req.RaftAddr, probeTimeout); err != nil {
 		return id, refused(api.CodeNodeUnreachable, "refused, nothing changed: node %s does not accept connections at its raft address %s (%v)", req.ID, req.RaftAddr, err)
 	}
 	return id, nil

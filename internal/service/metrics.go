@@ -27,6 +27,8 @@ type metrics struct {
 	retries   prometheus.Counter
 	queueFull *prometheus.CounterVec // scope: key | total
 	watchers  prometheus.Gauge
+	// quotaRefused counts calls refused at a principal's quota.
+	quotaRefused *prometheus.CounterVec // quota
 }
 
 // leaseSeconds are the buckets of the hold and wait histograms.
@@ -75,9 +77,12 @@ func newMetrics(s *Service) *metrics {
 		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencelock_watchers", Help: "Watches open on this node (long-polls waiting and event streams).",
 		}),
+		quotaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelock_quota_refusals_total", Help: "Calls refused 429 because the caller's principal was at a quota: sessions, locks, waiters, watches.",
+		}, []string{"quota"}),
 	}
 	m.all = []prometheus.Collector{m.grants, m.refusals, m.leaseEnds, m.extends, m.waitEnds, m.waiters,
-		m.hold, m.wait, m.commit, m.leader, m.retries, m.queueFull, m.watchers,
+		m.hold, m.wait, m.commit, m.leader, m.retries, m.queueFull, m.watchers, m.quotaRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_queued_waiters", Help: "Waiters in all wait queues of the replicated table (every node's view of the same queues).",
 		}, func() float64 { return float64(s.fsm.QueuedCount()) }),
@@ -92,6 +97,7 @@ func newMetrics(s *Service) *metrics {
 		}, func() float64 { _, n := s.fsm.SessionStats(); return float64(n) }),
 		newLeaseCollector(s.eachLiveLease),
 	}
+	m.all = append(m.all, quotaCollectors(s.cfg)...)
 	return m
 }
 
@@ -121,6 +127,16 @@ func (m *metrics) observe(ev locktable.Event) {
 	}
 }
 
+// PrefixLabel labels the series that count keys by their top-level
+// prefix; OtherPrefix is its value for the keys past the first
+// maxLeasePrefixes prefixes. A transport that shows metrics to callers
+// who may not read every key leaves out the series of prefixes they may
+// not read.
+const (
+	PrefixLabel = "prefix"
+	OtherPrefix = "other"
+)
+
 // maxLeasePrefixes bounds fencelock_leases_by_prefix: the first this many
 // top-level prefixes (in key order) get a series each, the rest are summed
 // under prefix="other".
@@ -140,7 +156,7 @@ func newLeaseCollector(each func(func(key string))) *leaseCollector {
 		total: prometheus.NewDesc("fencelock_leases", "Leases held now, in this node's replicated table.", nil, nil),
 		byPrefix: prometheus.NewDesc("fencelock_leases_by_prefix",
 			"Leases held now by top-level key prefix (up to the first /); past the first 20 prefixes in key order, prefix=\"other\".",
-			[]string{"prefix"}, nil),
+			[]string{PrefixLabel}, nil),
 	}
 }
 
@@ -189,7 +205,7 @@ func (c *prefixCounter) add(key string, max int) {
 
 func (c *prefixCounter) counts() []prefixCount {
 	if c.other > 0 {
-		return append(c.out, prefixCount{"other", c.other})
+		return append(c.out, prefixCount{OtherPrefix, c.other})
 	}
 	return c.out
 }

@@ -49,11 +49,40 @@ func (s *Service) Overview(ctx context.Context, prefix string, limit int) (api.O
 			WaitersTotal: l.Queued,
 		}
 		for j, w := range l.Waiters {
-			lo.Waiters[j] = api.Waiter{Holder: w.Holder, WaitedMs: ms(locktable.Duration(now - w.Since)), LeftMs: ms(locktable.Duration(max(0, w.Deadline-now)))}
+			lo.Waiters[j] = wireWaiter(w, l.Lease.Kind, now)
 		}
 		out.Locks[i] = lo
 	}
+	out.Sessions, out.SessionsOpen = s.overviewSessions(out.Locks, now)
 	return out, nil
+}
+
+// overviewSessions marks each of locks with the session it is held under
+// and answers those sessions (semaphores and read/write locks are never
+// taken under one).
+func (s *Service) overviewSessions(locks []api.LockOverview, now locktable.Time) ([]api.SessionOverview, int) {
+	keys := make([]string, 0, len(locks))
+	at := make([]int, 0, len(locks))
+	for i, l := range locks {
+		if l.Kind == "" {
+			keys = append(keys, l.Key)
+			at = append(at, i)
+		}
+	}
+	ids, found, open := s.fsm.SessionsOf(keys, now, api.MaxOverviewSessions, api.MaxOverviewSessionKeys)
+	for j, id := range ids {
+		locks[at[j]].Session = id
+	}
+	out := make([]api.SessionOverview, len(found))
+	for i, f := range found {
+		ss := f.Session
+		out[i] = api.SessionOverview{
+			Session: api.Session{ID: ss.ID, Holder: ss.Holder, TTLMs: ms(ss.TTL),
+				RemainingMs: ms(locktable.Duration(max(0, ss.Expiry-now))), Locks: ss.Locks, Waiting: ss.Waiting},
+			Keys: f.Keys,
+		}
+	}
+	return out, open
 }
 
 // stats reads the lease counters and histograms without adding series

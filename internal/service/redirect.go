@@ -36,6 +36,12 @@ func (s *Service) leaderClientAddr() string {
 // notReady is the 503 for a node that cannot serve: not_leader (naming the
 // leader when known) unless this node leads and is still catching up.
 func (s *Service) notReady() *Error {
+	if s.removed.Load() {
+		return removedError()
+	}
+	if msg := s.cfg.Join.String(); msg != "" && !s.member.Load() {
+		return Unavailable("not ready: " + msg)
+	}
 	if s.node.Status().State == node.Leader {
 		return Unavailable("not ready: this leader is catching up or has lost its quorum")
 	}

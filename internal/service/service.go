@@ -37,6 +37,10 @@ type Config struct {
 	// AnnounceEvery is how often a follower checks that the members table
 	// has its client address (the heartbeat timeout).
 	AnnounceEvery time.Duration
+	// Join, for a node started to join a cluster, is how its join goes;
+	// until the node is a member, a not-ready answer (/readyz) says that
+	// rather than "knows no leader yet". Nil: not joining.
+	Join *JoinStatus
 
 	// Queue caps: the waiters on one key and on all keys; 0: no cap.
 	MaxWaitersPerKey int
@@ -46,6 +50,13 @@ type Config struct {
 	WatchHistory      int
 	WatchMaxWatchers  int
 	WatchMaxPerCaller int
+
+	// Quotas of one principal (0: none): open sessions, leases held plus
+	// places in wait queues, places in wait queues. The leader checks
+	// them before it proposes (quota.go).
+	QuotaSessions int
+	QuotaLocks    int
+	QuotaWaiters  int
 }
 
 // Peers is how this node calls the client port of another node.
@@ -55,6 +66,12 @@ type Peers interface {
 	// Announce asks the leader at clientAddr to record this node's
 	// addresses.
 	Announce(ctx context.Context, clientAddr string, req api.JoinRequest) error
+	// Members asks the node at clientAddr for its members answer (a
+	// follower asks the leader for its view of the members' health).
+	Members(ctx context.Context, clientAddr string) (api.MembersResponse, error)
+	// ACLRevision asks the leader at clientAddr for the revision of its
+	// ACL tables (Service.ACLRevision).
+	ACLRevision(ctx context.Context, clientAddr string) (api.ACLRevision, error)
 }
 
 // Service is the lock service of one node: the operations over the
@@ -67,13 +84,19 @@ type Service struct {
 	node    node.Replicator
 	metrics *metrics
 	waiters *waitRegistry
+	quotas  quotas
 	watches *eventlog.Log
 	clock   clusterClock // the cluster clock, and the local clock it runs on (clock.clk)
+	// aclReads are a follower's questions to the leader about its ACL
+	// revision (ConfirmedACL).
+	aclReads *readIndex
 
 	change      sync.Mutex  // serialises membership changes: each probes, then changes
 	ready       atomic.Bool // leader, caught up, orphans dropped
 	aclCaughtUp atomic.Bool
 	counting    atomic.Bool   // count table events in metrics
+	member      atomic.Bool   // this node has been in the configuration, in this process
+	removed     atomic.Bool   // ... and has been taken out of it since
 	closing     chan struct{} // closed by BeginShutdown
 	stop        chan struct{} // closed by Close
 	once        sync.Once
@@ -93,10 +116,11 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("service: config: AnnounceEvery must be positive with a ClientAddr")
 	}
 	s := &Service{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		closing: make(chan struct{}),
-		stop:    make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		closing:  make(chan struct{}),
+		stop:     make(chan struct{}),
+		aclReads: newReadIndex(),
 	}
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
@@ -126,6 +150,8 @@ func (s *Service) Start(n node.Replicator) {
 		s.wg.Add(1)
 		go s.announceLoop()
 	}
+	s.wg.Add(1)
+	go s.membershipLoop()
 }
 
 // Ready reports whether this node serves writes.
@@ -161,6 +187,7 @@ func (s *Service) Closing() <-chan struct{} { return s.closing }
 func (s *Service) Close() {
 	s.BeginShutdown()
 	close(s.stop)
+	s.aclReads.close()
 	s.wg.Wait()
 }
 

@@ -24,6 +24,11 @@ func (s *Service) OpenSession(ctx context.Context, req api.SessionOpenRequest) (
 	if e := firstErr(checkHolder(req.Holder), e, checkRequestID(req.RequestID), s.writable()); e != nil {
 		return api.Session{}, s.fail(e)
 	}
+	release, e := s.reserve(ctx, req.Holder, ask{sessions: 1})
+	if e != nil {
+		return api.Session{}, s.fail(e)
+	}
+	defer release()
 	return s.proposeSession(fsm.Command{Op: fsm.OpSessionOpen, RequestID: req.RequestID, Holder: req.Holder, TTL: ttl})
 }
 
@@ -69,7 +74,7 @@ func (s *Service) proposeSession(cmd fsm.Command) (api.Session, error) {
 // AcquireAll grants every key of req.Keys to req.Holder in one command, or
 // none of them.
 func (s *Service) AcquireAll(ctx context.Context, req api.AcquireAllRequest) (api.AcquireAllResponse, error) {
-	r, e, heldKey := s.acquireAll(req)
+	r, e, heldKey := s.acquireAll(ctx, req)
 	if err := s.fail(e); err != nil && heldKey != "" {
 		return r, &KeyedError{Err: e, Key: heldKey}
 	} else if err != nil {
@@ -79,7 +84,7 @@ func (s *Service) AcquireAll(ctx context.Context, req api.AcquireAllRequest) (ap
 }
 
 // acquireAll answers, when it is refused because a key is held, that key.
-func (s *Service) acquireAll(req api.AcquireAllRequest) (api.AcquireAllResponse, *Error, string) {
+func (s *Service) acquireAll(ctx context.Context, req api.AcquireAllRequest) (api.AcquireAllResponse, *Error, string) {
 	var none api.AcquireAllResponse
 	ttl, e := grantTTL(req.TTLMs, req.Session)
 	delay, de := checkLockDelay(req.LockDelayMs)
@@ -107,6 +112,17 @@ func (s *Service) acquireAll(req api.AcquireAllRequest) (api.AcquireAllResponse,
 	if e := s.writable(); e != nil {
 		return none, e, ""
 	}
+	more := ask{}
+	for _, it := range items {
+		if !s.fsm.Counted(it.Key, req.Holder) {
+			more.locks++
+		}
+	}
+	release, e := s.reserve(ctx, req.Holder, more)
+	if e != nil {
+		return none, e, ""
+	}
+	defer release()
 	res, err := s.propose(fsm.Command{Op: fsm.OpAcquireKeys, RequestID: req.RequestID, Holder: req.Holder, TTL: ttl,
 		Session: req.Session, LockDelay: delay, Items: items})
 	if err != nil {

@@ -13,8 +13,9 @@ import (
 // acquireWait queues in the key's FIFO and answers when the grant or the
 // end of the wait is committed. A ctx that ends is a caller that went
 // away. See the package comment for how a waiter that gives up is
-// handled.
-func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) {
+// handled. The quota reservation is released once the wait is in the
+// table (or refused): from then on the table counts it.
+func (s *Service) acquireWait(ctx context.Context, g grant, release func()) (api.Lease, *Error) {
 	var none api.Lease
 	sub := s.waiters.join(g.key, g.holder)
 	now, err := s.stamp()
@@ -23,6 +24,7 @@ func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) 
 		return none, proposalError(err)
 	}
 	res, err := s.apply(s.waitCommand(g, now))
+	release()
 	if err != nil {
 		s.waiters.remove(sub)
 		return none, proposalError(err)
@@ -65,7 +67,7 @@ func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) 
 					if s.waiters.leave(sub) {
 						s.releaseUnanswered(we.ev, g.requestID)
 					}
-					return none, Unavailable("client went away")
+					return none, ctxError(ctx, Unavailable("client went away"))
 				}
 				s.waiters.remove(sub)
 				return s.answerWaitEvent(g.key, we.ev)
@@ -99,7 +101,7 @@ func (s *Service) acquireWait(ctx context.Context, g grant) (api.Lease, *Error) 
 					Message: "leadership lost while waiting; send the same request to the leader"}
 			}
 		case <-ctx.Done():
-			gone, cause = true, Unavailable("client went away")
+			gone, cause = true, ctxError(ctx, Unavailable("client went away"))
 		case <-s.closing:
 			cause = Unavailable("shutting down")
 		case <-backstopC:

@@ -83,8 +83,8 @@ func (s *Service) watch(ctx context.Context, req api.WatchRequest, sc WatchScope
 	if req.List {
 		return s.watchList(req, sc), nil
 	}
-	if err := s.watches.Join(sc.Caller); err != nil {
-		return api.WatchResponse{}, watchError(err)
+	if e := s.joinWatch(sc.Caller); e != nil {
+		return api.WatchResponse{}, e
 	}
 	defer s.watches.Leave(sc.Caller)
 	after := s.watches.Now()
@@ -117,7 +117,7 @@ func (s *Service) watch(ctx context.Context, req api.WatchRequest, sc WatchScope
 			}
 			return watchAnswer(evs, next), nil
 		case <-ctx.Done():
-			return api.WatchResponse{}, Unavailable("the watch was given up")
+			return api.WatchResponse{}, ctxError(ctx, Unavailable("the watch was given up"))
 		case <-s.closing:
 			// Shutting down: answer where the watcher is, so it goes
 			// on at another node from there.
@@ -179,7 +179,8 @@ type StreamItem struct {
 const StreamProgress = 10 * time.Second
 
 // Stream watches like Watch, without end: it hands send the frames due,
-// a batch at a time, until ctx ends, the service shuts down, send
+// a batch at a time, until ctx ends (with a last batch of its cause, when
+// that is an *Error: a credential revoked), the service shuts down, send
 // reports false (the peer is gone or stopped reading), or the stream
 // falls behind the history (a last batch that ends with Err). The first
 // batch starts with a progress frame that says where the stream starts.
@@ -193,8 +194,8 @@ func (s *Service) Stream(ctx context.Context, req api.WatchRequest, scope WatchS
 		return e
 	}
 	match = sc.narrow(match)
-	if err := s.watches.Join(sc.Caller); err != nil {
-		return watchError(err)
+	if e := s.joinWatch(sc.Caller); e != nil {
+		return e
 	}
 	defer s.watches.Leave(sc.Caller)
 	cursor := s.watches.Now()
@@ -237,6 +238,11 @@ func (s *Service) Stream(ctx context.Context, req api.WatchRequest, scope WatchS
 			t = tick()
 			progressDue = true // after reading up to the present
 		case <-ctx.Done():
+			if e := ctxError(ctx, nil); e != nil {
+				// Ended for a reason the caller should hear (its
+				// credential was revoked): a last error frame says it.
+				send([]StreamItem{{Revision: cursor, Err: e}})
+			}
 			return nil
 		case <-s.closing:
 			return nil
@@ -261,7 +267,11 @@ func watchError(err error) *Error {
 		e.CompactRevision = &floor
 		return e
 	case errors.As(err, &lim):
-		return NewError(api.CodeTooManyWatchers, "%s", lim.Error())
+		e := NewError(api.CodeTooManyWatchers, "%s", lim.Error())
+		if lim.Caller != "" {
+			e.Quota = api.QuotaWatches
+		}
+		return e
 	}
 	return AsError(err)
 }

@@ -5,19 +5,23 @@
 // clients on the client port, to peers on the raft port, and to peers when
 // it dials them, so it must allow both server and client authentication)
 // and the CA that signs its peers' certificates (and, unless another is
-// given, its clients'). A Reloader holds what was last loaded; every
+// given, its clients'). The raft port takes only node certificates that
+// name a member of the configuration (CheckNode): a client certificate,
+// even from the peer CA, is refused at the handshake. A Reloader holds what was last loaded; every
 // tls.Config it makes reads the current files' contents at handshake time,
 // so Reload changes what the next handshake presents and accepts, and
 // connections already open are left alone.
 package tlsconfig
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 )
 
@@ -155,9 +159,84 @@ func (r *Reloader) ClientPort() *tls.Config {
 	}
 }
 
+// Members says whether id names a node this one may talk raft with: a
+// member of its configuration, or the node an admin is joining.
+type Members func(id string) bool
+
+// NodeURIPrefix is how a certificate names its node as a URI SAN:
+// fencelock://node/ID.
+const NodeURIPrefix = "fencelock://node/"
+
+// NodeNames are the node ids a certificate names: those of its
+// fencelock://node/ID URI SANs when it has any (then nothing else
+// counts), else its DNS SANs and its subject CN.
+func NodeNames(c *x509.Certificate) []string {
+	var names []string
+	for _, u := range c.URIs {
+		if s := u.String(); strings.HasPrefix(s, NodeURIPrefix) && len(s) > len(NodeURIPrefix) {
+			names = append(names, strings.TrimPrefix(s, NodeURIPrefix))
+		}
+	}
+	if len(names) > 0 {
+		return names
+	}
+	names = append(names, c.DNSNames...)
+	if c.Subject.CommonName != "" {
+		names = append(names, c.Subject.CommonName)
+	}
+	return names
+}
+
+// CheckNode refuses a raft peer's certificate (already verified against
+// the peer CA) that is not a node's: one that may not serve (extended key
+// usage without serverAuth: a client certificate, whatever its name), or
+// one that names no node members accepts. members nil checks the usage
+// only.
+func CheckNode(c *x509.Certificate, members Members) error {
+	if !servesTLS(c) {
+		return fmt.Errorf("tls: the raft peer %q presented a client certificate (extended key usage without serverAuth); raft peers are nodes, whose certificates allow serverAuth and clientAuth", c.Subject.CommonName)
+	}
+	if members == nil {
+		return nil
+	}
+	names := NodeNames(c)
+	for _, n := range names {
+		if members(n) {
+			return nil
+		}
+	}
+	return fmt.Errorf("tls: the raft peer's certificate names %q, no member of this node's configuration (a node must be joined by an admin before it talks raft)", names)
+}
+
+// servesTLS: c's extended key usage allows serverAuth (none listed
+// allows everything).
+func servesTLS(c *x509.Certificate) bool {
+	if len(c.ExtKeyUsage) == 0 && len(c.UnknownExtKeyUsage) == 0 {
+		return true
+	}
+	for _, u := range c.ExtKeyUsage {
+		if u == x509.ExtKeyUsageServerAuth || u == x509.ExtKeyUsageAny {
+			return true
+		}
+	}
+	return false
+}
+
+// verifyNode is a VerifyConnection that runs CheckNode on the peer's
+// certificate.
+func verifyNode(members Members) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tls: the raft peer presented no certificate")
+		}
+		return CheckNode(cs.PeerCertificates[0], members)
+	}
+}
+
 // PeerServer is the raft port's config: a peer must present a
-// certificate signed by the peer CA.
-func (r *Reloader) PeerServer() *tls.Config {
+// certificate signed by the peer CA that is a node's and names a node
+// members accepts (CheckNode).
+func (r *Reloader) PeerServer(members Members) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -166,10 +245,11 @@ func (r *Reloader) PeerServer() *tls.Config {
 				return nil, errors.New("tls: no peer CA loaded")
 			}
 			return &tls.Config{
-				MinVersion:   tls.VersionTLS12,
-				Certificates: []tls.Certificate{*m.cert},
-				ClientCAs:    m.peers,
-				ClientAuth:   tls.RequireAndVerifyClientCert,
+				MinVersion:       tls.VersionTLS12,
+				Certificates:     []tls.Certificate{*m.cert},
+				ClientCAs:        m.peers,
+				ClientAuth:       tls.RequireAndVerifyClientCert,
+				VerifyConnection: verifyNode(members),
 			}, nil
 		},
 	}
@@ -177,15 +257,36 @@ func (r *Reloader) PeerServer() *tls.Config {
 
 // PeerClient is the config for dialing a peer at addr (host:port): its
 // certificate must be signed by the peer CA and name addr's host, and
-// this node presents its own certificate.
-func (r *Reloader) PeerClient(addr string) *tls.Config {
+// this node presents its own certificate. With members set, the peer's
+// certificate must also name a node members accepts (CheckNode).
+func (r *Reloader) PeerClient(addr string, members Members) *tls.Config {
 	m := r.cur.Load()
-	return &tls.Config{
+	c := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		ServerName:   hostOf(addr),
 		RootCAs:      m.peers,
 		Certificates: []tls.Certificate{*m.cert},
 	}
+	if members != nil {
+		c.VerifyConnection = verifyNode(members)
+	}
+	return c
+}
+
+// SameCA reports whether client certificates are verified against the
+// peer CA: no ClientCAFile, or one with the same contents as CAFile. A
+// client certificate from it then differs from a node's only by its
+// name and usage.
+func (f Files) SameCA() bool {
+	if f.CAFile == "" {
+		return false
+	}
+	if f.ClientCAFile == "" || f.ClientCAFile == f.CAFile {
+		return true
+	}
+	a, errA := os.ReadFile(f.CAFile)
+	b, errB := os.ReadFile(f.ClientCAFile)
+	return errA == nil && errB == nil && bytes.Equal(bytes.TrimSpace(a), bytes.TrimSpace(b))
 }
 
 func hostOf(addr string) string {

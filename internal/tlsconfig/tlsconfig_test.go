@@ -3,10 +3,14 @@ package tlsconfig_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"net"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
@@ -21,14 +25,14 @@ func TestReloadSwapsWhatEveryConfigPresents(t *testing.T) {
 	}
 	presented := func() []*tls.Certificate {
 		var out []*tls.Certificate
-		for _, c := range []*tls.Config{r.ClientPort(), r.PeerServer()} {
+		for _, c := range []*tls.Config{r.ClientPort(), r.PeerServer(nil)} {
 			cc, err := c.GetConfigForClient(&tls.ClientHelloInfo{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			out = append(out, &cc.Certificates[0])
 		}
-		out = append(out, &r.PeerClient("127.0.0.1:1").Certificates[0])
+		out = append(out, &r.PeerClient("127.0.0.1:1", nil).Certificates[0])
 		return out
 	}
 	first := r.Certificate()
@@ -61,7 +65,7 @@ func TestPeerServerRequiresAVerifiedClientCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := r.PeerServer().GetConfigForClient(&tls.ClientHelloInfo{})
+	cc, err := r.PeerServer(nil).GetConfigForClient(&tls.ClientHelloInfo{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +144,146 @@ func TestClientPortTakesTheClientCAAndTheNodesCA(t *testing.T) {
 		}
 	}
 	// The raft port takes the nodes' CA only.
-	if err := handshake(t, r.PeerServer(), nodes.Pool(), clients.Issue(t, "bob").TLS(t)); err == nil {
+	if err := handshake(t, r.PeerServer(nil), nodes.Pool(), clients.Issue(t, "bob").TLS(t)); err == nil {
 		t.Error("the raft port accepted a client CA's certificate")
 	}
-	if err := handshake(t, r.PeerServer(), nodes.Pool(), nodes.Issue(t, "n2").TLS(t)); err != nil {
+	if err := handshake(t, r.PeerServer(nil), nodes.Pool(), nodes.Issue(t, "n2").TLS(t)); err != nil {
 		t.Errorf("the raft port refused a node: %v", err)
+	}
+}
+
+func members(ids ...string) tlsconfig.Members {
+	return func(id string) bool { return slices.Contains(ids, id) }
+}
+
+// The raft port takes a node of the configuration, and nothing else the
+// peer CA signed: not a client certificate (whatever its name), not a
+// node certificate naming no member.
+func TestPeerServerTakesOnlyMembersNodeCertificates(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	f := tlstest.Write(t, t.TempDir(), "n1", ca, ca.IssueNode(t, "n1"))
+	r, err := tlsconfig.Load(tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := func(cn, id string) *tlstest.Leaf {
+		return ca.IssueTemplate(t, &x509.Certificate{
+			Subject:     pkix.Name{CommonName: cn},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+			URIs:        []*url.URL{{Scheme: "fencelock", Host: "node", Path: "/" + id}},
+		})
+	}
+	for name, c := range map[string]struct {
+		leaf *tlstest.Leaf
+		ok   bool
+		err  string
+	}{
+		"a member's node certificate (CN)":         {ca.Issue(t, "n2"), true, ""},
+		"a member's node certificate (URI SAN)":    {uri("whatever", "n2"), true, ""},
+		"a client certificate":                     {ca.IssueClient(t, "alice"), false, "client certificate"},
+		"a client certificate named like a member": {ca.IssueClient(t, "n2"), false, "client certificate"},
+		"a node certificate of no member":          {ca.Issue(t, "n9"), false, "no member"},
+		"a URI SAN of no member, a member's CN":    {uri("n2", "n9"), false, "no member"},
+		"another CA's member certificate":          {tlstest.NewCA(t, "rogue").Issue(t, "n2"), false, ""},
+	} {
+		err := handshake(t, r.PeerServer(members("n1", "n2", "n3")), ca.Pool(), c.leaf.TLS(t))
+		if (err == nil) != c.ok {
+			t.Errorf("%s: handshake error %v, want accepted %v", name, err, c.ok)
+		}
+		if c.err != "" {
+			if err := tlsconfig.CheckNode(c.leaf.Cert, members("n1", "n2", "n3")); err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: CheckNode %v, want an error saying %q", name, err, c.err)
+			}
+		}
+	}
+}
+
+// Dialing a peer checks the other way: the node answering must be a
+// member (or the node being joined).
+func TestPeerClientChecksTheNodeItReached(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	dir := t.TempDir()
+	f := tlstest.Write(t, dir, "n1", ca, ca.Issue(t, "n1"))
+	r, err := tlsconfig.Load(tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := tlstest.Write(t, dir, "n9", ca, ca.Issue(t, "n9"))
+	peer, err := tlsconfig.Load(tlsconfig.Files{CertFile: g.Cert, KeyFile: g.Key, CAFile: g.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A TCP connection, not net.Pipe: a client that refuses mid-flight
+	// writes its alert while the server still writes, which an
+	// unbuffered pipe deadlocks on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			srv := tls.Server(c, peer.PeerServer(nil))
+			srv.SetDeadline(time.Now().Add(10 * time.Second))
+			srv.Handshake()
+			srv.Close()
+		}
+	}()
+	dial := func(m tlsconfig.Members) error {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		return tls.Client(c, r.PeerClient("127.0.0.1:1", m)).Handshake()
+	}
+	if err := dial(members("n2")); err == nil || !strings.Contains(err.Error(), "no member") {
+		t.Errorf("dialing n9 expecting n2: %v, want refused", err)
+	}
+	if err := dial(members("n9")); err != nil {
+		t.Errorf("dialing n9 expecting n9: %v", err)
+	}
+}
+
+func TestNodeNames(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	if got := tlsconfig.NodeNames(ca.Issue(t, "n1").Cert); !slices.Equal(got, []string{"localhost", "n1"}) {
+		t.Errorf("CN n1: %q", got)
+	}
+	if got := tlsconfig.NodeNames(ca.IssueNode(t, "n1").Cert); !slices.Equal(got, []string{"n1"}) {
+		t.Errorf("URI SAN n1: %q", got)
+	}
+}
+
+func TestSameCA(t *testing.T) {
+	dir := t.TempDir()
+	nodes := tlstest.Write(t, dir, "n1", tlstest.NewCA(t, "nodes"), tlstest.NewCA(t, "x").Issue(t, "n1"))
+	clients := tlstest.Write(t, dir, "alice", tlstest.NewCA(t, "clients"), tlstest.NewCA(t, "y").Issue(t, "alice"))
+	copyCA := dir + "/copy-ca.pem"
+	b, err := os.ReadFile(nodes.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copyCA, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		f    tlsconfig.Files
+		same bool
+	}{
+		"no client CA":           {tlsconfig.Files{CAFile: nodes.CA}, true},
+		"the same file":          {tlsconfig.Files{CAFile: nodes.CA, ClientCAFile: nodes.CA}, true},
+		"a copy of it":           {tlsconfig.Files{CAFile: nodes.CA, ClientCAFile: copyCA}, true},
+		"a client CA of its own": {tlsconfig.Files{CAFile: nodes.CA, ClientCAFile: clients.CA}, false},
+		"no peer CA":             {tlsconfig.Files{ClientCAFile: clients.CA}, false},
+	} {
+		if got := c.f.SameCA(); got != c.same {
+			t.Errorf("%s: SameCA %v, want %v", name, got, c.same)
+		}
 	}
 }

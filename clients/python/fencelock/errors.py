@@ -6,7 +6,7 @@ raises the subclass of :class:`FencelockError` that the code maps to.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 
 class FencelockError(Exception):
@@ -15,7 +15,9 @@ class FencelockError(Exception):
     Attributes carry the server's error body when there was one: ``code``
     (``"held"``, ``"not_held"``, ...), ``status`` (HTTP status), ``field``
     (for ``invalid_argument``), ``holder`` and ``remaining_ms`` (for
-    ``held``) and ``leader`` (for ``not_leader``).
+    ``held`` and ``lock_delay``), ``leader`` (for ``not_leader``), ``kind``
+    and ``permits`` (for ``kind_mismatch``) and ``compact_revision`` (for
+    ``compacted``, as text: ``"INDEX.SEQ"``).
     """
 
     def __init__(
@@ -28,6 +30,9 @@ class FencelockError(Exception):
         holder: str = "",
         remaining_ms: Optional[int] = None,
         leader: str = "",
+        kind: str = "",
+        permits: int = 0,
+        compact_revision: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -37,6 +42,12 @@ class FencelockError(Exception):
         self.holder = holder
         self.remaining_ms = remaining_ms
         self.leader = leader
+        self.kind = kind
+        self.permits = permits
+        self.compact_revision = compact_revision
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class InvalidError(FencelockError):
@@ -63,6 +74,17 @@ class UnreachableError(UnavailableError):
     """No address answered at all (connection refused, timed out)."""
 
 
+class TLSMismatchError(UnreachableError):
+    """The server speaks TLS and the client did not (or the reverse).
+
+    The message names the address and what to pass: ``ca=`` (or
+    ``$FENCELOCK_CLIENT_CA``, or an ``https://`` address) for a server
+    that speaks TLS; an ``http://`` address for one that does not. It is
+    raised at once, without trying the other addresses: retrying cannot
+    cure a setting.
+    """
+
+
 class InternalError(FencelockError):
     """500/507 and other server-side failures; not retried."""
 
@@ -79,8 +101,53 @@ class TooManyWaitersError(FencelockError):
     """429 ``too_many_waiters``: the key's wait queue is full; back off."""
 
 
+class KindMismatchError(FencelockError):
+    """409 ``kind_mismatch``: the key exists as another kind (``kind``), or as a
+    semaphore of another number of ``permits``; nothing changed."""
+
+
+class NoSessionError(FencelockError):
+    """404 ``no_session``: the session is not alive for this holder (expired,
+    closed, or another holder's)."""
+
+
+class TooManySessionsError(FencelockError):
+    """429 ``too_many_sessions``: a session limit was reached; nothing changed."""
+
+
+class LockDelayError(FencelockError):
+    """409 ``lock_delay``: the key is in its lock-delay after a lease expired;
+    ``remaining_ms`` says for how long."""
+
+
+class CompactedError(FencelockError):
+    """410 ``compacted``: a watch asked for a revision older than the server's
+    history; ``compact_revision`` is the oldest it accepts. Resync with
+    :meth:`~fencelock.Client.watch_list` and watch after its revision."""
+
+
+class TooManyWatchersError(FencelockError):
+    """429 ``too_many_watchers``: the node, or this caller, has as many watches
+    open as it allows."""
+
+
 class LeaseLostError(FencelockError):
-    """A :class:`~fencelock.Lease` could not confirm it still holds its key."""
+    """A :class:`~fencelock.Lease` could not confirm it still holds its key.
+
+    ``reason`` says why (the same text as the lease's ``reason``).
+    """
+
+    def __init__(self, message: str, *, reason: str = "", code: str = "") -> None:
+        super().__init__(message, code=code)
+        self.reason = reason
+
+
+class SessionLostError(LeaseLostError):
+    """A :class:`~fencelock.Session` could not confirm it is alive, or was closed.
+
+    It is a :class:`LeaseLostError` too: every lock under the session is
+    lost with it.
+    """
 
 
 class StaleTokenError(FencelockError):
@@ -101,16 +168,26 @@ _BY_CODE = {
     "unauthenticated": UnauthenticatedError,
     "permission_denied": PermissionDeniedError,
     "too_many_waiters": TooManyWaitersError,
+    "kind_mismatch": KindMismatchError,
+    "no_session": NoSessionError,
+    "too_many_sessions": TooManySessionsError,
+    "lock_delay": LockDelayError,
+    "compacted": CompactedError,
+    "too_many_watchers": TooManyWatchersError,
 }
 
 
-def error_for(status: int, body: dict) -> FencelockError:
+def error_for(status: int, body: Dict[str, Any]) -> FencelockError:
     """The exception for an error answer: by its code, else by its HTTP status."""
     code = str(body.get("code", ""))
     cls = _BY_CODE.get(code)
     if cls is None:
-        if status == 503:
+        if status in (502, 503, 504):
             cls = UnavailableError
+        elif status == 400:
+            cls = InvalidError
+        elif status == 404:
+            cls = NotFoundError
         elif status >= 500:
             cls = InternalError
         else:
@@ -124,4 +201,7 @@ def error_for(status: int, body: dict) -> FencelockError:
         holder=str(body.get("holder", "")),
         remaining_ms=int(rem) if rem is not None else None,
         leader=str(body.get("leader", "")),
+        kind=str(body.get("kind", "")),
+        permits=int(body.get("permits", 0) or 0),
+        compact_revision=str(body.get("compact_revision", "")),
     )

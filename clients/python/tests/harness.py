@@ -12,6 +12,8 @@ import time
 import unittest
 import urllib.request
 import atexit
+import json
+from typing import Dict, List, Optional, Sequence
 
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 _bin_dir = ""
@@ -43,32 +45,72 @@ def free_port() -> int:
 
 
 class Server:
-    """One server process on a free 127.0.0.1 port with its own temp data dir."""
+    """One server process on a free 127.0.0.1 port with its own temp data dir.
 
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="fencelock-py-")
-        self.addr = "127.0.0.1:%d" % free_port()
-        self.log = open(os.path.join(self.dir, "server.log"), "wb")
-        self.proc = subprocess.Popen(
-            [binary(), "server", "--listen", self.addr, "--data", os.path.join(self.dir, "data")],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        self._wait_ready()
+    ``args`` are added to ``fencelock server``; ``tls`` (a :class:`Certs`)
+    makes it serve TLS with that node certificate and CA. ``wait`` False
+    starts it without waiting for ``/readyz`` (a cluster node before its
+    peers are up).
+    """
 
-    def _wait_ready(self, limit: float = 20.0) -> None:
+    def __init__(self, args: Sequence[str] = (), *, addr: str = "", tls: Optional["Certs"] = None,
+                 node: str = "n1", wait: bool = True, dir: str = "") -> None:
+        self.dir = dir or tempfile.mkdtemp(prefix="fencelock-py-")
+        self.addr = addr or "127.0.0.1:%d" % free_port()
+        self.tls = tls
+        self.token = ""  # sent by get() once ACLs are on
+        self.log = open(os.path.join(self.dir, "server-%s.log" % node), "ab")
+        argv = [binary(), "server", "--listen", self.addr, "--data", os.path.join(self.dir, "data-" + node),
+                "--log-level", "warn"]
+        if tls is not None:
+            argv += ["--cert", tls.path(node + ".pem"), "--key", tls.path(node + "-key.pem"), "--ca", tls.ca]
+        self.proc = subprocess.Popen(argv + list(args), stdout=self.log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+
+    @property
+    def url(self) -> str:
+        return ("https://" if self.tls else "http://") + self.addr
+
+    def get(self, path: str, timeout: float = 2.0) -> Dict:
+        """GET path as JSON (TLS with the CA and the client certificate, when it serves TLS)."""
+        ctx = None
+        if self.tls is not None:
+            import ssl
+
+            ctx = ssl.create_default_context(cafile=self.tls.ca)
+            ctx.load_cert_chain(self.tls.path("alice.pem"), self.tls.path("alice-key.pem"))
+        headers = {"Authorization": "Bearer " + self.token} if self.token else {}
+        req = urllib.request.Request(self.url + path, headers=headers)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx))
+        with opener.open(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def wait_ready(self, limit: float = 30.0) -> None:
         end = time.monotonic() + limit
         while time.monotonic() < end:
             if self.proc.poll() is not None:
                 raise RuntimeError("fencelock server exited: see " + self.log.name)
             try:
-                with urllib.request.urlopen("http://%s/readyz" % self.addr, timeout=1) as r:
-                    if r.status == 200:
-                        return
+                self.get("/healthz", timeout=1)
+                if self.proc.poll() is None and self._ready():
+                    return
             except OSError:
                 pass
             time.sleep(0.02)  # polling for readiness, not deciding a result
         raise RuntimeError("fencelock server not ready in %.0fs" % limit)
+
+    def _ready(self) -> bool:
+        try:
+            self.get("/readyz", timeout=1)
+            return True
+        except OSError:
+            return False
+
+    def kill9(self) -> None:
+        """SIGKILL, as a crash: no shutdown, no goodbye to peers or clients."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
 
     def stop_process(self) -> None:
         """SIGSTOP: the process freezes, its sockets stay open."""
@@ -77,12 +119,95 @@ class Server:
     def cont_process(self) -> None:
         self.proc.send_signal(signal.SIGCONT)
 
-    def close(self) -> None:
+    def close(self, keep_dir: bool = False) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+        if not keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Cluster:
+    """Three raft nodes on free loopback ports (``--peers``), one temp dir."""
+
+    def __init__(self, n: int = 3, *, tls: Optional["Certs"] = None, args: Sequence[str] = ()) -> None:
+        self.dir = tempfile.mkdtemp(prefix="fencelock-py-cluster-")
+        self.tls = tls
+        ids = ["n%d" % (i + 1) for i in range(n)]
+        raft = {i: "127.0.0.1:%d" % free_port() for i in ids}
+        peers = ",".join("%s=%s" % (i, raft[i]) for i in ids)
+        self.nodes: List[Server] = []
+        for i in ids:
+            self.nodes.append(Server(["--id", i, "--raft", raft[i], "--peers", peers] + list(args),
+                                     tls=tls, node=i, wait=False, dir=self.dir))
+        self.leader()
+
+    @property
+    def addrs(self) -> List[str]:
+        return [n.addr for n in self.nodes]
+
+    def leader(self, limit: float = 30.0, not_: Optional[Server] = None) -> Server:
+        """The node that answers as the ready leader (polled, bounded)."""
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            for n in self.nodes:
+                if n is not_ or n.proc.poll() is not None:
+                    continue
+                try:
+                    m = n.get("/v1/cluster/members", timeout=1)
+                except OSError:
+                    continue
+                if m.get("ready") and m.get("leader") == m.get("node"):
+                    return n
+            time.sleep(0.02)  # polling for an election, not deciding a result
+        raise RuntimeError("no ready leader within %.0fs" % limit)
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close(keep_dir=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Certs:
+    """A CA, node certificates n1..n3 (IP:127.0.0.1, server and client auth)
+    and client certificates, made with the openssl command as
+    docs/SECURITY.md does; skips the test without openssl."""
+
+    def __init__(self, clients: Sequence[str] = ("alice", "mallory")) -> None:
+        if shutil.which("openssl") is None:
+            if os.environ.get("CI"):
+                raise RuntimeError("no openssl command: .ci/deps installs it for these tests")
+            raise unittest.SkipTest("no openssl command to make certificates with")
+        self.dir = tempfile.mkdtemp(prefix="fencelock-py-certs-")
+        self.ca = self.path("ca.pem")
+        self._run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                  "-subj", "/CN=fencelock test CA", "-keyout", "ca-key.pem", "-out", "ca.pem",
+                  "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        with open(self.path("node.ext"), "w") as f:
+            f.write("subjectAltName = IP:127.0.0.1, DNS:localhost\n"
+                    "extendedKeyUsage = serverAuth, clientAuth\nkeyUsage = critical, digitalSignature\n")
+        with open(self.path("client.ext"), "w") as f:
+            f.write("extendedKeyUsage = clientAuth\nkeyUsage = critical, digitalSignature\n")
+        for n in ("n1", "n2", "n3"):
+            self._sign(n, "node.ext")
+        for c in clients:
+            self._sign(c, "client.ext")
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def _sign(self, name: str, ext: str) -> None:
+        self._run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=" + name,
+                  "-keyout", name + "-key.pem", "-out", name + ".csr")
+        self._run("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
+                  "-days", "2", "-extfile", ext, "-out", name + ".pem")
+
+    def _run(self, *args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=self.dir, check=True, capture_output=True)
+
+    def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -223,8 +223,35 @@ class LostTest(unittest.TestCase):
         finally:
             self.srv.cont_process()
             lease.close()  # lost: no release sent, the thread has ended
-        self.assertIsNotNone(lease._thread)
-        self.assertFalse(lease._thread.is_alive())  # type: ignore[union-attr]
+        keeper = lease._keeper
+        assert keeper is not None and keeper._thread is not None
+        self.assertFalse(keeper._thread.is_alive())
+
+
+    def test_waiting_acquire_leaves_a_frozen_node(self) -> None:
+        c = Client(self.srv.addr, auth_token="", wait_check=0.2, rounds=1)
+        g = c.acquire("frozen/k", "alice", 30)
+        errs: List[BaseException] = []
+
+        def bob() -> None:
+            try:
+                c.acquire("frozen/k", "bob", 30, wait=60)
+            except BaseException as e:  # noqa: BLE001 - checked below
+                errs.append(e)
+
+        t = threading.Thread(target=bob)
+        t.start()
+        until(lambda: waiters(self.srv.addr) >= 1, "bob queued")
+        self.srv.stop_process()
+        try:
+            t.join(BOUND)  # not the 60 s of the wait: the node stopped answering its checks
+            self.assertFalse(t.is_alive())
+        finally:
+            self.srv.cont_process()
+        self.assertEqual(len(errs), 1)
+        self.assertIsInstance(errs[0], fencelock.UnreachableError)
+        self.assertIn("stopped answering while we waited", str(errs[0]))
+        c.release("frozen/k", "alice", g.token)
 
 
 class _Fake(http.server.BaseHTTPRequestHandler):
@@ -293,7 +320,7 @@ class FailoverTest(unittest.TestCase):
         g = c.acquire("fo/leader", "alice", 30)  # the real server has no ACLs: the header is ignored there
         self.assertEqual(len(_Fake.seen), 1)
         self.assertEqual(_Fake.seen[0].get("Authorization"), "Bearer s3cret")
-        self.assertEqual(c.addrs[-1], self.srv.addr)
+        self.assertEqual(c.addrs[0], "http://" + self.srv.addr)  # the leader, preferred now
         self.assertTrue(c.release("fo/leader", "alice", g.token))
         self.assertEqual(len(_Fake.seen), 1)  # later calls go to the leader directly
 
@@ -361,3 +388,51 @@ class FenceTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RWFenceTest(unittest.TestCase):
+    def test_read_and_write_rules(self) -> None:
+        from fencelock import RWFence, permit_resource
+
+        f = RWFence()
+        f.admit_read("idx", 3)
+        f.admit_read("idx", 2)  # readers do not order each other
+        f.admit_write("idx", 5)  # >= every token admitted, reads included
+        with self.assertRaises(StaleTokenError):
+            f.admit_write("idx", 4)
+        with self.assertRaises(StaleTokenError):
+            f.admit_read("idx", 4)  # older than the last write
+        f.admit_read("idx", 7)  # raises the mark writes are checked against
+        with self.assertRaises(StaleTokenError):
+            f.admit_write("idx", 6)
+        self.assertEqual(f.marks("idx"), (7, 5))
+        with self.assertRaises(StaleTokenError):
+            f.admit_read("idx", 0)
+        self.assertEqual(permit_resource("pool/gpu", 2), "pool/gpu#permit-2")
+
+    def test_a_write_runs_alone(self) -> None:
+        from fencelock import RWFence
+
+        f = RWFence()
+        inside = threading.Event()
+        leave = threading.Event()
+        order: List[str] = []
+
+        def reader() -> None:
+            def effect() -> None:
+                inside.set()
+                leave.wait(BOUND)
+                order.append("read done")
+
+            f.admit_read("r", 1, effect)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        self.assertTrue(inside.wait(BOUND))
+        w = threading.Thread(target=lambda: f.admit_write("r", 2, lambda: order.append("write")))
+        w.start()
+        self.assertEqual(order, [])  # the write waits for the read in progress
+        leave.set()
+        t.join(BOUND)
+        w.join(BOUND)
+        self.assertEqual(order, ["read done", "write"])

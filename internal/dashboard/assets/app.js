@@ -112,7 +112,13 @@
       return;
     }
     const b = ov.body;
-    if (ov.status === 403) {
+    if (b.code === 'removed' || (mem.status === 200 && mem.body.removed)) {
+      setLive('error', 'removed');
+      const other = ((mem.status === 200 && mem.body.members) || []).find((m) => m.client_addr && m.id !== mem.body.node);
+      const href = other ? location.protocol + '//' + other.client_addr + '/ui/' : '';
+      banner('error', 'This node has been removed from the cluster and serves nothing' + (other ? '; open another member’s dashboard, at ' : '.'), null, href, other && other.client_addr);
+      showNothing('A removed node holds no locks for anyone.');
+    } else if (ov.status === 403) {
       setLive('auth', 'permission denied');
       banner('error', '403 — ' + (b.error || 'permission denied') + '. ', 'Use another token');
       showNothing('The token does not allow reading these locks.');
@@ -162,7 +168,13 @@
     }
     $('stat-locks').textContent = locks.length + (o.more ? '+' : '');
     $('stat-locks-sub').textContent = state.prefix ? 'under ' + state.prefix : 'live leases';
-    $('stat-queued').textContent = String(o.queued);
+    // Waiting counts the waiters the page lists, so the tile and the
+    // chips agree; the server's count of all queues (other prefixes, keys
+    // a token may not read, keys past the page) is said beside it.
+    const waits = queuedWaits(locks);
+    $('stat-queued').textContent = String(waits.total);
+    $('stat-queued-sub').textContent = o.queued === waits.total ? (waits.total ? 'queued on the keys below' : 'acquires queued, all keys')
+      : o.queued + ' queued in all, ' + waits.total + ' listed below';
     $('stat-last-token').textContent = o.last_token ? String(o.last_token) : 'none yet';
     $('node').textContent = o.node ? 'node ' + o.node : '';
 
@@ -174,6 +186,7 @@
     const frag = document.createDocumentFragment();
     state.rows = [];
     let group = null;
+    let lastKey = null;
     for (const l of locks) {
       const g = topPrefix(l.key);
       if (g !== group) {
@@ -183,7 +196,10 @@
       }
       const p = prevKeys && prevKeys.get(l.key);
       const fresh = prevKeys && (!p || !p.some((x) => x.token === l.token));
-      frag.appendChild(lockRow(l, o, t0, fresh));
+      // A key's queue is one, whatever its holders: it is drawn on the
+      // key's first row.
+      frag.appendChild(lockRow(l, o, t0, fresh, l.key === lastKey));
+      lastKey = l.key;
     }
     body.replaceChildren(frag);
     $('locks').hidden = locks.length === 0;
@@ -193,36 +209,121 @@
     $('more').textContent = 'Showing the first ' + locks.length + ' locks' + (state.prefix ? ' under ' + state.prefix : '') + '; narrow the prefix to see the others.';
     tick();
 
+    renderSessions(o, t0);
     renderRates();
     renderHistogram($('chart-hold'), o.stats.hold, 'hold', $('hold-sum'));
-    renderHistogram($('chart-wait'), o.stats.wait, 'wait', $('wait-sum'));
+    renderHistogram($('chart-wait'), o.stats.wait, 'wait', $('wait-sum'), waits);
 
     state.prev = { nowMs: o.now_ms, lastToken: o.last_token, locks: byKey };
-    state.clockSkew = Date.now() - o.now_ms; // cluster time to the browser's, for the events' times
+    // Cluster time to the browser's, for the events' times.
+    const known = state.skewFromLeader;
+    state.clockSkew = Date.now() - o.now_ms;
+    state.skewFromLeader = true;
+    if (!known) renderEvents();
   }
 
-  function lockRow(l, o, t0, fresh) {
+  function lockRow(l, o, t0, fresh, sameKey) {
     const text = el('span', { class: 'ttl-text' });
     const fill = el('div', { class: 'ttl-fill' });
     const box = el('div', { class: 'ttl', title: 'TTL ' + fmtDuration(l.ttl_ms) + '; held ' + fmtDuration(l.held_ms) + ' under this token' }, [el('div', { class: 'ttl-bar' }, [fill]), text]);
     state.rows.push({ text, fill, box, r0: l.remaining_ms, ttl: l.ttl_ms, t0 });
     const tokenCell = [String(l.token)];
     if (l.token === o.last_token) tokenCell.push(el('span', { class: 'newest', title: 'the last token issued' }, ['newest']));
-    const ws = (l.waiters || []).map((w, i) => el('span', { class: 'waiter', title: 'waiting ' + fmtDuration(w.waited_ms) + ', gives up in ' + fmtDuration(w.left_ms) }, [
-      el('span', { class: 'pos' }, [String(i + 1)]), w.holder, el('span', { class: 'age' }, [fmtDuration(w.waited_ms)]),
-    ]));
-    if (l.waiters_total > ws.length) ws.push(el('span', { class: 'waiter' }, ['+' + (l.waiters_total - ws.length) + ' more']));
+    let queue;
+    if (sameKey && waitersOn(l) > 0) {
+      queue = el('span', { class: 'nowait', title: 'the key’s one queue is on its first row' }, ['″']);
+    } else if (sameKey) {
+      queue = el('span', { class: 'nowait' }, ['—']);
+    } else {
+      const ws = (l.waiters || []).map((w, i) => el('span', { class: 'waiter', 'data-holder': w.holder, title: waiterTitle(w) }, [
+        el('span', { class: 'pos' }, [String(i + 1)]), w.holder, ...waiterKind(w), el('span', { class: 'age' }, [fmtDuration(w.waited_ms)]),
+      ]));
+      const total = waitersOn(l);
+      if (total > ws.length) ws.push(el('span', { class: 'waiter more' }, ['+' + (total - ws.length) + ' more']));
+      queue = ws.length ? el('div', { class: 'waiters' }, ws) : el('span', { class: 'nowait' }, ['—']);
+    }
     return el('tr', { class: 'lock' + (fresh ? ' fresh' : ''), 'data-key': l.key, 'data-token': String(l.token) }, [
       el('td', { class: 'key' }, [l.key, ...leaseKind(l)]),
       el('td', { class: 'holder' }, [l.holder]),
       el('td', { class: 'token' }, tokenCell),
       el('td', {}, [box]),
-      el('td', { class: 'waiters-cell' }, [ws.length ? el('div', { class: 'waiters' }, ws) : el('span', { class: 'nowait' }, ['—'])]),
+      el('td', { class: 'waiters-cell' }, [queue]),
     ]);
+  }
+
+  // waitersOn is how many wait on l's key: the server's count, or those
+  // listed when it gives none.
+  function waitersOn(l) {
+    return Math.max(l.waiters_total || 0, (l.waiters || []).length);
+  }
+
+  // queuedWaits counts the waiters queued on the keys of locks, each
+  // key's queue once, and collects how long each listed one has waited.
+  function queuedWaits(locks) {
+    const seen = new Set();
+    const out = { total: 0, waitedMs: [] };
+    for (const l of locks) {
+      if (seen.has(l.key)) continue;
+      seen.add(l.key);
+      out.total += waitersOn(l);
+      for (const w of l.waiters || []) out.waitedMs.push(w.waited_ms);
+    }
+    return out;
+  }
+
+  // waiterKind marks what a read/write lock's waiter asks for, when the
+  // server says (a semaphore's waiter asks for one permit, as its holders
+  // hold).
+  function waiterKind(w) {
+    return w.mode ? [el('span', { class: 'wkind' }, [w.mode])] : [];
+  }
+
+  function waiterTitle(w) {
+    let t = 'waiting ' + fmtDuration(w.waited_ms) + ', gives up in ' + fmtDuration(w.left_ms);
+    if (w.mode) t += '; wants to ' + (w.mode === 'write' ? 'write' : 'read');
+    if (w.session) t += '; under session ' + w.session;
+    return t;
+  }
+
+  // --- sessions: one lease for many locks ---
+
+  function renderSessions(o, t0) {
+    if (!Array.isArray(o.sessions)) { // a server that does not answer them
+      $('sessions').hidden = true;
+      $('sessions-empty').hidden = false;
+      $('sessions-empty').textContent = 'This server does not report sessions.';
+      $('sessions-sum').textContent = '';
+      return;
+    }
+    const open = o.sessions_open || 0;
+    $('sessions-sum').textContent = open + ' open' + (o.sessions.length < open ? ' · ' + o.sessions.length + ' with listed locks' : '');
+    const rows = o.sessions.map((ss) => {
+      const text = el('span', { class: 'ttl-text' });
+      const fill = el('div', { class: 'ttl-fill' });
+      const box = el('div', { class: 'ttl', title: 'session TTL ' + fmtDuration(ss.ttl_ms) + '; its locks end with it' }, [el('div', { class: 'ttl-bar' }, [fill]), text]);
+      state.rows.push({ text, fill, box, r0: ss.remaining_ms, ttl: ss.ttl_ms, t0 });
+      const keys = [];
+      for (const k of ss.keys || []) keys.push(el('code', {}, [k]), ' ');
+      keys.pop();
+      const more = (ss.locks || 0) - (ss.keys || []).length;
+      if (more > 0) keys.push(el('span', { class: 'more' }, [' +' + more + ' more']));
+      const notes = [];
+      if (ss.waiting) notes.push(el('div', { class: 'hint' }, ['and waiting on ' + ss.waiting + (ss.waiting === 1 ? ' key' : ' keys')]));
+      return el('tr', { 'data-session': String(ss.id) }, [
+        el('td', {}, [el('div', { class: 'holder' }, [ss.holder]), el('div', { class: 'sid hint' }, ['session ' + ss.id])]),
+        el('td', {}, [el('div', { class: 'keys' }, keys.length ? keys : ['no lock you may read']), ...notes]),
+        el('td', {}, [box]),
+      ]);
+    });
+    $('sessions-body').replaceChildren(...rows);
+    $('sessions').hidden = rows.length === 0;
+    $('sessions-empty').hidden = rows.length !== 0;
+    $('sessions-empty').textContent = open ? 'No session holds a listed lock.' : 'No session is open. A session is one lease for many locks: they are kept together by one keep-alive and lost together.';
   }
 
   // leaseKind marks a semaphore's permit or a read/write lock's hold.
   function leaseKind(l) {
+    if (l.session) return [el('span', { class: 'kind-tag session-tag', title: 'held under session ' + l.session + ': it ends with the session' }, ['session ' + l.session])];
     if (l.kind === 'semaphore') return [el('span', { class: 'kind-tag', title: 'a permit of a semaphore of ' + l.permits }, ['permit ' + l.slot + '/' + l.permits])];
     if (l.kind === 'rwlock') return [el('span', { class: 'kind-tag', title: 'a hold of a read/write lock' }, [l.mode || 'rw'])];
     return [];
@@ -248,6 +349,11 @@
     state.rows = [];
     state.prev = null;
     $('locks-body').replaceChildren(el('tr', {}, [el('td', { colspan: '5', class: 'hint' }, [msg])]));
+    $('sessions-body').replaceChildren();
+    $('sessions').hidden = true;
+    $('sessions-empty').hidden = false;
+    $('sessions-empty').textContent = msg;
+    $('sessions-sum').textContent = '';
     $('locks').hidden = false;
     $('empty').hidden = true;
     $('more').hidden = true;
@@ -307,12 +413,19 @@
 
   const WATCH_WAIT_MS = 20000;
   const WATCH_OFF = params.get('watch') === 'off'; // events from the polls only
-  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map() };
+  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map(), filled: undefined };
 
   function delay(ms) { return new Promise((r) => setTimeout(r, ms)); }
 
   function restartWatch() {
     if (WATCH_OFF) return;
+    if (watch.filled !== undefined && watch.filled !== state.prefix) {
+      // Another prefix: its own history replaces the pane.
+      state.events = [];
+      watch.ended.clear();
+      watch.filled = undefined;
+      renderEvents();
+    }
     watch.gen++;
     if (watch.cancel) watch.cancel.abort();
     watchLoop(watch.gen);
@@ -331,19 +444,107 @@
       try { r = await call('/v1/watch' + q, WATCH_WAIT_MS + 10000, watch.cancel.signal); } catch (_) { r = null; }
       if (gen !== watch.gen) return;
       if (r && r.status === 200 && r.body.revision) {
-        if (watch.rev) for (const ev of r.body.events || []) watchEvent(ev);
+        if (watch.rev) {
+          for (const ev of r.body.events || []) watchEvent(ev, true);
+        } else if (watch.filled !== state.prefix) {
+          // The first answer is the present: what the server still keeps
+          // before it fills the pane, and the live events follow on.
+          const past = await pastEvents(r.body.revision, gen);
+          if (gen !== watch.gen) return;
+          if (past) {
+            watch.filled = state.prefix;
+            for (const ev of past) watchEvent(ev, false);
+            renderEvents();
+          }
+        }
         watch.rev = r.body.revision;
         setWatching(true);
         backoff = 1000;
         continue;
       }
-      if (r && r.status === 410) { watch.rev = ''; continue; } // fell behind the history: from now on
+      if (r && r.status === 410) {
+        // Fell behind the history: go on from where it now starts, and say
+        // that some events in between are not shown.
+        const from = watch.rev && r.body.compact_revision;
+        if (from) {
+          state.events.unshift({ kind: 'gap', at: new Date(), note: 'some events are not shown: the server’s history moved on past them' });
+          renderEvents();
+        }
+        watch.rev = from || '';
+        continue;
+      }
       setWatching(false);
       watch.rev = '';
       // 404: this server has no watches; try again now and then.
       await delay(r && r.status === 404 ? 30000 : backoff);
       backoff = Math.min(10000, backoff * 2);
     }
+  }
+
+  // --- the history: the latest events up to a revision ---
+  //
+  // The server keeps its recent events (--watch-history) and answers them
+  // oldest first after a revision. Revisions are raft log indexes, so the
+  // page asks for the entries just before the present, and further back
+  // (eight times as far each time) until it has a pane full or reaches
+  // the start of the history, which a 410 names.
+
+  const HISTORY_PAGE = 1000;
+  const HISTORY_PAGES = 20; // per look back: 20,000 events at most
+
+  function parseRev(s) {
+    const [i, q] = String(s).split('.');
+    return { i: Number(i), q: q === undefined ? Infinity : Number(q) };
+  }
+
+  function revAfter(a, b) {
+    return a.i > b.i || (a.i === b.i && a.q > b.q);
+  }
+
+  async function pastEvents(present, gen) {
+    const end = parseRev(present);
+    let best = [];
+    for (let span = 64; ; span *= 8) {
+      const from = Math.max(0, end.i - span);
+      const got = await historyAfter(String(from), end, gen);
+      if (!got || gen !== watch.gen) return null;
+      if (got.cut) return best; // too many to read: the shorter look back has the latest
+      best = got.events;
+      if (best.length >= MAX_EVENTS || from === 0 || got.start) return best.slice(-MAX_EVENTS);
+    }
+  }
+
+  // historyAfter reads the events after after up to end: {events, start}
+  // (start: it began where the history does), {cut} when they are more
+  // than it reads, null on an error.
+  async function historyAfter(after, end, gen) {
+    let events = [];
+    let start = false;
+    for (let page = 0; page < HISTORY_PAGES; page++) {
+      let q = '?wait_ms=0&limit=' + HISTORY_PAGE + '&after=' + encodeURIComponent(after);
+      if (state.prefix) q += '&prefix=' + encodeURIComponent(state.prefix);
+      let r;
+      try { r = await call('/v1/watch' + q, 10000); } catch (_) { return null; }
+      if (gen !== watch.gen) return null;
+      if (r.status === 410 && r.body.compact_revision) {
+        // Older than the history: start where it does (again, if it moved
+        // on while this read, since what was read is then before it).
+        after = r.body.compact_revision;
+        events = [];
+        start = true;
+        continue;
+      }
+      if (r.status !== 200) return null;
+      const evs = r.body.events || [];
+      for (const ev of evs) {
+        if (revAfter(parseRev(ev.revision), end)) return { events, start };
+        events.push(ev);
+      }
+      if (events.length > 2 * MAX_EVENTS) events = events.slice(-MAX_EVENTS);
+      if (evs.length < HISTORY_PAGE || !revAfter(end, parseRev(r.body.revision))) return { events, start };
+      after = r.body.revision;
+    }
+    return { cut: true };
   }
 
   function setWatching(on) {
@@ -355,9 +556,11 @@
     $('events-source').title = on ? 'Every change, from GET /v1/watch' : 'Derived from what changed between two answers of /v1/overview';
   }
 
-  function watchEvent(ev) {
-    const at = new Date(state.clockSkew !== undefined ? ev.at_ms + state.clockSkew : Date.now());
-    const base = { at, key: ev.key, holder: ev.holder, token: ev.token };
+  // watchEvent adds ev to the pane; live, it is drawn at once and its
+  // arrival bounds the browser's clock against the cluster's.
+  function watchEvent(ev, live) {
+    if (live) clusterTimeSeen(ev.at_ms);
+    const base = { atMs: ev.at_ms, key: ev.key, holder: ev.holder, token: ev.token };
     switch (ev.type) {
       case 'granted': {
         const waited = ev.since_ms < ev.at_ms;
@@ -384,10 +587,31 @@
         return;
     }
     if (state.events.length > MAX_EVENTS) state.events.length = MAX_EVENTS;
-    renderEvents();
+    if (live) renderEvents();
   }
 
-  const KIND_LABEL = { granted: 'granted', handoff: 'hand-off', released: 'released', expired: 'expired', queued: 'queued', left: 'left queue' };
+  // clusterTimeSeen notes that the cluster's clock had reached ms by now.
+  // Without the leader's overview (a follower) the least difference seen
+  // is the best guess of the offset: each is late by at most the delay.
+  function clusterTimeSeen(ms) {
+    if (!(ms > 0) || state.skewFromLeader) return;
+    const d = Date.now() - ms;
+    if (state.clockSkew === undefined || d < state.clockSkew) {
+      const first = state.clockSkew === undefined;
+      state.clockSkew = d;
+      if (first) renderEvents();
+    }
+  }
+
+  const KIND_LABEL = { granted: 'granted', handoff: 'hand-off', released: 'released', expired: 'expired', queued: 'queued', left: 'left queue', gap: 'gap' };
+
+  // eventTime is when e happened on the browser's clock: events from the
+  // watch carry cluster time, shown once the offset is known.
+  function eventTime(e) {
+    if (e.at) return fmtClock(e.at);
+    if (e.atMs !== undefined && state.clockSkew !== undefined) return fmtClock(new Date(e.atMs + state.clockSkew));
+    return '··:··:··';
+  }
 
   function renderEvents() {
     const list = $('events');
@@ -405,7 +629,7 @@
         if (e.old) what.push(' again, was #' + e.old);
       }
       return el('li', { class: 'event', 'data-kind': e.kind, 'data-key': e.key || '' }, [
-        el('span', { class: 'time' }, [fmtClock(e.at)]),
+        el('span', { class: 'time' }, [eventTime(e)]),
         el('span', { class: 'kind kind-' + e.kind }, [KIND_LABEL[e.kind] || e.kind]),
         el('span', { class: 'what', title: e.note || e.key + ': token ' + e.token + ', ' + e.holder }, what),
       ]);
@@ -480,54 +704,102 @@
 
   // --- histograms ---
 
-  function renderHistogram(svg, hst, kind, sumEl) {
+  // renderHistogram draws hst in its buckets; for waits, now (the waits
+  // under way: {total, waitedMs}) are drawn on top as open bars, since a
+  // wait is counted only once it is granted.
+  function renderHistogram(svg, hst, kind, sumEl, now) {
     const { w, h } = size(svg);
     const m = { l: 8, r: 8, t: 16, b: 20 };
     const kids = [];
     const counts = hst.counts || [];
     const bounds = hst.bounds_ms || [];
     const n = counts.length;
-    if (!hst.count || !n) {
+    const waiting = now ? now.total : 0;
+    const open = new Array(n).fill(0);
+    if (now && n) {
+      for (const ms of now.waitedMs) {
+        let i = bounds.findIndex((b) => ms <= b);
+        if (i < 0) i = bounds.length;
+        open[Math.min(i, n - 1)]++;
+      }
+    }
+    const openCount = open.reduce((a, b) => a + b, 0);
+    if ((!hst.count || !n) && !openCount) {
       kids.push(el('line', { class: 'axis', x1: m.l, x2: w - m.r, y1: h - m.b, y2: h - m.b }, [], SVG));
-      kids.push(el('text', { class: 'nodata', x: w / 2, y: h / 2, 'text-anchor': 'middle' }, [kind === 'hold' ? 'No lease has ended yet' : 'Nobody has waited yet'], SVG));
+      const text = kind === 'hold' ? 'No lease has ended yet' : waiting ? waiting + ' waiting, none granted yet' : 'Nobody has waited yet';
+      kids.push(el('text', { class: 'nodata', x: w / 2, y: h / 2, 'text-anchor': 'middle' }, [text], SVG));
       svg.replaceChildren(...kids);
-      sumEl.textContent = '';
+      sumEl.textContent = waiting ? waiting + ' waiting now' : '';
       return;
     }
-    const top = Math.max(...counts);
+    const top = Math.max(1, ...counts.map((c, i) => c + open[i]));
     const slot = (w - m.l - m.r) / n;
     const bw = Math.max(2, slot * 0.72);
+    const ph = (c) => (c ? Math.max(1.5, (h - m.t - m.b) * (c / top)) : 0);
     for (let i = 0; i < n; i++) {
       const c = counts[i];
-      const bh = c ? Math.max(1.5, (h - m.t - m.b) * (c / top)) : 0;
+      const bh = ph(c);
+      const oh = ph(open[i]);
       const x0 = m.l + i * slot + (slot - bw) / 2;
       const label = i < bounds.length ? '≤' + fmtBound(bounds[i]) : '>' + fmtBound(bounds[bounds.length - 1]);
       if (c) {
-        kids.push(el('rect', { class: 'bar' + (kind === 'wait' ? ' wait' : ''), x: x0, y: h - m.b - bh, width: bw, height: bh, rx: 2, 'data-count': c }, [el('title', {}, [label + ': ' + c], SVG)], SVG));
-        kids.push(el('text', { class: 'bar-label', x: x0 + bw / 2, y: h - m.b - bh - 3, 'text-anchor': 'middle' }, [String(c)], SVG));
+        kids.push(el('rect', { class: 'bar' + (kind === 'wait' ? ' wait' : ''), x: x0, y: h - m.b - bh, width: bw, height: bh, rx: 2, 'data-count': c }, [el('title', {}, [label + ': ' + c + (kind === 'wait' ? ' granted after waiting' : '')], SVG)], SVG));
       }
+      if (open[i]) {
+        kids.push(el('rect', { class: 'bar now', x: x0 + 0.75, y: h - m.b - bh - oh + 0.75, width: Math.max(0.5, bw - 1.5), height: Math.max(0.5, oh - 1.5), rx: 2, 'data-count': open[i] }, [el('title', {}, [label + ': ' + open[i] + ' waiting now'], SVG)], SVG));
+      }
+      if (c || open[i]) kids.push(el('text', { class: 'bar-label', x: x0 + bw / 2, y: h - m.b - bh - oh - 3, 'text-anchor': 'middle' }, [String(c + open[i])], SVG));
       if (i % 2 === 0 || slot > 40) kids.push(el('text', { x: x0 + bw / 2, y: h - 5, 'text-anchor': 'middle' }, [label], SVG));
     }
     kids.push(el('line', { class: 'axis', x1: m.l, x2: w - m.r, y1: h - m.b, y2: h - m.b }, [], SVG));
     svg.replaceChildren(...kids);
-    sumEl.textContent = hst.count + (hst.count === 1 ? ' lease' : (kind === 'hold' ? ' leases' : ' waits')) + ', mean ' + fmtDuration(hst.sum_ms / hst.count);
+    const noun = kind === 'hold' ? (hst.count === 1 ? ' lease' : ' leases') : (hst.count === 1 ? ' wait' : ' waits');
+    const parts = [];
+    if (hst.count) parts.push(hst.count + noun + ', mean ' + fmtDuration(hst.sum_ms / hst.count));
+    if (waiting) parts.push(waiting + ' waiting now');
+    sumEl.textContent = parts.join(' · ');
   }
 
   // --- members ---
 
   function renderMembers(mb) {
     if (mb.node) $('node').textContent = 'node ' + mb.node;
-    const rows = (mb.members || []).map((m) => el('tr', { class: m.id === mb.node ? 'self' : '', 'data-node': m.id }, [
+    const rows = (mb.members || []).map((m) => el('tr', { class: m.id === mb.node ? 'self' : '', 'data-node': m.id, 'data-state': m.state || '' }, [
       el('td', { class: 'node-id' }, [m.id]),
       el('td', { class: 'addr' }, [el('div', {}, [m.client_addr ? el('a', { href: location.protocol + '//' + m.client_addr + '/ui/', title: m.id + '’s dashboard' }, [m.client_addr]) : 'client address not known yet']), el('div', { class: 'raft' }, ['raft ' + m.raft_addr])]),
-      el('td', {}, [el('span', { class: 'role' + (m.leader ? ' leader' : '') }, [m.leader ? 'leader' : m.suffrage.toLowerCase()])]),
+      el('td', {}, [el('span', { class: 'role' + (m.leader ? ' leader' : '') }, [m.leader ? 'leader' : String(m.suffrage || '').toLowerCase()]), ...memberHealth(m, mb)]),
     ]));
     $('members-body').replaceChildren(...rows);
     $('cluster-id').textContent = mb.cluster_id ? 'cluster ' + mb.cluster_id.slice(0, 8) : '';
     $('cluster-id').title = mb.cluster_id || '';
     $('stat-leader').textContent = mb.leader || 'none';
     const n = (mb.members || []).length;
-    $('stat-leader-sub').textContent = mb.leader ? [mb.leader_addr, n + (n === 1 ? ' node' : ' nodes')].filter(Boolean).join(' · ') : 'no leader known: writes wait';
+    const down = (mb.members || []).filter((m) => m.state === 'unreachable').length;
+    const sub = mb.leader ? [mb.leader_addr, n + (n === 1 ? ' node' : ' nodes')] : ['no leader known: writes wait'];
+    if (down) sub.push(down + ' unreachable');
+    $('stat-leader-sub').textContent = sub.filter(Boolean).join(' · ');
+    if (mb.applied_time_ms) clusterTimeSeen(mb.applied_time_ms);
+  }
+
+  // memberHealth is a member's health as the leader sees it, when the
+  // server reports it: its state, when the leader last heard from it and
+  // how far behind its log was then.
+  function memberHealth(m, mb) {
+    if (!m.state) return [];
+    const out = [];
+    if (m.state !== 'leader') out.push(el('span', { class: 'health', 'data-state': m.state, title: healthTitle(m, mb) }, [m.state]));
+    const facts = [];
+    if (m.last_contact_ms !== undefined && m.last_contact_ms !== null) facts.push('heard ' + fmtDuration(m.last_contact_ms) + ' ago');
+    if (m.lag_entries !== undefined && m.lag_entries !== null) facts.push(m.lag_entries === 0 ? 'up to date' : m.lag_entries + (m.lag_entries === 1 ? ' entry' : ' entries') + ' behind');
+    if (facts.length) out.push(el('div', { class: 'health-facts' }, [facts.join(' · ')]));
+    return out;
+  }
+
+  function healthTitle(m, mb) {
+    const from = mb.health_from ? 'as ' + mb.health_from + ' (the leader) sees it' : 'no leader’s view could be had';
+    if (m.state === 'unreachable') return 'not heard from for over ' + fmtDuration(mb.unreachable_after_ms) + ', ' + from;
+    if (m.state === 'unknown') return 'not known: ' + from;
+    return 'answering the leader’s heartbeats, ' + from;
   }
 
   // --- bits ---

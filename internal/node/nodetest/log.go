@@ -32,6 +32,8 @@ type Log struct {
 	// this node could not record).
 	failCovered error
 	pending     uint64
+	peers       []node.PeerStatus
+	follows     node.Status // what Status answers while it does not lead
 }
 
 var _ node.Replicator = (*Log)(nil)
@@ -73,7 +75,22 @@ func (l *Log) Barrier(time.Duration) error {
 func (l *Log) Leadership() <-chan bool { return l.lead }
 
 // Lose takes leadership away, as a deposed leader loses it.
-func (l *Log) Lose() { l.set(false) }
+func (l *Log) Lose() {
+	l.mu.Lock()
+	l.follows = node.Status{State: node.Follower}
+	l.mu.Unlock()
+	l.set(false)
+}
+
+// Follow takes leadership away and makes Status name leader as the one
+// this follower knows of, silent or not (it has not heard from it for a
+// heartbeat timeout).
+func (l *Log) Follow(leader string, silent bool) {
+	l.mu.Lock()
+	l.follows = node.Status{State: node.Follower, LeaderID: leader, LeaderSilent: silent}
+	l.mu.Unlock()
+	l.set(false)
+}
 
 // Lead gives it back, as an election won again.
 func (l *Log) Lead() { l.set(true) }
@@ -82,6 +99,9 @@ func (l *Log) set(leading bool) {
 	l.mu.Lock()
 	changed := l.leading != leading
 	l.leading = leading
+	if leading {
+		l.follows = node.Status{State: node.Follower}
+	}
 	l.mu.Unlock()
 	if changed {
 		l.lead <- leading
@@ -98,14 +118,15 @@ func (l *Log) VerifyLeader() error {
 	return nil
 }
 
-// Status is leader or follower of no known leader.
+// Status is leader, or follower of the leader Follow named (none after
+// Lose).
 func (l *Log) Status() node.Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.leading {
 		return node.Status{State: node.Leader, LeaderID: l.id}
 	}
-	return node.Status{State: node.Follower}
+	return l.follows
 }
 
 // AppliedIndex is the last index applied.
@@ -163,9 +184,16 @@ func (l *Log) ClearPendingFloor(floor uint64) error {
 	return nil
 }
 
-// Configuration is the one voter.
+// Configuration is the one voter, and a voter for each peer SetPeers
+// pretends is there.
 func (l *Log) Configuration() ([]node.Server, error) {
-	return []node.Server{{ID: l.id, Addr: l.id, Suffrage: "Voter", Voter: true}}, nil
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := []node.Server{{ID: l.id, Addr: l.id, Suffrage: "Voter", Voter: true}}
+	for _, p := range l.peers {
+		out = append(out, node.Server{ID: p.ID, Addr: p.ID, Suffrage: "Voter", Voter: true})
+	}
+	return out, nil
 }
 
 var errNoMembers = errors.New("nodetest: a single in-memory voter takes no other members")
@@ -189,4 +217,26 @@ func (l *Log) Addr() string { return l.id }
 func (l *Log) Dialable() bool { return false }
 
 // ProbeRaft is refused.
-func (l *Log) ProbeRaft(context.Context, string, time.Duration) error { return errNoMembers }
+func (l *Log) ProbeRaft(context.Context, string, string, time.Duration) error { return errNoMembers }
+
+// SetPeers makes Peers answer ps while the log leads, and Configuration
+// list them as voters: members a test pretends are there, which nothing
+// is replicated to.
+func (l *Log) SetPeers(ps []node.PeerStatus) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.peers = append([]node.PeerStatus(nil), ps...)
+}
+
+// Peers is what SetPeers gave, while the log leads.
+func (l *Log) Peers() ([]node.PeerStatus, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.leading {
+		return nil, false
+	}
+	return append([]node.PeerStatus(nil), l.peers...), true
+}
+
+// UnreachableAfter is a second: nothing here times out.
+func (l *Log) UnreachableAfter() time.Duration { return time.Second }

@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -71,23 +72,57 @@ func (l *Leaf) TLS(t testing.TB) tls.Certificate {
 
 // Issue signs a certificate named cn for 127.0.0.1 and localhost, good
 // for both server and client authentication (a node uses one certificate
-// for both).
+// for both; its CN names the node).
 func (ca *CA) Issue(t testing.TB, cn string) *Leaf {
+	t.Helper()
+	return ca.sign(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:    []string{"localhost"},
+	})
+}
+
+// IssueNode is Issue naming the node id also as the URI SAN
+// fencelock://node/ID, the way docs/SECURITY.md issues node certificates.
+func (ca *CA) IssueNode(t testing.TB, id string) *Leaf {
+	t.Helper()
+	return ca.sign(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: id},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:    []string{"localhost"},
+		URIs:        []*url.URL{{Scheme: "fencelock", Host: "node", Path: "/" + id}},
+	})
+}
+
+// IssueClient signs a client certificate named cn: extended key usage
+// clientAuth only, no addresses, as docs/SECURITY.md makes alice.pem.
+func (ca *CA) IssueClient(t testing.TB, cn string) *Leaf {
+	t.Helper()
+	return ca.sign(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+}
+
+// IssueTemplate signs tmpl as it is (names, usages), filling in the
+// serial number, validity and key usage.
+func (ca *CA) IssueTemplate(t testing.TB, tmpl *x509.Certificate) *Leaf {
+	t.Helper()
+	return ca.sign(t, tmpl)
+}
+
+func (ca *CA) sign(t testing.TB, tmpl *x509.Certificate) *Leaf {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(t),
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:     []string{"localhost"},
-	}
+	tmpl.SerialNumber = serial(t)
+	tmpl.NotBefore = time.Now().Add(-time.Minute)
+	tmpl.NotAfter = time.Now().Add(time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,36 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencelock/fencelock/internal/node"
+)
+
+// raftPortCollectors are the raft port's metrics, read from the node's
+// own accounting (node.RaftPortStats): the port's budgets are its own,
+// apart from the client port's connection caps.
+func raftPortCollectors(n *node.Node) []prometheus.Collector {
+	gauge := func(name, help string, v func(node.RaftPortStats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(n.RaftPortStats()) })
+	}
+	refused := func(reason string, v func(node.RaftPortStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "fencelock_raft_connections_refused_total",
+			Help:        "Raft port connections closed by reason: at the connection cap, with the handshake budget spent, or refused at the TLS handshake (no, or another CA's, or a client certificate, or a node of no member).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(v(n.RaftPortStats())) })
+	}
+	return []prometheus.Collector{
+		gauge("fencelock_raft_connections_open", "Accepted raft port connections raft holds now.",
+			func(st node.RaftPortStats) float64 { return float64(st.Open) }),
+		gauge("fencelock_raft_handshakes_in_progress", "TLS handshakes in progress on the raft port.",
+			func(st node.RaftPortStats) float64 { return float64(st.Handshaking) }),
+		gauge("fencelock_raft_connections_max", "The cap on accepted raft port connections (0: no raft port).",
+			func(st node.RaftPortStats) float64 { return float64(st.Limits.MaxConns) }),
+		gauge("fencelock_raft_handshakes_max", "The cap on TLS handshakes in progress on the raft port (0: no raft port).",
+			func(st node.RaftPortStats) float64 { return float64(st.Limits.MaxHandshakes) }),
+		refused("connection_cap", func(st node.RaftPortStats) int64 { return st.RefusedConns }),
+		refused("handshake_budget", func(st node.RaftPortStats) int64 { return st.RefusedHandshakeBudget }),
+		refused("handshake", func(st node.RaftPortStats) int64 { return st.HandshakesRefused }),
+	}
+}
