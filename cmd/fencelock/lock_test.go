@@ -105,16 +105,29 @@ func TestLockLostLeaseKillsCMD(t *testing.T) {
 }
 
 // TestLockLostLeaseKillsWholeGroup: CMD's shell exits on SIGTERM but leaves
-// a worker that ignores it; the worker must not outlive lock.
+// a worker that ignores it; the worker must not outlive lock. The server
+// refuses extensions once the worker runs (before, the first extension
+// could be refused before the worker had started).
 func TestLockLostLeaseKillsWholeGroup(t *testing.T) {
 	srv := clienttest.NewServer(client.SystemClock{})
 	defer srv.Close()
-	srv.Fail("extend", "not_held")
 	pidFile := filepath.Join(t.TempDir(), "worker.pid")
 	script := `(trap '' TERM; echo $BASHPID > "$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"; while :; do sleep 0.05; done) & wait`
 	t.Setenv("PIDFILE", pidFile) // CMD inherits the test's environment
-	code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "300ms", "--",
-		"bash", "-c", script)
+	type result struct {
+		code int
+		errs string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "1s", "--",
+			"bash", "-c", script)
+		done <- result{code, errs}
+	}()
+	eventually(t, "the worker", func() bool { return fileExists(pidFile) })
+	srv.Fail("extend", "not_held")
+	r := <-done
+	code, errs := r.code, r.errs
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
 	}
