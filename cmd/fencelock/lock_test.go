@@ -124,7 +124,7 @@ func TestLockLostLeaseKillsWholeGroup(t *testing.T) {
 			"bash", "-c", script)
 		done <- result{code, errs}
 	}()
-	eventually(t, "the worker", func() bool { return fileExists(pidFile) })
+	eventually(t, "the worker", func() bool { _, err := os.Stat(pidFile); return err == nil })
 	srv.Fail("extend", "not_held")
 	r := <-done
 	code, errs := r.code, r.errs
