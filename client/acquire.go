@@ -46,7 +46,8 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 // start turns a grant into a Lease. sent is when the grant was asked for: the
 // server granted at or after it, so the lease lasts at least until sent+TTL.
 func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.Time) (*Lease, error) {
-	if c.clock.Now().Sub(sent) >= o.ttl/3 {
+	b := budgetFor(o.ttl)
+	if c.clock.Now().Sub(sent) >= b.every {
 		// A grant that waited in the queue can only be dated from when we
 		// asked, which may be long ago; an extension dates it afresh.
 		again := c.clock.Now()
@@ -56,7 +57,7 @@ func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.T
 			return nil, err
 		}
 		lk, sent = ext, again
-		if c.clock.Now().Sub(sent) >= o.ttl/2 {
+		if c.clock.Now().Sub(sent) >= b.giveUp {
 			c.releaseQuietly(lk.Key, lk.Holder, lk.Token)
 			return nil, &LostError{Key: lk.Key, Token: lk.Token, Reason: ErrExpired}
 		}

@@ -13,15 +13,19 @@
 //
 //  1. Acquire waits in the key's FIFO queue (TryAcquire does not wait) and
 //     returns a *Lease with its fencing Token.
-//  2. One goroutine per Lease extends it every TTL/3 or so (with jitter),
-//     keeping the token. An extension that fails on one node is sent at
-//     once to the next, or to the leader a node names, so a lease rides
-//     through a leader change under the same token.
-//  3. If no extension has been confirmed by TTL/2 after the send time of the
-//     last confirmed one, measured on the client's monotonic clock, the lease
-//     is lost: Done is closed and Err says why (ErrExpired, ErrUnreachable,
-//     ErrUnavailable, ErrNotHeld). The server cannot grant the key to anyone
-//     else before TTL after that send, so the holder has TTL/2 to stop.
+//  2. One goroutine per Lease extends it every TTL/3 or so (with jitter;
+//     sooner for a TTL under 2.7 s, so that 1.5 s is left for a failover
+//     before the give-up point), keeping the token. An extension that
+//     fails on one node is sent at once to the next, or to the leader a
+//     node names, so a lease rides through a leader change under the same
+//     token.
+//  3. If no extension has been confirmed by 0.89×TTL after the send time of
+//     the last confirmed one (Deadline), measured on the client's monotonic
+//     clock, the lease is lost: Done is closed and Err says why
+//     (ErrExpired, ErrUnreachable, ErrUnavailable, ErrNotHeld). The server
+//     cannot grant the key to anyone else before TTL after that send, so
+//     the holder has StopGrace, TTL/10, to stop before StopBy, which keeps
+//     TTL/100 as a bound on clock-rate error (docs/RELIABILITY.md).
 //  4. Release stops the goroutine, waits for it, and gives the lock back.
 //
 // A sketch:
@@ -31,10 +35,10 @@
 //	defer lease.Release(context.Background())
 //	err = doWork(lease.Context(), lease.Token()) // the resource checks the token
 //
-// A Session (NewSession) is a server-side lease that many
-// locks are taken under (TryAcquire, Acquire, AcquireAll): one goroutine
-// extends the session, and so every lock, at TTL/3; at TTL/2 without a
-// confirmed extension the session and all its locks' contexts end
+// A Session (NewSession) is a server-side lease that many locks are taken
+// under (TryAcquire, Acquire, AcquireAll): one goroutine extends the
+// session, and so every lock, on the same cadence; at its Deadline without
+// a confirmed extension the session and all its locks' contexts end
 // together, as the server releases them together. AcquireAll takes several
 // keys at once, all or none.
 //
@@ -47,8 +51,8 @@
 // revision order, resuming after the last revision on another node or
 // after a lost answer; a revision the server no longer keeps ends it with
 // ErrCompacted, and WatchList resyncs. Campaign elects a Leader on a lock
-// key (FIFO, no herd) that carries its fencing token and stops at TTL/2
-// as a Lease does; Observe reports who leads (docs/PRIMITIVES.md).
+// key (FIFO, no herd) that carries its fencing token and stops at its
+// Deadline as a Lease does; Observe reports who leads (docs/PRIMITIVES.md).
 //
 // Errors match sentinels with errors.Is whichever side of the wire refused:
 // the server's codes map to ErrHeld, ErrNotHeld, ErrNotFound, ErrInvalid,

@@ -20,8 +20,9 @@ import (
 
 // Leader is an elected candidate: a lease on the election's key that
 // keeps itself alive. Its Context is cancelled when leadership is lost,
-// at the latest TTL/2 after the last confirmed extension was sent, which
-// leaves at least TTL/2 to stop before another candidate can be elected.
+// at the latest 0.89×TTL after the last confirmed extension was sent,
+// which leaves StopGrace (TTL/10) to stop before StopBy, and TTL/100 more
+// before another candidate can be elected.
 type Leader struct {
 	lease *Lease
 }

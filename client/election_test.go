@@ -43,9 +43,9 @@ func campaign(c *client.Client, name, candidate string) chan elected {
 }
 
 // Two candidates: the first resigns and the second is elected with a
-// larger token; the second is lost (its extensions fail), stops at TTL/2,
-// and a third is elected only once the server let the lease run out, with
-// a larger token still. The observer sees each leader.
+// larger token; the second is lost (its extensions fail), stops at its
+// give-up point, and a third is elected only once the server let the lease
+// run out, with a larger token still. The observer sees each leader.
 func TestElectionHandsOnLeadershipWithLargerTokens(t *testing.T) {
 	leakCheck(t)
 	ctx := context.Background()

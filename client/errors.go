@@ -58,8 +58,9 @@ var (
 	ErrReleased = errors.New("fencelock: lease released")
 	// ErrLeaseLost: the client can no longer prove it holds the lease.
 	ErrLeaseLost = errors.New("fencelock: lease lost")
-	// ErrExpired: no extension was confirmed within TTL/2 of sending the last
-	// confirmed one (for example because this process was paused).
+	// ErrExpired: no extension was confirmed by the lease's Deadline,
+	// 0.89×TTL after sending the last confirmed one (for example because
+	// this process was paused).
 	ErrExpired = errors.New("fencelock: lease expired")
 )
 

@@ -48,3 +48,37 @@ func (c *Client) BinaryCalls(addr, path string) bool {
 	fc, err := c.frames.Get(context.Background(), strings.TrimPrefix(addr, "http://"))
 	return err == nil && fc != nil && fc.Calls(path)
 }
+
+// Budget exposes the keep-alive's timing for ttl, as offsets from the send
+// of the last confirmed extension: extend every (less jitter), give up,
+// stop by.
+func Budget(ttl time.Duration) (every, giveUp, stopBy time.Duration) {
+	b := budgetFor(ttl)
+	return b.every, b.giveUp, b.stopBy
+}
+
+// FailoverAllowance is failoverAllowance, for tests.
+const FailoverAllowance = failoverAllowance
+
+// RetryDelayMax is the longest pause between two rounds of failed
+// extensions for ttl.
+func RetryDelayMax(ttl time.Duration) time.Duration { return retryDelayMax(ttl) }
+
+// Waiting reports whether the keep-alive goroutine waits on its clock
+// alone: asleep (a pause, or the next due time), or with an attempt out at
+// an address in hanging, which will not answer before its timeout. A test
+// that moves a fake clock only then never ages an attempt that a server
+// is answering.
+func (l *Lease) Waiting(hanging ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sleeping {
+		return true
+	}
+	for _, a := range hanging {
+		if l.attempt == a {
+			return true
+		}
+	}
+	return false
+}

@@ -76,7 +76,7 @@ func TestLeaseExtendFailsOver(t *testing.T) {
 				sent = clk.Now()
 			}
 			waitFor(t, "the extension to reach b", func() bool { return b.Count("extend") == 1 })
-			waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(sent.Add(ttl / 2)) })
+			waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(sent.Add(giveUpOf(ttl))) })
 			if err := l.Err(); err != nil || l.Token() != token || l.Context().Err() != nil {
 				t.Fatalf("after failover: Err %v, token %d (want %d), ctx %v", err, l.Token(), token, l.Context().Err())
 			}
@@ -106,21 +106,21 @@ func TestLeaseExtendFailsOver(t *testing.T) {
 }
 
 // TestLeaseLostWhenNoNodeConfirms: with every node failing, the lease is
-// still lost exactly at TTL/2 after the last confirmed send, whatever
+// still lost exactly at the give-up point after the last confirmed send, whatever
 // the number of addresses tried.
 func TestLeaseLostWhenNoNodeConfirms(t *testing.T) {
 	leakCheck(t)
 	clk := newFakeClock()
 	a, b, _, l := twoNodes(t, clk)
-	last := l.Deadline().Add(-ttl / 2)
+	last := l.Deadline().Add(-giveUpOf(ttl))
 	a.Fail("extend", "drop")
 	b.NotLeader(&a.Addr)
 	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	next, _ := clk.Next()
 	clk.Advance(next)
 	waitFor(t, "a failed extension at b", func() bool { return b.Count("extend") >= 1 })
-	for clk.Now().Before(last.Add(ttl/2 - time.Millisecond)) {
-		step := min(10*time.Millisecond, last.Add(ttl/2-time.Millisecond).Sub(clk.Now()))
+	for clk.Now().Before(last.Add(giveUpOf(ttl) - time.Millisecond)) {
+		step := min(10*time.Millisecond, last.Add(giveUpOf(ttl)-time.Millisecond).Sub(clk.Now()))
 		clk.Advance(step)
 		if isDone(l) {
 			t.Fatalf("lost %v before the deadline: %v", l.Deadline().Sub(clk.Now()), l.Err())
@@ -227,7 +227,7 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 // attempt at a times out, b and c answer not_leader naming nobody, and
 // after the pause the next round must not wait on a again: c, elected
 // meanwhile, confirms. A frozen leader costs one attempt's timeout of the
-// TTL/6 left, not one per round.
+// failover allowance, not one per round.
 func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
 	leakCheck(t)
 	clk := newFakeClock()
@@ -279,7 +279,7 @@ func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
 	if n := a.Count("extend"); n != 1 {
 		t.Fatalf("a, silent, was asked %d times; want once", n)
 	}
-	waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(sent.Add(ttl / 2)) })
+	waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(sent.Add(giveUpOf(ttl))) })
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease: %v", err)
 	}

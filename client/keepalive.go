@@ -13,11 +13,13 @@ import (
 )
 
 // keeper is the keep-alive a Lease and a Session share: one goroutine that
-// extends about every TTL/3 after the send of the last confirmed extension,
-// tries the cluster's addresses in turn when one fails, and declares the
-// lease or session lost at TTL/2 after that send (DESIGN.md §4). What
-// differs is what one extension sends (send) and what a loss is called
-// (lost).
+// extends on the cadence of budgetFor(ttl) after the send of the last
+// confirmed extension (TTL/3, or sooner when that would leave less than a
+// failover's time before the give-up point), tries the cluster's
+// addresses in turn when one fails, and declares the lease or session
+// lost at the give-up point: TTL less a stop grace and a clock allowance
+// after that send (DESIGN.md §4, docs/RELIABILITY.md). What differs is what
+// one extension sends (send) and what a loss is called (lost).
 type keeper struct {
 	c     *Client
 	clock Clock
@@ -35,7 +37,7 @@ type keeper struct {
 
 	mu       sync.Mutex
 	lastSent time.Time // send time of the last confirmed grant, open or extension
-	timer    Timer     // calls expire at lastSent + ttl/2
+	timer    Timer     // calls expire at the deadline
 	lastErr  error     // the last transient failure since the last confirmation
 	err      error     // set once ended: the owner's close sentinel, or lost(...)
 	next     int       // the next attempt goes this many places after the preferred address
@@ -46,6 +48,14 @@ type keeper struct {
 	// attempt's timeout, not one per round. A node named as the leader is
 	// still asked.
 	silent map[string]bool
+	// extended is closed at the next confirmation (made on demand by
+	// extendedLocked).
+	extended chan struct{}
+	// What the goroutine is waiting for, for tests that move a fake clock
+	// only while it waits on it: sleeping (a pause or the next due time),
+	// or the answer of the attempt at attempt.
+	sleeping bool
+	attempt  string
 }
 
 // start arms the deadline and starts the goroutine; ctx gives the values
@@ -67,14 +77,33 @@ func (l *keeper) errNow() error {
 	return l.err
 }
 
-// deadline is TTL/2 after the send time of the last confirmed extension.
+// deadline is the give-up point: budgetFor(ttl).giveUp after the send time
+// of the last confirmed extension.
 func (l *keeper) deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadlineLocked()
 }
 
-func (l *keeper) deadlineLocked() time.Time { return l.lastSent.Add(l.ttl / 2) }
+func (l *keeper) deadlineLocked() time.Time { return l.lastSent.Add(budgetFor(l.ttl).giveUp) }
+
+// stopBy is when everything under the lease must have stopped:
+// budgetFor(ttl).stopBy after the send of the last confirmed extension.
+func (l *keeper) stopBy() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastSent.Add(budgetFor(l.ttl).stopBy)
+}
+
+// extendedCh is closed at the next confirmed extension.
+func (l *keeper) extendedCh() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.extended == nil {
+		l.extended = make(chan struct{})
+	}
+	return l.extended
+}
 
 // expire runs at the deadline.
 func (l *keeper) expire() {
@@ -101,15 +130,15 @@ func (l *keeper) endLocked(err error) {
 	l.cancel(err)
 }
 
-// run is the one goroutine: extend at about TTL/3 after each confirmed
-// send, retry transient failures until the deadline.
+// run is the one goroutine: extend at the budget's cadence after each
+// confirmed send, retry transient failures until the deadline.
 func (l *keeper) run() {
 	defer close(l.done)
 	for {
 		l.mu.Lock()
 		next := l.lastSent.Add(l.interval())
 		l.mu.Unlock()
-		if !sleep(l.clock, next.Sub(l.clock.Now()), l.ctx.Done()) {
+		if !l.sleep(next.Sub(l.clock.Now())) {
 			return
 		}
 		for {
@@ -117,7 +146,7 @@ func (l *keeper) run() {
 			if done {
 				break
 			}
-			if !sleep(l.clock, pause, l.ctx.Done()) {
+			if !l.sleep(pause) {
 				return
 			}
 		}
@@ -127,28 +156,46 @@ func (l *keeper) run() {
 	}
 }
 
-// interval is TTL/3 less up to 10%, so that many clients started together
-// do not extend in lockstep. The jitter only ever moves an extension
-// earlier: one sent late would leave less than TTL/6 before the deadline at
-// TTL/2 for riding out a leader's death just before it was due.
+// sleep waits d on the clock, or until the keep-alive ends; it reports
+// whether the whole d passed.
+func (l *keeper) sleep(d time.Duration) bool {
+	l.mu.Lock()
+	l.sleeping = true
+	l.mu.Unlock()
+	ok := sleep(l.clock, d, l.ctx.Done())
+	l.mu.Lock()
+	l.sleeping = false
+	l.mu.Unlock()
+	return ok
+}
+
+// interval is the budget's cadence less up to 10%, so that many clients
+// started together do not extend in lockstep. The jitter only ever moves
+// an extension earlier: one sent late would leave less than the failover
+// allowance before the deadline for riding out a leader's death just
+// before it was due.
 func (l *keeper) interval() time.Duration {
-	third := l.ttl / 3
-	return third - mrand.N(third/10+1)
+	every := budgetFor(l.ttl).every
+	return every - mrand.N(every/10+1)
 }
 
 // retryDelay spaces rounds of failed extensions (a round tries every
 // address once): about TTL/30, at most 250ms, so that the retries notice a
-// newly elected leader soon and several rounds fit between TTL/3 and the
-// deadline at TTL/2.
+// newly elected leader soon after it is elected.
 func (l *keeper) retryDelay() time.Duration {
-	d := min(max(l.ttl/30, 2*time.Millisecond), 250*time.Millisecond)
+	d := retryDelayMax(l.ttl)
 	return d/2 + mrand.N(d/2+1)
+}
+
+// retryDelayMax is the longest retryDelay for ttl.
+func retryDelayMax(ttl time.Duration) time.Duration {
+	return min(max(ttl/30, 2*time.Millisecond), 250*time.Millisecond)
 }
 
 // attemptTimeout bounds one extension sent to one node: about TTL/12
 // (100ms to 2s, never more than TTL/6), so that a node that is frozen or
-// cut off costs only a part of the TTL/6 between the due time and the
-// deadline, and the other nodes are tried in time.
+// cut off costs only a part of the failover allowance between the due time
+// and the deadline, and the other nodes are tried in time.
 func (l *keeper) attemptTimeout() time.Duration {
 	return min(max(l.ttl/12, 100*time.Millisecond), 2*time.Second, max(l.ttl/6, time.Millisecond))
 }
@@ -190,6 +237,7 @@ func (l *keeper) extendOnce() (done bool, pause time.Duration) {
 	actx, cancel := context.WithCancelCause(l.ctx)
 	l.mu.Lock()
 	addr := l.pickLocked()
+	l.attempt = addr
 	l.mu.Unlock()
 	var silent atomic.Bool
 	t := l.clock.AfterFunc(timeout, func() {
@@ -202,6 +250,7 @@ func (l *keeper) extendOnce() (done bool, pause time.Duration) {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.attempt = ""
 	if l.err != nil {
 		return true, 0 // ended while the request was out
 	}
@@ -223,6 +272,10 @@ func (l *keeper) extendOnce() (done bool, pause time.Duration) {
 		l.next, l.tries, l.silent = 0, 0, nil
 		l.lastSent, l.lastErr = sent, nil
 		confirm()
+		if l.extended != nil {
+			close(l.extended)
+			l.extended = nil
+		}
 		l.timer.Stop()
 		l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(now), l.expire)
 		return true, 0

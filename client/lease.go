@@ -7,12 +7,17 @@ import (
 )
 
 // Lease is a held lock that keeps itself alive. One goroutine per Lease
-// extends it about every TTL/3 (with jitter), keeping its token. When no
-// extension has been confirmed by TTL/2 after the send time of the last
-// confirmed one, measured on the client's clock, the lease is lost: Done is
+// extends it, keeping its token: every TTL/3 (less up to 10% jitter), or
+// more often for a TTL under about 2.7 s, so that 1.5 s is left for a
+// failover between an extension's due time and the give-up point, and
+// never more often than every TTL/8. When no extension has been confirmed
+// by the give-up point (Deadline), 0.89×TTL after the send time of the
+// last confirmed one on the client's clock, the lease is lost: Done is
 // closed and Err says why. The server cannot have handed the key to anyone
-// else before TTL after that send, so whoever watches Done has at least TTL/2
-// to stop using the lease (DESIGN.md §4).
+// else before TTL after that send, so whoever watches Done has the stop
+// grace, TTL/10, to stop what it does under the lease before StopBy, which
+// keeps TTL/100 as a bound on clock-rate error (DESIGN.md §4,
+// docs/RELIABILITY.md).
 //
 // Work done under a lease should carry Token to the resource, whose fence
 // refuses stale tokens: a process can be paused at any instruction, even
@@ -53,14 +58,28 @@ func (l *Lease) Context() context.Context { return l.ctx }
 func (l *Lease) Err() error { return l.errNow() }
 
 // Deadline is when the lease will be declared lost unless an extension is
-// confirmed first: TTL/2 after the send time of the last confirmed one.
+// confirmed first: 0.89×TTL (TTL less StopGrace and the clock allowance)
+// after the send time of the last confirmed one.
 func (l *Lease) Deadline() time.Time { return l.deadline() }
+
+// StopBy is when everything done under the lease must have stopped: TTL
+// less TTL/100 after the send time of the last confirmed grant or
+// extension, on the client's clock. The TTL/100 bounds how much faster the
+// server's clock may run than the client's, and the moment a kill takes to
+// land. Deadline is StopGrace (TTL/10) before it; `fencelock lock` sends
+// its command SIGTERM at Deadline and SIGKILL at StopBy.
+func (l *Lease) StopBy() time.Time { return l.stopBy() }
+
+// Extended returns a channel that is closed when the next extension is
+// confirmed, when Deadline, StopBy and HeldUntil have moved on. It is not
+// closed when the lease ends (Done is); call it again for the one after.
+func (l *Lease) Extended() <-chan struct{} { return l.extendedCh() }
 
 // HeldUntil is the earliest instant at which the server can consider the
 // lease expired and grant the key to someone else: TTL after the send time
-// of the last confirmed grant or extension, on the client's clock (assuming
-// client and server clocks run at about the same rate). Anything still
-// running under the lease must be stopped before then.
+// of the last confirmed grant or extension, on the client's clock, if
+// client and server clocks run at the same rate (StopBy allows for a
+// difference).
 func (l *Lease) HeldUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()

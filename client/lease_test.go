@@ -63,13 +63,13 @@ func TestLeaseExtendCadence(t *testing.T) {
 	// sleep (the server's own timers are not counted).
 	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	for i := 1; i <= 5; i++ {
-		if got := l.Deadline(); !got.Equal(lastSent.Add(ttl / 2)) {
-			t.Fatalf("cycle %d: deadline %v after the last send, want TTL/2", i, got.Sub(lastSent))
+		if got := l.Deadline(); !got.Equal(lastSent.Add(giveUpOf(ttl))) {
+			t.Fatalf("cycle %d: deadline %v after the last send, want %v", i, got.Sub(lastSent), giveUpOf(ttl))
 		}
 		next, _ := clk.Next()
 		since := clk.Now().Add(next).Sub(lastSent)
-		if since < ttl/3-ttl/30 || since > ttl/3 {
-			t.Fatalf("cycle %d: next extension %v after the last confirmed send, want TTL/3 less up to 10%%", i, since)
+		if every := everyOf(ttl); since < every-every/10 || since > every {
+			t.Fatalf("cycle %d: next extension %v after the last confirmed send, want %v less up to 10%%", i, since, every)
 		}
 		if n := srv.Count("extend"); n != i-1 {
 			t.Fatalf("cycle %d: %d extensions before the due time", i, n)
@@ -77,7 +77,7 @@ func TestLeaseExtendCadence(t *testing.T) {
 		clk.Advance(next)
 		lastSent = clk.Now()
 		waitFor(t, "the extension", func() bool { return srv.Count("extend") == i })
-		waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(lastSent.Add(ttl / 2)) })
+		waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(lastSent.Add(giveUpOf(ttl))) })
 		waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	}
 	if h, tok, ok := srv.Holder("k"); !ok || h != "a" || tok != 1 {
@@ -101,7 +101,7 @@ func TestLeaseExtendCadence(t *testing.T) {
 }
 
 // TestLeaseLostExactlyAtDeadline: extensions fail, and the lease is declared
-// lost at TTL/2 after the last confirmed send, not a tick before.
+// lost at its give-up point after the last confirmed send, not a tick before.
 func TestLeaseLostExactlyAtDeadline(t *testing.T) {
 	for _, tc := range []struct {
 		fault  string
@@ -122,7 +122,7 @@ func TestLeaseLostExactlyAtDeadline(t *testing.T) {
 			srv.Fail("extend", tc.fault)
 			clk.Advance(ttl/3 + ttl/30) // the first extension is due by now
 			waitFor(t, "a failed extension", func() bool { return l.LastErr() != nil })
-			clk.Advance(sent.Add(ttl/2).Sub(clk.Now()) - time.Millisecond)
+			clk.Advance(sent.Add(giveUpOf(ttl)).Sub(clk.Now()) - time.Millisecond)
 			if isDone(l) || l.Err() != nil {
 				t.Fatalf("lost 1ms before the deadline: %v", l.Err())
 			}
@@ -260,7 +260,7 @@ func TestAcquireWaitsFIFO(t *testing.T) {
 
 // TestAcquireAfterLongWaitRedatesGrant: a grant that arrives TTL after it was
 // asked for cannot be dated from the ask; Acquire confirms it with an
-// extension so the deadline is TTL/2 from now, not already past.
+// extension so the deadline is the give-up point from now, not already past.
 func TestAcquireAfterLongWaitRedatesGrant(t *testing.T) {
 	leakCheck(t)
 	clk := newFakeClock()
@@ -290,8 +290,8 @@ func TestAcquireAfterLongWaitRedatesGrant(t *testing.T) {
 	if srv.Count("extend") != 1 {
 		t.Fatalf("%d extensions, want the one that dates the grant", srv.Count("extend"))
 	}
-	if d := r.l.Deadline().Sub(clk.Now()); d != ttl/2 {
-		t.Fatalf("deadline %v away, want TTL/2", d)
+	if d := r.l.Deadline().Sub(clk.Now()); d != giveUpOf(ttl) {
+		t.Fatalf("deadline %v away, want %v", d, giveUpOf(ttl))
 	}
 	if err := r.l.Release(ctx); err != nil {
 		t.Fatal(err)

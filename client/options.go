@@ -9,8 +9,8 @@ import (
 )
 
 // DefaultTTL is the lease TTL when WithTTL is not given. The handle extends
-// about every DefaultTTL/3 and gives the lease up as lost DefaultTTL/2 after
-// the last confirmed extension was sent.
+// about every DefaultTTL/3 and gives the lease up as lost 0.89×DefaultTTL
+// (8.9 s) after the last confirmed extension was sent.
 const DefaultTTL = 10 * time.Second
 
 // maxWaitRound is the longest wait one acquire request asks the server for

@@ -68,8 +68,9 @@ type sessionOptions struct {
 type SessionOption func(*sessionOptions)
 
 // WithSessionTTL sets the session's TTL (default DefaultTTL; the server
-// accepts 100ms to 24h). The session extends about every TTL/3 and is lost
-// TTL/2 after the send time of the last confirmed extension.
+// accepts 100ms to 24h). The session extends and is lost as a Lease is:
+// about every TTL/3 (sooner below 2.7 s), and lost 0.89×TTL after the send
+// time of the last confirmed extension.
 func WithSessionTTL(ttl time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.ttl = ttl }
 }
@@ -83,8 +84,8 @@ func WithSessionHolder(holder string) SessionOption {
 // Session is a server-side session kept alive by exactly one goroutine.
 // Locks taken under it (Acquire, TryAcquire, AcquireAll) need no keep-alive
 // of their own: the session's renews them all, and they end with it.
-// When the session is lost (no extension confirmed by TTL/2 after the send
-// of the last confirmed one) or closed, Done is closed, Err says why, and
+// When the session is lost (no extension confirmed by its Deadline,
+// 0.89×TTL after the send of the last confirmed one) or closed, Done is closed, Err says why, and
 // every lock's Context ends with the same cause.
 type Session struct {
 	keeper
@@ -125,7 +126,7 @@ func NewSession(ctx context.Context, c *Client, opts ...SessionOption) (*Session
 	}
 	s.start(ctx)
 	s.mu.Lock()
-	s.checkLocked(s.clock.Now()) // an open answered after TTL/2 is already lost
+	s.checkLocked(s.clock.Now()) // an open answered after the give-up point is already lost
 	s.mu.Unlock()
 	return s, nil
 }
@@ -150,8 +151,14 @@ func (s *Session) Context() context.Context { return s.ctx }
 func (s *Session) Err() error { return s.errNow() }
 
 // Deadline is when the session will be declared lost unless an extension
-// is confirmed first: TTL/2 after the send time of the last confirmed one.
+// is confirmed first: 0.89×TTL after the send time of the last confirmed
+// one (see Lease.Deadline).
 func (s *Session) Deadline() time.Time { return s.deadline() }
+
+// StopBy is when everything done under the session's locks must have
+// stopped: TTL less TTL/100 after the send time of the last confirmed
+// extension (see Lease.StopBy).
+func (s *Session) StopBy() time.Time { return s.stopBy() }
 
 // Close stops the keep-alive, waits for its goroutine and ends the session
 // on the server, which releases every lock under it and hands each key to

@@ -39,13 +39,13 @@ func TestSessionOneKeepAliveForManyLocks(t *testing.T) {
 	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	for i := 1; i <= 4; i++ {
 		next, _ := clk.Next()
-		if since := clk.Now().Add(next).Sub(lastSent); since < ttl/3-ttl/30 || since > ttl/3 {
-			t.Fatalf("cycle %d: next extend %v after the last confirmed send, want TTL/3 less up to 10%%", i, since)
+		if since, every := clk.Now().Add(next).Sub(lastSent), everyOf(ttl); since < every-every/10 || since > every {
+			t.Fatalf("cycle %d: next extend %v after the last confirmed send, want %v less up to 10%%", i, since, every)
 		}
 		clk.Advance(next)
 		lastSent = clk.Now()
 		waitFor(t, "the extend", func() bool { return srv.Count("session/extend") == i })
-		waitFor(t, "the confirmation", func() bool { return s.Deadline().Equal(lastSent.Add(ttl / 2)) })
+		waitFor(t, "the confirmation", func() bool { return s.Deadline().Equal(lastSent.Add(giveUpOf(ttl))) })
 		waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	}
 	if srv.Count("extend") != 0 || srv.Count("extend-batch") != 0 {
@@ -81,9 +81,10 @@ func TestSessionOneKeepAliveForManyLocks(t *testing.T) {
 	}
 }
 
-// The session stops safely: lost exactly TTL/2 after the send of the last
-// confirmed extend, and every lock's context ends with the same cause.
-func TestSessionLostAtHalfTTL(t *testing.T) {
+// The session stops safely: lost exactly at the give-up point after the
+// send of the last confirmed extend, and every lock's context ends with the
+// same cause.
+func TestSessionLostAtGiveUp(t *testing.T) {
 	leakCheck(t)
 	clk := newFakeClock()
 	srv, c := newPair(t, clk)
@@ -100,7 +101,7 @@ func TestSessionLostAtHalfTTL(t *testing.T) {
 	srv.Fail("session/extend", "unavailable")
 	clk.Advance(ttl/3 + ttl/30)
 	waitFor(t, "a failed extend", func() bool { return s.LastErr() != nil })
-	clk.Advance(sent.Add(ttl/2).Sub(clk.Now()) - time.Millisecond)
+	clk.Advance(sent.Add(giveUpOf(ttl)).Sub(clk.Now()) - time.Millisecond)
 	if s.Err() != nil {
 		t.Fatalf("lost before the deadline: %v", s.Err())
 	}

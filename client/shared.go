@@ -8,7 +8,7 @@ import (
 
 // Semaphores and read/write locks. A permit of a semaphore, and a read or
 // write hold of a read/write lock, is a Lease like any other: its own
-// fencing token, kept alive at TTL/3, lost safely at TTL/2, released by
+// fencing token, kept alive and lost safely as any lease is, released by
 // Release. Only the acquire differs. A key is of one kind while it has
 // holders or waiters: asking for it as another kind, or for a semaphore
 // with another number of permits, fails with an error matching

@@ -10,9 +10,9 @@ import (
 )
 
 // TestSemaphorePermitsAreLeases: each permit is its own lease with its own
-// token, kept alive by extensions on the injected clock, lost at TTL/2 when
-// its extensions are refused, and the next waiter gets the permit a
-// release frees.
+// token, kept alive by extensions on the injected clock, lost at its
+// give-up point when its extensions are refused, and the next waiter gets
+// the permit a release frees.
 func TestSemaphorePermitsAreLeases(t *testing.T) {
 	leakCheck(t)
 	ctx := context.Background()
@@ -70,8 +70,8 @@ func TestSemaphorePermitsAreLeases(t *testing.T) {
 	if l == nil || l.Token() <= b.Token() || l.Holder() != "third" {
 		t.Fatalf("third permit: %+v", l)
 	}
-	// A permit whose extensions are refused is lost at TTL/2 of its last
-	// confirmed extension, like any lease.
+	// A permit whose extensions are refused is lost at the give-up point
+	// after its last confirmed extension, like any lease.
 	srv.Fail("extend", api.CodeUnavailable)
 	for !isDone(b) {
 		next, ok := clk.Next()

@@ -23,17 +23,21 @@ const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--try | --wait D] [--hol
 Acquires KEY (waiting in the key's FIFO queue until it is granted, as
 flock does; --wait D bounds the wait, --try tries once), runs CMD with
 FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_HOLDER in its environment,
-extends the lease while CMD runs (about every TTL/3, keeping the token),
-and releases it when CMD exits. Pass FENCELOCK_TOKEN to whatever CMD
-writes to, so that the resource can refuse a stale writer.
+extends the lease while CMD runs (about every TTL/3, more often below a
+TTL of 2.7s; the token stays the same), and releases it when CMD exits.
+Pass FENCELOCK_TOKEN to whatever CMD writes to, so that the resource can
+refuse a stale writer.
 
-If the lease is lost (no extension confirmed within TTL/2 of sending the
-last confirmed one, or the server refused one), fencelock says so on
-stderr, sends SIGTERM to CMD's process group, and SIGKILL when the grace
-period ends. The grace period ends TTL/10 before the earliest moment the
-server could grant KEY to anyone else (TTL after that last confirmed
-send), so it is about 0.4×TTL when the loss is noticed on time, and zero
-(SIGKILL at once) if fencelock itself was paused past that point.
+If the lease is lost (no extension confirmed within 0.89×TTL of sending
+the last confirmed one, or the server refused one), fencelock says so on
+stderr, sends SIGTERM to CMD's process group, and SIGKILL TTL/10 later,
+at 0.99×TTL after that send: before the earliest moment the server could
+grant KEY to anyone else (TTL after it), with TTL/100 to spare for clocks
+that run at different rates. A watchdog process keeps that promise when
+fencelock itself cannot (stopped, starved): it holds the two instants,
+pushed forward at each confirmed extension, and signals CMD's group
+itself when they pass. If fencelock is killed, the watchdog sends SIGTERM
+at once. Only a frozen machine is beyond it: that is what the token is for.
 
 CMD runs in its own process group, so the whole tree it starts is
 signalled; SIGINT, SIGTERM and SIGHUP sent to fencelock are forwarded to
@@ -184,11 +188,6 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 		"FENCELOCK_HOLDER="+lease.Holder(),
 	)
 	cmd.Env = append(cmd.Env, sharedEnv(lease.Lock())...)
-	// Its own process group: a loss must stop the whole tree CMD started,
-	// not just its first process (a shell's children would outlive it).
-	// With lock's terminal, the group gets its foreground.
-	job := newJob(cmd, e)
-	defer job.finish()
 	cmd.WaitDelay = time.Second // do not hang on pipes kept open by orphans
 
 	// Catch signals before the child exists, so none is lost in between.
@@ -196,13 +195,30 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 	signal.Notify(sigc, forwardedSignals...)
 	defer signal.Stop(sigc)
 
+	// Subscribed before the deadlines are read, so that no confirmation
+	// between the two goes unpushed.
+	extc := lease.Extended()
 	// The lease may already be gone (a slow start, a pause): never start
 	// CMD without it.
 	if err := lease.Err(); err != nil {
 		_ = release()
 		return &exitError{Code: exitLost, Err: fmt.Errorf("lock %s: %s before CMD started", key, trimPrefix(err))}
 	}
+	// The watchdog stops CMD even when this process cannot (lock_watchdog.go).
+	wd, err := startWatchdog(e, cf, lease)
+	if err != nil {
+		_ = release()
+		return &exitError{Code: 126, Err: fmt.Errorf("lock %s: CMD not started: %v", key, err)}
+	}
+	// CMD joins the watchdog's process group: a loss must stop the whole
+	// tree CMD started, not just its first process (a shell's children
+	// would outlive it). With lock's terminal, the group gets its
+	// foreground.
+	pgid := wd.pgid()
+	job := newJob(cmd, e, pgid)
+	defer job.finish()
 	if err := cmd.Start(); err != nil {
+		wd.quit()
 		_ = release()
 		code := 126
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
@@ -210,14 +226,21 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 		}
 		return &exitError{Code: code, Err: fmt.Errorf("lock %s: %v", key, err)}
 	}
-	pgid := cmd.Process.Pid
-	sendGroup := func(s os.Signal) { signalGroup(pgid, s) }
-	stopc := job.started(pgid)
+	// Reaped last: until then the watchdog's pid names the group.
+	defer wd.close()
+	sendGroup := func(s os.Signal) {
+		if s == sigKill {
+			wd.groupKilled = true
+		}
+		signalGroup(pgid, s)
+	}
+	stopc := job.started(cmd.Process.Pid)
 
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 
 	lostc := lease.Done()
+	wdGone := wd.gone
 	var killc <-chan time.Time
 	var killAt time.Time
 	// killIn sends SIGKILL after grace, or sooner if already due.
@@ -266,21 +289,43 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 			return nil
 		case s := <-sigc:
 			sendGroup(s)
+		case <-extc:
+			extc = lease.Extended()
+			wd.arm(lease.Deadline(), lease.StopBy(), lease.TTL())
+		case <-wdGone:
+			wdGone = nil
+			if wd.unexpected() && ended == nil && lost == nil {
+				// Killed by someone: a freeze of lock's would no longer
+				// stop CMD, so the hold ends here.
+				ended = fmt.Errorf("the watchdog (pid %d) ended, and CMD must not run without it", pgid)
+				grace := max(time.Until(lease.StopBy()), 0)
+				if *cf.json {
+					kill := api.Ms(grace)
+					_ = writeJSON(e.stderr, lockEvent{Key: key, Token: lease.Token(), Event: "watchdog_ended", Error: ended.Error(), SIGKILLInMs: &kill})
+				} else {
+					fmt.Fprintf(e.stderr, "fencelock: lock %s: %v; sending SIGTERM to CMD, SIGKILL in %v, then releasing\n", key, ended, grace.Round(time.Millisecond))
+				}
+				sendGroup(sigTerm)
+				sendGroup(sigCont)
+				killIn(grace)
+			}
 		case <-lostc:
 			lostc = nil
 			lost = lease.Err()
-			grace := time.Until(lease.HeldUntil()) - lease.TTL()/10
+			grace := time.Until(lease.StopBy())
 			if *cf.json {
 				kill := api.Ms(max(grace, 0))
 				_ = writeJSON(e.stderr, lockEvent{Key: key, Token: lease.Token(), Event: "lost", Error: trimPrefix(lost), SIGKILLInMs: &kill})
 			} else {
 				fmt.Fprintf(e.stderr, "fencelock: lock %s: %s; sending SIGTERM to CMD, SIGKILL in %v\n", key, trimPrefix(lost), max(grace, 0).Round(time.Millisecond))
 			}
+			wd.end(lease.StopBy())
 			sendGroup(sigTerm)
 			killIn(grace)
 		case sig := <-stopc:
 			if grace, err := job.stopped(e, cf, lease, sig, sendGroup); err != nil && ended == nil {
 				ended = err
+				wd.end(lease.StopBy())
 				killIn(grace)
 			}
 		case <-killc:
@@ -295,9 +340,12 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 // follows the SIGTERM), or releasing it after CMD failed. The final error
 // is main's one text line, as for every command.
 type lockEvent struct {
-	Key         string `json:"key"`
-	Token       uint64 `json:"token"`
-	Event       string `json:"event"` // lost, release_failed, stopped, continued
+	Key   string `json:"key"`
+	Token uint64 `json:"token"`
+	// lost, release_failed, stopped, continued; watchdog (from the
+	// watchdog process: it signalled CMD itself), watchdog_ended (it was
+	// killed: the hold ends).
+	Event       string `json:"event"`
 	Error       string `json:"error"`
 	SIGKILLInMs *int64 `json:"sigkill_in_ms,omitempty"`
 }

@@ -38,11 +38,11 @@ type job struct {
 	done   <-chan struct{} // closed when the stop watcher is gone
 }
 
-// newJob prepares cmd to run in a group of its own, in the foreground of
-// lock's terminal if lock has it.
-func newJob(cmd *exec.Cmd, e *env) *job {
+// newJob prepares cmd to run in the process group pgid (the watchdog's),
+// in the foreground of lock's terminal if lock has it.
+func newJob(cmd *exec.Cmd, e *env, pgid int) *job {
 	tty, own := foregroundTerminal(e.stdin, e.stdout, e.stderr)
-	newGroup(cmd, tty)
+	joinGroup(cmd, tty, pgid)
 	return &job{tty: tty, own: own, quit: make(chan struct{})}
 }
 
@@ -98,7 +98,7 @@ func (j *job) stopped(e *env, cf *clientFlags, lease *client.Lease, sig os.Signa
 	}
 	j.takeBack()
 	ended = fmt.Errorf("CMD was stopped by %s, and a stopped command must not hold the lock", name)
-	grace = max(time.Until(lease.HeldUntil())-lease.TTL()/10, 0)
+	grace = max(time.Until(lease.StopBy()), 0)
 	if *cf.json {
 		kill := api.Ms(grace)
 		_ = writeJSON(e.stderr, lockEvent{Key: key, Token: lease.Token(), Event: "stopped", Error: ended.Error(), SIGKILLInMs: &kill})

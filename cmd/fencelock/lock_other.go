@@ -3,10 +3,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
 )
 
 // Without process groups lock cannot stop everything CMD started when the
@@ -29,7 +33,26 @@ func lockSupported() error {
 	return &exitError{Code: 126, Err: fmt.Errorf("lock: not supported on %s: it needs process groups to stop all of CMD when the lease is lost; use acquire, extend and release", runtime.GOOS)}
 }
 
-func newGroup(*exec.Cmd, *os.File) {}
+func joinGroup(*exec.Cmd, *os.File, int) {}
+
+// lockWatchdog is never started here: lock refuses to run CMD.
+type lockWatchdog struct {
+	gone        chan struct{}
+	groupKilled bool
+}
+
+func startWatchdog(*env, *clientFlags, *client.Lease) (*lockWatchdog, error) {
+	return nil, lockSupported()
+}
+
+func (*lockWatchdog) pgid() int                               { return 0 }
+func (*lockWatchdog) arm(time.Time, time.Time, time.Duration) {}
+func (*lockWatchdog) end(time.Time)                           {}
+func (*lockWatchdog) unexpected() bool                        { return false }
+func (*lockWatchdog) quit()                                   {}
+func (*lockWatchdog) close()                                  {}
+
+func runLockWatchdog(context.Context, *env, []string) error { return lockSupported() }
 
 func foregroundTerminal(...any) (*os.File, int) { return nil, 0 }
 

@@ -76,7 +76,7 @@ func TestLockStoppedCMDEndsTheHold(t *testing.T) {
 	}
 	for _, want := range []string{
 		"fencelock: lock k: CMD was stopped by SIGSTOP, and a stopped command must not hold the lock; sending SIGTERM and SIGCONT to CMD, SIGKILL in ",
-		"CMD was stopped by terminated\n", // SIGTERM took effect once CMD continued
+		"CMD was killed by SIGTERM\n", // SIGTERM took effect once CMD continued
 	} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("stderr %q lacks %q", errs, want)
@@ -105,10 +105,32 @@ func TestLockStoppedCMDIgnoringTERMIsKilled(t *testing.T) {
 		!strings.Contains(stopped.Error, "SIGSTOP") {
 		t.Errorf("stop line %q: %+v, %v", lines[1], stopped, err)
 	}
-	if want := "CMD was stopped by killed"; !strings.HasSuffix(lines[2], want) {
+	if want := "CMD was killed by SIGKILL"; !strings.HasSuffix(lines[2], want) {
 		t.Errorf("last line %q, want it to end in %q", lines[2], want)
 	}
 	if _, _, held := srv.Holder("k"); held {
 		t.Fatal("the lock is still held after the stopped CMD was killed")
+	}
+}
+
+// TestLockWatchdogKilledEndsTheHold: CMD's watchdog (its process group's
+// leader) is killed by someone. A freeze of lock's would no longer stop
+// CMD, so lock ends the hold as on a loss: SIGTERM, release, exit 4.
+func TestLockWatchdogKilledEndsTheHold(t *testing.T) {
+	srv := clienttest.NewServer(client.SystemClock{})
+	defer srv.Close()
+	// Field 5 of /proc/PID/stat is the process group: the watchdog's pid.
+	code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "1m", "--",
+		"sh", "-c", `read -r _ _ _ _ pg _ < /proc/$$/stat; kill -KILL "$pg"; while :; do sleep 0.05; done`)
+	if code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
+	}
+	for _, want := range []string{"ended, and CMD must not run without it; sending SIGTERM to CMD", "CMD was killed by SIGTERM"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr %q lacks %q", errs, want)
+		}
+	}
+	if _, _, held := srv.Holder("k"); held {
+		t.Fatal("the lock is still held after the hold ended")
 	}
 }

@@ -225,8 +225,13 @@ func TestLockTerminalForegroundComesBack(t *testing.T) {
 	if cmdPid == lockPid || lockPid == 0 {
 		t.Fatalf("terminal %q", tl.screen.String())
 	}
-	if fg := tl.foreground(); fg != cmdPid {
-		t.Fatalf("foreground group %d while CMD runs, want CMD's %d (lock is %d)", fg, cmdPid, lockPid)
+	// CMD's group is its watchdog's (lock_watchdog.go), not led by CMD.
+	group, err := syscall.Getpgid(cmdPid)
+	if err != nil || group == lockPid {
+		t.Fatalf("CMD %d is in group %d, %v; want a group of its own (lock is %d)", cmdPid, group, err, lockPid)
+	}
+	if fg := tl.foreground(); fg != group {
+		t.Fatalf("foreground group %d while CMD runs, want CMD's %d (lock is %d)", fg, group, lockPid)
 	}
 	tl.typeIn("\n")
 	tl.waitFor("lock's group back in the foreground", func() bool { return tl.foreground() == lockPid })

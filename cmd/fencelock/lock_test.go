@@ -100,22 +100,35 @@ func TestLockLostLeaseKillsCMD(t *testing.T) {
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
 	}
-	if !strings.Contains(errs, "lost: injected not_held; sending SIGTERM to CMD, SIGKILL in") || !strings.Contains(errs, "CMD was stopped by killed") {
+	if !strings.Contains(errs, "lost: injected not_held; sending SIGTERM to CMD, SIGKILL in") || !strings.Contains(errs, "CMD was killed by SIGKILL") {
 		t.Fatalf("stderr %q", errs)
 	}
 }
 
 // TestLockLostLeaseKillsWholeGroup: CMD's shell exits on SIGTERM but leaves
-// a worker that ignores it; the worker must not outlive lock.
+// a worker that ignores it; the worker must not outlive lock. The server
+// refuses extensions once the worker runs (before, the first extension
+// could be refused before the worker had started).
 func TestLockLostLeaseKillsWholeGroup(t *testing.T) {
 	srv := clienttest.NewServer(client.SystemClock{})
 	defer srv.Close()
-	srv.Fail("extend", "not_held")
 	pidFile := filepath.Join(t.TempDir(), "worker.pid")
 	script := `(trap '' TERM; echo $BASHPID > "$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"; while :; do sleep 0.05; done) & wait`
 	t.Setenv("PIDFILE", pidFile) // CMD inherits the test's environment
-	code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "300ms", "--",
-		"bash", "-c", script)
+	type result struct {
+		code int
+		errs string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "1s", "--",
+			"bash", "-c", script)
+		done <- result{code, errs}
+	}()
+	eventually(t, "the worker", func() bool { _, err := os.Stat(pidFile); return err == nil })
+	srv.Fail("extend", "not_held")
+	r := <-done
+	code, errs := r.code, r.errs
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
 	}

@@ -12,8 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lock runs CMD in a process group of its own, so that a lost lease stops
-// the whole tree CMD started, not just its first process. When lock runs
+// lock runs CMD in a process group of its own (led by its watchdog), so
+// that a lost lease stops the whole tree CMD started, not just its first
+// process. When lock runs
 // in the foreground of its terminal, that group also gets the terminal's
 // foreground, as a shell gives it to a job: CMD can read the terminal, and
 // Ctrl-C and Ctrl-Z reach CMD (see job).
@@ -32,11 +33,11 @@ var (
 // lockSupported says whether lock can keep its promise here.
 func lockSupported() error { return nil }
 
-// newGroup makes cmd the leader of a new process group, and that group the
+// joinGroup puts cmd in the process group pgid, and that group in the
 // foreground of tty when there is one (the child does it between fork and
 // exec, so CMD never runs a moment in the background of its terminal).
-func newGroup(cmd *exec.Cmd, tty *os.File) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+func joinGroup(cmd *exec.Cmd, tty *os.File, pgid int) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
 	if tty != nil {
 		cmd.SysProcAttr.Foreground = true
 		cmd.SysProcAttr.Ctty = int(tty.Fd())
@@ -101,9 +102,11 @@ func statusOf(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// describeExit says how CMD ended, to follow "CMD": "was killed by
+// SIGKILL", "exited with status 3".
 func describeExit(ps *os.ProcessState) string {
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "was stopped by " + ws.Signal().String()
+		return "was killed by " + signalName(ws.Signal())
 	}
 	return fmt.Sprintf("exited with status %d", ps.ExitCode())
 }

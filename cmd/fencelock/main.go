@@ -91,7 +91,8 @@ func init() {
 		{"version", "print the version and the commit it was built from", runVersion, versionUsage},
 		{"help", "show a command's usage, a topic, or this list", runHelp, helpUsage},
 		{"completion", "print a bash or zsh completion script", runCompletion, completionUsage},
-		{"compare", "", runCompare, ""}, // hidden: it only says that compare is in the bench module
+		{"compare", "", runCompare, ""},                       // hidden: it only says that compare is in the bench module
+		{watchdogCommand, "", runLockWatchdog, watchdogUsage}, // hidden: lock's watchdog process (lock_watchdog.go)
 	}
 }
 

@@ -200,8 +200,10 @@ func TestSplitBrain(t *testing.T) {
 			}
 			tokenA := first.Token
 
-			// Freeze A: fencelock and its CMD's process group (a GC pause, a
-			// VM steal). Neither can extend, notice, or write.
+			// Freeze A's machine: fencelock and its CMD's process group,
+			// which its watchdog leads (a VM paused whole). None of them
+			// can extend, notice, kill or write: this is what only the
+			// fence helps against.
 			pidb, err := os.ReadFile(filepath.Join(dir, "child.pid"))
 			if err != nil {
 				t.Fatal(err)
@@ -218,10 +220,14 @@ func TestSplitBrain(t *testing.T) {
 			// kill returns before every thread has taken the signal, the
 			// later the busier the machine.
 			waitStopped(t, a.cmd.Process.Pid)
-			if err := syscall.Kill(-child, syscall.SIGSTOP); err != nil {
+			group, err := syscall.Getpgid(child)
+			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { syscall.Kill(-child, syscall.SIGCONT); syscall.Kill(-child, syscall.SIGKILL) })
+			if err := syscall.Kill(-group, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { syscall.Kill(-group, syscall.SIGCONT); syscall.Kill(-group, syscall.SIGKILL) })
 
 			// B waits in the queue; A's lease expires on the server; B gets
 			// the key and writes. B's exit is the event that says so.
@@ -235,12 +241,16 @@ func TestSplitBrain(t *testing.T) {
 				t.Fatalf("after B the store holds %+v; A's token was %d", afterB, tokenA)
 			}
 
-			// Thaw A's CMD alone and let it write with its stale token.
+			// The machine thaws, and A's CMD runs a few instructions
+			// before anything else does: it writes with its stale token.
+			// (Its watchdog, the group's leader, stays frozen until then.)
 			if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := syscall.Kill(-child, syscall.SIGCONT); err != nil {
-				t.Fatal(err)
+			for _, pid := range groupMembers(group) {
+				if pid != group {
+					_ = syscall.Kill(pid, syscall.SIGCONT)
+				}
 			}
 			eventually(t, "A's late write", func() bool {
 				b, _ := os.ReadFile(filepath.Join(dir, "late"))
@@ -265,7 +275,9 @@ func TestSplitBrain(t *testing.T) {
 				}
 			}
 
-			// Thaw fencelock A: it finds its lease lost and exits 4.
+			// Thaw the watchdog and fencelock A: it finds its lease lost
+			// and exits 4.
+			_ = syscall.Kill(group, syscall.SIGCONT)
 			if err := syscall.Kill(a.cmd.Process.Pid, syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
