@@ -11,7 +11,7 @@ import (
 // counting on it (it began the release, or declared the lease lost). That
 // span lies inside the server's grant: the grant committed before Acquire
 // returned, and a lease the client has not declared lost is still the
-// server's (the client declares it lost TTL/2 after its last confirmed
+// server's (the client declares it lost 0.89×TTL after its last confirmed
 // extension was sent, the server waits a whole TTL).
 type Hold struct {
 	Key        string

@@ -220,9 +220,9 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		NodeID: "fencelock-1",
-		// A failover must fit in TTL/6 of the default 10 s lease (a
-		// leader that dies just before an extension is due leaves its
-		// holders that long): these fail over in 0.7-1.3 s, raft's own
+		// A failover must fit in the 1.5 s the client's keep-alive leaves
+		// between a due extension and its give-up point (client/budget.go,
+		// docs/RELIABILITY.md "The safe-stop rule"): these fail over in 0.7-1.3 s, raft's own
 		// 1s/1s/500ms in 1.3-2.6 s. The leader lease was 250ms, and a
 		// leader starved of CPU for that long stepped down; 500ms is as
 		// long as raft allows with this heartbeat (docs/OPERATIONS.md).
