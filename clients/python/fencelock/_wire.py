@@ -804,3 +804,38 @@ class KeepState:
 
 
 KEEP_RETRY = (UnavailableError, InternalError)  # an extension failing so is tried elsewhere
+
+
+class ClientSettings:
+    """What both client flavours are made of: the addresses, TLS, the
+    bearer token and the timing settings (see :class:`fencelock.Client`)."""
+
+    def __init__(
+        self,
+        addrs: Union[str, Sequence[str], None] = None,
+        *,
+        auth_token: Optional[str] = None,
+        ca: Optional[str] = None,
+        cert: Optional[str] = None,
+        key: Optional[str] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        timeout: float = 10.0,
+        rounds: int = 7,
+        wait_check: float = 1.0,
+    ) -> None:
+        self._ssl = tls_context(ca, cert, key, ssl_context)
+        self._addrs = Addrs(split_addrs(addrs, "https" if self._ssl else "http"))
+        if auth_token is None:
+            auth_token = os.environ.get("FENCELOCK_AUTH_TOKEN", "")
+        self._auth = auth_token.strip()
+        self.timeout = timeout
+        self.rounds = max(1, rounds)
+        self.wait_check = wait_check
+        self._principal: Optional[str] = None
+        self._mu = threading.Lock()  # the principal cache, for the threaded flavour
+        self._default_ssl: Optional[ssl.SSLContext] = None
+
+    @property
+    def addrs(self) -> List[str]:
+        """The base URLs known, the preferred one first (leaders learnt from ``not_leader`` too)."""
+        return self._addrs.all()

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import ssl
 import time
 from types import TracebackType
@@ -115,42 +114,13 @@ async def _read_answer(reader: asyncio.StreamReader) -> Tuple[int, bytes]:
     return status, await reader.read(_MAX_ANSWER)
 
 
-class AsyncClient:
+class AsyncClient(_wire.ClientSettings):
     """The asyncio flavour of :class:`fencelock.Client`: same arguments, same
     calls (awaited), same failover, TLS and errors.
 
     >>> c = AsyncClient("127.0.0.1:7470", ca="ca.pem", cert="alice.pem", key="alice-key.pem")  # doctest: +SKIP
     >>> g = await c.acquire("jobs/nightly", "alice", 30)               # doctest: +SKIP
     """
-
-    def __init__(
-        self,
-        addrs: Union[str, Sequence[str], None] = None,
-        *,
-        auth_token: Optional[str] = None,
-        ca: Optional[str] = None,
-        cert: Optional[str] = None,
-        key: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
-        timeout: float = 10.0,
-        rounds: int = 7,
-        wait_check: float = 1.0,
-    ) -> None:
-        self._ssl = _wire.tls_context(ca, cert, key, ssl_context)
-        self._addrs = _wire.Addrs(_wire.split_addrs(addrs, "https" if self._ssl else "http"))
-        if auth_token is None:
-            auth_token = os.environ.get("FENCELOCK_AUTH_TOKEN", "")
-        self._auth = auth_token.strip()
-        self.timeout = timeout
-        self.rounds = max(1, rounds)
-        self.wait_check = wait_check
-        self._principal: Optional[str] = None
-        self._default_ssl: Optional[ssl.SSLContext] = None
-
-    @property
-    def addrs(self) -> List[str]:
-        """The base URLs known, the preferred one first."""
-        return self._addrs.all()
 
     # ---- lock calls (see fencelock.Client for each) -------------------
 

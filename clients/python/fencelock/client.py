@@ -12,7 +12,6 @@ True
 from __future__ import annotations
 
 import http.client
-import os
 import socket
 import ssl
 import threading
@@ -79,7 +78,7 @@ class _Hold:
                 pass
 
 
-class Client:
+class Client(_wire.ClientSettings):
     """A client of one fencelock server or cluster.
 
     ``addrs`` is ``"host:port"``, a comma-separated list, or a sequence of
@@ -114,36 +113,6 @@ class Client:
     (``/healthz``); one that does not is left, and the wait goes on at the
     next node under the same request id, keeping its queue place.
     """
-
-    def __init__(
-        self,
-        addrs: Union[str, Sequence[str], None] = None,
-        *,
-        auth_token: Optional[str] = None,
-        ca: Optional[str] = None,
-        cert: Optional[str] = None,
-        key: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
-        timeout: float = 10.0,
-        rounds: int = 7,
-        wait_check: float = 1.0,
-    ) -> None:
-        self._ssl = _wire.tls_context(ca, cert, key, ssl_context)
-        self._addrs = _wire.Addrs(_wire.split_addrs(addrs, "https" if self._ssl else "http"))
-        if auth_token is None:
-            auth_token = os.environ.get("FENCELOCK_AUTH_TOKEN", "")
-        self._auth = auth_token.strip()
-        self.timeout = timeout
-        self.rounds = max(1, rounds)
-        self.wait_check = wait_check
-        self._principal: Optional[str] = None
-        self._mu = threading.Lock()
-        self._default_ssl: Optional[ssl.SSLContext] = None
-
-    @property
-    def addrs(self) -> List[str]:
-        """The base URLs known, the preferred one first (leaders learnt from ``not_leader`` too)."""
-        return self._addrs.all()
 
     # ---- lock calls -------------------------------------------------
 
