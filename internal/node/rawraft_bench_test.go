@@ -27,7 +27,7 @@ func (nopFSM) Restore(rc io.ReadCloser) error      { return rc.Close() }
 //
 //	go test ./internal/node/ -run '^$' -bench RawRaftApply -count=5
 func BenchmarkRawRaftApply(b *testing.B) {
-	for _, conc := range []int{1, 32} {
+	for _, conc := range []int{1, 32, 64} {
 		b.Run("c"+strconv.Itoa(conc), func(b *testing.B) {
 			dir := b.TempDir()
 			store, err := wal.Open(dir, wal.WithSegmentSize(WALSegmentSize))
