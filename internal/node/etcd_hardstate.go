@@ -82,3 +82,5 @@ func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Sn
 	}
 	return ms, nil
 }
+
+func protoUnmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
