@@ -26,9 +26,11 @@ import (
 // proposers.
 //
 // A proposal's entry carries an 8-byte id before the encoded command, so
-// that the applier can answer the proposer that is waiting for it; ids
-// start at a random value per process, so an entry replayed from an
-// earlier run answers nobody.
+// that the applier can answer the proposer that is waiting for it. An
+// entry at or below the log's last index at open was proposed by an
+// earlier run and answers nobody, whatever its id; ids also start at a
+// seed the caller picks at random, so that an earlier run's entry that
+// arrives later from another leader does not either.
 type etcdCore struct {
 	rn     *etcdraft.RawNode
 	logs   raft.LogStore
@@ -36,16 +38,19 @@ type etcdCore struct {
 	ms     *etcdraft.MemoryStorage
 	m      *machine
 	log    *slog.Logger
-	send   func([]*raftpb.Message) // nil: a node alone
+	send   atomic.Pointer[func([]*raftpb.Message)] // nil: a node alone
 	tick   time.Duration
 
 	props  chan etcdProp
+	recv   chan *raftpb.Message
 	applyc chan []*raftpb.Entry
 	stop   chan struct{}
 	done   sync.WaitGroup
 
 	hs      *raftpb.HardState // the one last persisted
+	first   uint64            // the log's last index at open: entries up to it answer nobody
 	leader  bool
+	lead    atomic.Bool // leader, for other goroutines
 	seq     atomic.Uint64
 	applied atomic.Uint64
 	commit  atomic.Uint64
@@ -68,6 +73,7 @@ const etcdIDLen = 8
 
 func (c *etcdCore) start(seed uint64) {
 	c.props = make(chan etcdProp, 1024)
+	c.recv = make(chan *raftpb.Message, 4096)
 	c.applyc = make(chan []*raftpb.Entry, 64)
 	c.stop = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
@@ -109,6 +115,19 @@ func (c *etcdCore) propose(data []byte, timeout time.Duration) (*fsm.Result, err
 	}
 }
 
+// deliver hands raft a message from a peer; when raft is behind by a
+// whole buffer the message is dropped, which raft recovers from as from a
+// lost packet.
+func (c *etcdCore) deliver(m *raftpb.Message) {
+	select {
+	case c.recv <- m:
+	default:
+	}
+}
+
+// setSend sets where the messages raft sends go.
+func (c *etcdCore) setSend(f func([]*raftpb.Message)) { c.send.Store(&f) }
+
 func (c *etcdCore) forget(id uint64) {
 	c.mu.Lock()
 	delete(c.waiters, id)
@@ -148,6 +167,10 @@ func (c *etcdCore) run() {
 			c.rn.Tick()
 		case p := <-c.props:
 			c.proposeBatch(p)
+		case m := <-c.recv:
+			// A message raft refuses (from a removed node, an old
+			// term) changes nothing.
+			_ = c.rn.Step(m)
 		}
 		for c.rn.HasReady() {
 			if err := c.ready(); err != nil {
@@ -187,14 +210,16 @@ func (c *etcdCore) ready() error {
 			c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
 		}
 		c.leader = lead
+		c.lead.Store(lead)
 	}
 	// The leader may send while its own entries are written (thesis
 	// §10.2.1, allowed by etcd's Ready.Messages) as long as its term and
 	// vote are already durable.
 	early := c.leader && (etcdraft.IsEmptyHardState(rd.HardState) ||
 		(rd.HardState.GetTerm() == c.hs.GetTerm() && rd.HardState.GetVote() == c.hs.GetVote()))
-	if early && c.send != nil {
-		c.send(rd.Messages)
+	send := c.send.Load()
+	if early && send != nil {
+		(*send)(rd.Messages)
 	}
 	if err := etcdAppend(c.logs, rd.Entries); err != nil {
 		return err
@@ -214,8 +239,8 @@ func (c *etcdCore) ready() error {
 		}
 		c.commit.Store(hs.GetCommit())
 	}
-	if !early && c.send != nil {
-		c.send(rd.Messages)
+	if !early && send != nil {
+		(*send)(rd.Messages)
 	}
 	for _, e := range rd.CommittedEntries {
 		switch e.GetType() {
@@ -254,7 +279,11 @@ func (c *etcdCore) applyLoop() {
 			if e.GetType() != raftpb.EntryNormal || len(d) < etcdIDLen {
 				continue
 			}
-			ids = append(ids, binary.BigEndian.Uint64(d))
+			id := binary.BigEndian.Uint64(d)
+			if e.GetIndex() <= c.first {
+				id = 0 // proposed before this run: nobody waits for it
+			}
+			ids = append(ids, id)
 			if len(d) == etcdIDLen { // a barrier: no command
 				logs = append(logs, &raft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: raft.LogNoop})
 				continue
@@ -316,7 +345,7 @@ func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick tim
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	c := &etcdCore{rn: rn, logs: st.logs, stable: st.stable, ms: ms, m: m, log: log, tick: tick, hs: hs}
+	c := &etcdCore{rn: rn, logs: st.logs, stable: st.stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last}
 	c.start(seed)
 	return c, nil
 }
