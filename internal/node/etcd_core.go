@@ -1,0 +1,351 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+)
+
+// etcdCore drives an etcd RawNode (issue 28, in progress: one node, no
+// transport yet). One goroutine (run) owns the RawNode: it ticks, takes
+// proposals in batches between Readys, persists each Ready (entries
+// through the checked log, the hard state when term or vote moved), hands
+// messages to send, and passes committed entries to a second goroutine
+// (applyLoop) that applies them in batches to the machine — which raises
+// the token ceiling before any result is answered — and answers their
+// proposers.
+//
+// A proposal's entry carries an 8-byte id before the encoded command, so
+// that the applier can answer the proposer that is waiting for it. An
+// entry at or below the log's last index at open was proposed by an
+// earlier run and answers nobody, whatever its id; ids also start at a
+// seed the caller picks at random, so that an earlier run's entry that
+// arrives later from another leader does not either.
+type etcdCore struct {
+	rn     *etcdraft.RawNode
+	logs   raft.LogStore
+	stable raft.StableStore
+	ms     *etcdraft.MemoryStorage
+	m      *machine
+	log    *slog.Logger
+	send   atomic.Pointer[func([]*raftpb.Message)] // nil: a node alone
+	tick   time.Duration
+
+	props  chan etcdProp
+	recv   chan *raftpb.Message
+	applyc chan []*raftpb.Entry
+	stop   chan struct{}
+	done   sync.WaitGroup
+
+	hs      *raftpb.HardState // the one last persisted
+	first   uint64            // the log's last index at open: entries up to it answer nobody
+	leader  bool
+	lead    atomic.Bool // leader, for other goroutines
+	seq     atomic.Uint64
+	applied atomic.Uint64
+	commit  atomic.Uint64
+
+	mu      sync.Mutex
+	waiters map[uint64]chan etcdAnswer
+}
+
+type etcdProp struct {
+	id   uint64
+	data []byte
+}
+
+type etcdAnswer struct {
+	res *fsm.Result
+	err error
+}
+
+const etcdIDLen = 8
+
+func (c *etcdCore) start(seed uint64) {
+	c.props = make(chan etcdProp, 1024)
+	c.recv = make(chan *raftpb.Message, 4096)
+	c.applyc = make(chan []*raftpb.Entry, 64)
+	c.stop = make(chan struct{})
+	c.waiters = map[uint64]chan etcdAnswer{}
+	c.seq.Store(seed)
+	c.done.Add(2)
+	go func() { defer c.done.Done(); c.run() }()
+	go func() { defer c.done.Done(); c.applyLoop() }()
+}
+
+func (c *etcdCore) close() {
+	close(c.stop)
+	c.done.Wait()
+	c.failAll(ErrUnavailable)
+}
+
+// propose hands data to raft and waits for its entry to be applied here.
+func (c *etcdCore) propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
+	id := c.seq.Add(1)
+	ch := make(chan etcdAnswer, 1)
+	c.mu.Lock()
+	c.waiters[id] = ch
+	c.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case c.props <- etcdProp{id: id, data: data}:
+	case <-t.C:
+		c.forget(id)
+		return nil, fmt.Errorf("%w: the proposal was not taken within %v", ErrUnavailable, timeout)
+	case <-c.stop:
+		c.forget(id)
+		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	select {
+	case a := <-ch:
+		return a.res, a.err
+	case <-c.stop:
+		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+}
+
+// deliver hands raft a message from a peer; when raft is behind by a
+// whole buffer the message is dropped, which raft recovers from as from a
+// lost packet.
+func (c *etcdCore) deliver(m *raftpb.Message) {
+	select {
+	case c.recv <- m:
+	default:
+	}
+}
+
+// setSend sets where the messages raft sends go.
+func (c *etcdCore) setSend(f func([]*raftpb.Message)) { c.send.Store(&f) }
+
+func (c *etcdCore) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.waiters, id)
+	c.mu.Unlock()
+}
+
+// answer ends id's wait, if anyone still waits for it.
+func (c *etcdCore) answer(id uint64, a etcdAnswer) {
+	c.mu.Lock()
+	ch, ok := c.waiters[id]
+	delete(c.waiters, id)
+	c.mu.Unlock()
+	if ok {
+		ch <- a
+	}
+}
+
+func (c *etcdCore) failAll(err error) {
+	c.mu.Lock()
+	ws := c.waiters
+	c.waiters = map[uint64]chan etcdAnswer{}
+	c.mu.Unlock()
+	for _, ch := range ws {
+		ch <- etcdAnswer{err: err}
+	}
+}
+
+func (c *etcdCore) run() {
+	t := time.NewTicker(c.tick)
+	defer t.Stop()
+	defer close(c.applyc)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			c.rn.Tick()
+		case p := <-c.props:
+			c.proposeBatch(p)
+		case m := <-c.recv:
+			// A message raft refuses (from a removed node, an old
+			// term) changes nothing.
+			_ = c.rn.Step(m)
+		}
+		for c.rn.HasReady() {
+			if err := c.ready(); err != nil {
+				// The log cannot be written: nothing more may be
+				// acknowledged from this node.
+				c.log.Error("etcd engine: persisting raft state failed; stopping", "err", err)
+				c.failAll(fmt.Errorf("%w: %v", ErrUnavailable, err))
+				<-c.stop
+				return
+			}
+		}
+	}
+}
+
+// proposeBatch proposes p and every proposal already queued behind it.
+func (c *etcdCore) proposeBatch(p etcdProp) {
+	for {
+		b := make([]byte, etcdIDLen+len(p.data))
+		binary.BigEndian.PutUint64(b, p.id)
+		copy(b[etcdIDLen:], p.data)
+		if err := c.rn.Propose(b); err != nil {
+			c.answer(p.id, etcdAnswer{err: fmt.Errorf("%w: %v", ErrNotLeader, err)})
+		}
+		select {
+		case p = <-c.props:
+		default:
+			return
+		}
+	}
+}
+
+func (c *etcdCore) ready() error {
+	rd := c.rn.Ready()
+	if rd.SoftState != nil {
+		lead := rd.SoftState.RaftState == etcdraft.StateLeader
+		if c.leader && !lead {
+			c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
+		}
+		c.leader = lead
+		c.lead.Store(lead)
+	}
+	// The leader may send while its own entries are written (thesis
+	// §10.2.1, allowed by etcd's Ready.Messages) as long as its term and
+	// vote are already durable.
+	early := c.leader && (etcdraft.IsEmptyHardState(rd.HardState) ||
+		(rd.HardState.GetTerm() == c.hs.GetTerm() && rd.HardState.GetVote() == c.hs.GetVote()))
+	send := c.send.Load()
+	if early && send != nil {
+		(*send)(rd.Messages)
+	}
+	if err := etcdAppend(c.logs, rd.Entries); err != nil {
+		return err
+	}
+	if err := c.ms.Append(rd.Entries); err != nil {
+		return err
+	}
+	if hs := rd.HardState; !etcdraft.IsEmptyHardState(hs) {
+		if hs.GetTerm() != c.hs.GetTerm() || hs.GetVote() != c.hs.GetVote() {
+			if err := etcdSaveHardState(c.stable, hs); err != nil {
+				return err
+			}
+			c.hs = hs
+		}
+		if err := c.ms.SetHardState(hs); err != nil {
+			return err
+		}
+		c.commit.Store(hs.GetCommit())
+	}
+	if !early && send != nil {
+		(*send)(rd.Messages)
+	}
+	for _, e := range rd.CommittedEntries {
+		switch e.GetType() {
+		case raftpb.EntryConfChange:
+			var cc raftpb.ConfChange
+			if err := protoUnmarshal(e.GetData(), &cc); err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			c.rn.ApplyConfChange(&cc)
+		case raftpb.EntryConfChangeV2:
+			var cc raftpb.ConfChangeV2
+			if err := protoUnmarshal(e.GetData(), &cc); err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			c.rn.ApplyConfChange(&cc)
+		}
+	}
+	if len(rd.CommittedEntries) > 0 {
+		select {
+		case c.applyc <- rd.CommittedEntries:
+		case <-c.stop:
+			return errors.New("shutting down")
+		}
+	}
+	c.rn.Advance(rd)
+	return nil
+}
+
+// applyLoop applies committed entries in batches and answers them.
+func (c *etcdCore) applyLoop() {
+	for ents := range c.applyc {
+		var logs []*raft.Log
+		var ids []uint64
+		for _, e := range ents {
+			d := e.GetData()
+			if e.GetType() != raftpb.EntryNormal || len(d) < etcdIDLen {
+				continue
+			}
+			id := binary.BigEndian.Uint64(d)
+			if e.GetIndex() <= c.first {
+				id = 0 // proposed before this run: nobody waits for it
+			}
+			ids = append(ids, id)
+			if len(d) == etcdIDLen { // a barrier: no command
+				logs = append(logs, &raft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: raft.LogNoop})
+				continue
+			}
+			logs = append(logs, &raft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: raft.LogCommand, Data: d[etcdIDLen:]})
+		}
+		var out []any
+		if len(logs) > 0 {
+			out = c.m.ApplyBatch(logs)
+		}
+		c.applied.Store(ents[len(ents)-1].GetIndex())
+		var floorErr error
+		if c.m.floor != nil {
+			floorErr = c.m.floor.err()
+		}
+		for i, id := range ids {
+			switch r, _ := out[i].(*fsm.Result); {
+			case floorErr != nil:
+				c.answer(id, etcdAnswer{err: fmt.Errorf("%w: %w: %v", ErrUnavailable, errFloor, floorErr)})
+			case r == nil:
+				c.answer(id, etcdAnswer{res: &fsm.Result{Index: logs[i].Index}})
+			default:
+				c.answer(id, etcdAnswer{res: r})
+			}
+		}
+	}
+}
+
+// openEtcdCore starts a core over verified stores (openStores): a node
+// alone (voters is itself) when the stores hold no etcd state yet.
+func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick time.Duration, log *slog.Logger, seed uint64) (*etcdCore, error) {
+	ms, err := etcdLoadMemory(st.logs, st.stable, nil)
+	if err != nil {
+		return nil, err
+	}
+	hs, _, err := ms.InitialState()
+	if err != nil {
+		return nil, err
+	}
+	cfg := &etcdraft.Config{
+		ID: self, ElectionTick: 10, HeartbeatTick: 1, Storage: ms,
+		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, CheckQuorum: true, PreVote: true,
+		DisableProposalForwarding: true, Logger: etcdNopLogger{},
+	}
+	rn, err := etcdraft.NewRawNode(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("starting raft: %w", err)
+	}
+	last, err := ms.LastIndex()
+	if err != nil {
+		return nil, err
+	}
+	if last == 0 {
+		peers := make([]etcdraft.Peer, len(voters))
+		for i, v := range voters {
+			peers[i] = etcdraft.Peer{ID: v}
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	c := &etcdCore{rn: rn, logs: st.logs, stable: st.stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last}
+	c.start(seed)
+	return c, nil
+}

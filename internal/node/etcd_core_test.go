@@ -1,0 +1,74 @@
+package node
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// A node alone on the etcd core: proposals answer the state machine's
+// result after commit and apply, tokens rise, and after a restart the
+// log replays into a new state machine with the same tokens.
+func TestEtcdCoreSingleNode(t *testing.T) {
+	dir := t.TempDir()
+	open := func() (*stores, *etcdCore, *fsm.FSM) {
+		st, err := openTestStores(t, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := fsm.New(nil)
+		m := newMachine(f, newTokenFloor(st.state), Hooks{})
+		c, err := openEtcdCore(st, m, etcdID("a"), []uint64{etcdID("a")}, time.Millisecond, slog.New(slog.DiscardHandler), 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, c, f
+	}
+	propose := func(c *etcdCore, key string) *fsm.Result {
+		data, err := fsm.Encode(fsm.Command{Op: fsm.OpAcquire, Key: key, Holder: "h", TTL: locktable.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r, err := c.propose(data, time.Second)
+			if err == nil {
+				return r
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("propose %s: %v", key, err)
+			}
+			time.Sleep(5 * time.Millisecond) // polling for the election, with a deadline
+		}
+	}
+	st, c, _ := open()
+	var last uint64
+	for _, k := range []string{"a", "b", "c"} {
+		r := propose(c, k)
+		if r.Err != nil || r.Lease.Token <= last {
+			t.Fatalf("acquire %s: %+v (last token %d)", k, r, last)
+		}
+		last = r.Lease.Token
+	}
+	if st.state.get().Ceiling < last {
+		t.Fatalf("ceiling %d below the token %d answered", st.state.get().Ceiling, last)
+	}
+	c.close()
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st, c, f := open()
+	defer st.close()
+	defer c.close()
+	r := propose(c, "d")
+	if r.Err != nil || r.Lease.Token <= last {
+		t.Fatalf("after restart: %+v, want a token above %d", r, last)
+	}
+	if got := f.LastToken(); got != r.Lease.Token {
+		t.Fatalf("replayed state machine's last token %d, want %d", got, r.Lease.Token)
+	}
+}

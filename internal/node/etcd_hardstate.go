@@ -1,0 +1,86 @@
+package node
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/raft"
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// etcdHardStateKey is where the etcd engine keeps its HardState (term,
+// vote, commit) in the stable store: raft-wal's metadata database, which
+// fsyncs every write. The engine writes it when the term or vote change,
+// before any message that depends on them is sent; the commit index rides
+// along and may be behind, which raft allows (it learns the commit again).
+var etcdHardStateKey = []byte("EtcdHardState")
+
+// etcdSaveHardState records hs durably.
+func etcdSaveHardState(stable raft.StableStore, hs *raftpb.HardState) error {
+	b, err := proto.Marshal(hs)
+	if err != nil {
+		return fmt.Errorf("encoding the hard state: %w", err)
+	}
+	if err := stable.Set(etcdHardStateKey, b); err != nil {
+		return fmt.Errorf("recording the hard state: %w", err)
+	}
+	return nil
+}
+
+// etcdLoadMemory fills a MemoryStorage, the log etcd reads, from the
+// verified stores: the HardState and the entries first..last of logs
+// (after a snapshot at snapIndex, snapTerm, when snapIndex > 0). The
+// commit index recorded is clamped into what the log holds: it may lag
+// (see etcdHardStateKey) but must be at least the snapshot's.
+func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Snapshot) (*etcdraft.MemoryStorage, error) {
+	ms := etcdraft.NewMemoryStorage()
+	snapIndex := snap.GetMetadata().GetIndex()
+	if snapIndex > 0 {
+		if err := ms.ApplySnapshot(snap); err != nil {
+			return nil, fmt.Errorf("loading the snapshot at %d: %w", snapIndex, err)
+		}
+	}
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return nil, err
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return nil, err
+	}
+	if last > 0 {
+		// Entries the snapshot covers are kept for slow followers; etcd
+		// wants only those after it.
+		lo := max(first, snapIndex+1)
+		ents, err := etcdEntries(logs, lo, last)
+		if err != nil {
+			return nil, err
+		}
+		if len(ents) > 0 && ents[0].GetIndex() != snapIndex+1 && snapIndex > 0 {
+			return nil, fmt.Errorf("the log resumes at %d after the snapshot at %d", ents[0].GetIndex(), snapIndex)
+		}
+		if err := ms.Append(ents); err != nil {
+			return nil, fmt.Errorf("loading entries %d..%d: %w", lo, last, err)
+		}
+	}
+	b, err := stable.Get(etcdHardStateKey)
+	if err != nil { // raft-wal answers a missing key nil, nil
+
+		return nil, fmt.Errorf("reading the hard state: %w", err)
+	}
+	if len(b) > 0 {
+		hs := new(raftpb.HardState)
+		if err := proto.Unmarshal(b, hs); err != nil {
+			return nil, fmt.Errorf("decoding the hard state: %w", err)
+		}
+		end := max(last, snapIndex)
+		hs.Commit = proto.Uint64(min(max(hs.GetCommit(), snapIndex), end))
+		if err := ms.SetHardState(hs); err != nil {
+			return nil, err
+		}
+	}
+	return ms, nil
+}
+
+func protoUnmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }

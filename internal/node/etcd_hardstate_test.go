@@ -1,0 +1,71 @@
+package node
+
+import (
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The hard state and the log come back after a restart as etcd's
+// MemoryStorage; a commit index beyond the log is clamped to its end.
+func TestEtcdLoadMemory(t *testing.T) {
+	dir := t.TempDir()
+	st, err := openTestStores(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents := []*raftpb.Entry{
+		etcdEntry(1, 1, raftpb.EntryNormal, []byte("a")),
+		etcdEntry(2, 2, raftpb.EntryNormal, []byte("b")),
+	}
+	if err := etcdAppend(st.logs, ents); err != nil {
+		t.Fatal(err)
+	}
+	hs := &raftpb.HardState{Term: proto.Uint64(2), Vote: proto.Uint64(7), Commit: proto.Uint64(9)}
+	if err := etcdSaveHardState(st.stable, hs); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err = openTestStores(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	ms, err := etcdLoadMemory(st.logs, st.stable, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := ms.InitialState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetTerm() != 2 || got.GetVote() != 7 || got.GetCommit() != 2 {
+		t.Fatalf("hard state %v, want term 2 vote 7 commit 2 (clamped)", got)
+	}
+	if last, _ := ms.LastIndex(); last != 2 {
+		t.Fatalf("last index %d, want 2", last)
+	}
+	if term, _ := ms.Term(2); term != 2 {
+		t.Fatalf("term of 2 is %d, want 2", term)
+	}
+}
+
+// A directory that never had etcd state loads as empty.
+func TestEtcdLoadMemoryEmpty(t *testing.T) {
+	st, err := openTestStores(t, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	ms, err := etcdLoadMemory(st.logs, st.stable, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, _, _ := ms.InitialState()
+	if hs.GetTerm() != 0 || hs.GetCommit() != 0 {
+		t.Fatalf("hard state %v of an empty directory", hs)
+	}
+}
