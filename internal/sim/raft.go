@@ -564,4 +564,3 @@ func (l *replLog) Peers() ([]node.PeerStatus, bool) {
 	}
 	return nil, true
 }
-
