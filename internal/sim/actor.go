@@ -165,6 +165,15 @@ func (a *actor) once() {
 		a.w.tracef("%s releases %s: %v", holder, rec.key, err)
 	}
 	a.closeSession(sess)
+	if sess == nil && a.rnd.IntN(3) == 0 {
+		// A zombie: long after, it releases what it no longer holds,
+		// which the server must refuse.
+		a.sleep(time.Duration(a.rnd.Int64N(int64(2 * ttl))))
+		zctx, zcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer zcancel()
+		ok, err := a.c.Release(zctx, rec.key, holder, rec.token)
+		a.w.tracef("%s releases %s token %d again, late: %v %v", holder, rec.key, rec.token, ok, err)
+	}
 }
 
 func (a *actor) closeSession(s *client.Session) {

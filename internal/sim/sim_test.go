@@ -5,13 +5,33 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 var (
 	seeds   = flag.Int("sim.seeds", 0, "run this many seeds (default: 200 in the full run, none with -short)")
 	oneSeed = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: print its trace)")
 	first   = flag.Uint64("sim.first", 1, "the first seed of a -sim.seeds run")
+	horizon = flag.Duration("sim.horizon", 0, "with -sim.seed: run only this prefix of virtual time (default: the whole world)")
 )
+
+// shortest finds the shortest prefix of seed's world, in virtual time to
+// 250 ms, that still fails: the horizon after which the actors and the
+// nemesis start nothing new.
+func shortest(t *testing.T, seed uint64, cfg Config) time.Duration {
+	lo, hi := time.Duration(0), cfg.Horizon // lo passes, hi fails
+	for hi-lo > 250*time.Millisecond {
+		mid := (lo + hi) / 2
+		c := cfg
+		c.Horizon = mid
+		if len(runSeed(t, seed, c).Violations) > 0 {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
+}
 
 // runSeed runs one world in a synctest bubble: virtual time, and nothing
 // of the world outlives it.
@@ -40,7 +60,8 @@ func TestSeeds(t *testing.T) {
 		grants += r.Grants
 		if len(r.Violations) > 0 {
 			failed++
-			t.Errorf("%s\nreplay: go test ./internal/sim -run TestReplay -sim.seed %d -v", r, s)
+			h := shortest(t, s, DefaultConfig())
+			t.Errorf("%s\nshortest failing prefix: %s of virtual time\nreplay: go test ./internal/sim -run 'TestReplay$' -sim.seed %d -sim.horizon %s -v", r, h, s, h)
 			if failed >= 5 {
 				break
 			}
@@ -53,7 +74,12 @@ func TestReplay(t *testing.T) {
 	if *oneSeed == 0 {
 		t.Skip("-sim.seed S replays seed S")
 	}
-	r := runSeed(t, *oneSeed, DefaultConfig())
+	cfg := DefaultConfig()
+	if *horizon > 0 {
+		cfg.Horizon = *horizon
+	}
+	cfg.Verbose = testing.Verbose()
+	r := runSeed(t, *oneSeed, cfg)
 	if testing.Verbose() {
 		t.Log("trace:\n" + strings.Join(r.Trace, "\n"))
 	}

@@ -22,6 +22,8 @@ type Config struct {
 	// FastLeader plants a fault beyond the design's bound: every leader
 	// elected after the first runs its clock this much fast (0.25: 25%).
 	FastLeader float64
+	// Verbose traces every event of the committed log too.
+	Verbose bool
 }
 
 // DefaultConfig is the world `go test ./internal/sim` runs.
@@ -52,9 +54,10 @@ func (Config) leaseTimeout(r *rand.Rand) time.Duration {
 
 // world is one seeded run.
 type world struct {
-	seed uint64
-	cfg  Config
-	t0   time.Time
+	seed    uint64
+	cfg     Config
+	t0      time.Time
+	verbose bool // trace every event of the committed log
 
 	mu         sync.Mutex
 	trace      []string
@@ -118,7 +121,7 @@ func (r Result) Digest() uint64 {
 // run is the body of one world; it must run inside a synctest bubble
 // (RunSeed), whose clock is the world's virtual time.
 func run(seed uint64, cfg Config) Result {
-	w := &world{seed: seed, cfg: cfg, t0: time.Now()}
+	w := &world{seed: seed, cfg: cfg, t0: time.Now(), verbose: cfg.Verbose}
 	w.hist = newHistory(w)
 	c := &cluster{w: w, rnd: w.stream("raft"), pending: map[uint64]*proposal{}}
 	c.audit = w.hist.audit
