@@ -31,7 +31,7 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 	if o.ttl <= 0 {
 		return nil, invalidf("ttl_ms", "ttl must be positive, not %v", o.ttl)
 	}
-	lk, sent, err := c.queue(ctx, grantCall{key: key, holder: o.holder, ttl: o.ttl, id: newRequestID(), opts: o.grant}, wait)
+	lk, sent, err := c.queue(ctx, grantCall{key: key, holder: o.holder, ttl: o.ttl, id: c.rnd.requestID(), opts: o.grant}, wait)
 	if err != nil {
 		if ctx.Err() != nil && wait != 0 && o.generated {
 			// A grant may have crossed our cancel on the wire, unseen.

@@ -92,7 +92,7 @@ func (l Lock) lease() api.Lease {
 // NEW token (the old one stops being current). It matches ErrNotHeld when
 // holder does not hold a live lease on key.
 func (c *Client) Renew(ctx context.Context, key, holder string, ttl time.Duration) (Lock, error) {
-	body := api.RenewRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), RequestID: newRequestID()}
+	body := api.RenewRequest{Key: key, Holder: holder, TTLMs: api.Ms(ttl), RequestID: c.rnd.requestID()}
 	var out api.Lease
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathRenew, body: body, out: &out})
 	return lockOf(out), err
@@ -113,7 +113,7 @@ func (c *Client) extendAt(ctx context.Context, addr, key, holder string, token u
 }
 
 func (c *Client) extend(ctx context.Context, cl call, key, holder string, token uint64, ttl time.Duration) (Lock, error) {
-	cl.body = api.ExtendRequest{Key: key, Holder: holder, Token: token, TTLMs: api.Ms(ttl), RequestID: newRequestID()}
+	cl.body = api.ExtendRequest{Key: key, Holder: holder, Token: token, TTLMs: api.Ms(ttl), RequestID: c.rnd.requestID()}
 	var out api.Lease
 	cl.method, cl.path, cl.out = http.MethodPost, api.PathExtend, &out
 	err := c.do(ctx, cl)
@@ -137,7 +137,7 @@ type ExtendResult struct {
 // 1000). The error is about the request as a whole; per-lease refusals are
 // in the results, in the order of leases.
 func (c *Client) ExtendBatch(ctx context.Context, holder string, ttl time.Duration, leases []Held) ([]ExtendResult, error) {
-	body := api.ExtendBatchRequest{Holder: holder, TTLMs: api.Ms(ttl), Leases: leases, RequestID: newRequestID()}
+	body := api.ExtendBatchRequest{Holder: holder, TTLMs: api.Ms(ttl), Leases: leases, RequestID: c.rnd.requestID()}
 	var out api.ExtendBatchResponse
 	if err := c.do(ctx, call{method: http.MethodPost, path: api.PathExtendBatch, body: body, out: &out}); err != nil {
 		return nil, err
@@ -160,7 +160,7 @@ func (c *Client) ExtendBatch(ctx context.Context, holder string, ttl time.Durati
 // holder did not hold a live lease (never someone else's, never an expired
 // one that may have been granted again).
 func (c *Client) Release(ctx context.Context, key, holder string, token uint64) (bool, error) {
-	body := api.ReleaseRequest{Key: key, Holder: holder, Token: token, RequestID: newRequestID()}
+	body := api.ReleaseRequest{Key: key, Holder: holder, Token: token, RequestID: c.rnd.requestID()}
 	var out api.ReleaseResponse
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathRelease, body: body, out: &out})
 	return out.Released, err

@@ -3,14 +3,11 @@ package client
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -39,6 +36,7 @@ type Client struct {
 	framed     bool
 	waitCheck  time.Duration
 	auth       authState
+	rnd        random // jitter, back-off and request ids (WithRandom)
 
 	mu    sync.Mutex
 	addrs []string // base URLs, no trailing slash
@@ -216,13 +214,6 @@ func (c *Client) size() int {
 	return len(c.addrs)
 }
 
-// newRequestID names one logical write so that its retries are applied once.
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // call is one logical request.
 type call struct {
 	method string
@@ -347,7 +338,7 @@ func (c *Client) do(ctx context.Context, cl call) error {
 				return lastErr
 			}
 			backoffs++
-			d := backoff/2 + mrand.N(backoff/2+1)
+			d := backoff/2 + c.rnd.n(backoff/2+1)
 			if !sleep(c.clock, d, ctx.Done()) {
 				return gaveUp(ctx, lastErr)
 			}

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	mrand "math/rand/v2"
 	"net/http"
 	"time"
 
@@ -34,7 +33,7 @@ type GrantOptions struct {
 //
 // Grant does not keep the lease alive; Acquire and TryAcquire do.
 func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.Duration) (Lock, error) {
-	lk, _, err := c.queue(ctx, grantCall{key: key, holder: holder, ttl: ttl, id: newRequestID()}, wait)
+	lk, _, err := c.queue(ctx, grantCall{key: key, holder: holder, ttl: ttl, id: c.rnd.requestID()}, wait)
 	return lk, err
 }
 
@@ -42,7 +41,7 @@ func (c *Client) Grant(ctx context.Context, key, holder string, ttl, wait time.D
 // semaphore's permit or a read/write hold. Like Grant it does not keep the
 // lease alive.
 func (c *Client) GrantWith(ctx context.Context, key, holder string, ttl, wait time.Duration, g GrantOptions) (Lock, error) {
-	lk, _, err := c.queue(ctx, grantCall{key: key, holder: holder, ttl: ttl, id: newRequestID(), opts: g}, wait)
+	lk, _, err := c.queue(ctx, grantCall{key: key, holder: holder, ttl: ttl, id: c.rnd.requestID(), opts: g}, wait)
 	return lk, err
 }
 
@@ -127,7 +126,7 @@ func (c *Client) acquireAllRetry(ctx context.Context, req api.AcquireAllRequest,
 		if left <= 0 {
 			return nil, err
 		}
-		d := min(pause/2+mrand.N(pause/2+1), left)
+		d := min(pause/2+c.rnd.n(pause/2+1), left)
 		if !sleep(c.clock, d, ctx.Done()) {
 			return nil, err
 		}
@@ -136,7 +135,7 @@ func (c *Client) acquireAllRetry(ctx context.Context, req api.AcquireAllRequest,
 }
 
 func (c *Client) acquireAll(ctx context.Context, req api.AcquireAllRequest) ([]Lock, error) {
-	req.RequestID = newRequestID()
+	req.RequestID = c.rnd.requestID()
 	var out api.AcquireAllResponse
 	if err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquireAll, body: req, out: &out}); err != nil {
 		return nil, err

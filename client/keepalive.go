@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,7 +175,7 @@ func (l *keeper) sleep(d time.Duration) bool {
 // before it was due.
 func (l *keeper) interval() time.Duration {
 	every := budgetFor(l.ttl).every
-	return every - mrand.N(every/10+1)
+	return every - l.c.rnd.n(every/10+1)
 }
 
 // retryDelay spaces rounds of failed extensions (a round tries every
@@ -184,7 +183,7 @@ func (l *keeper) interval() time.Duration {
 // newly elected leader soon after it is elected.
 func (l *keeper) retryDelay() time.Duration {
 	d := retryDelayMax(l.ttl)
-	return d/2 + mrand.N(d/2+1)
+	return d/2 + l.c.rnd.n(d/2+1)
 }
 
 // retryDelayMax is the longest retryDelay for ttl.

@@ -46,9 +46,14 @@ type round struct {
 
 // queue asks for g's key once (wait 0), for up to wait (wait > 0), or
 // until ctx ends (wait < 0), in rounds of at most maxWait under g.id. It
-// returns the grant and the send time to date it from: that of the
-// earliest round answered with its token, which was out when the server
-// granted it. On error every round has returned.
+// returns the grant and the send time to date it from: that of the first
+// round. Every round carries g.id, so the answer to a later round may be
+// the server's record of a grant it made during an earlier one whose
+// answer was lost (an outage, then a round sent again): only the first
+// send is sure to precede the grant (internal/sim found the lease dated
+// from the later round and held past its end on the server). A grant
+// dated long ago is extended at once (start). On error every round has
+// returned.
 func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lock, time.Time, error) {
 	if wait == 0 {
 		sent := c.clock.Now()
@@ -108,6 +113,7 @@ func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lo
 		return all
 	}
 	outages := 0
+	first := c.clock.Now()
 	send()
 	for {
 		select {
@@ -117,8 +123,7 @@ func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lo
 			out--
 			switch {
 			case r.err == nil:
-				lk, sent := pick(drain(r))
-				return lk, sent, nil
+				return pick(drain(r)), first, nil
 			case ctx.Err() != nil:
 				// A round may have been granted as ctx ended: give back
 				// what we were told of (a grant nobody was told of, the
@@ -145,8 +150,7 @@ func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lo
 				all := drain(r)
 				for _, o := range all {
 					if o.err == nil {
-						lk, sent := pick(all)
-						return lk, sent, nil
+						return pick(all), first, nil
 					}
 				}
 				return Lock{}, r.sent, r.err
@@ -157,19 +161,19 @@ func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lo
 
 // pick is the grant a wait answers with, of the rounds' answers: the
 // highest token (a renewal under the same holder supersedes the token
-// before it), dated from the earliest send answered with it.
-func pick(all []round) (Lock, time.Time) {
+// before it).
+func pick(all []round) Lock {
 	var best round
 	ok := false
 	for _, r := range all {
 		if r.err != nil {
 			continue
 		}
-		if !ok || r.lk.Token > best.lk.Token || (r.lk.Token == best.lk.Token && r.sent.Before(best.sent)) {
+		if !ok || r.lk.Token > best.lk.Token {
 			best, ok = r, true
 		}
 	}
-	return best.lk, best.sent
+	return best.lk
 }
 
 // outage reports whether err says no node could serve the call: none

@@ -274,7 +274,7 @@ func (s *Session) acquire(ctx context.Context, key string, o leaseOptions, wait 
 	defer stop(nil)
 	unhook := context.AfterFunc(s.ctx, func() { stop(context.Cause(s.ctx)) })
 	defer unhook()
-	lk, _, err := s.c.queue(wctx, grantCall{key: key, holder: s.holder, id: newRequestID(),
+	lk, _, err := s.c.queue(wctx, grantCall{key: key, holder: s.holder, id: s.c.rnd.requestID(),
 		opts: GrantOptions{Session: s.id, LockDelay: o.grant.LockDelay}}, wait)
 	if err == nil {
 		if serr := s.alive(); serr != nil {
@@ -343,7 +343,7 @@ func sessionInfoOf(w api.Session) SessionInfo {
 func (c *Client) OpenSession(ctx context.Context, holder string, ttl time.Duration) (SessionInfo, error) {
 	var out api.Session
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionOpen,
-		body: api.SessionOpenRequest{Holder: holder, TTLMs: api.Ms(ttl), RequestID: newRequestID()}, out: &out})
+		body: api.SessionOpenRequest{Holder: holder, TTLMs: api.Ms(ttl), RequestID: c.rnd.requestID()}, out: &out})
 	return sessionInfoOf(out), err
 }
 
@@ -360,6 +360,6 @@ func (c *Client) ExtendSession(ctx context.Context, id uint64, holder string) (S
 func (c *Client) CloseSession(ctx context.Context, id uint64, holder string) (SessionInfo, error) {
 	var out api.Session
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionClose,
-		body: api.SessionRequest{ID: id, Holder: holder, RequestID: newRequestID()}, out: &out})
+		body: api.SessionRequest{ID: id, Holder: holder, RequestID: c.rnd.requestID()}, out: &out})
 	return sessionInfoOf(out), err
 }

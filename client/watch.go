@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -187,7 +186,7 @@ func (w *Watch) run(ctx context.Context, c *Client, name string, o watchOptions)
 			// Every address failed for the client's whole retry budget:
 			// a watch has no deadline of its own, so it waits and
 			// goes on after the same revision.
-			d := backoff/2 + mrand.N(backoff/2+1)
+			d := backoff/2 + c.rnd.n(backoff/2+1)
 			if !sleep(c.clock, d, ctx.Done()) {
 				return
 			}

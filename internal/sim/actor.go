@@ -1,0 +1,186 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
+)
+
+// actor is one client process: the real client library (its keep-alive,
+// retries and waits) on the process's own drifting, pausable clock,
+// working under leases the way the safe-stop rule says a holder must: it
+// acts only while the lease is alive and before its Deadline.
+type actor struct {
+	w   *world
+	i   int
+	rnd *rand.Rand
+	clk *simClock
+	net *clientNet
+	c   *client.Client
+	seq int
+}
+
+func newActor(w *world, i int, drift float64) *actor {
+	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: newSimClock(w.t0, drift)}
+	a.net = &clientNet{w: w, a: a, rnd: w.stream(fmt.Sprintf("net%d", i)), cut: map[string]bool{}}
+	var addrs []string
+	for _, n := range w.cl.nodes {
+		addrs = append(addrs, n.id+":7470")
+	}
+	c, err := client.New(addrs, client.WithHTTPClient(&http.Client{Transport: a.net}), client.WithFramed(false),
+		client.WithClock(a.clk), client.WithRandom(w.stream(fmt.Sprintf("client%d", i))))
+	if err != nil {
+		panic(err) // the addresses are the world's own
+	}
+	a.c = c
+	return a
+}
+
+// held is what the actor works under: a Lease or a session's lock.
+type held interface {
+	Err() error
+	Deadline() time.Time
+	Release(context.Context) error
+}
+
+// sessionHeld is a session lock, alive while its session is.
+type sessionHeld struct {
+	s *client.Session
+	l *client.SessionLock
+}
+
+func (h sessionHeld) Err() error {
+	select {
+	case <-h.l.Done():
+		return context.Cause(h.l.Context())
+	default:
+		return h.s.Err()
+	}
+}
+func (h sessionHeld) Deadline() time.Time               { return h.s.Deadline() }
+func (h sessionHeld) Release(ctx context.Context) error { return h.l.Release(ctx) }
+
+var ttls = []time.Duration{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second}
+
+func (a *actor) sleep(d time.Duration) {
+	done := make(chan struct{})
+	a.clk.AfterFunc(d, func() { close(done) })
+	<-done
+}
+
+func (a *actor) run(end time.Time) {
+	for time.Now().Before(end) {
+		a.sleep(time.Duration(a.rnd.Int64N(int64(400 * time.Millisecond))))
+		if !time.Now().Before(end) {
+			return
+		}
+		a.once()
+	}
+}
+
+// once acquires one thing, works under it and lets it go.
+func (a *actor) once() {
+	a.seq++
+	holder := fmt.Sprintf("c%d-%d", a.i, a.seq)
+	ttl := ttls[a.rnd.IntN(len(ttls))]
+	wait := time.Duration(a.rnd.Int64N(int64(3 * time.Second)))
+	opts := []client.LeaseOption{client.WithTTL(ttl), client.WithHolder(holder), client.WithWait(wait)}
+	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
+	defer cancel()
+	rec := &grantRec{client: a.i, holder: holder}
+	var h held
+	var sess *client.Session
+	switch k := a.rnd.IntN(6); k {
+	case 0, 1:
+		rec.kind, rec.key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
+		l, err := a.c.Acquire(ctx, rec.key, opts...)
+		if err != nil {
+			a.w.tracef("%s acquire %s: %v", holder, rec.key, err)
+			return
+		}
+		rec.token, h = l.Token(), l
+	case 2:
+		rec.kind, rec.key, rec.permits = "sem", "sem/0", 2
+		l, err := a.c.AcquireSemaphore(ctx, rec.key, 2, opts...)
+		if err != nil {
+			a.w.tracef("%s acquire %s: %v", holder, rec.key, err)
+			return
+		}
+		rec.token, h = l.Token(), l
+	case 3, 4:
+		rec.key = "rw/0"
+		var l *client.Lease
+		var err error
+		if k == 3 {
+			rec.kind = "read"
+			l, err = a.c.AcquireRead(ctx, rec.key, opts...)
+		} else {
+			rec.kind = "write"
+			l, err = a.c.AcquireWrite(ctx, rec.key, opts...)
+		}
+		if err != nil {
+			a.w.tracef("%s acquire %s %s: %v", holder, rec.kind, rec.key, err)
+			return
+		}
+		rec.token, h = l.Token(), l
+	case 5:
+		rec.kind, rec.key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
+		s, err := client.NewSession(ctx, a.c, client.WithSessionTTL(ttl), client.WithSessionHolder(holder))
+		if err != nil {
+			a.w.tracef("%s open session: %v", holder, err)
+			return
+		}
+		sess = s
+		l, err := s.Acquire(ctx, rec.key, client.WithWait(wait))
+		if err != nil {
+			a.w.tracef("%s session acquire %s: %v", holder, rec.key, err)
+			a.closeSession(sess)
+			return
+		}
+		rec.token, h = l.Token(), sessionHeld{s, l}
+	}
+	rec.ack = time.Now()
+	rec.last = rec.ack
+	a.w.hist.granted(rec)
+	a.w.tracef("%s holds %s %s token %d ttl %s", holder, rec.kind, rec.key, rec.token, ttl)
+	hold := time.Duration(a.rnd.Int64N(int64(2 * ttl)))
+	step := ttl / 5
+	for spent := time.Duration(0); spent < hold; spent += step {
+		a.sleep(step)
+		if h.Err() != nil || !a.clk.Now().Before(h.Deadline()) {
+			a.w.tracef("%s stops: %v", holder, h.Err())
+			a.w.hist.lost(rec, h.Err())
+			break
+		}
+		a.w.hist.worked(rec)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	if h.Err() == nil {
+		err := h.Release(rctx)
+		a.w.tracef("%s releases %s: %v", holder, rec.key, err)
+	}
+	a.closeSession(sess)
+	if sess == nil && a.rnd.IntN(3) == 0 {
+		// A zombie: long after, it releases what it no longer holds,
+		// which the server must refuse.
+		a.sleep(time.Duration(a.rnd.Int64N(int64(2 * ttl))))
+		zctx, zcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer zcancel()
+		ok, err := a.c.Release(zctx, rec.key, holder, rec.token)
+		a.w.tracef("%s releases %s token %d again, late: %v %v", holder, rec.key, rec.token, ok, err)
+	}
+}
+
+func (a *actor) closeSession(s *client.Session) {
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.Close(ctx)
+}

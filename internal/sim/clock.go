@@ -1,0 +1,159 @@
+package sim
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock/clock"
+)
+
+// simClock is the local clock of one process of the world: virtual time
+// (the synctest bubble's) at a rate off by drift, which a pause stops
+// from running anything. Now keeps counting through a pause, as a
+// monotonic clock does through SIGSTOP; timers that fall due during one
+// run when it ends, in the order they were due, before anything else the
+// process does.
+type simClock struct {
+	mu       sync.Mutex
+	v0, l0   time.Time // at virtual time v0 the clock read l0
+	rate     float64   // local seconds per virtual second (1 + drift)
+	paused   bool
+	resumed  chan struct{} // closed when the current pause ends
+	deferred []*simTimer   // due during the pause, in due order
+}
+
+var _ clock.Clock = (*simClock)(nil)
+
+func newSimClock(origin time.Time, drift float64) *simClock {
+	c := &simClock{v0: origin, l0: origin, rate: 1 + drift, resumed: make(chan struct{})}
+	close(c.resumed)
+	return c
+}
+
+// Now is the local reading of virtual time.
+func (c *simClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nowLocked(time.Now())
+}
+
+func (c *simClock) nowLocked(v time.Time) time.Time {
+	return c.l0.Add(time.Duration(float64(v.Sub(c.v0)) * c.rate))
+}
+
+// setRate makes the clock run at rate from now on, without a jump.
+func (c *simClock) setRate(rate float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := time.Now()
+	c.l0, c.v0, c.rate = c.nowLocked(v), v, rate
+}
+
+// virtual converts a local duration into the virtual time it takes.
+func (c *simClock) virtual(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	c.mu.Lock()
+	rate := c.rate
+	c.mu.Unlock()
+	v := time.Duration(float64(d) / rate)
+	if float64(v)*rate < float64(d) {
+		v++ // never early by local time
+	}
+	return v
+}
+
+// AfterFunc runs f once d has passed on the local clock (late, after a
+// pause).
+func (c *simClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	t := &simTimer{c: c, f: f, due: time.Now().Add(c.virtual(d))}
+	t.t = time.AfterFunc(c.virtual(d), t.fire)
+	return t
+}
+
+type simTimer struct {
+	c   *simClock
+	f   func()
+	due time.Time
+	t   *time.Timer
+
+	stopped bool // under c.mu
+	ran     bool
+}
+
+func (t *simTimer) fire() {
+	c := t.c
+	c.mu.Lock()
+	if t.stopped || t.ran {
+		c.mu.Unlock()
+		return
+	}
+	if c.paused {
+		c.deferred = append(c.deferred, t)
+		c.mu.Unlock()
+		return
+	}
+	t.ran = true
+	c.mu.Unlock()
+	t.f()
+}
+
+// Stop cancels the timer; it reports whether that stopped it from running.
+func (t *simTimer) Stop() bool {
+	c := t.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.stopped || t.ran {
+		return false
+	}
+	t.stopped = true
+	t.t.Stop()
+	return true
+}
+
+// pause stops the process: nothing its timers would run runs until
+// resume.
+func (c *simClock) pause() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.paused {
+		c.paused = true
+		c.resumed = make(chan struct{})
+	}
+}
+
+// resume runs what fell due during the pause, in due order, then lets the
+// process go on.
+func (c *simClock) resume() {
+	c.mu.Lock()
+	if !c.paused {
+		c.mu.Unlock()
+		return
+	}
+	due := c.deferred
+	c.deferred = nil
+	slices.SortStableFunc(due, func(a, b *simTimer) int { return a.due.Compare(b.due) })
+	var run []*simTimer
+	for _, t := range due {
+		if !t.stopped && !t.ran {
+			t.ran = true
+			run = append(run, t)
+		}
+	}
+	c.paused = false
+	close(c.resumed)
+	c.mu.Unlock()
+	for _, t := range run {
+		t.f()
+	}
+}
+
+// running returns a channel closed while the process runs (at once, or
+// when the current pause ends).
+func (c *simClock) running() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resumed
+}

@@ -1,0 +1,196 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/locktable"
+)
+
+// grantRec is one grant a client was answered, and how long its holder
+// acted under it (virtual time).
+type grantRec struct {
+	client  int
+	kind    string // lock, sem, read, write
+	key     string
+	holder  string
+	token   uint64
+	permits int
+	ack     time.Time // the answer arrived
+	last    time.Time // the last instant the holder acted under it
+	lostErr error
+}
+
+// history checks the world: the committed log as an auditor's own state
+// machine applies it (tokens rising, no waiter skipped), and what the clients believed (no two
+// exclusive holders acting at one instant, no more than the permits, no
+// writer beside a reader, every acknowledged grant committed).
+type history struct {
+	w   *world
+	f   *fsm.FSM
+	mu  sync.Mutex
+	all []*grantRec
+
+	// the auditor's view, from the committed log (under the cluster's lock)
+	lastToken map[string]uint64
+	queue     map[string][]string // exclusive keys: the waiters, head first
+	committed map[string]bool     // key|holder|token of every committed grant
+}
+
+func newHistory(w *world) *history {
+	h := &history{w: w, lastToken: map[string]uint64{},
+		queue: map[string][]string{}, committed: map[string]bool{}}
+	h.f = fsm.New(h.observe)
+	return h
+}
+
+// audit applies one committed entry to the auditor's state machine.
+func (h *history) audit(index uint64, data []byte) {
+	h.f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
+}
+
+func grantKey(key, holder string, token uint64) string {
+	return fmt.Sprintf("%s|%s|%d", key, holder, token)
+}
+
+func (h *history) observe(index uint64, ev locktable.Event) {
+	if h.w.verbose {
+		h.w.tracef("log %d: %s %s %s token %d at %s since %s expiry %s", index, ev.Kind, ev.Key, ev.Holder, ev.Token,
+			time.Duration(ev.At), time.Duration(ev.Since), time.Duration(ev.Expiry))
+	}
+	exclusive := strings.HasPrefix(ev.Key, "lock/")
+	switch ev.Kind {
+	case locktable.EventGranted:
+		if ev.Token <= h.lastToken[ev.Key] {
+			h.w.violate("entry %d: %s granted %s token %d, not above the key's last token %d", index, ev.Holder, ev.Key, ev.Token, h.lastToken[ev.Key])
+		}
+		h.lastToken[ev.Key] = max(h.lastToken[ev.Key], ev.Token)
+		h.committed[grantKey(ev.Key, ev.Holder, ev.Token)] = true
+		if !exclusive {
+			return
+		}
+		q := h.queue[ev.Key]
+		if i := slices.Index(q, ev.Holder); i >= 0 {
+			if i > 0 {
+				h.w.violate("entry %d: %s granted %s from the queue ahead of %s", index, ev.Holder, ev.Key, strings.Join(q[:i], ", "))
+			}
+			h.queue[ev.Key] = slices.Delete(q, i, i+1)
+		}
+	case locktable.EventWaitJoined:
+		if exclusive {
+			h.queue[ev.Key] = append(h.queue[ev.Key], ev.Holder)
+		}
+	case locktable.EventWaitLeft, locktable.EventWaitDropped:
+		if q := h.queue[ev.Key]; exclusive {
+			if i := slices.Index(q, ev.Holder); i >= 0 {
+				h.queue[ev.Key] = slices.Delete(q, i, i+1)
+			}
+		}
+	}
+}
+
+func (h *history) granted(r *grantRec) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.all = append(h.all, r)
+}
+
+func (h *history) worked(r *grantRec) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r.last = time.Now()
+}
+
+func (h *history) lost(r *grantRec, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r.lostErr = err
+}
+
+func (h *history) acked() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.all)
+}
+
+// finish runs the checks over what the clients believed.
+func (h *history) finish() {
+	h.mu.Lock()
+	all := append([]*grantRec(nil), h.all...)
+	h.mu.Unlock()
+	h.w.cl.mu.Lock()
+	for _, r := range all {
+		if !h.committed[grantKey(r.key, r.holder, r.token)] {
+			h.w.violate("%s was answered %s token %d, which the committed log never granted", r.holder, r.key, r.token)
+		}
+	}
+	h.w.cl.mu.Unlock()
+	byKey := map[string][]*grantRec{}
+	for _, r := range all {
+		byKey[r.key] = append(byKey[r.key], r)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		rs := byKey[k]
+		slices.SortFunc(rs, func(a, b *grantRec) int { return a.ack.Compare(b.ack) })
+		if rs[0].kind == "sem" {
+			h.permits(k, rs)
+			continue
+		}
+		for i, a := range rs {
+			for _, b := range rs[i+1:] {
+				if b.ack.After(a.last) {
+					break
+				}
+				// b began acting while a still did.
+				switch {
+				case a.kind == "read" && b.kind == "read":
+				default:
+					if a.token != b.token {
+						h.w.violate("%s: %s (%s token %d) acted until %s, after %s (%s token %d) was granted at %s",
+							k, a.holder, a.kind, a.token, a.last.Sub(h.w.t0), b.holder, b.kind, b.token, b.ack.Sub(h.w.t0))
+					}
+				}
+			}
+		}
+	}
+}
+
+// permits checks that no more of a semaphore's holders act at one instant
+// than it has permits (rs sorted by ack).
+func (h *history) permits(key string, rs []*grantRec) {
+	type edge struct {
+		at    time.Time
+		delta int
+		r     *grantRec
+	}
+	var edges []edge
+	for _, r := range rs {
+		edges = append(edges, edge{r.ack, +1, r}, edge{r.last, -1, r})
+	}
+	// At one instant, ends before starts: a holder acting until t and
+	// one starting at t do not overlap.
+	slices.SortStableFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	n := 0
+	for _, e := range edges {
+		n += e.delta
+		if n > e.r.permits {
+			h.w.violate("%s: %d holders acting at %s, over its %d permits (%s token %d the last)", key, n, e.at.Sub(h.w.t0), e.r.permits, e.r.holder, e.r.token)
+		}
+	}
+}
