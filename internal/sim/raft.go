@@ -78,8 +78,6 @@ type simNode struct {
 	owed     *bool // a leadership change to deliver when the node resumes
 }
 
-var errCrashed = errors.New("sim: node crashed")
-
 // start makes a new incarnation of n and starts its service.
 func (n *simNode) start(cfg service.Config) error {
 	cfg.NodeID = n.id
