@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -135,12 +136,7 @@ func (h *history) finish() {
 	for _, r := range all {
 		byKey[r.key] = append(byKey[r.key], r)
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
 		rs := byKey[k]
 		slices.SortFunc(rs, func(a, b *grantRec) int { return a.ack.Compare(b.ack) })
 		if rs[0].kind == "sem" {
