@@ -90,13 +90,29 @@ func TestLockNotHadNeverStartsCMD(t *testing.T) {
 }
 
 // TestLockLostLeaseKillsCMD: the server refuses an extension; lock stops a
-// CMD that ignores SIGTERM with SIGKILL and exits 4.
+// CMD that ignores SIGTERM with SIGKILL and exits 4. The server refuses
+// extensions only once CMD ignores SIGTERM: refused from the start, the
+// first extension (TTL/8 in) could be refused before sh had set its trap,
+// and SIGTERM then killed it (seen in a CI run).
 func TestLockLostLeaseKillsCMD(t *testing.T) {
 	srv := clienttest.NewServer(client.SystemClock{})
 	defer srv.Close()
+	ready := filepath.Join(t.TempDir(), "trapped")
+	t.Setenv("READY", ready) // CMD inherits the test's environment
+	type result struct {
+		code int
+		errs string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "300ms", "--",
+			"sh", "-c", `trap '' TERM; touch "$READY"; while :; do sleep 0.05; done`)
+		done <- result{code, errs}
+	}()
+	eventually(t, "CMD to ignore SIGTERM", func() bool { _, err := os.Stat(ready); return err == nil })
 	srv.Fail("extend", "not_held")
-	code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "300ms", "--",
-		"sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`)
+	r := <-done
+	code, errs := r.code, r.errs
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
 	}
