@@ -39,9 +39,8 @@ const maxOutages = 3
 
 // round is one request of a wait, answered.
 type round struct {
-	lk   Lock
-	err  error
-	sent time.Time
+	lk  Lock
+	err error
 }
 
 // queue asks for g's key once (wait 0), for up to wait (wait > 0), or
@@ -53,7 +52,7 @@ type round struct {
 // send is sure to precede the grant (internal/sim found the lease dated
 // from the later round and held past its end on the server). A grant
 // dated long ago is extended at once (start). On error every round has
-// returned.
+// returned (the time returned then is the first round's too).
 func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lock, time.Time, error) {
 	if wait == 0 {
 		sent := c.clock.Now()
@@ -62,7 +61,8 @@ func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lo
 		return lk, sent, err
 	}
 	forever := wait < 0
-	end := c.clock.Now().Add(wait)
+	first := c.clock.Now() // the lease is dated from here
+	end := first.Add(wait)
 	// roundFor is the wait one round asks for, sent now: what is left of
 	// the wait, at most the server's longest, and at least a millisecond
 	// so that a round sent past the end (after an outage) is still a wait
@@ -101,7 +101,7 @@ func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lo
 		}
 		go func() {
 			lk, err := c.grant(ctx, r)
-			results <- round{lk: lk, err: err, sent: sent}
+			results <- round{lk: lk, err: err}
 		}()
 	}
 	// drain waits for the rounds still out and returns every answer.
@@ -113,7 +113,6 @@ func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lo
 		return all
 	}
 	outages := 0
-	first := c.clock.Now()
 	send()
 	for {
 		select {
@@ -133,14 +132,14 @@ func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lo
 						c.releaseQuietly(o.lk.Key, o.lk.Holder, o.lk.Token)
 					}
 				}
-				return Lock{}, r.sent, r.err
+				return Lock{}, first, r.err
 			case out > 0 && (errors.Is(r.err, ErrHeld) || outage(r.err)):
 				// An older round ended (it was overlapped) or failed: the
 				// newer one out holds the place.
 			case errors.Is(r.err, ErrHeld):
 				outages = 0
 				if !forever && end.Sub(c.clock.Now()) < time.Millisecond {
-					return Lock{}, r.sent, r.err
+					return Lock{}, first, r.err
 				}
 				send() // answered before its end (a node's clock ahead of ours): go on
 			case outage(r.err) && outages < maxOutages:
@@ -153,7 +152,7 @@ func (c *Client) queue(ctx context.Context, g grantCall, wait time.Duration) (Lo
 						return pick(all), first, nil
 					}
 				}
-				return Lock{}, r.sent, r.err
+				return Lock{}, first, r.err
 			}
 		}
 	}

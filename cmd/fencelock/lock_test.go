@@ -99,26 +99,35 @@ func TestLockLostLeaseKillsCMD(t *testing.T) {
 	defer srv.Close()
 	ready := filepath.Join(t.TempDir(), "trapped")
 	t.Setenv("READY", ready) // CMD inherits the test's environment
-	type result struct {
-		code int
-		errs string
-	}
-	done := make(chan result, 1)
-	go func() {
-		code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "300ms", "--",
-			"sh", "-c", `trap '' TERM; touch "$READY"; while :; do sleep 0.05; done`)
-		done <- result{code, errs}
-	}()
-	eventually(t, "CMD to ignore SIGTERM", func() bool { _, err := os.Stat(ready); return err == nil })
-	srv.Fail("extend", "not_held")
-	r := <-done
-	code, errs := r.code, r.errs
+	code, errs := lockThenRefuse(t, srv, ready, "--ttl", "300ms", "--",
+		"sh", "-c", `trap '' TERM; touch "$READY"; while :; do sleep 0.05; done`)
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
 	}
 	if !strings.Contains(errs, "lost: injected not_held; sending SIGTERM to CMD, SIGKILL in") || !strings.Contains(errs, "CMD was killed by SIGKILL") {
 		t.Fatalf("stderr %q", errs)
 	}
+}
+
+// lockThenRefuse runs `lock k args...` against srv, makes srv refuse
+// every extension once CMD has created ready (so that the loss comes
+// after whatever CMD sets up first), and returns lock's status and
+// stderr.
+func lockThenRefuse(t *testing.T, srv *clienttest.Server, ready string, args ...string) (int, string) {
+	t.Helper()
+	type result struct {
+		code int
+		errs string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, append([]string{"lock", "k"}, args...)...)
+		done <- result{code, errs}
+	}()
+	eventually(t, "CMD to be ready", func() bool { _, err := os.Stat(ready); return err == nil })
+	srv.Fail("extend", "not_held")
+	r := <-done
+	return r.code, r.errs
 }
 
 // TestLockLostLeaseKillsWholeGroup: CMD's shell exits on SIGTERM but leaves
@@ -131,20 +140,7 @@ func TestLockLostLeaseKillsWholeGroup(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "worker.pid")
 	script := `(trap '' TERM; echo $BASHPID > "$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"; while :; do sleep 0.05; done) & wait`
 	t.Setenv("PIDFILE", pidFile) // CMD inherits the test's environment
-	type result struct {
-		code int
-		errs string
-	}
-	done := make(chan result, 1)
-	go func() {
-		code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "1s", "--",
-			"bash", "-c", script)
-		done <- result{code, errs}
-	}()
-	eventually(t, "the worker", func() bool { _, err := os.Stat(pidFile); return err == nil })
-	srv.Fail("extend", "not_held")
-	r := <-done
-	code, errs := r.code, r.errs
+	code, errs := lockThenRefuse(t, srv, pidFile, "--ttl", "1s", "--", "bash", "-c", script)
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
 	}

@@ -153,7 +153,6 @@ func (a *actor) once() {
 		a.sleep(step)
 		if h.Err() != nil || !a.clk.Now().Before(h.Deadline()) {
 			a.w.tracef("%s stops: %v", holder, h.Err())
-			a.w.hist.lost(rec, h.Err())
 			break
 		}
 		a.w.hist.worked(rec)

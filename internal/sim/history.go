@@ -25,7 +25,6 @@ type grantRec struct {
 	permits int
 	ack     time.Time // the answer arrived
 	last    time.Time // the last instant the holder acted under it
-	lostErr error
 }
 
 // history checks the world: the committed log as an auditor's own state
@@ -106,12 +105,6 @@ func (h *history) worked(r *grantRec) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r.last = time.Now()
-}
-
-func (h *history) lost(r *grantRec, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	r.lostErr = err
 }
 
 func (h *history) acked() int {

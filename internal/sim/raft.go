@@ -46,7 +46,6 @@ type proposal struct {
 	data []byte
 	n    *simNode
 	gen  int
-	at   time.Time // when proposed (virtual)
 
 	index    uint64 // once committed
 	resolved bool   // under cluster.mu
@@ -420,20 +419,32 @@ func (l *replLog) Propose(data []byte, timeout time.Duration) (*fsm.Result, erro
 		c.mu.Unlock()
 		return nil, fmt.Errorf("%w: sim: %s does not lead", node.ErrNotLeader, l.n.id)
 	}
-	p := &proposal{data: append([]byte(nil), data...), n: l.n, gen: l.gen, at: time.Now(), done: make(chan struct{})}
+	p := &proposal{data: append([]byte(nil), data...), n: l.n, gen: l.gen, done: make(chan struct{})}
 	c.inflight = append(c.inflight, p)
 	d := c.w.cfg.commitDelay(c.rnd)
 	c.mu.Unlock()
 
 	expire := time.NewTimer(timeout)
 	defer expire.Stop()
+	timedOut := fmt.Errorf("%w: sim: proposal timed out", node.ErrUnavailable)
+	// await waits for ch or the proposal's resolution; false: the
+	// timeout came first.
+	await := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+		case <-p.done:
+		case <-expire.C:
+			return false
+		}
+		return true
+	}
 	commit := time.NewTimer(d)
 	defer commit.Stop()
 	select {
 	case <-commit.C:
 	case <-p.done:
 	case <-expire.C:
-		return nil, fmt.Errorf("%w: sim: proposal timed out", node.ErrUnavailable)
+		return nil, timedOut
 	}
 	for {
 		c.mu.Lock()
@@ -449,26 +460,17 @@ func (l *replLog) Propose(data []byte, timeout time.Duration) (*fsm.Result, erro
 		}
 		wake := l.n.clk.running()
 		c.mu.Unlock()
-		select {
-		case <-wake:
-		case <-p.done:
-		case <-expire.C:
-			return nil, fmt.Errorf("%w: sim: proposal timed out", node.ErrUnavailable)
+		if !await(wake) {
+			return nil, timedOut
 		}
-		if !l.n.frozen() {
-			// Not frozen and still not committable: wait for the
-			// leadership to be resolved.
-			select {
-			case <-p.done:
-			case <-expire.C:
-				return nil, fmt.Errorf("%w: sim: proposal timed out", node.ErrUnavailable)
-			}
+		// Not frozen and still not committable: wait for the leadership
+		// to be resolved.
+		if !l.n.frozen() && !await(p.done) {
+			return nil, timedOut
 		}
 	}
-	select {
-	case <-p.done:
-	case <-expire.C:
-		return nil, fmt.Errorf("%w: sim: proposal timed out", node.ErrUnavailable)
+	if !await(p.done) {
+		return nil, timedOut
 	}
 	return p.result, p.err
 }

@@ -65,7 +65,6 @@ type world struct {
 	elections  int
 	cl         *cluster
 	hist       *history
-	nemesis    *nemesis
 }
 
 func (w *world) tracef(format string, args ...any) {
@@ -159,9 +158,9 @@ func run(seed uint64, cfg Config) Result {
 		go func() { defer wg.Done(); a.run(end) }()
 	}
 	if cfg.Faults {
-		w.nemesis = &nemesis{w: w, rnd: w.stream("nemesis"), actors: actors, scfg: scfg}
+		m := &nemesis{w: w, rnd: w.stream("nemesis"), actors: actors, scfg: scfg}
 		wg.Add(1)
-		go func() { defer wg.Done(); w.nemesis.run(end) }()
+		go func() { defer wg.Done(); m.run(end) }()
 	}
 	wg.Wait()
 	for _, a := range actors {
