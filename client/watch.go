@@ -170,10 +170,12 @@ func (w *Watch) run(ctx context.Context, c *Client, name string, o watchOptions)
 			q.Set(api.QueryAfter, after.String())
 		}
 		var resp api.WatchResponse
-		err := c.do(ctx, call{method: http.MethodGet, path: api.PathWatch, query: q, out: &resp})
+		err := w.poll(ctx, c, o.wait, call{method: http.MethodGet, path: api.PathWatch, query: q, out: &resp})
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, errPollLost):
+			continue // asked again at once, after the same revision
 		case errors.Is(err, ErrCompacted):
 			var ae *APIError
 			ce := &CompactedError{After: after, Err: err}
@@ -214,6 +216,31 @@ func (w *Watch) run(ctx context.Context, c *Client, name string, o watchOptions)
 		}
 		started = true
 	}
+}
+
+// errPollLost is a long-poll given up because its answer is overdue: the
+// node answers every poll by its wait, and one that still answers its
+// health checks (so the attempt is not abandoned as silent) may have lost
+// the request or its answer on a connection that broke without a word.
+var errPollLost = errors.New("fencelock: watch: no answer to a long-poll well past its wait")
+
+// pollSlack is how long past its wait a long-poll's answer may take: the
+// server answers at the wait's end, so this is the round trip and the
+// node's scheduling, with a wide margin.
+func pollSlack(wait time.Duration) time.Duration { return max(wait/2, 5*time.Second) }
+
+// poll sends one long-poll, given up (errPollLost) pollSlack after its
+// wait, on the client's clock.
+func (w *Watch) poll(ctx context.Context, c *Client, wait time.Duration, cl call) error {
+	pctx, cancel := context.WithCancelCause(ctx)
+	t := c.clock.AfterFunc(wait+pollSlack(wait), func() { cancel(errPollLost) })
+	err := c.do(pctx, cl)
+	t.Stop()
+	cancel(nil)
+	if ctx.Err() == nil && errors.Is(context.Cause(pctx), errPollLost) {
+		return errPollLost
+	}
+	return err
 }
 
 func (w *Watch) setRev(r Revision) {

@@ -98,6 +98,41 @@ func TestWatchResumesAfterLostAnswersWithoutGapsOrRepeats(t *testing.T) {
 	}
 }
 
+// A long-poll that the node never answers while the node answers its
+// health checks (the request or its answer lost on a connection that
+// broke silently) is given up once well past its wait and sent again: the
+// watch goes on. It used to wait for that answer for ever. Found by the
+// simulation (internal/sim, seed 4: a watcher on a lossy link).
+func TestWatchGoesOnAfterALongPollNeverAnswered(t *testing.T) {
+	leakCheck(t)
+	ctx := context.Background()
+	clk := newFakeClock()
+	srv, c := newPair(t, clk)
+	writer, err := client.New([]string{srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(writer.Close)
+	w := c.Watch(ctx, "jobs/", client.WatchAfter(fromStart), client.WatchWait(time.Second))
+	defer w.Close()
+	if _, err := writer.Grant(ctx, "jobs/a", "alice", time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, clk, w); describe(ev) != "granted jobs/a alice 1" {
+		t.Fatalf("first: %s", describe(ev))
+	}
+	before := srv.Count("watch")
+	srv.Fail("watch", "hang")
+	waitFor(t, "a hung long-poll", func() bool { return srv.Count("watch") > before })
+	srv.Fail("watch", "")
+	if _, err := writer.Grant(ctx, "jobs/b", "bob", time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, clk, w); describe(ev) != "granted jobs/b bob 2" {
+		t.Fatalf("after the hung poll: %s", describe(ev))
+	}
+}
+
 func TestWatchCompactedIsATypedError(t *testing.T) {
 	leakCheck(t)
 	clk := newFakeClock()
