@@ -32,6 +32,12 @@ import (
 // session lives (and runs again once it has ended, as an open nobody
 // remembered would), and a re-sent close with what it released, not with
 // no_session.
+// A multi-key acquire is remembered once granted, with its leases (kept
+// as batch items, so snapshots carry them unchanged): a copy re-sent or
+// delivered late, after its holder released some of the keys, is answered
+// with the first grant and changes nothing; running it again would take
+// the released keys back and give the others new tokens behind their
+// holder. A refused one is not remembered (it changed nothing).
 // Extend batches are not remembered either: a
 // batch result can be a thousand leases, and re-running a batch of extends
 // only moves the same leases' expiries again, under the same tokens.
@@ -42,7 +48,7 @@ const (
 
 func remembers(op Op) bool {
 	switch op {
-	case OpAcquire, OpRenew, OpExtend, OpRelease, OpWait, OpShared, OpSessionOpen, OpSessionClose:
+	case OpAcquire, OpRenew, OpExtend, OpRelease, OpWait, OpShared, OpSessionOpen, OpSessionClose, OpAcquireKeys:
 		return true
 	}
 	return false
@@ -103,6 +109,13 @@ func (f *FSM) recall(c Command, id string, now locktable.Time, r *Result) bool {
 	}
 	*r = m.res
 	r.Now, r.Duplicate = now, true
+	if c.Op == OpAcquireKeys {
+		r.Batch, r.Leases = nil, make([]locktable.Lease, len(m.res.Batch))
+		for i, it := range m.res.Batch {
+			r.Leases[i] = it.Lease
+		}
+		return true
+	}
 	r.Batch = append([]BatchResult(nil), m.res.Batch...)
 	return true
 }
@@ -114,9 +127,17 @@ func (f *FSM) remember(c Command, id string, r *Result, now locktable.Time) {
 	if waits(c.Op) {
 		keep = keep && (r.Granted || r.Queued)
 	}
+	batch := r.Batch
+	if c.Op == OpAcquireKeys {
+		keep = keep && r.Granted
+		batch = make([]BatchResult, len(r.Leases))
+		for i, l := range r.Leases {
+			batch[i] = BatchResult{Key: l.Key, Token: l.Token, Lease: l}
+		}
+	}
 	if keep {
 		m := &remembered{id: id, op: c.Op, at: now,
-			res: Result{Op: r.Op, Lease: r.Lease, Granted: r.Granted, Queued: r.Queued, Released: r.Released, Batch: r.Batch, Session: r.Session, Err: r.Err}}
+			res: Result{Op: r.Op, Lease: r.Lease, Granted: r.Granted, Queued: r.Queued, Released: r.Released, Batch: batch, Session: r.Session, Err: r.Err}}
 		if r.Queued {
 			m.res.Lease = locktable.Lease{Key: c.Key, Holder: c.Holder}
 		}
