@@ -124,7 +124,9 @@ func (s *Service) acquire(ctx context.Context, g grant) (api.Lease, *Error) {
 	if g.wait > 0 {
 		return s.acquireWait(ctx, g, release)
 	}
+	done := s.waiters.answering(g.key, g.holder)
 	l, _, e := s.proposeLease(g.command(), "acquire")
+	done()
 	return l, e
 }
 

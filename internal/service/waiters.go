@@ -39,10 +39,33 @@ type waitRegistry struct {
 	// grants the queue hands to a waiter no request here serves.
 	watching bool
 	unserved []locktable.Event
+	// Try-once acquires being proposed: their grants answer their own
+	// requests, so none is a waiter's that went away.
+	direct map[waitKey]int
 }
 
 func newWaitRegistry(gauge func(n int)) *waitRegistry {
-	return &waitRegistry{subs: map[waitKey]map[*sub]struct{}{}, gone: gauge}
+	return &waitRegistry{subs: map[waitKey]map[*sub]struct{}{}, gone: gauge, direct: map[waitKey]int{}}
+}
+
+// answering marks a try-once acquire of key by holder from before it is
+// proposed until done is called: a grant to holder on key meanwhile is
+// its own, answered by its request, never recorded as unserved. (A
+// semaphore or read/write try-once is remembered like a wait, and without
+// the mark a new leader released such a grant made in its first
+// orphanGrace behind its holder.)
+func (r *waitRegistry) answering(key, holder string) (done func()) {
+	wk := waitKey{key, holder}
+	r.mu.Lock()
+	r.direct[wk]++
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.direct[wk]--; r.direct[wk] == 0 {
+			delete(r.direct, wk)
+		}
+	}
 }
 
 // join registers a request before its Wait command is proposed, so that no
@@ -98,10 +121,11 @@ func (r *waitRegistry) remove(s *sub) {
 func (r *waitRegistry) deliver(index uint64, ev locktable.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.watching && ev.Kind == locktable.EventGranted && len(r.subs[waitKey{ev.Key, ev.Holder}]) == 0 {
+	wk := waitKey{ev.Key, ev.Holder}
+	if r.watching && ev.Kind == locktable.EventGranted && len(r.subs[wk]) == 0 && r.direct[wk] == 0 {
 		r.unserved = append(r.unserved, ev)
 	}
-	for s := range r.subs[waitKey{ev.Key, ev.Holder}] {
+	for s := range r.subs[wk] {
 		s.events = append(s.events, waitEvent{index, ev})
 		notify(s.signal)
 	}
