@@ -64,6 +64,31 @@ func (h sessionHeld) Err() error {
 func (h sessionHeld) Deadline() time.Time               { return h.s.Deadline() }
 func (h sessionHeld) Release(ctx context.Context) error { return h.l.Release(ctx) }
 
+// sessionAll is a session's locks taken together, alive while all are.
+type sessionAll struct {
+	s  *client.Session
+	ls []*client.SessionLock
+}
+
+func (h sessionAll) Err() error {
+	for _, l := range h.ls {
+		if err := (sessionHeld{h.s, l}).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+func (h sessionAll) Deadline() time.Time { return h.s.Deadline() }
+func (h sessionAll) Release(ctx context.Context) error {
+	var first error
+	for _, l := range h.ls {
+		if err := l.Release(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 var ttls = []time.Duration{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second}
 
 func (a *actor) sleep(d time.Duration) {
@@ -92,9 +117,10 @@ func (a *actor) once() {
 	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
 	defer cancel()
 	rec := &grantRec{client: a.i, holder: holder}
+	recs := []*grantRec{rec} // a multi-key acquire has one per key
 	var h held
 	var sess *client.Session
-	switch k := a.rnd.IntN(6); k {
+	switch k := a.rnd.IntN(7); k {
 	case 0, 1:
 		rec.kind, rec.key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
 		l, err := a.c.Acquire(ctx, rec.key, opts...)
@@ -142,20 +168,44 @@ func (a *actor) once() {
 			return
 		}
 		rec.token, h = l.Token(), sessionHeld{s, l}
+	case 6:
+		// Both exclusive keys at once, under a session.
+		s, err := client.NewSession(ctx, a.c, client.WithSessionTTL(ttl), client.WithSessionHolder(holder))
+		if err != nil {
+			a.w.tracef("%s open session: %v", holder, err)
+			return
+		}
+		sess = s
+		ls, err := s.AcquireAll(ctx, []string{"lock/0", "lock/1"}, client.WithWait(wait))
+		if err != nil {
+			a.w.tracef("%s session acquire-all: %v", holder, err)
+			a.closeSession(sess)
+			return
+		}
+		recs = recs[:0]
+		for _, l := range ls {
+			recs = append(recs, &grantRec{client: a.i, holder: holder, kind: "lock", key: l.Key(), token: l.Token()})
+		}
+		rec, h = recs[0], sessionAll{s, ls}
 	}
-	rec.ack = time.Now()
-	rec.last = rec.ack
-	a.w.hist.granted(rec)
-	a.w.tracef("%s holds %s %s token %d ttl %s", holder, rec.kind, rec.key, rec.token, ttl)
+	now := time.Now()
+	for _, r := range recs {
+		r.ack, r.last = now, now
+		a.w.hist.granted(r)
+		a.w.tracef("%s holds %s %s token %d ttl %s", holder, r.kind, r.key, r.token, ttl)
+	}
 	hold := time.Duration(a.rnd.Int64N(int64(2 * ttl)))
 	step := ttl / 5
 	for spent := time.Duration(0); spent < hold; spent += step {
 		a.sleep(step)
 		if h.Err() != nil || !a.clk.Now().Before(h.Deadline()) {
 			a.w.tracef("%s stops: %v", holder, h.Err())
+			a.w.hist.lost(lostLease{rec: rec, ttl: ttl, at: time.Now(), err: fmt.Sprint(h.Err())})
 			break
 		}
-		a.w.hist.worked(rec)
+		for _, r := range recs {
+			a.w.hist.worked(r)
+		}
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -36,11 +37,14 @@ type history struct {
 	f   *fsm.FSM
 	mu  sync.Mutex
 	all []*grantRec
+	// leases their holders found lost, judged at the end (judgeLosses)
+	losses []lostLease
 
 	// the auditor's view, from the committed log (under the cluster's lock)
 	lastToken map[string]uint64
 	queue     map[string][]string // exclusive keys: the waiters, head first
 	committed map[string]bool     // key|holder|token of every committed grant
+	events    []api.WatchEvent    // every event, as a watch must tell it
 }
 
 func newHistory(w *world) *history {
@@ -64,6 +68,7 @@ func (h *history) observe(index uint64, ev locktable.Event) {
 		h.w.tracef("log %d: %s %s %s token %d at %s since %s expiry %s", index, ev.Kind, ev.Key, ev.Holder, ev.Token,
 			time.Duration(ev.At), time.Duration(ev.Since), time.Duration(ev.Expiry))
 	}
+	h.expect(index, ev)
 	exclusive := strings.HasPrefix(ev.Key, "lock/")
 	switch ev.Kind {
 	case locktable.EventGranted:
@@ -95,6 +100,62 @@ func (h *history) observe(index uint64, ev locktable.Event) {
 	}
 }
 
+// lostLease is a lease (or session) its holder found lost while it still
+// meant to hold it.
+type lostLease struct {
+	rec *grantRec
+	ttl time.Duration
+	at  time.Time // when the holder noticed (within ttl/5 of the loss)
+	err string
+}
+
+func (h *history) lost(l lostLease) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.losses = append(h.losses, l)
+}
+
+// failoverFits is the shortest TTL whose keep-alive keeps room for one
+// failover between an extension's due time and giving up (client's
+// failoverAllowance: from a TTL of 2 s up).
+const failoverFits = 2 * time.Second
+
+// judgeLosses checks that a held lease was lost only for a cause the
+// design allows, within a TTL (and the holder's noticing) before: a fault
+// of the holder's own process or network (paused, cut from a node, on a
+// lossy link), more than one fault of a leader, or, under a TTL too short
+// to keep room for a failover, any fault of a leader. A lease lost in a
+// TTL where none of these happened is a violation: the keep-alive gave up
+// with a majority and a leader within its reach.
+func (h *history) judgeLosses() {
+	h.mu.Lock()
+	losses := append([]lostLease(nil), h.losses...)
+	h.mu.Unlock()
+	h.w.mu.Lock()
+	faults := append([]fault(nil), h.w.faults...)
+	h.w.mu.Unlock()
+	for _, l := range losses {
+		from := l.at.Add(-l.ttl - l.ttl/5)
+		own, leaders := false, 0
+		for _, f := range faults {
+			if f.end.Before(from) || f.start.After(l.at) {
+				continue
+			}
+			switch {
+			case f.client == l.rec.client:
+				own = true
+			case f.leader:
+				leaders++
+			}
+		}
+		if own || leaders > 1 || (leaders == 1 && l.ttl < failoverFits) {
+			continue
+		}
+		h.w.violate("%s lost %s %s token %d (ttl %s) at %s with %d leader faults and none of its own within a TTL before: %s",
+			l.rec.holder, l.rec.kind, l.rec.key, l.rec.token, l.ttl, l.at.Sub(h.w.t0), leaders, l.err)
+	}
+}
+
 func (h *history) granted(r *grantRec) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -115,6 +176,7 @@ func (h *history) acked() int {
 
 // finish runs the checks over what the clients believed.
 func (h *history) finish() {
+	h.judgeLosses()
 	h.mu.Lock()
 	all := append([]*grantRec(nil), h.all...)
 	h.mu.Unlock()

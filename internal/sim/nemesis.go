@@ -37,7 +37,17 @@ func (m *nemesis) run(end time.Time) {
 		c.mu.Unlock()
 		a := m.actors[m.rnd.IntN(len(m.actors))]
 		d := m.between(100*time.Millisecond, 3*time.Second)
-		switch m.rnd.IntN(6) {
+		kind := m.rnd.IntN(6)
+		f := fault{start: time.Now(), client: -1}
+		switch kind {
+		case 0, 1, 2:
+			c.mu.Lock()
+			f.leader = c.leader == target
+			c.mu.Unlock()
+		default:
+			f.client = a.i
+		}
+		switch kind {
 		case 0:
 			c.crash(target)
 			time.Sleep(d)
@@ -78,5 +88,17 @@ func (m *nemesis) run(end time.Time) {
 			a.net.drop, a.net.dup = 0, 0
 			a.net.mu.Unlock()
 		}
+		f.end = time.Now()
+		m.w.mu.Lock()
+		m.w.faults = append(m.w.faults, f)
+		m.w.mu.Unlock()
 	}
+}
+
+// fault is one fault the nemesis injected, for judging lost leases: on
+// the node that led when it began (leader), or on one client process.
+type fault struct {
+	start, end time.Time
+	leader     bool
+	client     int // -1: a node's fault
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/service"
 )
 
 // clientNet carries one client process's requests to the nodes: each
@@ -147,4 +149,12 @@ func (n *simNode) endpoint() (http.Handler, bool, <-chan struct{}) {
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
 	return n.api, n.crashed, n.clk.running()
+}
+
+// service is the incarnation's service a peer's call reaches now, whether
+// the node is down, and when it runs.
+func (n *simNode) service() (*service.Service, bool, <-chan struct{}) {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	return n.svc, n.crashed, n.clk.running()
 }

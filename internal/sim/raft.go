@@ -80,6 +80,8 @@ type simNode struct {
 // start makes a new incarnation of n and starts its service.
 func (n *simNode) start(cfg service.Config) error {
 	cfg.NodeID = n.id
+	cfg.ClientAddr = n.id + ":7470" // what followers name as the leader's
+	cfg.Peers = peers{from: n}
 	cfg.Clock = n.clk
 	svc, err := service.New(cfg)
 	if err != nil {
@@ -370,6 +372,20 @@ func (c *cluster) isolate(n *simNode, on bool) {
 		c.loseLocked(n, "a newer term")
 	}
 	c.replicateLocked(n)
+	if n.leading && c.leader == n {
+		// Its replication goes through again: what it proposed while cut
+		// off commits now (its proposers wait for the resolution).
+		var last *proposal
+		for _, q := range c.inflight {
+			if q.n == n && q.gen == n.gen {
+				last = q
+			}
+		}
+		if last != nil && c.quorumLocked(n) {
+			c.commitLocked(last)
+			go n.catchUp()
+		}
+	}
 }
 
 // freeze pauses n's process (SIGSTOP); thaw resumes it.

@@ -12,7 +12,7 @@ var (
 	seeds   = flag.Int("sim.seeds", 0, "run this many seeds (default: 200 in the full run, none with -short)")
 	oneSeed = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: print its trace)")
 	first   = flag.Uint64("sim.first", 1, "the first seed of a -sim.seeds run")
-	horizon = flag.Duration("sim.horizon", 0, "with -sim.seed: run only this prefix of virtual time (default: the whole world)")
+	horizon = flag.Duration("sim.horizon", 0, "the virtual time a world's actors and nemesis start work for (default: DefaultConfig's 20s); with -sim.seed, a prefix to replay")
 )
 
 // shortest finds the shortest prefix of seed's world, in virtual time to
@@ -39,6 +39,7 @@ func runSeed(t *testing.T, seed uint64, cfg Config) Result {
 	t.Helper()
 	var res Result
 	synctest.Test(t, func(t *testing.T) { res = run(seed, cfg) })
+	res.checkModels()
 	return res
 }
 
@@ -53,21 +54,27 @@ func TestSeeds(t *testing.T) {
 	if *oneSeed != 0 {
 		t.Skip("replaying one seed (TestReplay)")
 	}
+	cfg := DefaultConfig()
+	if *horizon > 0 {
+		cfg.Horizon = *horizon
+	}
 	failed := 0
-	grants := 0
+	grants, checked, unchecked := 0, 0, 0
 	for s := *first; s < *first+uint64(n); s++ {
-		r := runSeed(t, s, DefaultConfig())
+		r := runSeed(t, s, cfg)
 		grants += r.Grants
+		checked += r.Checked
+		unchecked += r.Unchecked
 		if len(r.Violations) > 0 {
 			failed++
-			h := shortest(t, s, DefaultConfig())
+			h := shortest(t, s, cfg)
 			t.Errorf("%s\nshortest failing prefix: %s of virtual time\nreplay: go test ./internal/sim -run 'TestReplay$' -sim.seed %d -sim.horizon %s -v", r, h, s, h)
 			if failed >= 5 {
 				break
 			}
 		}
 	}
-	t.Logf("%d seeds from %d, %d grants, %d failed", n, *first, grants, failed)
+	t.Logf("%d seeds from %d of %s, %d grants, %d calls checked for linearizability (%d histories ran out of time), %d failed", n, *first, cfg.Horizon, grants, checked, unchecked, failed)
 }
 
 func TestReplay(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/e2e"
 	"github.com/fencelock/fencelock/internal/service"
 )
 
@@ -63,8 +64,11 @@ type world struct {
 	trace      []string
 	violations []string
 	elections  int
+	elected    []time.Time // when each leader was elected
+	faults     []fault     // every fault, once healed
 	cl         *cluster
 	hist       *history
+	probes     *probes
 }
 
 func (w *world) tracef(format string, args ...any) {
@@ -85,6 +89,9 @@ func (w *world) violate(format string, args ...any) {
 // leaderElected runs as n becomes leader (under the cluster's lock).
 func (w *world) leaderElected(n *simNode) {
 	w.elections++
+	w.mu.Lock()
+	w.elected = append(w.elected, time.Now())
+	w.mu.Unlock()
 	if w.cfg.FastLeader > 0 && w.elections > 1 {
 		n.clk.setRate(1 + w.cfg.FastLeader)
 	}
@@ -105,6 +112,13 @@ type Result struct {
 	Trace      []string
 	Grants     int // grants acknowledged to clients
 	Elections  int
+	Checked    int // the prober's calls checked against the porcupine models
+	Unchecked  int // histories whose check ran out of time
+
+	// what the prober recorded, checked after the world (checkModels)
+	lin    []e2e.Op
+	shared []e2e.SharedOp
+	multi  map[int][]e2e.MultiOp
 }
 
 // Digest is a hash of the trace: two runs of one seed must agree on it.
@@ -148,21 +162,31 @@ func run(seed uint64, cfg Config) Result {
 	c.mu.Unlock()
 
 	var wg sync.WaitGroup
-	actors := make([]*actor, cfg.Clients)
+	// The actors, then the prober and the watcher (the nemesis's faults
+	// reach them all).
+	actors := make([]*actor, cfg.Clients+2)
 	for i := range actors {
 		actors[i] = newActor(w, i, clockDrift(drift))
 	}
+	prober, watcher := actors[cfg.Clients], actors[cfg.Clients+1]
+	w.probes = &probes{lin: e2e.NewRecorder(), multi: map[int][]e2e.MultiOp{}}
 	end := w.t0.Add(cfg.Horizon)
-	for _, a := range actors {
+	for _, a := range actors[:cfg.Clients] {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.run(end) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); prober.probe(end) }()
 	if cfg.Faults {
 		m := &nemesis{w: w, rnd: w.stream("nemesis"), actors: actors, scfg: scfg}
 		wg.Add(1)
 		go func() { defer wg.Done(); m.run(end) }()
 	}
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() { defer close(watched); watcher.watch(stop) }()
 	wg.Wait()
+	close(stop)
+	<-watched
 	for _, a := range actors {
 		a.c.Close()
 	}
@@ -187,8 +211,12 @@ func run(seed uint64, cfg Config) Result {
 func (w *world) result() Result {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return Result{Seed: w.seed, Violations: append([]string(nil), w.violations...), Trace: append([]string(nil), w.trace...),
+	r := Result{Seed: w.seed, Violations: append([]string(nil), w.violations...), Trace: append([]string(nil), w.trace...),
 		Grants: w.hist.acked(), Elections: w.elections}
+	if p := w.probes; p != nil {
+		r.lin, r.shared, r.multi = p.lin.Ops(), p.shared, p.multi
+	}
+	return r
 }
 
 // clockDrift is a clock-rate error within the design's bound: each clock
