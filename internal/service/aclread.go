@@ -24,10 +24,17 @@ import (
 // up, and a node alone in its configuration have them; any other node
 // asks the leader first, and answers 503 when it cannot.
 func (s *Service) ConfirmedACL(ctx context.Context) (*acl.State, *Error) {
+	ready := s.becameReady.wait()
 	if s.ready.Load() || (s.alone() && s.aclKnown()) {
 		return s.fsm.ACL(), nil
 	}
-	rev, err := s.aclReads.next(ctx, s.leaderACLRevision)
+	rev, err := s.aclReads.next(ctx, ready, s.leaderACLRevision)
+	if errors.Is(err, errBecameReady) {
+		// This node leads now, caught up: its tables are the leader's.
+		// (A question to a frozen former leader took up to
+		// aclReadTimeout, and a keep-alive's whole failover allowance.)
+		return s.fsm.ACL(), nil
+	}
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {
@@ -133,8 +140,14 @@ func (ri *readIndex) close() {
 	ri.wg.Wait()
 }
 
+// errBecameReady ends a call's wait for a question when its node became
+// a ready leader meanwhile.
+var errBecameReady = errors.New("this node became the leader")
+
 // next answers a revision asked for after the call; ask is the question.
-func (ri *readIndex) next(ctx context.Context, ask func(context.Context) (uint64, error)) (uint64, error) {
+// A call stops waiting with errBecameReady once ready is closed (the
+// question goes on for the others).
+func (ri *readIndex) next(ctx context.Context, ready <-chan struct{}, ask func(context.Context) (uint64, error)) (uint64, error) {
 	ri.mu.Lock()
 	if ri.ctx.Err() != nil {
 		ri.mu.Unlock()
@@ -155,6 +168,8 @@ func (ri *readIndex) next(ctx context.Context, ask func(context.Context) (uint64
 	select {
 	case <-r.done:
 		return r.rev, r.err
+	case <-ready:
+		return 0, errBecameReady
 	case <-ctx.Done():
 		return 0, ctxError(ctx, Unavailable("the call was given up while this node confirmed the cluster's ACLs"))
 	}
@@ -184,4 +199,29 @@ func ctxError(ctx context.Context, fallback *Error) *Error {
 		return e
 	}
 	return fallback
+}
+
+// broadcast is a channel closed on each fire and replaced by a new one.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait is the channel the next fire closes.
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
 }

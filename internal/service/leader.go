@@ -235,6 +235,7 @@ func (s *Service) takeOver(ctx context.Context) bool {
 	now, _ := s.clock.now()
 	s.counting.Store(true)
 	s.ready.Store(true)
+	s.becameReady.fire()
 	s.metrics.leader.Set(1)
 	s.log.Info("ready", "cluster_time", time.Duration(now).String(),
 		"last_token", s.fsm.LastToken(), "applied_index", s.fsm.AppliedIndex())

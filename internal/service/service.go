@@ -90,6 +90,10 @@ type Service struct {
 	// aclReads are a follower's questions to the leader about its ACL
 	// revision (ConfirmedACL).
 	aclReads *readIndex
+	// becameReady is closed (and replaced) each time this node becomes a
+	// ready leader: calls waiting on a question to the former leader go
+	// on with this node's own tables then.
+	becameReady broadcast
 
 	change      sync.Mutex  // serialises membership changes: each probes, then changes
 	ready       atomic.Bool // leader, caught up, orphans dropped
