@@ -123,8 +123,8 @@ const failoverFits = 2 * time.Second
 // judgeLosses checks that a held lease was lost only for a cause the
 // design allows, within a TTL (and the holder's noticing) before: a fault
 // of the holder's own process or network (paused, cut from a node, on a
-// lossy link), more than one fault of a leader, or, under a TTL too short
-// to keep room for a failover, any fault of a leader. A lease lost in a
+// lossy link), more than one failover (a leader's fault, an election), or,
+// under a TTL too short to keep room for a failover, any one. A lease lost in a
 // TTL where none of these happened is a violation: the keep-alive gave up
 // with a majority and a leader within its reach.
 func (h *history) judgeLosses() {
@@ -133,6 +133,7 @@ func (h *history) judgeLosses() {
 	h.mu.Unlock()
 	h.w.mu.Lock()
 	faults := append([]fault(nil), h.w.faults...)
+	elected := append([]time.Time(nil), h.w.elected...)
 	h.w.mu.Unlock()
 	for _, l := range losses {
 		from := l.at.Add(-l.ttl - l.ttl/5)
@@ -148,6 +149,15 @@ func (h *history) judgeLosses() {
 				leaders++
 			}
 		}
+		// An election is a leader's change too (the first one, at the
+		// start, included): count the failovers as the more of the two.
+		elections := 0
+		for _, e := range elected {
+			if !e.Before(from) && !e.After(l.at) {
+				elections++
+			}
+		}
+		leaders = max(leaders, elections)
 		if own || leaders > 1 || (leaders == 1 && l.ttl < failoverFits) {
 			continue
 		}

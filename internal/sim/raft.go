@@ -75,7 +75,15 @@ type simNode struct {
 	crashed  bool
 	isolated bool  // cut off from the other nodes
 	owed     *bool // a leadership change to deliver when the node resumes
+	// since when the others have not heard from it (crashed, frozen or
+	// cut off); zero while they do
+	quietSince time.Time
 }
+
+// heartbeatTimeout is the server's default raft heartbeat timeout: a
+// follower that has not heard from its leader for this long says the
+// leader is silent (node.Status.LeaderSilent) and names it to nobody.
+const heartbeatTimeout = 500 * time.Millisecond
 
 // start makes a new incarnation of n and starts its service.
 func (n *simNode) start(cfg service.Config) error {
@@ -90,7 +98,7 @@ func (n *simNode) start(cfg service.Config) error {
 	n.c.mu.Lock()
 	n.gen++
 	n.svc, n.fsm = svc, svc.FSM()
-	n.applied, n.leading, n.crashed, n.owed = 0, false, false, nil
+	n.applied, n.leading, n.crashed, n.owed, n.quietSince = 0, false, false, nil, time.Time{}
 	n.lead = make(chan bool, 64)
 	n.api = httpapi.New(httpapi.Config{Service: svc, Guard: auth.NewGuard(svc, cfg.Logger), Logger: cfg.Logger})
 	gen := n.gen
@@ -337,6 +345,7 @@ func (c *cluster) crash(n *simNode) {
 		return
 	}
 	n.crashed = true
+	n.quietSince = time.Now()
 	if n.leading || c.leader == n {
 		c.loseLocked(n, "crash")
 	}
@@ -353,6 +362,10 @@ func (c *cluster) isolate(n *simNode, on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n.isolated = on
+	n.quietSince = time.Time{}
+	if on {
+		n.quietSince = time.Now()
+	}
 	if on {
 		c.w.tracef("node %s cut off", n.id)
 		if n.leading {
@@ -394,6 +407,7 @@ func (c *cluster) freeze(n *simNode) {
 	defer c.mu.Unlock()
 	c.w.tracef("node %s frozen", n.id)
 	n.clk.pause()
+	n.quietSince = time.Now()
 	if c.leader == n {
 		c.armLocked()
 	}
@@ -405,6 +419,7 @@ func (c *cluster) thaw(n *simNode) {
 	c.mu.Lock()
 	owed := n.owed
 	n.owed = nil
+	n.quietSince = time.Time{}
 	if owed != nil && !n.crashed {
 		n.lead <- *owed
 	}
@@ -527,6 +542,8 @@ func (l *replLog) Status() node.Status {
 	st := node.Status{State: node.Follower}
 	if c.leader != nil && !l.n.isolated {
 		st.LeaderID = c.leader.id
+		q := c.leader.quietSince
+		st.LeaderSilent = !q.IsZero() && time.Since(q) > heartbeatTimeout
 	}
 	return st
 }
