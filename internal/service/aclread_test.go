@@ -91,7 +91,9 @@ type hungPeers struct{ asked, release chan struct{} }
 func (h hungPeers) Identity(context.Context, string) (api.Identity, error) {
 	return api.Identity{}, errors.New("hung")
 }
-func (h hungPeers) Announce(context.Context, string, api.JoinRequest) error { return errors.New("hung") }
+func (h hungPeers) Announce(context.Context, string, api.JoinRequest) error {
+	return errors.New("hung")
+}
 func (h hungPeers) Members(context.Context, string) (api.MembersResponse, error) {
 	return api.MembersResponse{}, errors.New("hung")
 }
