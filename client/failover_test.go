@@ -287,3 +287,59 @@ func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
 		t.Fatalf("preferred address %s, want c %s", got, c3.URL)
 	}
 }
+
+// TestLeaseExtendAsksSilentNodesAgainWhenNobodyKnowsALeader: the leader a
+// is cut off and b, which the cluster elects, does not answer either
+// while the election runs (both marked silent); c answers not_leader
+// naming nobody. Once b leads, a round of c alone saying it knows no
+// leader must send the next round to the silent nodes again: b confirms.
+// The keep-alive used to ask c alone until the lease was lost (found by
+// internal/sim).
+func TestLeaseExtendAsksSilentNodesAgainWhenNobodyKnowsALeader(t *testing.T) {
+	leakCheck(t)
+	clk := newFakeClock()
+	a, b, c3 := clienttest.NewServer(clk), clienttest.NewServer(clk), clienttest.NewServer(clk)
+	c, err := client.New([]string{a.Addr, b.Addr, c3.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); a.Close(); b.Close(); c3.Close() })
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "k", client.WithTTL(6*time.Second), client.WithHolder("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	cb, err := client.New([]string{b.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cb.Close)
+	if lk, err := cb.Grant(ctx, "k", "h", 6*time.Second, 0); err != nil || lk.Token != l.Token() {
+		t.Fatalf("replica grant = %v, %v; want token %d", lk, err, l.Token())
+	}
+	nobody := ""
+	a.Fail("extend", "hang")
+	b.Fail("extend", "hang")
+	c3.NotLeader(&nobody)
+	// The clock moves in steps until a and b have each been left once.
+	waitFor(t, "a and b to be asked and left", func() bool {
+		if a.Count("extend") >= 1 && b.Count("extend") >= 1 && c3.Count("extend") >= 2 {
+			return true
+		}
+		clk.Advance(10 * time.Millisecond)
+		return false
+	})
+	b.Fail("extend", "") // b won its election and answers
+	waitFor(t, "b to confirm", func() bool {
+		if l.Err() != nil || b.Count("extend") >= 2 {
+			return true
+		}
+		clk.Advance(10 * time.Millisecond)
+		return false
+	})
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost while b, elected, answered: %v", err)
+	}
+	waitFor(t, "the preferred address to be b", func() bool { return c.Addrs()[0] == b.URL })
+}

@@ -47,6 +47,12 @@ type keeper struct {
 	// attempt's timeout, not one per round. A node named as the leader is
 	// still asked.
 	silent map[string]bool
+	// noLeader counts the attempts of this round answered not_leader
+	// naming nobody. A round of nothing else means the nodes still
+	// answering know no leader, so the leader, elected meanwhile, is one
+	// of the silent: their marks are dropped and the next round asks
+	// them again.
+	noLeader int
 	// extended is closed at the next confirmation (made on demand by
 	// extendedLocked).
 	extended chan struct{}
@@ -268,7 +274,7 @@ func (l *keeper) extendOnce() (done bool, pause time.Duration) {
 			return true, 0
 		}
 		l.c.prefer(addr)
-		l.next, l.tries, l.silent = 0, 0, nil
+		l.next, l.tries, l.silent, l.noLeader = 0, 0, nil, 0
 		l.lastSent, l.lastErr = sent, nil
 		confirm()
 		if l.extended != nil {
@@ -287,6 +293,9 @@ func (l *keeper) extendOnce() (done bool, pause time.Duration) {
 			l.next++
 		}
 	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal):
+		if errors.As(err, &ae) && ae.Code == api.CodeNotLeader {
+			l.noLeader++
+		}
 		l.next++
 	default:
 		l.endLocked(l.lost(err))
@@ -304,5 +313,9 @@ func (l *keeper) extendOnce() (done bool, pause time.Duration) {
 	if l.tries%l.c.size() != 0 {
 		return false, 0
 	}
+	if l.noLeader == l.c.size() {
+		l.silent = nil
+	}
+	l.noLeader = 0
 	return false, l.retryDelay()
 }
