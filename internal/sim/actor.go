@@ -189,8 +189,12 @@ func (a *actor) once() {
 		rec, h = recs[0], sessionAll{s, ls}
 	}
 	now := time.Now()
+	// The holder acts from the answer on only if the lease is still
+	// alive and within its Deadline by its own clock (a process paused
+	// as the answer came reads it late).
+	acting := h.Err() == nil && a.clk.Now().Before(h.Deadline())
 	for _, r := range recs {
-		r.ack, r.last = now, now
+		r.ack, r.last, r.acted = now, now, acting
 		a.w.hist.granted(r)
 		a.w.tracef("%s holds %s %s token %d ttl %s", holder, r.kind, r.key, r.token, ttl)
 	}

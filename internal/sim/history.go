@@ -26,6 +26,7 @@ type grantRec struct {
 	permits int
 	ack     time.Time // the answer arrived
 	last    time.Time // the last instant the holder acted under it
+	acted   bool      // it acted at all (from ack to last)
 }
 
 // history checks the world: the committed log as an auditor's own state
@@ -175,7 +176,7 @@ func (h *history) granted(r *grantRec) {
 func (h *history) worked(r *grantRec) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	r.last = time.Now()
+	r.last, r.acted = time.Now(), true
 }
 
 func (h *history) acked() int {
@@ -199,7 +200,9 @@ func (h *history) finish() {
 	h.w.cl.mu.Unlock()
 	byKey := map[string][]*grantRec{}
 	for _, r := range all {
-		byKey[r.key] = append(byKey[r.key], r)
+		if r.acted {
+			byKey[r.key] = append(byKey[r.key], r)
+		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(byKey)) {
 		rs := byKey[k]

@@ -65,6 +65,9 @@ func TestSeeds(t *testing.T) {
 		grants += r.Grants
 		checked += r.Checked
 		unchecked += r.Unchecked
+		if done := s - *first + 1; done%10000 == 0 && done < uint64(n) {
+			t.Logf("%d seeds from %d done, %d grants, %d calls checked, %d failed", done, *first, grants, checked, failed)
+		}
 		if len(r.Violations) > 0 {
 			failed++
 			h := shortest(t, s, cfg)

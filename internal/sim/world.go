@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/internal/e2e"
+	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/service"
 )
 
@@ -150,6 +151,17 @@ func run(seed uint64, cfg Config) Result {
 	for i := range cfg.Nodes {
 		n := &simNode{c: c, id: fmt.Sprintf("n%d", i+1), clk: newSimClock(w.t0, clockDrift(drift))}
 		c.nodes = append(c.nodes, n)
+	}
+	// The members table as a cluster's joins leave it: every node's
+	// client address known to all, so a follower names any leader.
+	for _, n := range c.nodes {
+		data, err := fsm.Encode(fsm.Command{Op: fsm.OpMember, NodeID: n.id, RaftAddr: n.id, ClientAddr: n.id + ":7470"})
+		if err != nil {
+			w.violate("members table: %v", err)
+			return w.result()
+		}
+		c.log = append(c.log, data)
+		c.audit(uint64(len(c.log)), data)
 	}
 	for _, n := range c.nodes {
 		if err := n.start(scfg); err != nil {
