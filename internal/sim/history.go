@@ -124,8 +124,10 @@ const failoverFits = 2 * time.Second
 // judgeLosses checks that a held lease was lost only for a cause the
 // design allows, within a TTL (and the holder's noticing) before: a fault
 // of the holder's own process or network (paused, cut from a node, on a
-// lossy link), more than one failover (a leader's fault, an election), or,
-// under a TTL too short to keep room for a failover, any one. A lease lost in a
+// lossy link), more than one failover (a leader's fault, an election), one
+// beside another node's fault (a call that reached a frozen follower
+// waits up to two health checks, the client's waitCheck, before it moves
+// on), or, under a TTL too short to keep room for a failover, any one. A lease lost in a
 // TTL where none of these happened is a violation: the keep-alive gave up
 // with a majority and a leader within its reach.
 func (h *history) judgeLosses() {
@@ -138,7 +140,7 @@ func (h *history) judgeLosses() {
 	h.w.mu.Unlock()
 	for _, l := range losses {
 		from := l.at.Add(-l.ttl - l.ttl/5)
-		own, leaders := false, 0
+		own, leaders, others := false, 0, 0
 		for _, f := range faults {
 			if f.end.Before(from) || f.start.After(l.at) {
 				continue
@@ -148,6 +150,8 @@ func (h *history) judgeLosses() {
 				own = true
 			case f.leader:
 				leaders++
+			case f.client < 0:
+				others++ // a node that did not lead: it may hold a call for up to two health checks
 			}
 		}
 		// An election is a leader's change too (the first one, at the
@@ -159,7 +163,7 @@ func (h *history) judgeLosses() {
 			}
 		}
 		leaders = max(leaders, elections)
-		if own || leaders > 1 || (leaders == 1 && l.ttl < failoverFits) {
+		if own || leaders > 1 || (leaders == 1 && (others > 0 || l.ttl < failoverFits)) {
 			continue
 		}
 		h.w.violate("%s lost %s %s token %d (ttl %s) at %s with %d leader faults and none of its own within a TTL before: %s",

@@ -12,6 +12,7 @@ var (
 	seeds   = flag.Int("sim.seeds", 0, "run this many seeds (default: 200 in the full run, none with -short)")
 	oneSeed = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: print its trace)")
 	first   = flag.Uint64("sim.first", 1, "the first seed of a -sim.seeds run")
+	maxFail = flag.Int("sim.maxfail", 5, "a -sim.seeds run stops after this many failing seeds")
 	horizon = flag.Duration("sim.horizon", 0, "the virtual time a world's actors and nemesis start work for (default: DefaultConfig's 20s); with -sim.seed, a prefix to replay")
 )
 
@@ -72,7 +73,7 @@ func TestSeeds(t *testing.T) {
 			failed++
 			h := shortest(t, s, cfg)
 			t.Errorf("%s\nshortest failing prefix: %s of virtual time\nreplay: go test ./internal/sim -run 'TestReplay$' -sim.seed %d -sim.horizon %s -v", r, h, s, h)
-			if failed >= 5 {
+			if failed >= *maxFail {
 				break
 			}
 		}
