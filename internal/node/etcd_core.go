@@ -55,6 +55,20 @@ type etcdCore struct {
 	applied atomic.Uint64
 	commit  atomic.Uint64
 
+	// What other goroutines read of raft's state, set by run.
+	state    atomic.Uint64 // etcdraft.StateType
+	leadID   atomic.Uint64 // the leader raft names; 0: none
+	lastLead atomic.Uint64 // the last leader raft named
+	term     atomic.Uint64
+	contact  atomic.Int64 // unix nanoseconds of the last message from a leader
+	conf     atomic.Pointer[raftpb.ConfState]
+	// leaderCh holds the latest change of leadership (1-buffered; only
+	// run sends, so a drain before the send never blocks it).
+	leaderCh chan bool
+	// reads are VerifyLeader's requests: a waiter's id, answered when
+	// raft's ReadIndex confirms this node still leads.
+	reads chan uint64
+
 	mu      sync.Mutex
 	waiters map[uint64]chan etcdAnswer
 }
@@ -75,6 +89,8 @@ func (c *etcdCore) start(seed uint64) {
 	c.props = make(chan etcdProp, 1024)
 	c.recv = make(chan *raftpb.Message, 4096)
 	c.applyc = make(chan []*raftpb.Entry, 64)
+	c.reads = make(chan uint64, 64)
+	c.leaderCh = make(chan bool, 1)
 	c.stop = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
 	c.seq.Store(seed)
@@ -170,7 +186,14 @@ func (c *etcdCore) run() {
 		case m := <-c.recv:
 			// A message raft refuses (from a removed node, an old
 			// term) changes nothing.
-			_ = c.rn.Step(m)
+			if c.rn.Step(m) == nil {
+				switch m.GetType() {
+				case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap: // only a leader sends these
+					c.contact.Store(time.Now().UnixNano())
+				}
+			}
+		case id := <-c.reads:
+			c.readIndex(id)
 		}
 		for c.rn.HasReady() {
 			if err := c.ready(); err != nil {
@@ -188,12 +211,7 @@ func (c *etcdCore) run() {
 // proposeBatch proposes p and every proposal already queued behind it.
 func (c *etcdCore) proposeBatch(p etcdProp) {
 	for {
-		b := make([]byte, etcdIDLen+len(p.data))
-		binary.BigEndian.PutUint64(b, p.id)
-		copy(b[etcdIDLen:], p.data)
-		if err := c.rn.Propose(b); err != nil {
-			c.answer(p.id, etcdAnswer{err: fmt.Errorf("%w: %v", ErrNotLeader, err)})
-		}
+		c.proposeOne(p)
 		select {
 		case p = <-c.props:
 		default:
@@ -202,15 +220,47 @@ func (c *etcdCore) proposeBatch(p etcdProp) {
 	}
 }
 
+func (c *etcdCore) proposeOne(p etcdProp) {
+	// A proposer already answered (leadership lost while it was queued)
+	// must not see its command take effect later.
+	if !c.waiting(p.id) {
+		return
+	}
+	b := make([]byte, etcdIDLen+len(p.data))
+	binary.BigEndian.PutUint64(b, p.id)
+	copy(b[etcdIDLen:], p.data)
+	if err := c.rn.Propose(b); err != nil {
+		c.answer(p.id, etcdAnswer{err: fmt.Errorf("%w: %v", ErrNotLeader, err)})
+	}
+}
+
 func (c *etcdCore) ready() error {
 	rd := c.rn.Ready()
-	if rd.SoftState != nil {
-		lead := rd.SoftState.RaftState == etcdraft.StateLeader
+	// A leader whose term moved lost leadership in between, even when
+	// it leads again: what it had proposed may be gone.
+	if hs := rd.HardState; c.leader && !etcdraft.IsEmptyHardState(hs) && hs.GetTerm() != c.hs.GetTerm() {
+		c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
+	}
+	if ss := rd.SoftState; ss != nil {
+		lead := ss.RaftState == etcdraft.StateLeader
 		if c.leader && !lead {
 			c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
 		}
+		c.state.Store(uint64(ss.RaftState))
+		c.leadID.Store(ss.Lead)
+		if ss.Lead != 0 {
+			c.lastLead.Store(ss.Lead)
+		}
+		if lead != c.leader {
+			c.notifyLeader(lead)
+		}
 		c.leader = lead
 		c.lead.Store(lead)
+	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) == etcdIDLen {
+			c.answer(binary.BigEndian.Uint64(rs.RequestCtx), etcdAnswer{})
+		}
 	}
 	// The leader may send while its own entries are written (thesis
 	// §10.2.1, allowed by etcd's Ready.Messages) as long as its term and
@@ -238,6 +288,7 @@ func (c *etcdCore) ready() error {
 			return err
 		}
 		c.commit.Store(hs.GetCommit())
+		c.term.Store(hs.GetTerm())
 	}
 	if !early && send != nil {
 		(*send)(rd.Messages)
@@ -249,13 +300,13 @@ func (c *etcdCore) ready() error {
 			if err := protoUnmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
-			c.rn.ApplyConfChange(&cc)
+			c.conf.Store(c.rn.ApplyConfChange(&cc))
 		case raftpb.EntryConfChangeV2:
 			var cc raftpb.ConfChangeV2
 			if err := protoUnmarshal(e.GetData(), &cc); err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
-			c.rn.ApplyConfChange(&cc)
+			c.conf.Store(c.rn.ApplyConfChange(&cc))
 		}
 	}
 	if len(rd.CommittedEntries) > 0 {
@@ -267,6 +318,67 @@ func (c *etcdCore) ready() error {
 	}
 	c.rn.Advance(rd)
 	return nil
+}
+
+// notifyLeader leaves lead as the latest change on leaderCh.
+func (c *etcdCore) notifyLeader(lead bool) {
+	select {
+	case <-c.leaderCh:
+	default:
+	}
+	c.leaderCh <- lead
+}
+
+// waiting says whether anyone still waits for id.
+func (c *etcdCore) waiting(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.waiters[id]
+	return ok
+}
+
+// readIndex asks raft to confirm with a quorum that this node leads,
+// answering id when it does; a node that does not lead is answered at
+// once. A leader that loses leadership before the quorum answers fails
+// the wait with every other (ready).
+func (c *etcdCore) readIndex(id uint64) {
+	if !c.leader {
+		c.answer(id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", ErrNotLeader)})
+		return
+	}
+	b := make([]byte, etcdIDLen)
+	binary.BigEndian.PutUint64(b, id)
+	c.rn.ReadIndex(b)
+}
+
+// verify waits, at most for timeout, until a quorum confirms that this
+// node leads.
+func (c *etcdCore) verify(timeout time.Duration) error {
+	id := c.seq.Add(1)
+	ch := make(chan etcdAnswer, 1)
+	c.mu.Lock()
+	c.waiters[id] = ch
+	c.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case c.reads <- id:
+	case <-t.C:
+		c.forget(id)
+		return fmt.Errorf("%w: the check was not taken within %v", ErrUnavailable, timeout)
+	case <-c.stop:
+		c.forget(id)
+		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	select {
+	case a := <-ch:
+		return a.err
+	case <-t.C:
+		c.forget(id)
+		return fmt.Errorf("%w: no quorum confirmed this node's leadership within %v", ErrNotLeader, timeout)
+	case <-c.stop:
+		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
 }
 
 // applyLoop applies committed entries in batches and answers them.
@@ -312,6 +424,21 @@ func (c *etcdCore) applyLoop() {
 	}
 }
 
+// etcdBootConf is the configuration a core starts with, before it applies
+// any configuration entry: the snapshot's, or the voters bootstrapped
+// when the log was empty; the log's own entries replace it as they are
+// applied again.
+func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*raftpb.ConfState, error) {
+	_, cs, err := ms.InitialState()
+	if err != nil {
+		return nil, err
+	}
+	if last == 0 {
+		return &raftpb.ConfState{Voters: voters}, nil
+	}
+	return cs, nil
+}
+
 // openEtcdCore starts a core over verified stores (openStores): a node
 // alone (voters is itself) when the stores hold no etcd state yet.
 func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick time.Duration, log *slog.Logger, seed uint64) (*etcdCore, error) {
@@ -346,6 +473,13 @@ func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick tim
 		}
 	}
 	c := &etcdCore{rn: rn, logs: st.logs, stable: st.stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last}
+	c.term.Store(hs.GetTerm())
+	c.contact.Store(time.Now().UnixNano())
+	cs, err := etcdBootConf(ms, last, voters)
+	if err != nil {
+		return nil, err
+	}
+	c.conf.Store(cs)
 	c.start(seed)
 	return c, nil
 }

@@ -1,0 +1,332 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/raftlog"
+)
+
+// ErrEtcdNotYet is what the etcd engine answers for what it does not do
+// yet (issue 28): membership changes, leadership transfer and probing a
+// raft port. It changed nothing.
+var ErrEtcdNotYet = errors.New("server: not supported by the etcd engine yet")
+
+// EtcdNode is a node on etcd-io/raft (issue 28, in progress) over the same
+// verified stores, token ceiling and data-dir refusals as Node: the
+// second engine behind Replicator. It runs a node alone, or members in
+// one process over a network given by the caller (etcdNet, tests); there
+// is no raft port yet, no snapshots (the log grows), and the membership
+// cannot change.
+type EtcdNode struct {
+	cfg  Config
+	core *etcdCore
+	fsm  *fsm.FSM
+	floors
+	wal     *healingWAL
+	closers []io.Closer
+	// names gives each member's id its node ID and raft address: the
+	// configured peers (members do not change yet).
+	names map[uint64]Peer
+	self  uint64
+	// verifyTimeout bounds VerifyLeader: four election timeouts. A
+	// leader cut off from its quorum steps down within two (CheckQuorum),
+	// which fails the wait sooner; the bound is for a loop that is stuck.
+	verifyTimeout time.Duration
+	dialable      bool
+	closeOnce     sync.Once
+	closeErr      error
+	stop          chan struct{}
+	wg            sync.WaitGroup
+}
+
+var _ Replicator = (*EtcdNode)(nil)
+
+// etcdNet carries the messages of members in one process (tests): send
+// is given every message raft sends, and the returned deliver is how the
+// network hands a member its messages.
+type etcdNet interface {
+	attach(id uint64, deliver func(*raftpb.Message)) (send func([]*raftpb.Message))
+}
+
+// etcdElectionTick is the election timeout in ticks (etcdCore's config);
+// the heartbeat is one tick.
+const etcdElectionTick = 10
+
+// OpenEtcd opens a node alone on the etcd engine over cfg.DataDir: what
+// it does not support yet (peers, joining, a raft port or transport, TLS)
+// is refused.
+func OpenEtcd(cfg Config, f *fsm.FSM) (*EtcdNode, error) {
+	switch {
+	case cfg.Join || cfg.Transport != nil || cfg.TLS != nil || cfg.Listener != nil:
+		return nil, fmt.Errorf("%w: joining a cluster, a raft transport or TLS", ErrEtcdNotYet)
+	case len(cfg.Peers) > 1 || len(cfg.Peers) == 1 && cfg.Peers[0].ID != cfg.NodeID:
+		return nil, fmt.Errorf("%w: a cluster of more than one node", ErrEtcdNotYet)
+	}
+	return openEtcd(cfg, f, nil)
+}
+
+func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("%w: a node without a data directory", ErrEtcdNotYet)
+	}
+	if cfg.NodeID == "" {
+		return nil, errors.New("server: the etcd engine needs a node ID")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	tick := max(cfg.ElectionTimeout/etcdElectionTick, time.Millisecond)
+	if cfg.ElectionTimeout <= 0 {
+		tick = 100 * time.Millisecond
+	}
+	n := &EtcdNode{cfg: cfg, fsm: f, self: etcdID(cfg.NodeID), stop: make(chan struct{}),
+		verifyTimeout: 4 * etcdElectionTick * tick, dialable: network != nil}
+	n.names = map[uint64]Peer{n.self: {ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}
+	voters := []uint64{n.self}
+	if len(cfg.Peers) > 0 {
+		voters = voters[:0]
+		self := false
+		for _, p := range cfg.Peers {
+			id := etcdID(p.ID)
+			if q, dup := n.names[id]; dup && q.ID != p.ID {
+				return nil, fmt.Errorf("server: the node IDs %s and %s map to the same etcd member id", q.ID, p.ID)
+			}
+			n.names[id] = p
+			voters = append(voters, id)
+			self = self || p.ID == cfg.NodeID
+		}
+		if !self {
+			return nil, fmt.Errorf("server: the peer list does not name this node (%s)", cfg.NodeID)
+		}
+	}
+	if err := n.open(cfg, voters, tick, network); err != nil {
+		n.closeAll()
+		return nil, err
+	}
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.core.m.returnFreedMemory(n.stop) }()
+	return n, nil
+}
+
+func (n *EtcdNode) open(cfg Config, voters []uint64, tick time.Duration, network etcdNet) error {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("server: data dir: %w", err)
+	}
+	unlock, err := lockDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	n.closers = append(n.closers, closerFunc(unlock))
+	// A data dir of the hashicorp engine holds entries this node would
+	// misread.
+	if err := claimEngine(cfg.DataDir, EngineEtcd); err != nil {
+		return err
+	}
+	segSize := cfg.WALSegmentSize
+	if segSize <= 0 {
+		segSize = WALSegmentSize
+	}
+	st, err := openStores(cfg.DataDir, segSize, raftlog.New(cfg.Logger.With("component", "raft")), cfg.Logger)
+	if err != nil {
+		return err
+	}
+	n.closers = append(n.closers, closerFunc(st.close))
+	n.state, n.wal = st.state, st.wal
+	n.floor = newTokenFloor(st.state)
+	n.closers = append(n.closers, startCheckpointer(st.state, time.Second))
+	if err := n.boot(cfg.TokenFloor, func() (bool, error) { return etcdHasState(st) }); err != nil {
+		return err
+	}
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return fmt.Errorf("server: seeding proposal ids: %w", err)
+	}
+	m := newMachine(n.fsm, n.floor, cfg.Hooks)
+	c, err := openEtcdCore(st, m, n.self, voters, tick, cfg.Logger.With("component", "raft"),
+		binary.BigEndian.Uint64(seed[:])>>1)
+	if err != nil {
+		return fmt.Errorf("server: starting raft: %w", err)
+	}
+	n.core = c
+	n.closers = append(n.closers, closerFunc(func() error { c.close(); return nil }))
+	if network != nil {
+		c.setSend(network.attach(n.self, c.deliver))
+	}
+	return nil
+}
+
+// etcdHasState says whether the stores hold etcd state: entries or a
+// hard state.
+func etcdHasState(st *stores) (bool, error) {
+	last, err := st.logs.LastIndex()
+	if err != nil || last > 0 {
+		return last > 0, err
+	}
+	b, err := st.stable.Get(etcdHardStateKey)
+	return len(b) > 0, err
+}
+
+// Close stops raft, then the stores it used; it may be called again.
+func (n *EtcdNode) Close() error {
+	n.closeOnce.Do(func() {
+		close(n.stop)
+		n.wg.Wait()
+		n.closeErr = n.closeAll()
+	})
+	return n.closeErr
+}
+
+func (n *EtcdNode) closeAll() error {
+	var errs []error
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		if err := n.closers[i].Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.closers = nil
+	return errors.Join(errs...)
+}
+
+// Propose appends data, an encoded fsm.Command, and waits until it is
+// committed and applied here, answering the state machine's result. The
+// timeout bounds the wait for raft to take it, as Node's does.
+func (n *EtcdNode) Propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
+	if len(data) == 0 {
+		return nil, errors.New("server: an empty proposal")
+	}
+	res, err := n.core.propose(data, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.durableErr(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return res, nil
+}
+
+// Barrier waits until every entry committed before it has been applied:
+// an entry without a command, proposed and waited for like any other.
+func (n *EtcdNode) Barrier(timeout time.Duration) error {
+	_, err := n.core.propose(nil, timeout)
+	return err
+}
+
+// Leadership receives true when this node becomes leader and false when
+// it stops being one; only the latest change waits in it.
+func (n *EtcdNode) Leadership() <-chan bool { return n.core.leaderCh }
+
+// VerifyLeader confirms with a quorum (raft's ReadIndex) that this node
+// still leads.
+func (n *EtcdNode) VerifyLeader() error { return n.core.verify(n.verifyTimeout) }
+
+// Status reads this node's state.
+func (n *EtcdNode) Status() Status {
+	c := n.core
+	var st Status
+	switch etcdraft.StateType(c.state.Load()) {
+	case etcdraft.StateLeader:
+		st.State = Leader
+	case etcdraft.StateCandidate, etcdraft.StatePreCandidate:
+		st.State = Candidate
+	default:
+		st.State = Follower
+	}
+	st.Term = c.term.Load()
+	st.LeaderID = n.names[c.leadID.Load()].ID
+	heard := time.Unix(0, c.contact.Load())
+	st.LeaderSilent = st.State != Leader && time.Since(heard) > n.cfg.HeartbeatTimeout
+	if last := c.lastLead.Load(); st.LeaderID == "" && last != n.self {
+		st.FormerLeader = n.names[last].ID
+	}
+	if n.wal != nil {
+		st.Fault = n.wal.Fault()
+	}
+	return st
+}
+
+// AppliedIndex is the last index this node has applied.
+func (n *EtcdNode) AppliedIndex() uint64 { return max(n.core.applied.Load(), n.fsm.AppliedIndex()) }
+
+// CommitIndex is the last index known committed.
+func (n *EtcdNode) CommitIndex() uint64 { return n.core.commit.Load() }
+
+// StartIndex is the last index of the log when the node opened it.
+func (n *EtcdNode) StartIndex() uint64 { return n.core.first }
+
+// Configuration is the members as this node has applied them.
+func (n *EtcdNode) Configuration() ([]Server, error) {
+	c, err := etcdConfiguration(n.core.conf.Load(), n.names)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Server, 0, len(c.Servers))
+	for _, s := range c.Servers {
+		out = append(out, Server{ID: string(s.ID), Addr: string(s.Address), Suffrage: s.Suffrage.String(),
+			Voter: s.Suffrage == raft.Voter})
+	}
+	return out, nil
+}
+
+// AddNonvoter is not supported yet (ErrEtcdNotYet).
+func (n *EtcdNode) AddNonvoter(id, addr string, timeout time.Duration) error {
+	return fmt.Errorf("%w: adding a non-voter", ErrEtcdNotYet)
+}
+
+// AddVoter is not supported yet (ErrEtcdNotYet).
+func (n *EtcdNode) AddVoter(id, addr string, timeout time.Duration) error {
+	return fmt.Errorf("%w: adding a voter", ErrEtcdNotYet)
+}
+
+// RemoveServer is not supported yet (ErrEtcdNotYet).
+func (n *EtcdNode) RemoveServer(id string, timeout time.Duration) error {
+	return fmt.Errorf("%w: removing a member", ErrEtcdNotYet)
+}
+
+// TransferLeadership is not supported yet (ErrEtcdNotYet).
+func (n *EtcdNode) TransferLeadership() error {
+	return fmt.Errorf("%w: transferring leadership", ErrEtcdNotYet)
+}
+
+// Addr is this node's raft address as configured.
+func (n *EtcdNode) Addr() string { return n.cfg.RaftAddr }
+
+// Dialable says whether other nodes can reach this one: only members of
+// a network in the same process can, since there is no raft port yet.
+func (n *EtcdNode) Dialable() bool { return n.dialable }
+
+// ProbeRaft runs Config.DialRaft when set; there is no raft port of the
+// etcd engine to probe yet.
+func (n *EtcdNode) ProbeRaft(ctx context.Context, id, addr string, timeout time.Duration) error {
+	if n.cfg.DialRaft != nil {
+		return n.cfg.DialRaft(ctx, addr)
+	}
+	return fmt.Errorf("%w: probing a raft port", ErrEtcdNotYet)
+}
+
+// Peers is the other members' health: a node alone that leads has none;
+// members' health is not tracked yet, so a member of a cluster answers
+// ok false, as a node that does not lead does.
+func (n *EtcdNode) Peers() (peers []PeerStatus, ok bool) {
+	if !n.core.lead.Load() || len(n.names) > 1 {
+		return nil, false
+	}
+	return []PeerStatus{}, true
+}
+
+// UnreachableAfter is how long a leader waits for a peer's answer before
+// it calls the peer unreachable, as for Node.
+func (n *EtcdNode) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
