@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock/internal/fsm"
 )
@@ -68,6 +69,20 @@ type etcdCore struct {
 	// reads are VerifyLeader's requests: a waiter's id, answered when
 	// raft's ReadIndex confirms this node still leads.
 	reads chan uint64
+	// names gives each member id its node ID and address: the
+	// configured ones, then those the configuration entries carry
+	// (copied on write by run).
+	names atomic.Pointer[map[uint64]Peer]
+
+	// Membership changes, run's own: confs are the requests, queued
+	// until raft takes a change (one at a time: raft silently drops a
+	// change proposed while another may be unapplied).
+	confs       chan etcdConfReq
+	queued      []etcdConfReq
+	confPending uint64            // the waiter of this leader's change not yet applied; 0: none
+	leadStart   uint64            // the last index when this node became leader
+	handed      uint64            // the last committed index handed to the apply loop
+	cur         *raftpb.HardState // the one last given to raft's storage
 
 	mu      sync.Mutex
 	waiters map[uint64]chan etcdAnswer
@@ -90,6 +105,7 @@ func (c *etcdCore) start(seed uint64) {
 	c.recv = make(chan *raftpb.Message, 4096)
 	c.applyc = make(chan []*raftpb.Entry, 64)
 	c.reads = make(chan uint64, 64)
+	c.confs = make(chan etcdConfReq, 16)
 	c.leaderCh = make(chan bool, 1)
 	c.stop = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
@@ -194,9 +210,13 @@ func (c *etcdCore) run() {
 			}
 		case id := <-c.reads:
 			c.readIndex(id)
+		case q := <-c.confs:
+			c.queued = append(c.queued, q)
 		}
+		c.proposeConf()
 		for c.rn.HasReady() {
-			if err := c.ready(); err != nil {
+			err := c.ready()
+			if err != nil {
 				// The log cannot be written: nothing more may be
 				// acknowledged from this node.
 				c.log.Error("etcd engine: persisting raft state failed; stopping", "err", err)
@@ -204,6 +224,7 @@ func (c *etcdCore) run() {
 				<-c.stop
 				return
 			}
+			c.proposeConf()
 		}
 	}
 }
@@ -236,6 +257,7 @@ func (c *etcdCore) proposeOne(p etcdProp) {
 
 func (c *etcdCore) ready() error {
 	rd := c.rn.Ready()
+	became := false
 	// A leader whose term moved lost leadership in between, even when
 	// it leads again: what it had proposed may be gone.
 	if hs := rd.HardState; c.leader && !etcdraft.IsEmptyHardState(hs) && hs.GetTerm() != c.hs.GetTerm() {
@@ -245,7 +267,9 @@ func (c *etcdCore) ready() error {
 		lead := ss.RaftState == etcdraft.StateLeader
 		if c.leader && !lead {
 			c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
+			c.confPending = 0
 		}
+		became = lead && !c.leader
 		c.state.Store(uint64(ss.RaftState))
 		c.leadID.Store(ss.Lead)
 		if ss.Lead != 0 {
@@ -277,6 +301,15 @@ func (c *etcdCore) ready() error {
 	if err := c.ms.Append(rd.Entries); err != nil {
 		return err
 	}
+	if became {
+		// raft refuses a change until it has applied this far
+		// (pendingConfIndex).
+		last, err := c.ms.LastIndex()
+		if err != nil {
+			return err
+		}
+		c.leadStart = last
+	}
 	if hs := rd.HardState; !etcdraft.IsEmptyHardState(hs) {
 		if hs.GetTerm() != c.hs.GetTerm() || hs.GetVote() != c.hs.GetVote() {
 			if err := etcdSaveHardState(c.stable, hs); err != nil {
@@ -287,27 +320,18 @@ func (c *etcdCore) ready() error {
 		if err := c.ms.SetHardState(hs); err != nil {
 			return err
 		}
+		c.cur = hs
 		c.commit.Store(hs.GetCommit())
 		c.term.Store(hs.GetTerm())
 	}
 	if !early && send != nil {
 		(*send)(rd.Messages)
 	}
-	for _, e := range rd.CommittedEntries {
-		switch e.GetType() {
-		case raftpb.EntryConfChange:
-			var cc raftpb.ConfChange
-			if err := protoUnmarshal(e.GetData(), &cc); err != nil {
-				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
-			}
-			c.conf.Store(c.rn.ApplyConfChange(&cc))
-		case raftpb.EntryConfChangeV2:
-			var cc raftpb.ConfChangeV2
-			if err := protoUnmarshal(e.GetData(), &cc); err != nil {
-				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
-			}
-			c.conf.Store(c.rn.ApplyConfChange(&cc))
-		}
+	if err := c.applyConfChanges(rd.CommittedEntries); err != nil {
+		return err
+	}
+	if n := len(rd.CommittedEntries); n > 0 {
+		c.handed = rd.CommittedEntries[n-1].GetIndex()
 	}
 	if len(rd.CommittedEntries) > 0 {
 		select {
@@ -318,6 +342,206 @@ func (c *etcdCore) ready() error {
 	}
 	c.rn.Advance(rd)
 	return nil
+}
+
+// applyConfChanges applies the configuration entries among ents (all
+// committed) to raft, after recording the commit index that covers them:
+// a node restarted with a commit index behind a configuration it had
+// applied would start in an older one, and could count a quorum the
+// cluster no longer has.
+func (c *etcdCore) applyConfChanges(ents []*raftpb.Entry) error {
+	saved := false
+	for _, e := range ents {
+		var cc raftpb.ConfChangeI
+		var ctx []byte
+		switch e.GetType() {
+		case raftpb.EntryConfChange:
+			v1 := new(raftpb.ConfChange)
+			if err := protoUnmarshal(e.GetData(), v1); err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			cc, ctx = v1, v1.GetContext()
+		case raftpb.EntryConfChangeV2:
+			v2 := new(raftpb.ConfChangeV2)
+			if err := protoUnmarshal(e.GetData(), v2); err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			cc, ctx = v2, v2.GetContext()
+		default:
+			continue
+		}
+		if !saved && c.cur != nil && c.cur.GetCommit() > c.hs.GetCommit() {
+			if err := etcdSaveHardState(c.stable, c.cur); err != nil {
+				return err
+			}
+			c.hs, saved = c.cur, true
+		}
+		wid, peer, named := etcdParseConfContext(ctx)
+		if named {
+			for _, ch := range cc.AsV2().GetChanges() {
+				if ch.GetType() != raftpb.ConfChangeRemoveNode && ch.GetNodeId() == etcdID(peer.ID) {
+					c.setName(ch.GetNodeId(), peer)
+				}
+			}
+		}
+		cs, err := etcdApplyConfChange(c.rn, cc)
+		if err != nil {
+			return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+		}
+		c.conf.Store(cs)
+		if wid != 0 && wid == c.confPending {
+			c.confPending = 0
+		}
+		if wid != 0 && e.GetIndex() > c.first {
+			c.answer(wid, etcdAnswer{res: &fsm.Result{Index: e.GetIndex()}})
+		}
+	}
+	return nil
+}
+
+// etcdApplyConfChange is rn.ApplyConfChange, which panics on a change
+// it cannot make; that becomes an error (the node stops).
+func etcdApplyConfChange(rn *etcdraft.RawNode, cc raftpb.ConfChangeI) (cs *raftpb.ConfState, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			cs, err = nil, fmt.Errorf("raft refused the configuration change %v: %v", cc, p)
+		}
+	}()
+	return rn.ApplyConfChange(cc), nil
+}
+
+func (c *etcdCore) setName(id uint64, p Peer) {
+	old := c.names.Load()
+	next := make(map[uint64]Peer, len(*old)+1)
+	for k, v := range *old {
+		next[k] = v
+	}
+	next[id] = p
+	c.names.Store(&next)
+}
+
+// name is the member id's node ID and address, when known.
+func (c *etcdCore) name(id uint64) (Peer, bool) {
+	p, ok := (*c.names.Load())[id]
+	return p, ok
+}
+
+// etcdConfReq is one membership change: a single change, and the member
+// it names.
+type etcdConfReq struct {
+	id   uint64 // the waiter
+	typ  raftpb.ConfChangeType
+	peer Peer
+}
+
+// changeConf proposes a single membership change and waits, at most for
+// timeout, until this node has applied it.
+func (c *etcdCore) changeConf(typ raftpb.ConfChangeType, p Peer, timeout time.Duration) error {
+	id := c.seq.Add(1)
+	ch := make(chan etcdAnswer, 1)
+	c.mu.Lock()
+	c.waiters[id] = ch
+	c.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case c.confs <- etcdConfReq{id: id, typ: typ, peer: p}:
+	case <-t.C:
+		c.forget(id)
+		return fmt.Errorf("%w: the change was not taken within %v", ErrUnavailable, timeout)
+	case <-c.stop:
+		c.forget(id)
+		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	select {
+	case a := <-ch:
+		return a.err
+	case <-t.C:
+		c.forget(id)
+		return fmt.Errorf("%w: the change was not applied within %v (it may still take effect)", ErrUnavailable, timeout)
+	case <-c.stop:
+		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+}
+
+// proposeConf hands raft the first queued change once it can take one:
+// this node leads, has applied up to where its leadership began, and has
+// no change of its own unapplied.
+func (c *etcdCore) proposeConf() {
+	for len(c.queued) > 0 {
+		q := c.queued[0]
+		switch {
+		case !c.waiting(q.id):
+		case !c.leader:
+			c.answer(q.id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", ErrNotLeader)})
+		case c.confPending != 0 || c.handed < c.leadStart:
+			return
+		default:
+			c.proposeConfNow(q)
+		}
+		c.queued = c.queued[1:]
+	}
+}
+
+func (c *etcdCore) proposeConfNow(q etcdConfReq) {
+	target := etcdID(q.peer.ID)
+	if err := etcdCheckChange(c.conf.Load(), q.typ, target); err != nil {
+		c.answer(q.id, etcdAnswer{err: err})
+		return
+	}
+	cc := &raftpb.ConfChangeV2{
+		Changes: []*raftpb.ConfChangeSingle{{Type: q.typ.Enum(), NodeId: proto.Uint64(target)}},
+		Context: etcdConfContext(q.id, q.peer),
+	}
+	if err := c.rn.ProposeConfChange(cc); err != nil {
+		c.answer(q.id, etcdAnswer{err: fmt.Errorf("%w: %v", ErrNotLeader, err)})
+		return
+	}
+	c.confPending = q.id
+}
+
+// etcdCheckChange refuses a change raft could not apply to cs (it would
+// panic): one that leaves no voter.
+func etcdCheckChange(cs *raftpb.ConfState, typ raftpb.ConfChangeType, target uint64) error {
+	if typ == raftpb.ConfChangeAddNode {
+		return nil
+	}
+	left := 0
+	for _, v := range cs.GetVoters() {
+		if v != target {
+			left++
+		}
+	}
+	if left == 0 {
+		return errors.New("server: the change would leave the cluster without a voter")
+	}
+	return nil
+}
+
+// etcdConfContext is what a configuration entry carries besides the
+// change: the id of the waiter to answer (0: nobody), and the member's
+// node ID and raft address, which every node learns from the log.
+func etcdConfContext(wid uint64, p Peer) []byte {
+	b := make([]byte, etcdIDLen+2, etcdIDLen+2+len(p.ID)+len(p.RaftAddr))
+	binary.BigEndian.PutUint64(b, wid)
+	binary.BigEndian.PutUint16(b[etcdIDLen:], uint16(len(p.ID)))
+	b = append(b, p.ID...)
+	return append(b, p.RaftAddr...)
+}
+
+// etcdParseConfContext reads etcdConfContext; named is false for a
+// context it did not write.
+func etcdParseConfContext(b []byte) (wid uint64, p Peer, named bool) {
+	if len(b) < etcdIDLen+2 {
+		return 0, Peer{}, false
+	}
+	wid = binary.BigEndian.Uint64(b)
+	n := int(binary.BigEndian.Uint16(b[etcdIDLen:]))
+	rest := b[etcdIDLen+2:]
+	if n == 0 || n > len(rest) {
+		return wid, Peer{}, false
+	}
+	return wid, Peer{ID: string(rest[:n]), RaftAddr: string(rest[n:])}, true
 }
 
 // notifyLeader leaves lead as the latest change on leaderCh.
@@ -441,7 +665,10 @@ func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*ra
 
 // openEtcdCore starts a core over verified stores (openStores): a node
 // alone (voters is itself) when the stores hold no etcd state yet.
-func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick time.Duration, log *slog.Logger, seed uint64) (*etcdCore, error) {
+//
+// names are the members' node IDs and addresses known before the log is
+// read; voters empty: bootstrap nothing, this node waits to be added.
+func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, names map[uint64]Peer, tick time.Duration, log *slog.Logger, seed uint64) (*etcdCore, error) {
 	ms, err := etcdLoadMemory(st.logs, st.stable, nil)
 	if err != nil {
 		return nil, err
@@ -453,7 +680,7 @@ func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick tim
 	cfg := &etcdraft.Config{
 		ID: self, ElectionTick: 10, HeartbeatTick: 1, Storage: ms,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, CheckQuorum: true, PreVote: true,
-		DisableProposalForwarding: true, Logger: etcdNopLogger{},
+		DisableProposalForwarding: true, StepDownOnRemoval: true, Logger: etcdNopLogger{},
 	}
 	rn, err := etcdraft.NewRawNode(cfg)
 	if err != nil {
@@ -463,10 +690,13 @@ func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick tim
 	if err != nil {
 		return nil, err
 	}
-	if last == 0 {
+	if last == 0 && len(voters) > 0 {
 		peers := make([]etcdraft.Peer, len(voters))
 		for i, v := range voters {
 			peers[i] = etcdraft.Peer{ID: v}
+			if p, ok := names[v]; ok {
+				peers[i].Context = etcdConfContext(0, p)
+			}
 		}
 		if err := rn.Bootstrap(peers); err != nil {
 			return nil, fmt.Errorf("bootstrap: %w", err)
@@ -480,6 +710,11 @@ func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick tim
 		return nil, err
 	}
 	c.conf.Store(cs)
+	known := make(map[uint64]Peer, len(names))
+	for id, p := range names {
+		known[id] = p
+	}
+	c.names.Store(&known)
 	c.start(seed)
 	return c, nil
 }

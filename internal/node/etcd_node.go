@@ -21,16 +21,16 @@ import (
 )
 
 // ErrEtcdNotYet is what the etcd engine answers for what it does not do
-// yet (issue 28): membership changes, leadership transfer and probing a
-// raft port. It changed nothing.
+// yet (issue 28): leadership transfer, probing a raft port, and (in
+// OpenEtcd) anything that needs one. It changed nothing.
 var ErrEtcdNotYet = errors.New("server: not supported by the etcd engine yet")
 
 // EtcdNode is a node on etcd-io/raft (issue 28, in progress) over the same
 // verified stores, token ceiling and data-dir refusals as Node: the
 // second engine behind Replicator. It runs a node alone, or members in
-// one process over a network given by the caller (etcdNet, tests); there
-// is no raft port yet, no snapshots (the log grows), and the membership
-// cannot change.
+// one process over a network given by the caller (etcdNet, tests), whose
+// membership changes one member at a time; there is no raft port yet and
+// no snapshots (the log grows).
 type EtcdNode struct {
 	cfg  Config
 	core *etcdCore
@@ -38,10 +38,8 @@ type EtcdNode struct {
 	floors
 	wal     *healingWAL
 	closers []io.Closer
-	// names gives each member's id its node ID and raft address: the
-	// configured peers (members do not change yet).
-	names map[uint64]Peer
-	self  uint64
+	self    uint64
+	alone   bool // configured as a node alone: no peer health to track
 	// verifyTimeout bounds VerifyLeader: four election timeouts. A
 	// leader cut off from its quorum steps down within two (CheckQuorum),
 	// which fails the wait sooner; the bound is for a loop that is stuck.
@@ -95,17 +93,20 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 	}
 	n := &EtcdNode{cfg: cfg, fsm: f, self: etcdID(cfg.NodeID), stop: make(chan struct{}),
 		verifyTimeout: 4 * etcdElectionTick * tick, dialable: network != nil}
-	n.names = map[uint64]Peer{n.self: {ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}
+	names := map[uint64]Peer{n.self: {ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}
 	voters := []uint64{n.self}
-	if len(cfg.Peers) > 0 {
+	switch {
+	case cfg.Join:
+		voters = nil
+	case len(cfg.Peers) > 0:
 		voters = voters[:0]
 		self := false
 		for _, p := range cfg.Peers {
 			id := etcdID(p.ID)
-			if q, dup := n.names[id]; dup && q.ID != p.ID {
+			if q, dup := names[id]; dup && q.ID != p.ID {
 				return nil, fmt.Errorf("server: the node IDs %s and %s map to the same etcd member id", q.ID, p.ID)
 			}
-			n.names[id] = p
+			names[id] = p
 			voters = append(voters, id)
 			self = self || p.ID == cfg.NodeID
 		}
@@ -113,7 +114,8 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 			return nil, fmt.Errorf("server: the peer list does not name this node (%s)", cfg.NodeID)
 		}
 	}
-	if err := n.open(cfg, voters, tick, network); err != nil {
+	n.alone = len(voters) == 1
+	if err := n.open(cfg, voters, names, tick, network); err != nil {
 		n.closeAll()
 		return nil, err
 	}
@@ -122,7 +124,7 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 	return n, nil
 }
 
-func (n *EtcdNode) open(cfg Config, voters []uint64, tick time.Duration, network etcdNet) error {
+func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick time.Duration, network etcdNet) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("server: data dir: %w", err)
 	}
@@ -156,7 +158,7 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, tick time.Duration, network
 		return fmt.Errorf("server: seeding proposal ids: %w", err)
 	}
 	m := newMachine(n.fsm, n.floor, cfg.Hooks)
-	c, err := openEtcdCore(st, m, n.self, voters, tick, cfg.Logger.With("component", "raft"),
+	c, err := openEtcdCore(st, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"),
 		binary.BigEndian.Uint64(seed[:])>>1)
 	if err != nil {
 		return fmt.Errorf("server: starting raft: %w", err)
@@ -246,11 +248,13 @@ func (n *EtcdNode) Status() Status {
 		st.State = Follower
 	}
 	st.Term = c.term.Load()
-	st.LeaderID = n.names[c.leadID.Load()].ID
+	lead, _ := c.name(c.leadID.Load())
+	st.LeaderID = lead.ID
 	heard := time.Unix(0, c.contact.Load())
 	st.LeaderSilent = st.State != Leader && time.Since(heard) > n.cfg.HeartbeatTimeout
 	if last := c.lastLead.Load(); st.LeaderID == "" && last != n.self {
-		st.FormerLeader = n.names[last].ID
+		former, _ := c.name(last)
+		st.FormerLeader = former.ID
 	}
 	if n.wal != nil {
 		st.Fault = n.wal.Fault()
@@ -269,7 +273,7 @@ func (n *EtcdNode) StartIndex() uint64 { return n.core.first }
 
 // Configuration is the members as this node has applied them.
 func (n *EtcdNode) Configuration() ([]Server, error) {
-	c, err := etcdConfiguration(n.core.conf.Load(), n.names)
+	c, err := etcdConfiguration(n.core.conf.Load(), *n.core.names.Load())
 	if err != nil {
 		return nil, err
 	}
@@ -281,19 +285,44 @@ func (n *EtcdNode) Configuration() ([]Server, error) {
 	return out, nil
 }
 
-// AddNonvoter is not supported yet (ErrEtcdNotYet).
+// AddNonvoter adds a member that counts for no quorum (an etcd
+// learner); a voter stays a voter, as on Node.
 func (n *EtcdNode) AddNonvoter(id, addr string, timeout time.Duration) error {
-	return fmt.Errorf("%w: adding a non-voter", ErrEtcdNotYet)
+	for _, v := range n.core.conf.Load().GetVoters() {
+		if v == etcdID(id) {
+			return nil
+		}
+	}
+	return n.change(raftpb.ConfChangeAddLearnerNode, id, addr, timeout)
 }
 
-// AddVoter is not supported yet (ErrEtcdNotYet).
+// AddVoter adds a voter or promotes a non-voter.
 func (n *EtcdNode) AddVoter(id, addr string, timeout time.Duration) error {
-	return fmt.Errorf("%w: adding a voter", ErrEtcdNotYet)
+	return n.change(raftpb.ConfChangeAddNode, id, addr, timeout)
 }
 
-// RemoveServer is not supported yet (ErrEtcdNotYet).
+// RemoveServer takes a member out of the configuration; a leader that
+// removes itself steps down once the change is applied.
 func (n *EtcdNode) RemoveServer(id string, timeout time.Duration) error {
-	return fmt.Errorf("%w: removing a member", ErrEtcdNotYet)
+	return n.change(raftpb.ConfChangeRemoveNode, id, "", timeout)
+}
+
+// change makes one membership change through raft and waits until this
+// node has applied it. Changes are one at a time, each committed before
+// the next is proposed.
+func (n *EtcdNode) change(typ raftpb.ConfChangeType, id, addr string, timeout time.Duration) error {
+	if id == "" {
+		return errors.New("server: a member needs a node ID")
+	}
+	if p, ok := n.core.name(etcdID(id)); ok && p.ID != id {
+		return fmt.Errorf("server: the node IDs %s and %s map to the same etcd member id", p.ID, id)
+	}
+	if typ == raftpb.ConfChangeRemoveNode {
+		if p, ok := n.core.name(etcdID(id)); ok {
+			addr = p.RaftAddr
+		}
+	}
+	return n.core.changeConf(typ, Peer{ID: id, RaftAddr: addr}, timeout)
 }
 
 // TransferLeadership is not supported yet (ErrEtcdNotYet).
@@ -321,7 +350,7 @@ func (n *EtcdNode) ProbeRaft(ctx context.Context, id, addr string, timeout time.
 // members' health is not tracked yet, so a member of a cluster answers
 // ok false, as a node that does not lead does.
 func (n *EtcdNode) Peers() (peers []PeerStatus, ok bool) {
-	if !n.core.lead.Load() || len(n.names) > 1 {
+	if !n.core.lead.Load() || !n.alone {
 		return nil, false
 	}
 	return []PeerStatus{}, true

@@ -115,15 +115,17 @@ func TestEtcdNodeSingle(t *testing.T) {
 	if peers, ok := r.Peers(); !ok || len(peers) != 0 {
 		t.Fatalf("peers of a node alone %v %v", peers, ok)
 	}
-	for name, err := range map[string]error{
-		"AddVoter":           r.AddVoter("b", "b:1", time.Second),
-		"AddNonvoter":        r.AddNonvoter("b", "b:1", time.Second),
-		"RemoveServer":       r.RemoveServer("a", time.Second),
-		"TransferLeadership": r.TransferLeadership(),
-	} {
-		if !errors.Is(err, ErrEtcdNotYet) {
-			t.Fatalf("%s: %v, want ErrEtcdNotYet", name, err)
-		}
+	if err := r.RemoveServer("a", time.Second); err == nil || errors.Is(err, ErrNotLeader) {
+		t.Fatalf("removing the only voter: %v, want a refusal", err)
+	}
+	if err := r.AddNonvoter("a", "", time.Second); err != nil {
+		t.Fatalf("a voter added as a non-voter: %v", err)
+	}
+	if servers, err := r.Configuration(); err != nil || len(servers) != 1 || !servers[0].Voter {
+		t.Fatalf("configuration after the refused changes %+v, %v", servers, err)
+	}
+	if err := r.TransferLeadership(); !errors.Is(err, ErrEtcdNotYet) {
+		t.Fatalf("transfer: %v, want ErrEtcdNotYet", err)
 	}
 	if f.LastToken() != last {
 		t.Fatalf("state machine's last token %d, want %d", f.LastToken(), last)
