@@ -56,13 +56,17 @@ type etcdCore struct {
 	applied atomic.Uint64
 	commit  atomic.Uint64
 
+	self  uint64
+	watch *peerWatch // what the peers answered this node's appends and heartbeats
+
 	// What other goroutines read of raft's state, set by run.
-	state    atomic.Uint64 // etcdraft.StateType
-	leadID   atomic.Uint64 // the leader raft names; 0: none
-	lastLead atomic.Uint64 // the last leader raft named
-	term     atomic.Uint64
-	contact  atomic.Int64 // unix nanoseconds of the last message from a leader
-	conf     atomic.Pointer[raftpb.ConfState]
+	state     atomic.Uint64 // etcdraft.StateType
+	otherLead atomic.Uint64 // the last leader raft named that is not this node
+	leadID    atomic.Uint64 // the leader raft names; 0: none
+	lastLead  atomic.Uint64 // the last leader raft named
+	term      atomic.Uint64
+	contact   atomic.Int64 // unix nanoseconds of the last message from a leader
+	conf      atomic.Pointer[raftpb.ConfState]
 	// leaderCh holds the latest change of leadership (1-buffered; only
 	// run sends, so a drain before the send never blocks it).
 	leaderCh chan bool
@@ -203,10 +207,7 @@ func (c *etcdCore) run() {
 			// A message raft refuses (from a removed node, an old
 			// term) changes nothing.
 			if c.rn.Step(m) == nil {
-				switch m.GetType() {
-				case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap: // only a leader sends these
-					c.contact.Store(time.Now().UnixNano())
-				}
+				c.watchReceived(m)
 			}
 		case id := <-c.reads:
 			c.readIndex(id)
@@ -275,6 +276,9 @@ func (c *etcdCore) ready() error {
 		if ss.Lead != 0 {
 			c.lastLead.Store(ss.Lead)
 		}
+		if ss.Lead != 0 && ss.Lead != c.self {
+			c.otherLead.Store(ss.Lead)
+		}
 		if lead != c.leader {
 			c.notifyLeader(lead)
 		}
@@ -293,6 +297,7 @@ func (c *etcdCore) ready() error {
 		(rd.HardState.GetTerm() == c.hs.GetTerm() && rd.HardState.GetVote() == c.hs.GetVote()))
 	send := c.send.Load()
 	if early && send != nil {
+		c.watchSent(rd.Messages)
 		(*send)(rd.Messages)
 	}
 	if err := etcdAppend(c.logs, rd.Entries); err != nil {
@@ -325,6 +330,7 @@ func (c *etcdCore) ready() error {
 		c.term.Store(hs.GetTerm())
 	}
 	if !early && send != nil {
+		c.watchSent(rd.Messages)
 		(*send)(rd.Messages)
 	}
 	if err := c.applyConfChanges(rd.CommittedEntries); err != nil {
@@ -544,6 +550,40 @@ func etcdParseConfContext(b []byte) (wid uint64, p Peer, named bool) {
 	return wid, Peer{ID: string(rest[:n]), RaftAddr: string(rest[n:])}, true
 }
 
+// watchSent notes the appends and heartbeats about to go to peers, for
+// their health (Peers).
+func (c *etcdCore) watchSent(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		switch m.GetType() {
+		case raftpb.MsgApp, raftpb.MsgHeartbeat:
+			if p, ok := c.name(m.GetTo()); ok {
+				c.watch.sent(raft.ServerID(p.ID), m.GetTerm())
+			}
+		}
+	}
+}
+
+// watchReceived notes what a message raft took says of its sender: a
+// leader's contact, or a peer's answer to this leader.
+func (c *etcdCore) watchReceived(m *raftpb.Message) {
+	switch m.GetType() {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap: // only a leader sends these
+		c.contact.Store(time.Now().UnixNano())
+	case raftpb.MsgAppResp:
+		if p, ok := c.name(m.GetFrom()); ok {
+			if m.GetReject() {
+				c.watch.heard(raft.ServerID(p.ID), m.GetTerm())
+			} else {
+				c.watch.answered(raft.ServerID(p.ID), m.GetTerm(), m.GetIndex())
+			}
+		}
+	case raftpb.MsgHeartbeatResp:
+		if p, ok := c.name(m.GetFrom()); ok {
+			c.watch.heard(raft.ServerID(p.ID), m.GetTerm())
+		}
+	}
+}
+
 // notifyLeader leaves lead as the latest change on leaderCh.
 func (c *etcdCore) notifyLeader(lead bool) {
 	select {
@@ -702,7 +742,8 @@ func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, names ma
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	c := &etcdCore{rn: rn, logs: st.logs, stable: st.stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last}
+	c := &etcdCore{rn: rn, logs: st.logs, stable: st.stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last,
+		self: self, watch: newPeerWatch(time.Now)}
 	c.term.Store(hs.GetTerm())
 	c.contact.Store(time.Now().UnixNano())
 	cs, err := etcdBootConf(ms, last, voters)

@@ -39,7 +39,6 @@ type EtcdNode struct {
 	wal     *healingWAL
 	closers []io.Closer
 	self    uint64
-	alone   bool // configured as a node alone: no peer health to track
 	// verifyTimeout bounds VerifyLeader: four election timeouts. A
 	// leader cut off from its quorum steps down within two (CheckQuorum),
 	// which fails the wait sooner; the bound is for a loop that is stuck.
@@ -114,7 +113,6 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 			return nil, fmt.Errorf("server: the peer list does not name this node (%s)", cfg.NodeID)
 		}
 	}
-	n.alone = len(voters) == 1
 	if err := n.open(cfg, voters, names, tick, network); err != nil {
 		n.closeAll()
 		return nil, err
@@ -346,14 +344,34 @@ func (n *EtcdNode) ProbeRaft(ctx context.Context, id, addr string, timeout time.
 	return fmt.Errorf("%w: probing a raft port", ErrEtcdNotYet)
 }
 
-// Peers is the other members' health: a node alone that leads has none;
-// members' health is not tracked yet, so a member of a cluster answers
-// ok false, as a node that does not lead does.
+// Peers is every other member's health as this node sees it while it
+// leads, in the configuration's order (ok false when it does not lead):
+// from their answers to its appends and heartbeats.
 func (n *EtcdNode) Peers() (peers []PeerStatus, ok bool) {
-	if !n.core.lead.Load() || !n.alone {
+	c := n.core
+	if !c.lead.Load() {
 		return nil, false
 	}
-	return []PeerStatus{}, true
+	servers, err := n.Configuration()
+	if err != nil {
+		return nil, false
+	}
+	ids := make([]string, 0, len(servers))
+	for _, s := range servers {
+		if s.ID != n.cfg.NodeID {
+			ids = append(ids, s.ID)
+		}
+	}
+	c.watch.forget(ids)
+	var former formerLeader
+	if p, ok := c.name(c.otherLead.Load()); ok {
+		former = formerLeader{id: p.ID, heard: time.Unix(0, c.contact.Load())}
+	}
+	last, err := c.ms.LastIndex()
+	if err != nil {
+		return nil, false
+	}
+	return c.watch.status(ids, c.term.Load(), last, n.UnreachableAfter(), former), true
 }
 
 // UnreachableAfter is how long a leader waits for a peer's answer before

@@ -201,6 +201,28 @@ func (cl *etcdCluster) checkAcked() {
 	}
 }
 
+// peersBecome waits until name, leading, sees each peer in want in its
+// state: polling, with a deadline.
+func (cl *etcdCluster) peersBecome(name string, want map[string]PeerState) {
+	t := cl.t
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var got []PeerStatus
+	var ok bool
+	for time.Now().Before(deadline) {
+		got, ok = cl.ms[name].r.Peers()
+		same := ok && len(got) == len(want)
+		for _, p := range got {
+			same = same && want[p.ID] == p.State
+		}
+		if same {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("%s sees the peers %+v (ok %v), want %v", name, got, ok, want)
+}
+
 // Three EtcdNodes over one network, used only through Replicator: a
 // leader cut off from the others fails VerifyLeader and another is
 // elected; the cut-off one rejoins; the leader then dies and a third
@@ -230,6 +252,16 @@ func TestEtcdNodeCluster(t *testing.T) {
 	if err != nil || len(servers) != 3 {
 		t.Fatalf("configuration %+v, %v", servers, err)
 	}
+	healthy := map[string]PeerState{}
+	for _, name := range cl.names {
+		if name != l1 {
+			healthy[name] = PeerHealthy
+		}
+		if _, ok := cl.ms[name].r.Peers(); ok != (name == l1) {
+			t.Fatalf("%s answers Peers with ok %v", name, ok)
+		}
+	}
+	cl.peersBecome(l1, healthy)
 
 	// Cut the leader off: it cannot confirm its leadership, and the
 	// others elect one of themselves.
@@ -252,6 +284,13 @@ func TestEtcdNodeCluster(t *testing.T) {
 	cl.net.setCut(etcdID(l1), false)
 	cl.kill(l2)
 	l3 := cl.leader(l2)
+	want := map[string]PeerState{l2: PeerUnreachable}
+	for _, name := range cl.names {
+		if name != l2 && name != l3 {
+			want[name] = PeerHealthy
+		}
+	}
+	cl.peersBecome(l3, want)
 	for i := range 10 {
 		cl.grant(fmt.Sprint("i", i), l2)
 	}
