@@ -82,6 +82,8 @@ type etcdCore struct {
 	// until raft takes a change (one at a time: raft silently drops a
 	// change proposed while another may be unapplied).
 	confs       chan etcdConfReq
+	transfers   chan uint64 // TransferLeadership's waiters
+	transfer    uint64      // the waiter of the transfer under way; 0: none
 	queued      []etcdConfReq
 	confPending uint64            // the waiter of this leader's change not yet applied; 0: none
 	leadStart   uint64            // the last index when this node became leader
@@ -110,6 +112,7 @@ func (c *etcdCore) start(seed uint64) {
 	c.applyc = make(chan []*raftpb.Entry, 64)
 	c.reads = make(chan uint64, 64)
 	c.confs = make(chan etcdConfReq, 16)
+	c.transfers = make(chan uint64, 4)
 	c.leaderCh = make(chan bool, 1)
 	c.stop = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
@@ -213,6 +216,8 @@ func (c *etcdCore) run() {
 			c.readIndex(id)
 		case q := <-c.confs:
 			c.queued = append(c.queued, q)
+		case id := <-c.transfers:
+			c.transferLeader(id)
 		}
 		c.proposeConf()
 		for c.rn.HasReady() {
@@ -262,15 +267,21 @@ func (c *etcdCore) ready() error {
 	// A leader whose term moved lost leadership in between, even when
 	// it leads again: what it had proposed may be gone.
 	if hs := rd.HardState; c.leader && !etcdraft.IsEmptyHardState(hs) && hs.GetTerm() != c.hs.GetTerm() {
-		c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
+		c.lostLeadership()
+		if rd.SoftState == nil {
+			// It leads again, in a new term, and raft reports no
+			// change: a true again restarts the service's duties
+			// of a new leader.
+			c.notifyLeader(true)
+			became = true
+		}
 	}
 	if ss := rd.SoftState; ss != nil {
 		lead := ss.RaftState == etcdraft.StateLeader
 		if c.leader && !lead {
-			c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
-			c.confPending = 0
+			c.lostLeadership()
 		}
-		became = lead && !c.leader
+		became = became || lead && !c.leader
 		c.state.Store(uint64(ss.RaftState))
 		c.leadID.Store(ss.Lead)
 		if ss.Lead != 0 {
@@ -432,6 +443,63 @@ func (c *etcdCore) name(id uint64) (Peer, bool) {
 	return p, ok
 }
 
+// transferLeader starts handing leadership to the voter whose log is
+// furthest along; id is answered once this node no longer leads (or
+// fails with the timeout of its wait: raft gives up a transfer after an
+// election timeout).
+func (c *etcdCore) transferLeader(id uint64) {
+	if !c.leader {
+		c.answer(id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", ErrNotLeader)})
+		return
+	}
+	st := c.rn.Status()
+	var to, match uint64
+	for v := range st.Config.Voters.IDs() {
+		if pr, ok := st.Progress[v]; ok && v != c.self && (to == 0 || pr.Match > match) {
+			to, match = v, pr.Match
+		}
+	}
+	if to == 0 {
+		c.answer(id, etcdAnswer{err: errors.New("server: no other voter to hand leadership to")})
+		return
+	}
+	if c.transfer != 0 {
+		c.answer(c.transfer, etcdAnswer{err: fmt.Errorf("%w: another transfer was asked for", ErrUnavailable)})
+	}
+	c.transfer = id
+	c.rn.TransferLeader(to)
+}
+
+// transferLeadership hands leadership to another voter and waits, at
+// most for timeout, until this node no longer leads.
+func (c *etcdCore) transferLeadership(timeout time.Duration) error {
+	id := c.seq.Add(1)
+	ch := make(chan etcdAnswer, 1)
+	c.mu.Lock()
+	c.waiters[id] = ch
+	c.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case c.transfers <- id:
+	case <-t.C:
+		c.forget(id)
+		return fmt.Errorf("%w: the transfer was not taken within %v", ErrUnavailable, timeout)
+	case <-c.stop:
+		c.forget(id)
+		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	select {
+	case a := <-ch:
+		return a.err
+	case <-t.C:
+		c.forget(id)
+		return fmt.Errorf("%w: leadership was not handed over within %v", ErrUnavailable, timeout)
+	case <-c.stop:
+		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+}
+
 // etcdConfReq is one membership change: a single change, and the member
 // it names.
 type etcdConfReq struct {
@@ -582,6 +650,17 @@ func (c *etcdCore) watchReceived(m *raftpb.Message) {
 			c.watch.heard(raft.ServerID(p.ID), m.GetTerm())
 		}
 	}
+}
+
+// lostLeadership ends what waited on this node's leadership: a transfer
+// is done (whoever leads now, this node does not), everything else fails.
+func (c *etcdCore) lostLeadership() {
+	if c.transfer != 0 {
+		c.answer(c.transfer, etcdAnswer{})
+		c.transfer = 0
+	}
+	c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
+	c.confPending = 0
 }
 
 // notifyLeader leaves lead as the latest change on leaderCh.

@@ -21,8 +21,8 @@ import (
 )
 
 // ErrEtcdNotYet is what the etcd engine answers for what it does not do
-// yet (issue 28): leadership transfer, probing a raft port, and (in
-// OpenEtcd) anything that needs one. It changed nothing.
+// yet (issue 28): probing a raft port, and (in OpenEtcd) anything that
+// needs one. It changed nothing.
 var ErrEtcdNotYet = errors.New("server: not supported by the etcd engine yet")
 
 // EtcdNode is a node on etcd-io/raft (issue 28, in progress) over the same
@@ -323,10 +323,9 @@ func (n *EtcdNode) change(typ raftpb.ConfChangeType, id, addr string, timeout ti
 	return n.core.changeConf(typ, Peer{ID: id, RaftAddr: addr}, timeout)
 }
 
-// TransferLeadership is not supported yet (ErrEtcdNotYet).
-func (n *EtcdNode) TransferLeadership() error {
-	return fmt.Errorf("%w: transferring leadership", ErrEtcdNotYet)
-}
+// TransferLeadership hands leadership to the voter whose log is
+// furthest along, and returns once this node no longer leads.
+func (n *EtcdNode) TransferLeadership() error { return n.core.transferLeadership(n.verifyTimeout) }
 
 // Addr is this node's raft address as configured.
 func (n *EtcdNode) Addr() string { return n.cfg.RaftAddr }

@@ -298,6 +298,21 @@ func TestEtcdNodeCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.checkAcked()
+
+	// Leadership handed over on purpose.
+	for _, name := range cl.names {
+		if name != l2 && name != l3 {
+			if err := cl.ms[name].r.TransferLeadership(); !errors.Is(err, ErrNotLeader) {
+				t.Fatalf("transfer on the follower %s: %v, want ErrNotLeader", name, err)
+			}
+		}
+	}
+	if err := cl.ms[l3].r.TransferLeadership(); err != nil {
+		t.Fatalf("transfer from %s: %v", l3, err)
+	}
+	cl.leader(l2, l3)
+	cl.grant("after the transfer", l2, l3)
+	cl.checkAcked()
 }
 
 // configOf waits until name's node has applied a configuration of want

@@ -124,8 +124,11 @@ func TestEtcdNodeSingle(t *testing.T) {
 	if servers, err := r.Configuration(); err != nil || len(servers) != 1 || !servers[0].Voter {
 		t.Fatalf("configuration after the refused changes %+v, %v", servers, err)
 	}
-	if err := r.TransferLeadership(); !errors.Is(err, ErrEtcdNotYet) {
-		t.Fatalf("transfer: %v, want ErrEtcdNotYet", err)
+	if err := r.TransferLeadership(); err == nil || errors.Is(err, ErrNotLeader) {
+		t.Fatalf("transfer with no other voter: %v, want a refusal", err)
+	}
+	if err := r.ProbeRaft(t.Context(), "b", "b:1", time.Second); !errors.Is(err, ErrEtcdNotYet) {
+		t.Fatalf("probe: %v, want ErrEtcdNotYet", err)
 	}
 	if f.LastToken() != last {
 		t.Fatalf("state machine's last token %d, want %d", f.LastToken(), last)
