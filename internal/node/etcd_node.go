@@ -376,3 +376,6 @@ func (n *EtcdNode) Peers() (peers []PeerStatus, ok bool) {
 // UnreachableAfter is how long a leader waits for a peer's answer before
 // it calls the peer unreachable, as for Node.
 func (n *EtcdNode) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
+
+// RaftPortStats is zero: the etcd engine has no raft port yet.
+func (n *EtcdNode) RaftPortStats() RaftPortStats { return RaftPortStats{} }
