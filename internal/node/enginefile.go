@@ -91,3 +91,12 @@ func claimEngine(dir, engine string) error {
 	}
 	return checkEngine(dir, engine, has)
 }
+
+// dirEngine is the engine dir records; "" when it records none.
+func dirEngine(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, engineFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
+}

@@ -346,6 +346,9 @@ func TestEtcdNodeRefusesTheOtherEngine(t *testing.T) {
 		}
 		_, err := Open(hashicorpCfg(dir), fsm.New(nil))
 		wantRefusal(t, err, dir, EngineEtcd)
+		if _, err := Recover(dir, RecoverOptions{}); err == nil || !strings.Contains(err.Error(), "etcd engine") {
+			t.Fatalf("recover on an etcd data dir: %v", err)
+		}
 		// and the etcd engine still starts on it
 		n, _ = openTestEtcd(t, etcdTestConfig(dir, "a"))
 		awaitLeadership(t, n, true)

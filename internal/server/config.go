@@ -439,8 +439,8 @@ func (c Config) Validate() error {
 		if c.DataDir == "" {
 			bad("Engine %s needs a DataDir (it has no in-memory stores yet)", c.Engine)
 		}
-		if c.Join || len(c.Peers) > 1 || c.Transport != nil {
-			bad("Engine %s runs a node alone for now: no Peers, Join or Transport", c.Engine)
+		if c.Join || len(c.Peers) > 1 || c.Transport != nil || c.RaftAddr != "" {
+			bad("Engine %s runs a node alone for now, with no raft port: no RaftAddr, Peers, Join or Transport", c.Engine)
 		}
 	default:
 		bad("Engine is %q; it must be %s or %s", c.Engine, node.EngineHashicorp, node.EngineEtcd)

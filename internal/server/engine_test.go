@@ -93,7 +93,8 @@ func TestServerEngineRefusals(t *testing.T) {
 		"etcd with peers": func(c *Config) {
 			c.Peers = []Peer{{ID: "a", RaftAddr: "127.0.0.1:1"}, {ID: "b", RaftAddr: "127.0.0.1:2"}}
 		},
-		"etcd joining a node": func(c *Config) { c.Join = true },
+		"etcd joining a node":   func(c *Config) { c.Join = true },
+		"etcd with a raft port": func(c *Config) { c.RaftAddr = "127.0.0.1:7001" },
 	} {
 		cfg := etcdServerConfig(t.TempDir())
 		edit(&cfg)
