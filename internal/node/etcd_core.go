@@ -782,13 +782,14 @@ func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*ra
 	return cs, nil
 }
 
-// openEtcdCore starts a core over verified stores (openStores): a node
+// openEtcdCore starts a core over the stores (openStores' verified ones,
+// or in memory): a node
 // alone (voters is itself) when the stores hold no etcd state yet.
 //
 // names are the members' node IDs and addresses known before the log is
 // read; voters empty: bootstrap nothing, this node waits to be added.
-func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, names map[uint64]Peer, tick time.Duration, log *slog.Logger, seed uint64) (*etcdCore, error) {
-	ms, err := etcdLoadMemory(st.logs, st.stable, nil)
+func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self uint64, voters []uint64, names map[uint64]Peer, tick time.Duration, log *slog.Logger, seed uint64) (*etcdCore, error) {
+	ms, err := etcdLoadMemory(logs, stable, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -821,7 +822,7 @@ func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, names ma
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	c := &etcdCore{rn: rn, logs: st.logs, stable: st.stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last,
+	c := &etcdCore{rn: rn, logs: logs, stable: stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last,
 		self: self, watch: newPeerWatch(time.Now)}
 	c.term.Store(hs.GetTerm())
 	c.contact.Store(time.Now().UnixNano())

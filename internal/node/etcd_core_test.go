@@ -21,7 +21,7 @@ func TestEtcdCoreSingleNode(t *testing.T) {
 		}
 		f := fsm.New(nil)
 		m := newMachine(f, newTokenFloor(st.state), Hooks{})
-		c, err := openEtcdCore(st, m, etcdID("a"), []uint64{etcdID("a")}, nil, time.Millisecond, slog.New(slog.DiscardHandler), 1000)
+		c, err := openEtcdCore(st.logs, st.stable, m, etcdID("a"), []uint64{etcdID("a")}, nil, time.Millisecond, slog.New(slog.DiscardHandler), 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

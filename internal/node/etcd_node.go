@@ -63,9 +63,9 @@ type etcdNet interface {
 // the heartbeat is one tick.
 const etcdElectionTick = 10
 
-// OpenEtcd opens a node alone on the etcd engine over cfg.DataDir: what
-// it does not support yet (peers, joining, a raft port or transport, TLS)
-// is refused.
+// OpenEtcd opens a node alone on the etcd engine over cfg.DataDir, or on
+// stores in memory without one (tests): what it does not support yet
+// (peers, joining, a raft port or transport, TLS) is refused.
 func OpenEtcd(cfg Config, f *fsm.FSM) (*EtcdNode, error) {
 	switch {
 	case cfg.Join || cfg.Transport != nil || cfg.TLS != nil || cfg.Listener != nil:
@@ -77,9 +77,6 @@ func OpenEtcd(cfg Config, f *fsm.FSM) (*EtcdNode, error) {
 }
 
 func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
-	if cfg.DataDir == "" {
-		return nil, fmt.Errorf("%w: a node without a data directory", ErrEtcdNotYet)
-	}
 	if cfg.NodeID == "" {
 		return nil, errors.New("server: the etcd engine needs a node ID")
 	}
@@ -123,32 +120,21 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 }
 
 func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick time.Duration, network etcdNet) error {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("server: data dir: %w", err)
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+	)
+	if cfg.DataDir == "" {
+		mem := raft.NewInmemStore()
+		logs, stable = mem, mem
+	} else {
+		st, err := n.openDir(cfg)
+		if err != nil {
+			return err
+		}
+		logs, stable = st.logs, st.stable
 	}
-	unlock, err := lockDir(cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	n.closers = append(n.closers, closerFunc(unlock))
-	// A data dir of the hashicorp engine holds entries this node would
-	// misread.
-	if err := claimEngine(cfg.DataDir, EngineEtcd); err != nil {
-		return err
-	}
-	segSize := cfg.WALSegmentSize
-	if segSize <= 0 {
-		segSize = WALSegmentSize
-	}
-	st, err := openStores(cfg.DataDir, segSize, raftlog.New(cfg.Logger.With("component", "raft")), cfg.Logger)
-	if err != nil {
-		return err
-	}
-	n.closers = append(n.closers, closerFunc(st.close))
-	n.state, n.wal = st.state, st.wal
-	n.floor = newTokenFloor(st.state)
-	n.closers = append(n.closers, startCheckpointer(st.state, time.Second))
-	if err := n.boot(cfg.TokenFloor, func() (bool, error) { return etcdHasState(st) }); err != nil {
+	if err := n.boot(cfg.TokenFloor, func() (bool, error) { return etcdHasState(logs, stable) }); err != nil {
 		return err
 	}
 	var seed [8]byte
@@ -156,7 +142,7 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 		return fmt.Errorf("server: seeding proposal ids: %w", err)
 	}
 	m := newMachine(n.fsm, n.floor, cfg.Hooks)
-	c, err := openEtcdCore(st, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"),
+	c, err := openEtcdCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"),
 		binary.BigEndian.Uint64(seed[:])>>1)
 	if err != nil {
 		return fmt.Errorf("server: starting raft: %w", err)
@@ -169,14 +155,45 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 	return nil
 }
 
+// openDir locks cfg.DataDir, claims it for the etcd engine and opens its
+// verified stores, with the token ceiling over its state file.
+func (n *EtcdNode) openDir(cfg Config) (*stores, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("server: data dir: %w", err)
+	}
+	unlock, err := lockDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, closerFunc(unlock))
+	// A data dir of the hashicorp engine holds entries this node would
+	// misread.
+	if err := claimEngine(cfg.DataDir, EngineEtcd); err != nil {
+		return nil, err
+	}
+	segSize := cfg.WALSegmentSize
+	if segSize <= 0 {
+		segSize = WALSegmentSize
+	}
+	st, err := openStores(cfg.DataDir, segSize, raftlog.New(cfg.Logger.With("component", "raft")), cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, closerFunc(st.close))
+	n.state, n.wal = st.state, st.wal
+	n.floor = newTokenFloor(st.state)
+	n.closers = append(n.closers, startCheckpointer(st.state, time.Second))
+	return st, nil
+}
+
 // etcdHasState says whether the stores hold etcd state: entries or a
 // hard state.
-func etcdHasState(st *stores) (bool, error) {
-	last, err := st.logs.LastIndex()
+func etcdHasState(logs raft.LogStore, stable raft.StableStore) (bool, error) {
+	last, err := logs.LastIndex()
 	if err != nil || last > 0 {
 		return last > 0, err
 	}
-	b, err := st.stable.Get(etcdHardStateKey)
+	b, err := etcdGetHardState(stable)
 	return len(b) > 0, err
 }
 
@@ -327,8 +344,15 @@ func (n *EtcdNode) change(typ raftpb.ConfChangeType, id, addr string, timeout ti
 // furthest along, and returns once this node no longer leads.
 func (n *EtcdNode) TransferLeadership() error { return n.core.transferLeadership(n.verifyTimeout) }
 
-// Addr is this node's raft address as configured.
-func (n *EtcdNode) Addr() string { return n.cfg.RaftAddr }
+// Addr is this node's raft address as configured; without one, its node
+// ID, as the hashicorp node's in-memory transport names itself (Dialable
+// says nobody can reach it there).
+func (n *EtcdNode) Addr() string {
+	if n.cfg.RaftAddr == "" {
+		return n.cfg.NodeID
+	}
+	return n.cfg.RaftAddr
+}
 
 // Dialable says whether other nodes can reach this one: only members of
 // a network in the same process can, since there is no raft port yet.

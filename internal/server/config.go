@@ -35,8 +35,8 @@ type Config struct {
 	NodeID string
 	// Engine is the replication engine: "" or node.EngineHashicorp
 	// (hashicorp/raft), or node.EngineEtcd (etcd-io/raft, issue 28, in
-	// progress: a node alone on a DataDir, with no raft port, no
-	// snapshots and no cluster yet). A data dir belongs to the engine
+	// progress: a node alone, with no raft port, no snapshots and no
+	// cluster yet). A data dir belongs to the engine
 	// that first started on it; the other refuses it.
 	Engine string
 	// RaftAddr is the address raft peers dial. Empty means an in-memory
@@ -436,9 +436,6 @@ func (c Config) Validate() error {
 	switch c.Engine {
 	case "", node.EngineHashicorp:
 	case node.EngineEtcd:
-		if c.DataDir == "" {
-			bad("Engine %s needs a DataDir (it has no in-memory stores yet)", c.Engine)
-		}
 		if c.Join || len(c.Peers) > 1 || c.Transport != nil || c.RaftAddr != "" {
 			bad("Engine %s runs a node alone for now, with no raft port: no RaftAddr, Peers, Join or Transport", c.Engine)
 		}

@@ -88,8 +88,7 @@ func TestServerEngineEtcd(t *testing.T) {
 
 func TestServerEngineRefusals(t *testing.T) {
 	for name, edit := range map[string]func(*Config){
-		"an unknown engine":  func(c *Config) { c.Engine = "paxos" },
-		"etcd without a dir": func(c *Config) { c.DataDir = "" },
+		"an unknown engine": func(c *Config) { c.Engine = "paxos" },
 		"etcd with peers": func(c *Config) {
 			c.Peers = []Peer{{ID: "a", RaftAddr: "127.0.0.1:1"}, {ID: "b", RaftAddr: "127.0.0.1:2"}}
 		},
