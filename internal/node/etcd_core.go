@@ -47,6 +47,10 @@ type etcdCore struct {
 	applyc chan []*raftpb.Entry
 	stop   chan struct{}
 	done   sync.WaitGroup
+	// dead is closed when raft's goroutine stopped on its own (a write
+	// that failed, a panic inside raft); fault says why.
+	dead  chan struct{}
+	fault atomic.Pointer[error]
 
 	hs      *raftpb.HardState // the one last persisted
 	first   uint64            // the log's last index at open: entries up to it answer nobody
@@ -115,6 +119,7 @@ func (c *etcdCore) start(seed uint64) {
 	c.transfers = make(chan uint64, 4)
 	c.leaderCh = make(chan bool, 1)
 	c.stop = make(chan struct{})
+	c.dead = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
 	c.seq.Store(seed)
 	c.done.Add(2)
@@ -130,28 +135,7 @@ func (c *etcdCore) close() {
 
 // propose hands data to raft and waits for its entry to be applied here.
 func (c *etcdCore) propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
-	id := c.seq.Add(1)
-	ch := make(chan etcdAnswer, 1)
-	c.mu.Lock()
-	c.waiters[id] = ch
-	c.mu.Unlock()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case c.props <- etcdProp{id: id, data: data}:
-	case <-t.C:
-		c.forget(id)
-		return nil, fmt.Errorf("%w: the proposal was not taken within %v", ErrUnavailable, timeout)
-	case <-c.stop:
-		c.forget(id)
-		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
-	select {
-	case a := <-ch:
-		return a.res, a.err
-	case <-c.stop:
-		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
+	return etcdCall(c, c.props, func(id uint64) etcdProp { return etcdProp{id: id, data: data} }, timeout, nil)
 }
 
 // deliver hands raft a message from a peer; when raft is behind by a
@@ -198,6 +182,15 @@ func (c *etcdCore) run() {
 	t := time.NewTicker(c.tick)
 	defer t.Stop()
 	defer close(c.applyc)
+	defer func() {
+		// raft panics on a broken invariant (and etcd's logger on
+		// Panicf): this node stops serving instead of the process
+		// ending or raft running on in a state it disowns.
+		if p := recover(); p != nil {
+			c.halt(fmt.Errorf("raft failed: %v", p))
+			<-c.stop
+		}
+	}()
 	for {
 		select {
 		case <-c.stop:
@@ -221,18 +214,34 @@ func (c *etcdCore) run() {
 		}
 		c.proposeConf()
 		for c.rn.HasReady() {
-			err := c.ready()
-			if err != nil {
+			if err := c.ready(); err != nil {
 				// The log cannot be written: nothing more may be
 				// acknowledged from this node.
-				c.log.Error("etcd engine: persisting raft state failed; stopping", "err", err)
-				c.failAll(fmt.Errorf("%w: %v", ErrUnavailable, err))
+				c.halt(fmt.Errorf("persisting raft state failed: %w", err))
 				<-c.stop
 				return
 			}
 			c.proposeConf()
 		}
 	}
+}
+
+// halt stops this node serving for good: every wait, now and later,
+// fails with err. dead is closed before the waiters fail, so a wait
+// registered after failAll sees it.
+func (c *etcdCore) halt(err error) {
+	c.fault.Store(&err)
+	close(c.dead)
+	c.log.Error("etcd engine: stopping", "err", err)
+	c.failAll(fmt.Errorf("%w: %v", ErrUnavailable, err))
+}
+
+// halted is the error of a wait on a halted core.
+func (c *etcdCore) halted() error {
+	if p := c.fault.Load(); p != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, *p)
+	}
+	return ErrUnavailable
 }
 
 // proposeBatch proposes p and every proposal already queued behind it.
@@ -473,30 +482,52 @@ func (c *etcdCore) transferLeader(id uint64) {
 // transferLeadership hands leadership to another voter and waits, at
 // most for timeout, until this node no longer leads.
 func (c *etcdCore) transferLeadership(timeout time.Duration) error {
+	_, err := etcdCall(c, c.transfers, func(id uint64) uint64 { return id }, timeout,
+		fmt.Errorf("%w: leadership was not handed over within %v", ErrUnavailable, timeout))
+	return err
+}
+
+// etcdCall is every wait on raft's goroutine: it registers a waiter,
+// hands raft the request req builds for it on ch, and waits for the
+// answer. timeout bounds the handing over, and the answer too when late
+// is what to answer then (nil: a proposal, which waits until raft
+// answers it, as the hashicorp node's does). A core halted or closed
+// answers ErrUnavailable.
+func etcdCall[T any](c *etcdCore, ch chan<- T, req func(id uint64) T, timeout time.Duration, late error) (*fsm.Result, error) {
 	id := c.seq.Add(1)
-	ch := make(chan etcdAnswer, 1)
+	ans := make(chan etcdAnswer, 1)
 	c.mu.Lock()
-	c.waiters[id] = ch
+	c.waiters[id] = ans
 	c.mu.Unlock()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case c.transfers <- id:
+	case ch <- req(id):
 	case <-t.C:
 		c.forget(id)
-		return fmt.Errorf("%w: the transfer was not taken within %v", ErrUnavailable, timeout)
+		return nil, fmt.Errorf("%w: raft did not take the request within %v", ErrUnavailable, timeout)
 	case <-c.stop:
 		c.forget(id)
-		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	case <-c.dead:
+		c.forget(id)
+		return nil, c.halted()
+	}
+	var expired <-chan time.Time
+	if late != nil {
+		expired = t.C
 	}
 	select {
-	case a := <-ch:
-		return a.err
-	case <-t.C:
+	case a := <-ans:
+		return a.res, a.err
+	case <-expired:
 		c.forget(id)
-		return fmt.Errorf("%w: leadership was not handed over within %v", ErrUnavailable, timeout)
+		return nil, late
 	case <-c.stop:
-		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	case <-c.dead:
+		c.forget(id)
+		return nil, c.halted()
 	}
 }
 
@@ -511,31 +542,9 @@ type etcdConfReq struct {
 // changeConf proposes a single membership change and waits, at most for
 // timeout, until this node has applied it.
 func (c *etcdCore) changeConf(typ raftpb.ConfChangeType, p Peer, timeout time.Duration) error {
-	id := c.seq.Add(1)
-	ch := make(chan etcdAnswer, 1)
-	c.mu.Lock()
-	c.waiters[id] = ch
-	c.mu.Unlock()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case c.confs <- etcdConfReq{id: id, typ: typ, peer: p}:
-	case <-t.C:
-		c.forget(id)
-		return fmt.Errorf("%w: the change was not taken within %v", ErrUnavailable, timeout)
-	case <-c.stop:
-		c.forget(id)
-		return fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
-	select {
-	case a := <-ch:
-		return a.err
-	case <-t.C:
-		c.forget(id)
-		return fmt.Errorf("%w: the change was not applied within %v (it may still take effect)", ErrUnavailable, timeout)
-	case <-c.stop:
-		return fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
+	_, err := etcdCall(c, c.confs, func(id uint64) etcdConfReq { return etcdConfReq{id: id, typ: typ, peer: p} }, timeout,
+		fmt.Errorf("%w: the change was not applied within %v (it may still take effect)", ErrUnavailable, timeout))
+	return err
 }
 
 // proposeConf hands raft the first queued change once it can take one:
@@ -697,31 +706,9 @@ func (c *etcdCore) readIndex(id uint64) {
 // verify waits, at most for timeout, until a quorum confirms that this
 // node leads.
 func (c *etcdCore) verify(timeout time.Duration) error {
-	id := c.seq.Add(1)
-	ch := make(chan etcdAnswer, 1)
-	c.mu.Lock()
-	c.waiters[id] = ch
-	c.mu.Unlock()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case c.reads <- id:
-	case <-t.C:
-		c.forget(id)
-		return fmt.Errorf("%w: the check was not taken within %v", ErrUnavailable, timeout)
-	case <-c.stop:
-		c.forget(id)
-		return fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
-	select {
-	case a := <-ch:
-		return a.err
-	case <-t.C:
-		c.forget(id)
-		return fmt.Errorf("%w: no quorum confirmed this node's leadership within %v", ErrNotLeader, timeout)
-	case <-c.stop:
-		return fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
+	_, err := etcdCall(c, c.reads, func(id uint64) uint64 { return id }, timeout,
+		fmt.Errorf("%w: no quorum confirmed this node's leadership within %v", ErrNotLeader, timeout))
+	return err
 }
 
 // applyLoop applies committed entries in batches and answers them.
