@@ -754,6 +754,17 @@ func (c *etcdCore) applyLoop() {
 	}
 }
 
+// etcdNewRawNode is etcdraft.NewRawNode, which panics on a log it cannot
+// start from; that becomes an error.
+func etcdNewRawNode(cfg *etcdraft.Config) (rn *etcdraft.RawNode, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rn, err = nil, fmt.Errorf("raft refused the stored state: %v", p)
+		}
+	}()
+	return etcdraft.NewRawNode(cfg)
+}
+
 // etcdBootConf is the configuration a core starts with, before it applies
 // any configuration entry: the snapshot's, or the voters bootstrapped
 // when the log was empty; the log's own entries replace it as they are
@@ -784,12 +795,11 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self 
 	if err != nil {
 		return nil, err
 	}
-	cfg := &etcdraft.Config{
+	rn, err := etcdNewRawNode(&etcdraft.Config{
 		ID: self, ElectionTick: 10, HeartbeatTick: 1, Storage: ms,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, CheckQuorum: true, PreVote: true,
-		DisableProposalForwarding: true, StepDownOnRemoval: true, Logger: etcdNopLogger{},
-	}
-	rn, err := etcdraft.NewRawNode(cfg)
+		DisableProposalForwarding: true, StepDownOnRemoval: true, Logger: etcdLogger{log},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
