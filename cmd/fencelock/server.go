@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/memorypolicy"
+	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/server"
 	"github.com/fencelock/fencelock/internal/service"
 )
@@ -50,6 +51,11 @@ certificate never is a peer). SIGHUP rereads the certificate files. Without TLS 
 ports serve loopback addresses only, unless --insecure. See
 docs/SECURITY.md.
 
+--engine etcd runs the node on etcd-io/raft instead of hashicorp/raft
+(experimental: a single node only, without --raft, and no
+snapshots yet). DIR belongs to the engine that first ran on it; the
+other refuses it.
+
 A flag beats its environment variable.
 `
 
@@ -71,6 +77,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	advertise := f.String("advertise", "", "client `ADDR` other nodes send clients to (default: the --listen address)")
 	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
+	engine := f.String("engine", node.EngineHashicorp, "replication `ENGINE`: hashicorp, or etcd (experimental: a single node)")
 	tokenFloor := f.Uint64("token-floor", 0, "on first start (an empty DIR), every token issued is above `N`: rebuild a cluster above the tokens its fences have seen")
 	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
 	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")
@@ -254,7 +261,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		client = ln.Addr().String()
 	}
 	bv := readVersion()
-	cfg := server.Config{DataDir: *data, Logger: log, BuildVersion: bv.Version, BuildCommit: bv.Commit, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
+	cfg := server.Config{DataDir: *data, Engine: *engine, Logger: log, BuildVersion: bv.Version, BuildCommit: bv.Commit, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
 		Peers: peers, Join: *join != "", TokenFloor: *tokenFloor, SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,

@@ -14,14 +14,19 @@ import (
 // node that already has state ignores it, so the flag can stay on a
 // command line across restarts without moving anything.
 func (n *Node) bootFloor(logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) error {
-	floor := n.cfg.TokenFloor
+	return n.floors.boot(n.cfg.TokenFloor, func() (bool, error) { return raft.HasExistingState(logs, stable, snaps) })
+}
+
+// boot records floor as the pending floor unless hasState (the engine's
+// own test of whether it has raft state) says there is state already.
+func (n *floors) boot(floor uint64, hasState func() (bool, error)) error {
 	if floor == 0 {
 		return nil
 	}
 	if floor > MaxFloor {
 		return fmt.Errorf("server: a token floor of %d is above %d: tokens would run out", floor, uint64(MaxFloor))
 	}
-	has, err := raft.HasExistingState(logs, stable, snaps)
+	has, err := hasState()
 	if err != nil {
 		return fmt.Errorf("server: reading raft state: %w", err)
 	}

@@ -59,3 +59,44 @@ func checkEngine(dir, engine string, hasLog bool) error {
 	}
 	return syncDir(dir)
 }
+
+// dirHasLog says whether dir holds a raft log already (segments or
+// raft-wal's metadata), for checkEngine: read before the stores are
+// opened, which create both.
+func dirHasLog(dir string) (bool, error) {
+	walDir := filepath.Join(dir, "wal")
+	segs, err := walFiles(walDir)
+	if err != nil {
+		return false, fmt.Errorf("server: data dir: %w", err)
+	}
+	if len(segs) > 0 {
+		return true, nil
+	}
+	_, err = os.Stat(filepath.Join(walDir, walMetaFile))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("server: data dir: %w", err)
+}
+
+// claimEngine refuses dir (locked) when another engine wrote it, and
+// records engine when none is recorded.
+func claimEngine(dir, engine string) error {
+	has, err := dirHasLog(dir)
+	if err != nil {
+		return err
+	}
+	return checkEngine(dir, engine, has)
+}
+
+// dirEngine is the engine dir records; "" when it records none.
+func dirEngine(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, engineFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
+}

@@ -54,7 +54,7 @@ func TestEtcdCoreThreeNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := fsm.New(nil)
-		c, err := openEtcdCore(st, newMachine(f, newTokenFloor(st.state), Hooks{}), etcdID(n), voters,
+		c, err := openEtcdCore(st.logs, st.stable, newMachine(f, newTokenFloor(st.state), Hooks{}), etcdID(n), voters, nil,
 			5*time.Millisecond, slog.New(slog.DiscardHandler), uint64(i+1)<<40)
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock/internal/fsm"
 )
@@ -46,6 +47,10 @@ type etcdCore struct {
 	applyc chan []*raftpb.Entry
 	stop   chan struct{}
 	done   sync.WaitGroup
+	// dead is closed when raft's goroutine stopped on its own (a write
+	// that failed, a panic inside raft); fault says why.
+	dead  chan struct{}
+	fault atomic.Pointer[error]
 
 	hs      *raftpb.HardState // the one last persisted
 	first   uint64            // the log's last index at open: entries up to it answer nobody
@@ -54,6 +59,40 @@ type etcdCore struct {
 	seq     atomic.Uint64
 	applied atomic.Uint64
 	commit  atomic.Uint64
+
+	self  uint64
+	watch *peerWatch // what the peers answered this node's appends and heartbeats
+
+	// What other goroutines read of raft's state, set by run.
+	state     atomic.Uint64 // etcdraft.StateType
+	otherLead atomic.Uint64 // the last leader raft named that is not this node
+	leadID    atomic.Uint64 // the leader raft names; 0: none
+	lastLead  atomic.Uint64 // the last leader raft named
+	term      atomic.Uint64
+	contact   atomic.Int64 // unix nanoseconds of the last message from a leader
+	conf      atomic.Pointer[raftpb.ConfState]
+	// leaderCh holds the latest change of leadership (1-buffered; only
+	// run sends, so a drain before the send never blocks it).
+	leaderCh chan bool
+	// reads are VerifyLeader's requests: a waiter's id, answered when
+	// raft's ReadIndex confirms this node still leads.
+	reads chan uint64
+	// names gives each member id its node ID and address: the
+	// configured ones, then those the configuration entries carry
+	// (copied on write by run).
+	names atomic.Pointer[map[uint64]Peer]
+
+	// Membership changes, run's own: confs are the requests, queued
+	// until raft takes a change (one at a time: raft silently drops a
+	// change proposed while another may be unapplied).
+	confs       chan etcdConfReq
+	transfers   chan uint64 // TransferLeadership's waiters
+	transfer    uint64      // the waiter of the transfer under way; 0: none
+	queued      []etcdConfReq
+	confPending uint64            // the waiter of this leader's change not yet applied; 0: none
+	leadStart   uint64            // the last index when this node became leader
+	handed      uint64            // the last committed index handed to the apply loop
+	cur         *raftpb.HardState // the one last given to raft's storage
 
 	mu      sync.Mutex
 	waiters map[uint64]chan etcdAnswer
@@ -75,7 +114,12 @@ func (c *etcdCore) start(seed uint64) {
 	c.props = make(chan etcdProp, 1024)
 	c.recv = make(chan *raftpb.Message, 4096)
 	c.applyc = make(chan []*raftpb.Entry, 64)
+	c.reads = make(chan uint64, 64)
+	c.confs = make(chan etcdConfReq, 16)
+	c.transfers = make(chan uint64, 4)
+	c.leaderCh = make(chan bool, 1)
 	c.stop = make(chan struct{})
+	c.dead = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
 	c.seq.Store(seed)
 	c.done.Add(2)
@@ -91,28 +135,7 @@ func (c *etcdCore) close() {
 
 // propose hands data to raft and waits for its entry to be applied here.
 func (c *etcdCore) propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
-	id := c.seq.Add(1)
-	ch := make(chan etcdAnswer, 1)
-	c.mu.Lock()
-	c.waiters[id] = ch
-	c.mu.Unlock()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case c.props <- etcdProp{id: id, data: data}:
-	case <-t.C:
-		c.forget(id)
-		return nil, fmt.Errorf("%w: the proposal was not taken within %v", ErrUnavailable, timeout)
-	case <-c.stop:
-		c.forget(id)
-		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
-	select {
-	case a := <-ch:
-		return a.res, a.err
-	case <-c.stop:
-		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
+	return etcdCall(c, c.props, func(id uint64) etcdProp { return etcdProp{id: id, data: data} }, timeout, nil)
 }
 
 // deliver hands raft a message from a peer; when raft is behind by a
@@ -159,6 +182,15 @@ func (c *etcdCore) run() {
 	t := time.NewTicker(c.tick)
 	defer t.Stop()
 	defer close(c.applyc)
+	defer func() {
+		// raft panics on a broken invariant (and etcd's logger on
+		// Panicf): this node stops serving instead of the process
+		// ending or raft running on in a state it disowns.
+		if p := recover(); p != nil {
+			c.halt(fmt.Errorf("raft failed: %v", p))
+			<-c.stop
+		}
+	}()
 	for {
 		select {
 		case <-c.stop:
@@ -170,30 +202,52 @@ func (c *etcdCore) run() {
 		case m := <-c.recv:
 			// A message raft refuses (from a removed node, an old
 			// term) changes nothing.
-			_ = c.rn.Step(m)
+			if c.rn.Step(m) == nil {
+				c.watchReceived(m)
+			}
+		case id := <-c.reads:
+			c.readIndex(id)
+		case q := <-c.confs:
+			c.queued = append(c.queued, q)
+		case id := <-c.transfers:
+			c.transferLeader(id)
 		}
+		c.proposeConf()
 		for c.rn.HasReady() {
 			if err := c.ready(); err != nil {
 				// The log cannot be written: nothing more may be
 				// acknowledged from this node.
-				c.log.Error("etcd engine: persisting raft state failed; stopping", "err", err)
-				c.failAll(fmt.Errorf("%w: %v", ErrUnavailable, err))
+				c.halt(fmt.Errorf("persisting raft state failed: %w", err))
 				<-c.stop
 				return
 			}
+			c.proposeConf()
 		}
 	}
+}
+
+// halt stops this node serving for good: every wait, now and later,
+// fails with err. dead is closed before the waiters fail, so a wait
+// registered after failAll sees it.
+func (c *etcdCore) halt(err error) {
+	c.fault.Store(&err)
+	close(c.dead)
+	c.log.Error("etcd engine: stopping", "err", err)
+	c.failAll(fmt.Errorf("%w: %v", ErrUnavailable, err))
+}
+
+// halted is the error of a wait on a halted core.
+func (c *etcdCore) halted() error {
+	if p := c.fault.Load(); p != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, *p)
+	}
+	return ErrUnavailable
 }
 
 // proposeBatch proposes p and every proposal already queued behind it.
 func (c *etcdCore) proposeBatch(p etcdProp) {
 	for {
-		b := make([]byte, etcdIDLen+len(p.data))
-		binary.BigEndian.PutUint64(b, p.id)
-		copy(b[etcdIDLen:], p.data)
-		if err := c.rn.Propose(b); err != nil {
-			c.answer(p.id, etcdAnswer{err: fmt.Errorf("%w: %v", ErrNotLeader, err)})
-		}
+		c.proposeOne(p)
 		select {
 		case p = <-c.props:
 		default:
@@ -202,15 +256,59 @@ func (c *etcdCore) proposeBatch(p etcdProp) {
 	}
 }
 
+func (c *etcdCore) proposeOne(p etcdProp) {
+	// A proposer already answered (leadership lost while it was queued)
+	// must not see its command take effect later.
+	if !c.waiting(p.id) {
+		return
+	}
+	b := make([]byte, etcdIDLen+len(p.data))
+	binary.BigEndian.PutUint64(b, p.id)
+	copy(b[etcdIDLen:], p.data)
+	if err := c.rn.Propose(b); err != nil {
+		c.answer(p.id, etcdAnswer{err: fmt.Errorf("%w: %v", ErrNotLeader, err)})
+	}
+}
+
 func (c *etcdCore) ready() error {
 	rd := c.rn.Ready()
-	if rd.SoftState != nil {
-		lead := rd.SoftState.RaftState == etcdraft.StateLeader
+	became := false
+	// A leader whose term moved lost leadership in between, even when
+	// it leads again: what it had proposed may be gone.
+	if hs := rd.HardState; c.leader && !etcdraft.IsEmptyHardState(hs) && hs.GetTerm() != c.hs.GetTerm() {
+		c.lostLeadership()
+		if rd.SoftState == nil {
+			// It leads again, in a new term, and raft reports no
+			// change: a true again restarts the service's duties
+			// of a new leader.
+			c.notifyLeader(true)
+			became = true
+		}
+	}
+	if ss := rd.SoftState; ss != nil {
+		lead := ss.RaftState == etcdraft.StateLeader
 		if c.leader && !lead {
-			c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
+			c.lostLeadership()
+		}
+		became = became || lead && !c.leader
+		c.state.Store(uint64(ss.RaftState))
+		c.leadID.Store(ss.Lead)
+		if ss.Lead != 0 {
+			c.lastLead.Store(ss.Lead)
+		}
+		if ss.Lead != 0 && ss.Lead != c.self {
+			c.otherLead.Store(ss.Lead)
+		}
+		if lead != c.leader {
+			c.notifyLeader(lead)
 		}
 		c.leader = lead
 		c.lead.Store(lead)
+	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) == etcdIDLen {
+			c.answer(binary.BigEndian.Uint64(rs.RequestCtx), etcdAnswer{})
+		}
 	}
 	// The leader may send while its own entries are written (thesis
 	// §10.2.1, allowed by etcd's Ready.Messages) as long as its term and
@@ -219,6 +317,7 @@ func (c *etcdCore) ready() error {
 		(rd.HardState.GetTerm() == c.hs.GetTerm() && rd.HardState.GetVote() == c.hs.GetVote()))
 	send := c.send.Load()
 	if early && send != nil {
+		c.watchSent(rd.Messages)
 		(*send)(rd.Messages)
 	}
 	if err := etcdAppend(c.logs, rd.Entries); err != nil {
@@ -226,6 +325,15 @@ func (c *etcdCore) ready() error {
 	}
 	if err := c.ms.Append(rd.Entries); err != nil {
 		return err
+	}
+	if became {
+		// raft refuses a change until it has applied this far
+		// (pendingConfIndex).
+		last, err := c.ms.LastIndex()
+		if err != nil {
+			return err
+		}
+		c.leadStart = last
 	}
 	if hs := rd.HardState; !etcdraft.IsEmptyHardState(hs) {
 		if hs.GetTerm() != c.hs.GetTerm() || hs.GetVote() != c.hs.GetVote() {
@@ -237,26 +345,19 @@ func (c *etcdCore) ready() error {
 		if err := c.ms.SetHardState(hs); err != nil {
 			return err
 		}
+		c.cur = hs
 		c.commit.Store(hs.GetCommit())
+		c.term.Store(hs.GetTerm())
 	}
 	if !early && send != nil {
+		c.watchSent(rd.Messages)
 		(*send)(rd.Messages)
 	}
-	for _, e := range rd.CommittedEntries {
-		switch e.GetType() {
-		case raftpb.EntryConfChange:
-			var cc raftpb.ConfChange
-			if err := protoUnmarshal(e.GetData(), &cc); err != nil {
-				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
-			}
-			c.rn.ApplyConfChange(&cc)
-		case raftpb.EntryConfChangeV2:
-			var cc raftpb.ConfChangeV2
-			if err := protoUnmarshal(e.GetData(), &cc); err != nil {
-				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
-			}
-			c.rn.ApplyConfChange(&cc)
-		}
+	if err := c.applyConfChanges(rd.CommittedEntries); err != nil {
+		return err
+	}
+	if n := len(rd.CommittedEntries); n > 0 {
+		c.handed = rd.CommittedEntries[n-1].GetIndex()
 	}
 	if len(rd.CommittedEntries) > 0 {
 		select {
@@ -267,6 +368,347 @@ func (c *etcdCore) ready() error {
 	}
 	c.rn.Advance(rd)
 	return nil
+}
+
+// applyConfChanges applies the configuration entries among ents (all
+// committed) to raft, after recording the commit index that covers them:
+// a node restarted with a commit index behind a configuration it had
+// applied would start in an older one, and could count a quorum the
+// cluster no longer has.
+func (c *etcdCore) applyConfChanges(ents []*raftpb.Entry) error {
+	saved := false
+	for _, e := range ents {
+		var cc raftpb.ConfChangeI
+		var ctx []byte
+		switch e.GetType() {
+		case raftpb.EntryConfChange:
+			v1 := new(raftpb.ConfChange)
+			if err := protoUnmarshal(e.GetData(), v1); err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			cc, ctx = v1, v1.GetContext()
+		case raftpb.EntryConfChangeV2:
+			v2 := new(raftpb.ConfChangeV2)
+			if err := protoUnmarshal(e.GetData(), v2); err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			cc, ctx = v2, v2.GetContext()
+		default:
+			continue
+		}
+		if !saved && c.cur != nil && c.cur.GetCommit() > c.hs.GetCommit() {
+			if err := etcdSaveHardState(c.stable, c.cur); err != nil {
+				return err
+			}
+			c.hs, saved = c.cur, true
+		}
+		wid, peer, named := etcdParseConfContext(ctx)
+		if named {
+			for _, ch := range cc.AsV2().GetChanges() {
+				if ch.GetType() != raftpb.ConfChangeRemoveNode && ch.GetNodeId() == etcdID(peer.ID) {
+					c.setName(ch.GetNodeId(), peer)
+				}
+			}
+		}
+		cs, err := etcdApplyConfChange(c.rn, cc)
+		if err != nil {
+			return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+		}
+		c.conf.Store(cs)
+		if wid != 0 && wid == c.confPending {
+			c.confPending = 0
+		}
+		if wid != 0 && e.GetIndex() > c.first {
+			c.answer(wid, etcdAnswer{res: &fsm.Result{Index: e.GetIndex()}})
+		}
+	}
+	return nil
+}
+
+// etcdApplyConfChange is rn.ApplyConfChange, which panics on a change
+// it cannot make; that becomes an error (the node stops).
+func etcdApplyConfChange(rn *etcdraft.RawNode, cc raftpb.ConfChangeI) (cs *raftpb.ConfState, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			cs, err = nil, fmt.Errorf("raft refused the configuration change %v: %v", cc, p)
+		}
+	}()
+	return rn.ApplyConfChange(cc), nil
+}
+
+func (c *etcdCore) setName(id uint64, p Peer) {
+	old := c.names.Load()
+	next := make(map[uint64]Peer, len(*old)+1)
+	for k, v := range *old {
+		next[k] = v
+	}
+	next[id] = p
+	c.names.Store(&next)
+}
+
+// name is the member id's node ID and address, when known.
+func (c *etcdCore) name(id uint64) (Peer, bool) {
+	p, ok := (*c.names.Load())[id]
+	return p, ok
+}
+
+// transferLeader starts handing leadership to the voter whose log is
+// furthest along; id is answered once this node no longer leads (or
+// fails with the timeout of its wait: raft gives up a transfer after an
+// election timeout).
+func (c *etcdCore) transferLeader(id uint64) {
+	if !c.leader {
+		c.answer(id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", ErrNotLeader)})
+		return
+	}
+	st := c.rn.Status()
+	var to, match uint64
+	for v := range st.Config.Voters.IDs() {
+		if pr, ok := st.Progress[v]; ok && v != c.self && (to == 0 || pr.Match > match) {
+			to, match = v, pr.Match
+		}
+	}
+	if to == 0 {
+		c.answer(id, etcdAnswer{err: errors.New("server: no other voter to hand leadership to")})
+		return
+	}
+	if c.transfer != 0 {
+		c.answer(c.transfer, etcdAnswer{err: fmt.Errorf("%w: another transfer was asked for", ErrUnavailable)})
+	}
+	c.transfer = id
+	c.rn.TransferLeader(to)
+}
+
+// transferLeadership hands leadership to another voter and waits, at
+// most for timeout, until this node no longer leads.
+func (c *etcdCore) transferLeadership(timeout time.Duration) error {
+	_, err := etcdCall(c, c.transfers, func(id uint64) uint64 { return id }, timeout,
+		fmt.Errorf("%w: leadership was not handed over within %v", ErrUnavailable, timeout))
+	return err
+}
+
+// etcdCall is every wait on raft's goroutine: it registers a waiter,
+// hands raft the request req builds for it on ch, and waits for the
+// answer. timeout bounds the handing over, and the answer too when late
+// is what to answer then (nil: a proposal, which waits until raft
+// answers it, as the hashicorp node's does). A core halted or closed
+// answers ErrUnavailable.
+func etcdCall[T any](c *etcdCore, ch chan<- T, req func(id uint64) T, timeout time.Duration, late error) (*fsm.Result, error) {
+	id := c.seq.Add(1)
+	ans := make(chan etcdAnswer, 1)
+	c.mu.Lock()
+	c.waiters[id] = ans
+	c.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case ch <- req(id):
+	case <-t.C:
+		c.forget(id)
+		return nil, fmt.Errorf("%w: raft did not take the request within %v", ErrUnavailable, timeout)
+	case <-c.stop:
+		c.forget(id)
+		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	case <-c.dead:
+		c.forget(id)
+		return nil, c.halted()
+	}
+	var expired <-chan time.Time
+	if late != nil {
+		expired = t.C
+	}
+	select {
+	case a := <-ans:
+		return a.res, a.err
+	case <-expired:
+		c.forget(id)
+		return nil, late
+	case <-c.stop:
+		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	case <-c.dead:
+		c.forget(id)
+		return nil, c.halted()
+	}
+}
+
+// etcdConfReq is one membership change: a single change, and the member
+// it names.
+type etcdConfReq struct {
+	id   uint64 // the waiter
+	typ  raftpb.ConfChangeType
+	peer Peer
+}
+
+// changeConf proposes a single membership change and waits, at most for
+// timeout, until this node has applied it.
+func (c *etcdCore) changeConf(typ raftpb.ConfChangeType, p Peer, timeout time.Duration) error {
+	_, err := etcdCall(c, c.confs, func(id uint64) etcdConfReq { return etcdConfReq{id: id, typ: typ, peer: p} }, timeout,
+		fmt.Errorf("%w: the change was not applied within %v (it may still take effect)", ErrUnavailable, timeout))
+	return err
+}
+
+// proposeConf hands raft the first queued change once it can take one:
+// this node leads, has applied up to where its leadership began, and has
+// no change of its own unapplied.
+func (c *etcdCore) proposeConf() {
+	for len(c.queued) > 0 {
+		q := c.queued[0]
+		switch {
+		case !c.waiting(q.id):
+		case !c.leader:
+			c.answer(q.id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", ErrNotLeader)})
+		case c.confPending != 0 || c.handed < c.leadStart:
+			return
+		default:
+			c.proposeConfNow(q)
+		}
+		c.queued = c.queued[1:]
+	}
+}
+
+func (c *etcdCore) proposeConfNow(q etcdConfReq) {
+	target := etcdID(q.peer.ID)
+	if err := etcdCheckChange(c.conf.Load(), q.typ, target); err != nil {
+		c.answer(q.id, etcdAnswer{err: err})
+		return
+	}
+	cc := &raftpb.ConfChangeV2{
+		Changes: []*raftpb.ConfChangeSingle{{Type: q.typ.Enum(), NodeId: proto.Uint64(target)}},
+		Context: etcdConfContext(q.id, q.peer),
+	}
+	if err := c.rn.ProposeConfChange(cc); err != nil {
+		c.answer(q.id, etcdAnswer{err: fmt.Errorf("%w: %v", ErrNotLeader, err)})
+		return
+	}
+	c.confPending = q.id
+}
+
+// etcdCheckChange refuses a change raft could not apply to cs (it would
+// panic): one that leaves no voter.
+func etcdCheckChange(cs *raftpb.ConfState, typ raftpb.ConfChangeType, target uint64) error {
+	if typ == raftpb.ConfChangeAddNode {
+		return nil
+	}
+	left := 0
+	for _, v := range cs.GetVoters() {
+		if v != target {
+			left++
+		}
+	}
+	if left == 0 {
+		return errors.New("server: the change would leave the cluster without a voter")
+	}
+	return nil
+}
+
+// etcdConfContext is what a configuration entry carries besides the
+// change: the id of the waiter to answer (0: nobody), and the member's
+// node ID and raft address, which every node learns from the log.
+func etcdConfContext(wid uint64, p Peer) []byte {
+	b := make([]byte, etcdIDLen+2, etcdIDLen+2+len(p.ID)+len(p.RaftAddr))
+	binary.BigEndian.PutUint64(b, wid)
+	binary.BigEndian.PutUint16(b[etcdIDLen:], uint16(len(p.ID)))
+	b = append(b, p.ID...)
+	return append(b, p.RaftAddr...)
+}
+
+// etcdParseConfContext reads etcdConfContext; named is false for a
+// context it did not write.
+func etcdParseConfContext(b []byte) (wid uint64, p Peer, named bool) {
+	if len(b) < etcdIDLen+2 {
+		return 0, Peer{}, false
+	}
+	wid = binary.BigEndian.Uint64(b)
+	n := int(binary.BigEndian.Uint16(b[etcdIDLen:]))
+	rest := b[etcdIDLen+2:]
+	if n == 0 || n > len(rest) {
+		return wid, Peer{}, false
+	}
+	return wid, Peer{ID: string(rest[:n]), RaftAddr: string(rest[n:])}, true
+}
+
+// watchSent notes the appends and heartbeats about to go to peers, for
+// their health (Peers).
+func (c *etcdCore) watchSent(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		switch m.GetType() {
+		case raftpb.MsgApp, raftpb.MsgHeartbeat:
+			if p, ok := c.name(m.GetTo()); ok {
+				c.watch.sent(raft.ServerID(p.ID), m.GetTerm())
+			}
+		}
+	}
+}
+
+// watchReceived notes what a message raft took says of its sender: a
+// leader's contact, or a peer's answer to this leader.
+func (c *etcdCore) watchReceived(m *raftpb.Message) {
+	switch m.GetType() {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap: // only a leader sends these
+		c.contact.Store(time.Now().UnixNano())
+	case raftpb.MsgAppResp:
+		if p, ok := c.name(m.GetFrom()); ok {
+			if m.GetReject() {
+				c.watch.heard(raft.ServerID(p.ID), m.GetTerm())
+			} else {
+				c.watch.answered(raft.ServerID(p.ID), m.GetTerm(), m.GetIndex())
+			}
+		}
+	case raftpb.MsgHeartbeatResp:
+		if p, ok := c.name(m.GetFrom()); ok {
+			c.watch.heard(raft.ServerID(p.ID), m.GetTerm())
+		}
+	}
+}
+
+// lostLeadership ends what waited on this node's leadership: a transfer
+// is done (whoever leads now, this node does not), everything else fails.
+func (c *etcdCore) lostLeadership() {
+	if c.transfer != 0 {
+		c.answer(c.transfer, etcdAnswer{})
+		c.transfer = 0
+	}
+	c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
+	c.confPending = 0
+}
+
+// notifyLeader leaves lead as the latest change on leaderCh.
+func (c *etcdCore) notifyLeader(lead bool) {
+	select {
+	case <-c.leaderCh:
+	default:
+	}
+	c.leaderCh <- lead
+}
+
+// waiting says whether anyone still waits for id.
+func (c *etcdCore) waiting(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.waiters[id]
+	return ok
+}
+
+// readIndex asks raft to confirm with a quorum that this node leads,
+// answering id when it does; a node that does not lead is answered at
+// once. A leader that loses leadership before the quorum answers fails
+// the wait with every other (ready).
+func (c *etcdCore) readIndex(id uint64) {
+	if !c.leader {
+		c.answer(id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", ErrNotLeader)})
+		return
+	}
+	b := make([]byte, etcdIDLen)
+	binary.BigEndian.PutUint64(b, id)
+	c.rn.ReadIndex(b)
+}
+
+// verify waits, at most for timeout, until a quorum confirms that this
+// node leads.
+func (c *etcdCore) verify(timeout time.Duration) error {
+	_, err := etcdCall(c, c.reads, func(id uint64) uint64 { return id }, timeout,
+		fmt.Errorf("%w: no quorum confirmed this node's leadership within %v", ErrNotLeader, timeout))
+	return err
 }
 
 // applyLoop applies committed entries in batches and answers them.
@@ -312,10 +754,40 @@ func (c *etcdCore) applyLoop() {
 	}
 }
 
-// openEtcdCore starts a core over verified stores (openStores): a node
+// etcdNewRawNode is etcdraft.NewRawNode, which panics on a log it cannot
+// start from; that becomes an error.
+func etcdNewRawNode(cfg *etcdraft.Config) (rn *etcdraft.RawNode, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rn, err = nil, fmt.Errorf("raft refused the stored state: %v", p)
+		}
+	}()
+	return etcdraft.NewRawNode(cfg)
+}
+
+// etcdBootConf is the configuration a core starts with, before it applies
+// any configuration entry: the snapshot's, or the voters bootstrapped
+// when the log was empty; the log's own entries replace it as they are
+// applied again.
+func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*raftpb.ConfState, error) {
+	_, cs, err := ms.InitialState()
+	if err != nil {
+		return nil, err
+	}
+	if last == 0 {
+		return &raftpb.ConfState{Voters: voters}, nil
+	}
+	return cs, nil
+}
+
+// openEtcdCore starts a core over the stores (openStores' verified ones,
+// or in memory): a node
 // alone (voters is itself) when the stores hold no etcd state yet.
-func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick time.Duration, log *slog.Logger, seed uint64) (*etcdCore, error) {
-	ms, err := etcdLoadMemory(st.logs, st.stable, nil)
+//
+// names are the members' node IDs and addresses known before the log is
+// read; voters empty: bootstrap nothing, this node waits to be added.
+func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self uint64, voters []uint64, names map[uint64]Peer, tick time.Duration, log *slog.Logger, seed uint64) (*etcdCore, error) {
+	ms, err := etcdLoadMemory(logs, stable, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -323,12 +795,11 @@ func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick tim
 	if err != nil {
 		return nil, err
 	}
-	cfg := &etcdraft.Config{
+	rn, err := etcdNewRawNode(&etcdraft.Config{
 		ID: self, ElectionTick: 10, HeartbeatTick: 1, Storage: ms,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, CheckQuorum: true, PreVote: true,
-		DisableProposalForwarding: true, Logger: etcdNopLogger{},
-	}
-	rn, err := etcdraft.NewRawNode(cfg)
+		DisableProposalForwarding: true, StepDownOnRemoval: true, Logger: etcdLogger{log},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
@@ -336,16 +807,32 @@ func openEtcdCore(st *stores, m *machine, self uint64, voters []uint64, tick tim
 	if err != nil {
 		return nil, err
 	}
-	if last == 0 {
+	if last == 0 && len(voters) > 0 {
 		peers := make([]etcdraft.Peer, len(voters))
 		for i, v := range voters {
 			peers[i] = etcdraft.Peer{ID: v}
+			if p, ok := names[v]; ok {
+				peers[i].Context = etcdConfContext(0, p)
+			}
 		}
 		if err := rn.Bootstrap(peers); err != nil {
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	c := &etcdCore{rn: rn, logs: st.logs, stable: st.stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last}
+	c := &etcdCore{rn: rn, logs: logs, stable: stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last,
+		self: self, watch: newPeerWatch(time.Now)}
+	c.term.Store(hs.GetTerm())
+	c.contact.Store(time.Now().UnixNano())
+	cs, err := etcdBootConf(ms, last, voters)
+	if err != nil {
+		return nil, err
+	}
+	c.conf.Store(cs)
+	known := make(map[uint64]Peer, len(names))
+	for id, p := range names {
+		known[id] = p
+	}
+	c.names.Store(&known)
 	c.start(seed)
 	return c, nil
 }

@@ -1,9 +1,14 @@
 package node
 
 import (
+	"errors"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
@@ -21,7 +26,7 @@ func TestEtcdCoreSingleNode(t *testing.T) {
 		}
 		f := fsm.New(nil)
 		m := newMachine(f, newTokenFloor(st.state), Hooks{})
-		c, err := openEtcdCore(st, m, etcdID("a"), []uint64{etcdID("a")}, time.Millisecond, slog.New(slog.DiscardHandler), 1000)
+		c, err := openEtcdCore(st.logs, st.stable, m, etcdID("a"), []uint64{etcdID("a")}, nil, time.Millisecond, slog.New(slog.DiscardHandler), 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,5 +75,53 @@ func TestEtcdCoreSingleNode(t *testing.T) {
 	}
 	if got := f.LastToken(); got != r.Lease.Token {
 		t.Fatalf("replayed state machine's last token %d, want %d", got, r.Lease.Token)
+	}
+}
+
+// failingLogs is an in-memory log whose writes fail once fail is set.
+type failingLogs struct {
+	*raft.InmemStore
+	fail atomic.Bool
+}
+
+func (l *failingLogs) StoreLogs(logs []*raft.Log) error {
+	if l.fail.Load() {
+		return errors.New("planted write failure")
+	}
+	return l.InmemStore.StoreLogs(logs)
+}
+
+// A core whose log cannot be written stops for good: the proposal that
+// hit the failure and every later wait answer ErrUnavailable, none hangs.
+func TestEtcdCoreHaltsOnAWriteFailure(t *testing.T) {
+	mem := raft.NewInmemStore()
+	logs := &failingLogs{InmemStore: mem}
+	f := fsm.New(nil)
+	c, err := openEtcdCore(logs, mem, newMachine(f, nil, Hooks{}), etcdID("a"), []uint64{etcdID("a")}, nil,
+		time.Millisecond, slog.New(slog.DiscardHandler), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	select {
+	case <-c.leaderCh:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no leadership")
+	}
+	data, err := fsm.Encode(fsm.Command{Op: fsm.OpAcquire, Key: "k", Holder: "h", TTL: locktable.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.propose(data, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	logs.fail.Store(true)
+	for i := range 3 {
+		if _, err := c.propose(data, time.Second); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "planted") {
+			t.Fatalf("proposal %d after the failure: %v, want ErrUnavailable naming the cause", i, err)
+		}
+	}
+	if err := c.verify(time.Second); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("verify after the failure: %v", err)
 	}
 }

@@ -64,10 +64,9 @@ func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Sn
 			return nil, fmt.Errorf("loading entries %d..%d: %w", lo, last, err)
 		}
 	}
-	b, err := stable.Get(etcdHardStateKey)
-	if err != nil { // raft-wal answers a missing key nil, nil
-
-		return nil, fmt.Errorf("reading the hard state: %w", err)
+	b, err := etcdGetHardState(stable)
+	if err != nil {
+		return nil, err
 	}
 	if len(b) > 0 {
 		hs := new(raftpb.HardState)
@@ -81,6 +80,17 @@ func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Sn
 		}
 	}
 	return ms, nil
+}
+
+// etcdGetHardState reads the recorded hard state; nil: none. raft-wal
+// answers a missing key nil, nil; raft's in-memory store answers an
+// error saying "not found", as raft itself tests for.
+func etcdGetHardState(stable raft.StableStore) ([]byte, error) {
+	b, err := stable.Get(etcdHardStateKey)
+	if err != nil && err.Error() != "not found" {
+		return nil, fmt.Errorf("reading the hard state: %w", err)
+	}
+	return b, nil
 }
 
 func protoUnmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }

@@ -1,19 +1,34 @@
 package node
 
-// etcdNopLogger silences etcd's raft logger (library code logs only
-// through the logger in Config; wiring it to slog comes with the node).
-// Panic and Fatal still end the process, as etcd expects of them.
-type etcdNopLogger struct{}
+import (
+	"fmt"
+	"log/slog"
+)
 
-func (etcdNopLogger) Debug(...any)                   {}
-func (etcdNopLogger) Debugf(string, ...any)          {}
-func (etcdNopLogger) Error(...any)                   {}
-func (etcdNopLogger) Errorf(string, ...any)          {}
-func (etcdNopLogger) Info(...any)                    {}
-func (etcdNopLogger) Infof(string, ...any)           {}
-func (etcdNopLogger) Warning(...any)                 {}
-func (etcdNopLogger) Warningf(string, ...any)        {}
-func (etcdNopLogger) Fatal(v ...any)                 { panic(v) }
-func (etcdNopLogger) Fatalf(format string, v ...any) { panic(format) }
-func (etcdNopLogger) Panic(v ...any)                 { panic(v) }
-func (etcdNopLogger) Panicf(format string, v ...any) { panic(format) }
+// etcdLogger is etcd raft's logger over the node's slog logger
+// (Config.Logger). Panic and Fatal log, then panic as raft expects them
+// to: the core recovers that panic and halts the node (etcdCore.run).
+type etcdLogger struct{ log *slog.Logger }
+
+func (l etcdLogger) Debug(v ...any)                 { l.log.Debug(fmt.Sprint(v...)) }
+func (l etcdLogger) Debugf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l etcdLogger) Info(v ...any)                  { l.log.Info(fmt.Sprint(v...)) }
+func (l etcdLogger) Infof(format string, v ...any)  { l.log.Info(fmt.Sprintf(format, v...)) }
+func (l etcdLogger) Warning(v ...any)               { l.log.Warn(fmt.Sprint(v...)) }
+func (l etcdLogger) Warningf(format string, v ...any) {
+	l.log.Warn(fmt.Sprintf(format, v...))
+}
+func (l etcdLogger) Error(v ...any)                 { l.log.Error(fmt.Sprint(v...)) }
+func (l etcdLogger) Errorf(format string, v ...any) { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l etcdLogger) Fatal(v ...any)                 { l.Panic(v...) }
+func (l etcdLogger) Fatalf(format string, v ...any) { l.Panicf(format, v...) }
+func (l etcdLogger) Panic(v ...any) {
+	msg := fmt.Sprint(v...)
+	l.log.Error(msg)
+	panic(msg)
+}
+func (l etcdLogger) Panicf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.log.Error(msg)
+	panic(msg)
+}

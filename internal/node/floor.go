@@ -140,9 +140,20 @@ func (c *checkpointer) Close() error {
 // errFloor wraps a reservation failure for the proposer.
 var errFloor = errors.New("the token floor could not be recorded")
 
+// floors is what a node keeps of tokens outside the state machine, the
+// same for every engine: the state file with the token ceiling and the
+// pending floor, or the pending floor alone without a data dir. Each
+// engine's node embeds it, so Covered, PendingFloor and ClearPendingFloor
+// are one implementation.
+type floors struct {
+	state *stateFile  // nil without a data dir
+	floor *tokenFloor // nil without a data dir
+	mem   memFloor    // the pending floor without a data dir
+}
+
 // Covered is nil once token is covered by this node's token ceiling (see
 // tokenFloor.covers); an error says it is not and will not be.
-func (n *Node) Covered(token uint64, timeout time.Duration) error {
+func (n *floors) Covered(token uint64, timeout time.Duration) error {
 	if n.floor == nil {
 		return nil
 	}
@@ -153,7 +164,7 @@ func (n *Node) Covered(token uint64, timeout time.Duration) error {
 }
 
 // durableErr is non-nil once this node could not record its token floor.
-func (n *Node) durableErr() error {
+func (n *floors) durableErr() error {
 	if n.floor == nil {
 		return nil
 	}
@@ -166,7 +177,7 @@ func (n *Node) durableErr() error {
 // PendingFloor is the token floor that `fencelock recover` (or
 // Config.TokenFloor at a node's first start) left in the state file for
 // the next leader to commit before it serves a grant; 0: none.
-func (n *Node) PendingFloor() uint64 {
+func (n *floors) PendingFloor() uint64 {
 	if n.state == nil {
 		return n.mem.get()
 	}
@@ -174,7 +185,7 @@ func (n *Node) PendingFloor() uint64 {
 }
 
 // ClearPendingFloor forgets floor once it is committed (fsynced).
-func (n *Node) ClearPendingFloor(floor uint64) error {
+func (n *floors) ClearPendingFloor(floor uint64) error {
 	if n.state == nil {
 		n.mem.clear(floor)
 		return nil

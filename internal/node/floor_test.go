@@ -18,7 +18,7 @@ func TestCoveredRefusesTokensPastAFailedReservation(t *testing.T) {
 	}
 	defer state.close()
 	floor := newTokenFloor(state)
-	n := &Node{floor: floor}
+	n := &Node{floors: floors{floor: floor}}
 	m := newMachine(fsm.New(nil), floor, Hooks{})
 	logs := acquireLogs(t, 1, 1)
 	m.ApplyBatch(logs)

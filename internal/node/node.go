@@ -106,11 +106,9 @@ type Node struct {
 	addr    raft.ServerAddress // this node's raft address
 	wal     *healingWAL        // nil with in-memory stores
 	closers []io.Closer
-	state   *stateFile  // nil without a data dir
-	floor   *tokenFloor // nil without a data dir
-	mem     memFloor    // the pending floor without a data dir
-	m       *machine
-	peers   *peerWatch // what the peers answered this node's AppendEntries
+	floors
+	m     *machine
+	peers *peerWatch // what the peers answered this node's AppendEntries
 	// lastLeader is the last leader raft named: raft forgets a leader it
 	// stops hearing from, the health view does not.
 	lastLeader atomic.Value // string
@@ -165,6 +163,12 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 			return nil, err
 		}
 		n.closers = append(n.closers, closerFunc(unlock))
+		// A data dir the etcd engine wrote holds entries this node
+		// would misread.
+		if err := claimEngine(cfg.DataDir, EngineHashicorp); err != nil {
+			n.close()
+			return nil, err
+		}
 		// The stores are verified before raft reads them (openStores):
 		// damage refuses to start instead of losing or reissuing tokens.
 		segSize := cfg.WALSegmentSize

@@ -115,8 +115,17 @@ func (w *peerWatch) sent(id raft.ServerID, term uint64) {
 	}
 }
 
-// answered notes id's answer to an AppendEntries of term.
-func (w *peerWatch) answered(id raft.ServerID, term uint64, resp *raft.AppendEntriesResponse) {
+// answered notes id's answer to an AppendEntries of term, which says
+// its log ends at lastLog.
+func (w *peerWatch) answered(id raft.ServerID, term, lastLog uint64) {
+	w.note(id, term, lastLog, true)
+}
+
+// heard notes id's answer to a request of term that does not say where
+// its log ends (the etcd engine's heartbeats).
+func (w *peerWatch) heard(id raft.ServerID, term uint64) { w.note(id, term, 0, false) }
+
+func (w *peerWatch) note(id raft.ServerID, term, lastLog uint64, logKnown bool) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -124,7 +133,10 @@ func (w *peerWatch) answered(id raft.ServerID, term uint64, resp *raft.AppendEnt
 	if r == nil || term < r.term {
 		return // an answer to an older term's request, overtaken
 	}
-	r.contacted, r.answered, r.lastLog = true, now, resp.LastLog
+	r.contacted, r.answered = true, now
+	if logKnown {
+		r.lastLog = lastLog
+	}
 }
 
 // status is every peer in ids as a leader of term whose last log index is
@@ -200,7 +212,7 @@ func (t *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 	t.w.sent(id, args.Term)
 	err := t.Transport.AppendEntries(id, target, args, resp)
 	if err == nil {
-		t.w.answered(id, args.Term, resp)
+		t.w.answered(id, args.Term, resp.LastLog)
 	}
 	return err
 }

@@ -23,7 +23,7 @@ func TestPeerHealthFromAnswers(t *testing.T) {
 	at := func(d time.Duration) { now = t0.Add(d) }
 	answer := func(id string, term, lastLog uint64) {
 		w.sent(raft.ServerID(id), term)
-		w.answered(raft.ServerID(id), term, &raft.AppendEntriesResponse{LastLog: lastLog})
+		w.answered(raft.ServerID(id), term, lastLog)
 	}
 	var former formerLeader
 	show := func(term, last uint64) string {
@@ -62,7 +62,7 @@ func TestPeerHealthFromAnswers(t *testing.T) {
 	// A request of term 2 answered after term 3 began is not an answer of
 	// term 3.
 	w.sent("a", 3)
-	w.answered("a", 2, &raft.AppendEntriesResponse{LastLog: 12})
+	w.answered("a", 2, 12)
 	check(3, 12, "[a:unknown/1.000000001s/lag5 b:unknown c:unknown]")
 	at(2700 * time.Millisecond) // the bound since a's first try in term 3
 	check(3, 12, "[a:unreachable/2.1s/lag5 b:unknown c:unknown]")

@@ -55,6 +55,13 @@ func Recover(dir string, opts RecoverOptions) ([]string, error) {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
 	defer unlock()
+	// It reads the log as the hashicorp engine writes it.
+	switch engine, err := dirEngine(dir); {
+	case err != nil:
+		return nil, fmt.Errorf("recover: %w", err)
+	case engine != "" && engine != EngineHashicorp:
+		return nil, fmt.Errorf("recover: the data directory %s was written by the %s engine, whose log recover cannot read yet", dir, engine)
+	}
 	logger := hclog.NewNullLogger()
 	aside := filepath.Join(dir, "damaged-"+opts.Now.UTC().Format("20060102T150405Z"))
 	moveAside := func(rel string) error {

@@ -352,15 +352,15 @@ func TestClusterLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
 			t.Fatalf("acquire %d: %d %v", i, a.status, a.body)
 		}
 	}
-	if err := l.node.Snapshot(); err != nil {
+	if err := l.raftNode(t).Snapshot(); err != nil {
 		t.Fatal(err)
 	}
 	c.heal()
 	eventually(t, "the lagging node to install the snapshot", func() bool {
-		return lag.fsm.LastToken() == 60 && lag.node.Stats()["last_snapshot_index"] != "0"
+		return lag.fsm.LastToken() == 60 && lag.raftNode(t).Stats()["last_snapshot_index"] != "0"
 	})
 	// Hand leadership to the caught-up node; it serves the same leases.
-	if err := l.node.TransferLeadershipTo(lag.id, string(lag.trans.LocalAddr())); err != nil {
+	if err := l.raftNode(t).TransferLeadershipTo(lag.id, string(lag.trans.LocalAddr())); err != nil {
 		t.Fatal(err)
 	}
 	c.leader(lag)

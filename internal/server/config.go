@@ -33,6 +33,12 @@ type Config struct {
 	DataDir string
 	// NodeID names this node in the raft configuration.
 	NodeID string
+	// Engine is the replication engine: "" or node.EngineHashicorp
+	// (hashicorp/raft), or node.EngineEtcd (etcd-io/raft, issue 28, in
+	// progress: a node alone, with no raft port, no snapshots and no
+	// cluster yet). A data dir belongs to the engine
+	// that first started on it; the other refuses it.
+	Engine string
 	// RaftAddr is the address raft peers dial. Empty means an in-memory
 	// transport: a single node that talks to no one.
 	RaftAddr string
@@ -426,6 +432,15 @@ func (c Config) Validate() error {
 	}
 	if len(c.ClientAddr) > api.MaxAddrLen {
 		bad("ClientAddr is %d bytes; the limit is %d", len(c.ClientAddr), api.MaxAddrLen)
+	}
+	switch c.Engine {
+	case "", node.EngineHashicorp:
+	case node.EngineEtcd:
+		if c.Join || len(c.Peers) > 1 || c.Transport != nil || c.RaftAddr != "" {
+			bad("Engine %s runs a node alone for now, with no raft port: no RaftAddr, Peers, Join or Transport", c.Engine)
+		}
+	default:
+		bad("Engine is %q; it must be %s or %s", c.Engine, node.EngineHashicorp, node.EngineEtcd)
 	}
 	if c.Join && len(c.Peers) > 0 {
 		bad("Join and Peers are both set; a node either bootstraps with the peer list or waits to be joined")

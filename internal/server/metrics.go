@@ -82,7 +82,7 @@ type peerCollector struct {
 	unreachable  *prometheus.Desc
 }
 
-func newPeerCollector(n *node.Node) *peerCollector {
+func newPeerCollector(n node.Membership) *peerCollector {
 	return &peerCollector{
 		peers: n.Peers,
 		contact: prometheus.NewDesc("fencelock_peer_last_contact_seconds",

@@ -33,7 +33,7 @@ func forgeVote(t *testing.T, target *tlsNode, id string, dial func(addr string) 
 	t.Helper()
 	trans := raft.NewNetworkTransport(dialStream{Listener: listen(t), dial: dial}, 1, 5*time.Second, io.Discard)
 	defer trans.Close()
-	st := target.node.Stats()
+	st := target.raftNode(t).Stats()
 	num := func(k string) uint64 {
 		v, err := strconv.ParseUint(st[k], 10, 64)
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 // raftPortCollectors are the raft port's metrics, read from the node's
 // own accounting (node.RaftPortStats): the port's budgets are its own,
 // apart from the client port's connection caps.
-func raftPortCollectors(n *node.Node) []prometheus.Collector {
+func raftPortCollectors(n interface{ RaftPortStats() node.RaftPortStats }) []prometheus.Collector {
 	gauge := func(name, help string, v func(node.RaftPortStats) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(n.RaftPortStats()) })
 	}

@@ -45,7 +45,7 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	fsm   *fsm.FSM
-	node  *node.Node
+	node  engineNode
 	api   *httpapi.API
 	guard *auth.Guard
 	reg   *prometheus.Registry
@@ -90,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 		Name: "fencelock_apply_seconds", Help: "Time the state machine took to apply one committed log entry, on every node.",
 		Buckets: prometheus.ExponentialBuckets(0.000001, 4, 12), // 1µs .. ~4.2s
 	})
-	n, err := node.Open(node.Config{
+	n, err := openNode(cfg.Engine, node.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, Peers: nodePeers(cfg.Peers), Join: cfg.Join,
 		Transport: cfg.Transport, TLS: s.tls, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
 		Logger: cfg.Logger,
@@ -129,6 +129,24 @@ func New(cfg Config) (*Server, error) {
 		go s.reloadLoop(cfg.TLSReload)
 	}
 	return s, nil
+}
+
+// engineNode is what the server holds of its node, whichever engine runs
+// it: the service's Replicator, the raft port's accounting, and Close.
+type engineNode interface {
+	node.Replicator
+	RaftPortStats() node.RaftPortStats
+	Close() error
+}
+
+// openNode opens a node of engine (Config.Engine) over f.
+func openNode(engine string, cfg node.Config, f *fsm.FSM) (engineNode, error) {
+	if engine == node.EngineEtcd {
+		// No raft port yet: a node alone (OpenEtcd refuses the rest).
+		cfg.TLS, cfg.Listener, cfg.DialRaft = nil, nil, nil
+		return node.OpenEtcd(cfg, f)
+	}
+	return node.Open(cfg, f)
 }
 
 // Handler is the HTTP API.

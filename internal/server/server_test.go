@@ -20,7 +20,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fastConfig elects a single node quickly.
+// fastConfig elects a single node quickly, on the engine
+// FENCELOCK_TEST_ENGINE names (empty: the default, hashicorp).
 func fastConfig(dir string) Config {
 	level := slog.LevelError
 	if os.Getenv("FENCELOCK_TEST_LOG") != "" {
@@ -28,6 +29,7 @@ func fastConfig(dir string) Config {
 	}
 	return Config{
 		DataDir:            dir,
+		Engine:             os.Getenv("FENCELOCK_TEST_ENGINE"),
 		HeartbeatTimeout:   50 * time.Millisecond,
 		ElectionTimeout:    50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond,

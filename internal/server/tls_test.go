@@ -314,7 +314,7 @@ func forgeRelease(t *testing.T, target *tlsNode, key, holder string, dial func(a
 	t.Helper()
 	trans := raft.NewNetworkTransport(dialStream{Listener: listen(t), dial: dial}, 1, 5*time.Second, io.Discard)
 	defer trans.Close()
-	st := target.node.Stats()
+	st := target.raftNode(t).Stats()
 	num := func(k string) uint64 {
 		v, err := strconv.ParseUint(st[k], 10, 64)
 		if err != nil {

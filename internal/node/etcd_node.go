@@ -1,0 +1,405 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/raftlog"
+)
+
+// ErrEtcdNotYet is what the etcd engine answers for what it does not do
+// yet (issue 28): probing a raft port, and (in OpenEtcd) anything that
+// needs one. It changed nothing.
+var ErrEtcdNotYet = errors.New("server: not supported by the etcd engine yet")
+
+// EtcdNode is a node on etcd-io/raft (issue 28, in progress) over the same
+// verified stores, token ceiling and data-dir refusals as Node: the
+// second engine behind Replicator. It runs a node alone, or members in
+// one process over a network given by the caller (etcdNet, tests), whose
+// membership changes one member at a time; there is no raft port yet and
+// no snapshots (the log grows).
+type EtcdNode struct {
+	cfg  Config
+	core *etcdCore
+	fsm  *fsm.FSM
+	floors
+	wal     *healingWAL
+	closers []io.Closer
+	self    uint64
+	// verifyTimeout bounds VerifyLeader: four election timeouts. A
+	// leader cut off from its quorum steps down within two (CheckQuorum),
+	// which fails the wait sooner; the bound is for a loop that is stuck.
+	verifyTimeout time.Duration
+	dialable      bool
+	closeOnce     sync.Once
+	closeErr      error
+	stop          chan struct{}
+	wg            sync.WaitGroup
+}
+
+var _ Replicator = (*EtcdNode)(nil)
+
+// etcdNet carries the messages of members in one process (tests): send
+// is given every message raft sends, and the returned deliver is how the
+// network hands a member its messages.
+type etcdNet interface {
+	attach(id uint64, deliver func(*raftpb.Message)) (send func([]*raftpb.Message))
+}
+
+// etcdElectionTick is the election timeout in ticks (etcdCore's config);
+// the heartbeat is one tick.
+const etcdElectionTick = 10
+
+// OpenEtcd opens a node alone on the etcd engine over cfg.DataDir, or on
+// stores in memory without one (tests): what it does not support yet
+// (peers, joining, a raft port or transport, TLS) is refused.
+func OpenEtcd(cfg Config, f *fsm.FSM) (*EtcdNode, error) {
+	switch {
+	case cfg.Join || cfg.Transport != nil || cfg.TLS != nil || cfg.Listener != nil:
+		return nil, fmt.Errorf("%w: joining a cluster, a raft transport or TLS", ErrEtcdNotYet)
+	case len(cfg.Peers) > 1 || len(cfg.Peers) == 1 && cfg.Peers[0].ID != cfg.NodeID:
+		return nil, fmt.Errorf("%w: a cluster of more than one node", ErrEtcdNotYet)
+	}
+	return openEtcd(cfg, f, nil)
+}
+
+func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
+	if cfg.NodeID == "" {
+		return nil, errors.New("server: the etcd engine needs a node ID")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	tick := max(cfg.ElectionTimeout/etcdElectionTick, time.Millisecond)
+	if cfg.ElectionTimeout <= 0 {
+		tick = 100 * time.Millisecond
+	}
+	n := &EtcdNode{cfg: cfg, fsm: f, self: etcdID(cfg.NodeID), stop: make(chan struct{}),
+		verifyTimeout: 4 * etcdElectionTick * tick, dialable: network != nil}
+	names := map[uint64]Peer{n.self: {ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}
+	voters := []uint64{n.self}
+	switch {
+	case cfg.Join:
+		voters = nil
+	case len(cfg.Peers) > 0:
+		voters = voters[:0]
+		self := false
+		for _, p := range cfg.Peers {
+			id := etcdID(p.ID)
+			if q, dup := names[id]; dup && q.ID != p.ID {
+				return nil, fmt.Errorf("server: the node IDs %s and %s map to the same etcd member id", q.ID, p.ID)
+			}
+			names[id] = p
+			voters = append(voters, id)
+			self = self || p.ID == cfg.NodeID
+		}
+		if !self {
+			return nil, fmt.Errorf("server: the peer list does not name this node (%s)", cfg.NodeID)
+		}
+	}
+	if err := n.open(cfg, voters, names, tick, network); err != nil {
+		n.closeAll()
+		return nil, err
+	}
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.core.m.returnFreedMemory(n.stop) }()
+	return n, nil
+}
+
+func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick time.Duration, network etcdNet) error {
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+	)
+	if cfg.DataDir == "" {
+		mem := raft.NewInmemStore()
+		logs, stable = mem, mem
+	} else {
+		st, err := n.openDir(cfg)
+		if err != nil {
+			return err
+		}
+		logs, stable = st.logs, st.stable
+	}
+	if err := n.boot(cfg.TokenFloor, func() (bool, error) { return etcdHasState(logs, stable) }); err != nil {
+		return err
+	}
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return fmt.Errorf("server: seeding proposal ids: %w", err)
+	}
+	m := newMachine(n.fsm, n.floor, cfg.Hooks)
+	c, err := openEtcdCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"),
+		binary.BigEndian.Uint64(seed[:])>>1)
+	if err != nil {
+		return fmt.Errorf("server: starting raft: %w", err)
+	}
+	n.core = c
+	n.closers = append(n.closers, closerFunc(func() error { c.close(); return nil }))
+	if network != nil {
+		c.setSend(network.attach(n.self, c.deliver))
+	}
+	return nil
+}
+
+// openDir locks cfg.DataDir, claims it for the etcd engine and opens its
+// verified stores, with the token ceiling over its state file.
+func (n *EtcdNode) openDir(cfg Config) (*stores, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("server: data dir: %w", err)
+	}
+	unlock, err := lockDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, closerFunc(unlock))
+	// A data dir of the hashicorp engine holds entries this node would
+	// misread.
+	if err := claimEngine(cfg.DataDir, EngineEtcd); err != nil {
+		return nil, err
+	}
+	segSize := cfg.WALSegmentSize
+	if segSize <= 0 {
+		segSize = WALSegmentSize
+	}
+	st, err := openStores(cfg.DataDir, segSize, raftlog.New(cfg.Logger.With("component", "raft")), cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, closerFunc(st.close))
+	n.state, n.wal = st.state, st.wal
+	n.floor = newTokenFloor(st.state)
+	n.closers = append(n.closers, startCheckpointer(st.state, time.Second))
+	return st, nil
+}
+
+// etcdHasState says whether the stores hold etcd state: entries or a
+// hard state.
+func etcdHasState(logs raft.LogStore, stable raft.StableStore) (bool, error) {
+	last, err := logs.LastIndex()
+	if err != nil || last > 0 {
+		return last > 0, err
+	}
+	b, err := etcdGetHardState(stable)
+	return len(b) > 0, err
+}
+
+// Close stops raft, then the stores it used; it may be called again.
+func (n *EtcdNode) Close() error {
+	n.closeOnce.Do(func() {
+		close(n.stop)
+		n.wg.Wait()
+		n.closeErr = n.closeAll()
+	})
+	return n.closeErr
+}
+
+func (n *EtcdNode) closeAll() error {
+	var errs []error
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		if err := n.closers[i].Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.closers = nil
+	return errors.Join(errs...)
+}
+
+// Propose appends data, an encoded fsm.Command, and waits until it is
+// committed and applied here, answering the state machine's result. The
+// timeout bounds the wait for raft to take it, as Node's does.
+func (n *EtcdNode) Propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
+	if len(data) == 0 {
+		return nil, errors.New("server: an empty proposal")
+	}
+	res, err := n.core.propose(data, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.durableErr(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return res, nil
+}
+
+// Barrier waits until every entry committed before it has been applied:
+// an entry without a command, proposed and waited for like any other.
+func (n *EtcdNode) Barrier(timeout time.Duration) error {
+	_, err := n.core.propose(nil, timeout)
+	return err
+}
+
+// Leadership receives true when this node becomes leader and false when
+// it stops being one; only the latest change waits in it.
+func (n *EtcdNode) Leadership() <-chan bool { return n.core.leaderCh }
+
+// VerifyLeader confirms with a quorum (raft's ReadIndex) that this node
+// still leads.
+func (n *EtcdNode) VerifyLeader() error { return n.core.verify(n.verifyTimeout) }
+
+// Status reads this node's state.
+func (n *EtcdNode) Status() Status {
+	c := n.core
+	var st Status
+	switch etcdraft.StateType(c.state.Load()) {
+	case etcdraft.StateLeader:
+		st.State = Leader
+	case etcdraft.StateCandidate, etcdraft.StatePreCandidate:
+		st.State = Candidate
+	default:
+		st.State = Follower
+	}
+	st.Term = c.term.Load()
+	lead, _ := c.name(c.leadID.Load())
+	st.LeaderID = lead.ID
+	heard := time.Unix(0, c.contact.Load())
+	st.LeaderSilent = st.State != Leader && time.Since(heard) > n.cfg.HeartbeatTimeout
+	if last := c.lastLead.Load(); st.LeaderID == "" && last != n.self {
+		former, _ := c.name(last)
+		st.FormerLeader = former.ID
+	}
+	if n.wal != nil {
+		st.Fault = n.wal.Fault()
+	}
+	return st
+}
+
+// AppliedIndex is the last index this node has applied.
+func (n *EtcdNode) AppliedIndex() uint64 { return max(n.core.applied.Load(), n.fsm.AppliedIndex()) }
+
+// CommitIndex is the last index known committed.
+func (n *EtcdNode) CommitIndex() uint64 { return n.core.commit.Load() }
+
+// StartIndex is the last index of the log when the node opened it.
+func (n *EtcdNode) StartIndex() uint64 { return n.core.first }
+
+// Configuration is the members as this node has applied them.
+func (n *EtcdNode) Configuration() ([]Server, error) {
+	c, err := etcdConfiguration(n.core.conf.Load(), *n.core.names.Load())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Server, 0, len(c.Servers))
+	for _, s := range c.Servers {
+		out = append(out, Server{ID: string(s.ID), Addr: string(s.Address), Suffrage: s.Suffrage.String(),
+			Voter: s.Suffrage == raft.Voter})
+	}
+	return out, nil
+}
+
+// AddNonvoter adds a member that counts for no quorum (an etcd
+// learner); a voter stays a voter, as on Node.
+func (n *EtcdNode) AddNonvoter(id, addr string, timeout time.Duration) error {
+	for _, v := range n.core.conf.Load().GetVoters() {
+		if v == etcdID(id) {
+			return nil
+		}
+	}
+	return n.change(raftpb.ConfChangeAddLearnerNode, id, addr, timeout)
+}
+
+// AddVoter adds a voter or promotes a non-voter.
+func (n *EtcdNode) AddVoter(id, addr string, timeout time.Duration) error {
+	return n.change(raftpb.ConfChangeAddNode, id, addr, timeout)
+}
+
+// RemoveServer takes a member out of the configuration; a leader that
+// removes itself steps down once the change is applied.
+func (n *EtcdNode) RemoveServer(id string, timeout time.Duration) error {
+	return n.change(raftpb.ConfChangeRemoveNode, id, "", timeout)
+}
+
+// change makes one membership change through raft and waits until this
+// node has applied it. Changes are one at a time, each committed before
+// the next is proposed.
+func (n *EtcdNode) change(typ raftpb.ConfChangeType, id, addr string, timeout time.Duration) error {
+	if id == "" {
+		return errors.New("server: a member needs a node ID")
+	}
+	if p, ok := n.core.name(etcdID(id)); ok && p.ID != id {
+		return fmt.Errorf("server: the node IDs %s and %s map to the same etcd member id", p.ID, id)
+	}
+	if typ == raftpb.ConfChangeRemoveNode {
+		if p, ok := n.core.name(etcdID(id)); ok {
+			addr = p.RaftAddr
+		}
+	}
+	return n.core.changeConf(typ, Peer{ID: id, RaftAddr: addr}, timeout)
+}
+
+// TransferLeadership hands leadership to the voter whose log is
+// furthest along, and returns once this node no longer leads.
+func (n *EtcdNode) TransferLeadership() error { return n.core.transferLeadership(n.verifyTimeout) }
+
+// Addr is this node's raft address as configured; without one, its node
+// ID, as the hashicorp node's in-memory transport names itself (Dialable
+// says nobody can reach it there).
+func (n *EtcdNode) Addr() string {
+	if n.cfg.RaftAddr == "" {
+		return n.cfg.NodeID
+	}
+	return n.cfg.RaftAddr
+}
+
+// Dialable says whether other nodes can reach this one: only members of
+// a network in the same process can, since there is no raft port yet.
+func (n *EtcdNode) Dialable() bool { return n.dialable }
+
+// ProbeRaft runs Config.DialRaft when set; there is no raft port of the
+// etcd engine to probe yet.
+func (n *EtcdNode) ProbeRaft(ctx context.Context, id, addr string, timeout time.Duration) error {
+	if n.cfg.DialRaft != nil {
+		return n.cfg.DialRaft(ctx, addr)
+	}
+	return fmt.Errorf("%w: probing a raft port", ErrEtcdNotYet)
+}
+
+// Peers is every other member's health as this node sees it while it
+// leads, in the configuration's order (ok false when it does not lead):
+// from their answers to its appends and heartbeats.
+func (n *EtcdNode) Peers() (peers []PeerStatus, ok bool) {
+	c := n.core
+	if !c.lead.Load() {
+		return nil, false
+	}
+	servers, err := n.Configuration()
+	if err != nil {
+		return nil, false
+	}
+	ids := make([]string, 0, len(servers))
+	for _, s := range servers {
+		if s.ID != n.cfg.NodeID {
+			ids = append(ids, s.ID)
+		}
+	}
+	c.watch.forget(ids)
+	var former formerLeader
+	if p, ok := c.name(c.otherLead.Load()); ok {
+		former = formerLeader{id: p.ID, heard: time.Unix(0, c.contact.Load())}
+	}
+	last, err := c.ms.LastIndex()
+	if err != nil {
+		return nil, false
+	}
+	return c.watch.status(ids, c.term.Load(), last, n.UnreachableAfter(), former), true
+}
+
+// UnreachableAfter is how long a leader waits for a peer's answer before
+// it calls the peer unreachable, as for Node.
+func (n *EtcdNode) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
+
+// RaftPortStats is zero: the etcd engine has no raft port yet.
+func (n *EtcdNode) RaftPortStats() RaftPortStats { return RaftPortStats{} }
