@@ -21,7 +21,7 @@ type plant struct {
 var plants = []plant{
 	{"keep-alive gives up one tick late", "client/keepalive.go",
 		"func (l *keeper) deadlineLocked() time.Time { return l.lastSent.Add(budgetFor(l.ttl).giveUp) }",
-		"func (l *keeper) deadlineLocked() time.Time { return l.lastSent.Add(budgetFor(l.ttl).giveUp + l.ttl/8) }", 400},
+		"func (l *keeper) deadlineLocked() time.Time { return l.lastSent.Add(budgetFor(l.ttl).giveUp + l.ttl/8) }", 3000},
 	{"hand-off skips the head waiter", "internal/locktable/table.go",
 		"\tw := q.waiters[0]\n\tt.grant(e, w.holder, now, w.ttl, w.since, grantOpts{sess: w.sess, delay: w.delay})",
 		"\tw := q.waiters[len(q.waiters)-1]\n\tt.grant(e, w.holder, now, w.ttl, w.since, grantOpts{sess: w.sess, delay: w.delay})", 400},
@@ -71,13 +71,13 @@ func TestPlantedBugsAreCaught(t *testing.T) {
 	t.Run("a clock 25% fast on every new leader", func(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.FastLeader = 0.25
-		for s := uint64(1); s <= 400; s++ {
+		for s := uint64(1); s <= 1500; s++ {
 			if r := runSeed(t, s, cfg); len(r.Violations) > 0 {
 				t.Logf("caught first at seed %d: %s", s, r.Violations[0])
 				return
 			}
 		}
-		t.Fatal("not caught within 400 seeds")
+		t.Fatal("not caught within 1500 seeds")
 	})
 }
 
