@@ -37,6 +37,35 @@ func twoNodes(t *testing.T, clk *clock.Fake, opts ...client.Option) (a, b *clien
 	return a, b, c, l
 }
 
+// threeNodes is a client for nodes a, b and c3, a lease on "k" of the
+// given TTL taken on a, and the same grant made on the replica the
+// cluster will elect (replica, one of b and c3), as it would know it.
+func threeNodes(t *testing.T, clk *clock.Fake, leaseTTL time.Duration, replica func(b, c3 *clienttest.Server) *clienttest.Server) (a, b, c3 *clienttest.Server, c *client.Client, l *client.Lease) {
+	t.Helper()
+	a, b, c3 = clienttest.NewServer(clk), clienttest.NewServer(clk), clienttest.NewServer(clk)
+	c, err := client.New([]string{a.Addr, b.Addr, c3.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); a.Close(); b.Close(); c3.Close() })
+	ctx := context.Background()
+	l, err = c.TryAcquire(ctx, "k", client.WithTTL(leaseTTL), client.WithHolder("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	r := replica(b, c3)
+	cr, err := client.New([]string{r.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cr.Close)
+	if lk, err := cr.Grant(ctx, "k", "h", leaseTTL, 0); err != nil || lk.Token != l.Token() {
+		t.Fatalf("replica grant = %v, %v; want token %d", lk, err, l.Token())
+	}
+	return a, b, c3, c, l
+}
+
 // TestLeaseExtendFailsOver: the node the lease was taken on dies, freezes or
 // stops leading; the keep-alive's next attempt goes to the other node, which
 // confirms the extension under the same token, well before the deadline.
@@ -231,27 +260,8 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
 	leakCheck(t)
 	clk := newFakeClock()
-	a, b, c3 := clienttest.NewServer(clk), clienttest.NewServer(clk), clienttest.NewServer(clk)
-	c, err := client.New([]string{a.Addr, b.Addr, c3.Addr}, client.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); a.Close(); b.Close(); c3.Close() })
-	ctx := context.Background()
-	l, err := c.TryAcquire(ctx, "k", client.WithTTL(ttl), client.WithHolder("h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Release(context.Background()) })
-	// c is the replica the cluster will elect: it knows the grant.
-	cc, err := client.New([]string{c3.Addr}, client.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cc.Close)
-	if lk, err := cc.Grant(ctx, "k", "h", ttl, 0); err != nil || lk.Token != l.Token() {
-		t.Fatalf("replica grant = %v, %v; want token %d", lk, err, l.Token())
-	}
+	// c3 is the replica the cluster will elect: it knows the grant.
+	a, b, c3, c, l := threeNodes(t, clk, ttl, func(_, c3 *clienttest.Server) *clienttest.Server { return c3 })
 	nobody := ""
 	a.Fail("extend", "hang")
 	b.NotLeader(&nobody)
@@ -298,26 +308,7 @@ func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
 func TestLeaseExtendAsksSilentNodesAgainWhenNobodyKnowsALeader(t *testing.T) {
 	leakCheck(t)
 	clk := newFakeClock()
-	a, b, c3 := clienttest.NewServer(clk), clienttest.NewServer(clk), clienttest.NewServer(clk)
-	c, err := client.New([]string{a.Addr, b.Addr, c3.Addr}, client.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); a.Close(); b.Close(); c3.Close() })
-	ctx := context.Background()
-	l, err := c.TryAcquire(ctx, "k", client.WithTTL(6*time.Second), client.WithHolder("h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Release(context.Background()) })
-	cb, err := client.New([]string{b.Addr}, client.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cb.Close)
-	if lk, err := cb.Grant(ctx, "k", "h", 6*time.Second, 0); err != nil || lk.Token != l.Token() {
-		t.Fatalf("replica grant = %v, %v; want token %d", lk, err, l.Token())
-	}
+	a, b, c3, c, l := threeNodes(t, clk, 6*time.Second, func(b, _ *clienttest.Server) *clienttest.Server { return b })
 	nobody := ""
 	a.Fail("extend", "hang")
 	b.Fail("extend", "hang")

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -158,19 +157,11 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 // openDir locks cfg.DataDir, claims it for the etcd engine and opens its
 // verified stores, with the token ceiling over its state file.
 func (n *EtcdNode) openDir(cfg Config) (*stores, error) {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("server: data dir: %w", err)
-	}
-	unlock, err := lockDir(cfg.DataDir)
+	unlock, err := claimDataDir(cfg.DataDir, EngineEtcd)
 	if err != nil {
 		return nil, err
 	}
 	n.closers = append(n.closers, closerFunc(unlock))
-	// A data dir of the hashicorp engine holds entries this node would
-	// misread.
-	if err := claimEngine(cfg.DataDir, EngineEtcd); err != nil {
-		return nil, err
-	}
 	segSize := cfg.WALSegmentSize
 	if segSize <= 0 {
 		segSize = WALSegmentSize
@@ -379,12 +370,7 @@ func (n *EtcdNode) Peers() (peers []PeerStatus, ok bool) {
 	if err != nil {
 		return nil, false
 	}
-	ids := make([]string, 0, len(servers))
-	for _, s := range servers {
-		if s.ID != n.cfg.NodeID {
-			ids = append(ids, s.ID)
-		}
-	}
+	ids := otherIDs(servers, n.cfg.NodeID)
 	c.watch.forget(ids)
 	var former formerLeader
 	if p, ok := c.name(c.otherLead.Load()); ok {

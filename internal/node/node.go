@@ -95,6 +95,25 @@ const WALSegmentSize = 16 << 20
 
 type closerFunc func() error
 
+// claimDataDir makes dir, takes its lock (one process per data
+// directory: a second server fails at once instead of hanging on the
+// stores' own file locks) and claims it for engine: a dir the other
+// engine wrote holds entries this one would misread, and is refused.
+func claimDataDir(dir, engine string) (unlock func() error, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("server: data dir: %w", err)
+	}
+	unlock, err = lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := claimEngine(dir, engine); err != nil {
+		_ = unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
 func (f closerFunc) Close() error { return f() }
 
 // Node is one raft node over its stores: the replicated log the service
@@ -153,22 +172,11 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		mem := raft.NewInmemStore()
 		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
 	} else {
-		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-			return nil, fmt.Errorf("server: data dir: %w", err)
-		}
-		// One process per data directory: a second server fails at once
-		// instead of hanging on the stores' own file locks.
-		unlock, err := lockDir(cfg.DataDir)
+		unlock, err := claimDataDir(cfg.DataDir, EngineHashicorp)
 		if err != nil {
 			return nil, err
 		}
 		n.closers = append(n.closers, closerFunc(unlock))
-		// A data dir the etcd engine wrote holds entries this node
-		// would misread.
-		if err := claimEngine(cfg.DataDir, EngineHashicorp); err != nil {
-			n.close()
-			return nil, err
-		}
 		// The stores are verified before raft reads them (openStores):
 		// damage refuses to start instead of losing or reissuing tokens.
 		segSize := cfg.WALSegmentSize

@@ -244,12 +244,7 @@ func (n *Node) Peers() (peers []PeerStatus, ok bool) {
 	if err != nil {
 		return nil, false
 	}
-	ids := make([]string, 0, len(servers))
-	for _, s := range servers {
-		if s.ID != n.cfg.NodeID {
-			ids = append(ids, s.ID)
-		}
-	}
+	ids := otherIDs(servers, n.cfg.NodeID)
 	n.peers.forget(ids)
 	// raft's LastContact is when a leader last sent to this node; it
 	// stops moving once this node leads, so it dates the former leader.
@@ -262,3 +257,14 @@ func (n *Node) Peers() (peers []PeerStatus, ok bool) {
 // heartbeat backed off after a failure (up to half the timeout) or one
 // slow answer does not flap a live peer.
 func (n *Node) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
+
+// otherIDs are the ids of servers other than self.
+func otherIDs(servers []Server, self string) []string {
+	ids := make([]string, 0, len(servers))
+	for _, s := range servers {
+		if s.ID != self {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
+}
