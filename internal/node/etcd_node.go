@@ -157,23 +157,11 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 // openDir locks cfg.DataDir, claims it for the etcd engine and opens its
 // verified stores, with the token ceiling over its state file.
 func (n *EtcdNode) openDir(cfg Config) (*stores, error) {
-	unlock, err := claimDataDir(cfg.DataDir, EngineEtcd)
+	st, err := n.openDataDir(cfg, EngineEtcd, raftlog.New(cfg.Logger.With("component", "raft")), &n.closers)
 	if err != nil {
 		return nil, err
 	}
-	n.closers = append(n.closers, closerFunc(unlock))
-	segSize := cfg.WALSegmentSize
-	if segSize <= 0 {
-		segSize = WALSegmentSize
-	}
-	st, err := openStores(cfg.DataDir, segSize, raftlog.New(cfg.Logger.With("component", "raft")), cfg.Logger)
-	if err != nil {
-		return nil, err
-	}
-	n.closers = append(n.closers, closerFunc(st.close))
-	n.state, n.wal = st.state, st.wal
-	n.floor = newTokenFloor(st.state)
-	n.closers = append(n.closers, startCheckpointer(st.state, time.Second))
+	n.wal = st.wal
 	return st, nil
 }
 

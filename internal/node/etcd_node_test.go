@@ -293,6 +293,19 @@ func TestEtcdNodeRefusesTheOtherEngine(t *testing.T) {
 			Logger: slog.New(slog.DiscardHandler),
 		}
 	}
+	// hashicorpDir is a data dir a hashicorp node ran on and closed.
+	hashicorpDir := func(t *testing.T) string {
+		t.Helper()
+		dir := t.TempDir()
+		hn, err := Open(hashicorpCfg(dir), fsm.New(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := hn.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
 	wantRefusal := func(t *testing.T, err error, dir, wrote string) {
 		t.Helper()
 		if err == nil {
@@ -307,30 +320,16 @@ func TestEtcdNodeRefusesTheOtherEngine(t *testing.T) {
 		}
 	}
 	t.Run("etcd on a hashicorp dir", func(t *testing.T) {
-		dir := t.TempDir()
-		hn, err := Open(hashicorpCfg(dir), fsm.New(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := hn.Close(); err != nil {
-			t.Fatal(err)
-		}
-		_, err = OpenEtcd(etcdTestConfig(dir, "a"), fsm.New(nil))
+		dir := hashicorpDir(t)
+		_, err := OpenEtcd(etcdTestConfig(dir, "a"), fsm.New(nil))
 		wantRefusal(t, err, dir, EngineHashicorp)
 	})
 	t.Run("etcd on a hashicorp dir from before the engine file", func(t *testing.T) {
-		dir := t.TempDir()
-		hn, err := Open(hashicorpCfg(dir), fsm.New(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := hn.Close(); err != nil {
-			t.Fatal(err)
-		}
+		dir := hashicorpDir(t)
 		if err := os.Remove(filepath.Join(dir, engineFileName)); err != nil {
 			t.Fatal(err)
 		}
-		_, err = OpenEtcd(etcdTestConfig(dir, "a"), fsm.New(nil))
+		_, err := OpenEtcd(etcdTestConfig(dir, "a"), fsm.New(nil))
 		wantRefusal(t, err, dir, EngineHashicorp)
 		if _, err := os.Stat(filepath.Join(dir, engineFileName)); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("the refusal wrote an engine file: %v", err)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/fsm"
@@ -95,6 +96,32 @@ const WALSegmentSize = 16 << 20
 
 type closerFunc func() error
 
+// openDataDir claims cfg.DataDir for engine and opens its stores,
+// verified before raft reads them (openStores: damage refuses to start
+// instead of losing or reissuing tokens), with the token ceiling over its
+// state file and the checkpointer that records it. What must be closed
+// is appended to closers, in the order it was opened.
+func (f *floors) openDataDir(cfg Config, engine string, raftLog hclog.Logger, closers *[]io.Closer) (*stores, error) {
+	unlock, err := claimDataDir(cfg.DataDir, engine)
+	if err != nil {
+		return nil, err
+	}
+	*closers = append(*closers, closerFunc(unlock))
+	segSize := cfg.WALSegmentSize
+	if segSize <= 0 {
+		segSize = WALSegmentSize
+	}
+	st, err := openStores(cfg.DataDir, segSize, raftLog, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	*closers = append(*closers, closerFunc(st.close))
+	f.state = st.state
+	f.floor = newTokenFloor(st.state)
+	*closers = append(*closers, startCheckpointer(st.state, time.Second))
+	return st, nil
+}
+
 // claimDataDir makes dir, takes its lock (one process per data
 // directory: a second server fails at once instead of hanging on the
 // stores' own file locks) and claims it for engine: a dir the other
@@ -172,27 +199,13 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		mem := raft.NewInmemStore()
 		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
 	} else {
-		unlock, err := claimDataDir(cfg.DataDir, EngineHashicorp)
-		if err != nil {
-			return nil, err
-		}
-		n.closers = append(n.closers, closerFunc(unlock))
-		// The stores are verified before raft reads them (openStores):
-		// damage refuses to start instead of losing or reissuing tokens.
-		segSize := cfg.WALSegmentSize
-		if segSize <= 0 {
-			segSize = WALSegmentSize
-		}
-		st, err := openStores(cfg.DataDir, segSize, rc.Logger, cfg.Logger)
+		st, err := n.openDataDir(cfg, EngineHashicorp, rc.Logger, &n.closers)
 		if err != nil {
 			n.close()
 			return nil, err
 		}
-		n.closers = append(n.closers, closerFunc(st.close))
 		logs, stable, snaps = st.logs, st.stable, st.snaps
-		n.state, n.wal = st.state, st.wal
-		n.floor = newTokenFloor(st.state)
-		n.closers = append(n.closers, startCheckpointer(st.state, time.Second))
+		n.wal = st.wal
 	}
 	n.m = newMachine(f, n.floor, cfg.Hooks)
 

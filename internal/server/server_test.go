@@ -46,16 +46,7 @@ type testServer struct {
 
 func startServer(t *testing.T, cfg Config) *testServer {
 	t.Helper()
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		s.Close()
-		t.Fatalf("server never became ready: %v", err)
-	}
+	s := readyServer(t, cfg)
 	hs := httptest.NewServer(s.Handler())
 	ts := &testServer{Server: s, t: t, url: hs.URL, hs: hs}
 	t.Cleanup(ts.stop)

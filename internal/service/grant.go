@@ -124,9 +124,12 @@ func (s *Service) acquire(ctx context.Context, g grant) (api.Lease, *Error) {
 	if g.wait > 0 {
 		return s.acquireWait(ctx, g, release)
 	}
-	done := s.waiters.answering(g.key, g.holder)
+	if g.isShared {
+		// Remembered like a wait: its grant must not be taken for an
+		// orphan's (an exclusive try-once never is).
+		defer s.waiters.answering(g.key, g.holder)()
+	}
 	l, _, e := s.proposeLease(g.command(), "acquire")
-	done()
 	return l, e
 }
 

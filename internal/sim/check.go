@@ -23,30 +23,25 @@ func (r *Result) checkModels() {
 		r.Violations = append(r.Violations, "prober: "+v.String())
 	}
 	lin := e2e.CheckLinearizable(r.lin, modelTimeout)
-	r.verdict("plain locks", lin.Result, lin.Ops)
+	verdict[e2e.Op](r, "plain locks", lin.Result, lin.Ops, nil)
 	res, n := e2e.CheckSharedLinearizable(r.shared, modelTimeout)
-	r.verdict("semaphores and read/write locks", res, n)
-	if res == porcupine.Illegal {
-		for _, o := range r.shared {
-			r.Violations = append(r.Violations, "  "+o.String())
-		}
-	}
+	verdict(r, "semaphores and read/write locks", res, n, r.shared)
 	for _, epoch := range slices.Sorted(maps.Keys(r.multi)) {
 		res, n := e2e.CheckMultiLinearizable(r.multi[epoch], modelTimeout)
-		r.verdict(fmt.Sprintf("multi-key acquires of epoch %d", epoch), res, n)
-		if res == porcupine.Illegal {
-			for _, o := range r.multi[epoch] {
-				r.Violations = append(r.Violations, "  "+o.String())
-			}
-		}
+		verdict(r, fmt.Sprintf("multi-key acquires of epoch %d", epoch), res, n, r.multi[epoch])
 	}
 }
 
-func (r *Result) verdict(what string, res porcupine.CheckResult, ops int) {
-	r.Checked += ops
+// verdict counts a history's check; one that is not linearizable is a
+// violation, listed with ops.
+func verdict[O fmt.Stringer](r *Result, what string, res porcupine.CheckResult, n int, ops []O) {
+	r.Checked += n
 	switch res {
 	case porcupine.Illegal:
-		r.Violations = append(r.Violations, fmt.Sprintf("prober: the history of %s (%d calls) is not linearizable", what, ops))
+		r.Violations = append(r.Violations, fmt.Sprintf("prober: the history of %s (%d calls) is not linearizable", what, n))
+		for _, o := range ops {
+			r.Violations = append(r.Violations, "  "+o.String())
+		}
 	case porcupine.Unknown:
 		r.Unchecked++
 	}

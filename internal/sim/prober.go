@@ -37,7 +37,6 @@ type probes struct {
 func (a *actor) probe(end time.Time) {
 	p := a.w.probes
 	start := a.w.t0
-	since := func() time.Duration { return time.Since(start) }
 	gen := 0
 	held := map[string]uint64{}
 	var seen []uint64
@@ -120,11 +119,11 @@ func (a *actor) probe(end time.Time) {
 				seen = append(seen, lk.Token)
 			}
 		case r < 88:
-			if !a.probeShared(ctx, epoch, holder, since) {
+			if !a.probeShared(ctx, epoch, holder) {
 				gen++
 			}
 		default:
-			if !a.probeMulti(ctx, epoch, holder, since) {
+			if !a.probeMulti(ctx, epoch, holder) {
 				gen++
 			}
 		}
@@ -154,8 +153,9 @@ func (a *actor) outcome(op string, err, refusal error) e2e.Result {
 // probeShared takes one hold of the epoch's semaphore (2 permits) or
 // read/write lock and releases it; false: some call had no definite
 // answer, so the hold may still be there under this holder.
-func (a *actor) probeShared(ctx context.Context, epoch int, holder string, since func() time.Duration) bool {
+func (a *actor) probeShared(ctx context.Context, epoch int, holder string) bool {
 	p := a.w.probes
+	since := p.lin.Since // one clock for every history
 	in := e2e.SharedInput{Kind: e2e.SharedAcquire, Key: fmt.Sprintf("psem/%d", epoch), Holder: holder, Permits: 2}
 	opts := []client.LeaseOption{client.WithTTL(proberTTL), client.WithHolder(holder)}
 	if a.rnd.IntN(2) == 0 {
@@ -203,8 +203,9 @@ func (a *actor) probeShared(ctx context.Context, epoch int, holder string, since
 
 // probeMulti takes two or three of the epoch's multi-key keys at once
 // and releases them one by one; false as for probeShared.
-func (a *actor) probeMulti(ctx context.Context, epoch int, holder string, since func() time.Duration) bool {
+func (a *actor) probeMulti(ctx context.Context, epoch int, holder string) bool {
 	p := a.w.probes
+	since := p.lin.Since
 	skip := a.rnd.IntN(len(e2e.MultiKeys) + 1) // len: all of them
 	var names, keys []string
 	for i, k := range e2e.MultiKeys {
