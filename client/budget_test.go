@@ -25,7 +25,7 @@ const election = 1300 * time.Millisecond
 func settle(t *testing.T, clk *clock.Fake, l *client.Lease, d time.Duration, hanging ...string) {
 	t.Helper()
 	const step = 5 * time.Millisecond
-	rest := func() bool { return isDone(l) || l.Waiting(hanging...) && clk.Pending() == 2 }
+	rest := func() bool { return isDone(l) || l.Waiting(hanging...) }
 	for end := clk.Now().Add(d); clk.Now().Before(end); {
 		waitFor(t, "the keep-alive to wait on the clock", rest)
 		if isDone(l) {

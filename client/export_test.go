@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 )
@@ -26,6 +27,10 @@ func (c *Client) Framed(addr string) bool {
 // AttemptTimeout exposes how long one extension waits for one node, so a
 // test on a fake clock can move time by exactly that much.
 func (l *Lease) AttemptTimeout() time.Duration { return l.attemptTimeout() }
+
+// HedgeDelay is how long an attempt goes unanswered before the next
+// address is asked beside it.
+func (l *Lease) HedgeDelay() time.Duration { return l.hedgeDelay() }
 
 // FramedConns is how many framed connections the client holds to addr (a
 // base URL).
@@ -72,13 +77,13 @@ func RetryDelayMax(ttl time.Duration) time.Duration { return retryDelayMax(ttl) 
 func (l *Lease) Waiting(hanging ...string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.sleeping {
-		return true
+	if !l.waiting || l.pending > 0 {
+		return false
 	}
-	for _, a := range hanging {
-		if l.attempt == a {
-			return true
+	for a := range l.out {
+		if !slices.Contains(hanging, a) {
+			return false
 		}
 	}
-	return false
+	return true
 }

@@ -92,16 +92,24 @@ func TestLeaseExtendFailsOver(t *testing.T) {
 			clk.Advance(next) // the first extension is due
 			sent := clk.Now()
 			if fault == "hang" {
-				// The attempt at a gets no answer; its own timeout, a part
-				// of the budget, sends the keep-alive on to b.
+				// The attempt at a gets no answer. Once it has waited the
+				// hedge delay, a part of its timeout, b is asked beside it.
 				waitFor(t, "the extension to reach a", func() bool { return a.Count("extend") == 1 })
-				// At rest: the lease's deadline and now the attempt's
-				// timeout instead of the keep-alive's sleep.
-				waitFor(t, "the attempt's timer", func() bool { return clk.Pending() == 2 })
+				// At rest: the lease's deadline, and now the attempt's
+				// timeout and its hedge instead of the keep-alive's sleep.
+				waitFor(t, "the attempt's timers", func() bool { return clk.Pending() == 3 && l.Waiting(a.URL) })
 				if b.Count("extend") != 0 {
-					t.Fatal("b was asked before a's attempt timed out")
+					t.Fatal("b was asked before a's attempt had waited the hedge delay")
 				}
-				clk.Advance(l.AttemptTimeout())
+				if h := l.HedgeDelay(); h >= l.AttemptTimeout() {
+					t.Fatalf("hedge delay %v, not less than the attempt's timeout %v", h, l.AttemptTimeout())
+				}
+				clk.Advance(l.HedgeDelay() - time.Millisecond)
+				waitFor(t, "the keep-alive to wait on", func() bool { return l.Waiting(a.URL) })
+				if b.Count("extend") != 0 {
+					t.Fatal("b was asked before a's attempt had waited the hedge delay")
+				}
+				clk.Advance(time.Millisecond)
 				sent = clk.Now()
 			}
 			waitFor(t, "the extension to reach b", func() bool { return b.Count("extend") == 1 })
@@ -252,11 +260,13 @@ func TestAcquireWaitMovesOffAStuckNode(t *testing.T) {
 }
 
 // TestLeaseExtendPassesOverASilentNode: the leader a freezes just as an
-// extension is due, and the others have not elected anyone yet. The
-// attempt at a times out, b and c answer not_leader naming nobody, and
-// after the pause the next round must not wait on a again: c, elected
-// meanwhile, confirms. A frozen leader costs one attempt's timeout of the
-// failover allowance, not one per round.
+// extension is due, and the others have not elected anyone yet. Once the
+// attempt at a has gone unanswered for the hedge delay, b and c are asked
+// beside it and answer not_leader naming nobody; after the pause the next
+// round asks them again, not a, whose attempt is still out: c, elected
+// meanwhile, confirms before a's attempt has timed out. A frozen leader
+// costs a hedge delay of the failover allowance, not an attempt's timeout
+// per round.
 func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
 	leakCheck(t)
 	clk := newFakeClock()
@@ -272,24 +282,29 @@ func TestLeaseExtendPassesOverASilentNode(t *testing.T) {
 	waitFor(t, "the keep-alive to sleep", func() bool { return clk.Pending() == 2 })
 	next, _ := clk.Next()
 	clk.Advance(next)
-	waitFor(t, "the extension to reach a", func() bool { return a.Count("extend") == 1 })
-	waitFor(t, "the attempt's timer", func() bool { return clk.Pending() == 2 })
-	armed := clk.Scheduled()
-	clk.Advance(l.AttemptTimeout())
-	// b's and c's attempts arm a timer each, then the pause its own.
-	waitFor(t, "the pause after the round", func() bool { return clk.Scheduled() == armed+3 && clk.Pending() == 2 })
-	if b.Count("extend") != 1 || c3.Count("extend") != 1 {
-		t.Fatalf("round one asked b %d and c %d times; want once each", b.Count("extend"), c3.Count("extend"))
-	}
+	start := clk.Now()
+	waitFor(t, "the extension to reach a", func() bool { return a.Count("extend") == 1 && l.Waiting(a.URL) })
+	clk.Advance(l.HedgeDelay())
+	waitFor(t, "round one to reach b and c", func() bool {
+		return b.Count("extend") == 1 && c3.Count("extend") == 1 && l.Waiting(a.URL)
+	})
 	c3.NotLeader(nil) // c has won its election
-	pause, _ := clk.Next()
-	clk.Advance(pause)
-	sent := clk.Now()
-	waitFor(t, "the second round to reach c", func() bool { return c3.Count("extend") == 2 })
-	if n := a.Count("extend"); n != 1 {
-		t.Fatalf("a, silent, was asked %d times; want once", n)
+	// Step through the pause; the next round reaches c.
+	for c3.Count("extend") < 2 {
+		if clk.Now().Sub(start) >= l.AttemptTimeout() {
+			t.Fatalf("c not asked again within a's attempt timeout %v", l.AttemptTimeout())
+		}
+		clk.Advance(time.Millisecond)
+		waitFor(t, "the keep-alive to wait on the clock", func() bool { return c3.Count("extend") >= 2 || l.Waiting(a.URL) })
 	}
+	sent := clk.Now()
 	waitFor(t, "the confirmation", func() bool { return l.Deadline().Equal(sent.Add(giveUpOf(ttl))) })
+	if n := a.Count("extend"); n != 1 {
+		t.Fatalf("a, frozen, was asked %d times; want once", n)
+	}
+	if n := b.Count("extend"); n != 2 {
+		t.Fatalf("b was asked %d times; want once a round", n)
+	}
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease: %v", err)
 	}

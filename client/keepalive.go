@@ -39,8 +39,11 @@ type keeper struct {
 	timer    Timer     // calls expire at the deadline
 	lastErr  error     // the last transient failure since the last confirmation
 	err      error     // set once ended: the owner's close sentinel, or lost(...)
-	next     int       // the next attempt goes this many places after the preferred address
-	tries    int       // attempts since the last confirmation
+	// asked are the addresses asked in this round of attempts (a round
+	// asks every address at most once, the preferred first), and tries
+	// counts the round's failed attempts.
+	asked map[string]bool
+	tries int
 	// silent are the addresses whose attempt got no answer at all since
 	// the last confirmation (a frozen or cut-off node). Later rounds skip
 	// them while another address is left, so a frozen leader costs one
@@ -57,10 +60,15 @@ type keeper struct {
 	// extendedLocked).
 	extended chan struct{}
 	// What the goroutine is waiting for, for tests that move a fake clock
-	// only while it waits on it: sleeping (a pause or the next due time),
-	// or the answer of the attempt at attempt.
-	sleeping bool
-	attempt  string
+	// only while it waits on it: waiting (asleep, or on its attempts with
+	// no answer yet to take in), with attempts out at the addresses in out
+	// and pending answers not yet taken in.
+	// round numbers the calls of extend, so that an attempt it left
+	// behind does not count as out in the next.
+	waiting bool
+	out     map[string]bool
+	pending int
+	round   int
 }
 
 // start arms the deadline and starts the goroutine; ctx gives the values
@@ -146,16 +154,7 @@ func (l *keeper) run() {
 		if !l.sleep(next.Sub(l.clock.Now())) {
 			return
 		}
-		for {
-			done, pause := l.extendOnce()
-			if done {
-				break
-			}
-			if !l.sleep(pause) {
-				return
-			}
-		}
-		if l.ctx.Err() != nil {
+		if !l.extend() {
 			return
 		}
 	}
@@ -164,14 +163,26 @@ func (l *keeper) run() {
 // sleep waits d on the clock, or until the keep-alive ends; it reports
 // whether the whole d passed.
 func (l *keeper) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	ch := make(chan struct{})
+	t := l.clock.AfterFunc(d, func() { l.wake(func() { close(ch) }) })
 	l.mu.Lock()
-	l.sleeping = true
+	l.waiting = true // only now that the timer is armed
 	l.mu.Unlock()
-	ok := sleep(l.clock, d, l.ctx.Done())
-	l.mu.Lock()
-	l.sleeping = false
-	l.mu.Unlock()
-	return ok
+	defer func() {
+		l.mu.Lock()
+		l.waiting = false
+		l.mu.Unlock()
+	}()
+	select {
+	case <-ch:
+		return true
+	case <-l.ctx.Done():
+		t.Stop()
+		return false
+	}
 }
 
 // interval is the budget's cadence less up to 10%, so that many clients
@@ -205,117 +216,300 @@ func (l *keeper) attemptTimeout() time.Duration {
 	return min(max(l.ttl/12, 100*time.Millisecond), 2*time.Second, max(l.ttl/6, time.Millisecond))
 }
 
-// pickLocked is the address of the next attempt: l.next places after the
-// preferred one, passing over silent addresses while another is left.
+// hedgeDelay is how long an attempt may go unanswered before the next
+// address is asked beside it: a third of the attempt's timeout, so that a
+// frozen or cut-off node, or one whose calls wait on such a node, costs
+// about that much of the failover allowance however often it is asked,
+// while a node answering in the usual milliseconds is asked alone.
+func (l *keeper) hedgeDelay() time.Duration { return max(l.attemptTimeout()/3, time.Millisecond) }
+
+// pickLocked is the address of the next attempt: from the preferred one
+// on, the first not asked in this round and without an attempt out,
+// passing over silent addresses while one is not silent; "" when the round
+// has none left.
 func (l *keeper) pickLocked() string {
 	n := l.c.size()
+	allSilent := len(l.silent) >= n
 	for i := range n {
-		if a := l.c.pick(l.next + i); !l.silent[a] {
-			l.next += i
+		a := l.c.pick(i)
+		if !l.out[a] && !l.asked[a] && (allSilent || !l.silent[a]) {
 			return a
 		}
 	}
-	return l.c.pick(l.next)
+	return ""
 }
 
-// extendOnce sends one extension to one node and records its outcome. It
-// reports done after a confirmation or once the keep-alive has ended; otherwise
-// it says how long to pause before the next attempt. After a failure the
-// next attempt goes to the next address, or at once to the leader a node
-// named, so that a dead, frozen or deposed leader is left for the node the
-// others elected (the token never changes: every attempt is an Extend).
-// Each attempt has its own request id and send time, so a confirmation is
-// always dated from the send of the request that the server applied.
-func (l *keeper) extendOnce() (done bool, pause time.Duration) {
-	// Woken past the deadline (the process was paused): the lease is
-	// already lost, and an extension sent now could not save it.
-	l.mu.Lock()
-	sent := l.clock.Now()
-	l.checkLocked(sent)
-	ended := l.err != nil
-	left := l.deadlineLocked().Sub(sent)
-	l.mu.Unlock()
-	if ended {
-		return true, 0
-	}
-	timeout := max(min(l.attemptTimeout(), left), time.Millisecond)
-	actx, cancel := context.WithCancelCause(l.ctx)
-	l.mu.Lock()
-	addr := l.pickLocked()
-	l.attempt = addr
-	l.mu.Unlock()
-	var silent atomic.Bool
-	t := l.clock.AfterFunc(timeout, func() {
-		silent.Store(true)
-		cancel(fmt.Errorf("%w: %s: no answer to %s within %v", ErrUnreachable, addr, l.what, timeout))
-	})
-	confirm, err := l.send(actx, addr)
-	t.Stop()
-	cancel(nil)
-
+// wake runs a timer's signal to the goroutine and marks it as no longer
+// waiting on the clock alone, in one step under mu: the goroutine decides
+// under mu whether it waits, so it never takes in a signal and waits
+// again before the mark.
+func (l *keeper) wake(signal func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.attempt = ""
-	if l.err != nil {
-		return true, 0 // ended while the request was out
+	signal()
+	l.waiting = false
+}
+
+// signal sends on a channel with room for one, once.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
-	if err != nil && silent.Load() {
+}
+
+// attemptResult is the outcome of one extension sent to one node.
+type attemptResult struct {
+	addr    string
+	sent    time.Time
+	confirm func()
+	err     error
+	silent  bool // no answer came within the attempt's timeout
+}
+
+// extend sends extensions until one is confirmed or the keep-alive ends;
+// it reports whether the keep-alive goes on. An attempt goes to one node;
+// after a failure the next goes to the next address, or at once to the
+// leader a node named, so that a dead, frozen or deposed leader is left
+// for the node the others elected (the token never changes: every
+// attempt is an Extend). An attempt that has had no answer for
+// hedgeDelay is left running and the next address is asked beside it, so
+// that a node that cannot answer costs little once another can. Each
+// attempt has its own request id and send time, so a confirmation is
+// always dated from the send of the request the server applied; the
+// first one confirmed ends the others.
+func (l *keeper) extend() bool {
+	results := make(chan attemptResult, l.c.size()+1)
+	actx, cancelAll := context.WithCancel(l.ctx)
+	defer cancelAll()
+	hedge := make(chan struct{}, 1)
+	var hedgeTimer, pauseTimer Timer
+	stop := func() {
+		if hedgeTimer != nil {
+			hedgeTimer.Stop()
+		}
+		if pauseTimer != nil {
+			pauseTimer.Stop()
+		}
+	}
+	defer stop()
+	paused := false
+	resume := make(chan struct{}, 1)
+	l.mu.Lock()
+	l.round++
+	round := l.round
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.round++
+		l.out, l.pending = nil, 0
+		l.mu.Unlock()
+	}()
+
+	// launch sends the next attempt of the round and arms the hedge; it
+	// reports false when the round has no address left to ask.
+	launch := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		sent := l.clock.Now()
+		l.checkLocked(sent)
+		if l.err != nil {
+			return true // the keep-alive has ended; l.ctx says so
+		}
+		addr := l.pickLocked()
+		if addr == "" {
+			return false
+		}
+		if l.out == nil {
+			l.out = map[string]bool{}
+		}
+		if l.asked == nil {
+			l.asked = map[string]bool{}
+		}
+		l.out[addr], l.asked[addr] = true, true
+		timeout := max(min(l.attemptTimeout(), l.deadlineLocked().Sub(sent)), time.Millisecond)
+		// The attempt's timer is armed here, before the goroutine waits
+		// again, so that a test moving a fake clock while it waits never
+		// moves it past an attempt whose timer is not armed yet.
+		a := &attempt{addr: addr, sent: sent}
+		var cctx context.Context
+		cctx, a.cancel = context.WithCancelCause(actx)
+		a.timer = l.clock.AfterFunc(timeout, func() {
+			a.silent.Store(true)
+			l.answered(round, a)
+			a.cancel(fmt.Errorf("%w: %s: no answer to %s within %v", ErrUnreachable, addr, l.what, timeout))
+		})
+		go l.attemptAt(cctx, round, a, results)
+		if hedgeTimer != nil {
+			hedgeTimer.Stop()
+		}
+		hedgeTimer = l.clock.AfterFunc(l.hedgeDelay(), func() { l.wake(func() { signal(hedge) }) })
+		return true
+	}
+
+	launch()
+	for {
+		l.mu.Lock()
+		// A signal already sent is work to do, not a wait on the clock.
+		l.waiting = len(hedge) == 0 && len(resume) == 0
+		l.mu.Unlock()
+		var r attemptResult
+		got := false
+		select {
+		case r = <-results:
+			got = true
+		case <-hedge:
+		case <-resume:
+			paused = false
+			l.mu.Lock()
+			l.asked = nil // a new round
+			l.mu.Unlock()
+		case <-l.ctx.Done():
+		}
+		l.mu.Lock()
+		l.waiting = false
+		if got {
+			l.pending--
+		}
+		l.mu.Unlock()
+		if l.ctx.Err() != nil {
+			return false
+		}
+		if !got {
+			if !paused {
+				launch() // a hedge, or the next round
+			}
+			continue
+		}
+		if !l.settle(r) {
+			return l.ctx.Err() == nil
+		}
+		// Move on at once while this round has addresses left to ask;
+		// pause once it has none, or has had as many failures as there
+		// are addresses (nodes naming each other as the leader), so that a
+		// cluster without a leader is not asked in a tight loop.
+		if paused || !l.roundFailed() && launch() {
+			continue
+		}
+		paused = true
+		if hedgeTimer != nil {
+			hedgeTimer.Stop()
+		}
+		pause := l.endRound()
+		pauseTimer = l.clock.AfterFunc(pause, func() { l.wake(func() { signal(resume) }) })
+	}
+}
+
+// roundFailed reports whether this round has had a failure per address.
+func (l *keeper) roundFailed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tries >= l.c.size()
+}
+
+// endRound ends a round of failed attempts and says how long to pause
+// before the next. A round whose failures were all not_leader naming
+// nobody means the nodes still answering know no leader, so the leader,
+// elected meanwhile, is one of the silent: their marks are dropped and the
+// next round asks them again.
+func (l *keeper) endRound() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tries > 0 && l.noLeader == l.tries {
+		l.silent = nil
+	}
+	l.tries, l.noLeader = 0, 0
+	return l.retryDelay()
+}
+
+// attempt is one extension out at one node.
+type attempt struct {
+	addr   string
+	sent   time.Time
+	cancel context.CancelCauseFunc
+	timer  Timer       // ends the attempt at its timeout
+	silent atomic.Bool // the timeout ended it
+	// counted is set, under the keeper's mu, once the attempt no longer
+	// counts as out: its answer came, or its timeout ended it.
+	counted bool
+}
+
+// answered takes attempt a out of the attempts waiting on an answer and
+// counts its result as pending, once.
+func (l *keeper) answered(round int, a *attempt) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a.counted || l.round != round {
+		return
+	}
+	a.counted = true
+	delete(l.out, a.addr)
+	l.pending++
+}
+
+// attemptAt sends attempt a and reports its outcome.
+func (l *keeper) attemptAt(ctx context.Context, round int, a *attempt, results chan<- attemptResult) {
+	confirm, err := l.send(ctx, a.addr)
+	a.timer.Stop()
+	a.cancel(nil)
+	l.answered(round, a)
+	results <- attemptResult{addr: a.addr, sent: a.sent, confirm: confirm, err: err, silent: err != nil && a.silent.Load()}
+}
+
+// settle records one attempt's outcome; it reports whether to go on.
+func (l *keeper) settle(r attemptResult) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return false // ended while the request was out
+	}
+	if r.silent {
 		if l.silent == nil {
 			l.silent = map[string]bool{}
 		}
-		l.silent[addr] = true
+		l.silent[r.addr] = true
 	}
 	now := l.clock.Now()
+	err := r.err
 	var ae *APIError
 	switch {
 	case err == nil:
 		l.checkLocked(now) // a confirmation after the deadline is too late
 		if l.err != nil {
-			return true, 0
+			return false
 		}
-		l.c.prefer(addr)
-		l.next, l.tries, l.silent, l.noLeader = 0, 0, nil, 0
-		l.lastSent, l.lastErr = sent, nil
-		confirm()
+		l.c.prefer(r.addr)
+		l.asked, l.tries, l.silent, l.noLeader = nil, 0, nil, 0
+		// A later send confirmed first keeps the later date: the lease
+		// runs from the newest extension the server is known to hold.
+		if r.sent.After(l.lastSent) {
+			l.lastSent = r.sent
+		}
+		l.lastErr = nil
+		r.confirm()
 		if l.extended != nil {
 			close(l.extended)
 			l.extended = nil
 		}
 		l.timer.Stop()
 		l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(now), l.expire)
-		return true, 0
+		return false
 	case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "":
-		if u, perr := leaderURL(addr, ae.Leader); perr == nil && u != addr {
+		if u, perr := leaderURL(r.addr, ae.Leader); perr == nil && u != r.addr {
 			l.c.prefer(u)
-			l.next = 0
-			delete(l.silent, u) // named as the leader: ask it
-		} else {
-			l.next++
+			delete(l.silent, u) // named as the leader: ask it, in this round too
+			delete(l.asked, u)
 		}
 	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal):
 		if errors.As(err, &ae) && ae.Code == api.CodeNotLeader {
 			l.noLeader++
 		}
-		l.next++
 	default:
 		l.endLocked(l.lost(err))
-		return true, 0
+		return false
 	}
 	l.lastErr = err
-	l.checkLocked(now)
-	if l.err != nil {
-		return true, 0
-	}
-	// Move on at once while this round has addresses left to try; pause
-	// after each full round, so that a cluster without a leader is not
-	// asked in a tight loop.
 	l.tries++
-	if l.tries%l.c.size() != 0 {
-		return false, 0
-	}
-	if l.noLeader == l.c.size() {
-		l.silent = nil
-	}
-	l.noLeader = 0
-	return false, l.retryDelay()
+	l.checkLocked(now)
+	return l.err == nil
 }
