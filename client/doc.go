@@ -63,7 +63,8 @@
 // Defaults: TTL DefaultTTL (10s); holder DefaultHolder() (hostname-pid-
 // random, new per lease); Acquire waits until ctx ends unless WithWait; an
 // extension attempt waits TTL/12 for one node (100ms to 2s), the next node
-// is tried at once, and a round of every node is tried again about TTL/30
+// is tried at once after a failure and beside an attempt unanswered for a
+// third of that, and a round of every node is tried again about TTL/30
 // later (at most 250ms); any call unanswered for a second has its node
 // checked every second (WithWaitCheck) and moves on, same request_id, when
 // the check is not answered either, about 2s after the node went silent;

@@ -47,8 +47,9 @@ type keeper struct {
 	// silent are the addresses whose attempt got no answer at all since
 	// the last confirmation (a frozen or cut-off node). Later rounds skip
 	// them while another address is left, so a frozen leader costs one
-	// attempt's timeout, not one per round. A node named as the leader is
-	// still asked.
+	// attempt's timeout, not one per round (and, with the next address
+	// asked beside it after the hedge delay, only that much of the
+	// failover allowance). A node named as the leader is still asked.
 	silent map[string]bool
 	// noLeader counts the attempts of this round answered not_leader
 	// naming nobody. A round of nothing else means the nodes still
@@ -280,6 +281,11 @@ type attemptResult struct {
 // first one confirmed ends the others.
 func (l *keeper) extend() bool {
 	results := make(chan attemptResult, l.c.size()+1)
+	// over is closed when extend returns, so that an attempt answered
+	// after it (cancelled, or left out) never blocks on results, whose
+	// room was sized before a newly named leader could add an address.
+	over := make(chan struct{})
+	defer close(over)
 	actx, cancelAll := context.WithCancel(l.ctx)
 	defer cancelAll()
 	hedge := make(chan struct{}, 1)
@@ -339,7 +345,7 @@ func (l *keeper) extend() bool {
 			l.answered(round, a)
 			a.cancel(fmt.Errorf("%w: %s: no answer to %s within %v", ErrUnreachable, addr, l.what, timeout))
 		})
-		go l.attemptAt(cctx, round, a, results)
+		go l.attemptAt(cctx, round, a, results, over)
 		if hedgeTimer != nil {
 			hedgeTimer.Stop()
 		}
@@ -448,12 +454,15 @@ func (l *keeper) answered(round int, a *attempt) {
 }
 
 // attemptAt sends attempt a and reports its outcome.
-func (l *keeper) attemptAt(ctx context.Context, round int, a *attempt, results chan<- attemptResult) {
+func (l *keeper) attemptAt(ctx context.Context, round int, a *attempt, results chan<- attemptResult, over <-chan struct{}) {
 	confirm, err := l.send(ctx, a.addr)
 	a.timer.Stop()
 	a.cancel(nil)
 	l.answered(round, a)
-	results <- attemptResult{addr: a.addr, sent: a.sent, confirm: confirm, err: err, silent: err != nil && a.silent.Load()}
+	select {
+	case results <- attemptResult{addr: a.addr, sent: a.sent, confirm: confirm, err: err, silent: err != nil && a.silent.Load()}:
+	case <-over:
+	}
 }
 
 // settle records one attempt's outcome; it reports whether to go on.
