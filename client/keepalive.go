@@ -290,15 +290,14 @@ func (l *keeper) extend() bool {
 	defer cancelAll()
 	hedge := make(chan struct{}, 1)
 	var hedgeTimer, pauseTimer Timer
-	stop := func() {
+	defer func() {
 		if hedgeTimer != nil {
 			hedgeTimer.Stop()
 		}
 		if pauseTimer != nil {
 			pauseTimer.Stop()
 		}
-	}
-	defer stop()
+	}()
 	paused := false
 	resume := make(chan struct{}, 1)
 	l.mu.Lock()
