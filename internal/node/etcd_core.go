@@ -44,6 +44,9 @@ type etcdCore struct {
 
 	props  chan etcdProp
 	recv   chan *raftpb.Message
+	// reports are what the transport learned of a peer: unreachable, or
+	// a snapshot sent (or not); run hands them to raft.
+	reports chan etcdReport
 	applyc chan []*raftpb.Entry
 	stop   chan struct{}
 	done   sync.WaitGroup
@@ -113,6 +116,7 @@ const etcdIDLen = 8
 func (c *etcdCore) start(seed uint64) {
 	c.props = make(chan etcdProp, 1024)
 	c.recv = make(chan *raftpb.Message, 4096)
+	c.reports = make(chan etcdReport, 256)
 	c.applyc = make(chan []*raftpb.Entry, 64)
 	c.reads = make(chan uint64, 64)
 	c.confs = make(chan etcdConfReq, 16)
@@ -145,6 +149,34 @@ func (c *etcdCore) deliver(m *raftpb.Message) {
 	select {
 	case c.recv <- m:
 	default:
+	}
+}
+
+// etcdReport is what a transport tells raft of a peer: that it could not
+// be reached, or how a snapshot sent to it went (snap set).
+type etcdReport struct {
+	to         uint64
+	snap, done bool // snap: a snapshot's outcome, done: it was sent
+}
+
+// reportUnreachable tells raft that a message to peer to was lost: raft
+// then probes it instead of streaming appends into the void. Dropped
+// when raft is behind by a whole buffer (the next loss reports again).
+func (c *etcdCore) reportUnreachable(to uint64) {
+	select {
+	case c.reports <- etcdReport{to: to}:
+	default:
+	}
+}
+
+// reportSnapshot tells raft whether the snapshot it sent to peer to
+// arrived. Unlike an unreachable peer it is not dropped: raft waits for
+// it before it sends that peer anything else.
+func (c *etcdCore) reportSnapshot(to uint64, done bool) {
+	select {
+	case c.reports <- etcdReport{to: to, snap: true, done: done}:
+	case <-c.stop:
+	case <-c.dead:
 	}
 }
 
@@ -204,6 +236,15 @@ func (c *etcdCore) run() {
 			// term) changes nothing.
 			if c.rn.Step(m) == nil {
 				c.watchReceived(m)
+			}
+		case r := <-c.reports:
+			switch {
+			case !r.snap:
+				c.rn.ReportUnreachable(r.to)
+			case r.done:
+				c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFinish)
+			default:
+				c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFailure)
 			}
 		case id := <-c.reads:
 			c.readIndex(id)
