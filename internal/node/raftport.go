@@ -407,15 +407,15 @@ func listenRaft(cfg Config) (net.Listener, error) {
 			return nil, err
 		}
 	}
-	if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() {
-		ln.Close()
-		return nil, errors.New("the raft address must be one peers can dial, not " + a.String())
-	}
 	if cfg.TLS == nil {
 		if err := CheckLoopback(cfg.Insecure, "raft", ln.Addr()); err != nil {
 			ln.Close()
 			return nil, err
 		}
+	}
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() {
+		ln.Close()
+		return nil, errors.New("the raft address must be one peers can dial, not " + a.String())
 	}
 	return ln, nil
 }

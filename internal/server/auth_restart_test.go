@@ -35,6 +35,7 @@ func TestAuthRestartedNodeDoesNotActAsIfACLsWereOff(t *testing.T) {
 
 	// Restart it alone: its transport reaches no one, so it learns no
 	// commit index and applies nothing past its snapshot.
+	needLinks(t)
 	cfg := clusterConfig(f.id)
 	cfg.DataDir = dirs[f.id]
 	_, alone := raft.NewInmemTransport(raft.ServerAddress(f.id))

@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,12 +20,40 @@ import (
 
 // An in-process cluster on raft's in-memory transport: partitions are
 // Disconnect calls, and every node serves HTTP on its own test server.
+// On the etcd engine (FENCELOCK_TEST_ENGINE=etcd), which has no
+// in-memory transport here, every node has a raft port on loopback
+// instead, and the tests that cut links skip: the etcd engine's
+// partitions are tested in internal/node and by the process suite.
 
 type clusterNode struct {
 	*testServer
 	id    string
-	trans *raft.InmemTransport
-	addr  string // client address (host:port)
+	trans *raft.InmemTransport // nil on the etcd engine
+	addr  string               // client address (host:port)
+	raft  string               // raft address
+}
+
+// etcdEngine says whether these tests run on the etcd engine.
+func etcdEngine() bool { return os.Getenv("FENCELOCK_TEST_ENGINE") == node.EngineEtcd }
+
+// needLinks skips a test that cuts raft links on an engine without an
+// in-memory transport.
+func needLinks(t *testing.T) {
+	t.Helper()
+	if etcdEngine() {
+		t.Skip("cuts raft links, which needs raft's in-memory transport; the etcd engine's partitions are tested in internal/node and by the process suite")
+	}
+}
+
+// raftPort is a loopback listener for a node's raft port (the etcd
+// engine's tests), and its address.
+func raftPort(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln, ln.Addr().String()
 }
 
 type testCluster struct {
@@ -50,7 +80,19 @@ func newNode(t *testing.T, cfg Config, trans *raft.InmemTransport) *clusterNode 
 		srv.Load().Handler().ServeHTTP(w, r)
 	}))
 	cfg.ClientAddr = hs.Listener.Addr().String()
-	cfg.Transport = trans
+	raftAddr := cfg.RaftAddr
+	switch {
+	case etcdEngine() && cfg.raftListener == nil:
+		var ln net.Listener
+		ln, raftAddr = raftPort(t)
+		cfg.RaftAddr, cfg.raftListener = raftAddr, ln
+		trans = nil
+	case etcdEngine():
+		trans = nil
+	default:
+		cfg.Transport = trans
+		raftAddr = string(trans.LocalAddr())
+	}
 	s, err := New(cfg)
 	if err != nil {
 		hs.Close()
@@ -58,7 +100,7 @@ func newNode(t *testing.T, cfg Config, trans *raft.InmemTransport) *clusterNode 
 	}
 	srv.Store(s)
 	hs.Start()
-	n := &clusterNode{testServer: &testServer{Server: s, t: t, url: hs.URL, hs: hs}, id: cfg.NodeID, trans: trans, addr: cfg.ClientAddr}
+	n := &clusterNode{testServer: &testServer{Server: s, t: t, url: hs.URL, hs: hs}, id: cfg.NodeID, trans: trans, addr: cfg.ClientAddr, raft: raftAddr}
 	t.Cleanup(n.stop)
 	return n
 }
@@ -69,27 +111,43 @@ func startCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 	c := &testCluster{t: t}
 	var peers []Peer
 	trans := make([]*raft.InmemTransport, n)
+	lns := make([]net.Listener, n)
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
+		if etcdEngine() {
+			var addr string
+			lns[i], addr = raftPort(t)
+			peers = append(peers, Peer{ID: id, RaftAddr: addr})
+			continue
+		}
 		_, trans[i] = raft.NewInmemTransport(raft.ServerAddress(id))
 		peers = append(peers, Peer{ID: id, RaftAddr: id})
 	}
-	for i := range trans {
-		for j := range trans {
-			if i != j {
-				trans[i].Connect(trans[j].LocalAddr(), trans[j])
-			}
-		}
-	}
+	connectAll(trans)
 	for i := range n {
 		cfg := clusterConfig(peers[i].ID)
 		cfg.Peers = peers
+		if lns[i] != nil {
+			cfg.RaftAddr, cfg.raftListener = peers[i].RaftAddr, lns[i]
+		}
 		if tweak != nil {
 			tweak(&cfg)
 		}
 		c.nodes = append(c.nodes, newNode(t, cfg, trans[i]))
 	}
 	return c
+}
+
+// connectAll connects every pair of the in-memory transports, both ways
+// (none on the etcd engine).
+func connectAll(trans []*raft.InmemTransport) {
+	for i := range trans {
+		for j := range trans {
+			if i != j && trans[i] != nil && trans[j] != nil {
+				trans[i].Connect(trans[j].LocalAddr(), trans[j])
+			}
+		}
+	}
 }
 
 // leader waits for a ready leader among nodes (all nodes when none given).
@@ -167,6 +225,7 @@ func (c *testCluster) isolateLeader() *clusterNode {
 
 // isolate cuts n off from every other node, both ways.
 func (c *testCluster) isolate(n *clusterNode) {
+	needLinks(c.t)
 	n.trans.DisconnectAll()
 	for _, o := range c.others(n) {
 		o.trans.Disconnect(n.trans.LocalAddr())
@@ -175,6 +234,7 @@ func (c *testCluster) isolate(n *clusterNode) {
 
 // heal reconnects every pair.
 func (c *testCluster) heal() {
+	needLinks(c.t)
 	for _, a := range c.nodes {
 		for _, b := range c.nodes {
 			if a != b {
@@ -377,18 +437,13 @@ func TestClusterLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
 // Nodes started with Join wait until the leader adds them; a removed node
 // leaves the voters.
 func TestClusterJoinAndRemove(t *testing.T) {
-	var trans []*raft.InmemTransport
-	for i := range 3 {
-		_, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("n%d", i+1)))
-		trans = append(trans, tr)
-	}
+	trans := make([]*raft.InmemTransport, 3)
 	for i := range trans {
-		for j := range trans {
-			if i != j {
-				trans[i].Connect(trans[j].LocalAddr(), trans[j])
-			}
+		if !etcdEngine() {
+			_, trans[i] = raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("n%d", i+1)))
 		}
 	}
+	connectAll(trans)
 	c := &testCluster{t: t}
 	for i, tr := range trans {
 		cfg := clusterConfig(fmt.Sprintf("n%d", i+1))
@@ -400,7 +455,7 @@ func TestClusterJoinAndRemove(t *testing.T) {
 		t.Fatalf("leader %s; only n1 bootstraps", l.id)
 	}
 	for _, n := range c.nodes[1:] {
-		body := fmt.Sprintf(`{"id":%q,"raft_addr":%q,"client_addr":%q}`, n.id, n.id, n.addr)
+		body := fmt.Sprintf(`{"id":%q,"raft_addr":%q,"client_addr":%q}`, n.id, n.raft, n.addr)
 		if a := n.post("/v1/cluster/join", body); a.status != 503 || a.body["code"] != "not_leader" {
 			t.Fatalf("join on a node that is not the leader: %v", a.body)
 		}
@@ -428,7 +483,7 @@ func TestClusterJoinAndRemove(t *testing.T) {
 	}
 	// A removed node's announcement does not make it a voter again.
 	n3 := c.nodes[2]
-	if a := l.post("/v1/cluster/announce", fmt.Sprintf(`{"id":"n3","raft_addr":"n3","client_addr":%q}`, n3.addr)); a.status != 404 {
+	if a := l.post("/v1/cluster/announce", fmt.Sprintf(`{"id":"n3","raft_addr":%q,"client_addr":%q}`, n3.raft, n3.addr)); a.status != 404 {
 		t.Fatalf("announce of a removed node: %d %v", a.status, a.body)
 	}
 }
@@ -436,6 +491,7 @@ func TestClusterJoinAndRemove(t *testing.T) {
 // partition splits the cluster into groups that reach only their own
 // members.
 func (c *testCluster) partition(groups ...[]*clusterNode) {
+	needLinks(c.t)
 	for _, n := range c.nodes {
 		n.trans.DisconnectAll()
 	}
@@ -508,7 +564,7 @@ func TestSingleNodeRestartedWithARaftAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(srv) != 1 || srv[0].Addr != "127.0.0.1:7480" {
+	if len(srv) != 1 || srv[0].Addr != n.raft {
 		t.Fatalf("configuration after the restart: %+v", srv)
 	}
 	if a := n.get("/v1/lock?key=k"); a.status != 200 || num(a, "token") != 1 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,10 +49,13 @@ func deadAddr(t *testing.T) string {
 // every node of c (it is not added to c.nodes).
 func (c *testCluster) addNode(id string, tweak func(*Config)) *clusterNode {
 	c.t.Helper()
-	_, tr := raft.NewInmemTransport(raft.ServerAddress(id))
-	for _, n := range c.nodes {
-		n.trans.Connect(tr.LocalAddr(), tr)
-		tr.Connect(n.trans.LocalAddr(), n.trans)
+	var tr *raft.InmemTransport
+	if !etcdEngine() {
+		_, tr = raft.NewInmemTransport(raft.ServerAddress(id))
+		for _, n := range c.nodes {
+			n.trans.Connect(tr.LocalAddr(), tr)
+			tr.Connect(n.trans.LocalAddr(), n.trans)
+		}
 	}
 	cfg := clusterConfig(id)
 	if tweak != nil {
@@ -88,9 +92,10 @@ func joinBody(id, raftAddr, client string) string {
 // applied (a fourth, dead voter). It is refused, nothing changes, and the
 // cluster keeps serving.
 func TestJoinOfANodeThatIsNotRunningIsRefused(t *testing.T) {
+	var dead atomic.Pointer[string] // a raft address to call dead: a real one on the etcd engine
 	c := startCluster(t, 3, func(cfg *Config) {
 		cfg.dialRaft = func(_ context.Context, addr string) error {
-			if strings.HasPrefix(addr, "dead-") {
+			if d := dead.Load(); strings.HasPrefix(addr, "dead-") || d != nil && *d == addr {
 				return fmt.Errorf("dial %s: connection refused", addr)
 			}
 			return nil
@@ -122,7 +127,8 @@ func TestJoinOfANodeThatIsNotRunningIsRefused(t *testing.T) {
 	}
 	// A raft address that accepts no connection is refused.
 	n4 := c.addNode("dead-n4", func(cfg *Config) { cfg.Join = true })
-	if a := c.post("/v1/cluster/join", joinBody("dead-n4", "dead-n4", n4.addr)); a.status != 409 || a.body["code"] != api.CodeNodeUnreachable {
+	dead.Store(&n4.raft)
+	if a := c.post("/v1/cluster/join", joinBody("dead-n4", n4.raft, n4.addr)); a.status != 409 || a.body["code"] != api.CodeNodeUnreachable {
 		t.Fatalf("join of a node whose raft address is dead: %d %v", a.status, a.body)
 	}
 	if after := suffrages(t, l); fmt.Sprint(after) != fmt.Sprint(before) {
@@ -141,7 +147,7 @@ func TestJoinOfANodeOfAnotherClusterIsRefused(t *testing.T) {
 	if stranger.fsm.ClusterID() == l.fsm.ClusterID() || l.fsm.ClusterID() == "" {
 		t.Fatalf("cluster ids %q and %q", stranger.fsm.ClusterID(), l.fsm.ClusterID())
 	}
-	a := c.post("/v1/cluster/join", joinBody("n4", "n4", stranger.addr))
+	a := c.post("/v1/cluster/join", joinBody("n4", stranger.raft, stranger.addr))
 	if a.status != 409 || a.body["code"] != api.CodeWrongCluster {
 		t.Fatalf("join of another cluster's node: %d %v", a.status, a.body)
 	}
@@ -171,7 +177,7 @@ func TestJoinOfANewNodeEndsAsAVoterAfterCatchingUp(t *testing.T) {
 	if id := n4.get("/v1/cluster/identity"); id.status != 200 || id.body["cluster_id"] != "" {
 		t.Fatalf("a fresh node's identity: %v", id.body)
 	}
-	a := c.post("/v1/cluster/join", joinBody("n4", "n4", n4.addr))
+	a := c.post("/v1/cluster/join", joinBody("n4", n4.raft, n4.addr))
 	if a.status != 200 || fmt.Sprint(a.body["joined"]) != "map[id:n4 suffrage:Voter]" {
 		t.Fatalf("join: %d %v", a.status, a.body)
 	}
@@ -182,7 +188,7 @@ func TestJoinOfANewNodeEndsAsAVoterAfterCatchingUp(t *testing.T) {
 		t.Fatalf("n4 has token %d and cluster id %q; the leader %d and %q", n4.fsm.LastToken(), n4.fsm.ClusterID(), l.fsm.LastToken(), l.fsm.ClusterID())
 	}
 	// Joining it again changes nothing and says so.
-	if a := c.post("/v1/cluster/join", joinBody("n4", "n4", n4.addr)); a.status != 200 || fmt.Sprint(a.body["joined"]) != "map[id:n4 suffrage:Voter]" {
+	if a := c.post("/v1/cluster/join", joinBody("n4", n4.raft, n4.addr)); a.status != 200 || fmt.Sprint(a.body["joined"]) != "map[id:n4 suffrage:Voter]" {
 		t.Fatalf("join again: %d %v", a.status, a.body)
 	}
 }
@@ -193,11 +199,12 @@ func TestJoinOfANodeThatDoesNotCatchUpLeavesItANonvoter(t *testing.T) {
 	c := startCluster(t, 3, func(cfg *Config) { cfg.JoinCatchUp = 300 * time.Millisecond })
 	l := c.leader()
 	c.announced(l)
+	needLinks(t)
 	n4 := c.addNode("n4", func(cfg *Config) { cfg.Join = true })
 	for _, n := range c.nodes {
 		n.trans.Disconnect(n4.trans.LocalAddr()) // the cluster cannot send it the log
 	}
-	a := c.post("/v1/cluster/join", joinBody("n4", "n4", n4.addr))
+	a := c.post("/v1/cluster/join", joinBody("n4", n4.raft, n4.addr))
 	if a.status != 200 || fmt.Sprint(a.body["joined"]) != "map[id:n4 suffrage:Nonvoter]" || a.body["message"] == nil {
 		t.Fatalf("join of a node that cannot catch up: %d %v", a.status, a.body)
 	}
@@ -208,7 +215,7 @@ func TestJoinOfANodeThatDoesNotCatchUpLeavesItANonvoter(t *testing.T) {
 		n.trans.Connect(n4.trans.LocalAddr(), n4.trans)
 	}
 	eventually(t, "the promotion", func() bool {
-		a := c.post("/v1/cluster/join", joinBody("n4", "n4", n4.addr))
+		a := c.post("/v1/cluster/join", joinBody("n4", n4.raft, n4.addr))
 		return a.status == 200 && fmt.Sprint(a.body["joined"]) == "map[id:n4 suffrage:Voter]"
 	})
 }

@@ -227,6 +227,7 @@ func TestFollowerAnswersOnlyUnderTheLeadersACLs(t *testing.T) {
 	})
 	// The follower's raft is cut off; its client port still reaches the
 	// leader's.
+	needLinks(t)
 	for _, o := range c.nodes {
 		if o != f {
 			o.trans.Disconnect(raft.ServerAddress(f.id))
@@ -255,10 +256,13 @@ func TestJoiningNodeServesNothingBeforeItHasTheACLs(t *testing.T) {
 	l := c.leader()
 	c.announced(l)
 	admin := l.bootstrap()
-	_, tr := raft.NewInmemTransport(raft.ServerAddress("n4"))
-	for _, o := range c.nodes {
-		o.trans.Connect(tr.LocalAddr(), tr)
-		tr.Connect(o.trans.LocalAddr(), o.trans)
+	var tr *raft.InmemTransport
+	if !etcdEngine() {
+		_, tr = raft.NewInmemTransport(raft.ServerAddress("n4"))
+		for _, o := range c.nodes {
+			o.trans.Connect(tr.LocalAddr(), tr)
+			tr.Connect(o.trans.LocalAddr(), o.trans)
+		}
 	}
 	cfg := clusterConfig("n4")
 	cfg.Join = true
@@ -274,7 +278,7 @@ func TestJoiningNodeServesNothingBeforeItHasTheACLs(t *testing.T) {
 			t.Errorf("%s of the joining node: %d %s, want 503", path, resp.StatusCode, body)
 		}
 	}
-	body := fmt.Sprintf(`{"id":"n4","raft_addr":"n4","client_addr":%q}`, j.addr)
+	body := fmt.Sprintf(`{"id":"n4","raft_addr":%q,"client_addr":%q}`, j.raft, j.addr)
 	if a := l.authDo("POST", api.PathJoin, body, admin); a.status != 200 {
 		t.Fatalf("join: %d %v", a.status, a.body)
 	}
