@@ -180,6 +180,9 @@ func startCluster(t *testing.T, size int, netns bool) *cluster {
 func (c *cluster) start(n *node, extra ...string) {
 	c.t.Helper()
 	args := append([]string{"server", "--id", n.id, "--listen", n.client, "--raft", n.raft, "--data", n.data, "--log-level", "warn"}, extra...)
+	if e := os.Getenv("FENCELOCK_TEST_ENGINE"); e != "" {
+		args = append(args, "--engine", e) // the same suite on another engine (issue 28)
+	}
 	var cmd *exec.Cmd
 	if n.ns != "" {
 		// Each node has its own network namespace and a non-loopback
