@@ -36,12 +36,12 @@ import (
 type etcdTransport struct {
 	st      *stream
 	self    uint64
-	hello   []byte // this node's, sent after the preamble
+	greet   []byte // this node's hello, sent after the preamble
 	log     *slog.Logger
 	core    *etcdCore
 	tls     *tlsconfig.Reloader
-	timeout time.Duration // a dial's, a flush's: an election timeout
-	idle    time.Duration // an incoming connection silent this long is closed
+	timeout time.Duration // a dial's, a flush's: an election timeout, at least etcdMinIOTimeout
+	hello   time.Duration // a dialer's time to say who it is: the port's handshake timeout
 
 	mu     sync.Mutex
 	out    map[uint64]*etcdPeerOut
@@ -50,6 +50,14 @@ type etcdTransport struct {
 	wg     sync.WaitGroup
 	done   chan struct{}
 }
+
+// etcdMinIOTimeout is the least time a dial or a flush is given: an
+// election timeout of tests (tens of milliseconds) is shorter than a TLS
+// handshake on a busy machine.
+const etcdMinIOTimeout = 500 * time.Millisecond
+
+// etcdSnapTimeout is a flush's time when it carries a snapshot.
+const etcdSnapTimeout = time.Minute
 
 // etcdPreamble opens every connection of the etcd engine's raft port.
 var etcdPreamble = []byte("fencelock-etcd-raft/1\n")
@@ -67,9 +75,9 @@ type etcdPeerOut struct {
 
 // newEtcdTransport starts the transport over st for core.
 func newEtcdTransport(st *stream, r *tlsconfig.Reloader, core *etcdCore, self Peer, timeout time.Duration, log *slog.Logger) *etcdTransport {
-	t := &etcdTransport{st: st, self: etcdID(self.ID), hello: etcdHello(self), log: log, core: core, tls: r, timeout: timeout,
-		idle: max(10*timeout, 10*time.Second), out: map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{},
-		done: make(chan struct{})}
+	t := &etcdTransport{st: st, self: etcdID(self.ID), greet: etcdHello(self), log: log, core: core, tls: r,
+		timeout: max(timeout, etcdMinIOTimeout), hello: st.gate.lim.HandshakeTimeout,
+		out: map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
 	t.wg.Add(1)
 	go t.acceptLoop()
 	return t
@@ -191,7 +199,13 @@ func (t *etcdTransport) lostAll(batch []*raftpb.Message) {
 }
 
 func (t *etcdTransport) write(conn net.Conn, w *bufio.Writer, batch []*raftpb.Message) error {
-	if err := conn.SetWriteDeadline(time.Now().Add(t.timeout)); err != nil {
+	timeout := t.timeout
+	for _, m := range batch {
+		if m.GetType() == raftpb.MsgSnap {
+			timeout = max(timeout, etcdSnapTimeout)
+		}
+	}
+	if err := conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
 		return err
 	}
 	for _, m := range batch {
@@ -215,7 +229,7 @@ func (t *etcdTransport) dial(id uint64) (net.Conn, error) {
 		return nil, err
 	}
 	if err = c.SetWriteDeadline(time.Now().Add(t.timeout)); err == nil {
-		if _, err = c.Write(append(append([]byte{}, etcdPreamble...), t.hello...)); err == nil {
+		if _, err = c.Write(append(append([]byte{}, etcdPreamble...), t.greet...)); err == nil {
 			return c, nil
 		}
 	}
@@ -241,7 +255,7 @@ func (t *etcdTransport) readLoop(c net.Conn) {
 	defer c.Close()
 	r := bufio.NewReaderSize(c, 64<<10)
 	pre := make([]byte, len(etcdPreamble))
-	if err := c.SetReadDeadline(time.Now().Add(t.timeout)); err != nil {
+	if err := c.SetReadDeadline(time.Now().Add(t.hello)); err != nil {
 		return
 	}
 	if _, err := io.ReadFull(r, pre); err != nil || !bytes.Equal(pre, etcdPreamble) {
@@ -269,12 +283,15 @@ func (t *etcdTransport) readLoop(c net.Conn) {
 	if p.RaftAddr != "" {
 		t.core.learnName(from, p)
 	}
+	// No deadline from here on: a connection between two followers is
+	// silent until an election, and TCP's keep-alive (on by default)
+	// ends one whose peer is gone.
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		return
+	}
 	t.replaceIn(from, c)
 	defer t.forgetIn(from, c)
 	for {
-		if err := c.SetReadDeadline(time.Now().Add(t.idle)); err != nil {
-			return
-		}
 		m, err := etcdReadMsg(r, from)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
