@@ -61,12 +61,13 @@ type etcdCore struct {
 	// Snapshots (etcd_snapshot.go): snapAsk are Snapshot's requests to
 	// snapLoop, snapTake snapLoop's to the apply goroutine, compacts
 	// snapLoop's to run once a snapshot is written.
-	policy    etcdSnapPolicy
-	snapIndex atomic.Uint64 // the newest snapshot's index, taken or installed
-	snapAsk   chan chan error
-	snapTake  chan etcdTake
-	compacts  chan etcdCompact
-	booted    etcdPoint // the snapshot the core opened on: where applying starts
+	policy     etcdSnapPolicy
+	snapIndex  atomic.Uint64 // the newest snapshot's index, taken or installed
+	snapAsk    chan chan error
+	snapWanted chan struct{} // 1-buffered: raft's storage wants a newer snapshot
+	snapTake   chan etcdTake
+	compacts   chan etcdCompact
+	booted     etcdPoint // the snapshot the core opened on: where applying starts
 
 	hs      *raftpb.HardState // the one last persisted
 	first   uint64            // the log's last index at open: entries up to it answer nobody
@@ -132,6 +133,7 @@ func (c *etcdCore) start(seed uint64) {
 	c.reports = make(chan etcdReport, 256)
 	c.applyc = make(chan etcdApply, 64)
 	c.snapAsk = make(chan chan error)
+	c.snapWanted = make(chan struct{}, 1)
 	c.snapTake = make(chan etcdTake)
 	c.compacts = make(chan etcdCompact)
 	c.reads = make(chan uint64, 64)
@@ -934,8 +936,9 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self 
 	if err != nil {
 		return nil, err
 	}
+	storage := &etcdStorage{MemoryStorage: ms}
 	rn, err := etcdNewRawNode(&etcdraft.Config{
-		ID: self, ElectionTick: 10, HeartbeatTick: 1, Storage: ms,
+		ID: self, ElectionTick: 10, HeartbeatTick: 1, Storage: storage,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, CheckQuorum: true, PreVote: true,
 		DisableProposalForwarding: true, StepDownOnRemoval: true, Logger: etcdLogger{log},
 	})
@@ -960,6 +963,7 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self 
 	}
 	c := &etcdCore{rn: rn, logs: logs, stable: stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last,
 		self: self, watch: newPeerWatch(time.Now), policy: policy, booted: booted, handed: booted.index}
+	storage.c = c
 	c.snapIndex.Store(booted.index)
 	c.applied.Store(booted.index)
 	c.term.Store(hs.GetTerm())

@@ -77,6 +77,9 @@ type etcdCluster struct {
 	names []string // in start order
 	ms    map[string]*etcdMember
 	acked []etcdAck
+	// edit, when set, changes each member's Config before its first
+	// start.
+	edit func(*Config)
 }
 
 type etcdMember struct {
@@ -97,13 +100,19 @@ func newEtcdCluster(t *testing.T, names ...string) *etcdCluster {
 	cl := &etcdCluster{t: t, net: &etcdTestNet{deliver: map[uint64]func(*raftpb.Message){}, cut: map[uint64]bool{},
 		snaps: map[uint64]int{}},
 		ms: map[string]*etcdMember{}}
+	cl.add(names...)
+	return cl
+}
+
+// add starts a member for each name, bootstrapped together (once, on a
+// cluster started with no names).
+func (cl *etcdCluster) add(names ...string) {
 	for _, n := range names {
 		cl.peers = append(cl.peers, Peer{ID: n, RaftAddr: n + ":7000"})
 	}
 	for _, n := range names {
 		cl.start(n, false)
 	}
-	return cl
 }
 
 // start opens name's node (again, on the same data dir, when it ran
@@ -120,6 +129,9 @@ func (cl *etcdCluster) start(name string, join bool) *etcdMember {
 		cfg.Peers, cfg.Join = cl.peers, join
 		if join {
 			cfg.Peers = nil
+		}
+		if cl.edit != nil {
+			cl.edit(&cfg)
 		}
 		m = &etcdMember{cfg: cfg}
 		cl.ms[name] = m

@@ -267,9 +267,10 @@ func (c *etcdCore) snapshot() error {
 	}
 }
 
-// snapLoop takes the snapshots: when asked, and every interval (between
-// one and two, so that members do not all write at once) once threshold
-// entries were applied since the last one.
+// snapLoop takes the snapshots: when asked, when raft's storage wants
+// one for a member the last one does not name (etcdStorage), and every
+// interval (between one and two, so that members do not all write at
+// once) once threshold entries were applied since the last one.
 func (c *etcdCore) snapLoop() {
 	var tick <-chan time.Time
 	var t *time.Timer
@@ -292,6 +293,10 @@ func (c *etcdCore) snapLoop() {
 			t.Reset(jitter())
 		case ans := <-c.snapAsk:
 			ans <- c.takeSnapshot(true)
+		case <-c.snapWanted:
+			if err := c.takeSnapshot(true); err != nil && !errors.Is(err, errNothingNew) {
+				c.log.Warn("etcd engine: taking a snapshot for a new member failed", "err", err)
+			}
 		}
 	}
 }
@@ -475,4 +480,39 @@ func (c *etcdCore) restore(in *etcdInstall) error {
 	}
 	c.applied.Store(in.index)
 	return nil
+}
+
+// etcdStorage is the storage raft reads: the MemoryStorage, except that
+// a snapshot taken before a member joined is not sent. raft sends the
+// snapshot its storage holds to a follower behind the compacted log, and
+// a follower missing from the snapshot's configuration drops it (raft's
+// restore); a member added after the last snapshot would be sent it again
+// and again. Such a snapshot is answered temporarily unavailable (raft
+// tries again later) and a new one, taken at once, carries the member.
+type etcdStorage struct {
+	*etcdraft.MemoryStorage
+	c *etcdCore // set before raft runs
+}
+
+func (s *etcdStorage) Snapshot() (*raftpb.Snapshot, error) {
+	snap, err := s.MemoryStorage.Snapshot()
+	if err != nil || s.c == nil || etcdraft.IsEmptySnap(snap) {
+		return snap, err
+	}
+	has := map[uint64]bool{}
+	cs := snap.GetMetadata().GetConfState()
+	for _, id := range append(cs.GetVoters(), cs.GetLearners()...) {
+		has[id] = true
+	}
+	cur := s.c.conf.Load()
+	for _, id := range append(cur.GetVoters(), cur.GetLearners()...) {
+		if !has[id] {
+			select {
+			case s.c.snapWanted <- struct{}{}:
+			default:
+			}
+			return nil, etcdraft.ErrSnapshotTemporarilyUnavailable
+		}
+	}
+	return snap, nil
 }
