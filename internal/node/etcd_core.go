@@ -26,7 +26,10 @@ import (
 // messages to send, and passes committed entries to a second goroutine
 // (applyLoop) that applies them in batches to the machine — which raises
 // the token ceiling before any result is answered — and answers their
-// proposers.
+// proposers. A third (snapLoop) writes out the snapshots the apply
+// goroutine takes between batches; run then compacts the log behind
+// them, and persists a snapshot from the leader (the Ready's) before the
+// entries after it, handing it to the apply goroutine ahead of them.
 //
 // A proposal's entry carries an 8-byte id before the encoded command, so
 // that the applier can answer the proposer that is waiting for it. An
@@ -927,6 +930,9 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self 
 		if err := m.Restore(io.NopCloser(bytes.NewReader(fsmData))); err != nil {
 			return nil, fmt.Errorf("restoring the snapshot at %d: %w", booted.index, err)
 		}
+	}
+	if err := etcdDropStaleLog(logs, booted.index); err != nil {
+		return nil, err
 	}
 	ms, err := etcdLoadMemory(logs, stable, snap)
 	if err != nil {

@@ -516,3 +516,26 @@ func (s *etcdStorage) Snapshot() (*raftpb.Snapshot, error) {
 	}
 	return snap, nil
 }
+
+// etcdDropStaleLog deletes a log that ends before the snapshot at
+// snapIndex: what a follower holds when it stopped after it wrote the
+// leader's snapshot and before it deleted the log the snapshot replaces
+// (install). Kept, it would refuse the entries raft appends after the
+// snapshot.
+func etcdDropStaleLog(logs raft.LogStore, snapIndex uint64) error {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return err
+	}
+	if last == 0 || last >= snapIndex {
+		return nil
+	}
+	if err := logs.DeleteRange(first, last); err != nil {
+		return fmt.Errorf("deleting the log %d..%d the snapshot at %d replaces: %w", first, last, snapIndex, err)
+	}
+	return nil
+}

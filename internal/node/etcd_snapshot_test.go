@@ -326,3 +326,45 @@ func TestEtcdNodeCutOffFollowerCatchesUpFromASnapshot(t *testing.T) {
 		t.Fatalf("%s records no snapshot", f)
 	}
 }
+
+// A node that stopped after it wrote the leader's snapshot and before it
+// deleted the log the snapshot replaces (a log ending before the
+// snapshot) opens on the snapshot, drops that log, and goes on.
+func TestEtcdNodeOpensAfterAnInterruptedInstall(t *testing.T) {
+	dir := t.TempDir()
+	cfg := etcdTestConfig(dir, "a")
+	cfg.TrailingLogs = 100
+	n, _ := openTestEtcd(t, cfg)
+	awaitLeadership(t, n, true)
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
+	toks := grantEtcd(t, n, 0, keys...)
+	if err := n.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	snapAt := n.core.snapIndex.Load()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := openTestStores(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.logs.DeleteRange(snapAt-2, snapAt); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+
+	n, f := openTestEtcd(t, cfg)
+	if last, err := n.core.logs.LastIndex(); err != nil || last != 0 {
+		t.Fatalf("the log before the snapshot at %d was kept: last %d, %v", snapAt, last, err)
+	}
+	awaitLeadership(t, n, true)
+	for i, k := range keys {
+		if l, ok := f.Get(k, f.Now()); !ok || l.Token != toks[i] {
+			t.Fatalf("%s holds %+v (%v), want the token %d", k, l, ok, toks[i])
+		}
+	}
+	grantEtcd(t, n, toks[len(toks)-1], "after")
+}
