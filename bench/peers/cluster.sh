@@ -11,9 +11,12 @@
 #   bash bench/peers/cluster.sh leader SYSTEM   the index of the leading node
 #   bash bench/peers/cluster.sh kill-leader SYSTEM   kill -9 it; prints its index
 #   bash bench/peers/cluster.sh revive SYSTEM   restart dead nodes on their data
+#   bash bench/peers/cluster.sh start-only SYSTEM   start one system's nodes, fresh
+#   bash bench/peers/cluster.sh stop-only SYSTEM    stop one system's nodes, remove data
 #
 # start prints the --addr-* flags for fencelock-bench compare. FENCELOCK_BIN
-# is the server binary (default: built from this checkout into $CLUSTER_DIR).
+# is the server binary (default: built from this checkout into $CLUSTER_DIR);
+# FENCELOCK_ARGS are more server flags for every node, e.g. "--engine etcd".
 # Ports, node i in 0..2:
 #   fencelock client 127.0.0.1:(7481+i), raft 7491+i
 #   etcd      client 127.0.0.1:(23791+i), peer 23801+i
@@ -65,7 +68,7 @@ start_fencelock() {
 		if pid_alive "$d/pid" && port_open "$((7481 + i))"; then continue; fi
 		fresh "$d"
 		nohup "$bin" server --id "n$i" --listen "$(fl_client "$i")" --raft "$(fl_raft "$i")" \
-			--peers "$peers" --data "$d/data" --log-level warn >>"$d/server.log" 2>&1 </dev/null &
+			--peers "$peers" --data "$d/data" --log-level warn ${FENCELOCK_ARGS:-} >>"$d/server.log" 2>&1 </dev/null &
 		echo $! >"$d/pid"
 	done
 	for i in "${nodes[@]}"; do
@@ -224,6 +227,15 @@ revive)
 	sys=${2:?usage: $0 revive fencelock|etcd|zookeeper}
 	REVIVE=1
 	"start_$sys" 2>/dev/null
+	;;
+start-only)
+	sys=${2:?usage: $0 start-only fencelock|etcd|zookeeper}
+	mkdir -p "$CLUSTER_DIR"
+	"start_$sys"
+	;;
+stop-only)
+	sys=${2:?usage: $0 stop-only fencelock|etcd|zookeeper}
+	for i in "${nodes[@]}"; do stop_one "$sys$i"; done
 	;;
 pids)
 	for i in "${nodes[@]}"; do cat "$CLUSTER_DIR/${2:?usage: $0 pids fencelock|etcd|zookeeper}$i/pid"; done

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -30,16 +31,25 @@ type pnode struct {
 }
 
 type pcluster struct {
-	t     *testing.T
-	nodes []*pnode
-	mu    sync.Mutex
-	guess string // the client address that last answered as leader
+	t *testing.T
+	// engine is each node's --engine; empty: FENCELOCK_TEST_ENGINE's,
+	// else the default.
+	engine string
+	nodes  []*pnode
+	mu     sync.Mutex
+	guess  string // the client address that last answered as leader
 }
 
 func startPCluster(t *testing.T) *pcluster {
 	t.Helper()
+	return startPClusterOn(t, "")
+}
+
+// startPClusterOn is startPCluster on engine (empty: as startPCluster).
+func startPClusterOn(t *testing.T, engine string) *pcluster {
+	t.Helper()
 	dir := t.TempDir()
-	c := &pcluster{t: t}
+	c := &pcluster{t: t, engine: engine}
 	var peers []string
 	for i := range 3 {
 		n := &pnode{id: fmt.Sprintf("n%d", i+1), client: freeAddr(t), raft: freeAddr(t),
@@ -57,6 +67,13 @@ func startPCluster(t *testing.T) *pcluster {
 func (c *pcluster) start(n *pnode, extra ...string) {
 	c.t.Helper()
 	args := append([]string{"--id", n.id, "--listen", n.client, "--raft", n.raft, "--data", n.data, "--log-level", "error"}, extra...)
+	engine := c.engine
+	if engine == "" {
+		engine = os.Getenv("FENCELOCK_TEST_ENGINE")
+	}
+	if engine != "" {
+		args = append(args, "--engine", engine)
+	}
 	n.p = startProc(c.t, c.t.TempDir(), nil, args...)
 }
 
@@ -420,9 +437,14 @@ func (c *pcluster) converge() {
 	}
 }
 
-func TestClusterProcessKill9LeaderUnderLoad(t *testing.T) {
+func TestClusterProcessKill9LeaderUnderLoad(t *testing.T) { testKill9LeaderUnderLoad(t, "") }
+
+// The same on the etcd engine (issue 28).
+func TestClusterProcessKill9LeaderUnderLoadEtcd(t *testing.T) { testKill9LeaderUnderLoad(t, "etcd") }
+
+func testKill9LeaderUnderLoad(t *testing.T, engine string) {
 	t.Parallel()
-	c := startPCluster(t)
+	c := startPClusterOn(t, engine)
 	l := newLedger()
 	stop := make(chan struct{})
 	wait := c.load(l, 6, stop)
@@ -444,9 +466,14 @@ func TestClusterProcessKill9LeaderUnderLoad(t *testing.T) {
 	t.Logf("%d grants acknowledged; %d before the kill", len(l.grants), before)
 }
 
-func TestClusterProcessSIGSTOPLeaderPastItsLeadership(t *testing.T) {
+func TestClusterProcessSIGSTOPLeaderPastItsLeadership(t *testing.T) { testSIGSTOPLeader(t, "") }
+
+// The same on the etcd engine (issue 28).
+func TestClusterProcessSIGSTOPLeaderPastItsLeadershipEtcd(t *testing.T) { testSIGSTOPLeader(t, "etcd") }
+
+func testSIGSTOPLeader(t *testing.T, engine string) {
 	t.Parallel()
-	c := startPCluster(t)
+	c := startPClusterOn(t, engine)
 	l := newLedger()
 	stop := make(chan struct{})
 	wait := c.load(l, 6, stop)
@@ -487,9 +514,14 @@ func TestClusterProcessSIGSTOPLeaderPastItsLeadership(t *testing.T) {
 
 // TestClusterProcessRestartAll stops every node gracefully, then kills
 // every node at once under load, restarting all each time.
-func TestClusterProcessRestartAll(t *testing.T) {
+func TestClusterProcessRestartAll(t *testing.T) { testRestartAll(t, "") }
+
+// The same on the etcd engine (issue 28).
+func TestClusterProcessRestartAllEtcd(t *testing.T) { testRestartAll(t, "etcd") }
+
+func testRestartAll(t *testing.T, engine string) {
 	t.Parallel()
-	c := startPCluster(t)
+	c := startPClusterOn(t, engine)
 	l := newLedger()
 	stop := make(chan struct{})
 	wait := c.load(l, 4, stop)
@@ -554,10 +586,15 @@ func TestBenchAgainstClusterProcess(t *testing.T) {
 
 // Three processes formed with --join, inspected and shrunk with the
 // cluster subcommand.
-func TestClusterProcessJoinMembersRemove(t *testing.T) {
+func TestClusterProcessJoinMembersRemove(t *testing.T) { testJoinMembersRemove(t, "") }
+
+// The same on the etcd engine (issue 28).
+func TestClusterProcessJoinMembersRemoveEtcd(t *testing.T) { testJoinMembersRemove(t, "etcd") }
+
+func testJoinMembersRemove(t *testing.T, engine string) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := &pcluster{t: t}
+	c := &pcluster{t: t, engine: engine}
 	for i := range 3 {
 		c.nodes = append(c.nodes, &pnode{id: fmt.Sprintf("n%d", i+1), client: freeAddr(t), raft: freeAddr(t),
 			data: filepath.Join(dir, fmt.Sprintf("n%d", i+1))})

@@ -52,9 +52,9 @@ ports serve loopback addresses only, unless --insecure. See
 docs/SECURITY.md.
 
 --engine etcd runs the node on etcd-io/raft instead of hashicorp/raft
-(experimental: a single node only, without --raft, and no
-snapshots yet). DIR belongs to the engine that first ran on it; the
-other refuses it.
+(experimental). Every member of a
+cluster runs the same engine. DIR belongs to the engine that first ran
+on it; the other refuses it.
 
 A flag beats its environment variable.
 `
@@ -77,7 +77,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	advertise := f.String("advertise", "", "client `ADDR` other nodes send clients to (default: the --listen address)")
 	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
-	engine := f.String("engine", node.EngineHashicorp, "replication `ENGINE`: hashicorp, or etcd (experimental: a single node)")
+	engine := f.String("engine", node.EngineHashicorp, "replication `ENGINE`: hashicorp, or etcd (experimental)")
 	tokenFloor := f.Uint64("token-floor", 0, "on first start (an empty DIR), every token issued is above `N`: rebuild a cluster above the tokens its fences have seen")
 	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
 	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")

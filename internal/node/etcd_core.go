@@ -99,8 +99,9 @@ type etcdCore struct {
 	reads chan uint64
 	// names gives each member id its node ID and address: the
 	// configured ones, then those the configuration entries carry
-	// (copied on write by run).
-	names atomic.Pointer[map[uint64]Peer]
+	// (copied on write, by run and by the transport's learnName).
+	names   atomic.Pointer[map[uint64]Peer]
+	namesMu sync.Mutex // orders the copies on write
 
 	// Membership changes, run's own: confs are the requests, queued
 	// until raft takes a change (one at a time: raft silently drops a
@@ -432,12 +433,15 @@ func (c *etcdCore) ready() error {
 		c.commit.Store(hs.GetCommit())
 		c.term.Store(hs.GetTerm())
 	}
+	// Configuration changes are applied before a follower sends, so
+	// that a node just joined knows where the members named in them
+	// listen before it answers the leader.
+	if err := c.applyConfChanges(rd.CommittedEntries); err != nil {
+		return err
+	}
 	if !early && send != nil {
 		c.watchSent(rd.Messages)
 		(*send)(rd.Messages)
-	}
-	if err := c.applyConfChanges(rd.CommittedEntries); err != nil {
-		return err
 	}
 	if n := len(rd.CommittedEntries); n > 0 {
 		c.handed = rd.CommittedEntries[n-1].GetIndex()
@@ -527,6 +531,13 @@ func etcdApplyConfChange(rn *etcdraft.RawNode, cc raftpb.ConfChangeI) (cs *raftp
 }
 
 func (c *etcdCore) setName(id uint64, p Peer) {
+	c.namesMu.Lock()
+	defer c.namesMu.Unlock()
+	c.storeName(id, p)
+}
+
+// storeName copies the names with id's set to p; namesMu is held.
+func (c *etcdCore) storeName(id uint64, p Peer) {
 	old := c.names.Load()
 	next := make(map[uint64]Peer, len(*old)+1)
 	for k, v := range *old {
@@ -534,6 +545,18 @@ func (c *etcdCore) setName(id uint64, p Peer) {
 	}
 	next[id] = p
 	c.names.Store(&next)
+}
+
+// learnName records where a member the log has not named yet listens,
+// as a peer's hello says (etcdTransport): a node just started to be
+// joined answers the leader before it has applied the configuration.
+// What the configuration says is kept.
+func (c *etcdCore) learnName(id uint64, p Peer) {
+	c.namesMu.Lock()
+	defer c.namesMu.Unlock()
+	if _, ok := (*c.names.Load())[id]; !ok {
+		c.storeName(id, p)
+	}
 }
 
 // name is the member id's node ID and address, when known.

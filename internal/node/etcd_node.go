@@ -20,16 +20,17 @@ import (
 )
 
 // ErrEtcdNotYet is what the etcd engine answers for what it does not do
-// yet (issue 28): probing a raft port, and (in OpenEtcd) anything that
-// needs one. It changed nothing.
+// yet (issue 28): a hashicorp Transport given in Config. It changed
+// nothing.
 var ErrEtcdNotYet = errors.New("server: not supported by the etcd engine yet")
 
 // EtcdNode is a node on etcd-io/raft (issue 28, in progress) over the same
 // verified stores, token ceiling and data-dir refusals as Node: the
-// second engine behind Replicator. It runs a node alone, or members in
-// one process over a network given by the caller (etcdNet, tests), whose
-// membership changes one member at a time; there is no raft port yet.
-// It snapshots as Node does (SnapshotThreshold, SnapshotInterval,
+// second engine behind Replicator. It runs a node alone, a cluster over
+// its raft port (etcdTransport: TCP, or mutual TLS with the hashicorp
+// node's identity rules), or members in one process over a network
+// given by the caller (etcdNet, tests); membership changes one member at
+// a time. It snapshots as Node does (SnapshotThreshold, SnapshotInterval,
 // TrailingLogs; etcd_snapshot.go), restores the newest snapshot at open,
 // and a follower behind the leader's compaction installs the leader's.
 type EtcdNode struct {
@@ -45,6 +46,7 @@ type EtcdNode struct {
 	// which fails the wait sooner; the bound is for a loop that is stuck.
 	verifyTimeout time.Duration
 	dialable      bool
+	gate          *portGate // the raft port's budgets; nil without one
 	closeOnce     sync.Once
 	closeErr      error
 	stop          chan struct{}
@@ -73,15 +75,12 @@ type etcdReporter interface {
 // the heartbeat is one tick.
 const etcdElectionTick = 10
 
-// OpenEtcd opens a node alone on the etcd engine over cfg.DataDir, or on
-// stores in memory without one (tests): what it does not support yet
-// (peers, joining, a raft port or transport, TLS) is refused.
+// OpenEtcd opens a node on the etcd engine over cfg.DataDir, or on
+// stores in memory without one (tests), with a raft port when
+// cfg.RaftAddr or cfg.Listener is set. A hashicorp Transport is refused.
 func OpenEtcd(cfg Config, f *fsm.FSM) (*EtcdNode, error) {
-	switch {
-	case cfg.Join || cfg.Transport != nil || cfg.TLS != nil || cfg.Listener != nil:
-		return nil, fmt.Errorf("%w: joining a cluster, a raft transport or TLS", ErrEtcdNotYet)
-	case len(cfg.Peers) > 1 || len(cfg.Peers) == 1 && cfg.Peers[0].ID != cfg.NodeID:
-		return nil, fmt.Errorf("%w: a cluster of more than one node", ErrEtcdNotYet)
+	if cfg.Transport != nil {
+		return nil, fmt.Errorf("%w: a hashicorp raft Transport", ErrEtcdNotYet)
 	}
 	return openEtcd(cfg, f, nil)
 }
@@ -97,8 +96,11 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 	if cfg.ElectionTimeout <= 0 {
 		tick = 100 * time.Millisecond
 	}
+	if cfg.RaftAddr == "" && cfg.Listener != nil {
+		cfg.RaftAddr = cfg.Listener.Addr().String()
+	}
 	n := &EtcdNode{cfg: cfg, fsm: f, self: etcdID(cfg.NodeID), stop: make(chan struct{}),
-		verifyTimeout: 4 * etcdElectionTick * tick, dialable: network != nil}
+		verifyTimeout: 4 * etcdElectionTick * tick, dialable: network != nil || cfg.RaftAddr != ""}
 	names := map[uint64]Peer{n.self: {ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}
 	voters := []uint64{n.self}
 	switch {
@@ -111,6 +113,10 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 			id := etcdID(p.ID)
 			if q, dup := names[id]; dup && q.ID != p.ID {
 				return nil, fmt.Errorf("server: the node IDs %s and %s map to the same etcd member id", q.ID, p.ID)
+			}
+			if p.ID == cfg.NodeID && network == nil && p.RaftAddr != cfg.RaftAddr {
+				return nil, fmt.Errorf("server: the peer list gives this node (%s) the raft address %q, but it listens on %q",
+					p.ID, p.RaftAddr, cfg.RaftAddr)
 			}
 			names[id] = p
 			voters = append(voters, id)
@@ -160,10 +166,51 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 	}
 	n.core = c
 	n.closers = append(n.closers, closerFunc(func() error { c.close(); return nil }))
-	if network != nil {
+	switch {
+	case network != nil:
 		c.setSend(network.attach(n.self, c.deliver, c))
+	case cfg.RaftAddr != "":
+		ln, err := listenRaft(cfg)
+		if err != nil {
+			return fmt.Errorf("server: raft transport: %w", err)
+		}
+		n.gate = newPortGate(cfg.RaftPort, cfg.Logger.With("component", "raft-port"))
+		st := newStream(ln, cfg.TLS, n.isMember, n.gate)
+		t := newEtcdTransport(st, cfg.TLS, c, Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
+		n.closers = append(n.closers, t)
+		c.setSend(t.send)
 	}
 	return nil
+}
+
+// isMember says whether the raft port takes the node named id: a member
+// of the configuration (voter or learner) by that node ID. A node with
+// no configuration yet (started to be joined) takes any node of the CA,
+// as the hashicorp node does: it cannot know its cluster before the
+// leader reaches it.
+func (n *EtcdNode) isMember(id string) bool {
+	c := n.core
+	cs := c.conf.Load()
+	all := [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()}
+	empty := true
+	for _, ids := range all {
+		empty = empty && len(ids) == 0
+	}
+	if empty {
+		return true
+	}
+	eid := etcdID(id)
+	if p, ok := c.name(eid); !ok || p.ID != id {
+		return false
+	}
+	for _, ids := range all {
+		for _, v := range ids {
+			if v == eid {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // openDir locks cfg.DataDir, claims it for the etcd engine and opens its
@@ -353,17 +400,17 @@ func (n *EtcdNode) Addr() string {
 	return n.cfg.RaftAddr
 }
 
-// Dialable says whether other nodes can reach this one: only members of
-// a network in the same process can, since there is no raft port yet.
+// Dialable says whether other nodes can reach this one: over its raft
+// port, or as a member of a network in the same process.
 func (n *EtcdNode) Dialable() bool { return n.dialable }
 
-// ProbeRaft runs Config.DialRaft when set; there is no raft port of the
-// etcd engine to probe yet.
+// ProbeRaft checks that addr accepts raft connections, as Node's does;
+// members of a network in one process have nothing to dial.
 func (n *EtcdNode) ProbeRaft(ctx context.Context, id, addr string, timeout time.Duration) error {
-	if n.cfg.DialRaft != nil {
-		return n.cfg.DialRaft(ctx, addr)
+	if n.cfg.DialRaft == nil && n.gate == nil && n.dialable {
+		return nil
 	}
-	return fmt.Errorf("%w: probing a raft port", ErrEtcdNotYet)
+	return probeRaft(ctx, n.cfg, id, addr, timeout)
 }
 
 // Peers is every other member's health as this node sees it while it
@@ -395,5 +442,10 @@ func (n *EtcdNode) Peers() (peers []PeerStatus, ok bool) {
 // it calls the peer unreachable, as for Node.
 func (n *EtcdNode) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
 
-// RaftPortStats is zero: the etcd engine has no raft port yet.
-func (n *EtcdNode) RaftPortStats() RaftPortStats { return RaftPortStats{} }
+// RaftPortStats is the raft port's accounting; zero without a raft port.
+func (n *EtcdNode) RaftPortStats() RaftPortStats {
+	if n.gate == nil {
+		return RaftPortStats{}
+	}
+	return n.gate.stats()
+}

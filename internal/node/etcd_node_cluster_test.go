@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/tlsconfig"
+	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
 )
 
 // etcdTestNet is an etcdNet in one process: lossless, except that a cut
@@ -72,7 +75,10 @@ func (nw *etcdTestNet) detach(id uint64) {
 // Replicator, and what they acknowledged.
 type etcdCluster struct {
 	t     *testing.T
-	net   *etcdTestNet
+	net   *etcdTestNet // nil: members talk over their raft ports (etcdTransport)
+	ca    *tlstest.CA  // with net nil: the raft ports run TLS with node certificates from it
+	addrs map[string]string
+	lns   map[string]net.Listener // each member's first listener, made before any starts
 	peers []Peer
 	names []string // in start order
 	ms    map[string]*etcdMember
@@ -100,19 +106,48 @@ func newEtcdCluster(t *testing.T, names ...string) *etcdCluster {
 	cl := &etcdCluster{t: t, net: &etcdTestNet{deliver: map[uint64]func(*raftpb.Message){}, cut: map[uint64]bool{},
 		snaps: map[uint64]int{}},
 		ms: map[string]*etcdMember{}}
-	cl.add(names...)
-	return cl
+	return cl.boot(names)
+}
+
+// newEtcdTCPCluster is newEtcdCluster over raft ports on loopback: TCP,
+// or TLS with ca set.
+func newEtcdTCPCluster(t *testing.T, ca *tlstest.CA, names ...string) *etcdCluster {
+	cl := &etcdCluster{t: t, ca: ca, ms: map[string]*etcdMember{}}
+	return cl.boot(names)
 }
 
 // add starts a member for each name, bootstrapped together (once, on a
-// cluster started with no names).
-func (cl *etcdCluster) add(names ...string) {
+// cluster made with no names: after edit is set).
+func (cl *etcdCluster) add(names ...string) { cl.boot(names) }
+
+func (cl *etcdCluster) boot(names []string) *etcdCluster {
 	for _, n := range names {
-		cl.peers = append(cl.peers, Peer{ID: n, RaftAddr: n + ":7000"})
+		cl.peers = append(cl.peers, Peer{ID: n, RaftAddr: cl.addr(n)})
 	}
 	for _, n := range names {
 		cl.start(n, false)
 	}
+	return cl
+}
+
+// addr is name's raft address: its listener's on a raft port (made on
+// first use), else a name only the in-process network routes.
+func (cl *etcdCluster) addr(name string) string {
+	if cl.net != nil {
+		return name + ":7000"
+	}
+	if a, ok := cl.addrs[name]; ok {
+		return a
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	if cl.addrs == nil {
+		cl.addrs, cl.lns = map[string]string{}, map[string]net.Listener{}
+	}
+	cl.addrs[name], cl.lns[name] = ln.Addr().String(), ln
+	return cl.addrs[name]
 }
 
 // start opens name's node (again, on the same data dir, when it ran
@@ -125,10 +160,18 @@ func (cl *etcdCluster) start(name string, join bool) *etcdMember {
 		cfg := etcdTestConfig(t.TempDir(), name)
 		cfg.ElectionTimeout = 100 * time.Millisecond
 		cfg.HeartbeatTimeout = 100 * time.Millisecond
-		cfg.RaftAddr = name + ":7000"
+		cfg.RaftAddr = cl.addr(name)
 		cfg.Peers, cfg.Join = cl.peers, join
 		if join {
 			cfg.Peers = nil
+		}
+		if cl.ca != nil {
+			f := tlstest.Write(t, t.TempDir(), name, cl.ca, cl.ca.IssueNode(t, name))
+			r, err := tlsconfig.Load(tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.TLS = r
 		}
 		if cl.edit != nil {
 			cl.edit(&cfg)
@@ -138,7 +181,16 @@ func (cl *etcdCluster) start(name string, join bool) *etcdMember {
 		cl.names = append(cl.names, name)
 	}
 	m.f = fsm.New(nil)
-	n, err := openEtcd(m.cfg, m.f, cl.net)
+	var network etcdNet
+	if cl.net != nil {
+		network = cl.net
+	} else if ln, ok := cl.lns[name]; ok {
+		m.cfg.Listener = ln // the first start; a restart listens on the address again
+		delete(cl.lns, name)
+	} else {
+		m.cfg.Listener = nil
+	}
+	n, err := openEtcd(m.cfg, m.f, network)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +203,9 @@ func (cl *etcdCluster) start(name string, join bool) *etcdMember {
 func (cl *etcdCluster) kill(name string) {
 	cl.t.Helper()
 	m := cl.ms[name]
-	cl.net.detach(etcdID(name))
+	if cl.net != nil {
+		cl.net.detach(etcdID(name))
+	}
 	if err := m.n.Close(); err != nil {
 		cl.t.Fatal(err)
 	}
@@ -362,7 +416,7 @@ func (cl *etcdCluster) configOf(name string, want map[string]bool) {
 			same := true
 			for _, s := range got {
 				v, ok := want[s.ID]
-				same = same && ok && v == s.Voter && s.Addr == s.ID+":7000"
+				same = same && ok && v == s.Voter && s.Addr == cl.addr(s.ID)
 			}
 			if same {
 				return
@@ -379,13 +433,16 @@ func (cl *etcdCluster) configOf(name string, want map[string]bool) {
 // leader itself are removed, and the cluster goes on granting with every
 // acknowledged grant on the members left.
 func TestEtcdNodeMembership(t *testing.T) {
-	cl := newEtcdCluster(t, "a", "b", "c")
+	etcdMembership(t, newEtcdCluster(t, "a", "b", "c"))
+}
+
+func etcdMembership(t *testing.T, cl *etcdCluster) {
 	for i := range 5 {
 		cl.grant(fmt.Sprint("k", i))
 	}
 	cl.start("d", true)
 	l := cl.leader()
-	if err := cl.ms[l].r.AddNonvoter("d", "d:7000", 10*time.Second); err != nil {
+	if err := cl.ms[l].r.AddNonvoter("d", cl.addr("d"), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	cl.configOf(l, map[string]bool{"a": true, "b": true, "c": true, "d": false})
@@ -395,11 +452,11 @@ func TestEtcdNodeMembership(t *testing.T) {
 		if name == l {
 			continue
 		}
-		if err := cl.ms[name].r.AddVoter("d", "d:7000", time.Second); !errors.Is(err, ErrNotLeader) {
+		if err := cl.ms[name].r.AddVoter("d", cl.addr("d"), time.Second); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("a change on the follower %s: %v, want ErrNotLeader", name, err)
 		}
 	}
-	if err := cl.ms[l].r.AddVoter("d", "d:7000", 10*time.Second); err != nil {
+	if err := cl.ms[l].r.AddVoter("d", cl.addr("d"), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	all := map[string]bool{"a": true, "b": true, "c": true, "d": true}
@@ -446,7 +503,7 @@ func TestEtcdNodeRecordsCommitOfConfChanges(t *testing.T) {
 	cl := newEtcdCluster(t, "a")
 	cl.grant("k")
 	cl.start("b", true)
-	if err := cl.ms["a"].r.AddVoter("b", "b:7000", 10*time.Second); err != nil {
+	if err := cl.ms["a"].r.AddVoter("b", cl.addr("b"), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	cl.grant("after b joined")

@@ -550,19 +550,26 @@ func (n *Node) changeErr(err error) error {
 // also hold a node certificate of this cluster's CA that names id (the
 // node being joined).
 func (n *Node) ProbeRaft(ctx context.Context, id, addr string, timeout time.Duration) error {
-	if n.cfg.DialRaft != nil {
-		return n.cfg.DialRaft(ctx, addr)
-	}
-	if n.cfg.Transport != nil {
+	if n.cfg.DialRaft == nil && n.cfg.Transport != nil {
 		return nil // an in-process transport: nothing to dial
+	}
+	return probeRaft(ctx, n.cfg, id, addr, timeout)
+}
+
+// probeRaft runs cfg.DialRaft when set, else dials addr: over TLS when
+// cfg.TLS is set, where the node must hold a node certificate of the CA
+// that names id.
+func probeRaft(ctx context.Context, cfg Config, id, addr string, timeout time.Duration) error {
+	if cfg.DialRaft != nil {
+		return cfg.DialRaft(ctx, addr)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d interface {
 		DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 	} = &net.Dialer{}
-	if n.cfg.TLS != nil {
-		d = &tls.Dialer{Config: n.cfg.TLS.PeerClient(addr, func(name string) bool { return name == id })}
+	if cfg.TLS != nil {
+		d = &tls.Dialer{Config: cfg.TLS.PeerClient(addr, func(name string) bool { return name == id })}
 	}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

@@ -345,6 +345,16 @@ func (st *stream) Addr() net.Addr { return st.ln.Addr() }
 // Dial connects to a peer, over TLS when the port runs it; the node
 // answering must be a member.
 func (st *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return st.dial(string(addr), st.members, timeout)
+}
+
+// dialPeer connects to the member id at addr; with TLS the answering
+// node's certificate must name id.
+func (st *stream) dialPeer(id, addr string, timeout time.Duration) (net.Conn, error) {
+	return st.dial(addr, func(name string) bool { return name == id }, timeout)
+}
+
+func (st *stream) dial(addr string, members tlsconfig.Members, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var (
@@ -352,11 +362,11 @@ func (st *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 		err error
 	)
 	if st.tls != nil {
-		d := &tls.Dialer{Config: st.tls.PeerClient(string(addr), st.members)}
-		c, err = d.DialContext(ctx, "tcp", string(addr))
+		d := &tls.Dialer{Config: st.tls.PeerClient(addr, members)}
+		c, err = d.DialContext(ctx, "tcp", addr)
 	} else {
 		var d net.Dialer
-		c, err = d.DialContext(ctx, "tcp", string(addr))
+		c, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
 		return nil, err
@@ -372,6 +382,24 @@ func (st *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 // runs raft's network transport over the raft port's stream: TLS when
 // cfg.TLS is set.
 func newRaftTransport(cfg Config, rlog hclog.Logger, members tlsconfig.Members, gate *portGate) (*raft.NetworkTransport, error) {
+	ln, err := listenRaft(cfg)
+	if err != nil {
+		return nil, err
+	}
+	st := newStream(ln, cfg.TLS, members, gate)
+	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  st,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  rlog,
+	})
+	return t, nil
+}
+
+// listenRaft is the raft port's listener: cfg.Listener, or one on
+// cfg.RaftAddr, which must be an address peers can dial and, without
+// TLS, a loopback one unless cfg.Insecure.
+func listenRaft(cfg Config) (net.Listener, error) {
 	ln := cfg.Listener
 	if ln == nil {
 		var err error
@@ -383,14 +411,13 @@ func newRaftTransport(cfg Config, rlog hclog.Logger, members tlsconfig.Members, 
 		ln.Close()
 		return nil, errors.New("the raft address must be one peers can dial, not " + a.String())
 	}
-	st := newStream(ln, cfg.TLS, members, gate)
-	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  st,
-		MaxPool: 3,
-		Timeout: 10 * time.Second,
-		Logger:  rlog,
-	})
-	return t, nil
+	if cfg.TLS == nil {
+		if err := CheckLoopback(cfg.Insecure, "raft", ln.Addr()); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
+	return ln, nil
 }
 
 // CheckLoopback refuses to serve what (the "client" or "raft" port) on

@@ -34,9 +34,8 @@ type Config struct {
 	// NodeID names this node in the raft configuration.
 	NodeID string
 	// Engine is the replication engine: "" or node.EngineHashicorp
-	// (hashicorp/raft), or node.EngineEtcd (etcd-io/raft, issue 28, in
-	// progress: a node alone, with no raft port, no snapshots and no
-	// cluster yet). A data dir belongs to the engine
+	// (hashicorp/raft), or node.EngineEtcd (etcd-io/raft, issue 28,
+	// experimental). A data dir belongs to the engine
 	// that first started on it; the other refuses it.
 	Engine string
 	// RaftAddr is the address raft peers dial. Empty means an in-memory
@@ -436,8 +435,8 @@ func (c Config) Validate() error {
 	switch c.Engine {
 	case "", node.EngineHashicorp:
 	case node.EngineEtcd:
-		if c.Join || len(c.Peers) > 1 || c.Transport != nil || c.RaftAddr != "" {
-			bad("Engine %s runs a node alone for now, with no raft port: no RaftAddr, Peers, Join or Transport", c.Engine)
+		if c.Transport != nil {
+			bad("Engine %s has a raft port of its own: Transport (a hashicorp raft transport) must be nil", c.Engine)
 		}
 	default:
 		bad("Engine is %q; it must be %s or %s", c.Engine, node.EngineHashicorp, node.EngineEtcd)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/node"
 )
@@ -100,11 +102,9 @@ func TestServerEngineEtcd(t *testing.T) {
 func TestServerEngineRefusals(t *testing.T) {
 	for name, edit := range map[string]func(*Config){
 		"an unknown engine": func(c *Config) { c.Engine = "paxos" },
-		"etcd with peers": func(c *Config) {
-			c.Peers = []Peer{{ID: "a", RaftAddr: "127.0.0.1:1"}, {ID: "b", RaftAddr: "127.0.0.1:2"}}
+		"etcd with a hashicorp transport": func(c *Config) {
+			_, c.Transport = raft.NewInmemTransport("a")
 		},
-		"etcd joining a node":   func(c *Config) { c.Join = true },
-		"etcd with a raft port": func(c *Config) { c.RaftAddr = "127.0.0.1:7001" },
 	} {
 		cfg := etcdServerConfig(t.TempDir())
 		edit(&cfg)

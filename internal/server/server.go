@@ -142,8 +142,6 @@ type engineNode interface {
 // openNode opens a node of engine (Config.Engine) over f.
 func openNode(engine string, cfg node.Config, f *fsm.FSM) (engineNode, error) {
 	if engine == node.EngineEtcd {
-		// No raft port yet: a node alone (OpenEtcd refuses the rest).
-		cfg.TLS, cfg.Listener, cfg.DialRaft = nil, nil, nil
 		return node.OpenEtcd(cfg, f)
 	}
 	return node.Open(cfg, f)

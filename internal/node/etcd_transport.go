@@ -1,0 +1,386 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/fencelock/fencelock/internal/tlsconfig"
+)
+
+// etcdTransport carries the etcd engine's raft messages between members
+// over the raft port's stream (raftport.go): the same listener budgets,
+// and with TLS the same rule that a peer holds a node certificate of the
+// CA naming a member. Each peer has one outgoing connection, written by
+// a goroutine of its own from a bounded queue, so raft's goroutine never
+// waits on the network: a message that finds the queue full, or a peer
+// that cannot be reached, is dropped and reported to raft, which treats
+// it as a lost packet. Each connection starts with etcdPreamble, which
+// tells a node of the other engine (or anything else) apart from a peer
+// at once, then the dialer's hello: its node ID and raft address, from
+// which a node just started to be joined learns where to answer the
+// leader before the log has told it. Then come etcd_wire frames from
+// that node only; with TLS the certificate must name it. A newer
+// connection from a member replaces its older one, so a peer that
+// redials after a partition holds one connection.
+type etcdTransport struct {
+	st      *stream
+	self    uint64
+	hello   []byte // this node's, sent after the preamble
+	log     *slog.Logger
+	core    *etcdCore
+	tls     *tlsconfig.Reloader
+	timeout time.Duration // a dial's, a flush's: an election timeout
+	idle    time.Duration // an incoming connection silent this long is closed
+
+	mu     sync.Mutex
+	out    map[uint64]*etcdPeerOut
+	in     map[uint64]net.Conn // the latest incoming connection of each sender
+	closed bool
+	wg     sync.WaitGroup
+	done   chan struct{}
+}
+
+// etcdPreamble opens every connection of the etcd engine's raft port.
+var etcdPreamble = []byte("fencelock-etcd-raft/1\n")
+
+// etcdPeerQueue bounds the messages waiting for one peer. raft keeps at
+// most MaxInflightMsgs appends of MaxSizePerMsg unanswered per follower;
+// the rest are heartbeats, votes and their answers.
+const etcdPeerQueue = 1024
+
+// etcdPeerOut is the outgoing side of one peer.
+type etcdPeerOut struct {
+	id uint64
+	q  chan *raftpb.Message
+}
+
+// newEtcdTransport starts the transport over st for core.
+func newEtcdTransport(st *stream, r *tlsconfig.Reloader, core *etcdCore, self Peer, timeout time.Duration, log *slog.Logger) *etcdTransport {
+	t := &etcdTransport{st: st, self: etcdID(self.ID), hello: etcdHello(self), log: log, core: core, tls: r, timeout: timeout,
+		idle: max(10*timeout, 10*time.Second), out: map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{},
+		done: make(chan struct{})}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t
+}
+
+// send queues msgs for their peers; it never blocks.
+func (t *etcdTransport) send(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		to := m.GetTo()
+		if to == t.self || to == 0 {
+			continue
+		}
+		p := t.peer(to)
+		if p == nil {
+			return // closed
+		}
+		select {
+		case p.q <- m:
+		default:
+			t.lost(m)
+		}
+	}
+}
+
+// lost tells raft that m did not reach its peer.
+func (t *etcdTransport) lost(m *raftpb.Message) {
+	if m.GetType() == raftpb.MsgSnap {
+		t.core.reportSnapshot(m.GetTo(), false)
+	}
+	t.core.reportUnreachable(m.GetTo())
+}
+
+// peer is the outgoing side of id, started on first use.
+func (t *etcdTransport) peer(id uint64) *etcdPeerOut {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	p, ok := t.out[id]
+	if !ok {
+		p = &etcdPeerOut{id: id, q: make(chan *raftpb.Message, etcdPeerQueue)}
+		t.out[id] = p
+		t.wg.Add(1)
+		go t.writeLoop(p)
+	}
+	return p
+}
+
+// writeLoop writes p's messages: each batch the queue holds is one
+// flush. A connection that fails is closed and the batch is lost; the
+// next message dials again, at most once per backoff, and messages in
+// between are dropped as lost.
+func (t *etcdTransport) writeLoop(p *etcdPeerOut) {
+	defer t.wg.Done()
+	var (
+		conn    net.Conn
+		w       *bufio.Writer
+		backoff time.Duration
+		retryAt time.Time
+	)
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	for {
+		var m *raftpb.Message
+		select {
+		case m = <-p.q:
+		case <-t.done:
+			return
+		}
+		batch := []*raftpb.Message{m}
+	drain:
+		for len(batch) < etcdPeerQueue {
+			select {
+			case m = <-p.q:
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		if conn == nil {
+			if time.Now().Before(retryAt) {
+				t.lostAll(batch)
+				continue
+			}
+			c, err := t.dial(p.id)
+			if err != nil {
+				backoff = min(max(2*backoff, 20*time.Millisecond), time.Second)
+				retryAt = time.Now().Add(backoff)
+				t.lostAll(batch)
+				continue
+			}
+			conn, w, backoff = c, bufio.NewWriterSize(c, 64<<10), 0
+		}
+		if err := t.write(conn, w, batch); err != nil {
+			conn.Close()
+			conn = nil
+			t.lostAll(batch)
+			continue
+		}
+		for _, m := range batch {
+			if m.GetType() == raftpb.MsgSnap {
+				t.core.reportSnapshot(p.id, true)
+			}
+		}
+	}
+}
+
+func (t *etcdTransport) lostAll(batch []*raftpb.Message) {
+	for _, m := range batch {
+		if m.GetType() == raftpb.MsgSnap {
+			t.core.reportSnapshot(m.GetTo(), false)
+		}
+	}
+	t.core.reportUnreachable(batch[0].GetTo())
+}
+
+func (t *etcdTransport) write(conn net.Conn, w *bufio.Writer, batch []*raftpb.Message) error {
+	if err := conn.SetWriteDeadline(time.Now().Add(t.timeout)); err != nil {
+		return err
+	}
+	for _, m := range batch {
+		if err := etcdWriteMsg(w, m); err != nil {
+			return err
+		}
+	}
+	return w.Flush()
+}
+
+// dial connects to member id at the address the configuration gives it,
+// over TLS when the port runs it, where the answering node's certificate
+// must name id itself.
+func (t *etcdTransport) dial(id uint64) (net.Conn, error) {
+	p, ok := t.core.name(id)
+	if !ok || p.RaftAddr == "" {
+		return nil, fmt.Errorf("no raft address known for member %x", id)
+	}
+	c, err := t.st.dialPeer(p.ID, p.RaftAddr, t.timeout)
+	if err != nil {
+		return nil, err
+	}
+	if err = c.SetWriteDeadline(time.Now().Add(t.timeout)); err == nil {
+		if _, err = c.Write(append(append([]byte{}, etcdPreamble...), t.hello...)); err == nil {
+			return c, nil
+		}
+	}
+	c.Close()
+	return nil, err
+}
+
+func (t *etcdTransport) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		c, err := t.st.Accept()
+		if err != nil {
+			return
+		}
+		t.wg.Add(1)
+		go t.readLoop(c)
+	}
+}
+
+// readLoop hands raft the messages of one incoming connection.
+func (t *etcdTransport) readLoop(c net.Conn) {
+	defer t.wg.Done()
+	defer c.Close()
+	r := bufio.NewReaderSize(c, 64<<10)
+	pre := make([]byte, len(etcdPreamble))
+	if err := c.SetReadDeadline(time.Now().Add(t.timeout)); err != nil {
+		return
+	}
+	if _, err := io.ReadFull(r, pre); err != nil || !bytes.Equal(pre, etcdPreamble) {
+		if err == nil {
+			t.st.gate.refused(&t.st.gate.refusedHandshakes,
+				"raft port: a connection that does not speak the etcd engine's raft protocol (a node of the other engine?)",
+				c.RemoteAddr().String(), nil)
+		}
+		return
+	}
+	p, err := etcdReadHello(r)
+	if err != nil {
+		t.log.Warn("raft port: a peer's hello", "remote", c.RemoteAddr().String(), "err", err)
+		return
+	}
+	from := etcdID(p.ID)
+	if from == t.self {
+		return
+	}
+	if !t.certNames(c, p.ID) {
+		t.log.Warn("raft port: a peer whose certificate does not name the node it says it is",
+			"remote", c.RemoteAddr().String(), "node", p.ID)
+		return
+	}
+	if p.RaftAddr != "" {
+		t.core.learnName(from, p)
+	}
+	t.replaceIn(from, c)
+	defer t.forgetIn(from, c)
+	for {
+		if err := c.SetReadDeadline(time.Now().Add(t.idle)); err != nil {
+			return
+		}
+		m, err := etcdReadMsg(r, from)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
+				t.log.Warn("raft port: closing a peer's connection", "remote", c.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		t.core.deliver(m)
+	}
+}
+
+// certNames says whether the TLS peer's certificate names the node id
+// (always true without TLS, where nobody is authenticated).
+func (t *etcdTransport) certNames(c net.Conn, id string) bool {
+	sc, ok := c.(*streamConn)
+	if !ok {
+		return true
+	}
+	tc, ok := sc.Conn.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return false
+	}
+	for _, n := range tlsconfig.NodeNames(certs[0]) {
+		if n == id {
+			return true
+		}
+	}
+	return false
+}
+
+// etcdHello is what a dialer says after the preamble: its node ID and
+// raft address, each a u16 length (big-endian) and its bytes.
+func etcdHello(p Peer) []byte {
+	b := make([]byte, 0, 4+len(p.ID)+len(p.RaftAddr))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(p.ID)))
+	b = append(b, p.ID...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(p.RaftAddr)))
+	return append(b, p.RaftAddr...)
+}
+
+// etcdMaxHelloField bounds a hello's node ID and address.
+const etcdMaxHelloField = 1024
+
+func etcdReadHello(r *bufio.Reader) (Peer, error) {
+	var f [2]string
+	for i := range f {
+		var h [2]byte
+		if _, err := io.ReadFull(r, h[:]); err != nil {
+			return Peer{}, err
+		}
+		n := binary.BigEndian.Uint16(h[:])
+		if n > etcdMaxHelloField {
+			return Peer{}, fmt.Errorf("a hello field of %d bytes is above the limit of %d", n, etcdMaxHelloField)
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return Peer{}, err
+		}
+		f[i] = string(b)
+	}
+	if f[0] == "" {
+		return Peer{}, errors.New("a hello without a node ID")
+	}
+	return Peer{ID: f[0], RaftAddr: f[1]}, nil
+}
+
+// replaceIn makes c the incoming connection of from, closing the one
+// before it.
+func (t *etcdTransport) replaceIn(from uint64, c net.Conn) {
+	t.mu.Lock()
+	old := t.in[from]
+	t.in[from] = c
+	t.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+func (t *etcdTransport) forgetIn(from uint64, c net.Conn) {
+	t.mu.Lock()
+	if t.in[from] == c {
+		delete(t.in, from)
+	}
+	t.mu.Unlock()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Close stops the writers and closes every connection, in and out.
+func (t *etcdTransport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.mu.Unlock()
+	close(t.done)
+	err := t.st.Close()
+	t.wg.Wait()
+	return err
+}

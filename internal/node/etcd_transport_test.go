@@ -1,0 +1,249 @@
+package node
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
+)
+
+// The etcd engine's raft port (etcdTransport): clusters of real
+// listeners on loopback, plain TCP and mutual TLS.
+
+// Three members over their raft ports: the leader dies, another is
+// elected, the dead one restarts on its address and catches up, and
+// every acknowledged token is on every member.
+func TestEtcdTransportFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ca   *tlstest.CA
+	}{{"tcp", nil}, {"tls", tlstest.NewCA(t, "ca")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := newEtcdTCPCluster(t, tc.ca, "a", "b", "c")
+			for i := range 10 {
+				cl.grant(fmt.Sprint("k", i))
+			}
+			l1 := cl.leader()
+			if err := cl.ms[l1].r.VerifyLeader(); err != nil {
+				t.Fatalf("verify the leader %s: %v", l1, err)
+			}
+			healthy := map[string]PeerState{}
+			for _, n := range cl.names {
+				if n != l1 {
+					healthy[n] = PeerHealthy
+				}
+			}
+			cl.peersBecome(l1, healthy)
+			if st := cl.ms[l1].n.RaftPortStats(); st.Open < 2 {
+				t.Fatalf("the leader's raft port holds %d connections, want one from each follower: %+v", st.Open, st)
+			}
+			cl.kill(l1)
+			cl.leader(l1)
+			for i := range 10 {
+				cl.grant(fmt.Sprint("j", i), l1)
+			}
+			cl.start(l1, false)
+			cl.grant("after the restart")
+			if err := cl.ms[cl.leader()].r.Barrier(time.Second); err != nil {
+				t.Fatal(err)
+			}
+			cl.checkAcked()
+		})
+	}
+}
+
+// Membership over the raft ports: a node started to be joined learns
+// where every member listens from the log, over TCP and TLS.
+func TestEtcdTransportMembership(t *testing.T) {
+	t.Run("tcp", func(t *testing.T) { etcdMembership(t, newEtcdTCPCluster(t, nil, "a", "b", "c")) })
+	t.Run("tls", func(t *testing.T) { etcdMembership(t, newEtcdTCPCluster(t, tlstest.NewCA(t, "ca"), "a", "b", "c")) })
+}
+
+// peerConn dials name's raft port as a node holding leaf (nil: plain
+// TCP) and sends the preamble and a hello naming the node as.
+func (cl *etcdCluster) peerConn(name string, leaf *tlstest.Leaf, as string) (net.Conn, error) {
+	addr := cl.addr(name)
+	var c net.Conn
+	var err error
+	if leaf == nil {
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+	} else {
+		d := &tls.Dialer{Config: &tls.Config{RootCAs: cl.ca.Pool(), ServerName: "127.0.0.1",
+			Certificates: []tls.Certificate{leaf.TLS(cl.t)}}}
+		d.NetDialer = &net.Dialer{Timeout: 5 * time.Second}
+		c, err = d.Dial("tcp", addr)
+		if err == nil {
+			// A refused client certificate shows at the first read
+			// in TLS 1.3.
+			err = c.(*tls.Conn).Handshake()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Write(append(append([]byte{}, etcdPreamble...), etcdHello(Peer{ID: as, RaftAddr: "127.0.0.1:1"})...)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// closedByPeer waits until the other end closes c: a read that ends
+// (deadline: a failure of the test, not a decision).
+func closedByPeer(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, c)
+	if isTimeout(err) {
+		t.Fatal("the raft port kept a connection it should have closed")
+	}
+}
+
+// The raft port with TLS refuses what is not a member's node: a client
+// certificate, a node certificate naming no member, and a member's node
+// that sends a message as another member (its connection is closed
+// before raft sees the message). Without the preamble, bytes are not
+// read as raft's (a node of the other engine).
+func TestEtcdTransportRefuses(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	cl := newEtcdTCPCluster(t, ca, "a", "b", "c")
+	cl.grant("k")
+	l := cl.leader()
+	var victim string
+	for _, n := range cl.names {
+		if n != l {
+			victim = n
+			break
+		}
+	}
+	port := cl.ms[victim].n
+	refused := port.RaftPortStats().HandshakesRefused
+
+	for _, leaf := range []*tlstest.Leaf{ca.IssueClient(t, "a"), ca.IssueNode(t, "z"), tlstest.NewCA(t, "other").IssueNode(t, "a")} {
+		c, err := cl.peerConn(victim, leaf, leaf.Cert.Subject.CommonName)
+		if err == nil {
+			// Refused after the client's side of the handshake: the
+			// server's alert ends the connection.
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err = c.Read(make([]byte, 1))
+			c.Close()
+		}
+		if err == nil || isTimeout(err) {
+			t.Fatalf("the raft port took %q (%v)", leaf.Cert.Subject.CommonName, err)
+		}
+	}
+	if got := port.RaftPortStats().HandshakesRefused; got < refused+3 {
+		t.Fatalf("handshakes refused %d, want at least %d", got, refused+3)
+	}
+
+	// A member's node that speaks as another member: a heartbeat of a
+	// far later term, which would depose everyone if raft took it.
+	var other string
+	for _, n := range cl.names {
+		if n != victim && n != l {
+			other = n
+		}
+	}
+	term := port.Status().Term
+	// A member's certificate with a hello naming another member.
+	c, err := cl.peerConn(victim, ca.IssueNode(t, other), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedByPeer(t, c)
+	c.Close()
+	c, err = cl.peerConn(victim, ca.IssueNode(t, other), other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriter(c)
+	forged := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(etcdID(l)), To: proto.Uint64(etcdID(victim)),
+		Term: proto.Uint64(term + 100)}
+	if err := etcdWriteMsg(w, forged); err != nil || w.Flush() != nil {
+		t.Fatal(err)
+	}
+	closedByPeer(t, c)
+	c.Close()
+	cl.grant("after the forgery")
+	if got := port.Status().Term; got >= term+100 {
+		t.Fatalf("%s took a message forged as %s's: term %d", victim, l, got)
+	}
+
+	// Not the preamble: closed and counted.
+	plain := newEtcdTCPCluster(t, nil, "p")
+	plain.grant("k")
+	pc, err := net.DialTimeout("tcp", plain.addr("p"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Write([]byte("\x00\x00\x00\x01 something else entirely")); err != nil {
+		t.Fatal(err)
+	}
+	closedByPeer(t, pc)
+	pc.Close()
+	if got := plain.ms["p"].n.RaftPortStats().HandshakesRefused; got != 1 {
+		t.Fatalf("refused %d connections without the preamble, want 1", got)
+	}
+}
+
+// Without TLS a connection carries the node its hello names only: a
+// message from another sender closes it, before raft takes the message.
+func TestEtcdTransportOneSenderPerConnection(t *testing.T) {
+	cl := newEtcdTCPCluster(t, nil, "a", "b", "c")
+	cl.grant("k")
+	l := cl.leader()
+	var victim, other string
+	for _, n := range cl.names {
+		switch {
+		case n == l:
+		case victim == "":
+			victim = n
+		default:
+			other = n
+		}
+	}
+	term := cl.ms[victim].n.Status().Term
+	c, err := cl.peerConn(victim, nil, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriter(c)
+	for _, m := range []*raftpb.Message{
+		// An answer from other (harmless), then a heartbeat claiming
+		// the leader's name in a later term.
+		{Type: raftpb.MsgHeartbeatResp.Enum(), From: proto.Uint64(etcdID(other)), To: proto.Uint64(etcdID(victim)), Term: proto.Uint64(term)},
+		{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(etcdID(l)), To: proto.Uint64(etcdID(victim)), Term: proto.Uint64(term + 100)},
+	} {
+		if err := etcdWriteMsg(w, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	closedByPeer(t, c)
+	c.Close()
+	cl.grant("after")
+	if got := cl.ms[victim].n.Status().Term; got >= term+100 {
+		t.Fatalf("%s took a second sender's message: term %d", victim, got)
+	}
+}
+
+// A hashicorp Transport is refused, naming why.
+func TestEtcdRefusesHashicorpTransport(t *testing.T) {
+	cfg := etcdTestConfig("", "a")
+	_, cfg.Transport = raft.NewInmemTransport("a")
+	if _, err := OpenEtcd(cfg, nil); !errors.Is(err, ErrEtcdNotYet) {
+		t.Fatalf("open with a hashicorp transport: %v, want ErrEtcdNotYet", err)
+	}
+}
