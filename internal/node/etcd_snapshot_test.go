@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
 )
 
 // A snapshot's data as raft carries it decodes to the names and state
@@ -367,4 +368,45 @@ func TestEtcdNodeOpensAfterAnInterruptedInstall(t *testing.T) {
 		}
 	}
 	grantEtcd(t, n, toks[len(toks)-1], "after")
+}
+
+// Over the raft port (TCP, and TLS): a follower down while the leader
+// compacts its log catches up through the leader's snapshot once it is
+// restarted; the transport carries the whole encoding and reports it.
+func TestEtcdTransportFollowerCatchesUpFromASnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ca   *tlstest.CA
+	}{{"tcp", nil}, {"tls", tlstest.NewCA(t, "ca")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &etcdCluster{t: t, ca: tc.ca, ms: map[string]*etcdMember{}, edit: func(c *Config) { c.TrailingLogs = 0 }}
+			cl.boot([]string{"a", "b", "c"})
+			for i := range 5 {
+				cl.grant(fmt.Sprint("k", i))
+			}
+			l := cl.leader()
+			var f string
+			for _, name := range cl.names {
+				if name != l {
+					f = name
+					break
+				}
+			}
+			cl.kill(f)
+			for i := range 10 {
+				cl.grant(fmt.Sprint("j", i), f)
+			}
+			l = cl.leader(f)
+			if err := cl.ms[l].n.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+			cl.start(f, false)
+			cl.grant("after the restart", f)
+			cl.awaitApplied(f, cl.acked[len(cl.acked)-1].index)
+			if got := cl.ms[f].n.core.snapIndex.Load(); got == 0 {
+				t.Fatalf("%s caught up without installing a snapshot", f)
+			}
+			cl.checkAcked()
+		})
+	}
 }
