@@ -52,7 +52,7 @@ ports serve loopback addresses only, unless --insecure. See
 docs/SECURITY.md.
 
 --engine etcd runs the node on etcd-io/raft instead of hashicorp/raft
-(experimental: no snapshots yet, so the log grows). Every member of a
+(experimental). Every member of a
 cluster runs the same engine. DIR belongs to the engine that first ran
 on it; the other refuses it.
 

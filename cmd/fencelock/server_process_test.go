@@ -316,12 +316,23 @@ func TestServerProcessKill9(t *testing.T) { testKill9(t) }
 // a token.
 func TestServerProcessKill9Etcd(t *testing.T) { testKill9(t, "--engine", "etcd") }
 
+// The etcd engine's kill -9 rounds with a snapshot every few dozen
+// entries: kills land while snapshots are written and the log compacted,
+// and each restart restores the newest snapshot before the log after it.
+func TestServerProcessKill9EtcdSnapshots(t *testing.T) {
+	data := testKill9(t, "--engine", "etcd", "--snapshot-threshold", "32", "--snapshot-interval", "20ms", "--trailing-logs", "8")
+	if snaps, err := os.ReadDir(filepath.Join(data, "snapshots")); err != nil || len(snaps) == 0 {
+		t.Fatalf("no snapshot was taken: %v %v", snaps, err)
+	}
+}
+
 // testKill9 kills a server started with args under load, round after
-// round, and checks that every acknowledged grant survived.
-func testKill9(t *testing.T, args ...string) {
+// round, and checks that every acknowledged grant survived; data is the
+// data dir it ran on.
+func testKill9(t *testing.T, args ...string) (data string) {
 	t.Parallel()
 	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
+	data = filepath.Join(dir, "data")
 	const (
 		rounds  = 3
 		clients = 6
@@ -425,6 +436,7 @@ func testKill9(t *testing.T, args ...string) {
 	if code := p.exitCode(); code != 0 {
 		t.Fatalf("exit status %d", code)
 	}
+	return data
 }
 
 func checkInvariants(t *testing.T, addr string, grants []*grantRecord, answered map[uint64]string) {

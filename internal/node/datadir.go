@@ -172,12 +172,12 @@ func latestSnapshot(snaps *raft.FileSnapshotStore) (*raft.SnapshotMeta, error) {
 }
 
 // openStores opens the log, stable and snapshot stores of dir (already
-// locked) and verifies them before raft sees them: the state file is
-// readable, raft-wal's metadata and segments are present when the log had
-// entries, every entry's checksum matches, the log reaches the watermark
-// of what had been durably written, and a snapshot covers what the log
-// no longer holds. Any damage is a *DataDirError.
-func openStores(dir string, segSize int, logger hclog.Logger, log *slog.Logger) (_ *stores, err error) {
+// locked, written by engine) and verifies them before raft sees them: the
+// state file is readable, raft-wal's metadata and segments are present
+// when the log had entries, every entry's checksum matches, the log
+// reaches the watermark of what had been durably written, and a snapshot
+// covers what the log no longer holds. Any damage is a *DataDirError.
+func openStores(dir, engine string, segSize int, logger hclog.Logger, log *slog.Logger) (_ *stores, err error) {
 	st := &stores{}
 	defer func() {
 		if err != nil {
@@ -292,7 +292,10 @@ func openStores(dir string, segSize int, logger hclog.Logger, log *slog.Logger) 
 			file = filepath.Join("snapshots", snap.ID)
 		}
 		return nil, damage(dir, file, "the log starts at index %d but no snapshot covers the entries before it", first)
-	case last > 0 && last < snapIndex:
+	case last > 0 && last < snapIndex && engine != EngineEtcd:
+		// The etcd engine writes a snapshot from the leader before it
+		// deletes the log the snapshot replaces, and drops that log at
+		// open when it stopped in between (etcdDropStaleLog).
 		return nil, damage(dir, segmentFor(segs, last), "the log ends at index %d, before the snapshot at %d", last, snapIndex)
 	}
 	return st, nil

@@ -55,7 +55,7 @@ func TestEtcdCoreThreeNodes(t *testing.T) {
 		}
 		f := fsm.New(nil)
 		c, err := openEtcdCore(st.logs, st.stable, newMachine(f, newTokenFloor(st.state), Hooks{}), etcdID(n), voters, nil,
-			5*time.Millisecond, slog.New(slog.DiscardHandler), uint64(i+1)<<40)
+			5*time.Millisecond, slog.New(slog.DiscardHandler), uint64(i+1)<<40, etcdSnapPolicy{})
 		if err != nil {
 			t.Fatal(err)
 		}

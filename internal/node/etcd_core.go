@@ -1,9 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -24,7 +26,10 @@ import (
 // messages to send, and passes committed entries to a second goroutine
 // (applyLoop) that applies them in batches to the machine — which raises
 // the token ceiling before any result is answered — and answers their
-// proposers.
+// proposers. A third (snapLoop) writes out the snapshots the apply
+// goroutine takes between batches; run then compacts the log behind
+// them, and persists a snapshot from the leader (the Ready's) before the
+// entries after it, handing it to the apply goroutine ahead of them.
 //
 // A proposal's entry carries an 8-byte id before the encoded command, so
 // that the applier can answer the proposer that is waiting for it. An
@@ -47,13 +52,25 @@ type etcdCore struct {
 	// reports are what the transport learned of a peer: unreachable, or
 	// a snapshot sent (or not); run hands them to raft.
 	reports chan etcdReport
-	applyc  chan []*raftpb.Entry
+	applyc  chan etcdApply
 	stop    chan struct{}
 	done    sync.WaitGroup
 	// dead is closed when raft's goroutine stopped on its own (a write
 	// that failed, a panic inside raft); fault says why.
-	dead  chan struct{}
-	fault atomic.Pointer[error]
+	dead     chan struct{}
+	fault    atomic.Pointer[error]
+	haltOnce sync.Once
+
+	// Snapshots (etcd_snapshot.go): snapAsk are Snapshot's requests to
+	// snapLoop, snapTake snapLoop's to the apply goroutine, compacts
+	// snapLoop's to run once a snapshot is written.
+	policy     etcdSnapPolicy
+	snapIndex  atomic.Uint64 // the newest snapshot's index, taken or installed
+	snapAsk    chan chan error
+	snapWanted chan struct{} // 1-buffered: raft's storage wants a newer snapshot
+	snapTake   chan etcdTake
+	compacts   chan etcdCompact
+	booted     etcdPoint // the snapshot the core opened on: where applying starts
 
 	hs      *raftpb.HardState // the one last persisted
 	first   uint64            // the log's last index at open: entries up to it answer nobody
@@ -118,7 +135,11 @@ func (c *etcdCore) start(seed uint64) {
 	c.props = make(chan etcdProp, 1024)
 	c.recv = make(chan *raftpb.Message, 4096)
 	c.reports = make(chan etcdReport, 256)
-	c.applyc = make(chan []*raftpb.Entry, 64)
+	c.applyc = make(chan etcdApply, 64)
+	c.snapAsk = make(chan chan error)
+	c.snapWanted = make(chan struct{}, 1)
+	c.snapTake = make(chan etcdTake)
+	c.compacts = make(chan etcdCompact)
 	c.reads = make(chan uint64, 64)
 	c.confs = make(chan etcdConfReq, 16)
 	c.transfers = make(chan uint64, 4)
@@ -127,9 +148,10 @@ func (c *etcdCore) start(seed uint64) {
 	c.dead = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
 	c.seq.Store(seed)
-	c.done.Add(2)
+	c.done.Add(3)
 	go func() { defer c.done.Done(); c.run() }()
 	go func() { defer c.done.Done(); c.applyLoop() }()
+	go func() { defer c.done.Done(); c.snapLoop() }()
 }
 
 func (c *etcdCore) close() {
@@ -253,6 +275,14 @@ func (c *etcdCore) run() {
 			c.queued = append(c.queued, q)
 		case id := <-c.transfers:
 			c.transferLeader(id)
+		case k := <-c.compacts:
+			err := c.compact(k)
+			k.done <- err
+			if err != nil {
+				c.halt(fmt.Errorf("compacting the log failed: %w", err))
+				<-c.stop
+				return
+			}
 		}
 		c.proposeConf()
 		for c.rn.HasReady() {
@@ -270,11 +300,14 @@ func (c *etcdCore) run() {
 
 // halt stops this node serving for good: every wait, now and later,
 // fails with err. dead is closed before the waiters fail, so a wait
-// registered after failAll sees it.
+// registered after failAll sees it. The first halt's err is the one
+// kept (raft's goroutine or the apply goroutine may halt).
 func (c *etcdCore) halt(err error) {
-	c.fault.Store(&err)
-	close(c.dead)
-	c.log.Error("etcd engine: stopping", "err", err)
+	c.haltOnce.Do(func() {
+		c.fault.Store(&err)
+		close(c.dead)
+		c.log.Error("etcd engine: stopping", "err", err)
+	})
 	c.failAll(fmt.Errorf("%w: %v", ErrUnavailable, err))
 }
 
@@ -362,6 +395,15 @@ func (c *etcdCore) ready() error {
 		c.watchSent(rd.Messages)
 		(*send)(rd.Messages)
 	}
+	// A snapshot from the leader replaces the log: durable before the
+	// entries after it are written and anything is acknowledged.
+	var inst *etcdInstall
+	if !etcdraft.IsEmptySnap(rd.Snapshot) {
+		var err error
+		if inst, err = c.install(rd.Snapshot); err != nil {
+			return err
+		}
+	}
 	if err := etcdAppend(c.logs, rd.Entries); err != nil {
 		return err
 	}
@@ -404,9 +446,16 @@ func (c *etcdCore) ready() error {
 	if n := len(rd.CommittedEntries); n > 0 {
 		c.handed = rd.CommittedEntries[n-1].GetIndex()
 	}
-	if len(rd.CommittedEntries) > 0 {
+	if len(rd.CommittedEntries) > 0 || inst != nil {
+		a := etcdApply{snap: inst, ents: rd.CommittedEntries,
+			at: etcdPoint{index: c.handed, cs: c.conf.Load(), names: *c.names.Load()}}
+		if n := len(a.ents); n > 0 {
+			a.at.term = a.ents[n-1].GetTerm()
+		} else {
+			a.at.term = rd.Snapshot.GetMetadata().GetTerm()
+		}
 		select {
-		case c.applyc <- rd.CommittedEntries:
+		case c.applyc <- a:
 		case <-c.stop:
 			return errors.New("shutting down")
 		}
@@ -775,45 +824,82 @@ func (c *etcdCore) verify(timeout time.Duration) error {
 	return err
 }
 
-// applyLoop applies committed entries in batches and answers them.
+// applyLoop applies committed entries in batches and answers them, a
+// snapshot installed from the leader first when one comes with them; and
+// between two batches it takes the state machine's snapshot when
+// snapLoop asks for one. A snapshot that cannot be restored halts the
+// node: nothing after it can be applied.
 func (c *etcdCore) applyLoop() {
-	for ents := range c.applyc {
-		var logs []*raft.Log
-		var ids []uint64
-		for _, e := range ents {
-			d := e.GetData()
-			if e.GetType() != raftpb.EntryNormal || len(d) < etcdIDLen {
+	at := c.booted
+	var failed error
+	for {
+		select {
+		case a, ok := <-c.applyc:
+			if !ok {
+				return
+			}
+			if failed != nil {
 				continue
 			}
-			id := binary.BigEndian.Uint64(d)
-			if e.GetIndex() <= c.first {
-				id = 0 // proposed before this run: nobody waits for it
+			if a.snap != nil {
+				if err := c.restore(a.snap); err != nil {
+					failed = err
+					c.halt(err)
+					continue
+				}
 			}
-			ids = append(ids, id)
-			if len(d) == etcdIDLen { // a barrier: no command
-				logs = append(logs, &raft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: raft.LogNoop})
+			c.applyEntries(a.ents)
+			at = a.at
+		case req := <-c.snapTake:
+			if failed != nil {
+				req.reply <- etcdTaken{err: c.halted()}
 				continue
 			}
-			logs = append(logs, &raft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: raft.LogCommand, Data: d[etcdIDLen:]})
+			req.reply <- c.take(at, req)
 		}
-		var out []any
-		if len(logs) > 0 {
-			out = c.m.ApplyBatch(logs)
+	}
+}
+
+// applyEntries applies one batch of committed entries and answers them.
+func (c *etcdCore) applyEntries(ents []*raftpb.Entry) {
+	if len(ents) == 0 {
+		return
+	}
+	var logs []*raft.Log
+	var ids []uint64
+	for _, e := range ents {
+		d := e.GetData()
+		if e.GetType() != raftpb.EntryNormal || len(d) < etcdIDLen {
+			continue
 		}
-		c.applied.Store(ents[len(ents)-1].GetIndex())
-		var floorErr error
-		if c.m.floor != nil {
-			floorErr = c.m.floor.err()
+		id := binary.BigEndian.Uint64(d)
+		if e.GetIndex() <= c.first {
+			id = 0 // proposed before this run: nobody waits for it
 		}
-		for i, id := range ids {
-			switch r, _ := out[i].(*fsm.Result); {
-			case floorErr != nil:
-				c.answer(id, etcdAnswer{err: fmt.Errorf("%w: %w: %v", ErrUnavailable, errFloor, floorErr)})
-			case r == nil:
-				c.answer(id, etcdAnswer{res: &fsm.Result{Index: logs[i].Index}})
-			default:
-				c.answer(id, etcdAnswer{res: r})
-			}
+		ids = append(ids, id)
+		if len(d) == etcdIDLen { // a barrier: no command
+			logs = append(logs, &raft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: raft.LogNoop})
+			continue
+		}
+		logs = append(logs, &raft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: raft.LogCommand, Data: d[etcdIDLen:]})
+	}
+	var out []any
+	if len(logs) > 0 {
+		out = c.m.ApplyBatch(logs)
+	}
+	c.applied.Store(ents[len(ents)-1].GetIndex())
+	var floorErr error
+	if c.m.floor != nil {
+		floorErr = c.m.floor.err()
+	}
+	for i, id := range ids {
+		switch r, _ := out[i].(*fsm.Result); {
+		case floorErr != nil:
+			c.answer(id, etcdAnswer{err: fmt.Errorf("%w: %w: %v", ErrUnavailable, errFloor, floorErr)})
+		case r == nil:
+			c.answer(id, etcdAnswer{res: &fsm.Result{Index: logs[i].Index}})
+		default:
+			c.answer(id, etcdAnswer{res: r})
 		}
 	}
 }
@@ -850,8 +936,28 @@ func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*ra
 //
 // names are the members' node IDs and addresses known before the log is
 // read; voters empty: bootstrap nothing, this node waits to be added.
-func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self uint64, voters []uint64, names map[uint64]Peer, tick time.Duration, log *slog.Logger, seed uint64) (*etcdCore, error) {
-	ms, err := etcdLoadMemory(logs, stable, nil)
+// The newest snapshot of the policy's store, if any, is restored into m
+// first, and the log replays after it.
+func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self uint64, voters []uint64, names map[uint64]Peer, tick time.Duration, log *slog.Logger, seed uint64, policy etcdSnapPolicy) (*etcdCore, error) {
+	if policy.store == nil {
+		policy.store = raft.NewInmemSnapshotStore()
+	}
+	snap, snapNames, fsmData, err := etcdLoadSnap(policy.store)
+	if err != nil {
+		return nil, err
+	}
+	var booted etcdPoint
+	if snap != nil {
+		md := snap.GetMetadata()
+		booted = etcdPoint{index: md.GetIndex(), term: md.GetTerm(), cs: md.GetConfState(), names: snapNames}
+		if err := m.Restore(io.NopCloser(bytes.NewReader(fsmData))); err != nil {
+			return nil, fmt.Errorf("restoring the snapshot at %d: %w", booted.index, err)
+		}
+	}
+	if err := etcdDropStaleLog(logs, booted.index); err != nil {
+		return nil, err
+	}
+	ms, err := etcdLoadMemory(logs, stable, snap)
 	if err != nil {
 		return nil, err
 	}
@@ -859,8 +965,9 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self 
 	if err != nil {
 		return nil, err
 	}
+	storage := &etcdStorage{MemoryStorage: ms}
 	rn, err := etcdNewRawNode(&etcdraft.Config{
-		ID: self, ElectionTick: 10, HeartbeatTick: 1, Storage: ms,
+		ID: self, ElectionTick: 10, HeartbeatTick: 1, Storage: storage,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, CheckQuorum: true, PreVote: true,
 		DisableProposalForwarding: true, StepDownOnRemoval: true, Logger: etcdLogger{log},
 	})
@@ -884,7 +991,10 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self 
 		}
 	}
 	c := &etcdCore{rn: rn, logs: logs, stable: stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last,
-		self: self, watch: newPeerWatch(time.Now)}
+		self: self, watch: newPeerWatch(time.Now), policy: policy, booted: booted, handed: booted.index}
+	storage.c = c
+	c.snapIndex.Store(booted.index)
+	c.applied.Store(booted.index)
 	c.term.Store(hs.GetTerm())
 	c.contact.Store(time.Now().UnixNano())
 	cs, err := etcdBootConf(ms, last, voters)
@@ -892,11 +1002,16 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self 
 		return nil, err
 	}
 	c.conf.Store(cs)
-	known := make(map[uint64]Peer, len(names))
+	// The snapshot's names are the log's, later than the configured ones.
+	known := make(map[uint64]Peer, len(names)+len(snapNames))
 	for id, p := range names {
 		known[id] = p
 	}
+	for id, p := range snapNames {
+		known[id] = p
+	}
 	c.names.Store(&known)
+	c.booted.names = known
 	c.start(seed)
 	return c, nil
 }

@@ -26,7 +26,7 @@ func TestEtcdCoreSingleNode(t *testing.T) {
 		}
 		f := fsm.New(nil)
 		m := newMachine(f, newTokenFloor(st.state), Hooks{})
-		c, err := openEtcdCore(st.logs, st.stable, m, etcdID("a"), []uint64{etcdID("a")}, nil, time.Millisecond, slog.New(slog.DiscardHandler), 1000)
+		c, err := openEtcdCore(st.logs, st.stable, m, etcdID("a"), []uint64{etcdID("a")}, nil, time.Millisecond, slog.New(slog.DiscardHandler), 1000, etcdSnapPolicy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestEtcdCoreHaltsOnAWriteFailure(t *testing.T) {
 	logs := &failingLogs{InmemStore: mem}
 	f := fsm.New(nil)
 	c, err := openEtcdCore(logs, mem, newMachine(f, nil, Hooks{}), etcdID("a"), []uint64{etcdID("a")}, nil,
-		time.Millisecond, slog.New(slog.DiscardHandler), 1)
+		time.Millisecond, slog.New(slog.DiscardHandler), 1, etcdSnapPolicy{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 func openTestStores(t *testing.T, dir string) (*stores, error) {
 	t.Helper()
-	return openStores(dir, WALSegmentSize, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
+	return openStores(dir, EngineEtcd, WALSegmentSize, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
 }
 
 // etcd entries survive a restart through the checked log, a replaced

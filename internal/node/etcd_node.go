@@ -30,7 +30,9 @@ var ErrEtcdNotYet = errors.New("server: not supported by the etcd engine yet")
 // its raft port (etcdTransport: TCP, or mutual TLS with the hashicorp
 // node's identity rules), or members in one process over a network
 // given by the caller (etcdNet, tests); membership changes one member at
-// a time.
+// a time. It snapshots as Node does (SnapshotThreshold, SnapshotInterval,
+// TrailingLogs; etcd_snapshot.go), restores the newest snapshot at open,
+// and a follower behind the leader's compaction installs the leader's.
 type EtcdNode struct {
 	cfg  Config
 	core *etcdCore
@@ -55,9 +57,18 @@ var _ Replicator = (*EtcdNode)(nil)
 
 // etcdNet carries the messages of members in one process (tests): send
 // is given every message raft sends, and the returned deliver is how the
-// network hands a member its messages.
+// network hands a member its messages. The network tells the sender's
+// core, through the reporter, how each snapshot it sent went (raft sends
+// that peer nothing else until it knows) and which peers it could not
+// reach.
 type etcdNet interface {
-	attach(id uint64, deliver func(*raftpb.Message)) (send func([]*raftpb.Message))
+	attach(id uint64, deliver func(*raftpb.Message), r etcdReporter) (send func([]*raftpb.Message))
+}
+
+// etcdReporter is what a transport tells the core of the peers.
+type etcdReporter interface {
+	reportSnapshot(to uint64, done bool)
+	reportUnreachable(to uint64)
 }
 
 // etcdElectionTick is the election timeout in ticks (etcdCore's config);
@@ -128,18 +139,19 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 	var (
 		logs   raft.LogStore
 		stable raft.StableStore
+		snaps  raft.SnapshotStore
 	)
 	if cfg.DataDir == "" {
 		mem := raft.NewInmemStore()
-		logs, stable = mem, mem
+		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
 	} else {
 		st, err := n.openDir(cfg)
 		if err != nil {
 			return err
 		}
-		logs, stable = st.logs, st.stable
+		logs, stable, snaps = st.logs, st.stable, st.snaps
 	}
-	if err := n.boot(cfg.TokenFloor, func() (bool, error) { return etcdHasState(logs, stable) }); err != nil {
+	if err := n.boot(cfg.TokenFloor, func() (bool, error) { return etcdHasState(logs, stable, snaps) }); err != nil {
 		return err
 	}
 	var seed [8]byte
@@ -148,7 +160,7 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 	}
 	m := newMachine(n.fsm, n.floor, cfg.Hooks)
 	c, err := openEtcdCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"),
-		binary.BigEndian.Uint64(seed[:])>>1)
+		binary.BigEndian.Uint64(seed[:])>>1, etcdPolicy(cfg, snaps))
 	if err != nil {
 		return fmt.Errorf("server: starting raft: %w", err)
 	}
@@ -156,7 +168,7 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 	n.closers = append(n.closers, closerFunc(func() error { c.close(); return nil }))
 	switch {
 	case network != nil:
-		c.setSend(network.attach(n.self, c.deliver))
+		c.setSend(network.attach(n.self, c.deliver, c))
 	case cfg.RaftAddr != "":
 		ln, err := listenRaft(cfg)
 		if err != nil {
@@ -212,12 +224,15 @@ func (n *EtcdNode) openDir(cfg Config) (*stores, error) {
 	return st, nil
 }
 
-// etcdHasState says whether the stores hold etcd state: entries or a
-// hard state.
-func etcdHasState(logs raft.LogStore, stable raft.StableStore) (bool, error) {
+// etcdHasState says whether the stores hold etcd state: entries, a
+// snapshot or a hard state.
+func etcdHasState(logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) (bool, error) {
 	last, err := logs.LastIndex()
 	if err != nil || last > 0 {
 		return last > 0, err
+	}
+	if list, err := snaps.List(); err != nil || len(list) > 0 {
+		return len(list) > 0, err
 	}
 	b, err := etcdGetHardState(stable)
 	return len(b) > 0, err
@@ -275,6 +290,11 @@ func (n *EtcdNode) Leadership() <-chan bool { return n.core.leaderCh }
 // VerifyLeader confirms with a quorum (raft's ReadIndex) that this node
 // still leads.
 func (n *EtcdNode) VerifyLeader() error { return n.core.verify(n.verifyTimeout) }
+
+// Snapshot takes a snapshot now (tests, operators) and compacts the log
+// behind it, keeping TrailingLogs entries; an error when nothing was
+// applied since the last one.
+func (n *EtcdNode) Snapshot() error { return n.core.snapshot() }
 
 // Status reads this node's state.
 func (n *EtcdNode) Status() Status {

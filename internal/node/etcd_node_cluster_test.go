@@ -22,22 +22,41 @@ type etcdTestNet struct {
 	mu      sync.Mutex
 	deliver map[uint64]func(*raftpb.Message)
 	cut     map[uint64]bool
+	snaps   map[uint64]int // MsgSnaps sent, by receiver
 }
 
-func (nw *etcdTestNet) attach(id uint64, deliver func(*raftpb.Message)) func([]*raftpb.Message) {
+func (nw *etcdTestNet) attach(id uint64, deliver func(*raftpb.Message), r etcdReporter) func([]*raftpb.Message) {
 	nw.mu.Lock()
 	nw.deliver[id] = deliver
 	nw.mu.Unlock()
 	return func(msgs []*raftpb.Message) {
 		nw.mu.Lock()
 		defer nw.mu.Unlock()
+		lost := map[uint64]bool{}
 		for _, m := range msgs {
 			d, ok := nw.deliver[m.GetTo()]
-			if ok && !nw.cut[m.GetFrom()] && !nw.cut[m.GetTo()] {
+			sent := ok && !nw.cut[m.GetFrom()] && !nw.cut[m.GetTo()]
+			if sent {
 				d(proto.Clone(m).(*raftpb.Message))
+			} else if !lost[m.GetTo()] {
+				lost[m.GetTo()] = true // once a batch: the core's reports are bounded
+				r.reportUnreachable(m.GetTo())
+			}
+			// As a transport does once a snapshot is delivered or
+			// lost: raft sends that peer nothing else until then.
+			if m.GetType() == raftpb.MsgSnap {
+				nw.snaps[m.GetTo()]++
+				r.reportSnapshot(m.GetTo(), sent)
 			}
 		}
 	}
+}
+
+// snapsTo is how many snapshots were sent to id.
+func (nw *etcdTestNet) snapsTo(id uint64) int {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.snaps[id]
 }
 
 func (nw *etcdTestNet) setCut(id uint64, cut bool) {
@@ -64,6 +83,9 @@ type etcdCluster struct {
 	names []string // in start order
 	ms    map[string]*etcdMember
 	acked []etcdAck
+	// edit, when set, changes each member's Config before its first
+	// start.
+	edit func(*Config)
 }
 
 type etcdMember struct {
@@ -81,7 +103,8 @@ type etcdAck struct {
 
 // newEtcdCluster starts a member for each name, bootstrapped together.
 func newEtcdCluster(t *testing.T, names ...string) *etcdCluster {
-	cl := &etcdCluster{t: t, net: &etcdTestNet{deliver: map[uint64]func(*raftpb.Message){}, cut: map[uint64]bool{}},
+	cl := &etcdCluster{t: t, net: &etcdTestNet{deliver: map[uint64]func(*raftpb.Message){}, cut: map[uint64]bool{},
+		snaps: map[uint64]int{}},
 		ms: map[string]*etcdMember{}}
 	return cl.boot(names)
 }
@@ -92,6 +115,10 @@ func newEtcdTCPCluster(t *testing.T, ca *tlstest.CA, names ...string) *etcdClust
 	cl := &etcdCluster{t: t, ca: ca, ms: map[string]*etcdMember{}}
 	return cl.boot(names)
 }
+
+// add starts a member for each name, bootstrapped together (once, on a
+// cluster made with no names: after edit is set).
+func (cl *etcdCluster) add(names ...string) { cl.boot(names) }
 
 func (cl *etcdCluster) boot(names []string) *etcdCluster {
 	for _, n := range names {
@@ -145,6 +172,9 @@ func (cl *etcdCluster) start(name string, join bool) *etcdMember {
 				t.Fatal(err)
 			}
 			cfg.TLS = r
+		}
+		if cl.edit != nil {
+			cl.edit(&cfg)
 		}
 		m = &etcdMember{cfg: cfg}
 		cl.ms[name] = m

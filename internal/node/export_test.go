@@ -33,7 +33,7 @@ func SetState(dir string, change func(*DirState)) error {
 // RewriteWithoutChecksums rewrites the log of the stopped node in dir as
 // a server from before checksums wrote it, and answers its last index.
 func RewriteWithoutChecksums(dir string) (uint64, error) {
-	st, err := openStores(dir, WALSegmentSize, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
+	st, err := openStores(dir, EngineHashicorp, WALSegmentSize, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		return 0, err
 	}

@@ -111,7 +111,7 @@ func (f *floors) openDataDir(cfg Config, engine string, raftLog hclog.Logger, cl
 	if segSize <= 0 {
 		segSize = WALSegmentSize
 	}
-	st, err := openStores(cfg.DataDir, segSize, raftLog, cfg.Logger)
+	st, err := openStores(cfg.DataDir, engine, segSize, raftLog, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

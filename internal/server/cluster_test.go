@@ -412,7 +412,7 @@ func TestClusterLaggingNodeCatchesUpFromASnapshot(t *testing.T) {
 			t.Fatalf("acquire %d: %d %v", i, a.status, a.body)
 		}
 	}
-	if err := l.raftNode(t).Snapshot(); err != nil {
+	if err := l.snapshotter(t).Snapshot(); err != nil {
 		t.Fatal(err)
 	}
 	c.heal()

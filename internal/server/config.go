@@ -35,7 +35,7 @@ type Config struct {
 	NodeID string
 	// Engine is the replication engine: "" or node.EngineHashicorp
 	// (hashicorp/raft), or node.EngineEtcd (etcd-io/raft, issue 28,
-	// experimental: no snapshots yet). A data dir belongs to the engine
+	// experimental). A data dir belongs to the engine
 	// that first started on it; the other refuses it.
 	Engine string
 	// RaftAddr is the address raft peers dial. Empty means an in-memory

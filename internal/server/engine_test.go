@@ -14,7 +14,7 @@ import (
 )
 
 // raftNode is s's hashicorp node, for the tests of what only it does
-// (snapshots on demand, raft's stats, a transfer to a named voter).
+// (raft's stats, a transfer to a named voter).
 func (s *Server) raftNode(t testing.TB) *node.Node {
 	t.Helper()
 	n, ok := s.node.(*node.Node)
@@ -23,6 +23,17 @@ func (s *Server) raftNode(t testing.TB) *node.Node {
 	}
 	if !ok {
 		t.Fatalf("the node is a %T, not the hashicorp engine's", s.node)
+	}
+	return n
+}
+
+// snapshotter is s's node, of either engine, as one that takes a
+// snapshot on demand.
+func (s *Server) snapshotter(t testing.TB) interface{ Snapshot() error } {
+	t.Helper()
+	n, ok := s.node.(interface{ Snapshot() error })
+	if !ok {
+		t.Fatalf("the node %T takes no snapshot on demand", s.node)
 	}
 	return n
 }

@@ -181,7 +181,7 @@ func TestRestartKeepsLeasesTokensAndDropsOrphanWaiters(t *testing.T) {
 	if res, err := ts.ProposeForTest(fsm.Command{Op: fsm.OpWait, Key: "k0", Holder: "w", TTL: locktable.Second, Deadline: now + locktable.Time(time.Hour)}); err != nil || !res.Queued {
 		t.Fatalf("wait: %+v %v", res, err)
 	}
-	if err := ts.raftNode(t).Snapshot(); err != nil {
+	if err := ts.snapshotter(t).Snapshot(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 	ts.post("/v1/release", `{"key":"k19","holder":"h"}`) // after the snapshot: replayed from the log

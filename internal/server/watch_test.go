@@ -548,7 +548,7 @@ func TestWatchAfterASnapshotInstallIsCompacted(t *testing.T) {
 	for i := range 40 {
 		l.post(api.PathAcquire, acquireBody(fmt.Sprintf("k%d", i), "h", 60000, ""))
 	}
-	if err := l.raftNode(t).Snapshot(); err != nil {
+	if err := l.snapshotter(t).Snapshot(); err != nil {
 		t.Fatal(err)
 	}
 	c.heal()
