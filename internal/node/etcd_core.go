@@ -255,11 +255,7 @@ func (c *etcdCore) run() {
 		case p := <-c.props:
 			c.proposeBatch(p)
 		case m := <-c.recv:
-			// A message raft refuses (from a removed node, an old
-			// term) changes nothing.
-			if c.rn.Step(m) == nil {
-				c.watchReceived(m)
-			}
+			c.step(m)
 		case r := <-c.reports:
 			switch {
 			case !r.snap:
@@ -284,6 +280,7 @@ func (c *etcdCore) run() {
 				return
 			}
 		}
+		c.drain()
 		c.proposeConf()
 		for c.rn.HasReady() {
 			if err := c.ready(); err != nil {
@@ -294,6 +291,34 @@ func (c *etcdCore) run() {
 				return
 			}
 			c.proposeConf()
+		}
+	}
+}
+
+// step hands raft a peer's message. A message raft refuses (from a
+// removed node, an old term) changes nothing.
+func (c *etcdCore) step(m *raftpb.Message) {
+	if c.rn.Step(m) == nil {
+		c.watchReceived(m)
+	}
+}
+
+// etcdDrainMax bounds the messages and proposals one Ready gathers.
+const etcdDrainMax = 4096
+
+// drain steps the peers' messages and takes the proposals already
+// waiting, so that one Ready, and one write of the log, covers them all:
+// without it a follower wrote (and synced) its log once per append the
+// leader sent, and fell behind a leader that sends one append per Ready.
+func (c *etcdCore) drain() {
+	for range etcdDrainMax {
+		select {
+		case m := <-c.recv:
+			c.step(m)
+		case p := <-c.props:
+			c.proposeBatch(p)
+		default:
+			return
 		}
 	}
 }
