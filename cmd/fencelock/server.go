@@ -52,8 +52,8 @@ ports serve loopback addresses only, unless --insecure. See
 docs/SECURITY.md.
 
 --engine etcd runs the node on etcd-io/raft instead of hashicorp/raft
-(experimental). Every member of a
-cluster runs the same engine. DIR belongs to the engine that first ran
+(experimental; measured no faster, docs/BENCHMARKS.md). Every member of
+a cluster runs the same engine. DIR belongs to the engine that first ran
 on it; the other refuses it.
 
 A flag beats its environment variable.
