@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -232,6 +233,20 @@ func (cl *etcdCluster) leader(except ...string) string {
 		time.Sleep(2 * time.Millisecond)
 	}
 	t.Fatal("no leader")
+	return ""
+}
+
+// follower is a live member that does not lead now, other than those
+// in except.
+func (cl *etcdCluster) follower(except ...string) string {
+	cl.t.Helper()
+	l := cl.leader()
+	for _, name := range cl.names {
+		if name != l && !cl.ms[name].dead && !slices.Contains(except, name) {
+			return name
+		}
+	}
+	cl.t.Fatal("no follower")
 	return ""
 }
 

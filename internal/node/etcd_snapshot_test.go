@@ -296,19 +296,12 @@ func TestEtcdNodeCutOffFollowerCatchesUpFromASnapshot(t *testing.T) {
 	for i := range 5 {
 		cl.grant(fmt.Sprint("k", i))
 	}
-	l := cl.leader()
-	var f string
-	for _, name := range cl.names {
-		if name != l {
-			f = name
-			break
-		}
-	}
+	f := cl.follower()
 	cl.net.setCut(etcdID(f), true)
 	for i := range 10 {
 		cl.grant(fmt.Sprint("j", i), f)
 	}
-	l = cl.leader(f)
+	l := cl.leader(f)
 	if err := cl.ms[l].n.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
@@ -384,19 +377,12 @@ func TestEtcdTransportFollowerCatchesUpFromASnapshot(t *testing.T) {
 			for i := range 5 {
 				cl.grant(fmt.Sprint("k", i))
 			}
-			l := cl.leader()
-			var f string
-			for _, name := range cl.names {
-				if name != l {
-					f = name
-					break
-				}
-			}
+			f := cl.follower()
 			cl.kill(f)
 			for i := range 10 {
 				cl.grant(fmt.Sprint("j", i), f)
 			}
-			l = cl.leader(f)
+			l := cl.leader(f)
 			if err := cl.ms[l].n.Snapshot(); err != nil {
 				t.Fatal(err)
 			}

@@ -119,13 +119,7 @@ func TestEtcdTransportRefuses(t *testing.T) {
 	cl := newEtcdTCPCluster(t, ca, "a", "b", "c")
 	cl.grant("k")
 	l := cl.leader()
-	var victim string
-	for _, n := range cl.names {
-		if n != l {
-			victim = n
-			break
-		}
-	}
+	victim := cl.follower()
 	port := cl.ms[victim].n
 	refused := port.RaftPortStats().HandshakesRefused
 
@@ -148,12 +142,7 @@ func TestEtcdTransportRefuses(t *testing.T) {
 
 	// A member's node that speaks as another member: a heartbeat of a
 	// far later term, which would depose everyone if raft took it.
-	var other string
-	for _, n := range cl.names {
-		if n != victim && n != l {
-			other = n
-		}
-	}
+	other := cl.follower(victim)
 	term := port.Status().Term
 	// A member's certificate with a hello naming another member.
 	c, err := cl.peerConn(victim, ca.IssueNode(t, other), l)
@@ -202,16 +191,8 @@ func TestEtcdTransportOneSenderPerConnection(t *testing.T) {
 	cl := newEtcdTCPCluster(t, nil, "a", "b", "c")
 	cl.grant("k")
 	l := cl.leader()
-	var victim, other string
-	for _, n := range cl.names {
-		switch {
-		case n == l:
-		case victim == "":
-			victim = n
-		default:
-			other = n
-		}
-	}
+	victim := cl.follower()
+	other := cl.follower(victim)
 	term := cl.ms[victim].n.Status().Term
 	c, err := cl.peerConn(victim, nil, other)
 	if err != nil {
