@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -575,13 +576,35 @@ func (c *etcdCore) storeName(id uint64, p Peer) {
 // learnName records where a member the log has not named yet listens,
 // as a peer's hello says (etcdTransport): a node just started to be
 // joined answers the leader before it has applied the configuration.
-// What the configuration says is kept.
+// What the configuration says is kept. Only a member of the
+// configuration is learned, or, on a node with no configuration yet, at
+// most etcdMaxLearned names: dialers cannot grow the table without bound.
 func (c *etcdCore) learnName(id uint64, p Peer) {
 	c.namesMu.Lock()
 	defer c.namesMu.Unlock()
-	if _, ok := (*c.names.Load())[id]; !ok {
+	names := *c.names.Load()
+	if _, ok := names[id]; ok {
+		return
+	}
+	member, empty := etcdInConf(c.conf.Load(), id)
+	if member || empty && len(names) < etcdMaxLearned {
 		c.storeName(id, p)
 	}
+}
+
+// etcdMaxLearned bounds the names a node with no configuration learns
+// from hellos.
+const etcdMaxLearned = 64
+
+// etcdInConf says whether id is a voter or learner of cs (either side of
+// a joint configuration), and whether cs names nobody.
+func etcdInConf(cs *raftpb.ConfState, id uint64) (member, empty bool) {
+	empty = true
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+		empty = empty && len(ids) == 0
+		member = member || slices.Contains(ids, id)
+	}
+	return member, empty
 }
 
 // name is the member id's node ID and address, when known.

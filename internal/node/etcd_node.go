@@ -190,27 +190,13 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 // leader reaches it.
 func (n *EtcdNode) isMember(id string) bool {
 	c := n.core
-	cs := c.conf.Load()
-	all := [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()}
-	empty := true
-	for _, ids := range all {
-		empty = empty && len(ids) == 0
-	}
+	eid := etcdID(id)
+	member, empty := etcdInConf(c.conf.Load(), eid)
 	if empty {
 		return true
 	}
-	eid := etcdID(id)
-	if p, ok := c.name(eid); !ok || p.ID != id {
-		return false
-	}
-	for _, ids := range all {
-		for _, v := range ids {
-			if v == eid {
-				return true
-			}
-		}
-	}
-	return false
+	p, ok := c.name(eid)
+	return member && ok && p.ID == id
 }
 
 // openDir locks cfg.DataDir, claims it for the etcd engine and opens its

@@ -228,3 +228,36 @@ func TestEtcdRefusesHashicorpTransport(t *testing.T) {
 		t.Fatalf("open with a hashicorp transport: %v, want ErrEtcdNotYet", err)
 	}
 }
+
+// A hello teaches a node where a member listens, within bounds: a member
+// of the configuration not named yet is learned, a name the
+// configuration gave is kept, a stranger is not learned, and a node
+// with no configuration learns at most etcdMaxLearned names.
+func TestEtcdLearnNameIsBounded(t *testing.T) {
+	a, b := etcdID("a"), etcdID("b")
+	c := &etcdCore{}
+	names := map[uint64]Peer{a: {ID: "a", RaftAddr: "127.0.0.1:1"}}
+	c.names.Store(&names)
+	c.conf.Store(&raftpb.ConfState{Voters: []uint64{a}, Learners: []uint64{b}})
+	c.learnName(a, Peer{ID: "a", RaftAddr: "127.0.0.1:666"})
+	c.learnName(b, Peer{ID: "b", RaftAddr: "127.0.0.1:2"})
+	c.learnName(etcdID("z"), Peer{ID: "z", RaftAddr: "127.0.0.1:3"})
+	if p, _ := c.name(a); p.RaftAddr != "127.0.0.1:1" {
+		t.Errorf("a hello replaced the configuration's address of a: %+v", p)
+	}
+	if p, ok := c.name(b); !ok || p.RaftAddr != "127.0.0.1:2" {
+		t.Errorf("the learner b was not learned: %+v %v", p, ok)
+	}
+	if _, ok := c.name(etcdID("z")); ok {
+		t.Error("a stranger's hello was learned")
+	}
+
+	c.conf.Store(&raftpb.ConfState{})
+	for i := range 10 * etcdMaxLearned {
+		id := fmt.Sprint("x", i)
+		c.learnName(etcdID(id), Peer{ID: id, RaftAddr: "127.0.0.1:4"})
+	}
+	if n := len(*c.names.Load()); n != etcdMaxLearned {
+		t.Errorf("a node with no configuration learned %d names, want at most %d", n, etcdMaxLearned)
+	}
+}
