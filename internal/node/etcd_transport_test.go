@@ -136,8 +136,13 @@ func TestEtcdTransportRefuses(t *testing.T) {
 			t.Fatalf("the raft port took %q (%v)", leaf.Cert.Subject.CommonName, err)
 		}
 	}
-	if got := port.RaftPortStats().HandshakesRefused; got < refused+3 {
-		t.Fatalf("handshakes refused %d, want at least %d", got, refused+3)
+	// The refusal is counted after the alert that ends the dialer's
+	// read has gone out: wait for the count, bounded.
+	for deadline := time.Now().Add(10 * time.Second); port.RaftPortStats().HandshakesRefused < refused+3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("handshakes refused %d, want at least %d", port.RaftPortStats().HandshakesRefused, refused+3)
+		}
+		time.Sleep(time.Millisecond)
 	}
 
 	// A member's node that speaks as another member: a heartbeat of a
