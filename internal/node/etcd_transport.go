@@ -97,17 +97,9 @@ func (t *etcdTransport) send(msgs []*raftpb.Message) {
 		select {
 		case p.q <- m:
 		default:
-			t.lost(m)
+			t.lostAll([]*raftpb.Message{m})
 		}
 	}
-}
-
-// lost tells raft that m did not reach its peer.
-func (t *etcdTransport) lost(m *raftpb.Message) {
-	if m.GetType() == raftpb.MsgSnap {
-		t.core.reportSnapshot(m.GetTo(), false)
-	}
-	t.core.reportUnreachable(m.GetTo())
 }
 
 // peer is the outgoing side of id, started on first use.
@@ -189,6 +181,8 @@ func (t *etcdTransport) writeLoop(p *etcdPeerOut) {
 	}
 }
 
+// lostAll tells raft that batch, messages to one peer, did not reach it:
+// a snapshot among them failed, and the peer is unreachable.
 func (t *etcdTransport) lostAll(batch []*raftpb.Message) {
 	for _, m := range batch {
 		if m.GetType() == raftpb.MsgSnap {
