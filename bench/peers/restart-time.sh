@@ -12,7 +12,8 @@
 # reused). For fencelock the server listening on ADDR (default
 # 127.0.0.1:7470) is killed and BIN server --listen ADDR --data DATA_DIR is
 # started in its place, logging to DATA_DIR/../fencelock-restart.log; its pid
-# is printed for the caller to stop it.
+# is printed for the caller to stop it. FENCELOCK_ARGS is added to the server's
+# arguments (FENCELOCK_ARGS="--engine etcd" for a data dir of the etcd engine).
 set -euo pipefail
 
 PEERS_DIR=${PEERS_DIR:-/tmp/fencelock-peers}
@@ -48,7 +49,8 @@ fencelock)
 	kill -9 "$pid"
 	while kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
 	t0=$(now)
-	nohup "$bin" server --listen "$addr" --data "$data" --log-level warn >>"$(dirname "$data")/fencelock-restart.log" 2>&1 </dev/null &
+	# shellcheck disable=SC2086 # FENCELOCK_ARGS is a list of words
+	nohup "$bin" server --listen "$addr" --data "$data" --log-level warn ${FENCELOCK_ARGS:-} >>"$(dirname "$data")/fencelock-restart.log" 2>&1 </dev/null &
 	newpid=$!
 	probe='{"key":"flbench/restart-probe","holder":"restart-probe","ttl_ms":1000}'
 	until curl -sf -o /dev/null -H 'Content-Type: application/json' -d "$probe" "http://$addr/v1/acquire"; do

@@ -46,6 +46,10 @@ type etcdCore struct {
 	m      *machine
 	log    *slog.Logger
 	send   atomic.Pointer[func([]*raftpb.Message)] // nil: a node alone
+	// onConf is told each configuration run applies, after it is
+	// stored in conf (the transport closes what it holds for a member
+	// removed); nil: nobody listens.
+	onConf atomic.Pointer[func(*raftpb.ConfState)]
 	tick   time.Duration
 
 	props chan etcdProp
@@ -206,6 +210,17 @@ func (c *etcdCore) reportSnapshot(to uint64, done bool) {
 
 // setSend sets where the messages raft sends go.
 func (c *etcdCore) setSend(f func([]*raftpb.Message)) { c.send.Store(&f) }
+
+// setOnConf sets who is told of each configuration applied.
+func (c *etcdCore) setOnConf(f func(*raftpb.ConfState)) { c.onConf.Store(&f) }
+
+// setConf makes cs the configuration, and says so to onConf.
+func (c *etcdCore) setConf(cs *raftpb.ConfState) {
+	c.conf.Store(cs)
+	if f := c.onConf.Load(); f != nil {
+		(*f)(cs)
+	}
+}
 
 func (c *etcdCore) forget(id uint64) {
 	c.mu.Lock()
@@ -534,7 +549,7 @@ func (c *etcdCore) applyConfChanges(ents []*raftpb.Entry) error {
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 		}
-		c.conf.Store(cs)
+		c.setConf(cs)
 		if wid != 0 && wid == c.confPending {
 			c.confPending = 0
 		}

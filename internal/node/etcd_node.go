@@ -46,7 +46,8 @@ type EtcdNode struct {
 	// which fails the wait sooner; the bound is for a loop that is stuck.
 	verifyTimeout time.Duration
 	dialable      bool
-	gate          *portGate // the raft port's budgets; nil without one
+	gate          *portGate      // the raft port's budgets; nil without one
+	tr            *etcdTransport // the raft port's messages; nil without one
 	closeOnce     sync.Once
 	closeErr      error
 	stop          chan struct{}
@@ -177,6 +178,7 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 		n.gate = newPortGate(cfg.RaftPort, cfg.Logger.With("component", "raft-port"))
 		st := newStream(ln, cfg.TLS, n.isMember, n.gate)
 		t := newEtcdTransport(st, cfg.TLS, c, Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
+		n.tr = t
 		n.closers = append(n.closers, t)
 		c.setSend(t.send)
 	}

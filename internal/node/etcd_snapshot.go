@@ -467,7 +467,7 @@ func (c *etcdCore) install(s *raftpb.Snapshot) (*etcdInstall, error) {
 		return nil, fmt.Errorf("installing the snapshot at %d: %w", at.index, err)
 	}
 	c.names.Store(&known)
-	c.conf.Store(at.cs)
+	c.setConf(at.cs)
 	c.snapIndex.Store(at.index)
 	c.handed = at.index
 	return &etcdInstall{index: at.index, fsmData: fsmData}, nil

@@ -32,7 +32,9 @@ import (
 // leader before the log has told it. Then come etcd_wire frames from
 // that node only; with TLS the certificate must name it. A newer
 // connection from a member replaces its older one, so a peer that
-// redials after a partition holds one connection.
+// redials after a partition holds one connection. A member removed from
+// the configuration loses its writer and its connections (prune), and
+// no writer is started for a node that is not a member.
 type etcdTransport struct {
 	st      *stream
 	self    uint64
@@ -69,8 +71,10 @@ const etcdPeerQueue = 1024
 
 // etcdPeerOut is the outgoing side of one peer.
 type etcdPeerOut struct {
-	id uint64
-	q  chan *raftpb.Message
+	id   uint64
+	q    chan *raftpb.Message
+	stop chan struct{} // closed when the peer is no longer a member
+	gone chan struct{} // closed when its writer has returned
 }
 
 // newEtcdTransport starts the transport over st for core.
@@ -80,6 +84,7 @@ func newEtcdTransport(st *stream, r *tlsconfig.Reloader, core *etcdCore, self Pe
 		out: map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
 	t.wg.Add(1)
 	go t.acceptLoop()
+	core.setOnConf(t.prune)
 	return t
 }
 
@@ -90,9 +95,13 @@ func (t *etcdTransport) send(msgs []*raftpb.Message) {
 		if to == t.self || to == 0 {
 			continue
 		}
-		p := t.peer(to)
+		p, closed := t.peer(to)
+		if closed {
+			return
+		}
 		if p == nil {
-			return // closed
+			t.lostAll([]*raftpb.Message{m})
+			continue
 		}
 		select {
 		case p.q <- m:
@@ -102,21 +111,48 @@ func (t *etcdTransport) send(msgs []*raftpb.Message) {
 	}
 }
 
-// peer is the outgoing side of id, started on first use.
-func (t *etcdTransport) peer(id uint64) *etcdPeerOut {
+// peer is the outgoing side of id, started on first use; nil for a node
+// that is not a member of a configuration that names somebody (raft
+// answering a removed node's vote, say), whose message is lost.
+func (t *etcdTransport) peer(id uint64) (p *etcdPeerOut, closed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return nil
+		return nil, true
 	}
 	p, ok := t.out[id]
 	if !ok {
-		p = &etcdPeerOut{id: id, q: make(chan *raftpb.Message, etcdPeerQueue)}
+		if member, empty := etcdInConf(t.core.conf.Load(), id); !member && !empty {
+			return nil, false
+		}
+		p = &etcdPeerOut{id: id, q: make(chan *raftpb.Message, etcdPeerQueue), stop: make(chan struct{}), gone: make(chan struct{})}
 		t.out[id] = p
 		t.wg.Add(1)
 		go t.writeLoop(p)
 	}
-	return p
+	return p, false
+}
+
+// prune stops the writer and closes the connections of every peer cs
+// no longer names. A configuration that names nobody (a node not yet
+// joined) prunes nothing.
+func (t *etcdTransport) prune(cs *raftpb.ConfState) {
+	if _, empty := etcdInConf(cs, 0); empty {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, p := range t.out {
+		if member, _ := etcdInConf(cs, id); !member {
+			delete(t.out, id)
+			close(p.stop)
+		}
+	}
+	for id, c := range t.in {
+		if member, _ := etcdInConf(cs, id); !member {
+			c.Close() // its readLoop forgets it
+		}
+	}
 }
 
 // writeLoop writes p's messages: each batch the queue holds is one
@@ -125,6 +161,7 @@ func (t *etcdTransport) peer(id uint64) *etcdPeerOut {
 // between are dropped as lost.
 func (t *etcdTransport) writeLoop(p *etcdPeerOut) {
 	defer t.wg.Done()
+	defer close(p.gone)
 	var (
 		conn    net.Conn
 		w       *bufio.Writer
@@ -140,6 +177,8 @@ func (t *etcdTransport) writeLoop(p *etcdPeerOut) {
 		var m *raftpb.Message
 		select {
 		case m = <-p.q:
+		case <-p.stop:
+			return
 		case <-t.done:
 			return
 		}
@@ -272,6 +311,13 @@ func (t *etcdTransport) readLoop(c net.Conn) {
 	if !t.certNames(c, p.ID) {
 		t.log.Warn("raft port: a peer whose certificate does not name the node it says it is",
 			"remote", c.RemoteAddr().String(), "node", p.ID)
+		return
+	}
+	if member, empty := etcdInConf(t.core.conf.Load(), from); !member && !empty {
+		// A removed member, or one not added yet: the rule TLS keeps
+		// at the handshake (EtcdNode.isMember), kept without it too.
+		t.st.gate.refused(&t.st.gate.refusedHandshakes, "raft port: a node that is not a member of the configuration",
+			c.RemoteAddr().String(), fmt.Errorf("node %q", p.ID))
 		return
 	}
 	if p.RaftAddr != "" {

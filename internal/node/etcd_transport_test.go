@@ -266,3 +266,66 @@ func TestEtcdLearnNameIsBounded(t *testing.T) {
 		t.Errorf("a node with no configuration learned %d names, want at most %d", n, etcdMaxLearned)
 	}
 }
+
+// A member removed from the configuration is let go: every other
+// member stops its writer and closes its connections, and its node is
+// refused when it dials again (over TCP by its hello, over TLS at the
+// handshake), however long it keeps running.
+func TestEtcdTransportLetsARemovedMemberGo(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ca   *tlstest.CA
+	}{{"tcp", nil}, {"tls", tlstest.NewCA(t, "ca")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := newEtcdTCPCluster(t, tc.ca, "a", "b", "c")
+			cl.grant("k")
+			l := cl.leader()
+			gone := cl.follower()
+			stay := cl.follower(gone)
+			id := etcdID(gone)
+			outOf := func(name string) (*etcdPeerOut, bool) {
+				tr := cl.ms[name].n.tr
+				tr.mu.Lock()
+				defer tr.mu.Unlock()
+				p := tr.out[id]
+				_, in := tr.in[id]
+				return p, in
+			}
+			waitFor(t, "the leader's writer to "+gone, func() bool { p, _ := outOf(l); return p != nil })
+			writer, _ := outOf(l)
+
+			if err := cl.ms[l].r.RemoveServer(gone, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			members := map[string]bool{l: true, stay: true}
+			cl.configOf(l, members)
+			cl.configOf(stay, members)
+			cl.grant("after " + gone + " left")
+			for _, name := range []string{l, stay} {
+				waitFor(t, name+" to let "+gone+" go", func() bool { p, in := outOf(name); return p == nil && !in })
+			}
+			select {
+			case <-writer.gone:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the leader's writer to the removed member still runs")
+			}
+
+			refused := cl.ms[l].n.RaftPortStats().HandshakesRefused
+			var leaf *tlstest.Leaf
+			if tc.ca != nil {
+				leaf = tc.ca.IssueNode(t, gone)
+			}
+			c, err := cl.peerConn(l, leaf, gone)
+			if err == nil {
+				closedByPeer(t, c)
+				c.Close()
+			}
+			waitFor(t, "the refusal to be counted", func() bool {
+				return cl.ms[l].n.RaftPortStats().HandshakesRefused > refused
+			})
+			cl.grant("after " + gone + " dialed again")
+			cl.kill(gone) // it applies nothing after its removal
+			cl.checkAcked()
+		})
+	}
+}
