@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -39,7 +37,7 @@ func BenchmarkApplyAcquireRelease(b *testing.B) {
 					b.Fatal(err)
 				}
 				index++
-				r := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: d}).(*Result)
+				r := f.Apply(index, 1, d)
 				if r.Err != nil {
 					b.Fatal(r.Err)
 				}
@@ -48,7 +46,7 @@ func BenchmarkApplyAcquireRelease(b *testing.B) {
 					b.Fatal(err)
 				}
 				index++
-				if r := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: d}).(*Result); !r.Released {
+				if r := f.Apply(index, 1, d); !r.Released {
 					b.Fatal("not released", r.Err)
 				}
 			}
@@ -64,7 +62,7 @@ func BenchmarkApplyBatch64(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			f := New(func(uint64, locktable.Event) {})
 			const cycles = 32
-			logs := make([]*raft.Log, 2*cycles)
+			logs := make([]Entry, 2*cycles)
 			var index uint64
 			b.ReportAllocs()
 			for i := 0; i < b.N; i += cycles {
@@ -74,21 +72,21 @@ func BenchmarkApplyBatch64(b *testing.B) {
 					a, _ := Encode(Command{Op: OpAcquire, Now: now, Key: k, Holder: "client-" + strconv.Itoa(j), TTL: 10 * locktable.Second})
 					r, _ := Encode(Command{Op: OpRelease, Now: now, Key: k, Holder: "client-" + strconv.Itoa(j)})
 					index++
-					logs[2*j] = &raft.Log{Index: index, Type: raft.LogCommand, Data: a}
+					logs[2*j] = Entry{Index: index, Term: 1, Data: a}
 					index++
-					logs[2*j+1] = &raft.Log{Index: index, Type: raft.LogCommand, Data: r}
+					logs[2*j+1] = Entry{Index: index, Term: 1, Data: r}
 				}
-				var out []any
+				var out []Result
 				if mode == "batch" {
-					out = f.ApplyBatch(logs)
+					out = f.ApplyBatch(logs, nil)
 				} else {
-					out = make([]any, len(logs))
+					out = make([]Result, len(logs))
 					for i, l := range logs {
-						out[i] = f.Apply(l)
+						out[i] = *f.Apply(l.Index, l.Term, l.Data)
 					}
 				}
-				for j, res := range out {
-					if r := res.(*Result); r.Err != nil || (j%2 == 1 && !r.Released) {
+				for j, r := range out {
+					if r.Err != nil || (j%2 == 1 && !r.Released) {
 						b.Fatal(j, r.Err)
 					}
 				}

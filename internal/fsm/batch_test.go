@@ -7,29 +7,27 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
-// batchLogs is a log with every kind of entry raft hands the FSM: grants,
-// refusals, a queue and its hand-off, retries under a request id (answered
-// from memory), expiries, sessions, shared locks, an entry that does not
-// decode, and configuration entries.
-func batchLogs(t *testing.T) []*raft.Log {
+// batchLogs is a log with every kind of entry an engine hands the FSM:
+// grants, refusals, a queue and its hand-off, retries under a request id
+// (answered from memory), expiries, sessions, shared locks, an entry that
+// does not decode, and entries with no command (an engine's own).
+func batchLogs(t *testing.T) []Entry {
 	t.Helper()
-	var logs []*raft.Log
-	add := func(typ raft.LogType, data []byte) {
-		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Term: 1, Type: typ, Data: data})
+	var logs []Entry
+	add := func(data []byte) {
+		logs = append(logs, Entry{Index: uint64(len(logs) + 1), Term: 1, Data: data})
 	}
 	cmd := func(c Command) {
 		d, err := Encode(c)
 		if err != nil {
 			t.Fatalf("%+v: %v", c, err)
 		}
-		add(raft.LogCommand, d)
+		add(d)
 	}
-	add(raft.LogConfiguration, raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: "a"}}}))
+	add(nil)
 	cmd(Command{Op: OpClusterID, ClusterID: "c1"})
 	cmd(Command{Op: OpMember, NodeID: "n1", RaftAddr: "a", ClientAddr: "b"})
 	for i := 0; i < 40; i++ {
@@ -48,14 +46,14 @@ func batchLogs(t *testing.T) []*raft.Log {
 		}
 		if i%6 == 0 {
 			cmd(Command{Op: OpTick, Now: now})
-			add(raft.LogCommand, []byte{byte(OpAcquire), 9}) // does not decode
+			add([]byte{byte(OpAcquire), 9}) // does not decode
 		}
 		if i%9 == 0 {
 			cmd(Command{Op: OpSessionOpen, Now: now, Holder: "s" + h, TTL: 5 * sec})
 			cmd(Command{Op: OpAcquireKeys, Now: now, Holder: "s" + h, Session: uint64(i/9 + 1), Items: []Item{{Key: "m" + k}, {Key: "n" + k}}})
 			cmd(Command{Op: OpShared, Now: now, Key: "sem", Holder: h, TTL: 2 * sec, Shared: sem3})
 			cmd(Command{Op: OpExtendBatch, Now: now, Holder: h, TTL: sec, Items: []Item{{Key: k, Token: 1}, {Key: "k0", Token: uint64(i)}}})
-			add(raft.LogConfiguration, raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID("n" + strconv.Itoa(i)), Address: "a"}}}))
+			add(nil)
 		}
 		if i%10 == 0 {
 			cmd(Command{Op: OpCancelWaits, Now: now, Items: []Item{{Key: k, Holder: h + "w"}}})
@@ -66,33 +64,29 @@ func batchLogs(t *testing.T) []*raft.Log {
 
 // ApplyBatch, in batches of any size, answers every entry and leaves the
 // state exactly as Apply of one entry at a time does, with the same events
-// at the same indexes. A configuration entry is answered nil, as raft
-// answers it without a batching FSM (it never calls Apply for one).
+// at the same indexes. An entry with no command is answered with its index
+// alone.
 func TestApplyBatchIsApply(t *testing.T) {
 	logs := batchLogs(t)
 	oneRec := &recorder{}
 	one := New(oneRec.observe)
-	var want []any
+	var want []Result
 	for _, l := range logs {
-		if l.Type != raft.LogCommand {
-			want = append(want, nil)
-			continue
-		}
-		want = append(want, one.Apply(l))
+		want = append(want, *one.Apply(l.Index, l.Term, l.Data))
 	}
 	wantState, _ := one.MarshalBinary()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, size := range []int{1, 2, 7, 64, len(logs), 0} {
 		rec := &recorder{}
 		f := New(rec.observe)
-		var got []any
+		var got []Result
 		for rest := logs; len(rest) > 0; {
 			n := size
 			if n == 0 {
 				n = 1 + rng.IntN(64) // raft's batches vary
 			}
 			n = min(n, len(rest))
-			res := f.ApplyBatch(rest[:n])
+			res := f.ApplyBatch(rest[:n], nil)
 			if len(res) != n {
 				t.Fatalf("size %d: %d answers to %d entries", size, len(res), n)
 			}
@@ -100,8 +94,8 @@ func TestApplyBatchIsApply(t *testing.T) {
 			rest = rest[n:]
 		}
 		for i := range logs {
-			if (want[i] == nil) != (got[i] == nil) || (want[i] != nil && !reflect.DeepEqual(want[i], got[i])) {
-				t.Fatalf("size %d: entry %d (%v) answered\n%#v\nwant\n%#v", size, i+1, logs[i].Type, got[i], want[i])
+			if !reflect.DeepEqual(want[i], got[i]) {
+				t.Fatalf("size %d: entry %d (%d bytes) answered\n%#v\nwant\n%#v", size, i+1, len(logs[i].Data), got[i], want[i])
 			}
 		}
 		if !reflect.DeepEqual(rec.evs, oneRec.evs) {
@@ -115,11 +109,11 @@ func TestApplyBatchIsApply(t *testing.T) {
 		}
 	}
 	// The script exercises what it claims to.
-	var granted, dup, bad, refused, handoff int
-	for _, a := range want {
-		r, _ := a.(*Result)
+	var granted, dup, bad, refused, handoff, none int
+	for i, r := range want {
 		switch {
-		case r == nil:
+		case len(logs[i].Data) == 0:
+			none++
 		case r.Duplicate:
 			dup++
 		case r.Err != nil && r.Op == 0:
@@ -135,7 +129,8 @@ func TestApplyBatchIsApply(t *testing.T) {
 			handoff++
 		}
 	}
-	if granted == 0 || dup == 0 || bad == 0 || refused == 0 || handoff == 0 {
-		t.Fatalf("granted %d, duplicates %d, bad %d, refused %d, hand-offs %d: the script misses a case", granted, dup, bad, refused, handoff)
+	if granted == 0 || dup == 0 || bad == 0 || refused == 0 || handoff == 0 || none == 0 {
+		t.Fatalf("granted %d, duplicates %d, bad %d, refused %d, hand-offs %d, no command %d: the script misses a case",
+			granted, dup, bad, refused, handoff, none)
 	}
 }

@@ -3,7 +3,6 @@ package fsm
 import (
 	"bytes"
 	"errors"
-	"io"
 	"testing"
 
 	"github.com/fencelock/fencelock/internal/locktable"
@@ -159,7 +158,7 @@ func TestRememberedRequestsSurviveSnapshot(t *testing.T) {
 	data, _ := a.f.MarshalBinary()
 
 	b, _ := newApplier(t)
-	if err := b.f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+	if err := b.f.Restore(bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
 	again, _ := b.f.MarshalBinary()
@@ -257,7 +256,7 @@ func TestAcquireKeysRememberedAcrossAPartialRelease(t *testing.T) {
 
 	data, _ := a.f.MarshalBinary()
 	b, _ := newApplier(t)
-	if err := b.f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+	if err := b.f.Restore(bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
 	b.index = 100

@@ -1,10 +1,13 @@
 // Package fsm is fencelock's replicated state machine: the command encoding
-// and a hashicorp/raft FSM around the lock table.
+// and the state machine around the lock table, in plain values (index,
+// term, data; snapshots on plain readers and writers), so that either raft
+// engine, a test, a replay and the simulation drive the same code. It
+// imports no raft engine.
 //
 // The contract, in order:
 //
 //  1. The leader builds a Command, stamps it with the cluster time (Now)
-//     and proposes Encode(cmd) through raft.
+//     and proposes Encode(cmd) through its engine.
 //  2. Every node applies committed entries in log order. Apply decodes the
 //     entry and runs it against the table at the effective time
 //     max(cmd.Now, the largest time applied so far), so cluster time never
@@ -18,7 +21,7 @@
 //  5. A write that carries a request id is remembered with its result for a
 //     bounded time and count; a repeat is answered from memory
 //     (Result.Duplicate) and changes nothing, so clients can retry safely.
-//  6. Snapshot copies the state under the lock and Persist writes it;
+//  6. Snapshot copies the state under the lock and its WriteTo writes it;
 //     Restore replaces all state with the snapshot's.
 //
 // The package reads no clock, starts no goroutines and does no network I/O.

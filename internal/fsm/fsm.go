@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/binread"
 	"github.com/fencelock/fencelock/internal/locktable"
@@ -51,8 +49,11 @@ type BatchResult struct {
 // must not block and must not call back into the FSM.
 type Observer func(index uint64, ev locktable.Event)
 
-// FSM is the raft.FSM around a lock table. Apply, Snapshot and Restore are
-// called by raft; the read methods may be called from any goroutine.
+// FSM is the replicated state machine around a lock table. Apply,
+// ApplyBatch, Snapshot and Restore are called by the engine that drives
+// it, in log order from one goroutine; the read methods may be called
+// from any goroutine. It names no raft engine: each engine adapts its own
+// log entries to Entry.
 type FSM struct {
 	mu      sync.RWMutex
 	table   *locktable.Table
@@ -75,8 +76,6 @@ type FSM struct {
 	// (WaitApplied).
 	applied chan struct{}
 }
-
-var _ raft.FSM = (*FSM)(nil)
 
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
@@ -110,49 +109,52 @@ func (f *FSM) poke() {
 	}
 }
 
-// Apply runs one committed log entry. It always returns a *Result.
-func (f *FSM) Apply(l *raft.Log) any {
-	if l.Type != raft.LogCommand {
-		return &Result{Index: l.Index}
-	}
-	cmd, err := Decode(l.Data)
+// Entry is one committed log entry, as an engine hands it over: its index
+// and term, and the encoded command (Encode). An entry with no data carries
+// no command (a barrier, an engine's own no-op): it is answered with its
+// index alone and changes nothing, not even the applied index.
+type Entry struct {
+	Index, Term uint64
+	Data        []byte
+}
+
+// Apply runs the committed entry at index (of term) whose data is an
+// encoded command. It always returns a *Result.
+func (f *FSM) Apply(index, term uint64, data []byte) *Result {
 	r := new(Result)
+	if len(data) == 0 {
+		r.Index = index
+		return r
+	}
+	cmd, err := Decode(data)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.applyDecoded(l.Index, cmd, err, r) {
+	if f.applyDecoded(index, cmd, err, r) {
 		f.poke()
 	}
 	f.wakeApplied()
 	return r
 }
 
-var _ raft.BatchingFSM = (*FSM)(nil)
-
 // ApplyBatch runs committed entries in order under one hold of the lock,
-// answering each command with the *Result that Apply would have. raft
-// also hands a batch its configuration entries, which it never passes to
-// Apply (it answers their futures nil): they change nothing here and are
-// answered nil too. The results share one allocation.
-func (f *FSM) ApplyBatch(logs []*raft.Log) []any { return f.ApplyBatchFunc(logs, nil) }
-
-// ApplyBatchFunc is ApplyBatch calling each, when not nil, after every
-// command entry (the server times entries with it). each runs under the
+// answering each with the Result that Apply would have, in one
+// allocation. each, when not nil, is called after every entry that
+// carries a command (the server times entries with it); it runs under the
 // lock: it must not block or call back into f.
-func (f *FSM) ApplyBatchFunc(logs []*raft.Log, each func()) []any {
-	out := make([]any, len(logs))
-	res := make([]Result, len(logs))
+func (f *FSM) ApplyBatch(ents []Entry, each func()) []Result {
+	res := make([]Result, len(ents))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ran := false
-	for i, l := range logs {
-		if l.Type != raft.LogCommand {
+	for i, e := range ents {
+		if len(e.Data) == 0 {
+			res[i].Index = e.Index
 			continue
 		}
-		cmd, err := Decode(l.Data)
-		if f.applyDecoded(l.Index, cmd, err, &res[i]) {
+		cmd, err := Decode(e.Data)
+		if f.applyDecoded(e.Index, cmd, err, &res[i]) {
 			ran = true
 		}
-		out[i] = &res[i]
 		if each != nil {
 			each()
 		}
@@ -161,7 +163,7 @@ func (f *FSM) ApplyBatchFunc(logs []*raft.Log, each func()) []any {
 		f.poke()
 	}
 	f.wakeApplied()
-	return out
+	return res
 }
 
 // applyDecoded runs the command of entry index into r, a zero Result,
@@ -178,14 +180,14 @@ func (f *FSM) applyDecoded(index uint64, cmd Command, err error, r *Result) bool
 	return true
 }
 
-// ApplyCommand is Apply for a command that is not in a raft log (tests, and
-// tools that replay commands). index is reported to the observer.
+// ApplyCommand is Apply for a command that is not in a log yet (tests,
+// and tools that replay commands). index is reported to the observer.
 func (f *FSM) ApplyCommand(index uint64, cmd Command) *Result {
 	data, err := Encode(cmd)
 	if err != nil {
 		return &Result{Index: index, Err: err}
 	}
-	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(*Result)
+	return f.Apply(index, 0, data)
 }
 
 // apply runs c into r, a zero Result.
@@ -386,11 +388,12 @@ func (f *FSM) NextDeadline() (locktable.Time, bool) {
 // all before.
 const snapshotMagic = "FLS1"
 
-// Snapshot encodes the state under the lock; Persist only writes bytes.
-func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+// Snapshot encodes the state under the lock; the Snapshot's WriteTo only
+// writes bytes, and may run on another goroutine while entries apply.
+func (f *FSM) Snapshot() *Snapshot {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return &snapshot{parts: f.marshalParts()}, nil
+	return &Snapshot{parts: f.marshalParts()}
 }
 
 // marshalParts encodes the state as three pieces whose concatenation is
@@ -436,11 +439,10 @@ var ErrCorruptSnapshot = errors.New("fsm: corrupt snapshot")
 // maxSnapshot bounds what Restore reads into memory.
 const maxSnapshot = 1 << 30
 
-// Restore replaces all state with the snapshot's. On error the state is
-// left as it was.
-func (f *FSM) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, maxSnapshot+1))
+// Restore replaces all state with the snapshot read from r (the caller
+// closes it). On error the state is left as it was.
+func (f *FSM) Restore(r io.Reader) error {
+	data, err := io.ReadAll(io.LimitReader(r, maxSnapshot+1))
 	if err != nil {
 		return fmt.Errorf("fsm: reading snapshot: %w", err)
 	}
@@ -514,16 +516,27 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
-type snapshot struct{ parts [][]byte }
+// Snapshot is the state as it was when Snapshot was called, encoded.
+type Snapshot struct{ parts [][]byte }
 
-func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+// WriteTo writes the encoding to w (io.WriterTo).
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	var n int64
 	for _, p := range s.parts {
-		if _, err := sink.Write(p); err != nil {
-			sink.Cancel()
-			return fmt.Errorf("fsm: writing snapshot: %w", err)
+		m, err := w.Write(p)
+		n += int64(m)
+		if err != nil {
+			return n, fmt.Errorf("fsm: writing snapshot: %w", err)
 		}
 	}
-	return sink.Close()
+	return n, nil
 }
 
-func (s *snapshot) Release() {}
+// Len is the encoding's length in bytes.
+func (s *Snapshot) Len() int64 {
+	var n int64
+	for _, p := range s.parts {
+		n += int64(len(p))
+	}
+	return n
+}

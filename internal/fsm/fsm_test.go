@@ -3,10 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
-	"io"
 	"testing"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/locktable"
@@ -189,11 +186,11 @@ func fmtList(s []string) string {
 
 func TestApplyBadEntries(t *testing.T) {
 	a, _ := newApplier(t)
-	r := a.f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{0xff}}).(*Result)
+	r := a.f.Apply(1, 1, []byte{0xff})
 	if !errors.Is(r.Err, ErrBadCommand) {
 		t.Fatalf("garbage entry: %+v", r)
 	}
-	if r := a.f.Apply(&raft.Log{Index: 2, Type: raft.LogNoop}).(*Result); r.Err != nil {
+	if r := a.f.Apply(2, 1, nil); r.Err != nil || r.Index != 2 {
 		t.Fatalf("noop: %+v", r)
 	}
 	r = a.do(Command{Op: OpAcquire, Now: 1, Key: "", Holder: "h", TTL: 10})
@@ -206,15 +203,6 @@ func TestApplyBadEntries(t *testing.T) {
 	}
 }
 
-type sink struct {
-	bytes.Buffer
-	cancelled, closed bool
-}
-
-func (s *sink) ID() string    { return "test" }
-func (s *sink) Cancel() error { s.cancelled = true; return nil }
-func (s *sink) Close() error  { s.closed = true; return nil }
-
 func TestSnapshotRestore(t *testing.T) {
 	a, _ := newApplier(t)
 	a.do(Command{Op: OpAcquire, Now: 10 * tsec, Key: "a", Holder: "h", TTL: 60 * sec})
@@ -222,20 +210,16 @@ func TestSnapshotRestore(t *testing.T) {
 	a.do(Command{Op: OpWait, Now: 12 * tsec, Key: "b", Holder: "w", TTL: 60 * sec, Deadline: 100 * tsec})
 	a.do(Command{Op: OpTick, Now: 20 * tsec})
 
-	snap, err := a.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
+	snap := a.f.Snapshot()
+	var s bytes.Buffer
+	if n, err := snap.WriteTo(&s); err != nil || n != snap.Len() || int64(s.Len()) != n {
+		t.Fatalf("write: %d bytes of %d (%d buffered), %v", n, snap.Len(), s.Len(), err)
 	}
-	var s sink
-	if err := snap.Persist(&s); err != nil || !s.closed {
-		t.Fatalf("persist: %v closed=%v", err, s.closed)
-	}
-	snap.Release()
 
 	// Restore into an FSM with other state: the old state is discarded.
 	b, rec := newApplier(t)
 	b.do(Command{Op: OpAcquire, Now: 1, Key: "zzz", Holder: "x", TTL: 1000 * sec})
-	if err := b.f.Restore(io.NopCloser(bytes.NewReader(s.Bytes()))); err != nil {
+	if err := b.f.Restore(bytes.NewReader(s.Bytes())); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := b.f.Get("zzz", 20*tsec); ok {
@@ -275,7 +259,7 @@ func TestRestoreRefusesCorruptAndKeepsState(t *testing.T) {
 		"flipped":   append(append([]byte{}, good[:8]...), append([]byte{good[8] ^ 1}, good[9:]...)...),
 		"truncated": good[:len(good)-1],
 	} {
-		if err := b.f.Restore(io.NopCloser(bytes.NewReader(data))); !errors.Is(err, ErrCorruptSnapshot) {
+		if err := b.f.Restore(bytes.NewReader(data)); !errors.Is(err, ErrCorruptSnapshot) {
 			t.Errorf("%s: %v, want ErrCorruptSnapshot", name, err)
 		}
 	}

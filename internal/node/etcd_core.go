@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -43,7 +42,7 @@ type etcdCore struct {
 	logs   raft.LogStore
 	stable raft.StableStore
 	ms     *etcdraft.MemoryStorage
-	m      *machine
+	m      *Machine
 	log    *slog.Logger
 	send   atomic.Pointer[func([]*raftpb.Message)] // nil: a node alone
 	// onConf is told each configuration run applies, after it is
@@ -924,13 +923,13 @@ func (c *etcdCore) applyLoop() {
 }
 
 // applyEntries applies one batch of committed entries and answers them.
-func (c *etcdCore) applyEntries(ents []*raftpb.Entry) {
-	if len(ents) == 0 {
+func (c *etcdCore) applyEntries(batch []*raftpb.Entry) {
+	if len(batch) == 0 {
 		return
 	}
-	var logs []*raft.Log
+	var ents []fsm.Entry
 	var ids []uint64
-	for _, e := range ents {
+	for _, e := range batch {
 		d := e.GetData()
 		if e.GetType() != raftpb.EntryNormal || len(d) < etcdIDLen {
 			continue
@@ -940,30 +939,21 @@ func (c *etcdCore) applyEntries(ents []*raftpb.Entry) {
 			id = 0 // proposed before this run: nobody waits for it
 		}
 		ids = append(ids, id)
-		if len(d) == etcdIDLen { // a barrier: no command
-			logs = append(logs, &raft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: raft.LogNoop})
+		// A barrier carries no command: it is answered with its index.
+		ents = append(ents, fsm.Entry{Index: e.GetIndex(), Term: e.GetTerm(), Data: d[etcdIDLen:]})
+	}
+	var out []fsm.Result
+	if len(ents) > 0 {
+		out = c.m.ApplyBatch(ents)
+	}
+	c.applied.Store(batch[len(batch)-1].GetIndex())
+	floorErr := c.m.FloorErr()
+	for i, id := range ids {
+		if floorErr != nil {
+			c.answer(id, etcdAnswer{err: fmt.Errorf("%w: %w: %v", ErrUnavailable, errFloor, floorErr)})
 			continue
 		}
-		logs = append(logs, &raft.Log{Index: e.GetIndex(), Term: e.GetTerm(), Type: raft.LogCommand, Data: d[etcdIDLen:]})
-	}
-	var out []any
-	if len(logs) > 0 {
-		out = c.m.ApplyBatch(logs)
-	}
-	c.applied.Store(ents[len(ents)-1].GetIndex())
-	var floorErr error
-	if c.m.floor != nil {
-		floorErr = c.m.floor.err()
-	}
-	for i, id := range ids {
-		switch r, _ := out[i].(*fsm.Result); {
-		case floorErr != nil:
-			c.answer(id, etcdAnswer{err: fmt.Errorf("%w: %w: %v", ErrUnavailable, errFloor, floorErr)})
-		case r == nil:
-			c.answer(id, etcdAnswer{res: &fsm.Result{Index: logs[i].Index}})
-		default:
-			c.answer(id, etcdAnswer{res: r})
-		}
+		c.answer(id, etcdAnswer{res: &out[i]})
 	}
 }
 
@@ -1001,7 +991,7 @@ func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*ra
 // read; voters empty: bootstrap nothing, this node waits to be added.
 // The newest snapshot of the policy's store, if any, is restored into m
 // first, and the log replays after it.
-func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self uint64, voters []uint64, names map[uint64]Peer, tick time.Duration, log *slog.Logger, seed uint64, policy etcdSnapPolicy) (*etcdCore, error) {
+func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *Machine, self uint64, voters []uint64, names map[uint64]Peer, tick time.Duration, log *slog.Logger, seed uint64, policy etcdSnapPolicy) (*etcdCore, error) {
 	if policy.store == nil {
 		policy.store = raft.NewInmemSnapshotStore()
 	}
@@ -1013,7 +1003,7 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *machine, self 
 	if snap != nil {
 		md := snap.GetMetadata()
 		booted = etcdPoint{index: md.GetIndex(), term: md.GetTerm(), cs: md.GetConfState(), names: snapNames}
-		if err := m.Restore(io.NopCloser(bytes.NewReader(fsmData))); err != nil {
+		if err := m.Restore(bytes.NewReader(fsmData)); err != nil {
 			return nil, fmt.Errorf("restoring the snapshot at %d: %w", booted.index, err)
 		}
 	}

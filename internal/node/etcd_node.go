@@ -132,7 +132,7 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 		return nil, err
 	}
 	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.core.m.returnFreedMemory(n.stop) }()
+	go func() { defer n.wg.Done(); n.core.m.ReturnFreedMemory(n.stop) }()
 	return n, nil
 }
 

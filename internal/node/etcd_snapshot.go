@@ -106,7 +106,7 @@ type etcdTake struct {
 // etcdTaken is the state machine's snapshot and where it was taken; fs
 // nil: none (an error, or too little applied since the last one).
 type etcdTaken struct {
-	fs  raft.FSMSnapshot
+	fs  *MachineSnapshot
 	at  etcdPoint
 	err error
 }
@@ -338,8 +338,11 @@ func (c *etcdCore) takeSnapshot(force bool) error {
 		return fmt.Errorf("creating the snapshot at %d: %w", tk.at.index, err)
 	}
 	buf := bytes.NewBuffer(head)
-	// Persist closes the sink (or cancels it on a failed write).
-	if err := tk.fs.Persist(&etcdTeeSink{SnapshotSink: sink, copy: buf}); err != nil {
+	if _, err := tk.fs.WriteTo(&etcdTeeSink{SnapshotSink: sink, copy: buf}); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("writing the snapshot at %d: %w", tk.at.index, err)
+	}
+	if err := sink.Close(); err != nil {
 		return fmt.Errorf("writing the snapshot at %d: %w", tk.at.index, err)
 	}
 	done := make(chan error, 1)
@@ -371,11 +374,7 @@ func (c *etcdCore) take(at etcdPoint, req etcdTake) etcdTaken {
 	case since == 0 || !req.force && since < c.policy.threshold:
 		return etcdTaken{}
 	}
-	fs, err := c.m.Snapshot()
-	if err != nil {
-		return etcdTaken{err: fmt.Errorf("the state machine's snapshot at %d: %w", at.index, err)}
-	}
-	return etcdTaken{fs: fs, at: at}
+	return etcdTaken{fs: c.m.Snapshot(), at: at}
 }
 
 // compact is raft's goroutine's part of a snapshot written out: raft's
@@ -475,7 +474,7 @@ func (c *etcdCore) install(s *raftpb.Snapshot) (*etcdInstall, error) {
 
 // restore replaces the state machine with an installed snapshot's.
 func (c *etcdCore) restore(in *etcdInstall) error {
-	if err := c.m.Restore(io.NopCloser(bytes.NewReader(in.fsmData))); err != nil {
+	if err := c.m.Restore(bytes.NewReader(in.fsmData)); err != nil {
 		return fmt.Errorf("restoring the snapshot at %d: %w", in.index, err)
 	}
 	c.applied.Store(in.index)

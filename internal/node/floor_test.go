@@ -20,14 +20,13 @@ func TestCoveredRefusesTokensPastAFailedReservation(t *testing.T) {
 	floor := newTokenFloor(state)
 	n := &Node{floors: floors{floor: floor}}
 	m := newMachine(fsm.New(nil), floor, Hooks{})
-	logs := acquireLogs(t, 1, 1)
-	m.ApplyBatch(logs)
+	m.ApplyBatch(acquireEntries(t, 1, 1))
 	if err := n.Covered(1, time.Second); err != nil {
 		t.Fatalf("token 1 after a good reservation: %v", err)
 	}
 	floor.ceiling.Store(1)
 	floor.raiseHook = func(uint64) error { return errors.New("planted fsync failure") }
-	m.ApplyBatch(acquireLogs(t, 3, 1)) // token 2 needs a new reservation
+	m.ApplyBatch(acquireEntries(t, 3, 1)) // token 2 needs a new reservation
 	if err := n.Covered(2, time.Second); err == nil || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("token 2 past a failed reservation: %v", err)
 	}

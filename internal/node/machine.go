@@ -5,17 +5,17 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/internal/fsm"
 )
 
-// machine is the state machine as raft drives it on this node: the
-// replicated FSM, and what this node does around it.
+// Machine is the state machine as an engine drives it on this node: the
+// replicated FSM, and what this node does around it. Both engines apply
+// through it, each adapting its own log entries to fsm.Entry.
 //
 //   - Each applied entry is timed (Hooks.Applied).
 //   - With a data directory, the token ceiling is raised past every token
-//     a batch issued before raft answers any of its entries (tokenFloor).
+//     a batch issued before the engine answers any of its entries
+//     (tokenFloor).
 //   - After a snapshot replaced the state, the owner is told
 //     (Hooks.Restored: the watch history starts over from it).
 //   - A restore, and a big snapshot once written, ask for freed memory to
@@ -26,7 +26,7 @@ import (
 //     collector frees but the process keeps resident: the runtime returns
 //     freed pages only slowly, and an idle server that no longer
 //     allocates starts no collection that would let it.
-type machine struct {
+type Machine struct {
 	fsm   *fsm.FSM
 	floor *tokenFloor // nil without a data dir
 	hooks Hooks
@@ -39,37 +39,26 @@ type machine struct {
 // too little behind to be worth a forced collection.
 const bigSnapshot = 8 << 20
 
-func newMachine(f *fsm.FSM, floor *tokenFloor, hooks Hooks) *machine {
-	return &machine{fsm: f, floor: floor, hooks: hooks, freed: make(chan struct{}, 1), big: bigSnapshot}
+func newMachine(f *fsm.FSM, floor *tokenFloor, hooks Hooks) *Machine {
+	return &Machine{fsm: f, floor: floor, hooks: hooks, freed: make(chan struct{}, 1), big: bigSnapshot}
 }
 
-func (m *machine) reserve() {
+func (m *Machine) reserve() {
 	if m.floor != nil {
 		m.floor.reserve(m.fsm.LastToken())
 	}
 }
 
-// Apply applies one entry (raft calls ApplyBatch; this is for raft's
-// FSM interface and for tests).
-func (m *machine) Apply(l *raft.Log) any {
-	start := time.Now()
-	r := m.fsm.Apply(l)
-	if m.hooks.Applied != nil {
-		m.hooks.Applied(time.Since(start))
-	}
-	m.reserve()
-	return r
-}
-
-// ApplyBatch applies a batch, each entry timed, then reserves once for
-// every token it issued, still before raft answers any of its entries.
-func (m *machine) ApplyBatch(logs []*raft.Log) []any {
-	var out []any
+// ApplyBatch applies a batch of committed entries, each timed, then
+// reserves once for every token it issued, still before the engine
+// answers any of its entries. The results are fsm.ApplyBatch's.
+func (m *Machine) ApplyBatch(ents []fsm.Entry) []fsm.Result {
+	var out []fsm.Result
 	if m.hooks.Applied == nil {
-		out = m.fsm.ApplyBatch(logs)
+		out = m.fsm.ApplyBatch(ents, nil)
 	} else {
 		start := time.Now()
-		out = m.fsm.ApplyBatchFunc(logs, func() {
+		out = m.fsm.ApplyBatch(ents, func() {
 			now := time.Now()
 			m.hooks.Applied(now.Sub(start))
 			start = now
@@ -79,16 +68,29 @@ func (m *machine) ApplyBatch(logs []*raft.Log) []any {
 	return out
 }
 
-func (m *machine) signal() {
+// FloorErr is the first failure to raise the token ceiling, after which
+// the node must answer no grant; nil while it records.
+func (m *Machine) FloorErr() error {
+	if m.floor == nil {
+		return nil
+	}
+	if err := m.floor.err(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (m *Machine) signal() {
 	select {
 	case m.freed <- struct{}{}:
 	default:
 	}
 }
 
-func (m *machine) Restore(rc io.ReadCloser) error {
+// Restore replaces the state with the snapshot read from r.
+func (m *Machine) Restore(r io.Reader) error {
 	defer m.signal()
-	err := m.fsm.Restore(rc)
+	err := m.fsm.Restore(r)
 	m.reserve()
 	if err == nil && m.hooks.Restored != nil {
 		m.hooks.Restored()
@@ -96,47 +98,40 @@ func (m *machine) Restore(rc io.ReadCloser) error {
 	return err
 }
 
-func (m *machine) Snapshot() (raft.FSMSnapshot, error) {
-	snap, err := m.fsm.Snapshot()
-	if err != nil {
-		return nil, err
-	}
-	return &signallingSnapshot{FSMSnapshot: snap, m: m}, nil
+// Snapshot captures the state now; the engine writes it out later
+// (WriteTo) and releases it when done.
+func (m *Machine) Snapshot() *MachineSnapshot {
+	return &MachineSnapshot{snap: m.fsm.Snapshot(), m: m}
 }
 
-type signallingSnapshot struct {
-	raft.FSMSnapshot
-	m *machine
-	n int64 // bytes persisted
+// MachineSnapshot is a captured state on its way to disk or a peer.
+type MachineSnapshot struct {
+	snap *fsm.Snapshot
+	m    *Machine
+	n    int64 // bytes written
 }
 
-func (s *signallingSnapshot) Persist(sink raft.SnapshotSink) error {
-	return s.FSMSnapshot.Persist(&countingSink{SnapshotSink: sink, n: &s.n})
+// WriteTo writes the snapshot to w.
+func (s *MachineSnapshot) WriteTo(w io.Writer) (int64, error) {
+	n, err := s.snap.WriteTo(w)
+	s.n += n
+	return n, err
 }
 
-func (s *signallingSnapshot) Release() {
-	s.FSMSnapshot.Release()
+// Release says the snapshot is no longer needed: a big one written asks
+// for the memory it held to be returned.
+func (s *MachineSnapshot) Release() {
 	if s.n >= s.m.big {
 		s.m.signal()
 	}
 }
 
-type countingSink struct {
-	raft.SnapshotSink
-	n *int64
-}
-
-func (c *countingSink) Write(p []byte) (int, error) {
-	n, err := c.SnapshotSink.Write(p)
-	*c.n += int64(n)
-	return n, err
-}
-
-// returnFreedMemory gives memory freed by restores and big snapshots back
-// to the operating system, off raft's path: raft restores the last
-// snapshot at startup before it serves, and the forced collection of a big
-// table takes a noticeable part of a second.
-func (m *machine) returnFreedMemory(stop <-chan struct{}) {
+// ReturnFreedMemory gives memory freed by restores and big snapshots
+// back to the operating system, off the engine's path (an engine
+// restores the last snapshot at startup before it serves, and the forced
+// collection of a big table takes a noticeable part of a second), until
+// stop is closed. The engine runs it on a goroutine of its own.
+func (m *Machine) ReturnFreedMemory(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:

@@ -11,29 +11,24 @@ import (
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
-// acquireLogs is n acquires of distinct keys, entries from first on,
-// with a configuration entry in the middle.
-func acquireLogs(t *testing.T, first uint64, n int) []*raft.Log {
+// acquireEntries is n acquires of distinct keys, entries from first on.
+func acquireEntries(t *testing.T, first uint64, n int) []fsm.Entry {
 	t.Helper()
-	var logs []*raft.Log
+	var ents []fsm.Entry
 	for i := range n {
-		if i == n/2 {
-			logs = append(logs, &raft.Log{Index: first + uint64(len(logs)), Type: raft.LogConfiguration,
-				Data: raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: "a"}}})})
-		}
 		d, err := fsm.Encode(fsm.Command{Op: fsm.OpAcquire, Key: "k" + strconv.Itoa(i), Holder: "h", TTL: locktable.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		logs = append(logs, &raft.Log{Index: first + uint64(len(logs)), Type: raft.LogCommand, Data: d})
+		ents = append(ents, fsm.Entry{Index: first + uint64(i), Term: 1, Data: d})
 	}
-	return logs
+	return ents
 }
 
-// The machine batches as the state machine does: raft sees a batching
-// FSM, each command entry is timed, and a batch whose grants pass the
-// token ceiling has raised it (fsynced) by the time ApplyBatch returns,
-// before raft answers any entry.
+// The machine batches as the state machine does: each command entry is
+// timed, and a batch whose grants pass the token ceiling has raised it
+// (fsynced) by the time ApplyBatch returns, before the engine answers any
+// entry.
 func TestMachineAppliesBatches(t *testing.T) {
 	state, err := openStateFile(t.TempDir(), dirState{CRCFrom: 1})
 	if err != nil {
@@ -43,16 +38,14 @@ func TestMachineAppliesBatches(t *testing.T) {
 	f := fsm.New(nil)
 	timed := 0
 	m := newMachine(f, newTokenFloor(state), Hooks{Applied: func(time.Duration) { timed++ }})
-	var _ raft.BatchingFSM = m
-	logs := acquireLogs(t, 1, tokenBlock+10)
-	out := m.ApplyBatch(logs)
-	if len(out) != len(logs) {
-		t.Fatalf("%d answers to %d entries", len(out), len(logs))
+	ents := acquireEntries(t, 1, tokenBlock+10)
+	out := m.ApplyBatch(ents)
+	if len(out) != len(ents) {
+		t.Fatalf("%d answers to %d entries", len(out), len(ents))
 	}
-	for i, l := range logs {
-		r, _ := out[i].(*fsm.Result)
-		if (l.Type == raft.LogCommand) != (r != nil) || (r != nil && (r.Err != nil || r.Index != l.Index)) {
-			t.Fatalf("entry %d (%v) answered %#v", l.Index, l.Type, out[i])
+	for i, e := range ents {
+		if r := out[i]; r.Err != nil || r.Index != e.Index || !r.Granted {
+			t.Fatalf("entry %d answered %#v", e.Index, r)
 		}
 	}
 	if last := f.LastToken(); last != tokenBlock+10 || state.get().Ceiling < last {
@@ -60,5 +53,34 @@ func TestMachineAppliesBatches(t *testing.T) {
 	}
 	if want := tokenBlock + 10; timed != want {
 		t.Fatalf("%d entries timed, want %d", timed, want)
+	}
+}
+
+// hashicorp/raft sees a batching FSM: its command entries reach the
+// machine in one batch, its configuration entries are answered nil and
+// change nothing.
+func TestRaftFSMAdaptsBatches(t *testing.T) {
+	f := fsm.New(nil)
+	var a raft.BatchingFSM = raftFSM{newMachine(f, nil, Hooks{})}
+	var logs []*raft.Log
+	for i, e := range acquireEntries(t, 1, 6) {
+		if i == 3 {
+			logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Type: raft.LogConfiguration,
+				Data: raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: "a"}}})})
+		}
+		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Term: e.Term, Type: raft.LogCommand, Data: e.Data})
+	}
+	out := a.ApplyBatch(logs)
+	if len(out) != len(logs) {
+		t.Fatalf("%d answers to %d entries", len(out), len(logs))
+	}
+	for i, l := range logs {
+		r, _ := out[i].(*fsm.Result)
+		if (l.Type == raft.LogCommand) != (r != nil) || (r != nil && (r.Err != nil || r.Index != l.Index || !r.Granted)) {
+			t.Fatalf("entry %d (%v) answered %#v", l.Index, l.Type, out[i])
+		}
+	}
+	if f.LastToken() != 6 || f.AppliedIndex() != uint64(len(logs)) {
+		t.Fatalf("last token %d, applied %d", f.LastToken(), f.AppliedIndex())
 	}
 }

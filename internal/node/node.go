@@ -153,7 +153,7 @@ type Node struct {
 	wal     *healingWAL        // nil with in-memory stores
 	closers []io.Closer
 	floors
-	m     *machine
+	m     *Machine
 	peers *peerWatch // what the peers answered this node's AppendEntries
 	// lastLeader is the last leader raft named: raft forgets a leader it
 	// stops hearing from, the health view does not.
@@ -225,7 +225,7 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 		return nil, err
 	}
 	// raft reads back every entry it replicates (recentLogs).
-	r, err := raft.NewRaft(rc, n.m, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
+	r, err := raft.NewRaft(rc, raftFSM{n.m}, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
 	if err != nil {
 		n.close()
 		return nil, fmt.Errorf("server: starting raft: %w", err)
@@ -247,7 +247,7 @@ func Open(cfg Config, f *fsm.FSM) (*Node, error) {
 	n.running.Store(r)
 	n.startIndex = r.LastIndex()
 	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.m.returnFreedMemory(n.stop) }()
+	go func() { defer n.wg.Done(); n.m.ReturnFreedMemory(n.stop) }()
 	return n, nil
 }
 

@@ -238,7 +238,9 @@ func recoverLog(dir, walDir string, crcFrom, snapIndex uint64, state *fsm.FSM, l
 		if err := readEntry(cl, i, &l); err != nil {
 			return false, term, 0, err.Error()
 		}
-		state.Apply(&l)
+		if l.Type == raft.LogCommand {
+			state.Apply(l.Index, l.Term, l.Data)
+		}
 	}
 	say("kept log entries %d to %d (last token %d)", first, last, state.LastToken())
 	return true, term, last, ""

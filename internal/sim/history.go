@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
@@ -57,7 +55,7 @@ func newHistory(w *world) *history {
 
 // audit applies one committed entry to the auditor's state machine.
 func (h *history) audit(index uint64, data []byte) {
-	h.f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
+	h.f.Apply(index, 0, data)
 }
 
 func grantKey(key, holder string, token uint64) string {

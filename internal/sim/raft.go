@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
@@ -122,9 +120,9 @@ func (n *simNode) catchUp() {
 	from, gen, f := n.applied, n.gen, n.fsm
 	entries := c.log[from:]
 	c.mu.Unlock()
-	results := make([]any, len(entries))
+	results := make([]*fsm.Result, len(entries))
 	for i, data := range entries {
-		results[i] = f.Apply(&raft.Log{Index: from + uint64(i) + 1, Type: raft.LogCommand, Data: data})
+		results[i] = f.Apply(from+uint64(i)+1, 0, data)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -139,12 +137,7 @@ func (n *simNode) catchUp() {
 			continue
 		}
 		delete(c.pending, idx)
-		res, ok := r.(*fsm.Result)
-		if !ok {
-			p.resolve(nil, fmt.Errorf("%w: unexpected apply response", node.ErrUnavailable))
-			continue
-		}
-		p.resolve(res, nil)
+		p.resolve(r, nil)
 	}
 }
 

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
 )
@@ -53,11 +51,7 @@ func (l *Log) Propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
 		return nil, fmt.Errorf("%w: nodetest: leadership taken away", node.ErrNotLeader)
 	}
 	l.index++
-	r, ok := l.fsm.Apply(&raft.Log{Index: l.index, Type: raft.LogCommand, Data: data}).(*fsm.Result)
-	if !ok {
-		return nil, fmt.Errorf("%w: unexpected apply response", node.ErrUnavailable)
-	}
-	return r, nil
+	return l.fsm.Apply(l.index, 1, data), nil
 }
 
 // Barrier returns at once: every proposal is applied before Propose

@@ -1,0 +1,68 @@
+package node
+
+import (
+	"io"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/fsm"
+)
+
+// raftFSM is the Machine as hashicorp/raft drives it: a batching FSM
+// whose command entries become fsm.Entry values. raft hands a batch its
+// configuration entries too, and answers their futures itself: they are
+// answered nil and never reach the state machine.
+type raftFSM struct{ m *Machine }
+
+var (
+	_ raft.FSM         = raftFSM{}
+	_ raft.BatchingFSM = raftFSM{}
+)
+
+// Apply applies one entry (raft calls ApplyBatch; this is for raft's FSM
+// interface).
+func (a raftFSM) Apply(l *raft.Log) any { return a.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch applies the batch's command entries in one Machine batch.
+func (a raftFSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	ents := make([]fsm.Entry, 0, len(logs))
+	for _, l := range logs {
+		if l.Type == raft.LogCommand {
+			ents = append(ents, fsm.Entry{Index: l.Index, Term: l.Term, Data: l.Data})
+		}
+	}
+	if len(ents) == 0 {
+		return out
+	}
+	res := a.m.ApplyBatch(ents)
+	j := 0
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			out[i] = &res[j]
+			j++
+		}
+	}
+	return out
+}
+
+// Restore replaces the state with the snapshot rc holds.
+func (a raftFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	return a.m.Restore(rc)
+}
+
+// Snapshot captures the state; Persist writes it to raft's sink.
+func (a raftFSM) Snapshot() (raft.FSMSnapshot, error) { return raftSnapshot{a.m.Snapshot()}, nil }
+
+type raftSnapshot struct{ s *MachineSnapshot }
+
+func (r raftSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := r.s.WriteTo(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (r raftSnapshot) Release() { r.s.Release() }
