@@ -19,7 +19,7 @@ import (
 	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/internal/httpapi"
-	"github.com/fencelock/fencelock/internal/node/nodetest"
+	"github.com/fencelock/fencelock/internal/replica/replicatest"
 	"github.com/fencelock/fencelock/internal/service"
 )
 
@@ -38,7 +38,7 @@ func newAPI(t *testing.T) (*httpapi.API, *service.Service) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc.Start(nodetest.New("n1", svc.FSM()))
+	svc.Start(replicatest.New("n1", svc.FSM()))
 	t.Cleanup(svc.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

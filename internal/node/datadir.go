@@ -193,7 +193,7 @@ func openStores(dir, engine string, segSize int, logger hclog.Logger, log *slog.
 	}
 	segs, err := walFiles(walDir)
 	if err != nil {
-		return nil, fmt.Errorf("server: data dir: %w", err)
+		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
 	_, metaErr := os.Stat(filepath.Join(walDir, walMetaFile))
 	hasMeta := metaErr == nil
@@ -213,7 +213,7 @@ func openStores(dir, engine string, segSize int, logger hclog.Logger, log *slog.
 		return nil, damage(dir, "snapshots", "the snapshot directory is missing")
 	}
 	if err := os.MkdirAll(walDir, 0o700); err != nil {
-		return nil, fmt.Errorf("server: data dir: %w", err)
+		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
 	// raft-wal appends and fsyncs once per batch of entries; segments
 	// whose entries are all covered by a snapshot are deleted.
@@ -222,13 +222,13 @@ func openStores(dir, engine string, segSize int, logger hclog.Logger, log *slog.
 		if errors.Is(err, wal.ErrCorrupt) {
 			return nil, damage(dir, segmentFor(segs, ^uint64(0)), "%v", err)
 		}
-		return nil, fmt.Errorf("server: opening the log in %s: %w", walDir, err)
+		return nil, fmt.Errorf("node: opening the log in %s: %w", walDir, err)
 	}
 	st.closers = append(st.closers, w)
 	st.stable, st.wal = w, w
 	fss, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, logger)
 	if err != nil {
-		return nil, fmt.Errorf("server: snapshot store: %w", err)
+		return nil, fmt.Errorf("node: snapshot store: %w", err)
 	}
 	st.snaps = fss
 	snap, err := latestSnapshot(fss)
@@ -245,11 +245,11 @@ func openStores(dir, engine string, segSize int, logger hclog.Logger, log *slog.
 	}
 	first, err := w.FirstIndex()
 	if err != nil {
-		return nil, fmt.Errorf("server: reading the log: %w", err)
+		return nil, fmt.Errorf("node: reading the log: %w", err)
 	}
 	last, err := w.LastIndex()
 	if err != nil {
-		return nil, fmt.Errorf("server: reading the log: %w", err)
+		return nil, fmt.Errorf("node: reading the log: %w", err)
 	}
 
 	if !hasState {

@@ -31,31 +31,31 @@ func checkEngine(dir, engine string, hasLog bool) error {
 	case err == nil:
 		got := strings.TrimSpace(string(b))
 		if got != engine {
-			return fmt.Errorf("server: the data directory %s was written by the %s engine; this server runs the %s engine (start it with --engine %s, or use another data directory)",
+			return fmt.Errorf("node: the data directory %s was written by the %s engine; this server runs the %s engine (start it with --engine %s, or use another data directory)",
 				dir, got, engine, got)
 		}
 		return nil
 	case !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("server: reading %s: %w", path, err)
+		return fmt.Errorf("node: reading %s: %w", path, err)
 	case hasLog && engine != EngineHashicorp:
-		return fmt.Errorf("server: the data directory %s was written by the %s engine; this server runs the %s engine (start it with --engine %s, or use another data directory)",
+		return fmt.Errorf("node: the data directory %s was written by the %s engine; this server runs the %s engine (start it with --engine %s, or use another data directory)",
 			dir, EngineHashicorp, engine, EngineHashicorp)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(engine+"\n"), 0o600); err != nil {
-		return fmt.Errorf("server: recording the engine: %w", err)
+		return fmt.Errorf("node: recording the engine: %w", err)
 	}
 	f, err := os.Open(tmp)
 	if err != nil {
-		return fmt.Errorf("server: recording the engine: %w", err)
+		return fmt.Errorf("node: recording the engine: %w", err)
 	}
 	err = f.Sync()
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("server: recording the engine: %w", err)
+		return fmt.Errorf("node: recording the engine: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("server: recording the engine: %w", err)
+		return fmt.Errorf("node: recording the engine: %w", err)
 	}
 	return syncDir(dir)
 }
@@ -67,7 +67,7 @@ func dirHasLog(dir string) (bool, error) {
 	walDir := filepath.Join(dir, "wal")
 	segs, err := walFiles(walDir)
 	if err != nil {
-		return false, fmt.Errorf("server: data dir: %w", err)
+		return false, fmt.Errorf("node: data dir: %w", err)
 	}
 	if len(segs) > 0 {
 		return true, nil
@@ -79,7 +79,7 @@ func dirHasLog(dir string) (bool, error) {
 	case errors.Is(err, os.ErrNotExist):
 		return false, nil
 	}
-	return false, fmt.Errorf("server: data dir: %w", err)
+	return false, fmt.Errorf("node: data dir: %w", err)
 }
 
 // claimEngine refuses dir (locked) when another engine wrote it, and

@@ -21,14 +21,7 @@ type DirState = dirState
 var ReadStateFile = readStateFile
 
 // SetState changes the state file of the stopped node in dir.
-func SetState(dir string, change func(*DirState)) error {
-	sf, err := openStateFile(dir, dirState{})
-	if err != nil {
-		return err
-	}
-	defer sf.close()
-	return sf.update(change, true)
-}
+var SetState = EditStateFile
 
 // RewriteWithoutChecksums rewrites the log of the stopped node in dir as
 // a server from before checksums wrote it, and answers its last index.

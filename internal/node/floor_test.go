@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // A token past a reservation that failed is never covered: the waiter
@@ -18,7 +19,7 @@ func TestCoveredRefusesTokensPastAFailedReservation(t *testing.T) {
 	}
 	defer state.close()
 	floor := newTokenFloor(state)
-	n := &Node{floors: floors{floor: floor}}
+	n := &Storage{floor: floor}
 	m := newMachine(fsm.New(nil), floor, Hooks{})
 	m.ApplyBatch(acquireEntries(t, 1, 1))
 	if err := n.Covered(1, time.Second); err != nil {
@@ -27,10 +28,10 @@ func TestCoveredRefusesTokensPastAFailedReservation(t *testing.T) {
 	floor.ceiling.Store(1)
 	floor.raiseHook = func(uint64) error { return errors.New("planted fsync failure") }
 	m.ApplyBatch(acquireEntries(t, 3, 1)) // token 2 needs a new reservation
-	if err := n.Covered(2, time.Second); err == nil || !errors.Is(err, ErrUnavailable) {
+	if err := n.Covered(2, time.Second); err == nil || !errors.Is(err, replica.ErrUnavailable) {
 		t.Fatalf("token 2 past a failed reservation: %v", err)
 	}
-	if err := n.durableErr(); err == nil {
+	if err := m.FloorErr(); err == nil {
 		t.Fatal("the node would answer proposals after a failed reservation")
 	}
 }

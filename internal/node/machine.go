@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"io"
 	"runtime/debug"
 	"time"
@@ -68,14 +69,15 @@ func (m *Machine) ApplyBatch(ents []fsm.Entry) []fsm.Result {
 	return out
 }
 
-// FloorErr is the first failure to raise the token ceiling, after which
-// the node must answer no grant; nil while it records.
+// FloorErr is non-nil once this node could not record its token
+// ceiling: from then on it must answer no grant (the tokens it applied
+// may not be covered).
 func (m *Machine) FloorErr() error {
 	if m.floor == nil {
 		return nil
 	}
 	if err := m.floor.err(); err != nil {
-		return err
+		return fmt.Errorf("%w: %v", errFloor, err)
 	}
 	return nil
 }

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -53,34 +51,5 @@ func TestMachineAppliesBatches(t *testing.T) {
 	}
 	if want := tokenBlock + 10; timed != want {
 		t.Fatalf("%d entries timed, want %d", timed, want)
-	}
-}
-
-// hashicorp/raft sees a batching FSM: its command entries reach the
-// machine in one batch, its configuration entries are answered nil and
-// change nothing.
-func TestRaftFSMAdaptsBatches(t *testing.T) {
-	f := fsm.New(nil)
-	var a raft.BatchingFSM = raftFSM{newMachine(f, nil, Hooks{})}
-	var logs []*raft.Log
-	for i, e := range acquireEntries(t, 1, 6) {
-		if i == 3 {
-			logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Type: raft.LogConfiguration,
-				Data: raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{{ID: "n1", Address: "a"}}})})
-		}
-		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Term: e.Term, Type: raft.LogCommand, Data: e.Data})
-	}
-	out := a.ApplyBatch(logs)
-	if len(out) != len(logs) {
-		t.Fatalf("%d answers to %d entries", len(out), len(logs))
-	}
-	for i, l := range logs {
-		r, _ := out[i].(*fsm.Result)
-		if (l.Type == raft.LogCommand) != (r != nil) || (r != nil && (r.Err != nil || r.Index != l.Index || !r.Granted)) {
-			t.Fatalf("entry %d (%v) answered %#v", l.Index, l.Type, out[i])
-		}
-	}
-	if f.LastToken() != 6 || f.AppliedIndex() != uint64(len(logs)) {
-		t.Fatalf("last token %d, applied %d", f.LastToken(), f.AppliedIndex())
 	}
 }

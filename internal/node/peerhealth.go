@@ -1,66 +1,28 @@
 package node
 
 import (
-	"io"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
-// A leader's view of its peers. hashicorp/raft keeps, per follower, when
-// it last answered and how far its log goes, but exports neither; the
-// transport sees both: every AppendEntries a leader sends (a heartbeat
-// goes every tenth of the heartbeat timeout to each follower, however
-// busy the log) is answered with the follower's last log index. So the
-// node wraps its transport and records, per peer, the last answer.
+// A leader's view of its peers, for both engines. Neither raft library
+// exports, per follower, when it last answered and how far its log goes;
+// the transport sees both: every append a leader sends (hashicorp sends a
+// heartbeat every tenth of the heartbeat timeout to each follower,
+// however busy the log; etcd one per tick) is answered with the
+// follower's last log index. So each engine tells a PeerWatch what it
+// sends and what comes back, and the watch records, per peer, the last
+// answer.
 
-// PeerState is what a leader makes of a peer.
-type PeerState uint8
-
-const (
-	// PeerUnknown: the leader has not heard from it since it began
-	// leading, and has not been trying for long enough to call it
-	// unreachable.
-	PeerUnknown PeerState = iota
-	// PeerHealthy: it answered the leader within the bound.
-	PeerHealthy
-	// PeerUnreachable: no answer for longer than the bound.
-	PeerUnreachable
-)
-
-func (s PeerState) String() string {
-	switch s {
-	case PeerHealthy:
-		return "healthy"
-	case PeerUnreachable:
-		return "unreachable"
-	}
-	return "unknown"
-}
-
-// PeerStatus is one peer as this node, leading, sees it.
-type PeerStatus struct {
+// FormerLeader is the leader a new leader followed before (ID), and when
+// it last heard from it (Heard): a leader killed is the peer most likely
+// dead, and the new one need not wait a whole bound of its own tries to
+// say so.
+type FormerLeader struct {
 	ID    string
-	State PeerState
-	// Contacted: this node has heard from it (LastContact means
-	// something): it answered this node's AppendEntries, in any term,
-	// or, for the leader this node followed before it led, sent them.
-	// LastContact is how long ago that last was. LagKnown: Lag is how
-	// many entries its log was behind this node's last index when it
-	// last answered.
-	Contacted   bool
-	LastContact time.Duration
-	LagKnown    bool
-	Lag         uint64
-}
-
-// formerLeader is the leader a new leader followed before, and when it
-// last heard from it: a leader killed is the peer most likely dead, and
-// the new one need not wait a whole bound of its own tries to say so.
-type formerLeader struct {
-	id    string
-	heard time.Time
+	Heard time.Time
 }
 
 // peerRecord is what the transport saw of one peer.
@@ -77,31 +39,32 @@ type peerRecord struct {
 // has not answered in this term, the first try) is older than bound,
 // unknown otherwise (a leader of less than bound that has not heard from
 // it yet, or a peer no AppendEntries of this term has gone to).
-func peerState(r peerRecord, term uint64, now time.Time, bound time.Duration) PeerState {
+func peerState(r peerRecord, term uint64, now time.Time, bound time.Duration) replica.PeerState {
 	switch {
 	case r.term != term:
-		return PeerUnknown
+		return replica.PeerUnknown
 	case r.contacted && now.Sub(r.answered) <= bound:
-		return PeerHealthy
+		return replica.PeerHealthy
 	case r.contacted || now.Sub(r.trying) > bound:
-		return PeerUnreachable
+		return replica.PeerUnreachable
 	}
-	return PeerUnknown
+	return replica.PeerUnknown
 }
 
-// peerWatch records the AppendEntries answers of the peers.
-type peerWatch struct {
+// PeerWatch records the peers' answers to a leader's appends.
+type PeerWatch struct {
 	mu    sync.Mutex
-	peers map[raft.ServerID]*peerRecord
+	peers map[string]*peerRecord
 	now   func() time.Time
 }
 
-func newPeerWatch(now func() time.Time) *peerWatch {
-	return &peerWatch{peers: map[raft.ServerID]*peerRecord{}, now: now}
+// NewPeerWatch is a watch that reads the time from now.
+func NewPeerWatch(now func() time.Time) *PeerWatch {
+	return &PeerWatch{peers: map[string]*peerRecord{}, now: now}
 }
 
-// sent notes an AppendEntries of term about to go to id.
-func (w *peerWatch) sent(id raft.ServerID, term uint64) {
+// Sent notes an append (or heartbeat) of term about to go to id.
+func (w *PeerWatch) Sent(id string, term uint64) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -115,17 +78,17 @@ func (w *peerWatch) sent(id raft.ServerID, term uint64) {
 	}
 }
 
-// answered notes id's answer to an AppendEntries of term, which says
-// its log ends at lastLog.
-func (w *peerWatch) answered(id raft.ServerID, term, lastLog uint64) {
+// Answered notes id's answer to an append of term, which says its log
+// ends at lastLog.
+func (w *PeerWatch) Answered(id string, term, lastLog uint64) {
 	w.note(id, term, lastLog, true)
 }
 
-// heard notes id's answer to a request of term that does not say where
+// Heard notes id's answer to a request of term that does not say where
 // its log ends (the etcd engine's heartbeats).
-func (w *peerWatch) heard(id raft.ServerID, term uint64) { w.note(id, term, 0, false) }
+func (w *PeerWatch) Heard(id string, term uint64) { w.note(id, term, 0, false) }
 
-func (w *peerWatch) note(id raft.ServerID, term, lastLog uint64, logKnown bool) {
+func (w *PeerWatch) note(id string, term, lastLog uint64, logKnown bool) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -139,21 +102,21 @@ func (w *peerWatch) note(id raft.ServerID, term, lastLog uint64, logKnown bool) 
 	}
 }
 
-// status is every peer in ids as a leader of term whose last log index is
+// Status is every peer in ids as a leader of term whose last log index is
 // last sees it at now, in the order of ids. The former leader, until it
 // answers in this term, is unreachable once bound has passed since this
 // node last heard from it as its follower.
-func (w *peerWatch) status(ids []string, term, last uint64, bound time.Duration, former formerLeader) []PeerStatus {
+func (w *PeerWatch) Status(ids []string, term, last uint64, bound time.Duration, former FormerLeader) []replica.PeerStatus {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]PeerStatus, 0, len(ids))
+	out := make([]replica.PeerStatus, 0, len(ids))
 	for _, id := range ids {
 		var r peerRecord
-		if p, ok := w.peers[raft.ServerID(id)]; ok {
+		if p, ok := w.peers[string(id)]; ok {
 			r = *p
 		}
-		st := PeerStatus{ID: id, State: peerState(r, term, now, bound)}
+		st := replica.PeerStatus{ID: id, State: peerState(r, term, now, bound)}
 		heard := r.answered
 		if !r.answered.IsZero() {
 			st.LagKnown = true
@@ -161,12 +124,12 @@ func (w *peerWatch) status(ids []string, term, last uint64, bound time.Duration,
 				st.Lag = last - r.lastLog
 			}
 		}
-		if id == former.id && !former.heard.IsZero() && !(r.term == term && r.contacted) {
-			if former.heard.After(heard) {
-				heard = former.heard
+		if id == former.ID && !former.Heard.IsZero() && !(r.term == term && r.contacted) {
+			if former.Heard.After(heard) {
+				heard = former.Heard
 			}
 			if now.Sub(heard) > bound {
-				st.State = PeerUnreachable
+				st.State = replica.PeerUnreachable
 			}
 		}
 		if !heard.IsZero() {
@@ -177,11 +140,11 @@ func (w *peerWatch) status(ids []string, term, last uint64, bound time.Duration,
 	return out
 }
 
-// forget drops the records of peers not in ids (removed members).
-func (w *peerWatch) forget(ids []string) {
-	keep := make(map[raft.ServerID]bool, len(ids))
+// Forget drops the records of peers not in ids (removed members).
+func (w *PeerWatch) Forget(ids []string) {
+	keep := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		keep[raft.ServerID(id)] = true
+		keep[string(id)] = true
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -192,74 +155,8 @@ func (w *peerWatch) forget(ids []string) {
 	}
 }
 
-// watchTransport wraps t so that w sees every AppendEntries answer. The
-// optional interfaces raft looks for (WithClose, WithPreVote) are kept
-// when t has them.
-func watchTransport(t raft.Transport, w *peerWatch) raft.Transport {
-	wt := &watchedTransport{Transport: t, w: w}
-	if _, ok := t.(raft.WithPreVote); ok {
-		return &watchedPreVoteTransport{wt}
-	}
-	return wt
-}
-
-type watchedTransport struct {
-	raft.Transport
-	w *peerWatch
-}
-
-func (t *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	t.w.sent(id, args.Term)
-	err := t.Transport.AppendEntries(id, target, args, resp)
-	if err == nil {
-		t.w.answered(id, args.Term, resp.LastLog)
-	}
-	return err
-}
-
-// Close closes the transport raft was given, when it can be closed.
-func (t *watchedTransport) Close() error {
-	if c, ok := t.Transport.(raft.WithClose); ok {
-		return c.Close()
-	}
-	return nil
-}
-
-type watchedPreVoteTransport struct{ *watchedTransport }
-
-func (t *watchedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	return t.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
-}
-
-var _ io.Closer = (*watchedTransport)(nil)
-
-// Peers is every other member's health as this node sees it while it
-// leads, in the configuration's order; ok is false when it does not lead
-// (only the leader hears from every peer).
-func (n *Node) Peers() (peers []PeerStatus, ok bool) {
-	if n.raft.State() != raft.Leader {
-		return nil, false
-	}
-	servers, err := n.Configuration()
-	if err != nil {
-		return nil, false
-	}
-	ids := otherIDs(servers, n.cfg.NodeID)
-	n.peers.forget(ids)
-	// raft's LastContact is when a leader last sent to this node; it
-	// stops moving once this node leads, so it dates the former leader.
-	former := formerLeader{id: n.otherLeader.Load().(string), heard: n.raft.LastContact()}
-	return n.peers.status(ids, n.raft.CurrentTerm(), n.raft.LastIndex(), n.UnreachableAfter(), former), true
-}
-
-// UnreachableAfter is how long a leader waits for a peer's answer before
-// it calls the peer unreachable: twice the heartbeat timeout, so that a
-// heartbeat backed off after a failure (up to half the timeout) or one
-// slow answer does not flap a live peer.
-func (n *Node) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
-
-// otherIDs are the ids of servers other than self.
-func otherIDs(servers []Server, self string) []string {
+// OtherIDs are the ids of servers other than self.
+func OtherIDs(servers []replica.Server, self string) []string {
 	ids := make([]string, 0, len(servers))
 	for _, s := range servers {
 		if s.ID != self {

@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
-// TestPeerHealthFromAnswers drives peerWatch on a fake clock as a leader's
+// TestPeerHealthFromAnswers drives PeerWatch on a fake clock as a leader's
 // transport would: a peer that answers is healthy with its lag; one that
 // stops answering is unreachable once the bound has passed since its last
 // answer, and not a moment before; one that never answered in this term is
@@ -18,17 +16,17 @@ import (
 func TestPeerHealthFromAnswers(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
-	w := newPeerWatch(func() time.Time { return now })
+	w := NewPeerWatch(func() time.Time { return now })
 	const bound = time.Second
 	at := func(d time.Duration) { now = t0.Add(d) }
 	answer := func(id string, term, lastLog uint64) {
-		w.sent(raft.ServerID(id), term)
-		w.answered(raft.ServerID(id), term, lastLog)
+		w.Sent(id, term)
+		w.Answered(id, term, lastLog)
 	}
-	var former formerLeader
+	var former FormerLeader
 	show := func(term, last uint64) string {
 		var out []string
-		for _, p := range w.status([]string{"a", "b", "c"}, term, last, bound, former) {
+		for _, p := range w.Status([]string{"a", "b", "c"}, term, last, bound, former) {
 			s := fmt.Sprintf("%s:%s", p.ID, p.State)
 			if p.Contacted {
 				s += fmt.Sprintf("/%v", p.LastContact)
@@ -49,7 +47,7 @@ func TestPeerHealthFromAnswers(t *testing.T) {
 
 	check(2, 10, "[a:unknown b:unknown c:unknown]") // nothing sent yet
 	answer("a", 2, 10)
-	w.sent("b", 2) // b never answers
+	w.Sent("b", 2) // b never answers
 	check(2, 10, "[a:healthy/0s/lag0 b:unknown c:unknown]")
 	at(600 * time.Millisecond)
 	answer("a", 2, 7)
@@ -61,8 +59,8 @@ func TestPeerHealthFromAnswers(t *testing.T) {
 
 	// A request of term 2 answered after term 3 began is not an answer of
 	// term 3.
-	w.sent("a", 3)
-	w.answered("a", 2, 12)
+	w.Sent("a", 3)
+	w.Answered("a", 2, 12)
 	check(3, 12, "[a:unknown/1.000000001s/lag5 b:unknown c:unknown]")
 	at(2700 * time.Millisecond) // the bound since a's first try in term 3
 	check(3, 12, "[a:unreachable/2.1s/lag5 b:unknown c:unknown]")
@@ -72,8 +70,8 @@ func TestPeerHealthFromAnswers(t *testing.T) {
 	// This node led after following c, which it last heard from at
 	// 2.5s: c is unreachable once the bound has passed since then, before
 	// this leader has tried it for a whole bound itself.
-	former = formerLeader{id: "c", heard: t0.Add(2500 * time.Millisecond)}
-	w.sent("c", 3)
+	former = FormerLeader{ID: "c", Heard: t0.Add(2500 * time.Millisecond)}
+	w.Sent("c", 3)
 	check(3, 12, "[a:healthy/0s/lag0 b:unknown c:unknown/200ms]")
 	at(3500 * time.Millisecond)
 	check(3, 12, "[a:healthy/800ms/lag0 b:unknown c:unknown/1s]")
@@ -82,29 +80,8 @@ func TestPeerHealthFromAnswers(t *testing.T) {
 	answer("c", 3, 11) // it was alive after all
 	check(3, 12, "[a:healthy/800.000001ms/lag0 b:unknown c:healthy/0s/lag1]")
 
-	w.forget([]string{"a"}) // b and c were removed
+	w.Forget([]string{"a"}) // b and c were removed
 	if len(w.peers) != 1 {
 		t.Fatalf("records kept after forget: %v", w.peers)
-	}
-}
-
-// TestWatchedTransportKeepsPreVote: raft turns pre-vote on only for a
-// transport that has it, so the wrapper must keep it, and Close must
-// reach the wrapped transport.
-func TestWatchedTransportKeepsPreVote(t *testing.T) {
-	_, mem := raft.NewInmemTransport("a")
-	wt := watchTransport(mem, newPeerWatch(time.Now))
-	if _, ok := wt.(raft.WithPreVote); !ok {
-		t.Fatal("the wrapped in-memory transport lost pre-vote")
-	}
-	if _, ok := wt.(raft.WithClose); !ok {
-		t.Fatal("the wrapped transport cannot be closed")
-	}
-	if err := wt.(raft.WithClose).Close(); err != nil {
-		t.Fatal(err)
-	}
-	type plain struct{ raft.Transport }
-	if _, ok := watchTransport(plain{mem}, newPeerWatch(time.Now)).(raft.WithPreVote); ok {
-		t.Fatal("pre-vote claimed for a transport without it")
 	}
 }

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
@@ -164,12 +162,12 @@ func (g *portGate) refused(c *atomic.Int64, msg, remote string, err error) {
 	g.log.Warn(msg, attrs...)
 }
 
-// stream is raft's StreamLayer over the raft port: TLS when tls is set,
-// else plain TCP. Dial connects to a peer; Accept hands raft only the
-// connections the gate admits (and, with TLS, whose peer is a node of the
-// configuration), each TLS one handshaken in its own goroutine so a
-// silent dialer holds up nobody.
-type stream struct {
+// RaftPort is a node's raft port, for either engine's transport: TLS when
+// tls is set, else plain TCP. Dial connects to a peer; Accept hands the
+// engine only the connections the gate admits (and, with TLS, whose peer
+// is a node of the configuration), each TLS one handshaken in its own
+// goroutine so a silent dialer holds up nobody.
+type RaftPort struct {
 	ln      net.Listener
 	tls     *tlsconfig.Reloader // nil: plain TCP
 	members tlsconfig.Members
@@ -190,7 +188,7 @@ type stream struct {
 // forgotten when closed; an accepted one gives its slot back then.
 type streamConn struct {
 	net.Conn
-	st       *stream
+	st       *RaftPort
 	accepted bool
 	once     sync.Once
 }
@@ -208,7 +206,7 @@ func (c *streamConn) Close() error {
 }
 
 // track registers c, or closes it when the stream is closed.
-func (st *stream) track(c net.Conn, accepted bool) (net.Conn, bool) {
+func (st *RaftPort) track(c net.Conn, accepted bool) (net.Conn, bool) {
 	sc := &streamConn{Conn: c, st: st, accepted: accepted}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -223,8 +221,33 @@ func (st *stream) track(c net.Conn, accepted bool) (net.Conn, bool) {
 	return sc, true
 }
 
-func newStream(ln net.Listener, r *tlsconfig.Reloader, members tlsconfig.Members, gate *portGate) *stream {
-	st := &stream{ln: ln, tls: r, members: members, gate: gate, conns: make(chan net.Conn), closed: make(chan struct{}),
+// ListenRaftPort listens on cfg.RaftAddr (or takes cfg.Listener) with
+// cfg.RaftPort's budgets; with cfg.TLS a peer must hold a node
+// certificate that members takes.
+func ListenRaftPort(cfg Config, members tlsconfig.Members) (*RaftPort, error) {
+	ln, err := listenRaft(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newStream(ln, cfg.TLS, members, newPortGate(cfg.RaftPort, cfg.Logger.With("component", "raft-port"))), nil
+}
+
+// Stats is the port's accounting.
+func (st *RaftPort) Stats() RaftPortStats { return st.gate.stats() }
+
+// Limits are the port's budgets, defaults filled in.
+func (st *RaftPort) Limits() RaftPortLimits { return st.gate.lim }
+
+// RefusedPeer counts a connection the engine's transport refused after
+// the port admitted it (bytes of another protocol, a node that is no
+// member) with the handshakes refused, and logs msg, summed up as the
+// port's own refusals are.
+func (st *RaftPort) RefusedPeer(msg, remote string, err error) {
+	st.gate.refused(&st.gate.refusedHandshakes, msg, remote, err)
+}
+
+func newStream(ln net.Listener, r *tlsconfig.Reloader, members tlsconfig.Members, gate *portGate) *RaftPort {
+	st := &RaftPort{ln: ln, tls: r, members: members, gate: gate, conns: make(chan net.Conn), closed: make(chan struct{}),
 		open: make(map[*streamConn]struct{})}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	st.wg.Add(1)
@@ -240,7 +263,7 @@ func remoteIP(c net.Conn) string {
 	return a
 }
 
-func (st *stream) acceptLoop() {
+func (st *RaftPort) acceptLoop() {
 	defer st.wg.Done()
 	var delay time.Duration
 	for {
@@ -276,7 +299,7 @@ func (st *stream) acceptLoop() {
 }
 
 // admit hands c to raft if the gate has room for it.
-func (st *stream) admit(c net.Conn) {
+func (st *RaftPort) admit(c net.Conn) {
 	if !st.gate.admit() {
 		st.gate.refused(&st.gate.refusedConns, "raft port: connections closed at accept, at the connection cap", c.RemoteAddr().String(), nil)
 		c.Close()
@@ -293,7 +316,7 @@ func (st *stream) admit(c net.Conn) {
 	}
 }
 
-func (st *stream) handshake(c net.Conn, ip string) {
+func (st *RaftPort) handshake(c net.Conn, ip string) {
 	defer st.wg.Done()
 	tc := tls.Server(c, st.tls.PeerServer(st.members))
 	ctx, cancel := context.WithTimeout(st.ctx, st.gate.lim.HandshakeTimeout)
@@ -309,7 +332,7 @@ func (st *stream) handshake(c net.Conn, ip string) {
 }
 
 // Accept returns the next admitted peer connection.
-func (st *stream) Accept() (net.Conn, error) {
+func (st *RaftPort) Accept() (net.Conn, error) {
 	select {
 	case c := <-st.conns:
 		return c, nil
@@ -321,7 +344,7 @@ func (st *stream) Accept() (net.Conn, error) {
 // Close stops accepting, waits for handshakes in progress to end and
 // closes every connection made, in and out: raft's transport closes
 // neither its accepted connections nor its pool when it closes.
-func (st *stream) Close() error {
+func (st *RaftPort) Close() error {
 	var err error
 	st.once.Do(func() {
 		close(st.closed)
@@ -340,21 +363,21 @@ func (st *stream) Close() error {
 }
 
 // Addr is the listening address.
-func (st *stream) Addr() net.Addr { return st.ln.Addr() }
+func (st *RaftPort) Addr() net.Addr { return st.ln.Addr() }
 
 // Dial connects to a peer, over TLS when the port runs it; the node
 // answering must be a member.
-func (st *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return st.dial(string(addr), st.members, timeout)
+func (st *RaftPort) Dial(addr string, timeout time.Duration) (net.Conn, error) {
+	return st.dial(addr, st.members, timeout)
 }
 
-// dialPeer connects to the member id at addr; with TLS the answering
+// DialPeer connects to the member id at addr; with TLS the answering
 // node's certificate must name id.
-func (st *stream) dialPeer(id, addr string, timeout time.Duration) (net.Conn, error) {
+func (st *RaftPort) DialPeer(id, addr string, timeout time.Duration) (net.Conn, error) {
 	return st.dial(addr, func(name string) bool { return name == id }, timeout)
 }
 
-func (st *stream) dial(addr string, members tlsconfig.Members, timeout time.Duration) (net.Conn, error) {
+func (st *RaftPort) dial(addr string, members tlsconfig.Members, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var (
@@ -376,24 +399,6 @@ func (st *stream) dial(addr string, members tlsconfig.Members, timeout time.Dura
 		return nil, net.ErrClosed
 	}
 	return sc, nil
-}
-
-// newRaftTransport listens on cfg.RaftAddr (or uses cfg.Listener) and
-// runs raft's network transport over the raft port's stream: TLS when
-// cfg.TLS is set.
-func newRaftTransport(cfg Config, rlog hclog.Logger, members tlsconfig.Members, gate *portGate) (*raft.NetworkTransport, error) {
-	ln, err := listenRaft(cfg)
-	if err != nil {
-		return nil, err
-	}
-	st := newStream(ln, cfg.TLS, members, gate)
-	t := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  st,
-		MaxPool: 3,
-		Timeout: 10 * time.Second,
-		Logger:  rlog,
-	})
-	return t, nil
 }
 
 // listenRaft is the raft port's listener: cfg.Listener, or one on
@@ -420,6 +425,25 @@ func listenRaft(cfg Config) (net.Listener, error) {
 	return ln, nil
 }
 
+// CertNames says whether the peer of c, a connection of a RaftPort,
+// holds a TLS certificate that names the node id; always true without
+// TLS, where nobody is authenticated.
+func CertNames(c net.Conn, id string) bool {
+	sc, ok := c.(*streamConn)
+	if !ok {
+		return true
+	}
+	tc, ok := sc.Conn.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return false
+	}
+	return slices.Contains(tlsconfig.NodeNames(certs[0]), id)
+}
+
 // CheckLoopback refuses to serve what (the "client" or "raft" port) on
 // addr without TLS, unless it is a loopback address or insecure is set:
 // without TLS nobody on the network is authenticated. Callers with TLS on
@@ -435,5 +459,27 @@ func CheckLoopback(insecure bool, what string, addr net.Addr) error {
 	if what == "raft" {
 		harm = "can forge the cluster's log"
 	}
-	return fmt.Errorf("server: refusing to serve the %s port on %s without TLS: anyone who reaches it %s; bind a loopback address, configure TLS, or pass --insecure", what, addr, harm)
+	return fmt.Errorf("refusing to serve the %s port on %s without TLS: anyone who reaches it %s; bind a loopback address, configure TLS, or pass --insecure", what, addr, harm)
+}
+
+// ProbeRaft runs cfg.DialRaft when set, else dials addr: over TLS when
+// cfg.TLS is set, where the node must hold a node certificate of the CA
+// that names id.
+func ProbeRaft(ctx context.Context, cfg Config, id, addr string, timeout time.Duration) error {
+	if cfg.DialRaft != nil {
+		return cfg.DialRaft(ctx, addr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d interface {
+		DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+	} = &net.Dialer{}
+	if cfg.TLS != nil {
+		d = &tls.Dialer{Config: cfg.TLS.PeerClient(addr, func(name string) bool { return name == id })}
+	}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }

@@ -43,7 +43,7 @@ func (h *countingHandler) count() int {
 // accepted connections are held by a stand-in for raft until the test
 // closes them.
 type testStream struct {
-	*stream
+	*RaftPort
 	mu       sync.Mutex
 	accepted []net.Conn
 }
@@ -55,7 +55,7 @@ func startStream(t *testing.T, r *tlsconfig.Reloader, lim RaftPortLimits, h slog
 		t.Fatal(err)
 	}
 	gate := newPortGate(lim, slog.New(h))
-	ts := &testStream{stream: newStream(ln, r, func(string) bool { return true }, gate)}
+	ts := &testStream{RaftPort: newStream(ln, r, func(string) bool { return true }, gate)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

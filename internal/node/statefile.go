@@ -224,3 +224,18 @@ func syncDir(dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// StateRecord is what a data directory's state file records, for tests
+// and tools that mend a stopped node's directory by hand.
+type StateRecord = dirState
+
+// EditStateFile changes the state file of the stopped node in dir,
+// fsynced (tests that damage a directory on purpose).
+func EditStateFile(dir string, change func(*StateRecord)) error {
+	sf, err := openStateFile(dir, dirState{})
+	if err != nil {
+		return err
+	}
+	defer sf.close()
+	return sf.update(change, true)
+}

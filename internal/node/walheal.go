@@ -12,25 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 )
-
-// StorageError is a write the log could not make durable for lack of a
-// resource: disk space (507 no_space on the wire) or file descriptors
-// (503 too_many_open_files). Nothing was acknowledged; the write may be
-// retried, and the node takes writes again by itself once the resource
-// is back.
-type StorageError struct{ Err error }
-
-func (e *StorageError) Error() string { return "server: the log cannot write: " + e.Err.Error() }
-func (e *StorageError) Unwrap() error { return e.Err }
-
-// NoSpace says whether the disk is full.
-func (e *StorageError) NoSpace() bool {
-	return errors.Is(e.Err, syscall.ENOSPC) || errors.Is(e.Err, syscall.EDQUOT)
-}
 
 // healingWAL is the raft log and stable store: a raft-wal WAL that repairs
 // itself after a failed segment rotation.
@@ -59,7 +45,7 @@ type healingWAL struct {
 	rotateFailed atomic.Bool
 	// fault is the unresolved storage failure, for the API to answer
 	// with; nil when the log writes.
-	fault atomic.Pointer[StorageError]
+	fault atomic.Pointer[replica.StorageError]
 	// closed: Close was called; no more repairs.
 	closed bool
 }
@@ -92,7 +78,7 @@ func (r *rotateWatch) Error(msg string, args ...any) {
 }
 
 // Fault returns the unresolved storage failure, or nil.
-func (h *healingWAL) Fault() *StorageError { return h.fault.Load() }
+func (h *healingWAL) Fault() *replica.StorageError { return h.fault.Load() }
 
 func (h *healingWAL) current() (*wal.WAL, func()) {
 	h.mu.RLock()
@@ -150,7 +136,7 @@ func (h *healingWAL) unseal() error {
 	}
 	h.w = w
 	if uerr != nil {
-		return fmt.Errorf("server: the log's last segment is sealed and cannot be appended to: %w", uerr)
+		return fmt.Errorf("node: the log's last segment is sealed and cannot be appended to: %w", uerr)
 	}
 	h.rotateFailed.Store(false)
 	h.log.Warn("the log's last segment was sealed but recorded as open; it was unsealed, every entry kept", "file", path)
@@ -186,7 +172,7 @@ func (h *healingWAL) outcome(err error, isAppend bool) error {
 		return nil
 	}
 	if isResourceErr(err) {
-		se := &StorageError{Err: err}
+		se := &replica.StorageError{Err: err}
 		if h.fault.Swap(se) == nil {
 			h.log.Error("the log cannot write; writes are refused until it can", "err", err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/locktable"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // An in-process cluster on raft's in-memory transport: partitions are
@@ -213,7 +214,7 @@ func (c *testCluster) isolateLeader() *clusterNode {
 	eventually(c.t, "a leader to cut off", func() bool {
 		l = c.leader()
 		c.isolate(l)
-		if l.node.Status().State == node.Leader {
+		if l.node.Status().State == replica.Leader {
 			return true
 		}
 		c.t.Logf("%s stopped leading before it was cut off; again", l.id)

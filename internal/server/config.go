@@ -8,14 +8,13 @@ import (
 	"net"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/hashicorp"
 	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
@@ -64,7 +63,7 @@ type Config struct {
 	Joining *service.JoinStatus
 	// Transport replaces the one RaftAddr would make (tests use raft's
 	// in-memory transport to partition a cluster in-process).
-	Transport raft.Transport
+	Transport hashicorp.Transport
 	// TLS, when it names files, turns TLS on for the client port (Serve)
 	// and the raft transport, where peers authenticate each other with
 	// client certificates signed by TLS.CAFile.

@@ -7,17 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/hashicorp"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // raftNode is s's hashicorp node, for the tests of what only it does
 // (raft's stats, a transfer to a named voter).
-func (s *Server) raftNode(t testing.TB) *node.Node {
+func (s *Server) raftNode(t testing.TB) *hashicorp.Node {
 	t.Helper()
-	n, ok := s.node.(*node.Node)
+	n, ok := s.node.(*hashicorp.Node)
 	if !ok && etcdEngine() {
 		t.Skip("a test of what only the hashicorp engine does (FENCELOCK_TEST_ENGINE=etcd)")
 	}
@@ -77,7 +77,7 @@ func TestServerEngineEtcd(t *testing.T) {
 		}
 		last = l.Token
 	}
-	if st := s.node.Status(); st.State != node.Leader {
+	if st := s.node.Status(); st.State != replica.Leader {
 		t.Fatalf("status %+v", st)
 	}
 	s.BeginShutdown()
@@ -106,7 +106,7 @@ func TestServerEngineRefusals(t *testing.T) {
 	for name, edit := range map[string]func(*Config){
 		"an unknown engine": func(c *Config) { c.Engine = "paxos" },
 		"etcd with a hashicorp transport": func(c *Config) {
-			_, c.Transport = raft.NewInmemTransport("a")
+			c.Transport = hashicorp.NewInmemTransport("a")
 		},
 	} {
 		cfg := etcdServerConfig(t.TempDir())

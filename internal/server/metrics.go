@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/internal/framing"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // framedCollectors are the framed connections' metrics, read from the
@@ -77,12 +77,12 @@ func buildInfo(version, commit string) prometheus.Collector {
 // from) and fencelock_peer_lag_entries. A node that does not lead has no
 // series: only the leader hears from every peer.
 type peerCollector struct {
-	peers        func() ([]node.PeerStatus, bool)
+	peers        func() ([]replica.PeerStatus, bool)
 	contact, lag *prometheus.Desc
 	unreachable  *prometheus.Desc
 }
 
-func newPeerCollector(n node.Membership) *peerCollector {
+func newPeerCollector(n replica.Membership) *peerCollector {
 	return &peerCollector{
 		peers: n.Peers,
 		contact: prometheus.NewDesc("fencelock_peer_last_contact_seconds",
@@ -115,7 +115,7 @@ func (c *peerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.contact, prometheus.GaugeValue, last, p.ID)
 		down := 0.0
-		if p.State == node.PeerUnreachable {
+		if p.State == replica.PeerUnreachable {
 			down = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.unreachable, prometheus.GaugeValue, down, p.ID)

@@ -20,6 +20,9 @@ import (
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd"
+	"github.com/fencelock/fencelock/internal/node/hashicorp"
+	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
@@ -90,9 +93,9 @@ func New(cfg Config) (*Server, error) {
 		Name: "fencelock_apply_seconds", Help: "Time the state machine took to apply one committed log entry, on every node.",
 		Buckets: prometheus.ExponentialBuckets(0.000001, 4, 12), // 1µs .. ~4.2s
 	})
-	n, err := openNode(cfg.Engine, node.Config{
+	n, err := openNode(cfg.Engine, cfg.Transport, node.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, Peers: nodePeers(cfg.Peers), Join: cfg.Join,
-		Transport: cfg.Transport, TLS: s.tls, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
+		TLS: s.tls, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
 		Logger: cfg.Logger,
 		RaftPort: node.RaftPortLimits{MaxConns: cfg.MaxRaftConnections, MaxHandshakes: cfg.MaxRaftHandshakes,
 			HandshakeTimeout: cfg.RaftHandshakeTimeout},
@@ -134,17 +137,18 @@ func New(cfg Config) (*Server, error) {
 // engineNode is what the server holds of its node, whichever engine runs
 // it: the service's Replicator, the raft port's accounting, and Close.
 type engineNode interface {
-	node.Replicator
+	replica.Replicator
 	RaftPortStats() node.RaftPortStats
 	Close() error
 }
 
-// openNode opens a node of engine (Config.Engine) over f.
-func openNode(engine string, cfg node.Config, f *fsm.FSM) (engineNode, error) {
+// openNode opens a node of engine (Config.Engine) over f; trans, for the
+// hashicorp engine only, replaces its raft port (Config.Transport).
+func openNode(engine string, trans hashicorp.Transport, cfg node.Config, f *fsm.FSM) (engineNode, error) {
 	if engine == node.EngineEtcd {
-		return node.OpenEtcd(cfg, f)
+		return etcd.Open(cfg, f)
 	}
-	return node.Open(cfg, f)
+	return hashicorp.Open(cfg, f, trans)
 }
 
 // Handler is the HTTP API.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // Calls that arrive while a question to the leader is out share the next
@@ -119,7 +119,7 @@ func TestACLWaitEndsWhenThisNodeBecomesLeader(t *testing.T) {
 	hung := hungPeers{asked: make(chan struct{}, 1), release: make(chan struct{})}
 	defer close(hung.release)
 	s, log, _ := newTestServiceWith(t, func(c *Config) { c.Peers = hung })
-	log.SetPeers([]node.PeerStatus{{ID: "n2"}, {ID: "n3"}})
+	log.SetPeers([]replica.PeerStatus{{ID: "n2"}, {ID: "n3"}})
 	if _, err := s.ProposeForTest(fsm.Command{Op: fsm.OpMember, NodeID: "n2", RaftAddr: "n2:1", ClientAddr: "n2:7470"}); err != nil {
 		t.Fatal(err)
 	}

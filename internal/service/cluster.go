@@ -8,7 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // The cluster operations of the service: any node answers Identity and
@@ -80,7 +80,7 @@ func (s *Service) addHealth(ctx context.Context, r *api.MembersResponse) {
 	}
 	if peers, ok := s.node.Peers(); ok {
 		r.HealthFrom = s.cfg.NodeID
-		byID := make(map[string]node.PeerStatus, len(peers))
+		byID := make(map[string]replica.PeerStatus, len(peers))
 		for _, p := range peers {
 			byID[p.ID] = p
 		}
@@ -160,11 +160,11 @@ func (s *Service) leaderView(ctx context.Context, leader, addr string) (api.Memb
 }
 
 // setHealth is p as the API carries it.
-func setHealth(m *api.Member, p node.PeerStatus) {
+func setHealth(m *api.Member, p replica.PeerStatus) {
 	switch p.State {
-	case node.PeerHealthy:
+	case replica.PeerHealthy:
 		m.State = api.MemberHealthy
-	case node.PeerUnreachable:
+	case replica.PeerUnreachable:
 		m.State = api.MemberUnreachable
 	default:
 		m.State = api.MemberUnknown
@@ -226,8 +226,8 @@ func (s *Service) join(ctx context.Context, req api.JoinRequest, add bool) (api.
 		return none, s.raftError(err)
 	}
 	var (
-		cur    *node.Server
-		voters []node.Server // the voters other than this node
+		cur    *replica.Server
+		voters []replica.Server // the voters other than this node
 	)
 	for _, srv := range servers {
 		if srv.ID == req.ID {
@@ -260,7 +260,7 @@ func (s *Service) join(ctx context.Context, req api.JoinRequest, add bool) (api.
 		return none, e
 	}
 	self := req.ID
-	after := append(voters, node.Server{ID: self, Addr: req.RaftAddr, Voter: true})
+	after := append(voters, replica.Server{ID: self, Addr: req.RaftAddr, Voter: true})
 	what := "adding " + req.ID + " as a voter"
 	if e := s.checkQuorum(ctx, what, after, map[string]bool{self: true}); e != nil {
 		return none, e
@@ -326,8 +326,8 @@ func (s *Service) remove(ctx context.Context, req api.RemoveRequest) (api.Remove
 		return none, s.raftError(err)
 	}
 	var (
-		target *node.Server
-		after  []node.Server
+		target *replica.Server
+		after  []replica.Server
 	)
 	for _, srv := range servers {
 		switch {

@@ -7,8 +7,8 @@
 // internal/auth do), and a context that ends is a caller gone away.
 //
 // The service runs over the replicated state machine (internal/fsm)
-// through node.Replicator: the raft node in production, an in-memory log
-// (internal/node/nodetest) in tests, on an injected clock. It is the
+// through replica.Replicator: the raft node in production, an in-memory log
+// (internal/replica/replicatest) in tests, on an injected clock. It is the
 // leader's side of the cluster too: the cluster clock, the expiry timer,
 // the takeover duties.
 //
@@ -17,7 +17,7 @@
 //  1. The operation validates the request (invalid_argument naming the
 //     field on bad input).
 //  2. It stamps the command with cluster time from the leader's clock and
-//     proposes it (node.Replicator.Propose); it answers only after the
+//     proposes it (replica.Replicator.Propose); it answers only after the
 //     entry is committed to the durable log and applied.
 //  3. A waiting acquire that is queued registers (key, holder) and sleeps
 //     until the state machine reports its grant or its dropped wait; events

@@ -7,7 +7,7 @@ import (
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // Error is how every operation of the service refuses or fails: the body
@@ -76,11 +76,11 @@ func (s *Service) fail(e *Error) error {
 
 // proposalError maps a failed proposal to a 503.
 func proposalError(err error) *Error {
-	var se *node.StorageError
+	var se *replica.StorageError
 	if errors.As(err, &se) {
 		return storageError(se)
 	}
-	if errors.Is(err, node.ErrNotLeader) {
+	if errors.Is(err, replica.ErrNotLeader) {
 		return &Error{Code: api.CodeNotLeader, Message: "this node is not the leader"}
 	}
 	return Unavailable(err.Error())
@@ -89,7 +89,7 @@ func proposalError(err error) *Error {
 // storageError answers a write the log could not make durable: 507
 // no_space for a full disk, 503 too_many_open_files for exhausted file
 // descriptors. Nothing was committed.
-func storageError(se *node.StorageError) *Error {
+func storageError(se *replica.StorageError) *Error {
 	if se.NoSpace() {
 		return &Error{Code: api.CodeNoSpace, Message: se.Error()}
 	}

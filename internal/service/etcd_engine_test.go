@@ -9,17 +9,18 @@ import (
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd"
 )
 
 // newEtcdService is the real service over a node alone on the etcd
-// engine (node.OpenEtcd) in dir, ready; stop closes both, service first.
+// engine (etcd.Open) in dir, ready; stop closes both, service first.
 func newEtcdService(t *testing.T, dir string, fake *clock.Fake, floor uint64) (s *Service, stop func()) {
 	t.Helper()
 	s, err := New(testConfig(fake))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.OpenEtcd(node.Config{
+	n, err := etcd.Open(node.Config{
 		DataDir: dir, NodeID: "n1", TokenFloor: floor,
 		HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),

@@ -8,7 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencelock/fencelock/clock"
-	"github.com/fencelock/fencelock/internal/node/nodetest"
+	"github.com/fencelock/fencelock/internal/replica/replicatest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -26,8 +26,8 @@ func testConfig(fake clock.Clock) Config {
 }
 
 // newTestService is the real service over an in-memory log
-// (internal/node/nodetest) on a fake clock, ready: no raft, no disk.
-func newTestService(t *testing.T) (*Service, *nodetest.Log, *clock.Fake) {
+// (internal/replica/replicatest) on a fake clock, ready: no raft, no disk.
+func newTestService(t *testing.T) (*Service, *replicatest.Log, *clock.Fake) {
 	t.Helper()
 	return newTestServiceWith(t, func(*Config) {})
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // fakePeers answers Members with what a test puts in it, and counts the
@@ -69,10 +69,10 @@ func TestMembersHealth(t *testing.T) {
 	peers := &fakePeers{members: map[string]api.MembersResponse{}}
 	s, log, _ := newTestServiceWith(t, func(c *Config) { c.Peers = peers })
 	ctx := context.Background()
-	log.SetPeers([]node.PeerStatus{
-		{ID: "n2", State: node.PeerHealthy, Contacted: true, LastContact: 120 * time.Millisecond, LagKnown: true, Lag: 3},
-		{ID: "n3", State: node.PeerUnreachable, Contacted: true, LastContact: 2500 * time.Millisecond, LagKnown: true, Lag: 40},
-		{ID: "n4", State: node.PeerUnknown},
+	log.SetPeers([]replica.PeerStatus{
+		{ID: "n2", State: replica.PeerHealthy, Contacted: true, LastContact: 120 * time.Millisecond, LagKnown: true, Lag: 3},
+		{ID: "n3", State: replica.PeerUnreachable, Contacted: true, LastContact: 2500 * time.Millisecond, LagKnown: true, Lag: 40},
+		{ID: "n4", State: replica.PeerUnknown},
 	})
 	for _, id := range []string{"n2", "n3"} { // their client addresses, as they announce them
 		if _, err := s.Announce(ctx, api.JoinRequest{ID: id, RaftAddr: id, ClientAddr: id + ":7470"}); err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // The leader's side of the node: the cluster clock, proposals, and the
@@ -72,7 +72,7 @@ func (c *clusterClock) when(t locktable.Time) (time.Time, bool) {
 func (s *Service) stamp() (locktable.Time, error) {
 	now, ok := s.clock.now()
 	if !ok {
-		return 0, node.ErrNotLeader
+		return 0, replica.ErrNotLeader
 	}
 	return now, nil
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // lose takes leadership away and waits for the service to stop serving.
@@ -71,7 +71,7 @@ func TestLostLeadershipRefusesWritesAndTellsWaiters(t *testing.T) {
 	}
 	for name, call := range calls {
 		if e := wantCode(t, call(), api.CodeNotLeader); e.Leader != "" {
-			t.Fatalf("%s: not_leader names %q; nodetest names no leader's address", name, e.Leader)
+			t.Fatalf("%s: not_leader names %q; replicatest names no leader's address", name, e.Leader)
 		}
 	}
 	if log.AppliedIndex() != before {
@@ -169,7 +169,7 @@ func TestTakeoverCancelsOrphanedWaitersOnASingleNode(t *testing.T) {
 func TestTryOnceSharedGrantsSurviveTheOrphanGrace(t *testing.T) {
 	s, log, fake := newTestService(t)
 	ctx := context.Background()
-	log.SetPeers([]node.PeerStatus{{ID: "n2"}, {ID: "n3"}})
+	log.SetPeers([]replica.PeerStatus{{ID: "n2"}, {ID: "n3"}})
 	mustAcquire(t, s, api.AcquireRequest{Key: "k", Holder: "x", TTLMs: 60000})
 	now, _ := s.ClusterTime()
 	if res, err := s.ProposeForTest(fsm.Command{Op: fsm.OpWait, RequestID: "ghost-1", Key: "k", Holder: "ghost", TTL: locktable.Second * 60,

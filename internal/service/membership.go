@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // How the leader changes the membership: it probes a joining node and the
@@ -62,7 +62,7 @@ func (s *Service) checkNewNode(ctx context.Context, req api.JoinRequest) (api.Id
 // after which fewer than a majority of the voters would answer. voters is
 // the voter set after the change; known marks those already known to be
 // up (this node, a node just probed).
-func (s *Service) checkQuorum(ctx context.Context, what string, voters []node.Server, known map[string]bool) *Error {
+func (s *Service) checkQuorum(ctx context.Context, what string, voters []replica.Server, known map[string]bool) *Error {
 	if len(voters) == 0 {
 		return refused(api.CodeNoQuorum, "refused, nothing changed: %s would leave no voter", what)
 	}
@@ -114,7 +114,7 @@ func (s *Service) checkQuorum(ctx context.Context, what string, voters []node.Se
 // changeError maps a failed configuration change: a node that was not
 // leading changed nothing; any other failure may have taken effect.
 func (s *Service) changeError(what string, err error) *Error {
-	if errors.Is(err, node.ErrNotLeader) {
+	if errors.Is(err, replica.ErrNotLeader) {
 		return s.notReady()
 	}
 	return &Error{Code: api.CodeChangeUnknown,
@@ -144,7 +144,7 @@ func (s *Service) handOver(ctx context.Context, id string) *Error {
 }
 
 func (s *Service) raftError(err error) *Error {
-	if errors.Is(err, node.ErrNotLeader) {
+	if errors.Is(err, replica.ErrNotLeader) {
 		return s.notReady()
 	}
 	return Unavailable(err.Error())

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // Replicated mode. One leader serves: a follower answers every write and
@@ -42,7 +42,7 @@ func (s *Service) notReady() *Error {
 	if msg := s.cfg.Join.String(); msg != "" && !s.member.Load() {
 		return Unavailable("not ready: " + msg)
 	}
-	if s.node.Status().State == node.Leader {
+	if s.node.Status().State == replica.Leader {
 		return Unavailable("not ready: this leader is catching up or has lost its quorum")
 	}
 	return s.notLeader(&Error{Code: api.CodeNotLeader})
@@ -141,7 +141,7 @@ func (s *Service) announceLoop() {
 			return
 		case <-t.C:
 		}
-		if s.node.Status().State != node.Follower || s.cfg.Peers == nil {
+		if s.node.Status().State != replica.Follower || s.cfg.Peers == nil {
 			continue
 		}
 		raftAddr := s.node.Addr()

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // A node taken out of the configuration keeps running: raft on it stops
@@ -64,7 +64,7 @@ func (s *Service) checkMembership() {
 	}
 }
 
-func memberIDs(servers []node.Server) []string {
+func memberIDs(servers []replica.Server) []string {
 	out := make([]string, len(servers))
 	for i, srv := range servers {
 		out[i] = srv.ID

@@ -13,7 +13,7 @@ import (
 	"github.com/fencelock/fencelock/internal/eventlog"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // Config is what the service needs. It has no defaults of its own: the
@@ -75,13 +75,13 @@ type Peers interface {
 }
 
 // Service is the lock service of one node: the operations over the
-// replicated state machine, proposed through a node.Replicator. Create it
+// replicated state machine, proposed through a replica.Replicator. Create it
 // with New, open the node over FSM, and Start it.
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
 	fsm     *fsm.FSM
-	node    node.Replicator
+	node    replica.Replicator
 	metrics *metrics
 	waiters *waitRegistry
 	quotas  quotas
@@ -144,7 +144,7 @@ func (s *Service) Restored() { s.watches.Restored(s.fsm.AppliedIndex()) }
 // Start runs the service over n: the watchers' broadcast, the leader's
 // duties whenever n leads, and, with a client address, the announcements
 // that keep the members table current.
-func (s *Service) Start(n node.Replicator) {
+func (s *Service) Start(n replica.Replicator) {
 	s.node = n
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.watches.Broadcast(s.stop) }()

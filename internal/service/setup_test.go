@@ -8,12 +8,12 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/clock"
-	"github.com/fencelock/fencelock/internal/node/nodetest"
+	"github.com/fencelock/fencelock/internal/replica/replicatest"
 )
 
 // newTestServiceWith is newTestService with testConfig changed by edit
 // first: a small queue cap or watch history that one test needs.
-func newTestServiceWith(t *testing.T, edit func(*Config)) (*Service, *nodetest.Log, *clock.Fake) {
+func newTestServiceWith(t *testing.T, edit func(*Config)) (*Service, *replicatest.Log, *clock.Fake) {
 	t.Helper()
 	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	cfg := testConfig(fake)
@@ -22,7 +22,7 @@ func newTestServiceWith(t *testing.T, edit func(*Config)) (*Service, *nodetest.L
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := nodetest.New("n1", s.FSM())
+	log := replicatest.New("n1", s.FSM())
 	s.Start(log)
 	t.Cleanup(s.Close)
 	waitReady(t, s)

@@ -124,7 +124,7 @@ func TestStaleCancelOfAResentWaitQueuesItAgain(t *testing.T) {
 }
 
 // A grant handed to a waiter from the queue is answered only once the
-// node can vouch for its token (node.Replicator.Covered), as a proposer's
+// node can vouch for its token (replica.Replicator.Covered), as a proposer's
 // own grant is: when it cannot, the waiter is refused, not given a token
 // that a damaged disk could let the node issue again.
 func TestWaiterGrantNeedsTheCeiling(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/fencelock/fencelock/internal/auth"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/service"
 )
 
@@ -80,7 +80,7 @@ type simNode struct {
 
 // heartbeatTimeout is the server's default raft heartbeat timeout: a
 // follower that has not heard from its leader for this long says the
-// leader is silent (node.Status.LeaderSilent) and names it to nobody.
+// leader is silent (replica.Status.LeaderSilent) and names it to nobody.
 const heartbeatTimeout = 500 * time.Millisecond
 
 // start makes a new incarnation of n and starts its service.
@@ -234,7 +234,7 @@ func (c *cluster) loseLocked(n *simNode, why string) {
 	}
 	c.inflight = others
 	k := c.rnd.IntN(len(mine) + 1)
-	lost := fmt.Errorf("%w: sim: leadership lost (%s) before the entry was answered", node.ErrUnavailable, why)
+	lost := fmt.Errorf("%w: sim: leadership lost (%s) before the entry was answered", replica.ErrUnavailable, why)
 	for i, q := range mine {
 		if i < k {
 			c.appendLocked(q)
@@ -423,13 +423,13 @@ func (c *cluster) thaw(n *simNode) {
 	c.mu.Unlock()
 }
 
-// replLog is the node.Replicator one incarnation of a node sees.
+// replLog is the replica.Replicator one incarnation of a node sees.
 type replLog struct {
 	n   *simNode
 	gen int
 }
 
-var _ node.Replicator = (*replLog)(nil)
+var _ replica.Replicator = (*replLog)(nil)
 
 func (l *replLog) current() bool { return l.n.gen == l.gen && !l.n.crashed }
 
@@ -441,7 +441,7 @@ func (l *replLog) Propose(data []byte, timeout time.Duration) (*fsm.Result, erro
 	c.mu.Lock()
 	if !l.current() || !l.n.leading {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: sim: %s does not lead", node.ErrNotLeader, l.n.id)
+		return nil, fmt.Errorf("%w: sim: %s does not lead", replica.ErrNotLeader, l.n.id)
 	}
 	p := &proposal{data: append([]byte(nil), data...), n: l.n, gen: l.gen, done: make(chan struct{})}
 	c.inflight = append(c.inflight, p)
@@ -450,7 +450,7 @@ func (l *replLog) Propose(data []byte, timeout time.Duration) (*fsm.Result, erro
 
 	expire := time.NewTimer(timeout)
 	defer expire.Stop()
-	timedOut := fmt.Errorf("%w: sim: proposal timed out", node.ErrUnavailable)
+	timedOut := fmt.Errorf("%w: sim: proposal timed out", replica.ErrUnavailable)
 	// await waits for ch or the proposal's resolution; false: the
 	// timeout came first.
 	await := func(ch <-chan struct{}) bool {
@@ -506,7 +506,7 @@ func (l *replLog) Barrier(time.Duration) error {
 	ok := l.current() && l.n.leading
 	c.mu.Unlock()
 	if !ok {
-		return node.ErrNotLeader
+		return replica.ErrNotLeader
 	}
 	l.n.catchUp()
 	return nil
@@ -520,19 +520,19 @@ func (l *replLog) VerifyLeader() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !l.current() || !l.n.leading || c.leader != l.n || !c.quorumLocked(l.n) {
-		return node.ErrNotLeader
+		return replica.ErrNotLeader
 	}
 	return nil
 }
 
-func (l *replLog) Status() node.Status {
+func (l *replLog) Status() replica.Status {
 	c := l.n.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l.current() && l.n.leading {
-		return node.Status{State: node.Leader, LeaderID: l.n.id}
+		return replica.Status{State: replica.Leader, LeaderID: l.n.id}
 	}
-	st := node.Status{State: node.Follower}
+	st := replica.Status{State: replica.Follower}
 	if c.leader != nil && !l.n.isolated {
 		st.LeaderID = c.leader.id
 		q := c.leader.quietSince
@@ -573,15 +573,15 @@ func (l *replLog) ProbeRaft(context.Context, string, string, time.Duration) erro
 
 var errNoChanges = errors.New("sim: the world's membership is fixed")
 
-func (l *replLog) Configuration() ([]node.Server, error) {
-	var out []node.Server
+func (l *replLog) Configuration() ([]replica.Server, error) {
+	var out []replica.Server
 	for _, m := range l.n.c.nodes {
-		out = append(out, node.Server{ID: m.id, Addr: m.id, Suffrage: "Voter", Voter: true})
+		out = append(out, replica.Server{ID: m.id, Addr: m.id, Suffrage: "Voter", Voter: true})
 	}
 	return out, nil
 }
 
-func (l *replLog) Peers() ([]node.PeerStatus, bool) {
+func (l *replLog) Peers() ([]replica.PeerStatus, bool) {
 	c := l.n.c
 	c.mu.Lock()
 	defer c.mu.Unlock()

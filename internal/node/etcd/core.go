@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"bytes"
@@ -17,9 +17,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
-// etcdCore drives an etcd RawNode (issue 28, in progress: one node, no
+// core drives an etcd RawNode (issue 28, in progress: one node, no
 // transport yet). One goroutine (run) owns the RawNode: it ticks, takes
 // proposals in batches between Readys, persists each Ready (entries
 // through the checked log, the hard state when term or vote moved), hands
@@ -37,12 +39,12 @@ import (
 // earlier run and answers nobody, whatever its id; ids also start at a
 // seed the caller picks at random, so that an earlier run's entry that
 // arrives later from another leader does not either.
-type etcdCore struct {
+type core struct {
 	rn     *etcdraft.RawNode
 	logs   raft.LogStore
 	stable raft.StableStore
 	ms     *etcdraft.MemoryStorage
-	m      *Machine
+	m      *node.Machine
 	log    *slog.Logger
 	send   atomic.Pointer[func([]*raftpb.Message)] // nil: a node alone
 	// onConf is told each configuration run applies, after it is
@@ -85,7 +87,7 @@ type etcdCore struct {
 	commit  atomic.Uint64
 
 	self  uint64
-	watch *peerWatch // what the peers answered this node's appends and heartbeats
+	watch *node.PeerWatch // what the peers answered this node's appends and heartbeats
 
 	// What other goroutines read of raft's state, set by run.
 	state     atomic.Uint64 // etcdraft.StateType
@@ -104,7 +106,7 @@ type etcdCore struct {
 	// names gives each member id its node ID and address: the
 	// configured ones, then those the configuration entries carry
 	// (copied on write, by run and by the transport's learnName).
-	names   atomic.Pointer[map[uint64]Peer]
+	names   atomic.Pointer[map[uint64]node.Peer]
 	namesMu sync.Mutex // orders the copies on write
 
 	// Membership changes, run's own: confs are the requests, queued
@@ -135,7 +137,7 @@ type etcdAnswer struct {
 
 const etcdIDLen = 8
 
-func (c *etcdCore) start(seed uint64) {
+func (c *core) start(seed uint64) {
 	c.props = make(chan etcdProp, 1024)
 	c.recv = make(chan *raftpb.Message, 4096)
 	c.reports = make(chan etcdReport, 256)
@@ -158,21 +160,21 @@ func (c *etcdCore) start(seed uint64) {
 	go func() { defer c.done.Done(); c.snapLoop() }()
 }
 
-func (c *etcdCore) close() {
+func (c *core) close() {
 	close(c.stop)
 	c.done.Wait()
-	c.failAll(ErrUnavailable)
+	c.failAll(replica.ErrUnavailable)
 }
 
 // propose hands data to raft and waits for its entry to be applied here.
-func (c *etcdCore) propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
+func (c *core) propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
 	return etcdCall(c, c.props, func(id uint64) etcdProp { return etcdProp{id: id, data: data} }, timeout, nil)
 }
 
 // deliver hands raft a message from a peer; when raft is behind by a
 // whole buffer the message is dropped, which raft recovers from as from a
 // lost packet.
-func (c *etcdCore) deliver(m *raftpb.Message) {
+func (c *core) deliver(m *raftpb.Message) {
 	select {
 	case c.recv <- m:
 	default:
@@ -189,7 +191,7 @@ type etcdReport struct {
 // reportUnreachable tells raft that a message to peer to was lost: raft
 // then probes it instead of streaming appends into the void. Dropped
 // when raft is behind by a whole buffer (the next loss reports again).
-func (c *etcdCore) reportUnreachable(to uint64) {
+func (c *core) reportUnreachable(to uint64) {
 	select {
 	case c.reports <- etcdReport{to: to}:
 	default:
@@ -199,7 +201,7 @@ func (c *etcdCore) reportUnreachable(to uint64) {
 // reportSnapshot tells raft whether the snapshot it sent to peer to
 // arrived. Unlike an unreachable peer it is not dropped: raft waits for
 // it before it sends that peer anything else.
-func (c *etcdCore) reportSnapshot(to uint64, done bool) {
+func (c *core) reportSnapshot(to uint64, done bool) {
 	select {
 	case c.reports <- etcdReport{to: to, snap: true, done: done}:
 	case <-c.stop:
@@ -208,27 +210,27 @@ func (c *etcdCore) reportSnapshot(to uint64, done bool) {
 }
 
 // setSend sets where the messages raft sends go.
-func (c *etcdCore) setSend(f func([]*raftpb.Message)) { c.send.Store(&f) }
+func (c *core) setSend(f func([]*raftpb.Message)) { c.send.Store(&f) }
 
 // setOnConf sets who is told of each configuration applied.
-func (c *etcdCore) setOnConf(f func(*raftpb.ConfState)) { c.onConf.Store(&f) }
+func (c *core) setOnConf(f func(*raftpb.ConfState)) { c.onConf.Store(&f) }
 
 // setConf makes cs the configuration, and says so to onConf.
-func (c *etcdCore) setConf(cs *raftpb.ConfState) {
+func (c *core) setConf(cs *raftpb.ConfState) {
 	c.conf.Store(cs)
 	if f := c.onConf.Load(); f != nil {
 		(*f)(cs)
 	}
 }
 
-func (c *etcdCore) forget(id uint64) {
+func (c *core) forget(id uint64) {
 	c.mu.Lock()
 	delete(c.waiters, id)
 	c.mu.Unlock()
 }
 
 // answer ends id's wait, if anyone still waits for it.
-func (c *etcdCore) answer(id uint64, a etcdAnswer) {
+func (c *core) answer(id uint64, a etcdAnswer) {
 	c.mu.Lock()
 	ch, ok := c.waiters[id]
 	delete(c.waiters, id)
@@ -238,7 +240,7 @@ func (c *etcdCore) answer(id uint64, a etcdAnswer) {
 	}
 }
 
-func (c *etcdCore) failAll(err error) {
+func (c *core) failAll(err error) {
 	c.mu.Lock()
 	ws := c.waiters
 	c.waiters = map[uint64]chan etcdAnswer{}
@@ -248,7 +250,7 @@ func (c *etcdCore) failAll(err error) {
 	}
 }
 
-func (c *etcdCore) run() {
+func (c *core) run() {
 	t := time.NewTicker(c.tick)
 	defer t.Stop()
 	defer close(c.applyc)
@@ -312,7 +314,7 @@ func (c *etcdCore) run() {
 
 // step hands raft a peer's message. A message raft refuses (from a
 // removed node, an old term) changes nothing.
-func (c *etcdCore) step(m *raftpb.Message) {
+func (c *core) step(m *raftpb.Message) {
 	if c.rn.Step(m) == nil {
 		c.watchReceived(m)
 	}
@@ -325,7 +327,7 @@ const etcdDrainMax = 4096
 // waiting, so that one Ready, and one write of the log, covers them all:
 // without it a follower wrote (and synced) its log once per append the
 // leader sent, and fell behind a leader that sends one append per Ready.
-func (c *etcdCore) drain() {
+func (c *core) drain() {
 	for range etcdDrainMax {
 		select {
 		case m := <-c.recv:
@@ -342,25 +344,25 @@ func (c *etcdCore) drain() {
 // fails with err. dead is closed before the waiters fail, so a wait
 // registered after failAll sees it. The first halt's err is the one
 // kept (raft's goroutine or the apply goroutine may halt).
-func (c *etcdCore) halt(err error) {
+func (c *core) halt(err error) {
 	c.haltOnce.Do(func() {
 		c.fault.Store(&err)
 		close(c.dead)
 		c.log.Error("etcd engine: stopping", "err", err)
 	})
-	c.failAll(fmt.Errorf("%w: %v", ErrUnavailable, err))
+	c.failAll(fmt.Errorf("%w: %v", replica.ErrUnavailable, err))
 }
 
 // halted is the error of a wait on a halted core.
-func (c *etcdCore) halted() error {
+func (c *core) halted() error {
 	if p := c.fault.Load(); p != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, *p)
+		return fmt.Errorf("%w: %v", replica.ErrUnavailable, *p)
 	}
-	return ErrUnavailable
+	return replica.ErrUnavailable
 }
 
 // proposeBatch proposes p and every proposal already queued behind it.
-func (c *etcdCore) proposeBatch(p etcdProp) {
+func (c *core) proposeBatch(p etcdProp) {
 	for {
 		c.proposeOne(p)
 		select {
@@ -371,7 +373,7 @@ func (c *etcdCore) proposeBatch(p etcdProp) {
 	}
 }
 
-func (c *etcdCore) proposeOne(p etcdProp) {
+func (c *core) proposeOne(p etcdProp) {
 	// A proposer already answered (leadership lost while it was queued)
 	// must not see its command take effect later.
 	if !c.waiting(p.id) {
@@ -381,11 +383,11 @@ func (c *etcdCore) proposeOne(p etcdProp) {
 	binary.BigEndian.PutUint64(b, p.id)
 	copy(b[etcdIDLen:], p.data)
 	if err := c.rn.Propose(b); err != nil {
-		c.answer(p.id, etcdAnswer{err: fmt.Errorf("%w: %v", ErrNotLeader, err)})
+		c.answer(p.id, etcdAnswer{err: fmt.Errorf("%w: %v", replica.ErrNotLeader, err)})
 	}
 }
 
-func (c *etcdCore) ready() error {
+func (c *core) ready() error {
 	rd := c.rn.Ready()
 	became := false
 	// A leader whose term moved lost leadership in between, even when
@@ -509,7 +511,7 @@ func (c *etcdCore) ready() error {
 // a node restarted with a commit index behind a configuration it had
 // applied would start in an older one, and could count a quorum the
 // cluster no longer has.
-func (c *etcdCore) applyConfChanges(ents []*raftpb.Entry) error {
+func (c *core) applyConfChanges(ents []*raftpb.Entry) error {
 	saved := false
 	for _, e := range ents {
 		var cc raftpb.ConfChangeI
@@ -570,16 +572,16 @@ func etcdApplyConfChange(rn *etcdraft.RawNode, cc raftpb.ConfChangeI) (cs *raftp
 	return rn.ApplyConfChange(cc), nil
 }
 
-func (c *etcdCore) setName(id uint64, p Peer) {
+func (c *core) setName(id uint64, p node.Peer) {
 	c.namesMu.Lock()
 	defer c.namesMu.Unlock()
 	c.storeName(id, p)
 }
 
 // storeName copies the names with id's set to p; namesMu is held.
-func (c *etcdCore) storeName(id uint64, p Peer) {
+func (c *core) storeName(id uint64, p node.Peer) {
 	old := c.names.Load()
-	next := make(map[uint64]Peer, len(*old)+1)
+	next := make(map[uint64]node.Peer, len(*old)+1)
 	for k, v := range *old {
 		next[k] = v
 	}
@@ -588,12 +590,12 @@ func (c *etcdCore) storeName(id uint64, p Peer) {
 }
 
 // learnName records where a member the log has not named yet listens,
-// as a peer's hello says (etcdTransport): a node just started to be
+// as a peer's hello says (transport): a node just started to be
 // joined answers the leader before it has applied the configuration.
 // What the configuration says is kept. Only a member of the
 // configuration is learned, or, on a node with no configuration yet, at
 // most etcdMaxLearned names: dialers cannot grow the table without bound.
-func (c *etcdCore) learnName(id uint64, p Peer) {
+func (c *core) learnName(id uint64, p node.Peer) {
 	c.namesMu.Lock()
 	defer c.namesMu.Unlock()
 	names := *c.names.Load()
@@ -622,7 +624,7 @@ func etcdInConf(cs *raftpb.ConfState, id uint64) (member, empty bool) {
 }
 
 // name is the member id's node ID and address, when known.
-func (c *etcdCore) name(id uint64) (Peer, bool) {
+func (c *core) name(id uint64) (node.Peer, bool) {
 	p, ok := (*c.names.Load())[id]
 	return p, ok
 }
@@ -631,9 +633,9 @@ func (c *etcdCore) name(id uint64) (Peer, bool) {
 // furthest along; id is answered once this node no longer leads (or
 // fails with the timeout of its wait: raft gives up a transfer after an
 // election timeout).
-func (c *etcdCore) transferLeader(id uint64) {
+func (c *core) transferLeader(id uint64) {
 	if !c.leader {
-		c.answer(id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", ErrNotLeader)})
+		c.answer(id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", replica.ErrNotLeader)})
 		return
 	}
 	st := c.rn.Status()
@@ -644,11 +646,11 @@ func (c *etcdCore) transferLeader(id uint64) {
 		}
 	}
 	if to == 0 {
-		c.answer(id, etcdAnswer{err: errors.New("server: no other voter to hand leadership to")})
+		c.answer(id, etcdAnswer{err: errors.New("etcd: no other voter to hand leadership to")})
 		return
 	}
 	if c.transfer != 0 {
-		c.answer(c.transfer, etcdAnswer{err: fmt.Errorf("%w: another transfer was asked for", ErrUnavailable)})
+		c.answer(c.transfer, etcdAnswer{err: fmt.Errorf("%w: another transfer was asked for", replica.ErrUnavailable)})
 	}
 	c.transfer = id
 	c.rn.TransferLeader(to)
@@ -656,9 +658,9 @@ func (c *etcdCore) transferLeader(id uint64) {
 
 // transferLeadership hands leadership to another voter and waits, at
 // most for timeout, until this node no longer leads.
-func (c *etcdCore) transferLeadership(timeout time.Duration) error {
+func (c *core) transferLeadership(timeout time.Duration) error {
 	_, err := etcdCall(c, c.transfers, func(id uint64) uint64 { return id }, timeout,
-		fmt.Errorf("%w: leadership was not handed over within %v", ErrUnavailable, timeout))
+		fmt.Errorf("%w: leadership was not handed over within %v", replica.ErrUnavailable, timeout))
 	return err
 }
 
@@ -668,7 +670,7 @@ func (c *etcdCore) transferLeadership(timeout time.Duration) error {
 // is what to answer then (nil: a proposal, which waits until raft
 // answers it, as the hashicorp node's does). A core halted or closed
 // answers ErrUnavailable.
-func etcdCall[T any](c *etcdCore, ch chan<- T, req func(id uint64) T, timeout time.Duration, late error) (*fsm.Result, error) {
+func etcdCall[T any](c *core, ch chan<- T, req func(id uint64) T, timeout time.Duration, late error) (*fsm.Result, error) {
 	id := c.seq.Add(1)
 	ans := make(chan etcdAnswer, 1)
 	c.mu.Lock()
@@ -680,10 +682,10 @@ func etcdCall[T any](c *etcdCore, ch chan<- T, req func(id uint64) T, timeout ti
 	case ch <- req(id):
 	case <-t.C:
 		c.forget(id)
-		return nil, fmt.Errorf("%w: raft did not take the request within %v", ErrUnavailable, timeout)
+		return nil, fmt.Errorf("%w: raft did not take the request within %v", replica.ErrUnavailable, timeout)
 	case <-c.stop:
 		c.forget(id)
-		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+		return nil, fmt.Errorf("%w: shutting down", replica.ErrUnavailable)
 	case <-c.dead:
 		c.forget(id)
 		return nil, c.halted()
@@ -699,7 +701,7 @@ func etcdCall[T any](c *etcdCore, ch chan<- T, req func(id uint64) T, timeout ti
 		c.forget(id)
 		return nil, late
 	case <-c.stop:
-		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+		return nil, fmt.Errorf("%w: shutting down", replica.ErrUnavailable)
 	case <-c.dead:
 		c.forget(id)
 		return nil, c.halted()
@@ -711,27 +713,27 @@ func etcdCall[T any](c *etcdCore, ch chan<- T, req func(id uint64) T, timeout ti
 type etcdConfReq struct {
 	id   uint64 // the waiter
 	typ  raftpb.ConfChangeType
-	peer Peer
+	peer node.Peer
 }
 
 // changeConf proposes a single membership change and waits, at most for
 // timeout, until this node has applied it.
-func (c *etcdCore) changeConf(typ raftpb.ConfChangeType, p Peer, timeout time.Duration) error {
+func (c *core) changeConf(typ raftpb.ConfChangeType, p node.Peer, timeout time.Duration) error {
 	_, err := etcdCall(c, c.confs, func(id uint64) etcdConfReq { return etcdConfReq{id: id, typ: typ, peer: p} }, timeout,
-		fmt.Errorf("%w: the change was not applied within %v (it may still take effect)", ErrUnavailable, timeout))
+		fmt.Errorf("%w: the change was not applied within %v (it may still take effect)", replica.ErrUnavailable, timeout))
 	return err
 }
 
 // proposeConf hands raft the first queued change once it can take one:
 // this node leads, has applied up to where its leadership began, and has
 // no change of its own unapplied.
-func (c *etcdCore) proposeConf() {
+func (c *core) proposeConf() {
 	for len(c.queued) > 0 {
 		q := c.queued[0]
 		switch {
 		case !c.waiting(q.id):
 		case !c.leader:
-			c.answer(q.id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", ErrNotLeader)})
+			c.answer(q.id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", replica.ErrNotLeader)})
 		case c.confPending != 0 || c.handed < c.leadStart:
 			return
 		default:
@@ -741,7 +743,7 @@ func (c *etcdCore) proposeConf() {
 	}
 }
 
-func (c *etcdCore) proposeConfNow(q etcdConfReq) {
+func (c *core) proposeConfNow(q etcdConfReq) {
 	target := etcdID(q.peer.ID)
 	if err := etcdCheckChange(c.conf.Load(), q.typ, target); err != nil {
 		c.answer(q.id, etcdAnswer{err: err})
@@ -752,7 +754,7 @@ func (c *etcdCore) proposeConfNow(q etcdConfReq) {
 		Context: etcdConfContext(q.id, q.peer),
 	}
 	if err := c.rn.ProposeConfChange(cc); err != nil {
-		c.answer(q.id, etcdAnswer{err: fmt.Errorf("%w: %v", ErrNotLeader, err)})
+		c.answer(q.id, etcdAnswer{err: fmt.Errorf("%w: %v", replica.ErrNotLeader, err)})
 		return
 	}
 	c.confPending = q.id
@@ -771,7 +773,7 @@ func etcdCheckChange(cs *raftpb.ConfState, typ raftpb.ConfChangeType, target uin
 		}
 	}
 	if left == 0 {
-		return errors.New("server: the change would leave the cluster without a voter")
+		return errors.New("etcd: the change would leave the cluster without a voter")
 	}
 	return nil
 }
@@ -779,7 +781,7 @@ func etcdCheckChange(cs *raftpb.ConfState, typ raftpb.ConfChangeType, target uin
 // etcdConfContext is what a configuration entry carries besides the
 // change: the id of the waiter to answer (0: nobody), and the member's
 // node ID and raft address, which every node learns from the log.
-func etcdConfContext(wid uint64, p Peer) []byte {
+func etcdConfContext(wid uint64, p node.Peer) []byte {
 	b := make([]byte, etcdIDLen+2, etcdIDLen+2+len(p.ID)+len(p.RaftAddr))
 	binary.BigEndian.PutUint64(b, wid)
 	binary.BigEndian.PutUint16(b[etcdIDLen:], uint16(len(p.ID)))
@@ -789,27 +791,27 @@ func etcdConfContext(wid uint64, p Peer) []byte {
 
 // etcdParseConfContext reads etcdConfContext; named is false for a
 // context it did not write.
-func etcdParseConfContext(b []byte) (wid uint64, p Peer, named bool) {
+func etcdParseConfContext(b []byte) (wid uint64, p node.Peer, named bool) {
 	if len(b) < etcdIDLen+2 {
-		return 0, Peer{}, false
+		return 0, node.Peer{}, false
 	}
 	wid = binary.BigEndian.Uint64(b)
 	n := int(binary.BigEndian.Uint16(b[etcdIDLen:]))
 	rest := b[etcdIDLen+2:]
 	if n == 0 || n > len(rest) {
-		return wid, Peer{}, false
+		return wid, node.Peer{}, false
 	}
-	return wid, Peer{ID: string(rest[:n]), RaftAddr: string(rest[n:])}, true
+	return wid, node.Peer{ID: string(rest[:n]), RaftAddr: string(rest[n:])}, true
 }
 
 // watchSent notes the appends and heartbeats about to go to peers, for
 // their health (Peers).
-func (c *etcdCore) watchSent(msgs []*raftpb.Message) {
+func (c *core) watchSent(msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		switch m.GetType() {
 		case raftpb.MsgApp, raftpb.MsgHeartbeat:
 			if p, ok := c.name(m.GetTo()); ok {
-				c.watch.sent(raft.ServerID(p.ID), m.GetTerm())
+				c.watch.Sent(p.ID, m.GetTerm())
 			}
 		}
 	}
@@ -817,38 +819,38 @@ func (c *etcdCore) watchSent(msgs []*raftpb.Message) {
 
 // watchReceived notes what a message raft took says of its sender: a
 // leader's contact, or a peer's answer to this leader.
-func (c *etcdCore) watchReceived(m *raftpb.Message) {
+func (c *core) watchReceived(m *raftpb.Message) {
 	switch m.GetType() {
 	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap: // only a leader sends these
 		c.contact.Store(time.Now().UnixNano())
 	case raftpb.MsgAppResp:
 		if p, ok := c.name(m.GetFrom()); ok {
 			if m.GetReject() {
-				c.watch.heard(raft.ServerID(p.ID), m.GetTerm())
+				c.watch.Heard(p.ID, m.GetTerm())
 			} else {
-				c.watch.answered(raft.ServerID(p.ID), m.GetTerm(), m.GetIndex())
+				c.watch.Answered(p.ID, m.GetTerm(), m.GetIndex())
 			}
 		}
 	case raftpb.MsgHeartbeatResp:
 		if p, ok := c.name(m.GetFrom()); ok {
-			c.watch.heard(raft.ServerID(p.ID), m.GetTerm())
+			c.watch.Heard(p.ID, m.GetTerm())
 		}
 	}
 }
 
 // lostLeadership ends what waited on this node's leadership: a transfer
 // is done (whoever leads now, this node does not), everything else fails.
-func (c *etcdCore) lostLeadership() {
+func (c *core) lostLeadership() {
 	if c.transfer != 0 {
 		c.answer(c.transfer, etcdAnswer{})
 		c.transfer = 0
 	}
-	c.failAll(fmt.Errorf("%w: leadership lost", ErrNotLeader))
+	c.failAll(fmt.Errorf("%w: leadership lost", replica.ErrNotLeader))
 	c.confPending = 0
 }
 
 // notifyLeader leaves lead as the latest change on leaderCh.
-func (c *etcdCore) notifyLeader(lead bool) {
+func (c *core) notifyLeader(lead bool) {
 	select {
 	case <-c.leaderCh:
 	default:
@@ -857,7 +859,7 @@ func (c *etcdCore) notifyLeader(lead bool) {
 }
 
 // waiting says whether anyone still waits for id.
-func (c *etcdCore) waiting(id uint64) bool {
+func (c *core) waiting(id uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.waiters[id]
@@ -868,9 +870,9 @@ func (c *etcdCore) waiting(id uint64) bool {
 // answering id when it does; a node that does not lead is answered at
 // once. A leader that loses leadership before the quorum answers fails
 // the wait with every other (ready).
-func (c *etcdCore) readIndex(id uint64) {
+func (c *core) readIndex(id uint64) {
 	if !c.leader {
-		c.answer(id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", ErrNotLeader)})
+		c.answer(id, etcdAnswer{err: fmt.Errorf("%w: this node does not lead", replica.ErrNotLeader)})
 		return
 	}
 	b := make([]byte, etcdIDLen)
@@ -880,9 +882,9 @@ func (c *etcdCore) readIndex(id uint64) {
 
 // verify waits, at most for timeout, until a quorum confirms that this
 // node leads.
-func (c *etcdCore) verify(timeout time.Duration) error {
+func (c *core) verify(timeout time.Duration) error {
 	_, err := etcdCall(c, c.reads, func(id uint64) uint64 { return id }, timeout,
-		fmt.Errorf("%w: no quorum confirmed this node's leadership within %v", ErrNotLeader, timeout))
+		fmt.Errorf("%w: no quorum confirmed this node's leadership within %v", replica.ErrNotLeader, timeout))
 	return err
 }
 
@@ -891,7 +893,7 @@ func (c *etcdCore) verify(timeout time.Duration) error {
 // between two batches it takes the state machine's snapshot when
 // snapLoop asks for one. A snapshot that cannot be restored halts the
 // node: nothing after it can be applied.
-func (c *etcdCore) applyLoop() {
+func (c *core) applyLoop() {
 	at := c.booted
 	var failed error
 	for {
@@ -923,7 +925,7 @@ func (c *etcdCore) applyLoop() {
 }
 
 // applyEntries applies one batch of committed entries and answers them.
-func (c *etcdCore) applyEntries(batch []*raftpb.Entry) {
+func (c *core) applyEntries(batch []*raftpb.Entry) {
 	if len(batch) == 0 {
 		return
 	}
@@ -950,7 +952,7 @@ func (c *etcdCore) applyEntries(batch []*raftpb.Entry) {
 	floorErr := c.m.FloorErr()
 	for i, id := range ids {
 		if floorErr != nil {
-			c.answer(id, etcdAnswer{err: fmt.Errorf("%w: %w: %v", ErrUnavailable, errFloor, floorErr)})
+			c.answer(id, etcdAnswer{err: fmt.Errorf("%w: %w", replica.ErrUnavailable, floorErr)})
 			continue
 		}
 		c.answer(id, etcdAnswer{res: &out[i]})
@@ -983,7 +985,7 @@ func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*ra
 	return cs, nil
 }
 
-// openEtcdCore starts a core over the stores (openStores' verified ones,
+// openCore starts a core over the stores (openStores' verified ones,
 // or in memory): a node
 // alone (voters is itself) when the stores hold no etcd state yet.
 //
@@ -991,7 +993,7 @@ func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*ra
 // read; voters empty: bootstrap nothing, this node waits to be added.
 // The newest snapshot of the policy's store, if any, is restored into m
 // first, and the log replays after it.
-func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *Machine, self uint64, voters []uint64, names map[uint64]Peer, tick time.Duration, log *slog.Logger, seed uint64, policy etcdSnapPolicy) (*etcdCore, error) {
+func openCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self uint64, voters []uint64, names map[uint64]node.Peer, tick time.Duration, log *slog.Logger, seed uint64, policy etcdSnapPolicy) (*core, error) {
 	if policy.store == nil {
 		policy.store = raft.NewInmemSnapshotStore()
 	}
@@ -1043,8 +1045,8 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *Machine, self 
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	c := &etcdCore{rn: rn, logs: logs, stable: stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last,
-		self: self, watch: newPeerWatch(time.Now), policy: policy, booted: booted, handed: booted.index}
+	c := &core{rn: rn, logs: logs, stable: stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last,
+		self: self, watch: node.NewPeerWatch(time.Now), policy: policy, booted: booted, handed: booted.index}
 	storage.c = c
 	c.snapIndex.Store(booted.index)
 	c.applied.Store(booted.index)
@@ -1056,7 +1058,7 @@ func openEtcdCore(logs raft.LogStore, stable raft.StableStore, m *Machine, self 
 	}
 	c.conf.Store(cs)
 	// The snapshot's names are the log's, later than the configured ones.
-	known := make(map[uint64]Peer, len(names)+len(snapNames))
+	known := make(map[uint64]node.Peer, len(names)+len(snapNames))
 	for id, p := range names {
 		known[id] = p
 	}

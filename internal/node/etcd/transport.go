@@ -1,9 +1,8 @@
-package node
+package etcd
 
 import (
 	"bufio"
 	"bytes"
-	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,11 +14,12 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
-// etcdTransport carries the etcd engine's raft messages between members
-// over the raft port's stream (raftport.go): the same listener budgets,
+// transport carries the etcd engine's raft messages between members
+// over the raft port (node.RaftPort): the same listener budgets,
 // and with TLS the same rule that a peer holds a node certificate of the
 // CA naming a member. Each peer has one outgoing connection, written by
 // a goroutine of its own from a bounded queue, so raft's goroutine never
@@ -35,12 +35,12 @@ import (
 // redials after a partition holds one connection. A member removed from
 // the configuration loses its writer and its connections (prune), and
 // no writer is started for a node that is not a member.
-type etcdTransport struct {
-	st      *stream
+type transport struct {
+	st      *node.RaftPort
 	self    uint64
 	greet   []byte // this node's hello, sent after the preamble
 	log     *slog.Logger
-	core    *etcdCore
+	core    *core
 	tls     *tlsconfig.Reloader
 	timeout time.Duration // a dial's, a flush's: an election timeout, at least etcdMinIOTimeout
 	hello   time.Duration // a dialer's time to say who it is: the port's handshake timeout
@@ -77,10 +77,10 @@ type etcdPeerOut struct {
 	gone chan struct{} // closed when its writer has returned
 }
 
-// newEtcdTransport starts the transport over st for core.
-func newEtcdTransport(st *stream, r *tlsconfig.Reloader, core *etcdCore, self Peer, timeout time.Duration, log *slog.Logger) *etcdTransport {
-	t := &etcdTransport{st: st, self: etcdID(self.ID), greet: etcdHello(self), log: log, core: core, tls: r,
-		timeout: max(timeout, etcdMinIOTimeout), hello: st.gate.lim.HandshakeTimeout,
+// newTransport starts the transport over st for core.
+func newTransport(st *node.RaftPort, r *tlsconfig.Reloader, core *core, self node.Peer, timeout time.Duration, log *slog.Logger) *transport {
+	t := &transport{st: st, self: etcdID(self.ID), greet: etcdHello(self), log: log, core: core, tls: r,
+		timeout: max(timeout, etcdMinIOTimeout), hello: st.Limits().HandshakeTimeout,
 		out: map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -89,7 +89,7 @@ func newEtcdTransport(st *stream, r *tlsconfig.Reloader, core *etcdCore, self Pe
 }
 
 // send queues msgs for their peers; it never blocks.
-func (t *etcdTransport) send(msgs []*raftpb.Message) {
+func (t *transport) send(msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		to := m.GetTo()
 		if to == t.self || to == 0 {
@@ -114,7 +114,7 @@ func (t *etcdTransport) send(msgs []*raftpb.Message) {
 // peer is the outgoing side of id, started on first use; nil for a node
 // that is not a member of a configuration that names somebody (raft
 // answering a removed node's vote, say), whose message is lost.
-func (t *etcdTransport) peer(id uint64) (p *etcdPeerOut, closed bool) {
+func (t *transport) peer(id uint64) (p *etcdPeerOut, closed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -136,7 +136,7 @@ func (t *etcdTransport) peer(id uint64) (p *etcdPeerOut, closed bool) {
 // prune stops the writer and closes the connections of every peer cs
 // no longer names. A configuration that names nobody (a node not yet
 // joined) prunes nothing.
-func (t *etcdTransport) prune(cs *raftpb.ConfState) {
+func (t *transport) prune(cs *raftpb.ConfState) {
 	if _, empty := etcdInConf(cs, 0); empty {
 		return
 	}
@@ -159,7 +159,7 @@ func (t *etcdTransport) prune(cs *raftpb.ConfState) {
 // flush. A connection that fails is closed and the batch is lost; the
 // next message dials again, at most once per backoff, and messages in
 // between are dropped as lost.
-func (t *etcdTransport) writeLoop(p *etcdPeerOut) {
+func (t *transport) writeLoop(p *etcdPeerOut) {
 	defer t.wg.Done()
 	defer close(p.gone)
 	var (
@@ -222,7 +222,7 @@ func (t *etcdTransport) writeLoop(p *etcdPeerOut) {
 
 // lostAll tells raft that batch, messages to one peer, did not reach it:
 // a snapshot among them failed, and the peer is unreachable.
-func (t *etcdTransport) lostAll(batch []*raftpb.Message) {
+func (t *transport) lostAll(batch []*raftpb.Message) {
 	for _, m := range batch {
 		if m.GetType() == raftpb.MsgSnap {
 			t.core.reportSnapshot(m.GetTo(), false)
@@ -231,7 +231,7 @@ func (t *etcdTransport) lostAll(batch []*raftpb.Message) {
 	t.core.reportUnreachable(batch[0].GetTo())
 }
 
-func (t *etcdTransport) write(conn net.Conn, w *bufio.Writer, batch []*raftpb.Message) error {
+func (t *transport) write(conn net.Conn, w *bufio.Writer, batch []*raftpb.Message) error {
 	timeout := t.timeout
 	for _, m := range batch {
 		if m.GetType() == raftpb.MsgSnap {
@@ -252,12 +252,12 @@ func (t *etcdTransport) write(conn net.Conn, w *bufio.Writer, batch []*raftpb.Me
 // dial connects to member id at the address the configuration gives it,
 // over TLS when the port runs it, where the answering node's certificate
 // must name id itself.
-func (t *etcdTransport) dial(id uint64) (net.Conn, error) {
+func (t *transport) dial(id uint64) (net.Conn, error) {
 	p, ok := t.core.name(id)
 	if !ok || p.RaftAddr == "" {
 		return nil, fmt.Errorf("no raft address known for member %x", id)
 	}
-	c, err := t.st.dialPeer(p.ID, p.RaftAddr, t.timeout)
+	c, err := t.st.DialPeer(p.ID, p.RaftAddr, t.timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +270,7 @@ func (t *etcdTransport) dial(id uint64) (net.Conn, error) {
 	return nil, err
 }
 
-func (t *etcdTransport) acceptLoop() {
+func (t *transport) acceptLoop() {
 	defer t.wg.Done()
 	for {
 		c, err := t.st.Accept()
@@ -283,7 +283,7 @@ func (t *etcdTransport) acceptLoop() {
 }
 
 // readLoop hands raft the messages of one incoming connection.
-func (t *etcdTransport) readLoop(c net.Conn) {
+func (t *transport) readLoop(c net.Conn) {
 	defer t.wg.Done()
 	defer c.Close()
 	r := bufio.NewReaderSize(c, 64<<10)
@@ -293,7 +293,7 @@ func (t *etcdTransport) readLoop(c net.Conn) {
 	}
 	if _, err := io.ReadFull(r, pre); err != nil || !bytes.Equal(pre, etcdPreamble) {
 		if err == nil {
-			t.st.gate.refused(&t.st.gate.refusedHandshakes,
+			t.st.RefusedPeer(
 				"raft port: a connection that does not speak the etcd engine's raft protocol (a node of the other engine?)",
 				c.RemoteAddr().String(), nil)
 		}
@@ -308,15 +308,15 @@ func (t *etcdTransport) readLoop(c net.Conn) {
 	if from == t.self {
 		return
 	}
-	if !t.certNames(c, p.ID) {
+	if !node.CertNames(c, p.ID) {
 		t.log.Warn("raft port: a peer whose certificate does not name the node it says it is",
 			"remote", c.RemoteAddr().String(), "node", p.ID)
 		return
 	}
 	if member, empty := etcdInConf(t.core.conf.Load(), from); !member && !empty {
 		// A removed member, or one not added yet: the rule TLS keeps
-		// at the handshake (EtcdNode.isMember), kept without it too.
-		t.st.gate.refused(&t.st.gate.refusedHandshakes, "raft port: a node that is not a member of the configuration",
+		// at the handshake (Node.isMember), kept without it too.
+		t.st.RefusedPeer("raft port: a node that is not a member of the configuration",
 			c.RemoteAddr().String(), fmt.Errorf("node %q", p.ID))
 		return
 	}
@@ -343,32 +343,9 @@ func (t *etcdTransport) readLoop(c net.Conn) {
 	}
 }
 
-// certNames says whether the TLS peer's certificate names the node id
-// (always true without TLS, where nobody is authenticated).
-func (t *etcdTransport) certNames(c net.Conn, id string) bool {
-	sc, ok := c.(*streamConn)
-	if !ok {
-		return true
-	}
-	tc, ok := sc.Conn.(*tls.Conn)
-	if !ok {
-		return true
-	}
-	certs := tc.ConnectionState().PeerCertificates
-	if len(certs) == 0 {
-		return false
-	}
-	for _, n := range tlsconfig.NodeNames(certs[0]) {
-		if n == id {
-			return true
-		}
-	}
-	return false
-}
-
 // etcdHello is what a dialer says after the preamble: its node ID and
 // raft address, each a u16 length (big-endian) and its bytes.
-func etcdHello(p Peer) []byte {
+func etcdHello(p node.Peer) []byte {
 	b := make([]byte, 0, 4+len(p.ID)+len(p.RaftAddr))
 	b = binary.BigEndian.AppendUint16(b, uint16(len(p.ID)))
 	b = append(b, p.ID...)
@@ -379,32 +356,32 @@ func etcdHello(p Peer) []byte {
 // etcdMaxHelloField bounds a hello's node ID and address.
 const etcdMaxHelloField = 1024
 
-func etcdReadHello(r *bufio.Reader) (Peer, error) {
+func etcdReadHello(r *bufio.Reader) (node.Peer, error) {
 	var f [2]string
 	for i := range f {
 		var h [2]byte
 		if _, err := io.ReadFull(r, h[:]); err != nil {
-			return Peer{}, err
+			return node.Peer{}, err
 		}
 		n := binary.BigEndian.Uint16(h[:])
 		if n > etcdMaxHelloField {
-			return Peer{}, fmt.Errorf("a hello field of %d bytes is above the limit of %d", n, etcdMaxHelloField)
+			return node.Peer{}, fmt.Errorf("a hello field of %d bytes is above the limit of %d", n, etcdMaxHelloField)
 		}
 		b := make([]byte, n)
 		if _, err := io.ReadFull(r, b); err != nil {
-			return Peer{}, err
+			return node.Peer{}, err
 		}
 		f[i] = string(b)
 	}
 	if f[0] == "" {
-		return Peer{}, errors.New("a hello without a node ID")
+		return node.Peer{}, errors.New("a hello without a node ID")
 	}
-	return Peer{ID: f[0], RaftAddr: f[1]}, nil
+	return node.Peer{ID: f[0], RaftAddr: f[1]}, nil
 }
 
 // replaceIn makes c the incoming connection of from, closing the one
 // before it.
-func (t *etcdTransport) replaceIn(from uint64, c net.Conn) {
+func (t *transport) replaceIn(from uint64, c net.Conn) {
 	t.mu.Lock()
 	old := t.in[from]
 	t.in[from] = c
@@ -414,7 +391,7 @@ func (t *etcdTransport) replaceIn(from uint64, c net.Conn) {
 	}
 }
 
-func (t *etcdTransport) forgetIn(from uint64, c net.Conn) {
+func (t *transport) forgetIn(from uint64, c net.Conn) {
 	t.mu.Lock()
 	if t.in[from] == c {
 		delete(t.in, from)
@@ -428,7 +405,7 @@ func isTimeout(err error) bool {
 }
 
 // Close stops the writers and closes every connection, in and out.
-func (t *etcdTransport) Close() error {
+func (t *transport) Close() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()

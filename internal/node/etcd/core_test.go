@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // A node alone on the etcd core: proposals answer the state machine's
@@ -19,20 +21,20 @@ import (
 // log replays into a new state machine with the same tokens.
 func TestEtcdCoreSingleNode(t *testing.T) {
 	dir := t.TempDir()
-	open := func() (*stores, *etcdCore, *fsm.FSM) {
+	open := func() (*node.Storage, *core, *fsm.FSM) {
 		st, err := openTestStores(t, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		f := fsm.New(nil)
-		m := newMachine(f, newTokenFloor(st.state), Hooks{})
-		c, err := openEtcdCore(st.logs, st.stable, m, etcdID("a"), []uint64{etcdID("a")}, nil, time.Millisecond, slog.New(slog.DiscardHandler), 1000, etcdSnapPolicy{})
+		m := st.Machine(f, node.Hooks{})
+		c, err := openCore(st.Logs, st.Stable, m, etcdID("a"), []uint64{etcdID("a")}, nil, time.Millisecond, slog.New(slog.DiscardHandler), 1000, etcdSnapPolicy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return st, c, f
 	}
-	propose := func(c *etcdCore, key string) *fsm.Result {
+	propose := func(c *core, key string) *fsm.Result {
 		data, err := fsm.Encode(fsm.Command{Op: fsm.OpAcquire, Key: key, Holder: "h", TTL: locktable.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -58,16 +60,16 @@ func TestEtcdCoreSingleNode(t *testing.T) {
 		}
 		last = r.Lease.Token
 	}
-	if st.state.get().Ceiling < last {
-		t.Fatalf("ceiling %d below the token %d answered", st.state.get().Ceiling, last)
+	if st.Ceiling() < last {
+		t.Fatalf("ceiling %d below the token %d answered", st.Ceiling(), last)
 	}
 	c.close()
-	if err := st.close(); err != nil {
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	st, c, f := open()
-	defer st.close()
+	defer st.Close()
 	defer c.close()
 	r := propose(c, "d")
 	if r.Err != nil || r.Lease.Token <= last {
@@ -97,7 +99,7 @@ func TestEtcdCoreHaltsOnAWriteFailure(t *testing.T) {
 	mem := raft.NewInmemStore()
 	logs := &failingLogs{InmemStore: mem}
 	f := fsm.New(nil)
-	c, err := openEtcdCore(logs, mem, newMachine(f, nil, Hooks{}), etcdID("a"), []uint64{etcdID("a")}, nil,
+	c, err := openCore(logs, mem, (&node.Storage{}).Machine(f, node.Hooks{}), etcdID("a"), []uint64{etcdID("a")}, nil,
 		time.Millisecond, slog.New(slog.DiscardHandler), 1, etcdSnapPolicy{})
 	if err != nil {
 		t.Fatal(err)
@@ -117,11 +119,11 @@ func TestEtcdCoreHaltsOnAWriteFailure(t *testing.T) {
 	}
 	logs.fail.Store(true)
 	for i := range 3 {
-		if _, err := c.propose(data, time.Second); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "planted") {
-			t.Fatalf("proposal %d after the failure: %v, want ErrUnavailable naming the cause", i, err)
+		if _, err := c.propose(data, time.Second); !errors.Is(err, replica.ErrUnavailable) || !strings.Contains(err.Error(), "planted") {
+			t.Fatalf("proposal %d after the failure: %v, want replica.ErrUnavailable naming the cause", i, err)
 		}
 	}
-	if err := c.verify(time.Second); !errors.Is(err, ErrUnavailable) {
+	if err := c.verify(time.Second); !errors.Is(err, replica.ErrUnavailable) {
 		t.Fatalf("verify after the failure: %v", err)
 	}
 }

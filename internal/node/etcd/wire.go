@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 
 // The etcd engine's raft port carries raftpb messages, each a frame:
 // a u32 length (big-endian) and the message's protobuf encoding. The
-// connection is the raft port's stream (raftport.go): plain TCP on
+// connection is the raft port (node.RaftPort): plain TCP on
 // loopback, or mutual TLS whose peer must hold a node certificate naming
 // a member. etcdReadMsg refuses a message whose sender is not the one
 // the connection belongs to (its from); the transport, not written yet,

@@ -1,23 +1,23 @@
-package node
+package etcd
 
 import (
 	"bufio"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
 )
 
-// The etcd engine's raft port (etcdTransport): clusters of real
+// The etcd engine's raft port (transport): clusters of real
 // listeners on loopback, plain TCP and mutual TLS.
 
 // Three members over their raft ports: the leader dies, another is
@@ -37,10 +37,10 @@ func TestEtcdTransportFailover(t *testing.T) {
 			if err := cl.ms[l1].r.VerifyLeader(); err != nil {
 				t.Fatalf("verify the leader %s: %v", l1, err)
 			}
-			healthy := map[string]PeerState{}
+			healthy := map[string]replica.PeerState{}
 			for _, n := range cl.names {
 				if n != l1 {
-					healthy[n] = PeerHealthy
+					healthy[n] = replica.PeerHealthy
 				}
 			}
 			cl.peersBecome(l1, healthy)
@@ -91,7 +91,7 @@ func (cl *etcdCluster) peerConn(name string, leaf *tlstest.Leaf, as string) (net
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.Write(append(append([]byte{}, etcdPreamble...), etcdHello(Peer{ID: as, RaftAddr: "127.0.0.1:1"})...)); err != nil {
+	if _, err := c.Write(append(append([]byte{}, etcdPreamble...), etcdHello(node.Peer{ID: as, RaftAddr: "127.0.0.1:1"})...)); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -225,28 +225,19 @@ func TestEtcdTransportOneSenderPerConnection(t *testing.T) {
 	}
 }
 
-// A hashicorp Transport is refused, naming why.
-func TestEtcdRefusesHashicorpTransport(t *testing.T) {
-	cfg := etcdTestConfig("", "a")
-	_, cfg.Transport = raft.NewInmemTransport("a")
-	if _, err := OpenEtcd(cfg, nil); !errors.Is(err, ErrEtcdNotYet) {
-		t.Fatalf("open with a hashicorp transport: %v, want ErrEtcdNotYet", err)
-	}
-}
-
 // A hello teaches a node where a member listens, within bounds: a member
 // of the configuration not named yet is learned, a name the
 // configuration gave is kept, a stranger is not learned, and a node
 // with no configuration learns at most etcdMaxLearned names.
 func TestEtcdLearnNameIsBounded(t *testing.T) {
 	a, b := etcdID("a"), etcdID("b")
-	c := &etcdCore{}
-	names := map[uint64]Peer{a: {ID: "a", RaftAddr: "127.0.0.1:1"}}
+	c := &core{}
+	names := map[uint64]node.Peer{a: {ID: "a", RaftAddr: "127.0.0.1:1"}}
 	c.names.Store(&names)
 	c.conf.Store(&raftpb.ConfState{Voters: []uint64{a}, Learners: []uint64{b}})
-	c.learnName(a, Peer{ID: "a", RaftAddr: "127.0.0.1:666"})
-	c.learnName(b, Peer{ID: "b", RaftAddr: "127.0.0.1:2"})
-	c.learnName(etcdID("z"), Peer{ID: "z", RaftAddr: "127.0.0.1:3"})
+	c.learnName(a, node.Peer{ID: "a", RaftAddr: "127.0.0.1:666"})
+	c.learnName(b, node.Peer{ID: "b", RaftAddr: "127.0.0.1:2"})
+	c.learnName(etcdID("z"), node.Peer{ID: "z", RaftAddr: "127.0.0.1:3"})
 	if p, _ := c.name(a); p.RaftAddr != "127.0.0.1:1" {
 		t.Errorf("a hello replaced the configuration's address of a: %+v", p)
 	}
@@ -260,7 +251,7 @@ func TestEtcdLearnNameIsBounded(t *testing.T) {
 	c.conf.Store(&raftpb.ConfState{})
 	for i := range 10 * etcdMaxLearned {
 		id := fmt.Sprint("x", i)
-		c.learnName(etcdID(id), Peer{ID: id, RaftAddr: "127.0.0.1:4"})
+		c.learnName(etcdID(id), node.Peer{ID: id, RaftAddr: "127.0.0.1:4"})
 	}
 	if n := len(*c.names.Load()); n != etcdMaxLearned {
 		t.Errorf("a node with no configuration learned %d names, want at most %d", n, etcdMaxLearned)
@@ -327,5 +318,17 @@ func TestEtcdTransportLetsARemovedMemberGo(t *testing.T) {
 			cl.kill(gone) // it applies nothing after its removal
 			cl.checkAcked()
 		})
+	}
+}
+
+// waitFor polls cond, bounded, for what a test waits on.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -1,20 +1,21 @@
-package node
+package etcd
 
 import (
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 
-	"github.com/hashicorp/go-hclog"
+	"github.com/fencelock/fencelock/internal/node"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
 
-func openTestStores(t *testing.T, dir string) (*stores, error) {
+func openTestStores(t *testing.T, dir string) (*node.Storage, error) {
 	t.Helper()
-	return openStores(dir, EngineEtcd, WALSegmentSize, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
+	return node.OpenStorage(node.Config{DataDir: dir, Logger: slog.New(slog.DiscardHandler)}, node.EngineEtcd)
 }
 
 // etcd entries survive a restart through the checked log, a replaced
@@ -31,23 +32,23 @@ func TestEtcdEntriesRoundTrip(t *testing.T) {
 		etcdEntry(3, 1, raftpb.EntryNormal, []byte("three")),
 		etcdEntry(4, 1, raftpb.EntryNormal, []byte("four")),
 	}
-	if err := etcdAppend(st.logs, ents); err != nil {
+	if err := etcdAppend(st.Logs, ents); err != nil {
 		t.Fatal(err)
 	}
 	// A new leader's entries replace 3..4.
 	repl := []*raftpb.Entry{etcdEntry(3, 2, raftpb.EntryNormal, []byte("new three"))}
-	if err := etcdAppend(st.logs, repl); err != nil {
+	if err := etcdAppend(st.Logs, repl); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.close(); err != nil {
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 	st, err = openTestStores(t, dir)
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
-	defer st.close()
-	got, err := etcdEntries(st.logs, 1, 3)
+	defer st.Close()
+	got, err := etcdEntries(st.Logs, 1, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestEtcdEntriesRoundTrip(t *testing.T) {
 			t.Fatalf("entry %d after restart: got %v, want %v", i+1, got[i], want[i])
 		}
 	}
-	if last, _ := st.logs.LastIndex(); last != 3 {
+	if last, _ := st.Logs.LastIndex(); last != 3 {
 		t.Fatalf("last index %d, want 3", last)
 	}
 }
@@ -78,17 +79,18 @@ func TestEtcdEntriesDamageRefused(t *testing.T) {
 	for i := uint64(1); i <= 5; i++ {
 		ents = append(ents, etcdEntry(i, 1, raftpb.EntryNormal, payload))
 	}
-	if err := etcdAppend(st.logs, ents); err != nil {
+	if err := etcdAppend(st.Logs, ents); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.close(); err != nil {
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	segs, err := walFiles(filepath.Join(dir, "wal"))
+	segs, err := filepath.Glob(filepath.Join(dir, "wal", "*.wal"))
 	if err != nil || len(segs) == 0 {
 		t.Fatalf("segments %v: %v", segs, err)
 	}
-	path := filepath.Join(dir, "wal", segs[0])
+	sort.Strings(segs)
+	path := segs[0]
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -105,12 +107,12 @@ func TestEtcdEntriesDamageRefused(t *testing.T) {
 	}
 	st, err = openTestStores(t, dir)
 	if err == nil {
-		st.close()
+		st.Close()
 		t.Fatal("a damaged entry was accepted")
 	}
-	var de *DataDirError
+	var de *node.DataDirError
 	if !errors.As(err, &de) {
-		t.Fatalf("error %v is not a *DataDirError", err)
+		t.Fatalf("error %v is not a *node.DataDirError", err)
 	}
 }
 

@@ -1,9 +1,9 @@
-// Package nodetest is an in-memory node.Replicator for tests of the
+// Package replicatest is an in-memory replica.Replicator for tests of the
 // service: one voter that applies each proposal to the state machine at
 // once, in order, with no raft, no disk and no network. Tests take its
 // leadership away and give it back (Lose, Lead) to drive what a leader
 // change does to the service.
-package nodetest
+package replicatest
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // Log is a single-voter replicated log in memory. It starts as the
@@ -30,11 +30,11 @@ type Log struct {
 	// this node could not record).
 	failCovered error
 	pending     uint64
-	peers       []node.PeerStatus
-	follows     node.Status // what Status answers while it does not lead
+	peers       []replica.PeerStatus
+	follows     replica.Status // what Status answers while it does not lead
 }
 
-var _ node.Replicator = (*Log)(nil)
+var _ replica.Replicator = (*Log)(nil)
 
 // New returns a log applying to f, whose one voter is id.
 func New(id string, f *fsm.FSM) *Log {
@@ -48,7 +48,7 @@ func (l *Log) Propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.leading {
-		return nil, fmt.Errorf("%w: nodetest: leadership taken away", node.ErrNotLeader)
+		return nil, fmt.Errorf("%w: replicatest: leadership taken away", replica.ErrNotLeader)
 	}
 	l.index++
 	return l.fsm.Apply(l.index, 1, data), nil
@@ -60,7 +60,7 @@ func (l *Log) Barrier(time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.leading {
-		return node.ErrNotLeader
+		return replica.ErrNotLeader
 	}
 	return nil
 }
@@ -71,7 +71,7 @@ func (l *Log) Leadership() <-chan bool { return l.lead }
 // Lose takes leadership away, as a deposed leader loses it.
 func (l *Log) Lose() {
 	l.mu.Lock()
-	l.follows = node.Status{State: node.Follower}
+	l.follows = replica.Status{State: replica.Follower}
 	l.mu.Unlock()
 	l.set(false)
 }
@@ -81,7 +81,7 @@ func (l *Log) Lose() {
 // heartbeat timeout).
 func (l *Log) Follow(leader string, silent bool) {
 	l.mu.Lock()
-	l.follows = node.Status{State: node.Follower, LeaderID: leader, LeaderSilent: silent}
+	l.follows = replica.Status{State: replica.Follower, LeaderID: leader, LeaderSilent: silent}
 	l.mu.Unlock()
 	l.set(false)
 }
@@ -94,7 +94,7 @@ func (l *Log) set(leading bool) {
 	changed := l.leading != leading
 	l.leading = leading
 	if leading {
-		l.follows = node.Status{State: node.Follower}
+		l.follows = replica.Status{State: replica.Follower}
 	}
 	l.mu.Unlock()
 	if changed {
@@ -107,18 +107,18 @@ func (l *Log) VerifyLeader() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.leading {
-		return node.ErrNotLeader
+		return replica.ErrNotLeader
 	}
 	return nil
 }
 
 // Status is leader, or follower of the leader Follow named (none after
 // Lose).
-func (l *Log) Status() node.Status {
+func (l *Log) Status() replica.Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.leading {
-		return node.Status{State: node.Leader, LeaderID: l.id}
+		return replica.Status{State: replica.Leader, LeaderID: l.id}
 	}
 	return l.follows
 }
@@ -149,7 +149,7 @@ func (l *Log) Covered(uint64, time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.failCovered != nil {
-		return fmt.Errorf("%w: %w", node.ErrUnavailable, l.failCovered)
+		return fmt.Errorf("%w: %w", replica.ErrUnavailable, l.failCovered)
 	}
 	return nil
 }
@@ -180,17 +180,17 @@ func (l *Log) ClearPendingFloor(floor uint64) error {
 
 // Configuration is the one voter, and a voter for each peer SetPeers
 // pretends is there.
-func (l *Log) Configuration() ([]node.Server, error) {
+func (l *Log) Configuration() ([]replica.Server, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := []node.Server{{ID: l.id, Addr: l.id, Suffrage: "Voter", Voter: true}}
+	out := []replica.Server{{ID: l.id, Addr: l.id, Suffrage: "Voter", Voter: true}}
 	for _, p := range l.peers {
-		out = append(out, node.Server{ID: p.ID, Addr: p.ID, Suffrage: "Voter", Voter: true})
+		out = append(out, replica.Server{ID: p.ID, Addr: p.ID, Suffrage: "Voter", Voter: true})
 	}
 	return out, nil
 }
 
-var errNoMembers = errors.New("nodetest: a single in-memory voter takes no other members")
+var errNoMembers = errors.New("replicatest: a single in-memory voter takes no other members")
 
 // AddNonvoter is refused: nobody can reach an in-memory log.
 func (l *Log) AddNonvoter(string, string, time.Duration) error { return errNoMembers }
@@ -216,20 +216,20 @@ func (l *Log) ProbeRaft(context.Context, string, string, time.Duration) error { 
 // SetPeers makes Peers answer ps while the log leads, and Configuration
 // list them as voters: members a test pretends are there, which nothing
 // is replicated to.
-func (l *Log) SetPeers(ps []node.PeerStatus) {
+func (l *Log) SetPeers(ps []replica.PeerStatus) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.peers = append([]node.PeerStatus(nil), ps...)
+	l.peers = append([]replica.PeerStatus(nil), ps...)
 }
 
 // Peers is what SetPeers gave, while the log leads.
-func (l *Log) Peers() ([]node.PeerStatus, bool) {
+func (l *Log) Peers() ([]replica.PeerStatus, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.leading {
 		return nil, false
 	}
-	return append([]node.PeerStatus(nil), l.peers...), true
+	return append([]replica.PeerStatus(nil), l.peers...), true
 }
 
 // UnreachableAfter is a second: nothing here times out.

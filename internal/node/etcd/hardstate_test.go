@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"testing"
@@ -19,22 +19,22 @@ func TestEtcdLoadMemory(t *testing.T) {
 		etcdEntry(1, 1, raftpb.EntryNormal, []byte("a")),
 		etcdEntry(2, 2, raftpb.EntryNormal, []byte("b")),
 	}
-	if err := etcdAppend(st.logs, ents); err != nil {
+	if err := etcdAppend(st.Logs, ents); err != nil {
 		t.Fatal(err)
 	}
 	hs := &raftpb.HardState{Term: proto.Uint64(2), Vote: proto.Uint64(7), Commit: proto.Uint64(9)}
-	if err := etcdSaveHardState(st.stable, hs); err != nil {
+	if err := etcdSaveHardState(st.Stable, hs); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.close(); err != nil {
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 	st, err = openTestStores(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
-	ms, err := etcdLoadMemory(st.logs, st.stable, nil)
+	defer st.Close()
+	ms, err := etcdLoadMemory(st.Logs, st.Stable, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +59,8 @@ func TestEtcdLoadMemoryEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
-	ms, err := etcdLoadMemory(st.logs, st.stable, nil)
+	defer st.Close()
+	ms, err := etcdLoadMemory(st.Logs, st.Stable, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

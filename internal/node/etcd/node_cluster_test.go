@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"errors"
@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
 )
@@ -72,28 +74,28 @@ func (nw *etcdTestNet) detach(id uint64) {
 	nw.mu.Unlock()
 }
 
-// etcdCluster is EtcdNodes over one etcdTestNet, used through
+// etcdCluster is Nodes over one etcdTestNet, used through
 // Replicator, and what they acknowledged.
 type etcdCluster struct {
 	t     *testing.T
-	net   *etcdTestNet // nil: members talk over their raft ports (etcdTransport)
+	net   *etcdTestNet // nil: members talk over their raft ports (transport)
 	ca    *tlstest.CA  // with net nil: the raft ports run TLS with node certificates from it
 	addrs map[string]string
 	lns   map[string]net.Listener // each member's first listener, made before any starts
-	peers []Peer
+	peers []node.Peer
 	names []string // in start order
 	ms    map[string]*etcdMember
 	acked []etcdAck
 	// edit, when set, changes each member's Config before its first
 	// start.
-	edit func(*Config)
+	edit func(*node.Config)
 }
 
 type etcdMember struct {
-	r    Replicator
-	n    *EtcdNode
+	r    replica.Replicator
+	n    *Node
 	f    *fsm.FSM
-	cfg  Config
+	cfg  node.Config
 	dead bool
 }
 
@@ -123,7 +125,7 @@ func (cl *etcdCluster) add(names ...string) { cl.boot(names) }
 
 func (cl *etcdCluster) boot(names []string) *etcdCluster {
 	for _, n := range names {
-		cl.peers = append(cl.peers, Peer{ID: n, RaftAddr: cl.addr(n)})
+		cl.peers = append(cl.peers, node.Peer{ID: n, RaftAddr: cl.addr(n)})
 	}
 	for _, n := range names {
 		cl.start(n, false)
@@ -191,7 +193,7 @@ func (cl *etcdCluster) start(name string, join bool) *etcdMember {
 	} else {
 		m.cfg.Listener = nil
 	}
-	n, err := openEtcd(m.cfg, m.f, network)
+	n, err := openNode(m.cfg, m.f, network)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +228,7 @@ func (cl *etcdCluster) leader(except ...string) string {
 			for _, e := range except {
 				skip = skip || e == name
 			}
-			if !skip && m.r.Status().State == Leader {
+			if !skip && m.r.Status().State == replica.Leader {
 				return name
 			}
 		}
@@ -259,7 +261,7 @@ func (cl *etcdCluster) grant(key string, except ...string) {
 		l := cl.leader(except...)
 		k := fmt.Sprint(key, "-", attempt)
 		res, err := cl.ms[l].r.Propose(acquire(t, k), time.Second)
-		if errors.Is(err, ErrNotLeader) && attempt < 50 {
+		if errors.Is(err, replica.ErrNotLeader) && attempt < 50 {
 			continue
 		}
 		if err != nil || res.Err != nil {
@@ -304,11 +306,11 @@ func (cl *etcdCluster) checkAcked() {
 
 // peersBecome waits until name, leading, sees each peer in want in its
 // state: polling, with a deadline.
-func (cl *etcdCluster) peersBecome(name string, want map[string]PeerState) {
+func (cl *etcdCluster) peersBecome(name string, want map[string]replica.PeerState) {
 	t := cl.t
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	var got []PeerStatus
+	var got []replica.PeerStatus
 	var ok bool
 	for time.Now().Before(deadline) {
 		got, ok = cl.ms[name].r.Peers()
@@ -324,7 +326,7 @@ func (cl *etcdCluster) peersBecome(name string, want map[string]PeerState) {
 	t.Fatalf("%s sees the peers %+v (ok %v), want %v", name, got, ok, want)
 }
 
-// Three EtcdNodes over one network, used only through Replicator: a
+// Three Nodes over one network, used only through Replicator: a
 // leader cut off from the others fails VerifyLeader and another is
 // elected; the cut-off one rejoins; the leader then dies and a third
 // election follows. Tokens rise across every leader, and every
@@ -342,21 +344,21 @@ func TestEtcdNodeCluster(t *testing.T) {
 		if name == l1 {
 			continue
 		}
-		if err := cl.ms[name].r.VerifyLeader(); !errors.Is(err, ErrNotLeader) {
-			t.Fatalf("verify on the follower %s: %v, want ErrNotLeader", name, err)
+		if err := cl.ms[name].r.VerifyLeader(); !errors.Is(err, replica.ErrNotLeader) {
+			t.Fatalf("verify on the follower %s: %v, want replica.ErrNotLeader", name, err)
 		}
-		if _, err := cl.ms[name].r.Propose(acquire(t, "on a follower"), time.Second); !errors.Is(err, ErrNotLeader) {
-			t.Fatalf("propose on the follower %s: %v, want ErrNotLeader", name, err)
+		if _, err := cl.ms[name].r.Propose(acquire(t, "on a follower"), time.Second); !errors.Is(err, replica.ErrNotLeader) {
+			t.Fatalf("propose on the follower %s: %v, want replica.ErrNotLeader", name, err)
 		}
 	}
 	servers, err := cl.ms[l1].r.Configuration()
 	if err != nil || len(servers) != 3 {
 		t.Fatalf("configuration %+v, %v", servers, err)
 	}
-	healthy := map[string]PeerState{}
+	healthy := map[string]replica.PeerState{}
 	for _, name := range cl.names {
 		if name != l1 {
-			healthy[name] = PeerHealthy
+			healthy[name] = replica.PeerHealthy
 		}
 		if _, ok := cl.ms[name].r.Peers(); ok != (name == l1) {
 			t.Fatalf("%s answers Peers with ok %v", name, ok)
@@ -367,17 +369,17 @@ func TestEtcdNodeCluster(t *testing.T) {
 	// Cut the leader off: it cannot confirm its leadership, and the
 	// others elect one of themselves.
 	cl.net.setCut(etcdID(l1), true)
-	if err := cl.ms[l1].r.VerifyLeader(); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("verify on the cut-off leader %s: %v, want ErrNotLeader", l1, err)
+	if err := cl.ms[l1].r.VerifyLeader(); !errors.Is(err, replica.ErrNotLeader) {
+		t.Fatalf("verify on the cut-off leader %s: %v, want replica.ErrNotLeader", l1, err)
 	}
-	if _, err := cl.ms[l1].r.Propose(acquire(t, "cut off"), time.Second); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("propose on the cut-off %s: %v, want ErrNotLeader", l1, err)
+	if _, err := cl.ms[l1].r.Propose(acquire(t, "cut off"), time.Second); !errors.Is(err, replica.ErrNotLeader) {
+		t.Fatalf("propose on the cut-off %s: %v, want replica.ErrNotLeader", l1, err)
 	}
 	l2 := cl.leader(l1)
 	for i := range 10 {
 		cl.grant(fmt.Sprint("j", i), l1)
 	}
-	if st := cl.ms[l1].r.Status(); st.State == Leader {
+	if st := cl.ms[l1].r.Status(); st.State == replica.Leader {
 		t.Fatalf("the cut-off %s still leads: %+v", l1, st)
 	}
 
@@ -385,10 +387,10 @@ func TestEtcdNodeCluster(t *testing.T) {
 	cl.net.setCut(etcdID(l1), false)
 	cl.kill(l2)
 	l3 := cl.leader(l2)
-	want := map[string]PeerState{l2: PeerUnreachable}
+	want := map[string]replica.PeerState{l2: replica.PeerUnreachable}
 	for _, name := range cl.names {
 		if name != l2 && name != l3 {
-			want[name] = PeerHealthy
+			want[name] = replica.PeerHealthy
 		}
 	}
 	cl.peersBecome(l3, want)
@@ -403,8 +405,8 @@ func TestEtcdNodeCluster(t *testing.T) {
 	// Leadership handed over on purpose.
 	for _, name := range cl.names {
 		if name != l2 && name != l3 {
-			if err := cl.ms[name].r.TransferLeadership(); !errors.Is(err, ErrNotLeader) {
-				t.Fatalf("transfer on the follower %s: %v, want ErrNotLeader", name, err)
+			if err := cl.ms[name].r.TransferLeadership(); !errors.Is(err, replica.ErrNotLeader) {
+				t.Fatalf("transfer on the follower %s: %v, want replica.ErrNotLeader", name, err)
 			}
 		}
 	}
@@ -423,7 +425,7 @@ func (cl *etcdCluster) configOf(name string, want map[string]bool) {
 	t := cl.t
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	var got []Server
+	var got []replica.Server
 	var err error
 	for time.Now().Before(deadline) {
 		got, err = cl.ms[name].r.Configuration()
@@ -467,8 +469,8 @@ func etcdMembership(t *testing.T, cl *etcdCluster) {
 		if name == l {
 			continue
 		}
-		if err := cl.ms[name].r.AddVoter("d", cl.addr("d"), time.Second); !errors.Is(err, ErrNotLeader) {
-			t.Fatalf("a change on the follower %s: %v, want ErrNotLeader", name, err)
+		if err := cl.ms[name].r.AddVoter("d", cl.addr("d"), time.Second); !errors.Is(err, replica.ErrNotLeader) {
+			t.Fatalf("a change on the follower %s: %v, want replica.ErrNotLeader", name, err)
 		}
 	}
 	if err := cl.ms[l].r.AddVoter("d", cl.addr("d"), 10*time.Second); err != nil {
@@ -532,11 +534,11 @@ func TestEtcdNodeRecordsCommitOfConfChanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		last, err := st.logs.LastIndex()
+		last, err := st.Logs.LastIndex()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ents, err := etcdEntries(st.logs, 1, last)
+		ents, err := etcdEntries(st.Logs, 1, last)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -546,12 +548,12 @@ func TestEtcdNodeRecordsCommitOfConfChanges(t *testing.T) {
 				conf = e.GetIndex()
 			}
 		}
-		ms, err := etcdLoadMemory(st.logs, st.stable, nil)
+		ms, err := etcdLoadMemory(st.Logs, st.Stable, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		hs, _, err := ms.InitialState()
-		st.close()
+		st.Close()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
 )
 
@@ -22,9 +23,9 @@ import (
 // cut short, is refused.
 func TestEtcdSnapDataRoundTrip(t *testing.T) {
 	cs := &raftpb.ConfState{Voters: []uint64{etcdID("a"), etcdID("b")}, Learners: []uint64{etcdID("c")}}
-	names := map[uint64]Peer{}
+	names := map[uint64]node.Peer{}
 	for _, n := range []string{"a", "b", "c"} {
-		names[etcdID(n)] = Peer{ID: n, RaftAddr: n + ":7000"}
+		names[etcdID(n)] = node.Peer{ID: n, RaftAddr: n + ":7000"}
 	}
 	head, err := etcdSnapHeader(cs, names)
 	if err != nil {
@@ -56,7 +57,7 @@ func TestEtcdSnapDataRoundTrip(t *testing.T) {
 }
 
 // walFirst is the first index the node's log holds; 0: none.
-func walFirst(t *testing.T, n *EtcdNode) uint64 {
+func walFirst(t *testing.T, n *Node) uint64 {
 	t.Helper()
 	first, err := n.core.logs.FirstIndex()
 	if err != nil {
@@ -66,7 +67,7 @@ func walFirst(t *testing.T, n *EtcdNode) uint64 {
 }
 
 // compacted says whether the node's log no longer starts at 1.
-func compacted(t *testing.T, n *EtcdNode) bool {
+func compacted(t *testing.T, n *Node) bool {
 	t.Helper()
 	first := walFirst(t, n)
 	return first > 1 || first == 0 && n.core.snapIndex.Load() > 0
@@ -202,20 +203,20 @@ func TestEtcdNodeRefusesADamagedSnapshot(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n, err = OpenEtcd(cfg, fsm.New(nil))
+	n, err = Open(cfg, fsm.New(nil))
 	if err == nil {
 		n.Close()
 		t.Fatal("started on a damaged snapshot")
 	}
-	var de *DataDirError
+	var de *node.DataDirError
 	if !errors.As(err, &de) || !strings.Contains(err.Error(), filepath.Join("snapshots", id)) {
-		t.Fatalf("refusal %v, want a DataDirError naming the snapshot %s", err, id)
+		t.Fatalf("refusal %v, want a node.DataDirError naming the snapshot %s", err, id)
 	}
 }
 
 // A leader's MsgSnap carries the data its storage holds: the names and
 // the state machine's bytes.
-func etcdLeaderSnapNames(t *testing.T, n *EtcdNode) map[uint64]Peer {
+func etcdLeaderSnapNames(t *testing.T, n *Node) map[uint64]node.Peer {
 	t.Helper()
 	s, err := n.core.ms.Snapshot()
 	if err != nil {
@@ -249,7 +250,7 @@ func (cl *etcdCluster) awaitApplied(name string, index uint64) {
 // the snapshot it installed.
 func TestEtcdNodeNewMemberCatchesUpFromASnapshot(t *testing.T) {
 	cl := newEtcdCluster(t)
-	cl.edit = func(c *Config) { c.TrailingLogs = 0 }
+	cl.edit = func(c *node.Config) { c.TrailingLogs = 0 }
 	cl.add("a", "b", "c")
 	for i := range 10 {
 		cl.grant(fmt.Sprint("k", i))
@@ -291,7 +292,7 @@ func TestEtcdNodeNewMemberCatchesUpFromASnapshot(t *testing.T) {
 // the leader's snapshot once reconnected, with every acknowledged grant.
 func TestEtcdNodeCutOffFollowerCatchesUpFromASnapshot(t *testing.T) {
 	cl := newEtcdCluster(t)
-	cl.edit = func(c *Config) { c.TrailingLogs = 0 }
+	cl.edit = func(c *node.Config) { c.TrailingLogs = 0 }
 	cl.add("a", "b", "c")
 	for i := range 5 {
 		cl.grant(fmt.Sprint("k", i))
@@ -343,10 +344,10 @@ func TestEtcdNodeOpensAfterAnInterruptedInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.logs.DeleteRange(snapAt-2, snapAt); err != nil {
+	if err := st.Logs.DeleteRange(snapAt-2, snapAt); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.close(); err != nil {
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -372,7 +373,7 @@ func TestEtcdTransportFollowerCatchesUpFromASnapshot(t *testing.T) {
 		ca   *tlstest.CA
 	}{{"tcp", nil}, {"tls", tlstest.NewCA(t, "ca")}} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl := &etcdCluster{t: t, ca: tc.ca, ms: map[string]*etcdMember{}, edit: func(c *Config) { c.TrailingLogs = 0 }}
+			cl := &etcdCluster{t: t, ca: tc.ca, ms: map[string]*etcdMember{}, edit: func(c *node.Config) { c.TrailingLogs = 0 }}
 			cl.boot([]string{"a", "b", "c"})
 			for i := range 5 {
 				cl.grant(fmt.Sprint("k", i))

@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 
 // etcdLogger is etcd raft's logger over the node's slog logger
 // (Config.Logger). Panic and Fatal log, then panic as raft expects them
-// to: the core recovers that panic and halts the node (etcdCore.run).
+// to: the core recovers that panic and halts the node (core.run).
 type etcdLogger struct{ log *slog.Logger }
 
 func (l etcdLogger) Debug(v ...any)                 { l.log.Debug(fmt.Sprint(v...)) }

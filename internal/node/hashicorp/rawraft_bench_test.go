@@ -1,4 +1,4 @@
-package node
+package hashicorp
 
 import (
 	"io"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/node"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
@@ -25,12 +26,12 @@ func (nopFSM) Restore(rc io.ReadCloser) error      { return rc.Close() }
 // entry to a no-op FSM. Compare it with BenchmarkServiceCycle (two
 // proposals per op) in internal/server, on the same disk, same hour:
 //
-//	go test ./internal/node/ -run '^$' -bench RawRaftApply -count=5
+//	go test ./internal/node/hashicorp -run '^$' -bench RawRaftApply -count=5
 func BenchmarkRawRaftApply(b *testing.B) {
 	for _, conc := range []int{1, 32, 64} {
 		b.Run("c"+strconv.Itoa(conc), func(b *testing.B) {
 			dir := b.TempDir()
-			store, err := wal.Open(dir, wal.WithSegmentSize(WALSegmentSize))
+			store, err := wal.Open(dir, wal.WithSegmentSize(node.WALSegmentSize))
 			if err != nil {
 				b.Fatal(err)
 			}

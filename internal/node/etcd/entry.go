@@ -1,6 +1,7 @@
-package node
+package etcd
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/raft"
@@ -24,6 +25,9 @@ import (
 // (pointer) fields: entries are read through their getters and built
 // with proto.Uint64.
 
+// errNotEtcdEntry: a stored entry is not one the etcd engine wrote.
+var errNotEtcdEntry = errors.New("etcd: not an etcd engine entry")
+
 // etcdExtLen is the length of the Extensions an etcd entry is stored with.
 const etcdExtLen = 1
 
@@ -41,13 +45,13 @@ func etcdEntry(index, term uint64, t raftpb.EntryType, data []byte) *raftpb.Entr
 // etcdFromLog is the etcd entry l stores, after checkedLog verified it.
 func etcdFromLog(l *raft.Log) (*raftpb.Entry, error) {
 	if l.Type != raft.LogCommand || len(l.Extensions) != etcdExtLen {
-		return nil, fmt.Errorf("%w: entry %d was not written by the etcd engine", errEntryCorrupt, l.Index)
+		return nil, fmt.Errorf("%w: entry %d was not written by the etcd engine", errNotEtcdEntry, l.Index)
 	}
 	t := raftpb.EntryType(l.Extensions[0])
 	switch t {
 	case raftpb.EntryNormal, raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 	default:
-		return nil, fmt.Errorf("%w: entry %d has the unknown etcd type %d", errEntryCorrupt, l.Index, t)
+		return nil, fmt.Errorf("%w: entry %d has the unknown etcd type %d", errNotEtcdEntry, l.Index, t)
 	}
 	return etcdEntry(l.Index, l.Term, t, l.Data), nil
 }

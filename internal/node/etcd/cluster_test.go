@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"errors"
@@ -13,13 +13,15 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
 // etcdRouter carries messages between cores in one process (a lossless
 // network; closed nodes drop what is sent to them).
 type etcdRouter struct {
 	mu    sync.Mutex
-	cores map[uint64]*etcdCore
+	cores map[uint64]*core
 }
 
 func (r *etcdRouter) send(msgs []*raftpb.Message) {
@@ -41,10 +43,10 @@ func TestEtcdCoreThreeNodes(t *testing.T) {
 	for _, n := range names {
 		voters = append(voters, etcdID(n))
 	}
-	r := &etcdRouter{cores: map[uint64]*etcdCore{}}
+	r := &etcdRouter{cores: map[uint64]*core{}}
 	type member struct {
-		st *stores
-		c  *etcdCore
+		st *node.Storage
+		c  *core
 		f  *fsm.FSM
 	}
 	ms := map[uint64]*member{}
@@ -54,7 +56,7 @@ func TestEtcdCoreThreeNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := fsm.New(nil)
-		c, err := openEtcdCore(st.logs, st.stable, newMachine(f, newTokenFloor(st.state), Hooks{}), etcdID(n), voters, nil,
+		c, err := openCore(st.Logs, st.Stable, st.Machine(f, node.Hooks{}), etcdID(n), voters, nil,
 			5*time.Millisecond, slog.New(slog.DiscardHandler), uint64(i+1)<<40, etcdSnapPolicy{})
 		if err != nil {
 			t.Fatal(err)
@@ -70,7 +72,7 @@ func TestEtcdCoreThreeNodes(t *testing.T) {
 	t.Cleanup(func() {
 		for _, m := range ms {
 			m.c.close()
-			m.st.close()
+			m.st.Close()
 		}
 	})
 	leader := func(except uint64) uint64 {
@@ -94,7 +96,7 @@ func TestEtcdCoreThreeNodes(t *testing.T) {
 			id := leader(0)
 			data, _ := fsm.Encode(fsm.Command{Op: fsm.OpAcquire, Key: fmt.Sprint(key, "-", attempt), Holder: "h", TTL: locktable.Second})
 			res, err := ms[id].c.propose(data, time.Second)
-			if errors.Is(err, ErrNotLeader) && attempt < 50 {
+			if errors.Is(err, replica.ErrNotLeader) && attempt < 50 {
 				continue
 			}
 			if err != nil || res.Err != nil {
@@ -115,7 +117,7 @@ func TestEtcdCoreThreeNodes(t *testing.T) {
 	delete(r.cores, l1)
 	r.mu.Unlock()
 	ms[l1].c.close()
-	ms[l1].st.close()
+	ms[l1].st.Close()
 	delete(ms, l1)
 
 	leader(l1) // another leads

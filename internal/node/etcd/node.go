@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"context"
@@ -16,45 +16,40 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/raftlog"
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
-// ErrEtcdNotYet is what the etcd engine answers for what it does not do
-// yet (issue 28): a hashicorp Transport given in Config. It changed
-// nothing.
-var ErrEtcdNotYet = errors.New("server: not supported by the etcd engine yet")
-
-// EtcdNode is a node on etcd-io/raft (issue 28, in progress) over the same
-// verified stores, token ceiling and data-dir refusals as Node: the
-// second engine behind Replicator. It runs a node alone, a cluster over
-// its raft port (etcdTransport: TCP, or mutual TLS with the hashicorp
+// Node is a node on etcd-io/raft over the same verified stores, token
+// ceiling and data-dir refusals as the hashicorp engine's (node.Storage):
+// the second engine behind replica.Replicator. It runs a node alone, a cluster over
+// its raft port (transport: TCP, or mutual TLS with the hashicorp
 // node's identity rules), or members in one process over a network
 // given by the caller (etcdNet, tests); membership changes one member at
-// a time. It snapshots as Node does (SnapshotThreshold, SnapshotInterval,
-// TrailingLogs; etcd_snapshot.go), restores the newest snapshot at open,
+// a time. It snapshots as the hashicorp node does (SnapshotThreshold,
+// SnapshotInterval, TrailingLogs; snapshot.go), restores the newest snapshot at open,
 // and a follower behind the leader's compaction installs the leader's.
-type EtcdNode struct {
-	cfg  Config
-	core *etcdCore
+type Node struct {
+	cfg  node.Config
+	core *core
 	fsm  *fsm.FSM
-	floors
-	wal     *healingWAL
-	closers []io.Closer
+	*node.Storage
+	closers []io.Closer // closed before the storage, last first
 	self    uint64
 	// verifyTimeout bounds VerifyLeader: four election timeouts. A
 	// leader cut off from its quorum steps down within two (CheckQuorum),
 	// which fails the wait sooner; the bound is for a loop that is stuck.
 	verifyTimeout time.Duration
 	dialable      bool
-	gate          *portGate      // the raft port's budgets; nil without one
-	tr            *etcdTransport // the raft port's messages; nil without one
+	port          *node.RaftPort // nil without a raft port
+	tr            *transport     // the raft port's messages; nil without one
 	closeOnce     sync.Once
 	closeErr      error
 	stop          chan struct{}
 	wg            sync.WaitGroup
 }
 
-var _ Replicator = (*EtcdNode)(nil)
+var _ replica.Replicator = (*Node)(nil)
 
 // etcdNet carries the messages of members in one process (tests): send
 // is given every message raft sends, and the returned deliver is how the
@@ -72,23 +67,20 @@ type etcdReporter interface {
 	reportUnreachable(to uint64)
 }
 
-// etcdElectionTick is the election timeout in ticks (etcdCore's config);
+// etcdElectionTick is the election timeout in ticks (core's config);
 // the heartbeat is one tick.
 const etcdElectionTick = 10
 
-// OpenEtcd opens a node on the etcd engine over cfg.DataDir, or on
+// Open opens a node on the etcd engine over cfg.DataDir, or on
 // stores in memory without one (tests), with a raft port when
 // cfg.RaftAddr or cfg.Listener is set. A hashicorp Transport is refused.
-func OpenEtcd(cfg Config, f *fsm.FSM) (*EtcdNode, error) {
-	if cfg.Transport != nil {
-		return nil, fmt.Errorf("%w: a hashicorp raft Transport", ErrEtcdNotYet)
-	}
-	return openEtcd(cfg, f, nil)
+func Open(cfg node.Config, f *fsm.FSM) (*Node, error) {
+	return openNode(cfg, f, nil)
 }
 
-func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
+func openNode(cfg node.Config, f *fsm.FSM, network etcdNet) (*Node, error) {
 	if cfg.NodeID == "" {
-		return nil, errors.New("server: the etcd engine needs a node ID")
+		return nil, errors.New("etcd: the etcd engine needs a node ID")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -100,9 +92,9 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 	if cfg.RaftAddr == "" && cfg.Listener != nil {
 		cfg.RaftAddr = cfg.Listener.Addr().String()
 	}
-	n := &EtcdNode{cfg: cfg, fsm: f, self: etcdID(cfg.NodeID), stop: make(chan struct{}),
+	n := &Node{cfg: cfg, fsm: f, self: etcdID(cfg.NodeID), stop: make(chan struct{}),
 		verifyTimeout: 4 * etcdElectionTick * tick, dialable: network != nil || cfg.RaftAddr != ""}
-	names := map[uint64]Peer{n.self: {ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}
+	names := map[uint64]node.Peer{n.self: {ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}
 	voters := []uint64{n.self}
 	switch {
 	case cfg.Join:
@@ -113,10 +105,10 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 		for _, p := range cfg.Peers {
 			id := etcdID(p.ID)
 			if q, dup := names[id]; dup && q.ID != p.ID {
-				return nil, fmt.Errorf("server: the node IDs %s and %s map to the same etcd member id", q.ID, p.ID)
+				return nil, fmt.Errorf("etcd: the node IDs %s and %s map to the same etcd member id", q.ID, p.ID)
 			}
 			if p.ID == cfg.NodeID && network == nil && p.RaftAddr != cfg.RaftAddr {
-				return nil, fmt.Errorf("server: the peer list gives this node (%s) the raft address %q, but it listens on %q",
+				return nil, fmt.Errorf("etcd: the peer list gives this node (%s) the raft address %q, but it listens on %q",
 					p.ID, p.RaftAddr, cfg.RaftAddr)
 			}
 			names[id] = p
@@ -124,7 +116,7 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 			self = self || p.ID == cfg.NodeID
 		}
 		if !self {
-			return nil, fmt.Errorf("server: the peer list does not name this node (%s)", cfg.NodeID)
+			return nil, fmt.Errorf("etcd: the peer list does not name this node (%s)", cfg.NodeID)
 		}
 	}
 	if err := n.open(cfg, voters, names, tick, network); err != nil {
@@ -136,34 +128,25 @@ func openEtcd(cfg Config, f *fsm.FSM, network etcdNet) (*EtcdNode, error) {
 	return n, nil
 }
 
-func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick time.Duration, network etcdNet) error {
-	var (
-		logs   raft.LogStore
-		stable raft.StableStore
-		snaps  raft.SnapshotStore
-	)
-	if cfg.DataDir == "" {
-		mem := raft.NewInmemStore()
-		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
-	} else {
-		st, err := n.openDir(cfg)
-		if err != nil {
-			return err
-		}
-		logs, stable, snaps = st.logs, st.stable, st.snaps
+func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer, tick time.Duration, network etcdNet) error {
+	st, err := node.OpenStorage(cfg, node.EngineEtcd)
+	if err != nil {
+		return err
 	}
-	if err := n.boot(cfg.TokenFloor, func() (bool, error) { return etcdHasState(logs, stable, snaps) }); err != nil {
+	n.Storage = st
+	logs, stable, snaps := st.Logs, st.Stable, st.Snaps
+	if err := st.Boot(cfg.TokenFloor, func() (bool, error) { return etcdHasState(logs, stable, snaps) }); err != nil {
 		return err
 	}
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
-		return fmt.Errorf("server: seeding proposal ids: %w", err)
+		return fmt.Errorf("etcd: seeding proposal ids: %w", err)
 	}
-	m := newMachine(n.fsm, n.floor, cfg.Hooks)
-	c, err := openEtcdCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"),
+	m := st.Machine(n.fsm, cfg.Hooks)
+	c, err := openCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"),
 		binary.BigEndian.Uint64(seed[:])>>1, etcdPolicy(cfg, snaps))
 	if err != nil {
-		return fmt.Errorf("server: starting raft: %w", err)
+		return fmt.Errorf("etcd: starting raft: %w", err)
 	}
 	n.core = c
 	n.closers = append(n.closers, closerFunc(func() error { c.close(); return nil }))
@@ -171,13 +154,12 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 	case network != nil:
 		c.setSend(network.attach(n.self, c.deliver, c))
 	case cfg.RaftAddr != "":
-		ln, err := listenRaft(cfg)
+		port, err := node.ListenRaftPort(cfg, n.isMember)
 		if err != nil {
-			return fmt.Errorf("server: raft transport: %w", err)
+			return fmt.Errorf("etcd: raft transport: %w", err)
 		}
-		n.gate = newPortGate(cfg.RaftPort, cfg.Logger.With("component", "raft-port"))
-		st := newStream(ln, cfg.TLS, n.isMember, n.gate)
-		t := newEtcdTransport(st, cfg.TLS, c, Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
+		n.port = port
+		t := newTransport(port, cfg.TLS, c, node.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
 		n.tr = t
 		n.closers = append(n.closers, t)
 		c.setSend(t.send)
@@ -190,7 +172,7 @@ func (n *EtcdNode) open(cfg Config, voters []uint64, names map[uint64]Peer, tick
 // no configuration yet (started to be joined) takes any node of the CA,
 // as the hashicorp node does: it cannot know its cluster before the
 // leader reaches it.
-func (n *EtcdNode) isMember(id string) bool {
+func (n *Node) isMember(id string) bool {
 	c := n.core
 	eid := etcdID(id)
 	member, empty := etcdInConf(c.conf.Load(), eid)
@@ -199,17 +181,6 @@ func (n *EtcdNode) isMember(id string) bool {
 	}
 	p, ok := c.name(eid)
 	return member && ok && p.ID == id
-}
-
-// openDir locks cfg.DataDir, claims it for the etcd engine and opens its
-// verified stores, with the token ceiling over its state file.
-func (n *EtcdNode) openDir(cfg Config) (*stores, error) {
-	st, err := n.openDataDir(cfg, EngineEtcd, raftlog.New(cfg.Logger.With("component", "raft")), &n.closers)
-	if err != nil {
-		return nil, err
-	}
-	n.wal = st.wal
-	return st, nil
 }
 
 // etcdHasState says whether the stores hold etcd state: entries, a
@@ -227,7 +198,7 @@ func etcdHasState(logs raft.LogStore, stable raft.StableStore, snaps raft.Snapsh
 }
 
 // Close stops raft, then the stores it used; it may be called again.
-func (n *EtcdNode) Close() error {
+func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.stop)
 		n.wg.Wait()
@@ -236,7 +207,7 @@ func (n *EtcdNode) Close() error {
 	return n.closeErr
 }
 
-func (n *EtcdNode) closeAll() error {
+func (n *Node) closeAll() error {
 	var errs []error
 	for i := len(n.closers) - 1; i >= 0; i-- {
 		if err := n.closers[i].Close(); err != nil {
@@ -244,91 +215,93 @@ func (n *EtcdNode) closeAll() error {
 		}
 	}
 	n.closers = nil
+	if n.Storage != nil {
+		errs = append(errs, n.Storage.Close())
+		n.Storage = nil
+	}
 	return errors.Join(errs...)
 }
 
 // Propose appends data, an encoded fsm.Command, and waits until it is
 // committed and applied here, answering the state machine's result. The
 // timeout bounds the wait for raft to take it, as Node's does.
-func (n *EtcdNode) Propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
+func (n *Node) Propose(data []byte, timeout time.Duration) (*fsm.Result, error) {
 	if len(data) == 0 {
-		return nil, errors.New("server: an empty proposal")
+		return nil, errors.New("etcd: an empty proposal")
 	}
 	res, err := n.core.propose(data, timeout)
 	if err != nil {
 		return nil, err
 	}
-	if err := n.durableErr(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	if err := n.core.m.FloorErr(); err != nil {
+		return nil, fmt.Errorf("%w: %v", replica.ErrUnavailable, err)
 	}
 	return res, nil
 }
 
 // Barrier waits until every entry committed before it has been applied:
 // an entry without a command, proposed and waited for like any other.
-func (n *EtcdNode) Barrier(timeout time.Duration) error {
+func (n *Node) Barrier(timeout time.Duration) error {
 	_, err := n.core.propose(nil, timeout)
 	return err
 }
 
 // Leadership receives true when this node becomes leader and false when
 // it stops being one; only the latest change waits in it.
-func (n *EtcdNode) Leadership() <-chan bool { return n.core.leaderCh }
+func (n *Node) Leadership() <-chan bool { return n.core.leaderCh }
 
 // VerifyLeader confirms with a quorum (raft's ReadIndex) that this node
 // still leads.
-func (n *EtcdNode) VerifyLeader() error { return n.core.verify(n.verifyTimeout) }
+func (n *Node) VerifyLeader() error { return n.core.verify(n.verifyTimeout) }
 
 // Snapshot takes a snapshot now (tests, operators) and compacts the log
 // behind it, keeping TrailingLogs entries; an error when nothing was
 // applied since the last one.
-func (n *EtcdNode) Snapshot() error { return n.core.snapshot() }
+func (n *Node) Snapshot() error { return n.core.snapshot() }
 
 // Status reads this node's state.
-func (n *EtcdNode) Status() Status {
+func (n *Node) Status() replica.Status {
 	c := n.core
-	var st Status
+	var st replica.Status
 	switch etcdraft.StateType(c.state.Load()) {
 	case etcdraft.StateLeader:
-		st.State = Leader
+		st.State = replica.Leader
 	case etcdraft.StateCandidate, etcdraft.StatePreCandidate:
-		st.State = Candidate
+		st.State = replica.Candidate
 	default:
-		st.State = Follower
+		st.State = replica.Follower
 	}
 	st.Term = c.term.Load()
 	lead, _ := c.name(c.leadID.Load())
 	st.LeaderID = lead.ID
 	heard := time.Unix(0, c.contact.Load())
-	st.LeaderSilent = st.State != Leader && time.Since(heard) > n.cfg.HeartbeatTimeout
+	st.LeaderSilent = st.State != replica.Leader && time.Since(heard) > n.cfg.HeartbeatTimeout
 	if last := c.lastLead.Load(); st.LeaderID == "" && last != n.self {
 		former, _ := c.name(last)
 		st.FormerLeader = former.ID
 	}
-	if n.wal != nil {
-		st.Fault = n.wal.Fault()
-	}
+	st.Fault = n.Fault()
 	return st
 }
 
 // AppliedIndex is the last index this node has applied.
-func (n *EtcdNode) AppliedIndex() uint64 { return max(n.core.applied.Load(), n.fsm.AppliedIndex()) }
+func (n *Node) AppliedIndex() uint64 { return max(n.core.applied.Load(), n.fsm.AppliedIndex()) }
 
 // CommitIndex is the last index known committed.
-func (n *EtcdNode) CommitIndex() uint64 { return n.core.commit.Load() }
+func (n *Node) CommitIndex() uint64 { return n.core.commit.Load() }
 
 // StartIndex is the last index of the log when the node opened it.
-func (n *EtcdNode) StartIndex() uint64 { return n.core.first }
+func (n *Node) StartIndex() uint64 { return n.core.first }
 
 // Configuration is the members as this node has applied them.
-func (n *EtcdNode) Configuration() ([]Server, error) {
+func (n *Node) Configuration() ([]replica.Server, error) {
 	c, err := etcdConfiguration(n.core.conf.Load(), *n.core.names.Load())
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Server, 0, len(c.Servers))
+	out := make([]replica.Server, 0, len(c.Servers))
 	for _, s := range c.Servers {
-		out = append(out, Server{ID: string(s.ID), Addr: string(s.Address), Suffrage: s.Suffrage.String(),
+		out = append(out, replica.Server{ID: string(s.ID), Addr: string(s.Address), Suffrage: s.Suffrage.String(),
 			Voter: s.Suffrage == raft.Voter})
 	}
 	return out, nil
@@ -336,7 +309,7 @@ func (n *EtcdNode) Configuration() ([]Server, error) {
 
 // AddNonvoter adds a member that counts for no quorum (an etcd
 // learner); a voter stays a voter, as on Node.
-func (n *EtcdNode) AddNonvoter(id, addr string, timeout time.Duration) error {
+func (n *Node) AddNonvoter(id, addr string, timeout time.Duration) error {
 	for _, v := range n.core.conf.Load().GetVoters() {
 		if v == etcdID(id) {
 			return nil
@@ -346,42 +319,42 @@ func (n *EtcdNode) AddNonvoter(id, addr string, timeout time.Duration) error {
 }
 
 // AddVoter adds a voter or promotes a non-voter.
-func (n *EtcdNode) AddVoter(id, addr string, timeout time.Duration) error {
+func (n *Node) AddVoter(id, addr string, timeout time.Duration) error {
 	return n.change(raftpb.ConfChangeAddNode, id, addr, timeout)
 }
 
 // RemoveServer takes a member out of the configuration; a leader that
 // removes itself steps down once the change is applied.
-func (n *EtcdNode) RemoveServer(id string, timeout time.Duration) error {
+func (n *Node) RemoveServer(id string, timeout time.Duration) error {
 	return n.change(raftpb.ConfChangeRemoveNode, id, "", timeout)
 }
 
 // change makes one membership change through raft and waits until this
 // node has applied it. Changes are one at a time, each committed before
 // the next is proposed.
-func (n *EtcdNode) change(typ raftpb.ConfChangeType, id, addr string, timeout time.Duration) error {
+func (n *Node) change(typ raftpb.ConfChangeType, id, addr string, timeout time.Duration) error {
 	if id == "" {
-		return errors.New("server: a member needs a node ID")
+		return errors.New("etcd: a member needs a node ID")
 	}
 	if p, ok := n.core.name(etcdID(id)); ok && p.ID != id {
-		return fmt.Errorf("server: the node IDs %s and %s map to the same etcd member id", p.ID, id)
+		return fmt.Errorf("etcd: the node IDs %s and %s map to the same etcd member id", p.ID, id)
 	}
 	if typ == raftpb.ConfChangeRemoveNode {
 		if p, ok := n.core.name(etcdID(id)); ok {
 			addr = p.RaftAddr
 		}
 	}
-	return n.core.changeConf(typ, Peer{ID: id, RaftAddr: addr}, timeout)
+	return n.core.changeConf(typ, node.Peer{ID: id, RaftAddr: addr}, timeout)
 }
 
 // TransferLeadership hands leadership to the voter whose log is
 // furthest along, and returns once this node no longer leads.
-func (n *EtcdNode) TransferLeadership() error { return n.core.transferLeadership(n.verifyTimeout) }
+func (n *Node) TransferLeadership() error { return n.core.transferLeadership(n.verifyTimeout) }
 
 // Addr is this node's raft address as configured; without one, its node
 // ID, as the hashicorp node's in-memory transport names itself (Dialable
 // says nobody can reach it there).
-func (n *EtcdNode) Addr() string {
+func (n *Node) Addr() string {
 	if n.cfg.RaftAddr == "" {
 		return n.cfg.NodeID
 	}
@@ -390,21 +363,21 @@ func (n *EtcdNode) Addr() string {
 
 // Dialable says whether other nodes can reach this one: over its raft
 // port, or as a member of a network in the same process.
-func (n *EtcdNode) Dialable() bool { return n.dialable }
+func (n *Node) Dialable() bool { return n.dialable }
 
 // ProbeRaft checks that addr accepts raft connections, as Node's does;
 // members of a network in one process have nothing to dial.
-func (n *EtcdNode) ProbeRaft(ctx context.Context, id, addr string, timeout time.Duration) error {
-	if n.cfg.DialRaft == nil && n.gate == nil && n.dialable {
+func (n *Node) ProbeRaft(ctx context.Context, id, addr string, timeout time.Duration) error {
+	if n.cfg.DialRaft == nil && n.port == nil && n.dialable {
 		return nil
 	}
-	return probeRaft(ctx, n.cfg, id, addr, timeout)
+	return node.ProbeRaft(ctx, n.cfg, id, addr, timeout)
 }
 
 // Peers is every other member's health as this node sees it while it
 // leads, in the configuration's order (ok false when it does not lead):
 // from their answers to its appends and heartbeats.
-func (n *EtcdNode) Peers() (peers []PeerStatus, ok bool) {
+func (n *Node) Peers() (peers []replica.PeerStatus, ok bool) {
 	c := n.core
 	if !c.lead.Load() {
 		return nil, false
@@ -413,27 +386,31 @@ func (n *EtcdNode) Peers() (peers []PeerStatus, ok bool) {
 	if err != nil {
 		return nil, false
 	}
-	ids := otherIDs(servers, n.cfg.NodeID)
-	c.watch.forget(ids)
-	var former formerLeader
+	ids := node.OtherIDs(servers, n.cfg.NodeID)
+	c.watch.Forget(ids)
+	var former node.FormerLeader
 	if p, ok := c.name(c.otherLead.Load()); ok {
-		former = formerLeader{id: p.ID, heard: time.Unix(0, c.contact.Load())}
+		former = node.FormerLeader{ID: p.ID, Heard: time.Unix(0, c.contact.Load())}
 	}
 	last, err := c.ms.LastIndex()
 	if err != nil {
 		return nil, false
 	}
-	return c.watch.status(ids, c.term.Load(), last, n.UnreachableAfter(), former), true
+	return c.watch.Status(ids, c.term.Load(), last, n.UnreachableAfter(), former), true
 }
 
 // UnreachableAfter is how long a leader waits for a peer's answer before
 // it calls the peer unreachable, as for Node.
-func (n *EtcdNode) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
+func (n *Node) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
 
 // RaftPortStats is the raft port's accounting; zero without a raft port.
-func (n *EtcdNode) RaftPortStats() RaftPortStats {
-	if n.gate == nil {
-		return RaftPortStats{}
+func (n *Node) RaftPortStats() node.RaftPortStats {
+	if n.port == nil {
+		return node.RaftPortStats{}
 	}
-	return n.gate.stats()
+	return n.port.Stats()
 }
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }

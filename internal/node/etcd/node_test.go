@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"errors"
@@ -6,26 +6,29 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 )
 
-func etcdTestConfig(dir, id string) Config {
-	return Config{
+func etcdTestConfig(dir, id string) node.Config {
+	return node.Config{
 		DataDir: dir, NodeID: id,
 		HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 	}
 }
 
-func openTestEtcd(t *testing.T, cfg Config) (*EtcdNode, *fsm.FSM) {
+func openTestEtcd(t *testing.T, cfg node.Config) (*Node, *fsm.FSM) {
 	t.Helper()
 	f := fsm.New(nil)
-	n, err := OpenEtcd(cfg, f)
+	n, err := Open(cfg, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +38,7 @@ func openTestEtcd(t *testing.T, cfg Config) (*EtcdNode, *fsm.FSM) {
 
 // awaitLeadership waits for r's next change of leadership and wants it
 // to be lead.
-func awaitLeadership(t *testing.T, r Replicator, lead bool) {
+func awaitLeadership(t *testing.T, r replica.Replicator, lead bool) {
 	t.Helper()
 	select {
 	case got := <-r.Leadership():
@@ -58,7 +61,7 @@ func acquire(t *testing.T, key string) []byte {
 
 // grantEtcd acquires keys on r, which leads, and answers their tokens,
 // each above the one before and above after.
-func grantEtcd(t *testing.T, r Replicator, after uint64, keys ...string) []uint64 {
+func grantEtcd(t *testing.T, r replica.Replicator, after uint64, keys ...string) []uint64 {
 	t.Helper()
 	var toks []uint64
 	for _, k := range keys {
@@ -83,7 +86,7 @@ func TestEtcdNodeSingle(t *testing.T) {
 	dir := t.TempDir()
 	cfg := etcdTestConfig(dir, "a")
 	n, f := openTestEtcd(t, cfg)
-	var r Replicator = n
+	var r replica.Replicator = n
 	if got := r.StartIndex(); got != 0 {
 		t.Fatalf("start index of a new node %d", got)
 	}
@@ -99,10 +102,10 @@ func TestEtcdNodeSingle(t *testing.T) {
 	if err := r.Covered(last, time.Second); err != nil {
 		t.Fatalf("covered %d: %v", last, err)
 	}
-	if c := n.state.get().Ceiling; c < last {
+	if c := n.Ceiling(); c < last {
 		t.Fatalf("ceiling %d below the token %d answered", c, last)
 	}
-	if st := r.Status(); st.State != Leader || st.LeaderID != "a" || st.Term == 0 || st.LeaderSilent || st.Fault != nil {
+	if st := r.Status(); st.State != replica.Leader || st.LeaderID != "a" || st.Term == 0 || st.LeaderSilent || st.Fault != nil {
 		t.Fatalf("status %+v", st)
 	}
 	if r.AppliedIndex() < r.CommitIndex() || r.CommitIndex() == 0 {
@@ -115,7 +118,7 @@ func TestEtcdNodeSingle(t *testing.T) {
 	if peers, ok := r.Peers(); !ok || len(peers) != 0 {
 		t.Fatalf("peers of a node alone %v %v", peers, ok)
 	}
-	if err := r.RemoveServer("a", time.Second); err == nil || errors.Is(err, ErrNotLeader) {
+	if err := r.RemoveServer("a", time.Second); err == nil || errors.Is(err, replica.ErrNotLeader) {
 		t.Fatalf("removing the only voter: %v, want a refusal", err)
 	}
 	if err := r.AddNonvoter("a", "", time.Second); err != nil {
@@ -124,7 +127,7 @@ func TestEtcdNodeSingle(t *testing.T) {
 	if servers, err := r.Configuration(); err != nil || len(servers) != 1 || !servers[0].Voter {
 		t.Fatalf("configuration after the refused changes %+v, %v", servers, err)
 	}
-	if err := r.TransferLeadership(); err == nil || errors.Is(err, ErrNotLeader) {
+	if err := r.TransferLeadership(); err == nil || errors.Is(err, replica.ErrNotLeader) {
 		t.Fatalf("transfer with no other voter: %v, want a refusal", err)
 	}
 	if err := r.ProbeRaft(t.Context(), "b", "b.invalid:1", time.Second); err == nil {
@@ -162,13 +165,13 @@ func TestEtcdNodeProposeBeforeLeading(t *testing.T) {
 	cfg := etcdTestConfig(t.TempDir(), "a")
 	cfg.ElectionTimeout = time.Hour // no election within the test
 	n, f := openTestEtcd(t, cfg)
-	if _, err := n.Propose(acquire(t, "k"), time.Second); !errors.Is(err, ErrNotLeader) {
+	if _, err := n.Propose(acquire(t, "k"), time.Second); !errors.Is(err, replica.ErrNotLeader) {
 		t.Fatalf("propose on a follower: %v", err)
 	}
-	if err := n.Barrier(time.Second); !errors.Is(err, ErrNotLeader) {
+	if err := n.Barrier(time.Second); !errors.Is(err, replica.ErrNotLeader) {
 		t.Fatalf("barrier on a follower: %v", err)
 	}
-	if err := n.VerifyLeader(); !errors.Is(err, ErrNotLeader) {
+	if err := n.VerifyLeader(); !errors.Is(err, replica.ErrNotLeader) {
 		t.Fatalf("verify on a follower: %v", err)
 	}
 	if f.LastToken() != 0 {
@@ -231,23 +234,24 @@ func TestEtcdNodeRefusesDamage(t *testing.T) {
 	}
 	refused := func(t *testing.T, dir, file string) {
 		t.Helper()
-		n, err := OpenEtcd(etcdTestConfig(dir, "a"), fsm.New(nil))
+		n, err := Open(etcdTestConfig(dir, "a"), fsm.New(nil))
 		if err == nil {
 			n.Close()
 			t.Fatalf("started on a damaged data dir (want a refusal naming %s)", file)
 		}
-		var de *DataDirError
+		var de *node.DataDirError
 		if !errors.As(err, &de) || !strings.Contains(err.Error(), file) || strings.Contains(err.Error(), "\n") {
 			t.Fatalf("refusal %v, want one line naming %s", err, file)
 		}
 	}
 	t.Run("a byte flipped in a middle entry", func(t *testing.T) {
 		d := copyTo(t)
-		segs, err := walFiles(filepath.Join(d, "wal"))
+		segs, err := filepath.Glob(filepath.Join(d, "wal", "*.wal"))
 		if err != nil || len(segs) == 0 {
 			t.Fatalf("segments %v: %v", segs, err)
 		}
-		path := filepath.Join(d, "wal", segs[0])
+		sort.Strings(segs)
+		path := segs[0]
 		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -264,92 +268,19 @@ func TestEtcdNodeRefusesDamage(t *testing.T) {
 	})
 	t.Run("watermark beyond the log", func(t *testing.T) {
 		d := copyTo(t)
-		if err := SetState(d, func(s *DirState) { s.Durable += 3 }); err != nil {
+		if err := node.EditStateFile(d, func(s *node.StateRecord) { s.Durable += 3 }); err != nil {
 			t.Fatal(err)
 		}
 		refused(t, d, ".wal")
 	})
 	t.Run("state file missing under a checksummed log", func(t *testing.T) {
 		d := copyTo(t)
-		os.Remove(filepath.Join(d, stateFileName))
-		refused(t, d, stateFileName)
+		os.Remove(filepath.Join(d, "fencelock.state"))
+		refused(t, d, "fencelock.state")
 	})
 	t.Run("log metadata missing", func(t *testing.T) {
 		d := copyTo(t)
-		os.Remove(filepath.Join(d, "wal", walMetaFile))
-		refused(t, d, walMetaFile)
-	})
-}
-
-// A data dir belongs to the engine that first started on it: each
-// engine refuses the other's, naming both, and leaves it as it was.
-func TestEtcdNodeRefusesTheOtherEngine(t *testing.T) {
-	hashicorpCfg := func(dir string) Config {
-		return Config{
-			DataDir: dir, NodeID: "a",
-			HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
-			LeaderLeaseTimeout: 50 * time.Millisecond, SnapshotInterval: time.Minute,
-			SnapshotThreshold: 8192, TrailingLogs: 10240,
-			Logger: slog.New(slog.DiscardHandler),
-		}
-	}
-	// hashicorpDir is a data dir a hashicorp node ran on and closed.
-	hashicorpDir := func(t *testing.T) string {
-		t.Helper()
-		dir := t.TempDir()
-		hn, err := Open(hashicorpCfg(dir), fsm.New(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := hn.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	wantRefusal := func(t *testing.T, err error, dir, wrote string) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("started on a data dir of the %s engine", wrote)
-		}
-		if !strings.Contains(err.Error(), "written by the "+wrote+" engine") || !strings.Contains(err.Error(), "--engine "+wrote) {
-			t.Fatalf("refusal %v does not name the %s engine", err, wrote)
-		}
-		b, rerr := os.ReadFile(filepath.Join(dir, engineFileName))
-		if rerr == nil && strings.TrimSpace(string(b)) != wrote {
-			t.Fatalf("the refusal changed the engine file to %q", b)
-		}
-	}
-	t.Run("etcd on a hashicorp dir", func(t *testing.T) {
-		dir := hashicorpDir(t)
-		_, err := OpenEtcd(etcdTestConfig(dir, "a"), fsm.New(nil))
-		wantRefusal(t, err, dir, EngineHashicorp)
-	})
-	t.Run("etcd on a hashicorp dir from before the engine file", func(t *testing.T) {
-		dir := hashicorpDir(t)
-		if err := os.Remove(filepath.Join(dir, engineFileName)); err != nil {
-			t.Fatal(err)
-		}
-		_, err := OpenEtcd(etcdTestConfig(dir, "a"), fsm.New(nil))
-		wantRefusal(t, err, dir, EngineHashicorp)
-		if _, err := os.Stat(filepath.Join(dir, engineFileName)); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("the refusal wrote an engine file: %v", err)
-		}
-	})
-	t.Run("hashicorp on an etcd dir", func(t *testing.T) {
-		dir := t.TempDir()
-		n, _ := openTestEtcd(t, etcdTestConfig(dir, "a"))
-		awaitLeadership(t, n, true)
-		grantEtcd(t, n, 0, "k")
-		if err := n.Close(); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Open(hashicorpCfg(dir), fsm.New(nil))
-		wantRefusal(t, err, dir, EngineEtcd)
-		if _, err := Recover(dir, RecoverOptions{}); err == nil || !strings.Contains(err.Error(), "etcd engine") {
-			t.Fatalf("recover on an etcd data dir: %v", err)
-		}
-		// and the etcd engine still starts on it
-		n, _ = openTestEtcd(t, etcdTestConfig(dir, "a"))
-		awaitLeadership(t, n, true)
+		os.Remove(filepath.Join(d, "wal", "wal-meta.db"))
+		refused(t, d, "wal-meta.db")
 	})
 }

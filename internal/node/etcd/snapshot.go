@@ -1,4 +1,4 @@
-package node
+package etcd
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/hashicorp/raft"
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -41,9 +43,11 @@ import (
 // etcdSnapMagic starts the data of a snapshot as raft carries it.
 const etcdSnapMagic = "FLE1"
 
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // errNothingNew answers a snapshot asked for when nothing was applied
 // since the last one, as raft.ErrNothingNewToSnapshot does on Node.
-var errNothingNew = errors.New("server: nothing new to snapshot")
+var errNothingNew = errors.New("etcd: nothing new to snapshot")
 
 // etcdSnapPolicy is when a core snapshots and where it keeps them.
 type etcdSnapPolicy struct {
@@ -56,18 +60,18 @@ type etcdSnapPolicy struct {
 	interval  time.Duration // 0: only when asked (Snapshot)
 }
 
-// etcdPolicy is the snapshot policy of cfg. A field left zero takes
-// hashicorp/raft's default, as a raft.Config does (the server fills them
-// all); TrailingLogs is taken as it is, 0 keeping no entry.
-func etcdPolicy(cfg Config, store raft.SnapshotStore) etcdSnapPolicy {
-	def := raft.DefaultConfig()
+// etcdPolicy is the snapshot policy of cfg. A field left zero takes the
+// default both engines share (node.DefaultSnapshotThreshold and
+// node.DefaultSnapshotInterval; the server fills them all); TrailingLogs
+// is taken as it is, 0 keeping no entry.
+func etcdPolicy(cfg node.Config, store raft.SnapshotStore) etcdSnapPolicy {
 	p := etcdSnapPolicy{store: store, threshold: cfg.SnapshotThreshold, trailing: cfg.TrailingLogs,
 		interval: cfg.SnapshotInterval}
 	if p.threshold == 0 {
-		p.threshold = def.SnapshotThreshold
+		p.threshold = node.DefaultSnapshotThreshold
 	}
 	if p.interval <= 0 {
-		p.interval = def.SnapshotInterval
+		p.interval = node.DefaultSnapshotInterval
 	}
 	return p
 }
@@ -77,7 +81,7 @@ func etcdPolicy(cfg Config, store raft.SnapshotStore) etcdSnapPolicy {
 type etcdPoint struct {
 	index, term uint64
 	cs          *raftpb.ConfState
-	names       map[uint64]Peer
+	names       map[uint64]node.Peer
 }
 
 // etcdApply is what raft's goroutine hands the apply goroutine: a
@@ -106,7 +110,7 @@ type etcdTake struct {
 // etcdTaken is the state machine's snapshot and where it was taken; fs
 // nil: none (an error, or too little applied since the last one).
 type etcdTaken struct {
-	fs  *MachineSnapshot
+	fs  *node.MachineSnapshot
 	at  etcdPoint
 	err error
 }
@@ -123,7 +127,7 @@ type etcdCompact struct {
 // the magic, the number of members, for each its node ID and raft
 // address (uvarint-length-prefixed), and a CRC-32C of all before. The
 // state machine's snapshot follows, with its own checksum.
-func etcdSnapHeader(cs *raftpb.ConfState, names map[uint64]Peer) ([]byte, error) {
+func etcdSnapHeader(cs *raftpb.ConfState, names map[uint64]node.Peer) ([]byte, error) {
 	conf, err := etcdConfiguration(cs, names)
 	if err != nil {
 		return nil, err
@@ -141,8 +145,8 @@ func etcdSnapHeader(cs *raftpb.ConfState, names map[uint64]Peer) ([]byte, error)
 
 // etcdDecodeSnap splits a snapshot's data into the members' names and
 // the state machine's snapshot (a part of data, not a copy).
-func etcdDecodeSnap(data []byte) (map[uint64]Peer, []byte, error) {
-	bad := func(why string) (map[uint64]Peer, []byte, error) {
+func etcdDecodeSnap(data []byte) (map[uint64]node.Peer, []byte, error) {
+	bad := func(why string) (map[uint64]node.Peer, []byte, error) {
 		return nil, nil, fmt.Errorf("the snapshot's data is damaged: %s", why)
 	}
 	if !bytes.HasPrefix(data, []byte(etcdSnapMagic)) {
@@ -170,14 +174,14 @@ func etcdDecodeSnap(data []byte) (map[uint64]Peer, []byte, error) {
 	if !ok || count > uint64(len(rest)) {
 		return bad("the member count")
 	}
-	names := make(map[uint64]Peer, count)
+	names := make(map[uint64]node.Peer, count)
 	for range count {
 		id, ok1 := str()
 		addr, ok2 := str()
 		if !ok1 || !ok2 || id == "" {
 			return bad("a member's name")
 		}
-		names[etcdID(id)] = Peer{ID: id, RaftAddr: addr}
+		names[etcdID(id)] = node.Peer{ID: id, RaftAddr: addr}
 	}
 	head := len(data) - len(rest)
 	if len(rest) < 4 || binary.LittleEndian.Uint32(rest) != crc32.Checksum(data[:head], castagnoli) {
@@ -207,7 +211,7 @@ func etcdCreateSnap(store raft.SnapshotStore, at etcdPoint) (raft.SnapshotSink, 
 // (openStores has already refused a data dir whose newest one is
 // damaged): nil when there is none. names are the members' names, and
 // fsmData the state machine's snapshot, a part of the snapshot's data.
-func etcdLoadSnap(store raft.SnapshotStore) (snap *raftpb.Snapshot, names map[uint64]Peer, fsmData []byte, err error) {
+func etcdLoadSnap(store raft.SnapshotStore) (snap *raftpb.Snapshot, names map[uint64]node.Peer, fsmData []byte, err error) {
 	list, err := store.List()
 	if err != nil || len(list) == 0 {
 		return nil, nil, nil, err
@@ -248,12 +252,12 @@ func (s *etcdTeeSink) Write(p []byte) (int, error) {
 // snapshot takes a snapshot now (Snapshot: tests, operators), whatever
 // the threshold says; errNothingNew when nothing was applied since the
 // last one.
-func (c *etcdCore) snapshot() error {
+func (c *core) snapshot() error {
 	ans := make(chan error, 1)
 	select {
 	case c.snapAsk <- ans:
 	case <-c.stop:
-		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+		return fmt.Errorf("%w: shutting down", replica.ErrUnavailable)
 	case <-c.dead:
 		return c.halted()
 	}
@@ -261,7 +265,7 @@ func (c *etcdCore) snapshot() error {
 	case err := <-ans:
 		return err
 	case <-c.stop:
-		return fmt.Errorf("%w: shutting down", ErrUnavailable)
+		return fmt.Errorf("%w: shutting down", replica.ErrUnavailable)
 	case <-c.dead:
 		return c.halted()
 	}
@@ -271,7 +275,7 @@ func (c *etcdCore) snapshot() error {
 // one for a member the last one does not name (etcdStorage), and every
 // interval (between one and two, so that members do not all write at
 // once) once threshold entries were applied since the last one.
-func (c *etcdCore) snapLoop() {
+func (c *core) snapLoop() {
 	var tick <-chan time.Time
 	var t *time.Timer
 	jitter := func() time.Duration {
@@ -304,13 +308,13 @@ func (c *etcdCore) snapLoop() {
 // takeSnapshot has the apply goroutine take the state machine's
 // snapshot, writes it out here, then has raft's goroutine compact the
 // log behind it.
-func (c *etcdCore) takeSnapshot(force bool) error {
+func (c *core) takeSnapshot(force bool) error {
 	stopped := func() error {
 		select {
 		case <-c.dead:
 			return c.halted()
 		default:
-			return fmt.Errorf("%w: shutting down", ErrUnavailable)
+			return fmt.Errorf("%w: shutting down", replica.ErrUnavailable)
 		}
 	}
 	reply := make(chan etcdTaken, 1)
@@ -366,7 +370,7 @@ func (c *etcdCore) takeSnapshot(force bool) error {
 // take is the apply goroutine's part of a snapshot: the state machine's
 // at at, the last point applied, unless too little was applied since the
 // last snapshot.
-func (c *etcdCore) take(at etcdPoint, req etcdTake) etcdTaken {
+func (c *core) take(at etcdPoint, req etcdTake) etcdTaken {
 	since := at.index - min(at.index, c.snapIndex.Load())
 	switch {
 	case since == 0 && req.force:
@@ -383,7 +387,7 @@ func (c *etcdCore) take(at etcdPoint, req etcdTake) etcdTaken {
 // to TrailingLogs entries before the log's end, whichever is lower (as
 // on the hashicorp node). A snapshot older than one installed since is
 // only kept on disk.
-func (c *etcdCore) compact(k etcdCompact) error {
+func (c *core) compact(k etcdCompact) error {
 	_, err := c.ms.CreateSnapshot(k.at.index, k.at.cs, k.data)
 	if errors.Is(err, etcdraft.ErrSnapOutOfDate) {
 		return nil
@@ -423,14 +427,14 @@ func (c *etcdCore) compact(k etcdCompact) error {
 // then the log it replaces is deleted (raft restarts the log after it)
 // and raft's storage takes it. The apply goroutine restores the state
 // machine from what install answers, before any entry after it.
-func (c *etcdCore) install(s *raftpb.Snapshot) (*etcdInstall, error) {
+func (c *core) install(s *raftpb.Snapshot) (*etcdInstall, error) {
 	md := s.GetMetadata()
 	at := etcdPoint{index: md.GetIndex(), term: md.GetTerm(), cs: md.GetConfState()}
 	names, fsmData, err := etcdDecodeSnap(s.GetData())
 	if err != nil {
 		return nil, fmt.Errorf("the leader's snapshot at %d: %w", at.index, err)
 	}
-	known := make(map[uint64]Peer, len(*c.names.Load())+len(names))
+	known := make(map[uint64]node.Peer, len(*c.names.Load())+len(names))
 	for id, p := range *c.names.Load() {
 		known[id] = p
 	}
@@ -473,7 +477,7 @@ func (c *etcdCore) install(s *raftpb.Snapshot) (*etcdInstall, error) {
 }
 
 // restore replaces the state machine with an installed snapshot's.
-func (c *etcdCore) restore(in *etcdInstall) error {
+func (c *core) restore(in *etcdInstall) error {
 	if err := c.m.Restore(bytes.NewReader(in.fsmData)); err != nil {
 		return fmt.Errorf("restoring the snapshot at %d: %w", in.index, err)
 	}
@@ -490,7 +494,7 @@ func (c *etcdCore) restore(in *etcdInstall) error {
 // tries again later) and a new one, taken at once, carries the member.
 type etcdStorage struct {
 	*etcdraft.MemoryStorage
-	c *etcdCore // set before raft runs
+	c *core // set before raft runs
 }
 
 func (s *etcdStorage) Snapshot() (*raftpb.Snapshot, error) {

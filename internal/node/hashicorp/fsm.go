@@ -1,4 +1,4 @@
-package node
+package hashicorp
 
 import (
 	"io"
@@ -6,13 +6,14 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/node"
 )
 
 // raftFSM is the Machine as hashicorp/raft drives it: a batching FSM
 // whose command entries become fsm.Entry values. raft hands a batch its
 // configuration entries too, and answers their futures itself: they are
 // answered nil and never reach the state machine.
-type raftFSM struct{ m *Machine }
+type raftFSM struct{ m *node.Machine }
 
 var (
 	_ raft.FSM         = raftFSM{}
@@ -55,7 +56,7 @@ func (a raftFSM) Restore(rc io.ReadCloser) error {
 // Snapshot captures the state; Persist writes it to raft's sink.
 func (a raftFSM) Snapshot() (raft.FSMSnapshot, error) { return raftSnapshot{a.m.Snapshot()}, nil }
 
-type raftSnapshot struct{ s *MachineSnapshot }
+type raftSnapshot struct{ s *node.MachineSnapshot }
 
 func (r raftSnapshot) Persist(sink raft.SnapshotSink) error {
 	if _, err := r.s.WriteTo(sink); err != nil {

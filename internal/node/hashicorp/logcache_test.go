@@ -1,9 +1,10 @@
-package node
+package hashicorp
 
 import (
 	"errors"
 	"testing"
 
+	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/hashicorp/raft"
 )
 
@@ -63,7 +64,7 @@ func TestRecentLogsServeWhatWasJustStored(t *testing.T) {
 	if err := c.GetLog(17, &l); err != nil || l.Index != 17 || store.reads != 3 {
 		t.Fatalf("entry 17 after the delete: %+v %v, %d store reads", l, err, store.reads)
 	}
-	if !newRecentLogs(&checkedLog{inner: monotonicInmem{raft.NewInmemStore()}}, 4).IsMonotonic() {
+	if !newRecentLogs(monotonicInmem{raft.NewInmemStore()}, 4).IsMonotonic() {
 		t.Fatal("a monotonic store behind the ring was not reported monotonic")
 	}
 }
@@ -73,10 +74,10 @@ func TestRecentLogsServeWhatWasJustStored(t *testing.T) {
 func TestRecentLogsKeepTheStoresError(t *testing.T) {
 	store := &countingStore{InmemStore: raft.NewInmemStore()}
 	c := newRecentLogs(store, 8)
-	planted := &StorageError{Err: errors.New("disk full")}
+	planted := &replica.StorageError{Err: errors.New("disk full")}
 	store.fail = planted
 	err := c.StoreLogs(entries(1, 2))
-	var se *StorageError
+	var se *replica.StorageError
 	if !errors.As(err, &se) || se != planted {
 		t.Fatalf("the store's error came back as %v (%T)", err, err)
 	}
@@ -85,3 +86,7 @@ func TestRecentLogsKeepTheStoresError(t *testing.T) {
 		t.Fatalf("a refused entry was served: %+v", l)
 	}
 }
+
+type monotonicInmem struct{ *raft.InmemStore }
+
+func (monotonicInmem) IsMonotonic() bool { return true }

@@ -1,9 +1,10 @@
-package node
+package etcd
 
 import (
 	"fmt"
 	"hash/fnv"
 
+	"github.com/fencelock/fencelock/internal/node"
 	"github.com/hashicorp/raft"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -26,7 +27,7 @@ func etcdID(nodeID string) uint64 {
 // store records and Configuration answers), naming each id from names
 // (id → node ID and address). A joint configuration is refused: the
 // engine changes one member at a time, so it never makes one.
-func etcdConfiguration(cs *raftpb.ConfState, names map[uint64]Peer) (raft.Configuration, error) {
+func etcdConfiguration(cs *raftpb.ConfState, names map[uint64]node.Peer) (raft.Configuration, error) {
 	if len(cs.GetVotersOutgoing()) > 0 || len(cs.GetLearnersNext()) > 0 {
 		return raft.Configuration{}, fmt.Errorf("a joint configuration (%v)", cs)
 	}
@@ -54,12 +55,12 @@ func etcdConfiguration(cs *raftpb.ConfState, names map[uint64]Peer) (raft.Config
 
 // etcdConfState is the inverse of etcdConfiguration, with the names it
 // carries.
-func etcdConfState(c raft.Configuration) (*raftpb.ConfState, map[uint64]Peer) {
+func etcdConfState(c raft.Configuration) (*raftpb.ConfState, map[uint64]node.Peer) {
 	cs := &raftpb.ConfState{}
-	names := make(map[uint64]Peer, len(c.Servers))
+	names := make(map[uint64]node.Peer, len(c.Servers))
 	for _, s := range c.Servers {
 		id := etcdID(string(s.ID))
-		names[id] = Peer{ID: string(s.ID), RaftAddr: string(s.Address)}
+		names[id] = node.Peer{ID: string(s.ID), RaftAddr: string(s.Address)}
 		if s.Suffrage == raft.Voter {
 			cs.Voters = append(cs.Voters, id)
 		} else {

@@ -1,0 +1,78 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/tlsconfig"
+)
+
+// Config is what an engine's Open needs; both engines take the same one.
+// It has no defaults of its own: the server wiring fills every field from
+// its Config (internal/server).
+type Config struct {
+	// DataDir holds the raft log (wal/), snapshots (snapshots/), the
+	// state file and a LOCK file. Empty: in-memory stores.
+	DataDir  string
+	NodeID   string
+	RaftAddr string // empty: a raft port nobody can dial (in-memory)
+	// Peers is the initial voter set when there is no raft state yet;
+	// empty means this node alone. Join: bootstrap nothing and wait to
+	// be added.
+	Peers []Peer
+	Join  bool
+	// TLS, when set, runs the raft port over mutual TLS.
+	TLS *tlsconfig.Reloader
+	// Insecure allows a raft port on a non-loopback address without TLS.
+	Insecure bool
+	// Listener, if set, is what the raft port accepts on instead of a
+	// listener on RaftAddr (tests: ports chosen first).
+	Listener net.Listener
+	// RaftPort bounds the raft port's connections and handshakes.
+	RaftPort RaftPortLimits
+	// DialRaft checks that a raft address accepts connections before a
+	// join; nil: a TCP (or TLS) dial (ProbeRaft).
+	DialRaft func(ctx context.Context, addr string) error
+	Logger   *slog.Logger
+
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	SnapshotThreshold  uint64
+	TrailingLogs       uint64
+	SnapshotInterval   time.Duration
+	WALSegmentSize     int
+	// TokenFloor, when this node has no raft state yet, is a floor the
+	// first leader commits before it serves a grant: every token it
+	// issues is above it. Ignored once there is state.
+	TokenFloor uint64
+
+	Hooks Hooks
+}
+
+// Hooks are told what the state machine did; each may be nil.
+type Hooks struct {
+	// Applied is how long each log entry took to apply.
+	Applied func(time.Duration)
+	// Restored runs after a snapshot replaced the state.
+	Restored func()
+}
+
+// Peer is one voter of an initial cluster.
+type Peer struct {
+	ID       string
+	RaftAddr string
+}
+
+// WALSegmentSize is the default size of each preallocated log segment
+// file.
+const WALSegmentSize = 16 << 20
+
+// The snapshot policy a Config left zero takes, on both engines:
+// hashicorp/raft's own defaults (its DefaultConfig).
+const (
+	DefaultSnapshotThreshold = 8192
+	DefaultSnapshotInterval  = 120 * time.Second
+)

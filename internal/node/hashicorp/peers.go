@@ -1,0 +1,81 @@
+package hashicorp
+
+import (
+	"io"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/replica"
+)
+
+// hashicorp/raft keeps, per follower, when it last answered and how far
+// its log goes, but exports neither: the node wraps its transport so that
+// a node.PeerWatch sees every AppendEntries and its answer.
+
+// watchTransport wraps t so that w sees every AppendEntries answer. The
+// optional interfaces raft looks for (WithClose, WithPreVote) are kept
+// when t has them.
+func watchTransport(t raft.Transport, w *node.PeerWatch) raft.Transport {
+	wt := &watchedTransport{Transport: t, w: w}
+	if _, ok := t.(raft.WithPreVote); ok {
+		return &watchedPreVoteTransport{wt}
+	}
+	return wt
+}
+
+type watchedTransport struct {
+	raft.Transport
+	w *node.PeerWatch
+}
+
+func (t *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	t.w.Sent(string(id), args.Term)
+	err := t.Transport.AppendEntries(id, target, args, resp)
+	if err == nil {
+		t.w.Answered(string(id), args.Term, resp.LastLog)
+	}
+	return err
+}
+
+// Close closes the transport raft was given, when it can be closed.
+func (t *watchedTransport) Close() error {
+	if c, ok := t.Transport.(raft.WithClose); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+type watchedPreVoteTransport struct{ *watchedTransport }
+
+func (t *watchedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return t.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
+}
+
+var _ io.Closer = (*watchedTransport)(nil)
+
+// Peers is every other member's health as this node sees it while it
+// leads, in the configuration's order; ok is false when it does not lead
+// (only the leader hears from every peer).
+func (n *Node) Peers() (peers []replica.PeerStatus, ok bool) {
+	if n.raft.State() != raft.Leader {
+		return nil, false
+	}
+	servers, err := n.Configuration()
+	if err != nil {
+		return nil, false
+	}
+	ids := node.OtherIDs(servers, n.cfg.NodeID)
+	n.peers.Forget(ids)
+	// raft's LastContact is when a leader last sent to this node; it
+	// stops moving once this node leads, so it dates the former leader.
+	former := node.FormerLeader{ID: n.otherLeader.Load().(string), Heard: n.raft.LastContact()}
+	return n.peers.Status(ids, n.raft.CurrentTerm(), n.raft.LastIndex(), n.UnreachableAfter(), former), true
+}
+
+// UnreachableAfter is how long a leader waits for a peer's answer before
+// it calls the peer unreachable: twice the heartbeat timeout, so that a
+// heartbeat backed off after a failure (up to half the timeout) or one
+// slow answer does not flap a live peer.
+func (n *Node) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
