@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/fencelock/fencelock/fence/internal/ctxlock"
 )
 
 var (
@@ -41,9 +43,9 @@ type Guard struct {
 }
 
 type resource struct {
-	// lock is held across the check and the effect: a one-slot semaphore,
-	// so waiting for it gives up when the caller's ctx is done.
-	lock    chan struct{}
+	// lock is held across the check and the effect; waiting for it
+	// gives up when the caller's ctx is done.
+	lock    *ctxlock.Mutex
 	highest uint64 // guarded by lock
 	key     string // the lock key the resource is bound to; guarded by lock
 }
@@ -80,7 +82,7 @@ func (g *Guard) get(name string) *resource {
 	}
 	r := g.resources[name]
 	if r == nil {
-		r = &resource{lock: make(chan struct{}, 1)}
+		r = &resource{lock: ctxlock.New()}
 		g.resources[name] = r
 	}
 	return r
@@ -133,20 +135,10 @@ func (r *resource) acquire(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	select {
-	case r.lock <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case r.lock <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return r.lock.Lock(ctx)
 }
 
-func (r *resource) release() { <-r.lock }
+func (r *resource) release() { r.lock.Unlock() }
 
 // Highest is the highest token honoured on resource (0 if none).
 func (g *Guard) Highest(name string) uint64 {

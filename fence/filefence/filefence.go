@@ -39,6 +39,7 @@ import (
 
 	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/fence/internal/ctxlock"
 )
 
 // FileName is the snapshot of the marks inside the directory; LogName the
@@ -86,8 +87,8 @@ type Fence struct {
 }
 
 type resource struct {
-	lock chan struct{} // held across the check and the effect
-	mark Mark          // guarded by lock
+	lock *ctxlock.Mutex // held across the check and the effect
+	mark Mark           // guarded by lock
 }
 
 var _ fence.Fence = (*Fence)(nil)
@@ -135,7 +136,7 @@ func Open(dir string, opts ...Option) (*Fence, error) {
 	}
 	f := &Fence{dir: dir, unlock: unlock, verify: o.verify, clock: o.clock, resources: map[string]*resource{}, store: st}
 	for name, m := range st.marks {
-		f.resources[name] = &resource{lock: make(chan struct{}, 1), mark: m}
+		f.resources[name] = &resource{lock: ctxlock.New(), mark: m}
 	}
 	return f, nil
 }
@@ -164,27 +165,15 @@ func (f *Fence) get(name string) *resource {
 	defer f.mu.Unlock()
 	r := f.resources[name]
 	if r == nil {
-		r = &resource{lock: make(chan struct{}, 1), mark: Mark{Resource: name}}
+		r = &resource{lock: ctxlock.New(), mark: Mark{Resource: name}}
 		f.resources[name] = r
 	}
 	return r
 }
 
-func (r *resource) acquire(ctx context.Context) error {
-	select {
-	case r.lock <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case r.lock <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (r *resource) acquire(ctx context.Context) error { return r.lock.Lock(ctx) }
 
-func (r *resource) release() { <-r.lock }
+func (r *resource) release() { r.lock.Unlock() }
 
 // Admit implements fence.Fence. A token above the mark is verified (with
 // WithVerification) and written to disk (fsynced) before effect runs; if
@@ -254,7 +243,7 @@ func (f *Fence) admit(ctx context.Context, name string, token uint64, write bool
 // Highest is the highest token honoured on resource (0 if none).
 func (f *Fence) Highest(name string) uint64 {
 	r := f.get(name)
-	r.lock <- struct{}{}
+	_ = r.acquire(context.Background()) // never fails: Background never ends
 	defer r.release()
 	return r.mark.Highest
 }
