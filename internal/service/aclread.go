@@ -60,7 +60,7 @@ func (s *Service) alone() bool {
 // leaderACLRevision asks the leader for its ACL revision.
 func (s *Service) leaderACLRevision(ctx context.Context) (uint64, error) {
 	addr := s.leaderClientAddr()
-	if addr == "" && s.removed.Load() {
+	if addr == "" && s.Removed() {
 		// A removed node hears from no leader: it asks the one it last
 		// knew, and answers only while it has every change that one has
 		// (it applies none after its removal).

@@ -41,6 +41,14 @@
 // orphaned waiters cancelled. Request ids are remembered in the state
 // machine, so a retry sent to the next leader answers the original result.
 //
+// Membership lives in internal/membership: joins, announcements and
+// removals with their probes and quorum check, the members view with
+// every member's health, removed and joining nodes, and where the leader
+// is. The cluster calls here (Identity, Members, Join, Announce, Remove,
+// Removed) only hand over to it and answer its errors as *Error; it asks
+// the service back whether this node is the ready leader, whether it
+// takes writes, and to propose a command stamped with cluster time.
+//
 // Expiry: only the leader runs a timer, set to the table's next deadline;
 // when it fires the leader proposes a Tick (Consul's session-timer pattern),
 // which expires leases and hands keys to waiters in one committed step.

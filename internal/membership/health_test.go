@@ -1,4 +1,4 @@
-package service
+package membership
 
 import (
 	"context"
@@ -26,10 +26,6 @@ func (p *fakePeers) Identity(context.Context, string) (api.Identity, error) {
 }
 
 func (p *fakePeers) Announce(context.Context, string, api.JoinRequest) error { return nil }
-
-func (p *fakePeers) ACLRevision(context.Context, string) (api.ACLRevision, error) {
-	return api.ACLRevision{}, errors.New("fakePeers: no ACL revision")
-}
 
 func (p *fakePeers) Members(_ context.Context, addr string) (api.MembersResponse, error) {
 	p.mu.Lock()
@@ -67,7 +63,7 @@ func health(r api.MembersResponse) string {
 // hearing from is neither named nor shown as leader, but as unreachable.
 func TestMembersHealth(t *testing.T) {
 	peers := &fakePeers{members: map[string]api.MembersResponse{}}
-	s, log, _ := newTestServiceWith(t, func(c *Config) { c.Peers = peers })
+	s, log := newTestCluster(t, func(c *Config) { c.Peers = peers })
 	ctx := context.Background()
 	log.SetPeers([]replica.PeerStatus{
 		{ID: "n2", State: replica.PeerHealthy, Contacted: true, LastContact: 120 * time.Millisecond, LagKnown: true, Lag: 3},
@@ -75,15 +71,15 @@ func TestMembersHealth(t *testing.T) {
 		{ID: "n4", State: replica.PeerUnknown},
 	})
 	for _, id := range []string{"n2", "n3"} { // their client addresses, as they announce them
-		if _, err := s.Announce(ctx, api.JoinRequest{ID: id, RaftAddr: id, ClientAddr: id + ":7470"}); err != nil {
-			t.Fatal(err)
+		if _, e := s.Announce(ctx, api.JoinRequest{ID: id, RaftAddr: id, ClientAddr: id + ":7470"}); e != nil {
+			t.Fatal(e.Message)
 		}
 	}
 	members := func() api.MembersResponse {
 		t.Helper()
-		m, err := s.Members(ctx)
-		if err != nil {
-			t.Fatal(err)
+		m, e := s.Members(ctx)
+		if e != nil {
+			t.Fatal(e.Message)
 		}
 		return m
 	}
