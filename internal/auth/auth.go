@@ -26,18 +26,6 @@ import (
 	"github.com/fencelock/fencelock/internal/service"
 )
 
-// Tables is where the ACL tables come from.
-type Tables interface {
-	// ACL is the tables as this node has applied them, and whether it
-	// can vouch that they are current enough to believe "off".
-	ACL() (st *acl.State, known bool)
-	// ConfirmedACL is the tables once this node has applied at least
-	// what the leader had when the call arrived (service.ConfirmedACL).
-	ConfirmedACL(ctx context.Context) (*acl.State, *service.Error)
-	// ACLWatch is the tables and a channel closed once they change.
-	ACLWatch() (*acl.State, <-chan struct{})
-}
-
 // Guard authenticates calls and checks them against what their routes
 // need. It keeps the calls it let in that are still running and, when
 // the tables change (Run), checks them again: a call whose credential or
@@ -45,6 +33,7 @@ type Tables interface {
 // refusal as its cause.
 type Guard struct {
 	tables Tables
+	reads  *readIndex   // questions to the leader (confirmedACL)
 	log    *slog.Logger // audit lines
 
 	mu      sync.Mutex
@@ -53,9 +42,14 @@ type Guard struct {
 }
 
 // NewGuard is a guard over tables that writes its audit lines to log.
+// Close it once the transports have drained.
 func NewGuard(tables Tables, log *slog.Logger) *Guard {
-	return &Guard{tables: tables, log: log, live: map[*caller]struct{}{}}
+	return &Guard{tables: tables, reads: newReadIndex(), log: log, live: map[*caller]struct{}{}}
 }
+
+// Close ends the question to the leader that is out, if any, and waits
+// for it; calls that need the tables confirmed answer 503 from then on.
+func (g *Guard) Close() { g.reads.close() }
 
 // caller is the principal a call acts as: how it authenticated, the
 // tables it was last checked against, and what its route checked.
@@ -152,7 +146,7 @@ func ReadsAll(ctx context.Context) func(prefix string) bool {
 // the context to run the call with.
 //
 // A route that is not open is checked against tables at least as new as
-// the leader's when the call arrived (Tables.ConfirmedACL), and the call
+// the leader's when the call arrived (confirmedACL), and the call
 // is kept until its context ends: a change of the tables that revokes
 // its credential or its permission cancels that context.
 func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.ConnectionState, n Need) (context.Context, *service.Error) {
@@ -161,7 +155,7 @@ func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.Con
 		st, _ = g.tables.ACL()
 	} else {
 		var e *service.Error
-		if st, e = g.tables.ConfirmedACL(ctx); e != nil {
+		if st, e = g.confirmedACL(ctx); e != nil {
 			return nil, e
 		}
 	}
