@@ -3,9 +3,11 @@
 // bearer token, or a verified client certificate), checks the principal
 // against what the call's route needs (a Need), and, after the call,
 // audits admin actions and hides another principal's holder from a
-// caller that may not read its key. It knows no lock rules: the tables
-// are the replicated state's (internal/fsm, internal/acl), and what a
-// route needs is declared beside the route (internal/httpapi).
+// caller that may not read its key. The transports pass answers that
+// span many keys (lists, overviews, metrics, watches) through its
+// Redact functions. It knows no lock rules: the tables are the
+// replicated state's (internal/fsm, internal/acl), and what a route
+// needs is declared beside the route (internal/httpapi).
 //
 // Until the cluster's ACLs are bootstrapped every call runs as it came,
 // without a principal; a call made in-process, not through a transport,
@@ -105,38 +107,6 @@ func Principal(ctx context.Context) string {
 		return c.name
 	}
 	return ""
-}
-
-// Visible is what ctx's caller may read: nil (everything) when the call
-// has no principal, else a test of one key under the tables as they are
-// when it is asked. Pages of leases, overviews and watches under a
-// prefix the caller may read can hold keys under a longer deny; they
-// leave those out, and a stream's filter follows a change of the rules
-// from the first event after it.
-func Visible(ctx context.Context) func(key string) bool {
-	c := callerFrom(ctx)
-	if c == nil {
-		return nil
-	}
-	return func(key string) bool {
-		v := c.current()
-		return v.ok && v.st.Allowed(v.p, acl.Read, key)
-	}
-}
-
-// ReadsAll is what ctx's caller may be told about whole prefixes: nil
-// (everything) when the call has no principal, else a test of whether it
-// may read every key under a prefix (acl.State.ReadsAll). Counts by
-// prefix and the table's totals are shown only where it is true.
-func ReadsAll(ctx context.Context) func(prefix string) bool {
-	c := callerFrom(ctx)
-	if c == nil {
-		return nil
-	}
-	return func(prefix string) bool {
-		v := c.current()
-		return v.ok && v.st.ReadsAll(v.p, prefix)
-	}
 }
 
 // Authenticate finds the principal of a call when ACLs are on: a bearer

@@ -90,8 +90,8 @@ func (a *API) table() []Route {
 			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}, Prefix: true} },
 			func(ctx context.Context, q listPage) (api.ListResponse, error) {
 				l, err := s.ListAfter(ctx, q.prefix, q.after, q.limit)
-				if vis := auth.Visible(ctx); err == nil && vis != nil {
-					l.Locks = readable(vis, l.Locks, func(x api.Lease) string { return x.Key })
+				if err == nil {
+					l = auth.RedactList(ctx, l)
 				}
 				return l, err
 			}, nil), func(rt *Route) { rt.Heavy = true }),
@@ -99,12 +99,8 @@ func (a *API) table() []Route {
 			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}, Prefix: true} },
 			func(ctx context.Context, q listPage) (api.Overview, error) {
 				o, err := s.Overview(ctx, q.prefix, q.limit)
-				if vis := auth.Visible(ctx); err == nil && vis != nil {
-					o.Locks = readable(vis, o.Locks, func(l api.LockOverview) string { return l.Key })
-					o.Sessions = readableSessions(vis, o.Locks, o.Sessions)
-				}
-				if reads := auth.ReadsAll(ctx); err == nil && reads != nil && !reads("") {
-					hideTableFigures(&o)
+				if err == nil {
+					o = auth.RedactOverview(ctx, o)
 				}
 				return o, err
 			}, nil),
@@ -309,44 +305,4 @@ func pageLimit(q url.Values) int {
 		return -1
 	}
 	return n
-}
-
-// hideTableFigures zeroes the figures of an overview that count the whole
-// table, keeping the histograms' bounds (the dashboard draws them).
-func hideTableFigures(o *api.Overview) {
-	o.LastToken, o.Queued, o.StatsHidden = 0, 0, true
-	zero := func(h api.Histogram) api.Histogram {
-		return api.Histogram{BoundsMs: h.BoundsMs, Counts: make([]uint64, len(h.Counts))}
-	}
-	o.Stats = api.Stats{Hold: zero(o.Stats.Hold), Wait: zero(o.Stats.Wait)}
-}
-
-// readable keeps the items of a page whose keys the caller may read.
-// readableSessions keeps the sessions of the readable locks, each with
-// only the keys the caller may read, and counts only those.
-func readableSessions(visible func(string) bool, locks []api.LockOverview, sessions []api.SessionOverview) []api.SessionOverview {
-	held := map[uint64]bool{}
-	for _, l := range locks {
-		held[l.Session] = true
-	}
-	kept := sessions[:0]
-	for _, ss := range sessions {
-		if !held[ss.ID] {
-			continue
-		}
-		ss.Keys = readable(visible, ss.Keys, func(k string) string { return k })
-		ss.Locks, ss.Waiting = len(ss.Keys), 0
-		kept = append(kept, ss)
-	}
-	return kept
-}
-
-func readable[T any](visible func(string) bool, items []T, key func(T) string) []T {
-	kept := items[:0]
-	for _, x := range items {
-		if visible(key(x)) {
-			kept = append(kept, x)
-		}
-	}
-	return kept
 }
