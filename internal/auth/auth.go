@@ -155,7 +155,7 @@ func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.Con
 		g.track(c)
 		context.AfterFunc(ctx, func() { g.untrack(c) })
 	}
-	return context.WithValue(service.WithPrincipal(ctx, p.Name), callerKey{}, c), nil
+	return context.WithValue(ctx, callerKey{}, c), nil
 }
 
 // resolve is the principal a credential (or, without one, a client

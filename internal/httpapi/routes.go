@@ -52,7 +52,7 @@ func (a *API) table() []Route {
 	return []Route{
 		// Leases.
 		post(a, api.PathAcquire, "acquire", auth.LockAs("acquire"),
-			func(r api.AcquireRequest) auth.Subject { return key(r.Key, r.Holder) }, s.Acquire,
+			func(r api.AcquireRequest) auth.Subject { return key(r.Key, r.Holder) }, asPrincipal(s.Acquire),
 			binary(callcodec.Acquire, callcodec.AppendLease)),
 		post(a, api.PathRenew, "renew", auth.LockAs("renew"),
 			func(r api.RenewRequest) auth.Subject { return key(r.Key, r.Holder) }, s.Renew, nil),
@@ -77,7 +77,7 @@ func (a *API) table() []Route {
 					sub.Key = r.Keys[0]
 				}
 				return sub
-			}, s.AcquireAll, nil),
+			}, asPrincipal(s.AcquireAll), nil),
 		get(a, api.PathCheck, "check", auth.Read("check"), checkQuery,
 			func(q callcodec.CheckRequest) auth.Subject { return auth.Subject{Keys: []string{q.Key}} },
 			func(ctx context.Context, q callcodec.CheckRequest) (api.CheckResponse, error) {
@@ -108,7 +108,7 @@ func (a *API) table() []Route {
 
 		// Sessions.
 		post(a, api.PathSessionOpen, "session-open", auth.OwnHolder("open a session"),
-			func(r api.SessionOpenRequest) auth.Subject { return auth.Subject{Holder: r.Holder} }, s.OpenSession, nil),
+			func(r api.SessionOpenRequest) auth.Subject { return auth.Subject{Holder: r.Holder} }, asPrincipal(s.OpenSession), nil),
 		post(a, api.PathSessionExtend, "session-extend", auth.OwnHolder("extend a session"),
 			func(r api.SessionRequest) auth.Subject { return auth.Subject{Holder: r.Holder} }, s.ExtendSession, nil),
 		post(a, api.PathSessionClose, "session-close", auth.OwnHolder("close a session"),
@@ -186,6 +186,12 @@ func (e endpoint[Req, Resp]) do(ctx context.Context, req Req) (Resp, error) {
 	}
 	resp, err := e.run(ctx, req)
 	return resp, e.a.guard.Answer(ctx, e.need, e.op, sub, err)
+}
+
+// asPrincipal is an operation that counts quotas run as the principal
+// the guard authenticated for the call ("" for none).
+func asPrincipal[Req, Resp any](op func(context.Context, string, Req) (Resp, error)) func(context.Context, Req) (Resp, error) {
+	return func(ctx context.Context, req Req) (Resp, error) { return op(ctx, auth.Principal(ctx), req) }
 }
 
 // codec is a binary call's encoding of a route's request and answer.
