@@ -45,7 +45,9 @@ func newAPI(t *testing.T) (*httpapi.API, *service.Service) {
 	if err := svc.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a := httpapi.New(httpapi.Config{Service: svc, Guard: auth.NewGuard(svc, log), Logger: log,
+	g := auth.NewGuard(svc, log)
+	t.Cleanup(g.Close)
+	a := httpapi.New(httpapi.Config{Service: svc, Guard: g, Logger: log,
 		Metrics: http.NotFoundHandler()})
 	return a, svc
 }

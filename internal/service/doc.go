@@ -3,8 +3,10 @@
 // multi-key acquire, semaphores and read/write locks, watches, the
 // overview, the ACL tables, cluster membership) as typed methods that take
 // the api package's requests and answer its answers or an *Error. They
-// know nothing of a transport or of who calls (internal/httpapi and
-// internal/auth do), and a context that ends is a caller gone away.
+// know nothing of a transport or of how a caller is authenticated
+// (internal/httpapi and internal/auth do); the operations that count
+// against a principal's quotas take its name as an argument, and a
+// context that ends is a caller gone away.
 //
 // The service runs over the replicated state machine (internal/fsm)
 // through replica.Replicator: the raft node in production, an in-memory log

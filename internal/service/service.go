@@ -82,9 +82,6 @@ type Service struct {
 	quotas  quotas
 	watches *eventlog.Log
 	clock   clusterClock // the cluster clock, and the local clock it runs on (clock.clk)
-	// aclReads are a follower's questions to the leader about its ACL
-	// revision (ConfirmedACL).
-	aclReads *readIndex
 	// becameReady is closed (and replaced) each time this node becomes a
 	// ready leader: calls waiting on a question to the former leader go
 	// on with this node's own tables then.
@@ -112,11 +109,10 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("service: config: AnnounceEvery must be positive with a ClientAddr")
 	}
 	s := &Service{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		closing:  make(chan struct{}),
-		stop:     make(chan struct{}),
-		aclReads: newReadIndex(),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		closing: make(chan struct{}),
+		stop:    make(chan struct{}),
 	}
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
@@ -182,7 +178,6 @@ func (s *Service) Closing() <-chan struct{} { return s.closing }
 func (s *Service) Close() {
 	s.BeginShutdown()
 	close(s.stop)
-	s.aclReads.close()
 	s.cluster.Close()
 	s.wg.Wait()
 }
