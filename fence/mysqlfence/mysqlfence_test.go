@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"strings"
 	"sync"
 	"testing"
@@ -13,9 +15,15 @@ import (
 	"github.com/fencelock/fencelock/fence/fencetest"
 	"github.com/fencelock/fencelock/fence/mysqlfence"
 	"github.com/fencelock/fencelock/internal/mysqltest"
+	"github.com/go-sql-driver/mysql"
 )
 
-func TestMain(m *testing.M) { mysqltest.Main(m) }
+func TestMain(m *testing.M) {
+	// The driver logs every connection the kill tests break; the tests
+	// say what they expect of them.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	mysqltest.Main(m)
+}
 
 // The two isolation levels the fence is held to: InnoDB's default and the
 // one most applications switch to.

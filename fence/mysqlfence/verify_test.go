@@ -93,7 +93,9 @@ func TestVerifyingFenceRefusesForgedAndForeignTokens(t *testing.T) {
 // verifierFunc is a fence.Verifier made of a function.
 type verifierFunc func(ctx context.Context, key string, token uint64) error
 
-func (f verifierFunc) Verify(ctx context.Context, key string, token uint64) error { return f(ctx, key, token) }
+func (f verifierFunc) Verify(ctx context.Context, key string, token uint64) error {
+	return f(ctx, key, token)
+}
 
 // Issue 43's first-binding hijack: with no configured key, the first live
 // token naming its key bound the resource to it. Refused now, asking
@@ -223,7 +225,9 @@ func TestMarkMovedWhileVerifying(t *testing.T) {
 	}
 	tx.Rollback()
 
-	hook = func() { mustExec(t, db, `INSERT INTO fence (resource, token, write_token, lock_key) VALUES ('other', 1, 1, 'jobs/x')`) }
+	hook = func() {
+		mustExec(t, db, `INSERT INTO fence (resource, token, write_token, lock_key) VALUES ('other', 1, 1, 'jobs/x')`)
+	}
 	if err := f.Admit(ctx, "other", 9, nil); err != nil {
 		// The hook's row is bound to jobs/x, the configuration says
 		// acct/lock: once round again, the fence sees it.
