@@ -110,7 +110,9 @@ func Cmd(cmd, key string, args ...string) Op {
 }
 
 // Set is SET key value [args...], e.g. Set(k, v, "PX", "60000").
-func Set(key, value string, args ...string) Op { return Cmd("SET", key, append([]string{value}, args...)...) }
+func Set(key, value string, args ...string) Op {
+	return Cmd("SET", key, append([]string{value}, args...)...)
+}
 
 // HSet is HSET key field value [field value ...].
 func HSet(key string, fieldValues ...string) Op { return Cmd("HSET", key, fieldValues...) }
