@@ -114,10 +114,10 @@ func (p *Proc) Output() string {
 // Signal sends sig to the process.
 func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
-// Kill sends SIGKILL (after SIGCONT, in case it was stopped) and waits
-// for the process to be gone.
+// Kill sends SIGKILL and waits for the process to be gone. A stopped
+// (SIGSTOP) process dies as it is, without running another instruction:
+// no SIGCONT first, which would let it serve what it had not read.
 func (p *Proc) Kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	_ = p.cmd.Process.Kill()
 	<-p.done
 }
