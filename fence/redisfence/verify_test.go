@@ -82,7 +82,9 @@ func TestVerifyingFenceRefusesForgedAndForeignTokens(t *testing.T) {
 
 type verifierFunc func(ctx context.Context, key string, token uint64) error
 
-func (f verifierFunc) Verify(ctx context.Context, key string, token uint64) error { return f(ctx, key, token) }
+func (f verifierFunc) Verify(ctx context.Context, key string, token uint64) error {
+	return f(ctx, key, token)
+}
 
 // No binding on first use unless asked (issue 43's first-binding hijack).
 func TestNoBindingOnFirstUseUnlessAsked(t *testing.T) {
