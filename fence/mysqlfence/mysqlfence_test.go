@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/fence/fencetest"
@@ -451,7 +452,7 @@ func TestConcurrentTokensAtOneResource(t *testing.T) {
 			if mark, _ := stored(t, db, "hot"); mark != last || value(t, db, "hot") != fmt.Sprint(last) {
 				t.Fatalf("mark %d value %q, want the last committed token %d", mark, value(t, db, "hot"), last)
 			}
-			t.Logf("%s: %d admitted, %d stale", l.name, admitted, stale)
+			t.Logf("%s: %d admitted, %d stale (server start %v)", l.name, admitted, stale, mysqltest.StartTime().Round(time.Millisecond))
 		})
 	}
 }

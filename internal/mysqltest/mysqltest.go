@@ -48,6 +48,7 @@ var (
 	startErr error
 	dbSeq    atomic.Int64
 	srv      *server
+	started  time.Duration
 )
 
 // Main starts the server (unless EnvDSN is set), runs the tests and stops
@@ -60,7 +61,9 @@ func Main(m *testing.M) {
 	if dsn := os.Getenv(EnvDSN); dsn != "" {
 		adminDSN = dsn
 	} else {
+		t0 := time.Now()
 		srv, startErr = start()
+		started = time.Since(t0)
 		if startErr == nil {
 			adminDSN = srv.dsn()
 		}
@@ -71,6 +74,10 @@ func Main(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// StartTime is how long the throwaway server took to start, its data
+// directory made (0 with EnvDSN).
+func StartTime() time.Duration { return started }
 
 // AdminDSN is the DSN of the server, with no database; it fails the test
 // if there is no server.
