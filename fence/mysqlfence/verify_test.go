@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -241,5 +244,41 @@ func TestMarkMovedWhileVerifying(t *testing.T) {
 	var tok int64
 	if err := db.QueryRow(`SELECT token FROM fence WHERE resource = 'other'`).Scan(&tok); err != nil || tok != 1 {
 		t.Fatalf("mark %d %v", tok, err)
+	}
+}
+
+// Behind fence.Middleware, a question past the verify timeout is 503
+// fence_unavailable, and the handler does not run; the current holder's
+// request goes through.
+func TestVerifyTimeoutBehindMiddleware(t *testing.T) {
+	db := newDB(t)
+	v := &fence.Verification{
+		Key: func(string) string { return "acct/lock" },
+		Verifier: verifierFunc(func(ctx context.Context, _ string, token uint64) error {
+			if token == 5 {
+				return nil
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}),
+	}
+	f := mysqlfence.New(db, mysqlfence.WithVerification(v), mysqlfence.WithVerifyTimeout(20*time.Millisecond))
+	ran := 0
+	h := fence.Middleware(f, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran++ }))
+	for _, c := range []struct {
+		token string
+		code  int
+		body  string
+	}{{"5", 200, ""}, {"6", 503, `"code":"fence_unavailable"`}, {"5", 200, ""}} {
+		req := httptest.NewRequest(http.MethodPut, "/acct", nil)
+		req.Header.Set(fence.Header, c.token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.body) {
+			t.Fatalf("token %s: %d %s", c.token, rec.Code, rec.Body.String())
+		}
+	}
+	if ran != 2 {
+		t.Fatalf("handler ran %d times", ran)
 	}
 }
