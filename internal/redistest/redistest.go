@@ -31,8 +31,9 @@ import (
 )
 
 // EnvAddr names an existing server (host:port) for the tests instead of
-// a throwaway one. The tests write keys named after themselves in its
-// database 0; Kill, Stop and Restart skip their test with it.
+// a throwaway one. The tests write keys tagged with their names (and
+// {doc}, {acct:42}) in its database 0; Kill, Stop and Restart skip their
+// test with it.
 const EnvAddr = "FENCELOCK_TEST_REDIS_ADDR"
 
 const howTo = "the tests need a real Redis: install Debian's redis-server package " +
