@@ -38,7 +38,11 @@ func BenchmarkWrite(b *testing.B) {
 		}
 	})
 	b.Run("fenced-set-raising", func(b *testing.B) {
-		tok := uint64(100)
+		m, err := f.Mark(ctx, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok := m.Token
 		for b.Loop() {
 			tok++
 			if _, err := f.Write(ctx, r, tok, redisfence.Set(tag+":v", strconv.FormatUint(tok, 10))); err != nil {
@@ -56,7 +60,11 @@ func BenchmarkWrite(b *testing.B) {
 		}
 	})
 	b.Run("fenced-3-ops", func(b *testing.B) {
-		tok := uint64(1 << 40)
+		m, err := f.Mark(ctx, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok := m.Token
 		for b.Loop() {
 			if _, err := f.Write(ctx, r, tok, redisfence.Set(tag+":v", "x"), redisfence.IncrBy(tag+":n", 1),
 				redisfence.Cmd("XADD", tag+":log", "MAXLEN", "~", "1000", "*", "op", "x")); err != nil {
