@@ -16,8 +16,24 @@ import (
 // connection, sequential, over 127.0.0.1, against the test server with
 // appendfsync always (every write is fsynced before its reply, fenced or
 // not).
+//
+// The same again with appendfsync no (CONFIG SET, restored after), which
+// leaves the commands' own cost: with every write fsynced, the disk's
+// time swamps it on a shared machine.
 func BenchmarkWrite(b *testing.B) {
 	c, f, r := newFence(b)
+	for _, fsync := range []string{"always", "no"} {
+		if _, err := c.Do(ctx, "CONFIG", "SET", "appendfsync", fsync); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("appendfsync-"+fsync, func(b *testing.B) { benchWrite(b, c, f, r) })
+	}
+	if _, err := c.Do(ctx, "CONFIG", "SET", "appendfsync", "always"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchWrite(b *testing.B, c *redisfence.Client, f *redisfence.Fence, r string) {
 	tag := "{" + r + "}"
 	b.Run("plain-set", func(b *testing.B) {
 		i := 0
