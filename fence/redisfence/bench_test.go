@@ -45,10 +45,15 @@ func benchWrite(b *testing.B, c *redisfence.Client, f *redisfence.Fence, r strin
 		}
 	})
 	b.Run("fenced-set", func(b *testing.B) {
+		m, err := f.Mark(ctx, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok := max(m.Token, 7) // the current holder's
 		i := 0
 		for b.Loop() {
 			i++
-			if _, err := f.Write(ctx, r, 7, redisfence.Set(tag+":v", strconv.Itoa(i))); err != nil {
+			if _, err := f.Write(ctx, r, tok, redisfence.Set(tag+":v", strconv.Itoa(i))); err != nil {
 				b.Fatal(err)
 			}
 		}
