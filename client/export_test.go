@@ -1,9 +1,7 @@
 package client
 
 import (
-	"context"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -17,12 +15,7 @@ func (l *Lease) LastErr() error {
 
 // Framed reports whether the client holds a framed connection to addr (a
 // base URL), so tests can tell frames from the HTTP fallback.
-func (c *Client) Framed(addr string) bool {
-	if h, ok := strings.CutPrefix(addr, "https://"); ok {
-		return c.tlsFrames.Has(h)
-	}
-	return c.frames.Has(strings.TrimPrefix(addr, "http://"))
-}
+func (c *Client) Framed(addr string) bool { return c.conns.HasFramed(addr) }
 
 // AttemptTimeout exposes how long one extension waits for one node, so a
 // test on a fake clock can move time by exactly that much.
@@ -34,9 +27,7 @@ func (l *Lease) HedgeDelay() time.Duration { return l.hedgeDelay() }
 
 // FramedConns is how many framed connections the client holds to addr (a
 // base URL).
-func (c *Client) FramedConns(addr string) int {
-	return c.frames.Conns(strings.TrimPrefix(addr, "http://"))
-}
+func (c *Client) FramedConns(addr string) int { return c.conns.FramedConns(addr) }
 
 // LastErr is the session's last transient failure since its last
 // confirmation.
@@ -49,10 +40,7 @@ func (s *Session) LastErr() error {
 // BinaryCalls reports whether the client's framed connection to addr (a
 // plain http:// base URL) has learnt that its server takes path as a
 // binary call.
-func (c *Client) BinaryCalls(addr, path string) bool {
-	fc, err := c.frames.Get(context.Background(), strings.TrimPrefix(addr, "http://"))
-	return err == nil && fc != nil && fc.Calls(path)
-}
+func (c *Client) BinaryCalls(addr, path string) bool { return c.conns.BinaryCalls(addr, path) }
 
 // Budget exposes the keep-alive's timing for ttl, as offsets from the send
 // of the last confirmed extension: extend every (less jitter), give up,

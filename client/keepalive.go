@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/client/internal/transport"
 )
 
 // keeper is the keep-alive a Lease and a Session share: one goroutine that
@@ -229,10 +230,10 @@ func (l *keeper) hedgeDelay() time.Duration { return max(l.attemptTimeout()/3, t
 // passing over silent addresses while one is not silent; "" when the round
 // has none left.
 func (l *keeper) pickLocked() string {
-	n := l.c.size()
+	n := l.c.addrs.Len()
 	allSilent := len(l.silent) >= n
 	for i := range n {
-		a := l.c.pick(i)
+		a := l.c.addrs.Pick(i)
 		if !l.out[a] && !l.asked[a] && (allSilent || !l.silent[a]) {
 			return a
 		}
@@ -280,7 +281,7 @@ type attemptResult struct {
 // always dated from the send of the request the server applied; the
 // first one confirmed ends the others.
 func (l *keeper) extend() bool {
-	results := make(chan attemptResult, l.c.size()+1)
+	results := make(chan attemptResult, l.c.addrs.Len()+1)
 	// over is closed when extend returns, so that an attempt answered
 	// after it (cancelled, or left out) never blocks on results, whose
 	// room was sized before a newly named leader could add an address.
@@ -409,7 +410,7 @@ func (l *keeper) extend() bool {
 func (l *keeper) roundFailed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.tries >= l.c.size()
+	return l.tries >= l.c.addrs.Len()
 }
 
 // endRound ends a round of failed attempts and says how long to pause
@@ -486,7 +487,7 @@ func (l *keeper) settle(r attemptResult) bool {
 		if l.err != nil {
 			return false
 		}
-		l.c.prefer(r.addr)
+		l.c.addrs.Prefer(r.addr)
 		l.asked, l.tries, l.silent, l.noLeader = nil, 0, nil, 0
 		// A later send confirmed first keeps the later date: the lease
 		// runs from the newest extension the server is known to hold.
@@ -503,8 +504,8 @@ func (l *keeper) settle(r attemptResult) bool {
 		l.timer = l.clock.AfterFunc(l.deadlineLocked().Sub(now), l.expire)
 		return false
 	case errors.As(err, &ae) && ae.Code == api.CodeNotLeader && ae.Leader != "":
-		if u, perr := leaderURL(r.addr, ae.Leader); perr == nil && u != r.addr {
-			l.c.prefer(u)
+		if u, perr := transport.LeaderURL(r.addr, ae.Leader); perr == nil && u != r.addr {
+			l.c.addrs.Prefer(u)
 			delete(l.silent, u) // named as the leader: ask it, in this round too
 			delete(l.asked, u)
 		}
