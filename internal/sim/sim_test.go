@@ -155,7 +155,7 @@ var found = []struct {
 	{2638673, 10 * time.Second, keepAliveRounds},
 }
 
-const keepAliveRounds = "the keep-alive asked one node at a time, so a leader freeze cost a 3 s lease (client/keepalive.go, TestLeaseExtendPassesOverASilentNode)"
+const keepAliveRounds = "the keep-alive asked one node at a time, so a leader freeze cost a 3 s lease (client/internal/keepalive/keepalive.go, TestLeaseExtendPassesOverASilentNode)"
 
 func TestFoundSeeds(t *testing.T) {
 	for _, f := range found {
