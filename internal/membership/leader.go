@@ -120,7 +120,7 @@ func (c *Cluster) RecordSelf() error {
 func newClusterID() (string, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("server: choosing a cluster id: %w", err)
+		return "", fmt.Errorf("membership: choosing a cluster id: %w", err)
 	}
 	return hex.EncodeToString(b[:]), nil
 }
