@@ -36,10 +36,13 @@
 // $2: readers do not stale each other, a reader from before the last
 // write is refused, a writer must be at least every reader admitted.
 //
-// A verifying fence (WithVerification, CheckVerified) first reads the row
-// with SELECT ... FOR UPDATE, so the row lock is held while it asks the
-// lock service about a token above the mark, and records the lock key the
-// token came for.
+// A verifying fence (WithVerification, CheckVerified) reads the row
+// without locking it and asks the lock service about a token above the
+// mark then (Fence.Do before it begins its transaction), so that no
+// transaction waits for the service behind the row's lock; it then reads
+// the row again with SELECT ... FOR UPDATE, confirms
+// (fence.Verification.Confirm), and records the lock key the token came
+// for.
 //
 // Why there is no read-then-write race, at READ COMMITTED and SERIALIZABLE:
 // the comparison is not a SELECT followed by a write but the WHERE clause of
@@ -197,8 +200,11 @@ func Check(ctx context.Context, tx Querier, table, resource string, token uint64
 
 // CheckVerified is Check with v's verification (fence.Verification): a
 // token that would raise the mark is confirmed with the lock service
-// first, while tx holds the fence row's lock, and the lock key it came for
-// is recorded in lock_key. A nil v is Check.
+// first, after a read of the fence row that locks nothing, and the lock
+// key it came for is recorded in lock_key. Call it first in tx, before tx
+// takes locks of its own: tx waits for the lock service while it is asked.
+// The answer fence.ErrReverify (the row was reset meanwhile) means: roll
+// tx back and run it again. A nil v is Check.
 func CheckVerified(ctx context.Context, tx Querier, v *fence.Verification, table, resource string, token uint64) error {
 	return check(ctx, tx, v, table, resource, token, true)
 }
@@ -221,21 +227,71 @@ func check(ctx context.Context, tx Querier, v *fence.Verification, table, resour
 	if err := checkToken(token); err != nil {
 		return err
 	}
+	var pre fence.Verified
+	if v != nil {
+		// Read without locking the row; ask; then lock it and confirm.
+		var err error
+		if pre, err = ask(ctx, tx, v, table, resource, token, write); err != nil {
+			return err
+		}
+	}
+	return admitChecked(ctx, tx, v, pre, table, resource, token, write)
+}
+
+// stored is resource's row as q sees it (0, 0, "" for none), locked
+// FOR UPDATE when lock.
+func stored(ctx context.Context, q Querier, table, resource string, lock bool) (highest, last uint64, bound string, err error) {
+	stmt := storedSQL(table)
+	if lock {
+		stmt = lockedSQL(table)
+	}
+	var h, l int64
+	err = q.QueryRow(ctx, stmt, resource).Scan(&h, &l, &bound)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, "", nil
+	}
+	if err != nil {
+		return 0, 0, "", checkError(table, resource, err)
+	}
+	return uint64(h), uint64(l), bound, nil
+}
+
+func stale(resource string, token uint64, write bool, highest, last uint64) error {
+	switch {
+	case write && highest > token:
+		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: highest}
+	case !write && last > token:
+		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: last}
+	}
+	return nil
+}
+
+// ask is a verification's first step: the row read through q without
+// locking it, a stale token refused, the lock service asked.
+func ask(ctx context.Context, q Querier, v *fence.Verification, table, resource string, token uint64, write bool) (fence.Verified, error) {
+	highest, last, bound, err := stored(ctx, q, table, resource, false)
+	if err != nil {
+		return fence.Verified{}, err
+	}
+	if err := stale(resource, token, write, highest, last); err != nil {
+		return fence.Verified{}, err
+	}
+	return v.Ask(ctx, resource, token, highest, bound)
+}
+
+// admitChecked raises the mark in tx: verifying, it locks the row FOR
+// UPDATE, refuses a stale token and confirms Ask's answer (pre) first.
+func admitChecked(ctx context.Context, tx Querier, v *fence.Verification, pre fence.Verified, table, resource string, token uint64, write bool) error {
 	var key string
 	if v != nil {
-		var highest, last int64
-		var bound string
-		err := tx.QueryRow(ctx, lockedSQL(table), resource).Scan(&highest, &last, &bound)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return checkError(table, resource, err)
+		highest, last, bound, err := stored(ctx, tx, table, resource, true)
+		if err != nil {
+			return err
 		}
-		switch {
-		case write && uint64(highest) > token:
-			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
-		case !write && uint64(last) > token:
-			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(last)}
+		if err := stale(resource, token, write, highest, last); err != nil {
+			return err
 		}
-		if key, err = v.Check(ctx, resource, token, uint64(highest), bound); err != nil {
+		if key, err = v.Confirm(ctx, resource, token, highest, bound, pre); err != nil {
 			return err
 		}
 	}
@@ -251,15 +307,15 @@ func check(ctx context.Context, tx Querier, v *fence.Verification, table, resour
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return checkError(table, resource, err)
 	}
-	var stored, last int64
+	var storedTok, last int64
 	var bound string
-	if err := tx.QueryRow(ctx, storedSQL(table), resource).Scan(&stored, &last, &bound); err != nil {
+	if err := tx.QueryRow(ctx, storedSQL(table), resource).Scan(&storedTok, &last, &bound); err != nil {
 		return fmt.Errorf("pgfence: token %d for %q refused, and reading the stored token failed: %w", token, resource, err)
 	}
 	if !write {
-		stored = last
+		storedTok = last
 	}
-	return refusal(resource, token, key, uint64(stored), bound)
+	return refusal(resource, token, key, uint64(storedTok), bound)
 }
 
 func checkError(table, resource string, err error) error {
@@ -356,13 +412,57 @@ func (f *Fence) DoRead(ctx context.Context, resource string, token uint64, fn fu
 	return f.do(ctx, resource, token, false, fn)
 }
 
-func (f *Fence) do(ctx context.Context, resource string, token uint64, write bool, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+func (f *Fence) do(ctx context.Context, resource string, token uint64, write bool, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// The lock service is asked before the transaction begins: nobody
+		// waits for it behind the fence row's lock (fence.Verification).
+		var pre fence.Verified
+		if f.verify != nil {
+			var err error
+			if pre, err = f.ask(ctx, resource, token, write); err != nil {
+				if ctx.Err() != nil && !isRefusal(err) {
+					return ctx.Err()
+				}
+				return err
+			}
+		}
+		err := f.doTx(ctx, resource, token, write, pre, fn)
+		if !errors.Is(err, fence.ErrReverify) || attempt == fence.MaxReverify {
+			return err
+		}
 	}
+}
+
+// ask reads the fence row outside any transaction of the fence's (on
+// the pool when it can query, else in a transaction of its own that
+// ends before the question) and asks the lock service.
+func (f *Fence) ask(ctx context.Context, resource string, token uint64, write bool) (fence.Verified, error) {
+	if q, ok := f.db.(Querier); ok {
+		return ask(ctx, q, f.verify, f.table, resource, token, write)
+	}
+	tx, err := f.db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fence.Verified{}, fmt.Errorf("pgfence: begin: %w", err)
+	}
+	highest, last, bound, err := stored(ctx, tx, f.table, resource, false)
+	_ = tx.Rollback(context.WithoutCancel(ctx))
+	if err != nil {
+		return fence.Verified{}, err
+	}
+	if err := stale(resource, token, write, highest, last); err != nil {
+		return fence.Verified{}, err
+	}
+	return f.verify.Ask(ctx, resource, token, highest, bound)
+}
+
+// doTx is one transaction of do.
+func (f *Fence) doTx(ctx context.Context, resource string, token uint64, write bool, pre fence.Verified, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	tx, err := f.db.BeginTx(ctx, f.opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -376,7 +476,7 @@ func (f *Fence) do(ctx context.Context, resource string, token uint64, write boo
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := check(ctx, tx, f.verify, f.table, resource, token, write); err != nil {
+	if err := admitChecked(ctx, tx, f.verify, pre, f.table, resource, token, write); err != nil {
 		if ctx.Err() != nil && !isRefusal(err) {
 			return ctx.Err()
 		}
@@ -406,7 +506,7 @@ func (f *Fence) do(ctx context.Context, resource string, token uint64, write boo
 // isRefusal: the fence said no (as opposed to failing to answer).
 func isRefusal(err error) bool {
 	return errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrUnverifiedToken) ||
-		errors.Is(err, fence.ErrWrongKey) || errors.Is(err, fence.ErrNoKey)
+		errors.Is(err, fence.ErrWrongKey) || errors.Is(err, fence.ErrNoKey) || errors.Is(err, fence.ErrUnbound)
 }
 
 type txKey struct{}

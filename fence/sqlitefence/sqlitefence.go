@@ -48,10 +48,12 @@
 // each other, a reader from before the last write is refused, and a
 // writer must be at least every reader admitted.
 //
-// A verifying fence (WithVerification) reads the row after BEGIN
-// IMMEDIATE, asks the lock service about a token above the mark while it
-// holds the write lock, and stores the key in lock_key (?3; NULL when not
-// verifying, which keeps the key stored).
+// A verifying fence (WithVerification) reads the row before BEGIN
+// IMMEDIATE and asks the lock service about a token above the mark then,
+// holding nothing (so no writer of the database waits for the service,
+// nor gets SQLITE_BUSY because of it); after BEGIN IMMEDIATE it reads the
+// row again, confirms (fence.Verification.Confirm) and stores the key in
+// lock_key (?3; NULL when not verifying, which keeps the key stored).
 //
 // SQLite's INTEGER is a signed 64-bit number; a token above 2^63-1 is
 // refused with an error (fencelock issues tokens from 1 upwards).
@@ -146,6 +148,9 @@ func New(db *sql.DB, table string, opts ...Option) (*Fence, error) {
 	f := &Fence{db: db, table: table, now: time.Now}
 	for _, o := range opts {
 		o(f)
+	}
+	if err := f.verify.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlitefence: %w", err)
 	}
 	return f, nil
 }
@@ -281,13 +286,74 @@ func (f *Fence) AdmitReadTx(ctx context.Context, resource string, token uint64, 
 
 var _ fence.RWFence = (*Fence)(nil)
 
-func (f *Fence) admit(ctx context.Context, resource string, token uint64, write bool, effect func(context.Context, Tx) error) (err error) {
+func (f *Fence) admit(ctx context.Context, resource string, token uint64, write bool, effect func(context.Context, Tx) error) error {
 	if token == 0 {
 		return fence.ErrMissingToken
 	}
 	if token > math.MaxInt64 {
 		return fmt.Errorf("sqlitefence: token %d does not fit SQLite's INTEGER", token)
 	}
+	for attempt := 1; ; attempt++ {
+		// The lock service is asked before BEGIN IMMEDIATE: nobody waits
+		// for it behind SQLite's write lock (fence.Verification).
+		var pre fence.Verified
+		if f.verify != nil {
+			highest, last, bound, err := f.read(ctx, f.db, resource)
+			if err != nil {
+				return err
+			}
+			if err := stale(resource, token, write, highest, last); err != nil {
+				return err
+			}
+			if pre, err = f.verify.Ask(ctx, resource, token, highest, bound); err != nil {
+				return err
+			}
+		}
+		err := f.admitTx(ctx, resource, token, write, pre, effect)
+		if !errors.Is(err, fence.ErrReverify) || attempt == fence.MaxReverify {
+			return err
+		}
+	}
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// read is resource's marks and binding as q sees them (0, 0, "" for none).
+func (f *Fence) read(ctx context.Context, q querier, resource string) (highest, last uint64, bound string, err error) {
+	var h, l int64
+	err = q.QueryRowContext(ctx, "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, '') FROM "+f.table+" WHERE resource = ?", resource).Scan(&h, &l, &bound)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, "", nil
+	}
+	if err != nil {
+		return 0, 0, "", f.explain(fmt.Errorf("sqlitefence: reading the mark of %q: %w", resource, err))
+	}
+	return uint64(h), uint64(l), bound, nil
+}
+
+func stale(resource string, token uint64, write bool, highest, last uint64) error {
+	switch {
+	case write && highest > token:
+		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: highest}
+	case !write && last > token:
+		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: last}
+	}
+	return nil
+}
+
+// explain adds to a "no such column" error that the table is an old one.
+func (f *Fence) explain(err error) error {
+	if strings.Contains(err.Error(), "no such column") || strings.Contains(err.Error(), "has no column") {
+		return fmt.Errorf("%w (the table %s is from an older sqlitefence: run CreateTable once)", err, f.table)
+	}
+	return err
+}
+
+// admitTx is one transaction of admit: the mark checked, confirmed and
+// raised, and effect run, under SQLite's write lock.
+func (f *Fence) admitTx(ctx context.Context, resource string, token uint64, write bool, pre fence.Verified, effect func(context.Context, Tx) error) (err error) {
 	conn, err := f.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlitefence: %w", err)
@@ -306,19 +372,14 @@ func (f *Fence) admit(ctx context.Context, resource string, token uint64, write 
 	t := f.table
 	var key string
 	if f.verify != nil {
-		var highest, last int64
-		var bound string
-		err := conn.QueryRowContext(ctx, "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, '') FROM "+t+" WHERE resource = ?", resource).Scan(&highest, &last, &bound)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sqlitefence: reading the mark of %q: %w", resource, err)
+		highest, last, bound, err := f.read(ctx, conn, resource)
+		if err != nil {
+			return err
 		}
-		switch {
-		case write && uint64(highest) > token:
-			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
-		case !write && uint64(last) > token:
-			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(last)}
+		if err := stale(resource, token, write, highest, last); err != nil {
+			return err
 		}
-		if key, err = f.verify.Check(ctx, resource, token, uint64(highest), bound); err != nil {
+		if key, err = f.verify.Confirm(ctx, resource, token, highest, bound, pre); err != nil {
 			return err
 		}
 	}
@@ -355,10 +416,7 @@ func (f *Fence) admit(ctx context.Context, resource string, token uint64, write 
 		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
 	}
 	if err != nil {
-		if strings.Contains(err.Error(), "no such column") || strings.Contains(err.Error(), "has no column") {
-			return fmt.Errorf("sqlitefence: raising the mark of %q: %w (the table %s is from an older sqlitefence: run CreateTable once)", resource, err, f.table)
-		}
-		return fmt.Errorf("sqlitefence: raising the mark of %q: %w", resource, err)
+		return f.explain(fmt.Errorf("sqlitefence: raising the mark of %q: %w", resource, err))
 	}
 	var effectErr error
 	if effect != nil {
