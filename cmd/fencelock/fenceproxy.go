@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -105,6 +106,19 @@ type proxyConfig struct {
 	// a proxy that did not stop cleanly; see proxyStart).
 	holdUntil time.Time
 	clock     clock.Clock // nil: the system's
+	// allowUpgrade: a request asking to switch protocols is fenced as a
+	// write and forwarded, tunnel and all (--allow-upgrade); else refused.
+	allowUpgrade bool
+	// override is the method-override header honoured (canonical; ""
+	// none, and every override header is refused).
+	override string
+}
+
+// readsOf admits by an RWFence's read rule.
+type readsOf struct{ f fence.RWFence }
+
+func (r readsOf) Admit(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return r.f.AdmitRead(ctx, name, token, effect)
 }
 
 // forwarded is what the proxy learns of one forwarded request.
@@ -157,12 +171,23 @@ func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
 			sleepUntil(context.WithoutCancel(r.Context()), clk, sent.Add(cfg.upstreamTimeout))
 		}
 	})
-	fenced := fence.Middleware(f, cfg.resource.of, forward)
+	// A Fence's Admit is a write (an RWFence's Admit is AdmitWrite).
+	write, read := fence.Middleware(f, cfg.resource.of, forward), http.Handler(nil)
 	if rw, ok := f.(fence.RWFence); ok && len(cfg.reads) > 0 {
-		fenced = fence.RWMiddleware(rw, cfg.resource.of, forward, cfg.reads...)
+		read = fence.Middleware(readsOf{rw}, cfg.resource.of, forward)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if slices.Contains(cfg.pass, r.Method) {
+		door, rerr := cfg.doors(r)
+		if rerr == nil {
+			rerr = cfg.trailers(r)
+		}
+		if rerr != nil {
+			proxyError(w, http.StatusBadRequest, rerr.code, "fence-proxy: "+rerr.msg)
+			return
+		}
+		// An upgrade is fenced as a write whatever its method: its tunnel
+		// may carry anything.
+		if !door.upgrade && slices.Contains(cfg.pass, door.method) {
 			rp.ServeHTTP(w, r)
 			return
 		}
@@ -173,7 +198,11 @@ func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
 		if !sleepUntil(r.Context(), clk, cfg.holdUntil) {
 			return // the client gave up during the hold
 		}
-		fenced.ServeHTTP(w, r)
+		if read != nil && !door.upgrade && slices.Contains(cfg.reads, door.method) {
+			read.ServeHTTP(w, r)
+			return
+		}
+		write.ServeHTTP(w, r)
 	})
 }
 
@@ -270,13 +299,19 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// proxyVerification verifies with v, resources bound by template
-// ({resource} replaced by the resource's name; "" binds each resource to
-// the key its first verified request names).
-func proxyVerification(v fence.Verifier, template string) *fence.Verification {
-	fv := &fence.Verification{Verifier: v}
-	if template != "" {
-		fv.Key = func(resource string) string { return strings.ReplaceAll(template, "{resource}", resource) }
+// proxyBinding is how a verifying proxy binds resources to lock keys.
+type proxyBinding struct {
+	keyMap   fence.KeyMap // --key-map, and --lock-key as its * entry
+	firstUse bool         // --bind-on-first-use
+	timeout  time.Duration
+	onBind   func(resource, key string, token uint64)
+}
+
+// proxyVerification verifies with v, resources bound as b says.
+func proxyVerification(v fence.Verifier, b proxyBinding) *fence.Verification {
+	fv := &fence.Verification{Verifier: v, BindOnFirstUse: b.firstUse, Timeout: b.timeout, OnBind: b.onBind}
+	if len(b.keyMap) > 0 {
+		fv.Key = b.keyMap.Key
 	}
 	return fv
 }
@@ -298,8 +333,15 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	readsFlag := f.String("read-methods", "", "comma-separated `METHODS` fenced as reads of a read/write lock (e.g. GET,HEAD): a reader's token must reach the last write's")
 	grace := f.Duration("grace", 5*time.Second, "how long in-flight requests may finish on SIGINT/SIGTERM")
 	upstreamTimeout := f.Duration("upstream-timeout", 10*time.Second, "`D` the upstream must apply or drop a request within: each forwarded request is cut off after it, and after a crash nothing is forwarded for it")
-	verify := f.String("verify", "", "cluster `ADDRS` to verify each new token with before it raises a mark (host:port,...)")
-	lockKey := f.String("lock-key", "", "the lock `KEY` guarding each resource, {resource} standing for its name (with --verify; default: the request's Fencing-Key, bound by the first verified token)")
+	verify := f.String("verify", "", "cluster `ADDRS` to verify each new token with before it raises a mark (host:port,...); needs --lock-key, --key-map or --bind-on-first-use")
+	lockKey := f.String("lock-key", "", "the lock `KEY` guarding each resource --key-map does not bind, {resource} standing for its name (with --verify)")
+	var keyMap ruleList
+	f.Var(&keyMap, "key-map", "`PATTERN=KEY`: resources matching PATTERN (a name, or a prefix ending in *) are guarded by lock key KEY ({resource} stands for the name); repeat for more; the longest pattern wins (with --verify)")
+	firstUse := f.Bool("bind-on-first-use", false, "bind a resource no --lock-key or --key-map binds to the Fencing-Key of the first request whose token the cluster confirms (anyone with a live token of any key can then take a fresh resource; logged at WARN)")
+	verifyTimeout := f.Duration("verify-timeout", fence.DefaultVerifyTimeout, "`D` to wait for the cluster's answer about a new token; past it the request is refused with 503 fence_unavailable (with --verify)")
+	allowUpgrade := f.Bool("allow-upgrade", false, "forward requests that switch protocols (Upgrade: websocket, h2c), fenced as writes; nothing inside the tunnel is checked")
+	override := f.String("method-override", "", "the method-override `HEADER` the upstream honours (e.g. X-HTTP-Method-Override): requests are fenced by its method; without it every such header is refused")
+	maxResource := f.Int("max-resource", defaultMaxResource, "the longest path or resource name, in `BYTES`, the proxy fences (each is a mark kept for good)")
 	tlsFlags := addClientTLSFlags(f)
 	authToken := authTokenFlag(f)
 	pos, err := f.parse(args)
@@ -323,23 +365,67 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *maxResource < 1 {
+		return usageError("--max-resource must be at least 1, not %d", *maxResource)
+	}
+	resource.maxLen = *maxResource
+	if *override != "" {
+		if !validHeaderName(*override) {
+			return usageError("--method-override %q is not a header name", *override)
+		}
+		*override = http.CanonicalHeaderKey(*override)
+		for _, h := range append(append([]string{}, hopByHop...), fence.KeyHeader) {
+			if headerAlias(h) == headerAlias(*override) {
+				return usageError("--method-override %s: a hop-by-hop or fencing header cannot carry a method", *override)
+			}
+		}
+		if resource.header != "" && headerAlias(resource.header) == headerAlias(*override) {
+			return usageError("--method-override %s names the resource header too", *override)
+		}
+	}
 	pass, reads := methods(*passFlag), methods(*readsFlag)
 	for _, m := range reads {
 		if slices.Contains(pass, m) {
 			return usageError("%s is in both --pass and --read-methods: forwarded unfenced, or fenced as a read?", m)
 		}
 	}
+	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	var opts []filefence.Option
-	if *verify == "" && *lockKey != "" {
-		return usageError("--lock-key binds resources for --verify; give --verify ADDRS too")
+	for _, fl := range []string{"lock-key", "key-map", "bind-on-first-use", "verify-timeout"} {
+		if *verify == "" && f.given(fl) {
+			return usageError("--%s is for --verify; give --verify ADDRS too", fl)
+		}
 	}
 	if *verify != "" {
+		km, err := fence.ParseKeyMap(keyMap...)
+		if err != nil {
+			return usageError("--key-map: %v", err)
+		}
+		if *lockKey != "" {
+			if _, ok := km["*"]; ok {
+				return usageError("--lock-key is the key of every resource --key-map does not bind, and --key-map has a * pattern already")
+			}
+			km["*"] = *lockKey
+		}
+		if len(km) == 0 && !*firstUse {
+			return usageError("--verify needs to know which lock key guards each resource: --lock-key KEY, --key-map PATTERN=KEY, or (trusting the first request to each resource) --bind-on-first-use")
+		}
+		if *verifyTimeout <= 0 {
+			return usageError("--verify-timeout must be positive, not %v", *verifyTimeout)
+		}
 		c, err := (&clientFlags{addr: verify, tls: tlsFlags, authToken: authToken}).client()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		opts = append(opts, filefence.WithVerification(proxyVerification(client.NewVerifier(c), *lockKey)))
+		b := proxyBinding{keyMap: km, firstUse: *firstUse, timeout: *verifyTimeout}
+		if *firstUse {
+			log.Warn("fence-proxy: --bind-on-first-use: a resource no --lock-key or --key-map binds is bound to the lock key named by the first request the cluster confirms; anyone with a live token of any key can take a fresh resource that way")
+			b.onBind = func(resource, key string, token uint64) {
+				log.Warn("fence-proxy: resource bound on first use", "resource", resource, "key", key, "token", token)
+			}
+		}
+		opts = append(opts, filefence.WithVerification(proxyVerification(client.NewVerifier(c), b)))
 	}
 	if *upstreamTimeout < 0 {
 		return usageError("--upstream-timeout must be positive (or 0 for none), not %v", *upstreamTimeout)
@@ -360,10 +446,14 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "fence-proxy listening on http://%s, fencing %s, marks in %s%s\n", ln.Addr(), upstream, *state, verifying)
 	if !hold.IsZero() {
-		fmt.Fprintf(e.stderr, "fence-proxy: the last proxy on %s did not stop cleanly: forwarding nothing fenced until %s (--upstream-timeout %v), when nothing it sent can still be applied\n",
-			*state, hold.Format(time.RFC3339Nano), *upstreamTimeout)
+		log.Warn(fmt.Sprintf("fence-proxy: the last proxy on %s did not stop cleanly: forwarding nothing fenced until %s (--upstream-timeout %v), when nothing it sent can still be applied",
+			*state, hold.Format(time.RFC3339Nano), *upstreamTimeout))
 	}
-	cfg := proxyConfig{upstream: upstream, resource: resource, pass: pass, reads: reads, upstreamTimeout: *upstreamTimeout, holdUntil: hold}
+	if *allowUpgrade {
+		log.Warn("fence-proxy: --allow-upgrade: a request that switches protocols is fenced as a write, and then nothing inside its tunnel is checked")
+	}
+	cfg := proxyConfig{upstream: upstream, resource: resource, pass: pass, reads: reads, upstreamTimeout: *upstreamTimeout, holdUntil: hold,
+		allowUpgrade: *allowUpgrade, override: *override}
 	srv := &http.Server{Handler: newFenceProxy(ff, cfg), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -48,11 +48,14 @@ func (u *recordingUpstream) requests() []string {
 
 // proxyOptions are the flags of a proxy a test starts in-process.
 type proxyOptions struct {
-	from   string // --resource-from
-	fold   bool   // --resource-case fold
-	pass   []string
-	reads  []string            // --read-methods
-	verify *fence.Verification // --verify
+	from         string // --resource-from
+	fold         bool   // --resource-case fold
+	pass         []string
+	reads        []string            // --read-methods
+	verify       *fence.Verification // --verify
+	override     string              // --method-override
+	maxResource  int                 // --max-resource
+	allowUpgrade bool                // --allow-upgrade
 }
 
 // startProxy runs the proxy in-process on a file fence in dir.
@@ -80,7 +83,12 @@ func startProxyWith(t *testing.T, dir, upstream string, o proxyOptions) (*httpte
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newFenceProxy(ff, proxyConfig{upstream: u, resource: res, pass: o.pass, reads: o.reads}))
+	res.maxLen = o.maxResource
+	cfg := proxyConfig{upstream: u, resource: res, pass: o.pass, reads: o.reads, allowUpgrade: o.allowUpgrade}
+	if o.override != "" {
+		cfg.override = http.CanonicalHeaderKey(o.override)
+	}
+	srv := httptest.NewServer(newFenceProxy(ff, cfg))
 	stop := func() { srv.Close(); ff.Close() }
 	t.Cleanup(stop)
 	return srv, stop
