@@ -435,6 +435,9 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("fence-proxy: %w", err)
 	}
 	defer ff.Close()
+	if err := logResetsSince(*state, log); err != nil {
+		log.Warn("fence-proxy: could not read "+filepath.Join(*state, resetsLog), "err", err)
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("fence-proxy: %w", err)

@@ -234,14 +234,21 @@ func TestFenceProxyUsageErrors(t *testing.T) {
 // says where it listens.
 func startProxyProcess(t *testing.T, upstream, state string, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
+	cmd, addr, _ := startProxyProcessLogs(t, upstream, state, extra...)
+	return cmd, addr
+}
+
+// startProxyProcessLogs is startProxyProcess answering its stderr too.
+func startProxyProcessLogs(t *testing.T, upstream, state string, extra ...string) (*exec.Cmd, string, *syncBuffer) {
+	t.Helper()
 	args := append([]string{"fence-proxy", "--listen", "127.0.0.1:0", "--upstream", upstream, "--state", state}, extra...)
 	cmd := exec.Command(fencelockBinary(t), args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +261,7 @@ func startProxyProcess(t *testing.T, upstream, state string, extra ...string) (*
 	if !ok {
 		t.Fatalf("unexpected first line %q", line)
 	}
-	return cmd, strings.TrimSuffix(strings.Fields(rest)[0], ",")
+	return cmd, strings.TrimSuffix(strings.Fields(rest)[0], ","), stderr
 }
 
 // The real binary: a proxy process is stopped and started again on the

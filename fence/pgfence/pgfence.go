@@ -77,6 +77,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/jackc/pgx/v5"
@@ -125,16 +126,27 @@ func UpgradeDDL(table string) string {
 		" ADD COLUMN IF NOT EXISTS write_token bigint, ADD COLUMN IF NOT EXISTS lock_key text, ADD COLUMN IF NOT EXISTS raised_at timestamptz NOT NULL DEFAULT now()"
 }
 
+// ResetsDDL is the table CreateTable makes beside the fence table (its
+// name with _resets): one row per reset (Fence.Reset, `fencelock fence
+// reset --sql`), when, by whom, why, and the marks before and after
+// (token_after 0: the resource was forgotten).
+func ResetsDDL(table string) string {
+	return "CREATE TABLE IF NOT EXISTS " + ident(table+"_resets") +
+		" (at timestamptz NOT NULL DEFAULT now(), os_user text NOT NULL, reason text NOT NULL, resource text NOT NULL," +
+		" token_before bigint NOT NULL, write_token_before bigint NOT NULL, token_after bigint NOT NULL, write_token_after bigint NOT NULL, lock_key text)"
+}
+
 // MarksSQL lists a fence table's marks: what `fencelock fence marks` shows
 // of a file fence.
 func MarksSQL(table string) string {
 	return "SELECT resource, token, COALESCE(write_token, token) AS write_token, lock_key, raised_at FROM " + ident(table) + " ORDER BY resource"
 }
 
-// CreateTable creates the fence table if it does not exist, and adds the
-// columns of this version to one made by an older one (idempotent).
+// CreateTable creates the fence table if it does not exist, adds the
+// columns of this version to one made by an older one, and creates the
+// table of its resets (ResetsDDL); idempotent.
 func CreateTable(ctx context.Context, q Querier, table string) error {
-	for _, stmt := range []string{TableDDL(table), UpgradeDDL(table)} {
+	for _, stmt := range []string{TableDDL(table), UpgradeDDL(table), ResetsDDL(table)} {
 		if _, err := q.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("pgfence: create table %s: %w", table, err)
 		}
@@ -621,4 +633,63 @@ func (r Row) refusal(key any, token uint64, stored int64, err, noRows error) err
 		return fmt.Errorf("pgfence: %s %v changed concurrently; retry", r.Table, key)
 	}
 	return &fence.StaleTokenError{Resource: fmt.Sprintf("%s/%v", r.Table, key), Token: token, Highest: uint64(stored)}
+}
+
+// Mark is one row of a fence table.
+type Mark struct {
+	Resource  string
+	Token     uint64 // the highest token admitted, reads included
+	LastWrite uint64 // the last write's token
+	Key       string // the lock key it is bound to ("" none)
+	Raised    time.Time
+}
+
+// ResetsTable is the table Reset records in.
+func (f *Fence) ResetsTable() string { return f.table + "_resets" }
+
+// Reset mends one mark (fence.ResetRequest: lowered only, unless
+// r.Raise) and records it in ResetsTable, in one transaction that holds
+// the fence row's lock: both or neither. It answers the mark as it was.
+// A resource with no mark is fence.ErrNoMark; a raise not asked for,
+// fence.ErrResetRaises.
+func (f *Fence) Reset(ctx context.Context, r fence.ResetRequest) (Mark, error) {
+	if r.To > math.MaxInt64 {
+		return Mark{}, fmt.Errorf("pgfence: token %d does not fit a bigint", r.To)
+	}
+	tx, err := f.db.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return Mark{}, fmt.Errorf("pgfence: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	t := ident(f.table)
+	m := Mark{Resource: r.Resource}
+	var tok, last int64
+	err = tx.QueryRow(ctx, "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, ''), raised_at FROM "+t+" WHERE resource = $1 FOR UPDATE", r.Resource).Scan(&tok, &last, &m.Key, &m.Raised)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Mark{}, fmt.Errorf("%w %q in %s", fence.ErrNoMark, r.Resource, f.table)
+	}
+	if err != nil {
+		return Mark{}, checkError(f.table, r.Resource, err)
+	}
+	m.Token, m.LastWrite = uint64(tok), uint64(last)
+	if err := r.Check(m.Token); err != nil {
+		return m, err
+	}
+	after := min(r.To, m.LastWrite)
+	if r.To == 0 {
+		_, err = tx.Exec(ctx, "DELETE FROM "+t+" WHERE resource = $1", r.Resource)
+	} else {
+		_, err = tx.Exec(ctx, "UPDATE "+t+" SET token = $1, write_token = $2, raised_at = now() WHERE resource = $3", int64(r.To), int64(after), r.Resource)
+	}
+	if err != nil {
+		return m, fmt.Errorf("pgfence: resetting %q: %w", r.Resource, err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+ident(f.ResetsTable())+" (os_user, reason, resource, token_before, write_token_before, token_after, write_token_after, lock_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+		r.User, r.Reason, r.Resource, tok, last, int64(r.To), int64(after), nullKey(m.Key)); err != nil {
+		return m, fmt.Errorf("pgfence: recording the reset of %q in %s (run pgfence.CreateTable, or ResetsDDL, once): %w", r.Resource, f.ResetsTable(), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return m, fmt.Errorf("pgfence: commit: %w", err)
+	}
+	return m, nil
 }

@@ -87,6 +87,21 @@ const DDL = `CREATE TABLE IF NOT EXISTS %s (
     raised_ms   INTEGER
 )`
 
+// ResetsDDL is the table CreateTable makes beside the fence table %s (its
+// name with _resets): one row per reset (Reset, `fencelock fence reset
+// --sql`), when, by whom, why, and the marks before and after.
+const ResetsDDL = `CREATE TABLE IF NOT EXISTS %s_resets (
+    at_ms              INTEGER NOT NULL,
+    os_user            TEXT    NOT NULL,
+    reason             TEXT    NOT NULL,
+    resource           TEXT    NOT NULL,
+    token_before       INTEGER NOT NULL,
+    write_token_before INTEGER NOT NULL,
+    token_after        INTEGER NOT NULL,  -- 0: the resource was forgotten
+    write_token_after  INTEGER NOT NULL,
+    lock_key           TEXT               -- the key it was bound to
+)`
+
 // MarksSQL lists the marks of the table %s: what ` + "`fencelock fence marks`" + `
 // shows of a file fence.
 const MarksSQL = `SELECT resource, token, COALESCE(write_token, token), lock_key, strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', raised_ms / 1000.0, 'unixepoch') FROM %s ORDER BY resource`
@@ -167,11 +182,14 @@ func Open(path string) (*sql.DB, error) {
 	return db, nil
 }
 
-// CreateTable creates the fence table if it is not there (DDL), and adds
-// to one made by an older version the columns it lacks.
+// CreateTable creates the fence table if it is not there (DDL) and the
+// table of its resets (ResetsDDL), and adds to a fence table made by an
+// older version the columns it lacks.
 func (f *Fence) CreateTable(ctx context.Context) error {
-	if _, err := f.db.ExecContext(ctx, fmt.Sprintf(DDL, f.table)); err != nil {
-		return fmt.Errorf("sqlitefence: creating %s: %w", f.table, err)
+	for _, ddl := range []string{DDL, ResetsDDL} {
+		if _, err := f.db.ExecContext(ctx, fmt.Sprintf(ddl, f.table)); err != nil {
+			return fmt.Errorf("sqlitefence: creating %s: %w", f.table, err)
+		}
 	}
 	have := map[string]bool{}
 	rows, err := f.db.QueryContext(ctx, "SELECT name FROM pragma_table_info(?)", f.table)
@@ -441,4 +459,69 @@ func (f *Fence) admitTx(ctx context.Context, resource string, token uint64, writ
 	}
 	open = false
 	return effectErr
+}
+
+// ResetsTable is the table Reset records in.
+func (f *Fence) ResetsTable() string { return f.table + "_resets" }
+
+// Reset mends one mark (fence.ResetRequest: lowered only, unless
+// r.Raise), and records it in ResetsTable, in one transaction: both or
+// neither. It answers the mark as it was. A resource with no mark is
+// fence.ErrNoMark; a raise not asked for, fence.ErrResetRaises.
+func (f *Fence) Reset(ctx context.Context, r fence.ResetRequest) (Mark, error) {
+	if r.To > math.MaxInt64 {
+		return Mark{}, fmt.Errorf("sqlitefence: token %d does not fit SQLite's INTEGER", r.To)
+	}
+	conn, err := f.db.Conn(ctx)
+	if err != nil {
+		return Mark{}, fmt.Errorf("sqlitefence: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return Mark{}, fmt.Errorf("sqlitefence: begin: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	var m Mark
+	var tok, last, ms int64
+	err = conn.QueryRowContext(ctx, "SELECT resource, token, COALESCE(write_token, token), COALESCE(lock_key, ''), COALESCE(raised_ms, 0) FROM "+f.table+" WHERE resource = ?", r.Resource).Scan(&m.Resource, &tok, &last, &m.Key, &ms)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Mark{}, fmt.Errorf("%w %q in %s", fence.ErrNoMark, r.Resource, f.table)
+	}
+	if err != nil {
+		return Mark{}, f.explain(fmt.Errorf("sqlitefence: reading the mark of %q: %w", r.Resource, err))
+	}
+	m.Token, m.LastWrite = uint64(tok), uint64(last)
+	if ms != 0 {
+		m.Raised = time.UnixMilli(ms)
+	}
+	if err := r.Check(m.Token); err != nil {
+		return m, err
+	}
+	after := min(r.To, m.LastWrite)
+	if r.To == 0 {
+		_, err = conn.ExecContext(ctx, "DELETE FROM "+f.table+" WHERE resource = ?", r.Resource)
+	} else {
+		_, err = conn.ExecContext(ctx, "UPDATE "+f.table+" SET token = ?, write_token = ?, raised_ms = ? WHERE resource = ?", int64(r.To), int64(after), f.now().UnixMilli(), r.Resource)
+	}
+	if err != nil {
+		return m, fmt.Errorf("sqlitefence: resetting %q: %w", r.Resource, err)
+	}
+	var key any
+	if m.Key != "" {
+		key = m.Key
+	}
+	if _, err := conn.ExecContext(ctx, "INSERT INTO "+f.ResetsTable()+" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		f.now().UnixMilli(), r.User, r.Reason, r.Resource, tok, last, int64(r.To), int64(after), key); err != nil {
+		return m, fmt.Errorf("sqlitefence: recording the reset of %q in %s (run CreateTable once): %w", r.Resource, f.ResetsTable(), err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return m, fmt.Errorf("sqlitefence: commit: %w", err)
+	}
+	done = true
+	return m, nil
 }
