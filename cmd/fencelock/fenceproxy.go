@@ -23,10 +23,13 @@ import (
 )
 
 const fenceProxyUsage = `Usage: fencelock fence-proxy --listen ADDR --upstream URL --state DIR
-                             [--resource-from path|path:clean|header:NAME]
-                             [--resource-case exact|fold] [--pass METHODS]
-                             [--read-methods METHODS]
-                             [--verify ADDRS [--lock-key KEY] [client TLS/auth flags]]
+                             [--resource-from path|path:clean|path:raw|header:NAME]
+                             [--resource-case exact|fold] [--max-resource BYTES]
+                             [--pass METHODS] [--read-methods METHODS]
+                             [--method-override HEADER] [--allow-upgrade]
+                             [--verify ADDRS (--lock-key KEY | --key-map PATTERN=KEY ... |
+                                              --bind-on-first-use) [--verify-timeout D]
+                                             [client TLS/auth flags]]
                              [--upstream-timeout D]
 
 Fences an HTTP service that cannot check fencing tokens itself: a reverse
@@ -39,18 +42,37 @@ refuses a token it had superseded. One proxy per DIR.
 The resource fenced is exactly the one forwarded. With --resource-from
 path, a path an upstream could read as another path is refused: empty
 segments (//), . or .. segments, a trailing slash, an encoded slash
-(%2F), a backslash or a control character. path:clean fences and
-forwards the cleaned path instead (/data//x/../a/ is /data/a; %2F is a
-slash). With header:NAME, a request with two NAME headers (or NAME_ spelt
-with an underscore), or whose Connection header names NAME, is refused.
---resource-case fold lower-cases the resource, fenced and forwarded, for
-an upstream that does not tell ACCT from acct.
+(%2F), a backslash, a control character, an encoded % (%25), a ; (path
+parameters), a segment ending in a dot or a space, a non-ASCII character
+or bytes that are not UTF-8. path:clean fences and forwards the cleaned
+path instead (/data//x/../a/ is /data/a; %2F is a slash), and refuses the
+rest. path:raw is path for an upstream that takes %25, ;, trailing dots
+and spaces and non-ASCII as they are. With header:NAME, a request with
+two NAME headers, a list in one (a, b), NAME spelt with an underscore,
+or a Connection header naming NAME, is refused. --resource-case fold
+lower-cases the resource, fenced and forwarded, for an upstream that does
+not tell ACCT from acct. A path or resource name longer than
+--max-resource (1024 bytes) is refused: each is a mark kept for good.
+
+No side doors. A request that asks to switch protocols (Upgrade:
+websocket, h2c), CONNECT, and an HTTP/2 preface are refused (400
+tunnel_refused): nothing inside a tunnel is fenced. --allow-upgrade
+forwards an upgrade, fenced as a write whatever its method, and then
+checks nothing inside the tunnel (which holds its resource while open,
+up to --upstream-timeout). Method-override headers (X-HTTP-Method-
+Override, X-Method-Override, X-HTTP-Method) and a _method query are
+refused (400 method_override): the upstream would apply another method
+than the one fenced; --method-override HEADER honours that one header,
+and requests are fenced, passed or read by the method it names. The
+token, key, resource and override headers announced as trailers are
+refused (400 trailer_refused).
 
 Refusals are the fence middleware's JSON: 409 stale_token (naming the
 token and the highest honoured), 409 missing_token, 400 invalid_token
 (also for two Fencing-Token headers); 400 noncanonical_path,
-duplicate_resource, hop_by_hop_resource, and missing_resource when the
-request lacks the header NAME; 502 upstream_unreachable.
+duplicate_resource, hop_by_hop_resource, resource_too_long,
+tunnel_refused, method_override, trailer_refused, and missing_resource
+when the request lacks the header NAME; 502 upstream_unreachable.
 
 A token is honoured (the mark raised, on disk) before the request is
 forwarded, whatever the upstream then answers: once a newer holder has
@@ -73,11 +95,15 @@ cluster confirms it is a live grant of the lock key guarding the resource
 (one check per new token per resource; the current token is not asked
 about again): a made-up token, or another key's live token, is refused
 with 409 unverified_token or wrong_key and raises nothing. The key is
---lock-key (say ledger/{resource}), or else the Fencing-Key header of the
-first request a verified token raised the resource for, recorded with the
-mark; 400 missing_key when neither names one. While the cluster cannot be
-reached, new tokens are refused (503 fence_unavailable) and the current
-ones still pass.
+bound by configuration: --key-map PATTERN=KEY (repeatable; a pattern is
+a resource, or a prefix ending in *; the longest match wins), else
+--lock-key KEY (say ledger/{resource}); a resource neither binds is 409
+unbound_resource. --bind-on-first-use instead binds an unbound resource
+to the Fencing-Key of the first request the cluster confirms for it
+(anyone with a live token of any key can then take a fresh resource;
+logged at WARN). The cluster is asked before the resource is held: while
+it is slow or down, the current holder's requests go on, and a new token
+is refused with 503 fence_unavailable after --verify-timeout (2s).
 
 No reordering, on a restart either: each forwarded request is cut off
 after --upstream-timeout (504 upstream_timeout), and one that got no
@@ -87,6 +113,9 @@ starts after one that did not stop cleanly (killed, or --grace ran out)
 forwards nothing fenced for --upstream-timeout. So the upstream must
 apply or drop every request within --upstream-timeout of receiving it:
 set its own request timeout below it.
+
+At start the proxy logs, at WARN, each 'fencelock fence reset' made on
+DIR since a proxy last ran on it.
 
 The limit: only requests through the proxy are fenced. A writer that
 reaches the upstream another way is not, so the upstream should accept
