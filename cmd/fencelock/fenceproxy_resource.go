@@ -126,7 +126,8 @@ func (p proxyResource) pathName(escaped, decoded string) (string, *resourceError
 	}
 	if !p.raw {
 		if what := foreignSpelling(decoded); what != "" {
-			return refuse(what)
+			return "", &resourceError{code: "noncanonical_path",
+				msg: fmt.Sprintf("path %q has %s: the upstream may apply the write to another resource than the one fenced (--resource-from path:raw, for an upstream that takes such paths as they are)", escaped, what)}
 		}
 	}
 	if p.clean {
