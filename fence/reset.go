@@ -32,7 +32,7 @@ var (
 // Check refuses a reset of a mark at highest that r may not make.
 func (r ResetRequest) Check(highest uint64) error {
 	if r.To > highest && !r.Raise {
-		return fmt.Errorf("%w of %q from %d to %d: every write below %d would be refused, the current holder's included (a reset lowers; raising needs Raise, fence reset --raise)", ErrResetRaises, r.Resource, highest, r.To, r.To)
+		return fmt.Errorf("%w of %q from %d to %d: every write below %d would then be refused, the current holder's included (a poisoning, not a mend)", ErrResetRaises, r.Resource, highest, r.To, r.To)
 	}
 	return nil
 }
