@@ -38,7 +38,7 @@ func lenientH2C(h http.Handler) http.Handler {
 // method and path carrying lines, and answers the status of the upgrade
 // and, when it switched, a function that sends one HTTP/2 request on the
 // tunnel and answers its status.
-func h2cTunnel(t *testing.T, addr, method, path string, lines ...string) (int, func(method, path, token string) int) {
+func h2cTunnel(t *testing.T, addr, method, path string, lines ...string) (int, func(method, path, token string) int, net.Conn) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -59,7 +59,7 @@ func h2cTunnel(t *testing.T, addr, method, path string, lines ...string) (int, f
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		resp.Body.Close()
-		return resp.StatusCode, nil
+		return resp.StatusCode, nil, c
 	}
 	fr := http2.NewFramer(c, br)
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
@@ -110,7 +110,7 @@ func h2cTunnel(t *testing.T, addr, method, path string, lines ...string) (int, f
 				}
 			}
 		}
-	}
+	}, c
 }
 
 // Finding 1 of issue 43: GET /fresh with any token (a fresh resource
@@ -134,7 +134,7 @@ func TestFenceProxyRefusesAnUpgradeTunnel(t *testing.T) {
 		{"a fenced PUT with a fresh resource's token", "PUT", []string{"Fencing-Token: 1", "Content-Length: 0"}},
 		{"a passed GET", "GET", nil},
 	} {
-		status, inside := h2cTunnel(t, addr, s.method, "/fresh", s.lines...)
+		status, inside, _ := h2cTunnel(t, addr, s.method, "/fresh", s.lines...)
 		if inside != nil {
 			stale, none := inside("PUT", "/acct/p", "6"), inside("PUT", "/acct/p", "")
 			t.Fatalf("%s: the tunnel opened (%d); inside it a PUT with stale token 6 got %d and one with no token %d", s.name, status, stale, none)
@@ -427,27 +427,42 @@ func TestFenceProxyRefusesConnectAndPreface(t *testing.T) {
 
 // --allow-upgrade: an upgrade is fenced as a write, whatever its method
 // (here a GET the proxy would pass), and then nothing inside the tunnel
-// is checked: that is what the flag says.
+// is checked: that is what the flag says. The tunnel holds its resource
+// while it is open, and is closed at --upstream-timeout.
 func TestFenceProxyAllowUpgradeFencesTheUpgradeAsAWrite(t *testing.T) {
 	up := &recordingUpstream{}
 	upstream := httptest.NewServer(lenientH2C(up))
 	defer upstream.Close()
-	proxy, _ := startProxyWith(t, t.TempDir(), upstream.URL, proxyOptions{from: "path", pass: []string{"GET"}, reads: nil, allowUpgrade: true})
+	proxy, _ := startProxyWith(t, t.TempDir(), upstream.URL, proxyOptions{from: "path", pass: []string{"GET"}, allowUpgrade: true, upstreamTimeout: 300 * time.Millisecond})
 	addr := strings.TrimPrefix(proxy.URL, "http://")
 	if got := send(t, "PUT", proxy.URL+"/acct/p", "7", "seven"); got.status != 201 {
 		t.Fatalf("token 7: %d %s", got.status, got.body)
 	}
-	if status, inside := h2cTunnel(t, addr, "GET", "/acct/p"); inside != nil || status != http.StatusConflict {
+	if status, inside, _ := h2cTunnel(t, addr, "GET", "/acct/p"); inside != nil || status != http.StatusConflict {
 		t.Fatalf("an upgrade with no token: %d", status)
 	}
-	if status, inside := h2cTunnel(t, addr, "GET", "/acct/p", "Fencing-Token: 6"); inside != nil || status != http.StatusConflict {
+	if status, inside, _ := h2cTunnel(t, addr, "GET", "/acct/p", "Fencing-Token: 6"); inside != nil || status != http.StatusConflict {
 		t.Fatalf("an upgrade with stale token 6: %d", status)
 	}
-	status, inside := h2cTunnel(t, addr, "GET", "/acct/p", "Fencing-Token: 7")
+	status, inside, conn := h2cTunnel(t, addr, "GET", "/acct/p", "Fencing-Token: 7")
 	if inside == nil {
 		t.Fatalf("an upgrade with the current token: %d", status)
 	}
 	if got := inside("PUT", "/acct/p", "6"); got != 201 {
 		t.Fatalf("inside the tunnel (not checked, as documented): %d", got)
+	}
+	// A write to the tunnel's resource is forwarded once the tunnel is
+	// closed, by the proxy, at --upstream-timeout.
+	if got := send(t, "PUT", proxy.URL+"/acct/p", "7", "after"); got.status != 201 {
+		t.Fatalf("token 7 after the tunnel: %d %s", got.status, got.body)
+	}
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second)) // a hang guard only
+	if _, err := io.Copy(io.Discard, conn); err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("the tunnel is still open after a write to its resource went through")
+		}
+	}
+	if got := up.requests(); len(got) != 4 || got[3] != "PUT /acct/p 7 after" {
+		t.Fatalf("upstream saw %q", got)
 	}
 }

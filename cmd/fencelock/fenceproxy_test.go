@@ -56,6 +56,8 @@ type proxyOptions struct {
 	override     string              // --method-override
 	maxResource  int                 // --max-resource
 	allowUpgrade bool                // --allow-upgrade
+	// --upstream-timeout (0: none)
+	upstreamTimeout time.Duration
 }
 
 // startProxy runs the proxy in-process on a file fence in dir.
@@ -84,7 +86,7 @@ func startProxyWith(t *testing.T, dir, upstream string, o proxyOptions) (*httpte
 		t.Fatal(err)
 	}
 	res.maxLen = o.maxResource
-	cfg := proxyConfig{upstream: u, resource: res, pass: o.pass, reads: o.reads, allowUpgrade: o.allowUpgrade}
+	cfg := proxyConfig{upstream: u, resource: res, pass: o.pass, reads: o.reads, allowUpgrade: o.allowUpgrade, upstreamTimeout: o.upstreamTimeout}
 	if o.override != "" {
 		cfg.override = http.CanonicalHeaderKey(o.override)
 	}
