@@ -17,6 +17,7 @@ require (
 	github.com/prometheus/client_model v0.6.2
 	go.etcd.io/raft/v3 v3.7.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/net v0.43.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/protobuf v1.36.11
 	modernc.org/sqlite v1.62.0
