@@ -31,7 +31,8 @@ type Log struct {
 	failCovered error
 	pending     uint64
 	peers       []replica.PeerStatus
-	follows     replica.Status // what Status answers while it does not lead
+	contacts    []replica.PeerStatus // what Contacts answers; nil: every peer unknown
+	follows     replica.Status       // what Status answers while it does not lead
 }
 
 var _ replica.Replicator = (*Log)(nil)
@@ -230,6 +231,29 @@ func (l *Log) Peers() ([]replica.PeerStatus, bool) {
 		return nil, false
 	}
 	return append([]replica.PeerStatus(nil), l.peers...), true
+}
+
+// SetContacts makes Contacts answer ps, whatever the log's role: when
+// this node last heard from each peer itself.
+func (l *Log) SetContacts(ps []replica.PeerStatus) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.contacts = append([]replica.PeerStatus(nil), ps...)
+}
+
+// Contacts is what SetContacts gave; until then, every peer SetPeers
+// pretends is there, never heard from.
+func (l *Log) Contacts() []replica.PeerStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.contacts != nil {
+		return append([]replica.PeerStatus(nil), l.contacts...)
+	}
+	out := make([]replica.PeerStatus, 0, len(l.peers))
+	for _, p := range l.peers {
+		out = append(out, replica.PeerStatus{ID: p.ID, State: replica.PeerUnknown})
+	}
+	return out
 }
 
 // UnreachableAfter is a second: nothing here times out.
