@@ -34,6 +34,10 @@ type Tables interface {
 	// ConfirmedACL is the tables once this node has applied at least
 	// what the leader had when the call arrived (service.ConfirmedACL).
 	ConfirmedACL(ctx context.Context) (*acl.State, *service.Error)
+	// ConfirmedOrOwnACL is ConfirmedACL when the leader confirms the
+	// tables within a bound, else the tables as this node has applied
+	// them (service.ConfirmedOrOwnACL).
+	ConfirmedOrOwnACL(ctx context.Context) *acl.State
 	// ACLWatch is the tables and a channel closed once they change.
 	ACLWatch() (*acl.State, <-chan struct{})
 }
@@ -157,9 +161,12 @@ func ReadsAll(ctx context.Context) func(prefix string) bool {
 // its credential or its permission cancels that context.
 func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.ConnectionState, n Need) (context.Context, *service.Error) {
 	var st *acl.State
-	if n.kind == kindOpen {
+	switch n.kind {
+	case kindOpen:
 		st, _ = g.tables.ACL()
-	} else {
+	case kindPrincipalHere:
+		st = g.tables.ConfirmedOrOwnACL(ctx)
+	default:
 		var e *service.Error
 		if st, e = g.tables.ConfirmedACL(ctx); e != nil {
 			return nil, e

@@ -50,6 +50,24 @@ func (s *Service) ConfirmedACL(ctx context.Context) (*acl.State, *Error) {
 	return s.fsm.ACL(), nil
 }
 
+// ConfirmedOrOwnACL is ConfirmedACL when it answers within
+// UnreachableAfter, else the tables as this node has applied them: for
+// the calls that must answer when no leader can (auth.AuthenticatedHere,
+// the members view). A node that knows no leader asks nobody: a call
+// waits only while a leader is still named (a heartbeat timeout after
+// it went silent), and at most UnreachableAfter.
+func (s *Service) ConfirmedOrOwnACL(ctx context.Context) *acl.State {
+	if !s.ready.Load() && s.leaderClientAddr() == "" {
+		return s.fsm.ACL()
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.node.UnreachableAfter())
+	defer cancel()
+	if st, e := s.ConfirmedACL(ctx); e == nil {
+		return st
+	}
+	return s.fsm.ACL()
+}
+
 // alone reports whether this node is the only server of its
 // configuration: no other node can have changed the tables.
 func (s *Service) alone() bool {

@@ -32,6 +32,7 @@ type Log struct {
 	pending     uint64
 	peers       []replica.PeerStatus
 	contacts    []replica.PeerStatus // what Contacts answers; nil: every peer unknown
+	term        uint64               // what Status says the term is
 	follows     replica.Status       // what Status answers while it does not lead
 }
 
@@ -119,9 +120,18 @@ func (l *Log) Status() replica.Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.leading {
-		return replica.Status{State: replica.Leader, LeaderID: l.id}
+		return replica.Status{State: replica.Leader, LeaderID: l.id, Term: l.term}
 	}
-	return l.follows
+	st := l.follows
+	st.Term = l.term
+	return st
+}
+
+// SetTerm makes Status say the term is term.
+func (l *Log) SetTerm(term uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.term = term
 }
 
 // AppliedIndex is the last index applied.
