@@ -108,3 +108,35 @@ func membersNow(t *testing.T, n *clusterNode) api.MembersResponse {
 	}
 	return m
 }
+
+// TestClusterMembersWithoutQuorumChecksTheCaller: with ACLs on, the
+// survivor of a cluster without quorum still answers members only to a
+// principal, checked against the tables it has applied (no leader can
+// confirm them now): a known token is answered 200 with its view, none
+// or an unknown one 401.
+func TestClusterMembersWithoutQuorumChecksTheCaller(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	l := c.leader()
+	admin := l.bootstrap()
+	viewer := l.token(admin, "viewer")
+	s := c.others(l)[0]
+	eventually(t, s.id+" to have the ACLs", func() bool {
+		return s.authDo("GET", api.PathMembers, "", "").status == http.StatusUnauthorized &&
+			s.authDo("GET", api.PathMembers, "", viewer).status == http.StatusOK
+	})
+	for _, n := range c.others(s) {
+		n.stop()
+	}
+	eventually(t, s.id+" to answer that it knows no leader", func() bool {
+		a := s.authDo("GET", api.PathMembers, "", viewer)
+		if a.status != http.StatusOK {
+			t.Fatalf("members with a token on the survivor: %d %v", a.status, a.body)
+		}
+		return a.body["no_leader"] == true
+	})
+	for _, token := range []string{"", "flk_unknown"} {
+		if a := s.authDo("GET", api.PathMembers, "", token); a.status != http.StatusUnauthorized {
+			t.Errorf("members with token %q on the survivor: %d %v", token, a.status, a.body)
+		}
+	}
+}
