@@ -101,6 +101,7 @@ func (a *API) table() []Route {
 				o, err := s.Overview(ctx, q.prefix, q.limit)
 				if vis := auth.Visible(ctx); err == nil && vis != nil {
 					o.Locks = readable(vis, o.Locks, func(l api.LockOverview) string { return l.Key })
+					o.Delayed = readable(vis, o.Delayed, func(d api.DelayedKey) string { return d.Key })
 					o.Sessions = readableSessions(vis, o.Locks, o.Sessions)
 				}
 				if reads := auth.ReadsAll(ctx); err == nil && reads != nil && !reads("") {
