@@ -34,10 +34,10 @@ type Tables interface {
 	// ConfirmedACL is the tables once this node has applied at least
 	// what the leader had when the call arrived (service.ConfirmedACL).
 	ConfirmedACL(ctx context.Context) (*acl.State, *service.Error)
-	// ConfirmedOrOwnACL is ConfirmedACL when the leader confirms the
-	// tables within a bound, else the tables as this node has applied
-	// them (service.ConfirmedOrOwnACL).
-	ConfirmedOrOwnACL(ctx context.Context) *acl.State
+	// ConfirmedOrOwnACL is ConfirmedACL, or, when no leader answers
+	// within a bound, the tables as this node has applied them if it can
+	// vouch for them (service.ConfirmedOrOwnACL).
+	ConfirmedOrOwnACL(ctx context.Context) (*acl.State, *service.Error)
 	// ACLWatch is the tables and a channel closed once they change.
 	ACLWatch() (*acl.State, <-chan struct{})
 }
@@ -165,7 +165,10 @@ func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.Con
 	case kindOpen:
 		st, _ = g.tables.ACL()
 	case kindPrincipalHere:
-		st = g.tables.ConfirmedOrOwnACL(ctx)
+		var e *service.Error
+		if st, e = g.tables.ConfirmedOrOwnACL(ctx); e != nil {
+			return nil, e
+		}
 	default:
 		var e *service.Error
 		if st, e = g.tables.ConfirmedACL(ctx); e != nil {

@@ -50,11 +50,11 @@ func Authenticated() Need { return Need{kind: kindPrincipal} }
 
 // AuthenticatedHere needs any principal, as Authenticated, but answers
 // when no leader can confirm the tables: the call is then checked
-// against the tables this node has applied (Tables.ConfirmedOrOwnACL).
-// Only for what a node must answer when the cluster has lost its quorum
-// — the members view: who is in the cluster and how each is, no lock,
-// holder or secret — since a change of the tables this node has not
-// applied (a revoked token) does not reach it then.
+// against the tables this node has applied, if it can vouch for them
+// (Tables.ConfirmedOrOwnACL). Only for what a node must answer when the
+// cluster has lost its quorum — the members view: who is in the cluster
+// and how each is, no lock, holder or secret — since a change of the
+// tables committed where this node cannot reach does not reach it then.
 func AuthenticatedHere() Need { return Need{kind: kindPrincipalHere} }
 
 // Read needs read on the subject's keys (or prefix).
