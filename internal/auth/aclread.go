@@ -45,6 +45,11 @@ type Tables interface {
 	// WaitApplied reports whether this node has applied index, waiting
 	// for it until ctx ends or the node's apply timeout passes.
 	WaitApplied(ctx context.Context, index uint64) bool
+	// OwnACL is, for the calls that must answer when no leader can
+	// (AuthenticatedHere), the tables confirmed by the leader this node
+	// hears from or last knew, if one answers within a bound, else the
+	// tables as this node has applied them, if it can vouch for them.
+	OwnACL(ctx context.Context) (*acl.State, *service.Error)
 }
 
 // confirmedACL answers the ACL tables a call may be checked against: at
@@ -77,6 +82,17 @@ func (g *Guard) confirmedACL(ctx context.Context) (*acl.State, *service.Error) {
 	}
 	st, _ := g.tables.ACL()
 	return st, nil
+}
+
+// confirmedOrOwnACL is confirmedACL for the routes that must answer when
+// no leader can (the members view): the leader's tables if this node has
+// them, else Tables.OwnACL.
+func (g *Guard) confirmedOrOwnACL(ctx context.Context) (*acl.State, *service.Error) {
+	if ready, _ := g.tables.ReadyWatch(); ready || g.tables.Alone() {
+		st, _ := g.tables.ACL()
+		return st, nil
+	}
+	return g.tables.OwnACL(ctx)
 }
 
 // aclReadTimeout bounds one question to the leader.

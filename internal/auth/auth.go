@@ -121,9 +121,15 @@ func Principal(ctx context.Context) string {
 // its credential or its permission cancels that context.
 func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.ConnectionState, n Need) (context.Context, *service.Error) {
 	var st *acl.State
-	if n.kind == kindOpen {
+	switch n.kind {
+	case kindOpen:
 		st, _ = g.tables.ACL()
-	} else {
+	case kindPrincipalHere:
+		var e *service.Error
+		if st, e = g.confirmedOrOwnACL(ctx); e != nil {
+			return nil, e
+		}
+	default:
 		var e *service.Error
 		if st, e = g.confirmedACL(ctx); e != nil {
 			return nil, e

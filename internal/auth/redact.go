@@ -45,6 +45,7 @@ func RedactList(ctx context.Context, l api.ListResponse) api.ListResponse {
 func RedactOverview(ctx context.Context, o api.Overview) api.Overview {
 	if vis := visible(ctx); vis != nil {
 		o.Locks = readable(vis, o.Locks, func(l api.LockOverview) string { return l.Key })
+		o.Delayed = readable(vis, o.Delayed, func(d api.DelayedKey) string { return d.Key })
 		o.Sessions = readableSessions(vis, o.Locks, o.Sessions)
 	}
 	if reads := readsAll(ctx); reads != nil && !reads("") {

@@ -17,12 +17,13 @@ import (
 // asks anyone.
 type fixedTables struct{ st *acl.State }
 
-func (f fixedTables) ACL() (*acl.State, bool)                           { return f.st, true }
-func (f fixedTables) ACLWatch() (*acl.State, <-chan struct{})           { return f.st, nil }
-func (f fixedTables) ReadyWatch() (bool, <-chan struct{})               { return true, nil }
-func (f fixedTables) Alone() bool                                       { return true }
-func (f fixedTables) LeaderACLRevision(context.Context) (uint64, error) { return 0, nil }
-func (f fixedTables) WaitApplied(context.Context, uint64) bool          { return true }
+func (f fixedTables) ACL() (*acl.State, bool)                             { return f.st, true }
+func (f fixedTables) ACLWatch() (*acl.State, <-chan struct{})             { return f.st, nil }
+func (f fixedTables) ReadyWatch() (bool, <-chan struct{})                 { return true, nil }
+func (f fixedTables) Alone() bool                                         { return true }
+func (f fixedTables) LeaderACLRevision(context.Context) (uint64, error)   { return 0, nil }
+func (f fixedTables) WaitApplied(context.Context, uint64) bool            { return true }
+func (f fixedTables) OwnACL(context.Context) (*acl.State, *service.Error) { return f.st, nil }
 
 // bobReads is the context of a call of bob, authenticated by a guard
 // whose tables let him read "b/" but not "b/secret/", and all of "c/".

@@ -125,7 +125,7 @@ func (a *API) table() []Route {
 			}, nil),
 		get(a, api.PathIdentity, "identity", auth.Open(), noQuery, nil,
 			func(ctx context.Context, _ struct{}) (api.Identity, error) { return s.Identity(ctx), nil }, nil),
-		get(a, api.PathMembers, "members", auth.Authenticated(), noQuery, nil,
+		get(a, api.PathMembers, "members", auth.AuthenticatedHere(), noQuery, nil,
 			func(ctx context.Context, _ struct{}) (api.MembersResponse, error) { return s.Members(ctx) }, nil),
 		{Method: http.MethodGet, Path: api.PathMetrics, Op: "metrics", Need: auth.Authenticated(), serve: a.serveMetrics},
 		post(a, api.PathJoin, "join", auth.Admin("join"),

@@ -44,6 +44,15 @@
 // join says (JoinStatus). A removed node that is added again is a member
 // again.
 //
+// Health. The members view gives every member's health as the leader
+// sees it: the leader's own (replica.Peers), asked of it by a follower
+// for at most UnreachableAfter. A node that hears from no leader, or
+// whose leader does not answer in time, answers at once with its own
+// view instead (replica.Contacts: when it last heard from each member
+// itself), its raft role and term, and whether it knows a leader at all
+// (api.MembersResponse.NoLeader, Local): what an operator needs when the
+// cluster has lost its quorum.
+//
 // Every node with a client address makes sure the members table has it:
 // while it follows and the table lacks its current addresses, it asks
 // the leader to record them (Announce), so followers can send clients to

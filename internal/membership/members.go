@@ -10,7 +10,9 @@ import (
 
 // Members is this node's view of the configuration and of its own
 // progress, with every member's health as the leader sees it (a follower
-// asks the leader, for at most UnreachableAfter).
+// asks the leader, for at most UnreachableAfter). A node that hears from
+// no leader, or whose leader does not answer in time, answers at once
+// with its own view: whom it heard from itself, and when.
 func (c *Cluster) Members(ctx context.Context) (api.MembersResponse, *api.Error) {
 	m, e := c.members()
 	if e == nil {
@@ -41,23 +43,40 @@ func (c *Cluster) members() (api.MembersResponse, *api.Error) {
 	}
 	// The answering node's own progress: its applied index and the
 	// cluster time of its last applied entry (what a new leader resumes
-	// from), so an operator can see a node catch up. ready is confirmed
-	// with a quorum, so a deposed leader that has not noticed yet (say,
-	// resumed after SIGSTOP) does not claim it.
-	ready := c.svc.Ready() && c.node.VerifyLeader() == nil
+	// from), so an operator can see a node catch up. A leader's standing
+	// is confirmed with a quorum, so a deposed leader that has not
+	// noticed yet (say, resumed after SIGSTOP), or one cut off from its
+	// quorum, claims neither ready nor a leader.
+	confirmed := st.State == replica.Leader && c.node.VerifyLeader() == nil
+	ready := confirmed && c.svc.Ready()
 	return api.MembersResponse{
 		Leader: leader, LeaderAddr: c.LeaderClientAddr(), Members: out,
 		Node: c.cfg.NodeID, Ready: ready, AppliedIndex: c.fsm.AppliedIndex(),
 		AppliedTimeMs: int64(c.fsm.Now()) / int64(time.Millisecond), ClusterID: c.fsm.ClusterID(),
 		UnreachableAfterMs: api.Ms(c.node.UnreachableAfter()),
 		Removed:            c.removed.Load(),
+		Role:               role(st.State),
+		Term:               st.Term,
+		NoLeader:           !c.removed.Load() && (leader == "" || leader == c.cfg.NodeID && !confirmed),
 	}, nil
+}
+
+// role is s as the members answer names it.
+func role(s replica.State) string {
+	switch s {
+	case replica.Leader:
+		return api.RoleLeader
+	case replica.Candidate:
+		return api.RoleCandidate
+	case replica.Shutdown:
+		return api.RoleShutdown
+	}
+	return api.RoleFollower
 }
 
 // addHealth fills in every member's health as the leader sees it: this
 // node's own view when it leads; else the leader's, asked for over its
-// client port; else only what this node knows itself (the leader it hears
-// from, or the one it has stopped hearing from, which is unreachable).
+// client port; else what this node heard itself (localHealth).
 func (c *Cluster) addHealth(ctx context.Context, r *api.MembersResponse) {
 	for i := range r.Members {
 		r.Members[i].State = api.MemberUnknown
@@ -97,6 +116,8 @@ func (c *Cluster) addHealth(ctx context.Context, r *api.MembersResponse) {
 		// The leader answered for itself: it leads (a removed node, which
 		// knows no leader, learns which one here).
 		r.HealthFrom, r.Leader = v.HealthFrom, v.Node
+		// A leader cut off from its quorum says so until it steps down.
+		r.NoLeader = r.NoLeader || v.NoLeader
 		if v.LeaderAddr != "" {
 			r.LeaderAddr = v.LeaderAddr
 		}
@@ -116,8 +137,29 @@ func (c *Cluster) addHealth(ctx context.Context, r *api.MembersResponse) {
 	if c.removed.Load() {
 		return
 	}
+	c.localHealth(r, st)
+}
+
+// localHealth is every member's health as this node, which does not
+// lead, heard from it itself (replica.Contacts): no leader's view could
+// be had. This node is healthy; the leader it hears from is the leader;
+// one it has stopped hearing from is unreachable from a heartbeat
+// timeout on, as raft stops naming it.
+func (c *Cluster) localHealth(r *api.MembersResponse, st replica.Status) {
+	r.Local = true
+	byID := map[string]replica.PeerStatus{}
+	for _, p := range c.node.Contacts() {
+		byID[p.ID] = p
+	}
 	for i := range r.Members {
-		switch m := &r.Members[i]; {
+		m := &r.Members[i]
+		if p, ok := byID[m.ID]; ok {
+			setHealth(m, p)
+		}
+		m.LagEntries = nil // this node's log need not be the leader's
+		switch {
+		case m.ID == c.cfg.NodeID:
+			m.State, m.LastContactMs = api.MemberHealthy, nil
 		case m.ID == r.Leader:
 			m.State = api.MemberLeader
 		case st.LeaderSilent && (m.ID == st.LeaderID || m.ID == st.FormerLeader):

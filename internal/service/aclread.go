@@ -115,3 +115,75 @@ func (b *broadcast) fire() {
 		b.ch = nil
 	}
 }
+
+// OwnACL is, for the calls that must answer when no leader can (the
+// members view: auth.AuthenticatedHere), the ACL tables this node checks
+// them against, bounded by UnreachableAfter. The leader this node hears
+// from, else the last one it knew (which may lead still, with this node
+// cut off from it), is asked for its ACL revision; if one answers, this
+// node answers once it has applied that far (503 until then). Only when
+// none answers in time — a leader gone, frozen or not leading any more —
+// does it take the tables it has applied, and only if it can vouch for
+// them: it has applied its own log, and is a member of a cluster (not a
+// node still joining). A change of the tables committed by a quorum this
+// node can reach neither by raft nor by client port does not reach it
+// then; nothing else could have committed one.
+func (s *Service) OwnACL(ctx context.Context) (*acl.State, *Error) {
+	ctx, cancel := context.WithTimeout(ctx, s.node.UnreachableAfter())
+	defer cancel()
+	asked := map[string]bool{"": true, s.cfg.ClientAddr: true}
+	for _, addr := range []string{s.leaderClientAddr(), s.lastLeaderClientAddr()} {
+		if asked[addr] || s.cfg.Peers == nil {
+			continue
+		}
+		asked[addr] = true
+		r, err := s.cfg.Peers.ACLRevision(ctx, addr)
+		if err != nil {
+			continue // gone, frozen, or not the leader
+		}
+		if !s.WaitApplied(context.Background(), r.Revision) {
+			return nil, Unavailable("this node has not yet applied the cluster's ACLs (revision " + api.Revision{Index: r.Revision}.String() + ") of the leader at " + addr + "; retry, or ask the leader")
+		}
+		return s.fsm.ACL(), nil
+	}
+	if !s.aclKnown() || !s.member() {
+		return nil, s.notReady()
+	}
+	return s.fsm.ACL(), nil
+}
+
+// lastLeaderClientAddr is the client address of the leader this node
+// knew last, other than itself, even one it no longer hears from; "" if
+// none.
+func (s *Service) lastLeaderClientAddr() string {
+	st := s.node.Status()
+	id := st.LeaderID
+	if id == "" {
+		id = st.FormerLeader
+	}
+	if id == "" || id == s.cfg.NodeID {
+		return ""
+	}
+	if m, ok := s.fsm.Member(id); ok && m.ClientAddr != s.cfg.ClientAddr {
+		return m.ClientAddr
+	}
+	return ""
+}
+
+// member reports whether this node belongs to a cluster: the cluster has
+// an identity and this node is in the configuration it has applied.
+func (s *Service) member() bool {
+	if s.fsm.ClusterID() == "" {
+		return false
+	}
+	servers, err := s.node.Configuration()
+	if err != nil {
+		return false
+	}
+	for _, srv := range servers {
+		if srv.ID == s.cfg.NodeID {
+			return true
+		}
+	}
+	return false
+}

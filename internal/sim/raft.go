@@ -570,6 +570,10 @@ func (l *replLog) Addr() string                                    { return l.n.
 func (l *replLog) Dialable() bool                                  { return false }
 func (l *replLog) UnreachableAfter() time.Duration                 { return time.Second }
 
+// Contacts says nothing: the world keeps no per-peer contact times, and
+// a member left out is one never heard from.
+func (l *replLog) Contacts() []replica.PeerStatus { return nil }
+
 func (l *replLog) ProbeRaft(context.Context, string, string, time.Duration) error {
 	return errNoChanges
 }
