@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/acl"
@@ -122,14 +123,15 @@ func (b *broadcast) fire() {
 // from, else the last one it knew (which may lead still, with this node
 // cut off from it), is asked for its ACL revision; if one answers, this
 // node answers once it has applied that far (503 until then). Only when
-// none answers in time — a leader gone, frozen or not leading any more —
+// none answers — a leader gone or not leading any more, or one silent
+// for ownACLAsk (frozen) —
 // does it take the tables it has applied, and only if it can vouch for
 // them: it has applied its own log, and is a member of a cluster (not a
 // node still joining). A change of the tables committed by a quorum this
 // node can reach neither by raft nor by client port does not reach it
 // then; nothing else could have committed one.
 func (s *Service) OwnACL(ctx context.Context) (*acl.State, *Error) {
-	ctx, cancel := context.WithTimeout(ctx, s.node.UnreachableAfter())
+	ctx, cancel := context.WithTimeout(ctx, max(s.node.UnreachableAfter(), ownACLAsk))
 	defer cancel()
 	asked := map[string]bool{"": true, s.cfg.ClientAddr: true}
 	for _, addr := range []string{s.leaderClientAddr(), s.lastLeaderClientAddr()} {
@@ -151,6 +153,13 @@ func (s *Service) OwnACL(ctx context.Context) (*acl.State, *Error) {
 	}
 	return s.fsm.ACL(), nil
 }
+
+// ownACLAsk bounds OwnACL's questions to a leader. A leader that is gone
+// refuses the connection and one that no longer leads says so, both at
+// once; only a silent one costs the bound, which is generous so that a
+// leader merely slow to answer a loaded node is never taken for gone
+// (that would check a revoked credential against stale tables).
+const ownACLAsk = 2 * time.Second
 
 // lastLeaderClientAddr is the client address of the leader this node
 // knew last, other than itself, even one it no longer hears from; "" if
