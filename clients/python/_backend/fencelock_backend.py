@@ -27,7 +27,7 @@ import os
 import re
 import tarfile
 import zipfile
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PACKAGE = "fencelock"
@@ -119,19 +119,19 @@ def _write_wheel(wheel_directory: str, files: List[Tuple[str, bytes]]) -> str:
 # ---- PEP 517 --------------------------------------------------------------
 
 
-def get_requires_for_build_wheel(config_settings: Optional[dict] = None) -> List[str]:
+def get_requires_for_build_wheel(config_settings: Optional[Dict[str, Any]] = None) -> List[str]:
     return []
 
 
-def get_requires_for_build_sdist(config_settings: Optional[dict] = None) -> List[str]:
+def get_requires_for_build_sdist(config_settings: Optional[Dict[str, Any]] = None) -> List[str]:
     return []
 
 
-def get_requires_for_build_editable(config_settings: Optional[dict] = None) -> List[str]:
+def get_requires_for_build_editable(config_settings: Optional[Dict[str, Any]] = None) -> List[str]:
     return []
 
 
-def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: Optional[dict] = None) -> str:
+def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: Optional[Dict[str, Any]] = None) -> str:
     p = _project()
     info = _dist(p) + ".dist-info"
     os.makedirs(os.path.join(metadata_directory, info), exist_ok=True)
@@ -143,18 +143,18 @@ def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: O
 prepare_metadata_for_build_editable = prepare_metadata_for_build_wheel
 
 
-def build_wheel(wheel_directory: str, config_settings: Optional[dict] = None,
+def build_wheel(wheel_directory: str, config_settings: Optional[Dict[str, Any]] = None,
                 metadata_directory: Optional[str] = None) -> str:
     return _write_wheel(wheel_directory, [(rel, _read(rel)) for rel in _package_files()])
 
 
-def build_editable(wheel_directory: str, config_settings: Optional[dict] = None,
+def build_editable(wheel_directory: str, config_settings: Optional[Dict[str, Any]] = None,
                    metadata_directory: Optional[str] = None) -> str:
     pth = (_ROOT + "\n").encode()
     return _write_wheel(wheel_directory, [("_%s_editable.pth" % _PACKAGE, pth)])
 
 
-def build_sdist(sdist_directory: str, config_settings: Optional[dict] = None) -> str:
+def build_sdist(sdist_directory: str, config_settings: Optional[Dict[str, Any]] = None) -> str:
     p = _project()
     dist = _dist(p)
     rels = ["pyproject.toml", p["readme"], "_backend/fencelock_backend.py"] + _package_files()

@@ -14,6 +14,7 @@ What differs between a lease and a session is what one extension sends
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
@@ -183,7 +184,7 @@ class Keeper:
         reason = self.core.detail
         self.lost_event.set()
         for h in self._hooks:
-            self._due.append(lambda h=h: h(reason))
+            self._due.append(functools.partial(h, reason))
         self._hooks = []
         if not self.core.by_owner and self._on_lost is not None:
             cb = self._on_lost

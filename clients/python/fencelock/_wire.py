@@ -345,13 +345,15 @@ def check_lock_delay(lock_delay: float) -> float:
     return float(lock_delay)
 
 
-def check_mode(mode: Optional[str]) -> str:
+def check_mode(mode: Optional[str]) -> Optional[Mode]:
     """``mode``: None for neither, "read" or "write"."""
     if mode is None or mode == "":
-        return ""
-    if mode not in ("read", "write"):
-        raise _invalid("mode", 'mode= must be "read" or "write" (or None), not %r' % (mode,))
-    return mode
+        return None
+    if mode == "read":
+        return "read"
+    if mode == "write":
+        return "write"
+    raise _invalid("mode", 'mode= must be "read" or "write" (or None), not %r' % (mode,))
 
 
 def acquire_req(
@@ -379,9 +381,9 @@ def acquire_req(
         body["lock_delay_ms"] = ms(check_lock_delay(lock_delay))
     if permits:
         body["permits"] = permits
-    mode = check_mode(mode)
-    if mode:
-        body["mode"] = mode
+    m = check_mode(mode)
+    if m:
+        body["mode"] = m
     if request_id:
         body["request_id"] = request_id
     return Req("POST", "/v1/acquire", Grant.from_json, body=body, write=True, wait=wait)

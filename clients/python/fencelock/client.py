@@ -198,12 +198,11 @@ class Client(_wire.ClientSettings):
         hour needs ``allow_long=True`` (seconds, not milliseconds).
         Not kept alive: :class:`Lease` and :class:`Session` do that.
         """
-        if ttl is None:
-            ttl = DEFAULT_TTL
+        req_ttl = DEFAULT_TTL if ttl is None else ttl
         wait = _wire.check_wait(wait)
 
         def one(rnd: float) -> Grant:
-            req = _wire.acquire_req(key, holder, ttl, wait=rnd, session=session, lock_delay=lock_delay,
+            req = _wire.acquire_req(key, holder, req_ttl, wait=rnd, session=session, lock_delay=lock_delay,
                                     permits=permits, mode=mode, allow_long=allow_long)
             return self._run(req, deadline=deadline)
 

@@ -234,9 +234,13 @@ def error_for(status: int, body: Dict[str, Any], key: str = "") -> FencelockErro
     if field:
         message = "%s (argument %s=)" % (message, field)
     if code == "held" and holder:
-        left = " for %.3gs more" % remaining if remaining is not None else ""
-        what = "%r is held by %s%s" % (key, holder, left) if key else "held by %s%s" % (holder, left)
-        message = what if message == "held by another holder" else "%s: %s" % (what, message)
+        by = "held by %s%s" % (holder, " for %.3gs more" % remaining if remaining is not None else "")
+        if "held by another holder" in message:
+            message = message.replace("held by another holder", by, 1)
+        else:
+            message = "%s (%s)" % (message, by)
+        if key and message.startswith("held by"):
+            message = "%r is %s" % (key, message)
     if not message.startswith("fencelock: "):
         message = "fencelock: " + message
     return cls(

@@ -181,7 +181,7 @@ class Lease:
         sent = time.monotonic()
         try:
             g = c.acquire(self.key, holder, self.ttl, wait=self.wait, lock_delay=self.lock_delay,
-                          permits=self.permits, mode=self.mode or None, allow_long=self.allow_long)
+                          permits=self.permits, mode=self.mode, allow_long=self.allow_long)
         except FencelockError:
             raise
         except BaseException:

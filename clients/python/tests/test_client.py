@@ -56,6 +56,7 @@ def waiters(addr: str) -> int:
 
 class CallsTest(unittest.TestCase):
     srv: Server
+    c: Client
 
     @classmethod
     def setUpClass(cls) -> None:

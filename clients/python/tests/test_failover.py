@@ -74,6 +74,7 @@ class WorstPhaseTest(unittest.TestCase):
 
     def worst_phase(self, fault: str) -> None:
         n = runs()
+        losses: List[str] = []
         with Client(self.cluster.proxy_addrs, auth_token="") as c:
             summary = []
             for ttl in TTLS:
@@ -84,8 +85,12 @@ class WorstPhaseTest(unittest.TestCase):
                     r = self.fault_at_worst_phase(lease, ttl, fault)
                     results.append(r)
                     if r.lost:
-                        self.fail("TTL %gs, run %d: lease lost after a %s of the leader %.3fs after the last confirmed "
-                                  "send, a majority up: %s" % (ttl, i + 1, fault, r.phase, lease.reason))
+                        losses.append("TTL %gs, run %d: lease lost after a %s of the leader %.3fs after the last "
+                                      "confirmed send, a majority up: %s" % (ttl, i + 1, fault, r.phase, lease.reason))
+                        # Taken again (a renewal: same holder) once the cluster has settled.
+                        self.cluster.converge()
+                        lease = Lease(c, key, "h", ttl=ttl).acquire()
+                        continue
                     # Kept, under the same token: extended, never granted again.
                     self.assertTrue(c.check(key, lease.token))
                     self.assertEqual(c.get(key).token, lease.token)
@@ -94,6 +99,7 @@ class WorstPhaseTest(unittest.TestCase):
             if "FENCELOCK_WORST_PHASE_RUNS" in os.environ:
                 print("\n%s of the leader at the worst phase, %d runs per TTL:\n%s" % (fault, n, "\n".join(summary)),
                       file=sys.stderr)
+        self.assertEqual(losses, [])
 
     def fault_at_worst_phase(self, lease: Lease, ttl: float, fault: str) -> PhaseRun:
         cl = self.cluster
@@ -184,7 +190,11 @@ class ClusterDownTest(unittest.TestCase):
     def test_frozen_cluster(self) -> None:
         cl = self.cluster
         with Client(cl.addrs, auth_token="") as c:
-            lease = self.lost_while(c, "down/frozen", 2.0, lambda: [n.stop_process() for n in cl.nodes])
+            def freeze() -> None:
+                for n in cl.nodes:
+                    n.stop_process()
+
+            lease = self.lost_while(c, "down/frozen", 2.0, freeze)
             self.assertEqual(lease.cause, "unreachable", lease.reason)
             for n in cl.nodes:
                 n.cont_process()
