@@ -890,6 +890,7 @@ class ClientSettings:
         timeout: float = 10.0,
         rounds: int = 7,
         wait_check: float = 1.0,
+        max_idle: int = 16,
     ) -> None:
         self._ssl = tls_context(ca, cert, key, ssl_context)
         self._addrs = Addrs(split_addrs(addrs, "https" if self._ssl else "http"))
@@ -902,6 +903,11 @@ class ClientSettings:
         self._principal: Optional[str] = None
         self._mu = threading.Lock()  # the principal cache, for the threaded flavour
         self._default_ssl: Optional[ssl.SSLContext] = None
+        self._pool = self._make_pool(max_idle)
+
+    def _make_pool(self, max_idle: int) -> Any:
+        """The flavour's pool of kept connections, at most ``max_idle`` idle per address."""
+        raise NotImplementedError
 
     @property
     def addrs(self) -> List[str]:

@@ -178,23 +178,10 @@ class AsyncClient(_wire.ClientSettings):
     ...     g = await c.acquire("jobs/nightly", "alice", 30)
     """
 
-    def __init__(
-        self,
-        addrs: Union[str, Sequence[str], None] = None,
-        *,
-        auth_token: Optional[str] = None,
-        ca: Optional[str] = None,
-        cert: Optional[str] = None,
-        key: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
-        timeout: float = 10.0,
-        rounds: int = 7,
-        wait_check: float = 1.0,
-        max_idle: int = 16,
-    ) -> None:
-        super().__init__(addrs, auth_token=auth_token, ca=ca, cert=cert, key=key, ssl_context=ssl_context,
-                         timeout=timeout, rounds=rounds, wait_check=wait_check)
-        self._pool = _AsyncPool(max_idle)
+    _pool: _AsyncPool
+
+    def _make_pool(self, max_idle: int) -> _AsyncPool:
+        return _AsyncPool(max_idle)
 
     async def close(self) -> None:
         """Close the idle connections; calls made afterwards connect again."""

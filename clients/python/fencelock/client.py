@@ -124,23 +124,10 @@ class Client(_wire.ClientSettings):
     next node under the same request id, keeping its queue place.
     """
 
-    def __init__(
-        self,
-        addrs: Union[str, Sequence[str], None] = None,
-        *,
-        auth_token: Optional[str] = None,
-        ca: Optional[str] = None,
-        cert: Optional[str] = None,
-        key: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
-        timeout: float = 10.0,
-        rounds: int = 7,
-        wait_check: float = 1.0,
-        max_idle: int = 16,
-    ) -> None:
-        super().__init__(addrs, auth_token=auth_token, ca=ca, cert=cert, key=key, ssl_context=ssl_context,
-                         timeout=timeout, rounds=rounds, wait_check=wait_check)
-        self._pool = _Pool(max_idle)
+    _pool: "_Pool"
+
+    def _make_pool(self, max_idle: int) -> "_Pool":
+        return _Pool(max_idle)
 
     def close(self) -> None:
         """Close the idle connections. Calls made afterwards connect again.
