@@ -486,7 +486,7 @@ func TestBenchAgainstProcess(t *testing.T) {
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))
 	p.waitReady(addr)
 	for _, mode := range []string{"uncontended", "contended"} {
-		out, err := exec.Command(fencelockBinary(t), "bench", "--addr", addr, "--mode", mode, "--clients", "4", "--duration", "300ms").Output()
+		out, err := exec.Command(fencelockBinary(t), "bench", "--addr", addr, "--mode", mode, "--clients", "4", "--duration", "2s").Output() // long enough for a cycle to complete on a loaded machine
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", mode, err, out)
 		}
