@@ -138,11 +138,13 @@ func (s *Service) Restored() { s.watches.Restored(s.fsm.AppliedIndex()) }
 // that keep the members table current.
 func (s *Service) Start(n replica.Replicator) {
 	s.node = n
+	// Membership first: a leadership already won runs the takeover,
+	// which asks it to record this node (RecordSelf), at once.
+	s.cluster.Start(n)
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.watches.Broadcast(s.stop) }()
 	s.wg.Add(1)
 	go s.watchLeadership()
-	s.cluster.Start(n)
 }
 
 // Ready reports whether this node serves writes.
