@@ -191,6 +191,15 @@ type Config struct {
 	FramedUnauthenticatedIdleTimeout time.Duration
 	FramedStallTimeout               time.Duration
 	FramedMaxBufferedPerAddr         int64
+	// HTTP requests' headers before any handler (so before
+	// authentication) run: past each request's first 4 KiB, the bytes
+	// read while a request's headers arrive come from its remote
+	// address's HeaderBudgetPerAddr and the server's HeaderBudget, and
+	// go back once the headers are complete; a connection that finds no
+	// room is answered 503 too_many_connections and closed. 0 means the
+	// defaults (1 MiB and 16 MiB).
+	HeaderBudgetPerAddr int64
+	HeaderBudget        int64
 	// WALSegmentSize is the size of each preallocated log segment file;
 	// 0 means 16 MiB. Tests make it small to rotate segments often.
 	WALSegmentSize int
@@ -247,6 +256,8 @@ func DefaultConfig() Config {
 		FramedWriteTimeout:          framing.DefaultWriteTimeout,
 		FramedReadTimeout:           framing.DefaultReadTimeout,
 		FramedIdleTimeout:           framing.DefaultIdleTimeout,
+		HeaderBudgetPerAddr:         DefaultHeaderBudgetPerAddr,
+		HeaderBudget:                DefaultHeaderBudget,
 		MaxWaitersPerKey:            1000,
 		MaxWaiters:                  100000,
 
@@ -301,6 +312,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FramedMaxPendingAnswerBytes == 0 {
 		c.FramedMaxPendingAnswerBytes = d.FramedMaxPendingAnswerBytes
+	}
+	if c.HeaderBudgetPerAddr == 0 {
+		c.HeaderBudgetPerAddr = d.HeaderBudgetPerAddr
+	}
+	if c.HeaderBudget == 0 {
+		c.HeaderBudget = d.HeaderBudget
 	}
 	if c.MaxConnectionsPerAddr == 0 && c.MaxConnections > 0 {
 		c.MaxConnectionsPerAddr = max(c.MaxConnections/4, 1)
@@ -381,12 +398,22 @@ func (c Config) Validate() error {
 		{"MaxRaftHandshakes", int64(c.MaxRaftHandshakes)},
 		{"FramedMaxUnauthenticatedFrame", int64(c.FramedMaxUnauthenticatedFrame)},
 		{"FramedMaxBufferedPerAddr", c.FramedMaxBufferedPerAddr},
+		{"HeaderBudgetPerAddr", c.HeaderBudgetPerAddr},
+		{"HeaderBudget", c.HeaderBudget},
 		{"FramedMaxInFlight", int64(c.FramedMaxInFlight)},
 		{"FramedMaxPriorityInFlight", int64(c.FramedMaxPriorityInFlight)},
 		{"FramedMaxPendingAnswerBytes", c.FramedMaxPendingAnswerBytes},
 	} {
 		if n.v < 0 {
 			bad("%s is %d; it must not be negative (0 is the default)", n.name, n.v)
+		}
+	}
+	for _, h := range []struct {
+		name string
+		v    int64
+	}{{"HeaderBudgetPerAddr", c.HeaderBudgetPerAddr}, {"HeaderBudget", c.HeaderBudget}} {
+		if h.v > 0 && h.v < maxHeaderBytes {
+			bad("%s is %d; it must hold one request's largest headers, %d bytes (0 is the default)", h.name, h.v, maxHeaderBytes)
 		}
 	}
 	for _, w := range []struct {
