@@ -37,7 +37,11 @@ const (
 	// Semaphores and read/write locks: 20..24.
 	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters]
 
-	opLimit Op = 21
+	// OpRememberByOwner (only Now): from this entry on, the request-id
+	// memory is kept by owner (memory.go). A leader proposes it once.
+	OpRememberByOwner Op = 25
+
+	opLimit Op = 26
 )
 
 var opNames = [...]string{
@@ -47,16 +51,20 @@ var opNames = [...]string{
 	OpMember: "member", OpClusterID: "cluster-id", OpTokenFloor: "token-floor",
 	OpACL:         "acl",
 	OpSessionOpen: "session-open", OpSessionExtend: "session-extend", OpSessionClose: "session-close",
-	OpAcquireKeys: "acquire-keys",
-	OpShared:      "shared-acquire",
+	OpAcquireKeys:     "acquire-keys",
+	OpShared:          "shared-acquire",
+	OpRememberByOwner: "remember-by-owner",
 }
 
 func (o Op) String() string {
-	if o > 0 && o < opLimit && opNames[o] != "" {
+	if o.known() {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
+
+// known reports whether o is one of the command types (21..24 are kept).
+func (o Op) known() bool { return o > 0 && o < opLimit && opNames[o] != "" }
 
 // Limits of the encoding. They bound what a decoder allocates.
 const (
@@ -132,7 +140,7 @@ type Command struct {
 // Encode appends nothing it cannot decode: it refuses commands whose strings
 // or batches exceed the limits.
 func Encode(c Command) ([]byte, error) {
-	if c.Op == 0 || c.Op >= opLimit {
+	if !c.Op.known() {
 		return nil, fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}
 	if len(c.RequestID) > MaxRequestIDLen {
@@ -205,7 +213,7 @@ func Encode(c Command) ([]byte, error) {
 			b = appendString(b, it.Key)
 			b = binary.AppendUvarint(b, it.Token)
 		}
-	case OpTick:
+	case OpTick, OpRememberByOwner:
 	case OpTokenFloor:
 		b = binary.AppendUvarint(b, c.Token)
 	case OpMember:
@@ -247,7 +255,7 @@ func Decode(data []byte) (Command, error) {
 		return Command{}, fmt.Errorf("%w: empty", ErrBadCommand)
 	}
 	c := Command{Op: Op(data[0])}
-	if c.Op == 0 || c.Op >= opLimit {
+	if !c.Op.known() {
 		return Command{}, fmt.Errorf("%w: unknown op %d", ErrBadCommand, data[0])
 	}
 	d := reader{binread.New(data[1:])}
@@ -289,7 +297,7 @@ func Decode(data []byte) (Command, error) {
 		for i := 0; i < n && d.Err() == nil; i++ {
 			c.Items = append(c.Items, Item{Key: d.String(locktable.MaxKeyLen), Token: d.Uvarint()})
 		}
-	case OpTick:
+	case OpTick, OpRememberByOwner:
 	case OpTokenFloor:
 		c.Token = d.Uvarint()
 	case OpMember:

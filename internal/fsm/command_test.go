@@ -68,6 +68,7 @@ func TestEncodeRefuses(t *testing.T) {
 	for _, c := range []Command{
 		{},
 		{Op: opLimit},
+		{Op: 21}, {Op: 24}, // kept for shared locks, not yet used
 		{Op: OpAcquire, RequestID: strings.Repeat("r", MaxRequestIDLen+1)},
 		{Op: OpAcquire, Key: strings.Repeat("k", locktable.MaxKeyLen+1)},
 		{Op: OpAcquire, Holder: strings.Repeat("h", locktable.MaxHolderLen+1)},

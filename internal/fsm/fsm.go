@@ -61,9 +61,8 @@ type FSM struct {
 	index   uint64         // the last applied index
 	observe Observer
 	changed chan struct{}
-	seen    map[string]*remembered // answers kept for retries, by request id
-	order   []*remembered
-	waits   map[string]*remembered    // queued waits by waitKey, a view of seen
+	mem     memory                    // answers kept for retries (dedupe.go)
+	waits   map[string]*remembered    // queued waits by waitKey, a view of mem
 	members map[string]Member         // by node id
 	cluster string                    // the cluster id; "" until the first leader sets it
 	acls    atomic.Pointer[acl.State] // replaced whole on each change, under mu
@@ -79,7 +78,7 @@ type FSM struct {
 
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
-	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{},
+	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), mem: newMemory(),
 		waits: map[string]*remembered{}, members: map[string]Member{}, aclChanged: make(chan struct{})}
 	f.acls.Store(acl.Empty())
 	f.table.SetObserver(f.emit)
@@ -257,6 +256,8 @@ func (f *FSM) apply(c Command, r *Result) {
 		}
 	case OpTokenFloor:
 		t.RaiseLastToken(c.Token)
+	case OpRememberByOwner:
+		f.mem.byOwner = true
 	case OpACL:
 		r.Err = f.applyACL(c.ACL)
 	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
@@ -274,6 +275,14 @@ func (f *FSM) Now() locktable.Time {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.now
+}
+
+// RemembersByOwner reports whether the log has reached its
+// OpRememberByOwner entry: the request-id memory is kept by owner.
+func (f *FSM) RemembersByOwner() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mem.byOwner
 }
 
 // LastToken is the last fencing token issued.
@@ -406,7 +415,7 @@ func (f *FSM) marshalParts() [][]byte {
 	head = binary.AppendVarint(head, int64(f.now))
 	head = binary.AppendUvarint(head, f.index)
 	head = binary.AppendUvarint(head, uint64(len(tbl)))
-	tail := appendRemembered(nil, f.order)
+	tail := appendRemembered(nil, &f.mem)
 	acls := f.acls.Load().On
 	if len(f.members) > 0 || f.cluster != "" || acls {
 		tail = appendMembers(tail, f.members)
@@ -469,7 +478,7 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	if err := t.UnmarshalBinary(table); err != nil {
 		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 	}
-	seen, order := readRemembered(&r)
+	mem := readRemembered(&r)
 	members := map[string]Member{}
 	cluster := ""
 	acls := acl.Empty()
@@ -500,9 +509,9 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	defer f.mu.Unlock()
 	t.SetObserver(f.emit)
 	f.table, f.now, f.index = t, now, index
-	f.seen, f.order = seen, order
+	f.mem = mem
 	f.waits = map[string]*remembered{}
-	for _, m := range order {
+	for m := mem.head; m != nil; m = m.next {
 		if m.res.Queued {
 			f.waits[waitKey(m.res.Lease.Key, m.res.Lease.Holder)] = m
 		}
