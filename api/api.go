@@ -168,7 +168,10 @@ const (
 	QuotaSessions = "sessions" // open sessions
 	QuotaLocks    = "locks"    // leases held plus places in wait queues
 	QuotaWaiters  = "waiters"  // places in wait queues
-	QuotaWatches  = "watches"  // watches open on one node
+	// QuotaKeyWaiters: places in one key's wait queue, so that one
+	// principal cannot take a key's whole queue.
+	QuotaKeyWaiters = "key_waiters"
+	QuotaWatches    = "watches" // watches open on one node
 )
 
 // Lease is one grant: who holds a key, under which fencing token, for how

@@ -118,6 +118,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-locks-per-principal", "FENCELOCK_MAX_LOCKS_PER_PRINCIPAL")
 	quotaWaiters := f.Int("max-waiters-per-principal", defaults.MaxWaitersPerPrincipal, "with ACLs, at most `N` queue places of one principal; -1: no quota")
 	f.Env("max-waiters-per-principal", "FENCELOCK_MAX_WAITERS_PER_PRINCIPAL")
+	quotaKeyWaiters := f.Int("max-waiters-per-key-per-principal", 0, "with ACLs, at most `N` places of one principal in one key's wait queue; 0: a quarter of --max-waiters-per-key; -1: no quota")
 	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
 		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
 	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
@@ -280,6 +281,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cfg.FramedMaxUnauthenticatedFrame, cfg.FramedUnauthenticatedIdleTimeout = *framedUnauthFrame, *framedUnauthIdle
 	cfg.FramedStallTimeout, cfg.FramedMaxBufferedPerAddr = *framedStall, *framedBufferedAddr
 	cfg.HeaderBudgetPerAddr, cfg.HeaderBudget = *headerBudgetAddr, *headerBudget
+	cfg.MaxWaitersPerKeyPerPrincipal = *quotaKeyWaiters
 	// The --listen host is a name of this server too (the advertised one
 	// is Config.ClientAddr).
 	if h, _, err := net.SplitHostPort(*listen); err == nil && h != "" {

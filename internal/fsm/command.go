@@ -15,7 +15,7 @@ type Op uint8
 // The command types. Values are part of the log format: never renumber.
 const (
 	OpAcquire     Op = 1  // Key, Holder, TTL, [Session, LockDelay]
-	OpWait        Op = 2  // Key, Holder, TTL, Deadline, [MaxKeyWaiters, MaxWaiters], [Session, LockDelay]
+	OpWait        Op = 2  // Key, Holder, TTL, Deadline, [MaxKeyWaiters, MaxWaiters], [Session, LockDelay], [MaxOwnerKeyWaiters]
 	OpCancelWait  Op = 3  // Key, Holder
 	OpRelease     Op = 4  // Key, Holder, Token (0: any token)
 	OpExtend      Op = 5  // Key, Holder, Token, TTL
@@ -35,7 +35,7 @@ const (
 	OpAcquireKeys   Op = 17 // Holder, TTL, Session, LockDelay, Items{Key}
 
 	// Semaphores and read/write locks: 20..24.
-	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters]
+	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters], [MaxOwnerKeyWaiters]
 
 	// OpRememberByOwner (only Now): from this entry on, the request-id
 	// memory is kept by owner (memory.go). A leader proposes it once.
@@ -106,6 +106,10 @@ type Command struct {
 	// of the others.
 	MaxKeyWaiters int
 	MaxWaiters    int
+	// MaxOwnerKeyWaiters caps the waiters of the holder's owner
+	// (locktable.OwnerOf: with ACLs, its principal) in the key's queue;
+	// the leader sets it for calls of a principal.
+	MaxOwnerKeyWaiters int
 
 	// OpMember: a cluster member and the address its clients use, so that
 	// a follower can name the leader's client address.
@@ -134,8 +138,8 @@ type Command struct {
 //	string request id | varint now | the op's fields in the order listed
 //	at its constant; a string is uvarint length then bytes; Items is a
 //	uvarint count then each item's two fields. Fields in brackets are
-//	left out, together, when they are all zero, as entries written before
-//	they existed are.
+//	left out, together, when they are all zero and no bracket after them
+//	is written, as entries written before they existed are.
 
 // Encode appends nothing it cannot decode: it refuses commands whose strings
 // or batches exceed the limits.
@@ -158,9 +162,10 @@ func Encode(c Command) ([]byte, error) {
 	if len(c.ClusterID) > MaxClusterIDLen || (c.Op == OpClusterID && c.ClusterID == "") {
 		return nil, fmt.Errorf("%w: cluster id of %d bytes", ErrBadCommand, len(c.ClusterID))
 	}
-	if c.MaxKeyWaiters < 0 || c.MaxWaiters < 0 || c.MaxKeyWaiters > MaxWaitLimit || c.MaxWaiters > MaxWaitLimit ||
-		(c.Op != OpWait && c.Op != OpShared && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0)) {
-		return nil, fmt.Errorf("%w: wait limits %d, %d", ErrBadCommand, c.MaxKeyWaiters, c.MaxWaiters)
+	if c.MaxKeyWaiters < 0 || c.MaxWaiters < 0 || c.MaxOwnerKeyWaiters < 0 ||
+		c.MaxKeyWaiters > MaxWaitLimit || c.MaxWaiters > MaxWaitLimit || c.MaxOwnerKeyWaiters > MaxWaitLimit ||
+		(c.Op != OpWait && c.Op != OpShared && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 || c.MaxOwnerKeyWaiters != 0)) {
+		return nil, fmt.Errorf("%w: wait limits %d, %d, %d", ErrBadCommand, c.MaxKeyWaiters, c.MaxWaiters, c.MaxOwnerKeyWaiters)
 	}
 	if err := checkSessionFields(c); err != nil {
 		return nil, err
@@ -180,11 +185,18 @@ func Encode(c Command) ([]byte, error) {
 		b = appendString(b, c.Holder)
 		b = binary.AppendVarint(b, int64(c.TTL))
 		b = binary.AppendVarint(b, int64(c.Deadline))
-		if c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 || hasGrantOptions(c) {
+		owner := c.MaxOwnerKeyWaiters != 0
+		if c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 || hasGrantOptions(c) || owner {
 			b = binary.AppendUvarint(b, uint64(c.MaxKeyWaiters))
 			b = binary.AppendUvarint(b, uint64(c.MaxWaiters))
 		}
-		b = appendGrantOptions(b, c)
+		if hasGrantOptions(c) || owner {
+			b = binary.AppendUvarint(b, c.Session)
+			b = binary.AppendUvarint(b, uint64(c.LockDelay))
+		}
+		if owner {
+			b = binary.AppendUvarint(b, uint64(c.MaxOwnerKeyWaiters))
+		}
 	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
 		var err error
 		if b, err = appendSessionOp(b, c); err != nil {
@@ -272,12 +284,26 @@ func Decode(data []byte) (Command, error) {
 		c.Key, c.Holder = d.keyHolder()
 		c.TTL = locktable.Duration(d.Varint())
 		c.Deadline = locktable.Time(d.Varint())
-		if d.Err() == nil && d.Len() > 0 {
+		var limits, options, owner bool
+		if limits = d.Err() == nil && d.Len() > 0; limits {
 			c.MaxKeyWaiters, c.MaxWaiters = d.limit(), d.limit()
-			readGrantOptions(&d, &c)
-			if d.Err() == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 && !hasGrantOptions(c) {
-				d.fail("wait limits both zero")
-			}
+		}
+		if options = d.Err() == nil && d.Len() > 0; options {
+			c.Session, c.LockDelay = d.Uvarint(), d.lockDelay()
+		}
+		if owner = d.Err() == nil && d.Len() > 0; owner {
+			c.MaxOwnerKeyWaiters = d.limit()
+		}
+		// One encoding per command: a bracket is written when it or one
+		// after it is not all zero.
+		switch {
+		case d.Err() != nil:
+		case owner && c.MaxOwnerKeyWaiters == 0:
+			d.fail("owner wait limit zero")
+		case options && !owner && !hasGrantOptions(c):
+			d.fail("grant options both zero")
+		case limits && !options && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0:
+			d.fail("wait limits both zero")
 		}
 	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
 		readSessionOp(&d, &c)

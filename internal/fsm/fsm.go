@@ -211,7 +211,7 @@ func (f *FSM) apply(c Command, r *Result) {
 		r.Lease, r.Err = t.AcquireWith(c.Key, c.Holder, now, c.TTL, grantOptions(c))
 		r.Granted = r.Err == nil
 	case OpWait:
-		lim := locktable.WaitLimits{PerKey: c.MaxKeyWaiters, Total: c.MaxWaiters}
+		lim := locktable.WaitLimits{PerKey: c.MaxKeyWaiters, Total: c.MaxWaiters, PerKeyOwner: c.MaxOwnerKeyWaiters}
 		r.Lease, r.Granted, r.Err = t.WaitWith(c.Key, c.Holder, now, c.TTL, c.Deadline, lim, grantOptions(c))
 		r.Queued = r.Err == nil && !r.Granted
 	case OpRenew:

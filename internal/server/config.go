@@ -227,6 +227,14 @@ type Config struct {
 	MaxSessionsPerPrincipal int
 	MaxLocksPerPrincipal    int
 	MaxWaitersPerPrincipal  int
+	// MaxWaitersPerKeyPerPrincipal caps one principal's places in one
+	// key's wait queue, so that it cannot take the whole MaxWaitersPerKey
+	// and have everybody else answered 429 there: past it a wait is
+	// answered 429 quota_exceeded (quota "key_waiters"). The leader puts
+	// it in each wait command of a principal, so every node refuses the
+	// same waits. 0 means a quarter of MaxWaitersPerKey (at least 1; none
+	// when that has no cap); -1 means none.
+	MaxWaitersPerKeyPerPrincipal int
 }
 
 // DefaultConfig returns the values used for zero fields.
@@ -350,6 +358,9 @@ func (c Config) withDefaults() Config {
 	c.MaxSessionsPerPrincipal = pick(c.MaxSessionsPerPrincipal, d.MaxSessionsPerPrincipal)
 	c.MaxLocksPerPrincipal = pick(c.MaxLocksPerPrincipal, d.MaxLocksPerPrincipal)
 	c.MaxWaitersPerPrincipal = pick(c.MaxWaitersPerPrincipal, d.MaxWaitersPerPrincipal)
+	if c.MaxWaitersPerKeyPerPrincipal == 0 && c.MaxWaitersPerKey > 0 {
+		c.MaxWaitersPerKeyPerPrincipal = max(c.MaxWaitersPerKey/4, 1)
+	}
 	if c.WatchHistory == 0 {
 		c.WatchHistory = d.WatchHistory
 	}
@@ -419,7 +430,7 @@ func (c Config) Validate() error {
 	for _, w := range []struct {
 		name string
 		v    int
-	}{{"MaxWaitersPerKey", c.MaxWaitersPerKey}, {"MaxWaiters", c.MaxWaiters}} {
+	}{{"MaxWaitersPerKey", c.MaxWaitersPerKey}, {"MaxWaiters", c.MaxWaiters}, {"MaxWaitersPerKeyPerPrincipal", c.MaxWaitersPerKeyPerPrincipal}} {
 		if w.v < -1 || w.v > fsm.MaxWaitLimit {
 			bad("%s is %d; it must be between 1 and %d (0 is the default, -1 no cap)", w.name, w.v, fsm.MaxWaitLimit)
 		}

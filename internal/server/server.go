@@ -297,6 +297,7 @@ func serviceConfig(cfg Config, peers service.Peers) service.Config {
 		MaxWaitersPerKey: max(cfg.MaxWaitersPerKey, 0), MaxWaiters: max(cfg.MaxWaiters, 0),
 		WatchHistory: cfg.WatchHistory, WatchMaxWatchers: cfg.WatchMaxWatchers, WatchMaxPerCaller: cfg.WatchMaxPerCaller,
 		QuotaSessions: cfg.MaxSessionsPerPrincipal, QuotaLocks: cfg.MaxLocksPerPrincipal, QuotaWaiters: cfg.MaxWaitersPerPrincipal,
+		QuotaKeyWaiters: max(cfg.MaxWaitersPerKeyPerPrincipal, 0),
 	}
 }
 

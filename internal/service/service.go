@@ -58,6 +58,10 @@ type Config struct {
 	QuotaSessions int
 	QuotaLocks    int
 	QuotaWaiters  int
+	// QuotaKeyWaiters caps a principal's places in one key's wait queue
+	// (0: none). It travels in each wait command, as the queue caps do,
+	// so that every node refuses the same waits.
+	QuotaKeyWaiters int
 }
 
 // Peers is how this node calls the client port of another node.
