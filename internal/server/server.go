@@ -292,13 +292,21 @@ func serviceConfig(cfg Config, peers service.Peers) service.Config {
 	return service.Config{
 		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Clock: cfg.Clock, Logger: cfg.Logger, Peers: peers,
 		ApplyTimeout: cfg.ApplyTimeout, MinTickInterval: cfg.MinTickInterval, ClockCheckpoint: cfg.ClockCheckpoint,
-		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout, Join: cfg.Joining,
+		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout, Join: cfg.Joining, Engine: engineName(cfg.Engine),
 		// -1 in Config is no cap: 0 in the wait commands.
 		MaxWaitersPerKey: max(cfg.MaxWaitersPerKey, 0), MaxWaiters: max(cfg.MaxWaiters, 0),
 		WatchHistory: cfg.WatchHistory, WatchMaxWatchers: cfg.WatchMaxWatchers, WatchMaxPerCaller: cfg.WatchMaxPerCaller,
 		QuotaSessions: cfg.MaxSessionsPerPrincipal, QuotaLocks: cfg.MaxLocksPerPrincipal, QuotaWaiters: cfg.MaxWaitersPerPrincipal,
 		QuotaKeyWaiters: max(cfg.MaxWaitersPerKeyPerPrincipal, 0),
 	}
+}
+
+// engineName is the engine Config.Engine names ("" is the default).
+func engineName(e string) string {
+	if e == "" {
+		return node.EngineHashicorp
+	}
+	return e
 }
 
 func nodePeers(ps []Peer) []node.Peer {

@@ -42,6 +42,9 @@ type Config struct {
 	// until the node is a member, a not-ready answer (/readyz) says that
 	// rather than "knows no leader yet". Nil: not joining.
 	Join *membership.JoinStatus
+	// Engine is this node's replication engine, as its identity names it
+	// (a join of a node of another engine is refused); "": not said.
+	Engine string
 
 	// Queue caps: the waiters on one key and on all keys; 0: no cap.
 	MaxWaitersPerKey int
@@ -123,6 +126,7 @@ func New(cfg Config) (*Service, error) {
 	s.cluster = membership.New(membership.Config{
 		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Logger: cfg.Logger, Peers: cfg.Peers,
 		ApplyTimeout: cfg.ApplyTimeout, JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.AnnounceEvery, Join: cfg.Join,
+		Engine: cfg.Engine,
 	}, s.fsm, clusterSide{s})
 	s.metrics = newMetrics(s)
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
