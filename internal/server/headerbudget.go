@@ -95,13 +95,6 @@ func (b *headerBudget) give(ip string, n int64) {
 	b.held -= n
 }
 
-// heldBy is what ip's connections hold now.
-func (b *headerBudget) heldBy(ip string) int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.byAddr[ip]
-}
-
 // listener wraps the connections ln hands to net/http.
 func (b *headerBudget) listener(ln net.Listener) net.Listener {
 	return &headerListener{Listener: ln, b: b}
