@@ -37,12 +37,13 @@ const (
 	// Semaphores and read/write locks: 20..24.
 	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters], [MaxOwnerKeyWaiters]
 
-	// OpRememberByOwner (only Now): from this entry on, the request-id
-	// memory is kept by owner (memory.go). A leader proposes it once.
-	OpRememberByOwner Op = 25
-
-	opLimit Op = 26
+	opLimit Op = 21
 )
+
+// byOwnerBit, set in a command's first byte beside its op, is
+// Command.ByOwner. Versions from before it refuse the byte as an unknown
+// op.
+const byOwnerBit = 0x80
 
 var opNames = [...]string{
 	OpAcquire: "acquire", OpWait: "wait", OpCancelWait: "cancel-wait",
@@ -51,9 +52,8 @@ var opNames = [...]string{
 	OpMember: "member", OpClusterID: "cluster-id", OpTokenFloor: "token-floor",
 	OpACL:         "acl",
 	OpSessionOpen: "session-open", OpSessionExtend: "session-extend", OpSessionClose: "session-close",
-	OpAcquireKeys:     "acquire-keys",
-	OpShared:          "shared-acquire",
-	OpRememberByOwner: "remember-by-owner",
+	OpAcquireKeys: "acquire-keys",
+	OpShared:      "shared-acquire",
 }
 
 func (o Op) String() string {
@@ -63,7 +63,7 @@ func (o Op) String() string {
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
 
-// known reports whether o is one of the command types (21..24 are kept).
+// known reports whether o is one of the command types.
 func (o Op) known() bool { return o > 0 && o < opLimit && opNames[o] != "" }
 
 // Limits of the encoding. They bound what a decoder allocates.
@@ -131,10 +131,19 @@ type Command struct {
 
 	// OpShared: the semaphore or read/write request.
 	Shared locktable.Shared
+
+	// ByOwner, on any command, switches the request-id memory to the
+	// rules by owner (memory.go) from this entry on, for good. A leader
+	// sets it on what it proposes until its state machine has applied
+	// one, so a log switches at the first entry a leader of this version
+	// wrote, and a log written before replays under the rules it was
+	// written under.
+	ByOwner bool
 }
 
 // Encoding, after the op byte, all integers varints:
 //
+//	byte op (with byOwnerBit for ByOwner) |
 //	string request id | varint now | the op's fields in the order listed
 //	at its constant; a string is uvarint length then bytes; Items is a
 //	uvarint count then each item's two fields. Fields in brackets are
@@ -171,7 +180,11 @@ func Encode(c Command) ([]byte, error) {
 		return nil, err
 	}
 	b := make([]byte, 0, 24+len(c.RequestID)+len(c.Key)+len(c.Holder)+len(c.Items)*24)
-	b = append(b, byte(c.Op))
+	op := byte(c.Op)
+	if c.ByOwner {
+		op |= byOwnerBit
+	}
+	b = append(b, op)
 	b = appendString(b, c.RequestID)
 	b = binary.AppendVarint(b, int64(c.Now))
 	switch c.Op {
@@ -225,7 +238,7 @@ func Encode(c Command) ([]byte, error) {
 			b = appendString(b, it.Key)
 			b = binary.AppendUvarint(b, it.Token)
 		}
-	case OpTick, OpRememberByOwner:
+	case OpTick:
 	case OpTokenFloor:
 		b = binary.AppendUvarint(b, c.Token)
 	case OpMember:
@@ -266,7 +279,7 @@ func Decode(data []byte) (Command, error) {
 	if len(data) == 0 {
 		return Command{}, fmt.Errorf("%w: empty", ErrBadCommand)
 	}
-	c := Command{Op: Op(data[0])}
+	c := Command{Op: Op(data[0] &^ byOwnerBit), ByOwner: data[0]&byOwnerBit != 0}
 	if !c.Op.known() {
 		return Command{}, fmt.Errorf("%w: unknown op %d", ErrBadCommand, data[0])
 	}
@@ -323,7 +336,7 @@ func Decode(data []byte) (Command, error) {
 		for i := 0; i < n && d.Err() == nil; i++ {
 			c.Items = append(c.Items, Item{Key: d.String(locktable.MaxKeyLen), Token: d.Uvarint()})
 		}
-	case OpTick, OpRememberByOwner:
+	case OpTick:
 	case OpTokenFloor:
 		c.Token = d.Uvarint()
 	case OpMember:

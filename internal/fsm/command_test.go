@@ -46,7 +46,9 @@ var sampleCommands = []Command{
 	{Op: OpWait, Now: 14, Key: "w", Holder: "h", TTL: 100, Deadline: 200, MaxKeyWaiters: 1000, MaxWaiters: 100000, MaxOwnerKeyWaiters: 250},
 	{Op: OpWait, Now: 14, Key: "w", Holder: "h", TTL: 100, Deadline: 200, MaxKeyWaiters: 1000, Session: 3, LockDelay: 5, MaxOwnerKeyWaiters: 1},
 	{Op: OpShared, Now: 14, Key: "pool", Holder: "h", TTL: 10, Deadline: 50, Shared: locktable.Shared{Kind: locktable.Semaphore, Permits: 3}, MaxOwnerKeyWaiters: 2},
-	{Op: OpRememberByOwner, Now: 15},
+	// Marked by a leader that keeps the request-id memory by owner.
+	{Op: OpTick, Now: 15, ByOwner: true},
+	{Op: OpRenew, RequestID: "r", Now: 15, Key: "k", Holder: "h", TTL: 20, ByOwner: true},
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
@@ -56,7 +58,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Encode: %v", err)
 			}
-			if b[0] != byte(c.Op) {
+			if b[0]&^byOwnerBit != byte(c.Op) || (b[0]&byOwnerBit != 0) != c.ByOwner {
 				t.Fatalf("first byte %d, want the op %d", b[0], c.Op)
 			}
 			got, err := Decode(b)
@@ -102,23 +104,24 @@ func TestDecodeRefuses(t *testing.T) {
 	wait, _ := Encode(Command{Op: OpWait, Now: 4, Key: "k", Holder: "h", TTL: 30, Deadline: 50})
 	sem, _ := Encode(Command{Op: OpShared, Now: 4, Key: "k", Holder: "h", TTL: 30, Deadline: 50, Shared: locktable.Shared{Kind: locktable.Semaphore, Permits: 2}})
 	cases := map[string][]byte{
-		"wait limits both zero":          append(append([]byte{}, wait...), 0, 0),
-		"wait limit too big":             append(append([]byte{}, wait...), 1, 0x80, 0x80, 0x80, 0x80, 0x08),
-		"wait limits truncated":          append(append([]byte{}, wait...), 1),
-		"grant options both zero":        append(append([]byte{}, wait...), 1, 0, 0, 0),
-		"owner wait limit zero":          append(append([]byte{}, wait...), 1, 0, 0, 0, 0),
-		"owner wait limit too big":       append(append([]byte{}, wait...), 0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x08),
-		"shared owner wait limit zero":   append(append([]byte{}, sem...), 0, 0, 0),
-		"shared wait limits both zero":   append(append([]byte{}, sem...), 0, 0),
-		"remember-by-owner with a field": {byte(OpRememberByOwner), 0, 0, 1},
-		"op 21, kept":                    {21, 0, 0},
-		"empty":                          nil,
-		"op 0":                           {0},
-		"op 200":                         {200, 0, 0},
-		"truncated":                      good[:len(good)-1],
-		"trailing":                       append(append([]byte{}, good...), 0),
-		"long id":                        append([]byte{byte(OpTick), MaxRequestIDLen + 1}, bytes.Repeat([]byte{'x'}, MaxRequestIDLen+1)...),
-		"big batch":                      {byte(OpCancelWaits), 0, 0, 0xff, 0xff, 0x03},
+		"wait limits both zero":        append(append([]byte{}, wait...), 0, 0),
+		"wait limit too big":           append(append([]byte{}, wait...), 1, 0x80, 0x80, 0x80, 0x80, 0x08),
+		"wait limits truncated":        append(append([]byte{}, wait...), 1),
+		"grant options both zero":      append(append([]byte{}, wait...), 1, 0, 0, 0),
+		"owner wait limit zero":        append(append([]byte{}, wait...), 1, 0, 0, 0, 0),
+		"owner wait limit too big":     append(append([]byte{}, wait...), 0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x08),
+		"shared owner wait limit zero": append(append([]byte{}, sem...), 0, 0, 0),
+		"shared wait limits both zero": append(append([]byte{}, sem...), 0, 0),
+		"op 0 marked by owner":         {byOwnerBit, 0, 0},
+		"op 21, kept":                  {21, 0, 0},
+		"op 21 marked by owner":        {byOwnerBit | 21, 0, 0},
+		"empty":                        nil,
+		"op 0":                         {0},
+		"op 200":                       {200, 0, 0},
+		"truncated":                    good[:len(good)-1],
+		"trailing":                     append(append([]byte{}, good...), 0),
+		"long id":                      append([]byte{byte(OpTick), MaxRequestIDLen + 1}, bytes.Repeat([]byte{'x'}, MaxRequestIDLen+1)...),
+		"big batch":                    {byte(OpCancelWaits), 0, 0, 0xff, 0xff, 0x03},
 	}
 	for name, b := range cases {
 		if _, err := Decode(b); !errors.Is(err, ErrBadCommand) {

@@ -18,7 +18,7 @@ import (
 // entries at the same log position: any older than RememberFor cluster
 // time, and, as it fills, the oldest of the owner that made more than
 // RememberCount, or of the owner with the most once there are more than
-// RememberTotal in all (before the log's OpRememberByOwner entry, the
+// RememberTotal in all (before the log's first entry marked ByOwner, the
 // oldest of all past RememberCount: memory.go).
 //
 // Wait is remembered while it is queued and once it is granted, whether
@@ -250,7 +250,7 @@ func isInputError(err error) bool {
 // Flag 16 is set only for a session open or close, which snapshots made
 // before they were remembered never hold. The mark, a count no snapshot
 // can hold, says that the memory is kept by owner (the log had reached
-// its OpRememberByOwner entry); snapshots from before it never have one,
+// its first entry marked ByOwner); snapshots from before it never have one,
 // and restore to the rules they were made under.
 const rememberByOwnerMark = 1 << 40
 

@@ -198,6 +198,9 @@ func (f *FSM) apply(c Command, r *Result) {
 	if c.Now > f.now {
 		f.now = c.Now
 	}
+	if c.ByOwner {
+		f.mem.byOwner = true
+	}
 	now := f.now
 	id := rememberID(c)
 	if f.recall(c, id, now, r) {
@@ -256,8 +259,6 @@ func (f *FSM) apply(c Command, r *Result) {
 		}
 	case OpTokenFloor:
 		t.RaiseLastToken(c.Token)
-	case OpRememberByOwner:
-		f.mem.byOwner = true
 	case OpACL:
 		r.Err = f.applyACL(c.ACL)
 	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
@@ -277,8 +278,8 @@ func (f *FSM) Now() locktable.Time {
 	return f.now
 }
 
-// RemembersByOwner reports whether the log has reached its
-// OpRememberByOwner entry: the request-id memory is kept by owner.
+// RemembersByOwner reports whether the log has reached its first entry
+// marked ByOwner: the request-id memory is kept by owner.
 func (f *FSM) RemembersByOwner() bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

@@ -12,8 +12,9 @@ import (
 // holder; with ACLs on, the principal whose holder it is).
 //
 // What it forgets, past RememberFor of cluster time and as it fills,
-// depends on the rules the log has reached. Until an OpRememberByOwner
-// entry (which a leader proposes once), the whole memory holds
+// depends on the rules the log has reached. Until an entry marked
+// ByOwner (a leader of this version marks what it proposes until one has
+// applied), the whole memory holds
 // RememberCount requests and the oldest go first, as entries written
 // before the change were applied: a log replayed from an older snapshot
 // decides every retry as it was decided the first time. From that entry

@@ -21,15 +21,15 @@ func flood(a *applier, holder, key string, n int, now locktable.Time) {
 // Issue 41, item 4: the request-id memory was one list of the last 10,000
 // requests of everybody, so another principal's 10,000 calls pushed out a
 // victim's renew and the renew, retried, was applied again (token 18 where
-// the first answer had said 17). Once the log has reached its
-// OpRememberByOwner entry, each owner (a principal, with ACLs) has 10,000
+// the first answer had said 17). Once the log has reached an entry
+// marked ByOwner, each owner (a principal, with ACLs) has 10,000
 // of its own: the retry after another's 20,000 calls keeps its answer, on a
 // replica restored from a snapshot in between too.
 func TestAnotherOwnerCannotFlushARetriedRenew(t *testing.T) {
 	a, _ := newApplier(t)
 	b, _ := newApplier(t)
 	both := func(c Command) (*Result, *Result) { return a.do(c), b.do(c) }
-	both(Command{Op: OpRememberByOwner, Now: 1})
+	both(Command{Op: OpTick, Now: 1, ByOwner: true})
 	both(Command{Op: OpAcquire, RequestID: "a1", Now: 1, Key: "jobs/x", Holder: "alice/app", TTL: 100 * locktable.Second})
 	renew := Command{Op: OpRenew, RequestID: "renew-1", Now: 2, Key: "jobs/x", Holder: "alice/app", TTL: 100 * locktable.Second}
 	first, _ := both(renew)
@@ -70,7 +70,7 @@ func TestAnotherOwnerCannotFlushARetriedRenew(t *testing.T) {
 	}
 }
 
-// Before the log's OpRememberByOwner entry the memory is what it was, so
+// Before the log's first entry marked ByOwner the memory is what it was, so
 // that a log written then and replayed decides each retry as it was
 // decided: the oldest of all go first past 10,000, and the renew is
 // applied again. A snapshot of it has no mark and restores to those rules.
@@ -104,7 +104,7 @@ func TestTheFullestOwnerForgetsFirst(t *testing.T) {
 		t.Skip("110,000 applies")
 	}
 	a, _ := newApplier(t)
-	a.do(Command{Op: OpRememberByOwner, Now: 1})
+	a.do(Command{Op: OpTick, Now: 1, ByOwner: true})
 	a.do(Command{Op: OpAcquire, RequestID: "victim", Now: 1, Key: "v", Holder: "alice", TTL: 1000 * locktable.Second})
 	for i := range RememberTotal/RememberCount + 1 {
 		flood(a, fmt.Sprintf("m%02d", i), fmt.Sprintf("m/%d", i), RememberCount, 2)
@@ -130,7 +130,7 @@ func TestTheFullestOwnerForgetsFirst(t *testing.T) {
 // it is read by the rules it was made under.
 func TestSnapshotRefusesAnOwnerOverItsShare(t *testing.T) {
 	a, _ := newApplier(t)
-	a.do(Command{Op: OpRememberByOwner, Now: 1})
+	a.do(Command{Op: OpTick, Now: 1, ByOwner: true})
 	flood(a, "h", "k", 3, 1)
 	good, _ := a.f.MarshalBinary()
 	if err := New(nil).UnmarshalBinary(good); err != nil {
@@ -152,8 +152,8 @@ func TestSnapshotRefusesAnOwnerOverItsShare(t *testing.T) {
 //
 // It restores as it was: to the shared memory's rules, every request
 // remembered, encoded again byte for byte; a retried renew is answered
-// from it, and the switch entry then turns the rules on and marks the
-// next snapshot.
+// from it, and an entry marked ByOwner then turns the rules on and marks
+// the next snapshot.
 func TestSnapshotFromBeforeTheMemoryByOwnerRestores(t *testing.T) {
 	old, err := os.ReadFile("testdata/snapshot-issue40.bin")
 	if err != nil {
@@ -178,7 +178,7 @@ func TestSnapshotFromBeforeTheMemoryByOwnerRestores(t *testing.T) {
 	if w := a.do(Command{Op: OpWait, RequestID: "w1", Now: 10 * sec, Key: "jobs/y", Holder: "carol", TTL: 60 * locktable.Second, Deadline: 500 * sec, MaxKeyWaiters: 1000, MaxWaiters: 100000}); !w.Queued || a.f.QueuedCount() != 1 {
 		t.Fatalf("the wait re-sent after the restore: %+v, %d queued", w, a.f.QueuedCount())
 	}
-	a.do(Command{Op: OpRememberByOwner, Now: 10 * sec})
+	a.do(Command{Op: OpTick, Now: 10 * sec, ByOwner: true})
 	data, _ := a.f.MarshalBinary()
 	b, _ := newApplier(t)
 	if err := b.f.UnmarshalBinary(data); err != nil || !b.f.RemembersByOwner() || b.f.mem.Len() != a.f.mem.Len() {

@@ -5,7 +5,8 @@ import (
 )
 
 // The request-id memory kept by owner (issue 41, item 4) is a state of
-// the log: the first leader commits its switch entry before serving, and
+// the log: the first leader's first entry switches it (it is ready after
+// proposing the cluster's identity), and
 // a restarted node has it again from its snapshot or its log, so that a
 // renew retried across the restart keeps its first answer.
 func TestRememberByOwnerSurvivesARestart(t *testing.T) {

@@ -81,6 +81,10 @@ func (s *Service) stamp() (locktable.Time, error) {
 // applied. The error is about the proposal; the command's own refusal is in
 // the Result.
 func (s *Service) apply(cmd fsm.Command) (*fsm.Result, error) {
+	// Until the log has one, every entry this leader writes switches
+	// the request-id memory to the rules by owner (fsm.Command.ByOwner):
+	// a log written by an older version replays under its own rules.
+	cmd.ByOwner = !s.fsm.RemembersByOwner()
 	data, err := fsm.Encode(cmd)
 	if err != nil {
 		return nil, err
@@ -210,9 +214,6 @@ func (s *Service) takeOver(ctx context.Context) bool {
 	}
 	s.clock.resume(s.fsm.Now())
 	if !s.raisePendingFloor(ctx) {
-		return false
-	}
-	if !s.rememberByOwner(ctx) {
 		return false
 	}
 	for {
@@ -368,25 +369,6 @@ func sleepClock(ctx context.Context, clk clock.Clock, d time.Duration) bool {
 	case <-done:
 		return true
 	}
-}
-
-// rememberByOwner commits, once per log, the entry from which the
-// request-id memory is kept by owner (fsm.OpRememberByOwner), before the
-// new leader serves anything: a log written before it replays under the
-// rules it was written under. It returns false when ctx ended first.
-func (s *Service) rememberByOwner(ctx context.Context) bool {
-	for !s.fsm.RemembersByOwner() {
-		_, err := s.propose(fsm.Command{Op: fsm.OpRememberByOwner})
-		if err == nil {
-			s.log.Info("the request-id memory is kept by owner from here on", "applied_index", s.fsm.AppliedIndex())
-			return true
-		}
-		s.log.Warn("switching the request-id memory to one by owner failed", "err", err)
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return false
-		}
-	}
-	return true
 }
 
 // raisePendingFloor commits the token floor that `fencelock recover` left
