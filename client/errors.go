@@ -154,6 +154,19 @@ func (e *LostError) Error() string {
 
 func (e *LostError) Unwrap() []error { return []error{ErrLeaseLost, e.Reason} }
 
+// firstText refuses, before anything is sent, the first of the (field,
+// value) pairs whose value a key, holder or prefix may not hold: a
+// control character, a line or paragraph separator, a zero-width or
+// bidirectional formatting character (api.BadText), as the server would.
+func firstText(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := api.CheckText(pairs[i], pairs[i+1]); err != nil {
+			return invalidf(pairs[i], "%v", err)
+		}
+	}
+	return nil
+}
+
 // invalidf is a refusal made before anything is sent.
 func invalidf(field, format string, args ...any) error {
 	return &APIError{Code: api.CodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}

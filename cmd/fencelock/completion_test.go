@@ -57,7 +57,7 @@ func TestCompletionBash(t *testing.T) {
 	if got := complete("fencelock", "acquire", "--ho"); got != "--holder" {
 		t.Errorf("fencelock acquire --ho<TAB> = %q, want --holder", got)
 	}
-	if got := complete("fencelock", "server", "--max-waiters"); got != "--max-waiters-per-key --max-waiters --max-waiters-per-principal" {
+	if got := complete("fencelock", "server", "--max-waiters"); got != "--max-waiters-per-key --max-waiters --max-waiters-per-principal --max-waiters-per-key-per-principal" {
 		t.Errorf("fencelock server --max-waiters<TAB> = %q", got)
 	}
 	if got := complete("fencelock", "cluster", "j"); got != "join" {

@@ -99,6 +99,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	framedUnauthIdle := f.Duration("framed-unauthenticated-idle-timeout", framing.DefaultUnauthenticatedIdleTimeout, "framed, ACLs on: close a connection that has not authenticated and sends nothing for `D`")
 	framedStall := f.Duration("framed-stall-timeout", framing.DefaultStallTimeout, "framed: close a connection whose frame, once begun, brings no byte for `D`")
 	framedBufferedAddr := f.Int64("framed-max-buffered-per-address", framing.DefaultMaxBufferedPerAddr, "framed: at most `BYTES` of frames being read over one remote address's connections")
+	headerBudgetAddr := f.Int64("header-budget-per-address", server.DefaultHeaderBudgetPerAddr, "HTTP: at most `BYTES` of request headers being read (past each request's first 4 KiB) over one remote address's connections")
+	headerBudget := f.Int64("header-budget", server.DefaultHeaderBudget, "HTTP: at most `BYTES` of request headers being read (past each request's first 4 KiB) over all connections")
 	maxWaitersKey := f.Int("max-waiters-per-key", defaults.MaxWaitersPerKey, "at most `N` waiting acquires queued on one key; -1: no cap")
 	f.Env("max-waiters-per-key", "FENCELOCK_MAX_WAITERS_PER_KEY")
 	maxWaiters := f.Int("max-waiters", defaults.MaxWaiters, "at most `N` waiting acquires queued in all; -1: no cap")
@@ -116,6 +118,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-locks-per-principal", "FENCELOCK_MAX_LOCKS_PER_PRINCIPAL")
 	quotaWaiters := f.Int("max-waiters-per-principal", defaults.MaxWaitersPerPrincipal, "with ACLs, at most `N` queue places of one principal; -1: no quota")
 	f.Env("max-waiters-per-principal", "FENCELOCK_MAX_WAITERS_PER_PRINCIPAL")
+	quotaKeyWaiters := f.Int("max-waiters-per-key-per-principal", 0, "with ACLs, at most `N` places of one principal in one key's wait queue; 0: a quarter of --max-waiters-per-key; -1: no quota")
 	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
 		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
 	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
@@ -174,6 +177,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	}
 	if *framedUnauthFrame < 64 || *framedUnauthIdle <= 0 || *framedStall <= 0 || *framedBufferedAddr < framing.MaxRequestFrame {
 		return usageError("--framed-max-unauthenticated-frame must be >= 64, --framed-unauthenticated-idle-timeout and --framed-stall-timeout > 0, --framed-max-buffered-per-address >= %d (one request)", framing.MaxRequestFrame)
+	}
+	if *headerBudgetAddr < 64<<10 || *headerBudget < 64<<10 {
+		return usageError("--header-budget-per-address and --header-budget must be >= 65536 (one request's largest headers)")
 	}
 	if *maxRaftConns < 0 || *maxRaftHandshakes < 0 || *raftHandshake < 0 {
 		return usageError("--max-raft-connections, --max-raft-handshakes and --raft-handshake-timeout must be >= 0")
@@ -274,6 +280,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cfg.MaxRaftConnections, cfg.MaxRaftHandshakes, cfg.RaftHandshakeTimeout = *maxRaftConns, *maxRaftHandshakes, *raftHandshake
 	cfg.FramedMaxUnauthenticatedFrame, cfg.FramedUnauthenticatedIdleTimeout = *framedUnauthFrame, *framedUnauthIdle
 	cfg.FramedStallTimeout, cfg.FramedMaxBufferedPerAddr = *framedStall, *framedBufferedAddr
+	cfg.HeaderBudgetPerAddr, cfg.HeaderBudget = *headerBudgetAddr, *headerBudget
+	cfg.MaxWaitersPerKeyPerPrincipal = *quotaKeyWaiters
 	// The --listen host is a name of this server too (the advertised one
 	// is Config.ClientAddr).
 	if h, _, err := net.SplitHostPort(*listen); err == nil && h != "" {

@@ -191,6 +191,15 @@ type Config struct {
 	FramedUnauthenticatedIdleTimeout time.Duration
 	FramedStallTimeout               time.Duration
 	FramedMaxBufferedPerAddr         int64
+	// HTTP requests' headers before any handler (so before
+	// authentication) run: past each request's first 4 KiB, the bytes
+	// read while a request's headers arrive come from its remote
+	// address's HeaderBudgetPerAddr and the server's HeaderBudget, and
+	// go back once the headers are complete; a connection that finds no
+	// room is answered 503 too_many_connections and closed. 0 means the
+	// defaults (1 MiB and 16 MiB).
+	HeaderBudgetPerAddr int64
+	HeaderBudget        int64
 	// WALSegmentSize is the size of each preallocated log segment file;
 	// 0 means 16 MiB. Tests make it small to rotate segments often.
 	WALSegmentSize int
@@ -218,6 +227,14 @@ type Config struct {
 	MaxSessionsPerPrincipal int
 	MaxLocksPerPrincipal    int
 	MaxWaitersPerPrincipal  int
+	// MaxWaitersPerKeyPerPrincipal caps one principal's places in one
+	// key's wait queue, so that it cannot take the whole MaxWaitersPerKey
+	// and have everybody else answered 429 there: past it a wait is
+	// answered 429 quota_exceeded (quota "key_waiters"). The leader puts
+	// it in each wait command of a principal, so every node refuses the
+	// same waits. 0 means a quarter of MaxWaitersPerKey (at least 1; none
+	// when that has no cap); -1 means none.
+	MaxWaitersPerKeyPerPrincipal int
 }
 
 // DefaultConfig returns the values used for zero fields.
@@ -247,6 +264,8 @@ func DefaultConfig() Config {
 		FramedWriteTimeout:          framing.DefaultWriteTimeout,
 		FramedReadTimeout:           framing.DefaultReadTimeout,
 		FramedIdleTimeout:           framing.DefaultIdleTimeout,
+		HeaderBudgetPerAddr:         DefaultHeaderBudgetPerAddr,
+		HeaderBudget:                DefaultHeaderBudget,
 		MaxWaitersPerKey:            1000,
 		MaxWaiters:                  100000,
 
@@ -302,6 +321,12 @@ func (c Config) withDefaults() Config {
 	if c.FramedMaxPendingAnswerBytes == 0 {
 		c.FramedMaxPendingAnswerBytes = d.FramedMaxPendingAnswerBytes
 	}
+	if c.HeaderBudgetPerAddr == 0 {
+		c.HeaderBudgetPerAddr = d.HeaderBudgetPerAddr
+	}
+	if c.HeaderBudget == 0 {
+		c.HeaderBudget = d.HeaderBudget
+	}
 	if c.MaxConnectionsPerAddr == 0 && c.MaxConnections > 0 {
 		c.MaxConnectionsPerAddr = max(c.MaxConnections/4, 1)
 	}
@@ -333,6 +358,9 @@ func (c Config) withDefaults() Config {
 	c.MaxSessionsPerPrincipal = pick(c.MaxSessionsPerPrincipal, d.MaxSessionsPerPrincipal)
 	c.MaxLocksPerPrincipal = pick(c.MaxLocksPerPrincipal, d.MaxLocksPerPrincipal)
 	c.MaxWaitersPerPrincipal = pick(c.MaxWaitersPerPrincipal, d.MaxWaitersPerPrincipal)
+	if c.MaxWaitersPerKeyPerPrincipal == 0 && c.MaxWaitersPerKey > 0 {
+		c.MaxWaitersPerKeyPerPrincipal = max(c.MaxWaitersPerKey/4, 1)
+	}
 	if c.WatchHistory == 0 {
 		c.WatchHistory = d.WatchHistory
 	}
@@ -381,6 +409,8 @@ func (c Config) Validate() error {
 		{"MaxRaftHandshakes", int64(c.MaxRaftHandshakes)},
 		{"FramedMaxUnauthenticatedFrame", int64(c.FramedMaxUnauthenticatedFrame)},
 		{"FramedMaxBufferedPerAddr", c.FramedMaxBufferedPerAddr},
+		{"HeaderBudgetPerAddr", c.HeaderBudgetPerAddr},
+		{"HeaderBudget", c.HeaderBudget},
 		{"FramedMaxInFlight", int64(c.FramedMaxInFlight)},
 		{"FramedMaxPriorityInFlight", int64(c.FramedMaxPriorityInFlight)},
 		{"FramedMaxPendingAnswerBytes", c.FramedMaxPendingAnswerBytes},
@@ -389,10 +419,18 @@ func (c Config) Validate() error {
 			bad("%s is %d; it must not be negative (0 is the default)", n.name, n.v)
 		}
 	}
+	for _, h := range []struct {
+		name string
+		v    int64
+	}{{"HeaderBudgetPerAddr", c.HeaderBudgetPerAddr}, {"HeaderBudget", c.HeaderBudget}} {
+		if h.v > 0 && h.v < maxHeaderBytes {
+			bad("%s is %d; it must hold one request's largest headers, %d bytes (0 is the default)", h.name, h.v, maxHeaderBytes)
+		}
+	}
 	for _, w := range []struct {
 		name string
 		v    int
-	}{{"MaxWaitersPerKey", c.MaxWaitersPerKey}, {"MaxWaiters", c.MaxWaiters}} {
+	}{{"MaxWaitersPerKey", c.MaxWaitersPerKey}, {"MaxWaiters", c.MaxWaiters}, {"MaxWaitersPerKeyPerPrincipal", c.MaxWaitersPerKeyPerPrincipal}} {
 		if w.v < -1 || w.v > fsm.MaxWaitLimit {
 			bad("%s is %d; it must be between 1 and %d (0 is the default, -1 no cap)", w.name, w.v, fsm.MaxWaitLimit)
 		}

@@ -198,6 +198,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		s.reg.MustRegister(cl.collectors()...)
 		ln = cl
 	}
+	hb := newHeaderBudget(cfg.HeaderBudgetPerAddr, cfg.HeaderBudget, s.log)
+	s.reg.MustRegister(hb.collectors()...)
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -208,11 +210,15 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		// Headers arrive before authentication: net/http's default
 		// allows a megabyte of them on every connection.
 		MaxHeaderBytes: maxHeaderBytes,
-		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// And a budget of them per address and in all (headerBudget).
+		ConnState: hb.connState,
+		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		// The sorting listener hands out wrapped connections, so
 		// net/http cannot see a TLS one: carry its state (a client
 		// certificate names a principal) in the context instead.
-		ConnContext: httpapi.WithConnTLS,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return httpapi.WithConnTLS(ctx, unwrapHeaderConn(c))
+		},
 	}
 	// One port serves HTTP and framed connections (internal/framing):
 	// the same handler answers both.
@@ -239,7 +245,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	served := make(chan error, 1)
 	// With TLS the handshake comes first; the sorting reads decrypted
 	// bytes, in each connection's own goroutine.
-	go func() { served <- hs.Serve(framing.Listen(s.wrapListener(ln), fs)) }()
+	go func() { served <- hs.Serve(hb.listener(framing.Listen(s.wrapListener(ln), fs))) }()
 	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir, "tls", s.tls != nil, "dashboard", httpapi.DashboardURL(ln.Addr(), s.tls != nil))
 
 	var serveErr error
@@ -286,12 +292,21 @@ func serviceConfig(cfg Config, peers service.Peers) service.Config {
 	return service.Config{
 		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Clock: cfg.Clock, Logger: cfg.Logger, Peers: peers,
 		ApplyTimeout: cfg.ApplyTimeout, MinTickInterval: cfg.MinTickInterval, ClockCheckpoint: cfg.ClockCheckpoint,
-		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout, Join: cfg.Joining,
+		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout, Join: cfg.Joining, Engine: engineName(cfg.Engine),
 		// -1 in Config is no cap: 0 in the wait commands.
 		MaxWaitersPerKey: max(cfg.MaxWaitersPerKey, 0), MaxWaiters: max(cfg.MaxWaiters, 0),
 		WatchHistory: cfg.WatchHistory, WatchMaxWatchers: cfg.WatchMaxWatchers, WatchMaxPerCaller: cfg.WatchMaxPerCaller,
 		QuotaSessions: cfg.MaxSessionsPerPrincipal, QuotaLocks: cfg.MaxLocksPerPrincipal, QuotaWaiters: cfg.MaxWaitersPerPrincipal,
+		QuotaKeyWaiters: max(cfg.MaxWaitersPerKeyPerPrincipal, 0),
 	}
+}
+
+// engineName is the engine Config.Engine names ("" is the default).
+func engineName(e string) string {
+	if e == "" {
+		return node.EngineHashicorp
+	}
+	return e
 }
 
 func nodePeers(ps []Peer) []node.Peer {

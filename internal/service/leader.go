@@ -81,6 +81,10 @@ func (s *Service) stamp() (locktable.Time, error) {
 // applied. The error is about the proposal; the command's own refusal is in
 // the Result.
 func (s *Service) apply(cmd fsm.Command) (*fsm.Result, error) {
+	// Until the log has one, every entry this leader writes switches
+	// the request-id memory to the rules by owner (fsm.Command.ByOwner):
+	// a log written by an older version replays under its own rules.
+	cmd.ByOwner = !s.fsm.RemembersByOwner()
 	data, err := fsm.Encode(cmd)
 	if err != nil {
 		return nil, err
