@@ -169,7 +169,7 @@ func (g *portGate) refused(c *atomic.Int64, msg, remote string, err error) {
 // goroutine so a silent dialer holds up nobody.
 type RaftPort struct {
 	ln      net.Listener
-	tls     *tlsconfig.Reloader // nil: plain TCP
+	tls     PeerTLS // nil: plain TCP
 	members tlsconfig.Members
 	gate    *portGate
 
@@ -221,10 +221,20 @@ func (st *RaftPort) track(c net.Conn, accepted bool) (net.Conn, bool) {
 	return sc, true
 }
 
+// ErrNoCredential: a raft port was asked for with neither TLS nor
+// InsecureRaft.
+var ErrNoCredential = errors.New("a raft port needs a credential (a cluster secret, or peer TLS): without one, any process that reaches it can forge the cluster's log")
+
 // ListenRaftPort listens on cfg.RaftAddr (or takes cfg.Listener) with
 // cfg.RaftPort's budgets; with cfg.TLS a peer must hold a node
-// certificate that members takes.
+// certificate that members takes. Without TLS it needs cfg.InsecureRaft.
 func ListenRaftPort(cfg Config, members tlsconfig.Members) (*RaftPort, error) {
+	if cfg.TLS == nil && !cfg.InsecureRaft {
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+		return nil, ErrNoCredential
+	}
 	ln, err := listenRaft(cfg)
 	if err != nil {
 		return nil, err
@@ -246,7 +256,7 @@ func (st *RaftPort) RefusedPeer(msg, remote string, err error) {
 	st.gate.refused(&st.gate.refusedHandshakes, msg, remote, err)
 }
 
-func newStream(ln net.Listener, r *tlsconfig.Reloader, members tlsconfig.Members, gate *portGate) *RaftPort {
+func newStream(ln net.Listener, r PeerTLS, members tlsconfig.Members, gate *portGate) *RaftPort {
 	st := &RaftPort{ln: ln, tls: r, members: members, gate: gate, conns: make(chan net.Conn), closed: make(chan struct{}),
 		open: make(map[*streamConn]struct{})}
 	st.ctx, st.cancel = context.WithCancel(context.Background())

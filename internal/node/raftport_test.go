@@ -55,7 +55,11 @@ func startStream(t *testing.T, r *tlsconfig.Reloader, lim RaftPortLimits, h slog
 		t.Fatal(err)
 	}
 	gate := newPortGate(lim, slog.New(h))
-	ts := &testStream{RaftPort: newStream(ln, r, func(string) bool { return true }, gate)}
+	var peer PeerTLS // nil: plain TCP
+	if r != nil {
+		peer = r
+	}
+	ts := &testStream{RaftPort: newStream(ln, peer, func(string) bool { return true }, gate)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
