@@ -89,9 +89,11 @@ func (s Secret) Fingerprint() string {
 // Credential is what a node's raft port runs mutual TLS with: the
 // authorities of its secrets and this node's own certificate.
 type Credential struct {
-	roots *x509.CertPool
-	cert  tls.Certificate
-	fps   string // the accepted secrets' fingerprints, for errors
+	roots     *x509.CertPool
+	cert      tls.Certificate
+	fps       string   // the accepted secrets' fingerprints, for errors
+	proofKeys [][]byte // the current secret's, then the previous one's
+	seen      nonceMemory
 }
 
 // NewCredential derives the authority of current (and of previous, when
@@ -107,6 +109,11 @@ func NewCredential(current Secret, previous *Secret, nodeID string) (*Credential
 	}
 	c := &Credential{roots: x509.NewCertPool(), fps: cur.fp}
 	c.roots.AddCert(cur.cert)
+	k, err := proofKey(current)
+	if err != nil {
+		return nil, err
+	}
+	c.proofKeys = append(c.proofKeys, k)
 	chain := [][]byte{nil}
 	if previous != nil && *previous != current {
 		prev, err := derive(*previous)
@@ -115,6 +122,10 @@ func NewCredential(current Secret, previous *Secret, nodeID string) (*Credential
 		}
 		c.roots.AddCert(prev.cert)
 		c.fps += " or " + prev.fp
+		if k, err = proofKey(*previous); err != nil {
+			return nil, err
+		}
+		c.proofKeys = append(c.proofKeys, k)
 		// The current authority signed by the previous one: a node
 		// that holds only the previous secret follows it from this
 		// node's certificate to the authority it trusts.

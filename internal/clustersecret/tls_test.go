@@ -167,3 +167,43 @@ func TestDerivationIsStable(t *testing.T) {
 		t.Fatal("two derivations of one secret differ")
 	}
 }
+
+// The proof before the handshake: taken from a holder of the secret
+// (or, in a rotation, of either secret), once; refused from anybody
+// else, and when replayed.
+func TestProof(t *testing.T) {
+	oldS, newS := secret(t), secret(t)
+	node := credential(t, newS, &oldS, "a")
+	for _, c := range []struct {
+		name   string
+		dialer *Credential
+		ok     bool
+	}{
+		{"the same secrets", credential(t, newS, &oldS, "b"), true},
+		{"the new secret alone", credential(t, newS, nil, "b"), true},
+		{"the previous secret alone", credential(t, oldS, nil, "b"), true},
+		{"another secret", credential(t, secret(t), nil, "b"), false},
+	} {
+		p, err := c.dialer.Proof()
+		if err != nil || len(p) != ProofLen {
+			t.Fatalf("%s: proof %x, %v", c.name, p, err)
+		}
+		if got := node.CheckProof(p); got != c.ok {
+			t.Errorf("%s: CheckProof = %v, want %v", c.name, got, c.ok)
+		}
+		if c.ok && node.CheckProof(p) {
+			t.Errorf("%s: a replayed proof was taken", c.name)
+		}
+	}
+	p, _ := node.Proof()
+	for i := range p {
+		bad := append([]byte(nil), p...)
+		bad[i] ^= 1
+		if node.CheckProof(bad) && i < len(proofMagic)+proofNonce {
+			t.Errorf("a proof with byte %d changed was taken", i)
+		}
+	}
+	if node.CheckProof(p[:ProofLen-1]) || node.CheckProof(make([]byte, ProofLen)) {
+		t.Error("a short or empty proof was taken")
+	}
+}

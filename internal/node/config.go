@@ -66,6 +66,16 @@ type PeerTLS interface {
 	PeerClient(addr string, members tlsconfig.Members) *tls.Config
 }
 
+// PeerProof is a credential its dialer proves in its first bytes, before
+// the TLS handshake (clustersecret.Credential): the raft port reads and
+// checks them first, so that the handshakes it spends its budget on are
+// only those of holders of the credential.
+type PeerProof interface {
+	Proof() ([]byte, error)
+	ProofLen() int
+	CheckProof([]byte) bool
+}
+
 // Hooks are told what the state machine did; each may be nil.
 type Hooks struct {
 	// Applied is how long each log entry took to apply.

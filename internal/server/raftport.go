@@ -30,7 +30,7 @@ func raftPortCollectors(n interface{ RaftPortStats() node.RaftPortStats }) []pro
 		gauge("fencelock_raft_handshakes_max", "The cap on TLS handshakes in progress on the raft port (0: no raft port).",
 			func(st node.RaftPortStats) float64 { return float64(st.Limits.MaxHandshakes) }),
 		refused("connection_cap", func(st node.RaftPortStats) int64 { return st.RefusedConns }),
-		refused("handshake_budget", func(st node.RaftPortStats) int64 { return st.RefusedHandshakeBudget }),
+		refused("handshake_budget", func(st node.RaftPortStats) int64 { return st.Evicted }),
 		refused("handshake", func(st node.RaftPortStats) int64 { return st.HandshakesRefused }),
 	}
 }

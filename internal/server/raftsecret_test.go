@@ -136,18 +136,47 @@ func holdsLease(n *tlsNode, key, holder string, token uint64) bool {
 	return ok && ls.Holder == holder && ls.Token == token
 }
 
-// secretDial dials as a node holding sec, named id; blind, it takes
-// whatever node answers, so that the node's check is what decides.
+// secretDial dials as a node holding sec, named id: its proof of the
+// secret, then TLS with its certificate. Blind, it takes whatever node
+// answers, so that the node's check is what decides.
 func secretDial(t *testing.T, sec clustersecret.Secret, id string, blind bool) func(string) (net.Conn, error) {
 	t.Helper()
 	cred, err := clustersecret.NewCredential(sec, nil, id)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := cred.PeerClient("", nil)
 	if blind {
-		return tlsDialer(&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cred.Certificate()}})
+		cfg = &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cred.Certificate()}}
 	}
-	return tlsDialer(cred.PeerClient("", nil))
+	return func(addr string) (net.Conn, error) {
+		proof, err := cred.Proof()
+		if err != nil {
+			return nil, err
+		}
+		return proofDial(proof, cfg)(addr)
+	}
+}
+
+// proofDial dials, sends proof (nil: none) and runs a TLS handshake
+// with cfg.
+func proofDial(proof []byte, cfg *tls.Config) func(string) (net.Conn, error) {
+	return func(addr string) (net.Conn, error) {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.Write(proof); err != nil {
+			c.Close()
+			return nil, err
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
 }
 
 // settle writes through the leader and waits for every node to apply
@@ -182,6 +211,22 @@ func TestRaftPortRefusesAForgerWithoutTheCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	otherCred, err := clustersecret.NewCredential(other, nil, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A member's proof, as one who reads the raft traffic has it.
+	sniffed := func() []byte {
+		c, err := clustersecret.NewCredential(*testSecret, nil, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := c.Proof()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	for i, a := range []struct {
 		name string
 		dial func(string) (net.Conn, error)
@@ -189,6 +234,8 @@ func TestRaftPortRefusesAForgerWithoutTheCredential(t *testing.T) {
 		{"plain TCP", plainDial},
 		{"TLS without a certificate", tlsDialer(&tls.Config{InsecureSkipVerify: true})},
 		{"another cluster's secret", secretDial(t, other, "n1", true)},
+		{"a member's proof replayed, then another secret's certificate", proofDial(sniffed(),
+			&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{otherCred.Certificate()}})},
 	} {
 		l := tlsLeader(t, nodes)
 		target := followerOf(nodes, l)
