@@ -249,7 +249,11 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		ln.Close()
 		return err
 	}
-	if !cfg.TLS.Enabled() && !cfg.Insecure {
+	switch {
+	case cfg.TLS.Enabled() || cfg.Insecure:
+	case cfg.ClusterSecret != nil || cfg.RaftAddr == "":
+		s.log.Info("no TLS: the client port serves loopback addresses only")
+	default:
 		s.log.Info("no TLS: the client and raft ports serve loopback addresses only")
 	}
 	cfg = cfg.withDefaults()

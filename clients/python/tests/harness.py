@@ -130,17 +130,24 @@ class Server:
 
 
 class Cluster:
-    """Three raft nodes on free loopback ports (``--peers``), one temp dir."""
+    """Three raft nodes on free loopback ports (``--peers``), one temp dir,
+    sharing a cluster secret (``fencelock cluster secret``, mode 0600) as the
+    README's cluster does."""
 
     def __init__(self, n: int = 3, *, tls: Optional["Certs"] = None, args: Sequence[str] = ()) -> None:
         self.dir = tempfile.mkdtemp(prefix="fencelock-py-cluster-")
         self.tls = tls
+        secret = os.path.join(self.dir, "cluster.secret")
+        made = subprocess.run([binary(), "cluster", "secret"], check=True, stdout=subprocess.PIPE).stdout
+        with os.fdopen(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(made)
         ids = ["n%d" % (i + 1) for i in range(n)]
         raft = {i: "127.0.0.1:%d" % free_port() for i in ids}
         peers = ",".join("%s=%s" % (i, raft[i]) for i in ids)
         self.nodes: List[Server] = []
         for i in ids:
-            self.nodes.append(Server(["--id", i, "--raft", raft[i], "--peers", peers] + list(args),
+            self.nodes.append(Server(["--id", i, "--raft", raft[i], "--peers", peers,
+                                      "--cluster-secret-file", secret] + list(args),
                                      tls=tls, node=i, wait=False, dir=self.dir))
         self.leader()
 
