@@ -169,14 +169,15 @@ type Config struct {
 	// is 0.
 	MaxConnectionsPerAddr int
 	// The raft port's own budgets, apart from the client port's
-	// (docs/SECURITY.md): MaxRaftConnections caps the accepted
-	// connections raft holds, MaxRaftHandshakes the TLS handshakes in
-	// progress (a quarter of it from one address), RaftHandshakeTimeout
-	// each handshake. A connection past a cap is closed at accept,
-	// counted (fencelock_raft_connections_refused_total) and summed up in
-	// a log line at most every 10 s. 0 means the defaults (128, 32, 5 s;
-	// the server command sizes the caps from the open-file limit:
-	// RaftConnectionCaps).
+	// (docs/SECURITY.md): MaxRaftConnections caps the connections raft
+	// holds (peers past their handshake), MaxRaftHandshakes the
+	// handshakes in progress (past it the oldest of the address holding
+	// the most, among those that have not proved the credential, is
+	// closed to make room), RaftHandshakeTimeout each handshake. What is
+	// closed is counted (fencelock_raft_connections_refused_total) and
+	// summed up in a log line at most every 10 s. 0 means the defaults
+	// (128, 32, 5 s; the server command sizes the caps from the open-file
+	// limit: RaftConnectionCaps).
 	MaxRaftConnections   int
 	MaxRaftHandshakes    int
 	RaftHandshakeTimeout time.Duration
