@@ -401,3 +401,39 @@ func TestRaftPortRefusalLogIsASummary(t *testing.T) {
 		t.Errorf("counted %d, want 1001", st.RefusedConns)
 	}
 }
+
+// When every handshake in progress proved the secret (only holders of
+// it, or replays of their proofs, get there), there is no room to make:
+// a newcomer is closed, counted, and the proven ones are left alone.
+func TestRaftPortProvenHandshakesAreNotEvicted(t *testing.T) {
+	ts, cred := secretStream(t, RaftPortLimits{MaxHandshakes: 2, HandshakeTimeout: time.Hour})
+	var proven []net.Conn
+	for range 2 {
+		c := ts.dial(t)
+		p, err := cred.Proof()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		proven = append(proven, c)
+	}
+	waitFor(t, "two proven handshakes", func() bool {
+		ts.gate.mu.Lock()
+		defer ts.gate.mu.Unlock()
+		return len(ts.gate.byAddr) == 0 && ts.gate.stats().Handshaking == 2
+	})
+	if c := ts.dial(t); !closedByServer(t, c) {
+		t.Fatal("a newcomer was kept past a budget of proven handshakes")
+	}
+	if st := ts.gate.stats(); st.Evicted != 1 || st.Handshaking != 2 {
+		t.Fatalf("stats %+v, want 1 closed for the budget, 2 handshaking", st)
+	}
+	for _, c := range proven {
+		c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !isTimeout(err) {
+			t.Fatalf("a proven handshake was closed (%v)", err)
+		}
+	}
+}

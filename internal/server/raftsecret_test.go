@@ -324,3 +324,91 @@ func acquireOnLeaderHTTP(t *testing.T, nodes []*tlsNode, key, holder string) {
 		return st == 200
 	})
 }
+
+// newSecret is a fresh cluster secret.
+func newSecret(t *testing.T) *clustersecret.Secret {
+	t.Helper()
+	s, err := clustersecret.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &s
+}
+
+// Joining needs the cluster's secret: the leader's probe of a node with
+// another secret fails at the handshake, the join is refused and nothing
+// changes; the same node with the secret joins and replicates.
+func TestRaftPortJoinNeedsTheSecret(t *testing.T) {
+	rln := listen(t)
+	cfg := clusterConfig("n1")
+	cfg.RaftAddr, cfg.raftListener = rln.Addr().String(), rln
+	l := tlsLeader(t, []*tlsNode{serveTLSNode(t, cfg, listen(t))})
+	acquireOnLeaderHTTP(t, []*tlsNode{l}, "k", "a")
+
+	join := func(n *tlsNode) (int, map[string]any) {
+		body := `{"id":"` + n.id + `","raft_addr":"` + n.node.Addr() + `","client_addr":"` + n.addr + `"}`
+		return postJSON(t, httpsClient(nil), "http://"+l.addr+api.PathJoin, body)
+	}
+	rln = listen(t)
+	cfg = clusterConfig("n2")
+	cfg.RaftAddr, cfg.raftListener, cfg.Join, cfg.ClusterSecret = rln.Addr().String(), rln, true, newSecret(t)
+	stranger := serveTLSNode(t, cfg, listen(t))
+	if st, m := join(stranger); st == 200 || m["code"] != api.CodeNodeUnreachable {
+		t.Fatalf("join of a node with another secret: %d %v", st, m)
+	}
+	if ms := l.fsm.Members(); len(ms) != 1 {
+		t.Fatalf("members after the refused join: %v", ms)
+	}
+	stranger.stop()
+
+	rln = listen(t)
+	cfg = clusterConfig("n2")
+	cfg.RaftAddr, cfg.raftListener, cfg.Join = rln.Addr().String(), rln, true
+	n2 := serveTLSNode(t, cfg, listen(t))
+	eventually(t, "the join with the secret", func() bool {
+		st, m := join(n2)
+		if st != 200 && st != 503 {
+			t.Fatalf("join of n2 with the secret: %d %v", st, m)
+		}
+		return st == 200
+	})
+	eventually(t, "n2 to replicate", func() bool { return holdsLease(n2, "k", "a", 1) })
+}
+
+// The window of a rotation: a node on the new secret that still accepts
+// the old one, and nodes on the old one alone, form one cluster; a node
+// on the new secret alone is refused by those on the old one alone.
+func TestRaftPortRotationWindow(t *testing.T) {
+	oldS, newS := testSecret, newSecret(t)
+	nodes := startPortCluster(t, 3, func(cfg *Config) {
+		if cfg.NodeID == "n1" {
+			cfg.ClusterSecret, cfg.PreviousClusterSecret = newS, oldS
+		}
+	})
+	// n1 leads, so that it dials the others, and is dialed by them
+	// before that.
+	eventually(t, "n1, on both secrets, to lead", func() bool {
+		l := tlsLeader(t, nodes)
+		if l == nodes[0] {
+			return true
+		}
+		l.node.TransferLeadership()
+		return false
+	})
+	acquireOnLeaderHTTP(t, nodes, "k", "a")
+	for _, n := range nodes {
+		eventually(t, n.id+" to apply the grant", func() bool { return holdsLease(n, "k", "a", 1) })
+	}
+	n3 := nodes[2]
+	refused := n3.node.RaftPortStats().HandshakesRefused
+	forgeReleaseAny(t, n3, nodes[0], "k", "a", secretDial(t, *newS, "n1", false))
+	if got := n3.node.RaftPortStats().HandshakesRefused; got <= refused {
+		t.Errorf("a dialer with the new secret alone was not refused by a node on the old one alone (refused %d, then %d)", refused, got)
+	}
+	settle(t, nodes, "after")
+	for _, n := range nodes {
+		if !holdsLease(n, "k", "a", 1) {
+			t.Errorf("%s lost a's lease", n.id)
+		}
+	}
+}
