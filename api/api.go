@@ -346,7 +346,10 @@ const (
 // and each member's health as the leader sees it. A follower asks the
 // leader for its view; a leader it has not heard from for a heartbeat
 // timeout is not named as the leader (raft keeps naming a dead one until
-// a new one is elected) and is shown unreachable.
+// a new one is elected) and is shown unreachable. Any node answers at
+// once, leader or not: when it hears from no leader (NoLeader), or the
+// leader does not answer it within UnreachableAfterMs, with its own view
+// (Local).
 type MembersResponse struct {
 	Leader        string   `json:"leader"`      // leader's id, "" if none known
 	LeaderAddr    string   `json:"leader_addr"` // leader's client address
@@ -367,7 +370,38 @@ type MembersResponse struct {
 	// Members is the configuration as it last saw it, without itself.
 	// It serves nothing (every other call answers CodeRemoved).
 	Removed bool `json:"removed,omitempty"`
+	// Role is the answering node's raft role now (RoleLeader,
+	// RoleFollower, RoleCandidate or RoleShutdown) and Term its raft
+	// term. Servers before issue 44 leave both out.
+	Role string `json:"role,omitempty"`
+	Term uint64 `json:"term,omitempty"`
+	// NoLeader: the answering node neither leads with a quorum's
+	// confirmation nor hears from a leader, so nothing can be granted,
+	// extended or released until a quorum of the voters elects one: the
+	// cluster has lost its quorum, or an election is under way. The
+	// members' health is then the answering node's own view (Local).
+	// 'fencelock cluster members' says so and exits 3. A server before
+	// issue 44 answers 503 instead, or leaves it out with Leader "".
+	NoLeader bool `json:"no_leader,omitempty"`
+	// Local: the members' State and LastContactMs are the answering
+	// node's own view, not a leader's (HealthFrom is ""), because no
+	// leader's view could be had: MemberHealthy means this node heard
+	// from the member within UnreachableAfterMs, MemberUnreachable that
+	// it last did longer ago (LastContactMs says when), MemberUnknown
+	// that it never has. A follower hears only from its leader and from
+	// the voters that answer it in an election; a node that led heard
+	// from every member that answered it. The answering node itself is
+	// MemberHealthy, and the leader it still hears from MemberLeader.
+	Local bool `json:"local,omitempty"`
 }
+
+// Raft roles (MembersResponse.Role).
+const (
+	RoleLeader    = "leader"
+	RoleFollower  = "follower"
+	RoleCandidate = "candidate"
+	RoleShutdown  = "shutdown"
+)
 
 // JoinRequest is POST /v1/cluster/join (and /announce, by which a node
 // records its own client address).

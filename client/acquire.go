@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"time"
+
+	"github.com/fencelock/fencelock/client/internal/keepalive"
 )
 
 // Acquire waits in the key's FIFO queue until the lock is granted, ctx ends,
@@ -46,8 +48,8 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 // start turns a grant into a Lease. sent is when the grant was asked for: the
 // server granted at or after it, so the lease lasts at least until sent+TTL.
 func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.Time) (*Lease, error) {
-	b := budgetFor(o.ttl)
-	if c.clock.Now().Sub(sent) >= b.every {
+	b := keepalive.BudgetFor(o.ttl)
+	if c.clock.Now().Sub(sent) >= b.Every {
 		// A grant that waited in the queue can only be dated from when we
 		// asked, which may be long ago; an extension dates it afresh.
 		again := c.clock.Now()
@@ -57,29 +59,31 @@ func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.T
 			return nil, err
 		}
 		lk, sent = ext, again
-		if c.clock.Now().Sub(sent) >= b.giveUp {
+		if c.clock.Now().Sub(sent) >= b.GiveUp {
 			c.releaseQuietly(lk.Key, lk.Holder, lk.Token)
 			return nil, &LostError{Key: lk.Key, Token: lk.Token, Reason: ErrExpired}
 		}
 	}
-	l := &Lease{key: lk.Key, holder: lk.Holder, token: lk.Token, lock: lk}
+	l := &Lease{c: c, key: lk.Key, holder: lk.Holder, token: lk.Token, ttl: o.ttl, lock: lk}
 	if l.key == "" {
 		l.key = o.key
 	}
 	if l.holder == "" {
 		l.holder = o.holder
 	}
-	l.keeper = keeper{c: c, clock: c.clock, ttl: o.ttl, lastSent: sent, what: "extend",
-		send: func(ctx context.Context, addr string) (func(), error) {
+	l.keep = c.keepAlive(ctx, o.ttl, sent, "extend",
+		func(ctx context.Context, addr string) (func(), error) {
 			lk, err := c.extendAt(ctx, addr, l.key, l.holder, l.token, l.ttl)
 			if err != nil {
 				return nil, err
 			}
-			return func() { l.lock = lk }, nil
+			return func() {
+				l.mu.Lock()
+				l.lock = lk
+				l.mu.Unlock()
+			}, nil
 		},
-		lost: func(reason error) error { return &LostError{Key: l.key, Token: l.token, Reason: reason} },
-	}
-	l.start(ctx)
+		func(reason error) error { return &LostError{Key: l.key, Token: l.token, Reason: reason} })
 	return l, nil
 }
 

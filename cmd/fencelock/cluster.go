@@ -52,10 +52,21 @@ the heartbeat timeout) or unknown (no leader, or it did not answer);
 CONTACT is when the leader last heard from it, LAG how many log entries
 it was behind then. A leader the answering node has stopped hearing from
 is not marked as the leader, and shows unreachable. A node that has been
-removed from the cluster says so first. With --json, the API's
-members answer, which also says which node answered, whose view the
-health is (health_from), whether it is ready, and how far it has applied
-the log.
+removed from the cluster says so first.
+
+Any node answers at once, leader or not. One that hears from no leader
+(the cluster has lost its quorum, or an election is under way) prints
+its own view: its role, term and applied index, then every member it
+knows, with STATE healthy (it heard from it within the bound),
+unreachable (CONTACT says when it last did) or unknown (never); a line
+on stderr then says how many voters it has heard from against the
+quorum, and the command exits 3. A follower hears only from its leader,
+so after the leader is gone it may show the other followers unknown.
+
+With --json, the API's members answer, which also says which node
+answered, whose view the health is (health_from, or local), whether it
+is ready, its role and term, whether it knows a leader (no_leader), and
+how far it has applied the log.
 `
 
 const clusterJoinUsage = `Usage: fencelock cluster join --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
@@ -109,7 +120,8 @@ const clusterChangeExit = `Exit status:
 `
 
 const clusterMembersExit = `Exit status: 0 listed; 1 refused; 2 bad usage; 3 no node could be
-reached (or none could answer) before --timeout.
+reached (or none could answer) before --timeout, or the node that
+answered knows no leader (no quorum): its own view is printed first.
 `
 
 var clusterSubcommands = []string{"members", "join", "remove", "secret"}
@@ -219,9 +231,15 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 			return clusterFail("GET "+api.PathMembers, err)
 		}
 		if *asJSON {
-			return writeJSON(e.stdout, out)
+			if err := writeJSON(e.stdout, out); err != nil {
+				return err
+			}
+		} else {
+			printMembers(e.stdout, out)
 		}
-		printMembers(e.stdout, out)
+		if out.NoLeader {
+			return &exitError{Code: exitUnreachable, Err: errors.New(noLeader(out))}
+		}
 		return nil
 	case "join":
 		out, err := c.Join(ctx, *id, *raftAddr, *clientAddr)
@@ -270,6 +288,13 @@ func printMembers(w io.Writer, m api.MembersResponse) {
 	if m.Removed {
 		fmt.Fprintf(w, "%s, which answered, is no longer a member: it was removed from the cluster and serves nothing. The members as it last saw them:\n", m.Node)
 	}
+	if m.Local && !m.Removed {
+		why := "it hears from no leader"
+		if !m.NoLeader && m.Leader != "" {
+			why = "the leader " + m.Leader + " did not answer it"
+		}
+		fmt.Fprintf(w, "%s's own view (%s, term %d, applied index %d): %s.\n", m.Node, m.Role, m.Term, m.AppliedIndex, why)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRAFT\tCLIENT\tSUFFRAGE\tLEADER\tSTATE\tCONTACT\tLAG")
 	for _, n := range m.Members {
@@ -293,6 +318,30 @@ func printMembers(w io.Writer, m api.MembersResponse) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.RaftAddr, client, strings.ToLower(n.Suffrage), lead, state, contact, lag)
 	}
 	tw.Flush()
+}
+
+// noLeader is the line that says why a members answer without a leader
+// exits 3: how many voters the answering node has heard from against
+// the quorum.
+func noLeader(m api.MembersResponse) string {
+	voters, heard := 0, 0
+	for _, n := range m.Members {
+		if !strings.EqualFold(n.Suffrage, "voter") {
+			continue
+		}
+		voters++
+		if n.State == api.MemberHealthy || n.State == api.MemberLeader {
+			heard++
+		}
+	}
+	quorum := voters/2 + 1
+	within := api.Duration(m.UnreachableAfterMs).String()
+	if heard < quorum {
+		return fmt.Sprintf("no quorum, no leader: %s has heard from %d of %d voters in the last %s (itself included), and a quorum is %d; "+
+			"nothing can be granted, extended or released until a majority of the voters is back", m.Node, heard, voters, within, quorum)
+	}
+	return fmt.Sprintf("no leader: %s has heard from %d of %d voters in the last %s (a quorum is %d), but from no leader; an election may be under way, retry",
+		m.Node, heard, voters, within, quorum)
 }
 
 func splitAddrs(s string) []string {

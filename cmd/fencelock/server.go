@@ -13,10 +13,10 @@ import (
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/framing"
+	"github.com/fencelock/fencelock/internal/membership"
 	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/server"
-	"github.com/fencelock/fencelock/internal/service"
 )
 
 const defaultData = "fencelock-data"
@@ -321,7 +321,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	// it has caught up: both are asked again until it is a voter. Each
 	// attempt is short, so that a target nobody answers at is said in the
 	// log and on /readyz, then tried again after a back-off.
-	status := &service.JoinStatus{}
+	status := &membership.JoinStatus{}
 	status.Set("asking %s to add this node to the cluster", *join)
 	cfg.Joining = status
 	jctx, cancel := context.WithCancel(ctx)

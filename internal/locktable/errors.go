@@ -80,22 +80,19 @@ func (e *QueueFullError) Error() string {
 
 func (e *QueueFullError) Unwrap() error { return ErrTooManyWaiters }
 
-func validateKey(key string) error {
-	switch {
-	case key == "":
-		return &InputError{Field: "key", Reason: "empty", kind: ErrInvalidKey}
-	case len(key) > MaxKeyLen:
-		return &InputError{Field: "key", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(key), MaxKeyLen), kind: ErrInvalidKey}
-	}
-	return nil
-}
+func validateKey(key string) error { return validateName("key", key, MaxKeyLen, ErrInvalidKey) }
 
 func validateHolder(holder string) error {
+	return validateName("holder", holder, MaxHolderLen, ErrInvalidHolder)
+}
+
+// validateName refuses an empty s, or one over limit bytes, as field.
+func validateName(field, s string, limit int, kind error) error {
 	switch {
-	case holder == "":
-		return &InputError{Field: "holder", Reason: "empty", kind: ErrInvalidHolder}
-	case len(holder) > MaxHolderLen:
-		return &InputError{Field: "holder", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(holder), MaxHolderLen), kind: ErrInvalidHolder}
+	case s == "":
+		return &InputError{Field: field, Reason: "empty", kind: kind}
+	case len(s) > limit:
+		return &InputError{Field: field, Reason: fmt.Sprintf("%d bytes, the limit is %d", len(s), limit), kind: kind}
 	}
 	return nil
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
+	"github.com/fencelock/fencelock/internal/membership"
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/node/hashicorp"
-	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
@@ -61,7 +61,7 @@ type Config struct {
 	// Joining, with Join, is how the join goes, as whoever asks the
 	// cluster to add this node tells it; /readyz answers it until the
 	// node is a member. Nil: nothing to say.
-	Joining *service.JoinStatus
+	Joining *membership.JoinStatus
 	// Transport replaces the one RaftAddr would make (tests use raft's
 	// in-memory transport to partition a cluster in-process).
 	Transport hashicorp.Transport

@@ -229,6 +229,7 @@ func (s *Server) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	s.Service.Close()
 	s.wg.Wait()
+	s.guard.Close()
 	s.peers.close()
 	return s.node.Close()
 }

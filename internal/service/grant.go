@@ -102,21 +102,23 @@ func (s *Service) waitCommand(g grant, now locktable.Time) fsm.Command {
 
 // Acquire grants req.Key to req.Holder if it is free. With WaitMs > 0 it
 // queues in the key's FIFO and answers when the grant or the end of the
-// wait is committed (acquireWait).
-func (s *Service) Acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, error) {
+// wait is committed (acquireWait). principal is the caller's, whose
+// quotas it counts against; "" is none (ACLs off, or an in-process
+// caller): no quota.
+func (s *Service) Acquire(ctx context.Context, principal string, req api.AcquireRequest) (api.Lease, error) {
 	g, e := newGrant(req)
 	var l api.Lease
 	if e == nil {
-		l, e = s.acquire(ctx, g)
+		l, e = s.acquire(ctx, principal, g)
 	}
 	return s.answerGrant(g, l, s.fail(e))
 }
 
-func (s *Service) acquire(ctx context.Context, g grant) (api.Lease, *Error) {
+func (s *Service) acquire(ctx context.Context, principal string, g grant) (api.Lease, *Error) {
 	if e := s.writable(); e != nil {
 		return api.Lease{}, e
 	}
-	release, e := s.reserve(ctx, g.holder, s.grantAsk(g))
+	release, e := s.reserve(principal, g.holder, s.grantAsk(g))
 	if e != nil {
 		return api.Lease{}, e
 	}

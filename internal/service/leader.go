@@ -163,7 +163,7 @@ func (s *Service) lead() (stop func()) {
 		if !s.takeOver(ctx) {
 			return
 		}
-		if s.clustered() {
+		if s.cluster.Clustered() {
 			s.waiters.watchUnserved(true)
 			graced := make(chan struct{})
 			go func() {
@@ -213,7 +213,7 @@ func (s *Service) takeOver(ctx context.Context) bool {
 		return false
 	}
 	for {
-		err := s.recordSelf()
+		err := s.cluster.RecordSelf()
 		if err == nil {
 			break
 		}
@@ -226,7 +226,7 @@ func (s *Service) takeOver(ctx context.Context) bool {
 	// from the log are orphans now. In a cluster their clients re-send
 	// their waits here (same request id, same queue place), so they keep
 	// their places for orphanGrace first; see lead.
-	if !s.clustered() && !s.cancelOrphans(ctx) {
+	if !s.cluster.Clustered() && !s.cancelOrphans(ctx) {
 		return false
 	}
 	if ctx.Err() != nil {
@@ -247,21 +247,6 @@ func (s *Service) takeOver(ctx context.Context) bool {
 // leader died or froze to notice (client.WithWaitCheck, about two seconds)
 // and re-send its wait here.
 const orphanGrace = 5 * time.Second
-
-// clustered reports whether the configuration has other voters.
-func (s *Service) clustered() bool {
-	servers, err := s.node.Configuration()
-	if err != nil {
-		return false
-	}
-	voters := 0
-	for _, srv := range servers {
-		if srv.Voter {
-			voters++
-		}
-	}
-	return voters > 1
-}
 
 // cancelOrphans cancels every queued waiter that no request on this node
 // serves, and releases what the queue handed to such waiters meanwhile

@@ -209,3 +209,14 @@ func (s *Service) heldNow(key, why string) *Error {
 	}
 	return e
 }
+
+// ctxError is the error a call ended by its context answers: the cause
+// the transport gave (a credential revoked while the call ran), else
+// fallback.
+func ctxError(ctx context.Context, fallback *Error) *Error {
+	var e *Error
+	if errors.As(context.Cause(ctx), &e) {
+		return e
+	}
+	return fallback
+}

@@ -19,9 +19,9 @@ type plant struct {
 }
 
 var plants = []plant{
-	{"keep-alive gives up one tick late", "client/keepalive.go",
-		"func (l *keeper) deadlineLocked() time.Time { return l.lastSent.Add(budgetFor(l.ttl).giveUp) }",
-		"func (l *keeper) deadlineLocked() time.Time { return l.lastSent.Add(budgetFor(l.ttl).giveUp + l.ttl/8) }", 3000},
+	{"keep-alive gives up one tick late", "client/internal/keepalive/keepalive.go",
+		"func (k *Keeper) deadlineLocked() time.Time { return k.lastSent.Add(BudgetFor(k.cfg.TTL).GiveUp) }",
+		"func (k *Keeper) deadlineLocked() time.Time { return k.lastSent.Add(BudgetFor(k.cfg.TTL).GiveUp + k.cfg.TTL/8) }", 3000},
 	{"hand-off skips the head waiter", "internal/locktable/table.go",
 		"\tw := q.waiters[0]\n\tt.grant(e, w.holder, now, w.ttl, w.since, grantOpts{sess: w.sess, delay: w.delay})",
 		"\tw := q.waiters[len(q.waiters)-1]\n\tt.grant(e, w.holder, now, w.ttl, w.since, grantOpts{sess: w.sess, delay: w.delay})", 400},

@@ -63,6 +63,7 @@ type simNode struct {
 	clk     *simClock
 	fsm     *fsm.FSM
 	svc     *service.Service
+	guard   *auth.Guard
 	api     *httpapi.API
 	lead    chan bool
 	applyMu sync.Mutex // one catch-up at a time
@@ -98,7 +99,8 @@ func (n *simNode) start(cfg service.Config) error {
 	n.svc, n.fsm = svc, svc.FSM()
 	n.applied, n.leading, n.crashed, n.owed, n.quietSince = 0, false, false, nil, time.Time{}
 	n.lead = make(chan bool, 64)
-	n.api = httpapi.New(httpapi.Config{Service: svc, Guard: auth.NewGuard(svc, cfg.Logger), Logger: cfg.Logger})
+	n.guard = auth.NewGuard(svc, cfg.Logger)
+	n.api = httpapi.New(httpapi.Config{Service: svc, Guard: n.guard, Logger: cfg.Logger})
 	gen := n.gen
 	n.c.mu.Unlock()
 	svc.Start(&replLog{n: n, gen: gen})
@@ -342,11 +344,12 @@ func (c *cluster) crash(n *simNode) {
 	if n.leading || c.leader == n {
 		c.loseLocked(n, "crash")
 	}
-	svc := n.svc
+	svc, guard := n.svc, n.guard
 	c.mu.Unlock()
 	c.w.tracef("node %s crashes", n.id)
 	svc.BeginShutdown()
 	svc.Close()
+	guard.Close()
 }
 
 // isolate cuts n off from the other nodes (heal: on). A leader cut off
@@ -566,6 +569,10 @@ func (l *replLog) TransferLeadership() error                       { return errN
 func (l *replLog) Addr() string                                    { return l.n.id }
 func (l *replLog) Dialable() bool                                  { return false }
 func (l *replLog) UnreachableAfter() time.Duration                 { return time.Second }
+
+// Contacts says nothing: the world keeps no per-peer contact times, and
+// a member left out is one never heard from.
+func (l *replLog) Contacts() []replica.PeerStatus { return nil }
 
 func (l *replLog) ProbeRaft(context.Context, string, string, time.Duration) error {
 	return errNoChanges

@@ -141,7 +141,7 @@ var found = []struct {
 	{2, 0, "a watch's long-poll that no answer came to held the watch for ever (client/watch.go, TestWatchGoesOnAfterALongPollNeverAnswered)"},
 	{97, 0, "a new leader released try-once semaphore and read/write grants made in its orphan grace (internal/service/waiters.go, TestTryOnceSharedGrantsSurviveTheOrphanGrace)"},
 	{551, 0, "a multi-key acquire delivered twice ran again after a partial release (internal/fsm/dedupe.go, TestAcquireKeysRememberedAcrossAPartialRelease)"},
-	{2580, 0, "a call waiting on the ACL question to a frozen leader kept waiting after its node won the election (internal/service/aclread.go, TestACLWaitEndsWhenThisNodeBecomesLeader)"},
+	{2580, 0, "a call waiting on the ACL question to a frozen leader kept waiting after its node won the election (internal/auth/aclread.go, TestACLWaitEndsWhenThisNodeBecomesLeader)"},
 	// Found by the 10 s long run: each round of the keep-alive spent an
 	// attempt's timeout on the frozen leader and another on a follower
 	// whose call waited on its question to that leader, until a 3 s
@@ -155,7 +155,7 @@ var found = []struct {
 	{2638673, 10 * time.Second, keepAliveRounds},
 }
 
-const keepAliveRounds = "the keep-alive asked one node at a time, so a leader freeze cost a 3 s lease (client/keepalive.go, TestLeaseExtendPassesOverASilentNode)"
+const keepAliveRounds = "the keep-alive asked one node at a time, so a leader freeze cost a 3 s lease (client/internal/keepalive/keepalive.go, TestLeaseExtendPassesOverASilentNode)"
 
 func TestFoundSeeds(t *testing.T) {
 	for _, f := range found {

@@ -209,11 +209,12 @@ func run(seed uint64, cfg Config) Result {
 		if n.frozen() {
 			n.clk.resume()
 		}
-		svc := n.svc
+		svc, guard := n.svc, n.guard
 		c.mu.Unlock()
 		if !crashed {
 			svc.BeginShutdown()
 			svc.Close()
+			guard.Close()
 		}
 	}
 	w.hist.finish()

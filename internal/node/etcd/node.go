@@ -399,6 +399,23 @@ func (n *Node) Peers() (peers []replica.PeerStatus, ok bool) {
 	return c.watch.Status(ids, c.term.Load(), last, n.UnreachableAfter(), former), true
 }
 
+// Contacts is every other member as this node itself last heard from
+// it, whatever its role now, in the configuration's order: the answers
+// to its appends and votes, and the messages of the leader it follows or
+// last followed.
+func (n *Node) Contacts() []replica.PeerStatus {
+	c := n.core
+	servers, err := n.Configuration()
+	if err != nil {
+		return nil
+	}
+	var leader node.FormerLeader
+	if p, ok := c.name(c.otherLead.Load()); ok {
+		leader = node.FormerLeader{ID: p.ID, Heard: time.Unix(0, c.contact.Load())}
+	}
+	return c.watch.Contacts(node.OtherIDs(servers, n.cfg.NodeID), n.UnreachableAfter(), leader)
+}
+
 // UnreachableAfter is how long a leader waits for a peer's answer before
 // it calls the peer unreachable, as for Node.
 func (n *Node) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }

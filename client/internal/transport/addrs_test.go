@@ -1,4 +1,4 @@
-package client
+package transport
 
 import "testing"
 
@@ -9,8 +9,8 @@ func TestLeaderURLKeepsTheScheme(t *testing.T) {
 		{"http://127.0.0.1:1", "127.0.0.1:2", "http://127.0.0.1:2"},
 		{"https://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:2"},
 	} {
-		if got, err := leaderURL(c.addr, c.leader); err != nil || got != c.want {
-			t.Errorf("leaderURL(%s, %s) = %s, %v; want %s", c.addr, c.leader, got, err, c.want)
+		if got, err := LeaderURL(c.addr, c.leader); err != nil || got != c.want {
+			t.Errorf("LeaderURL(%s, %s) = %s, %v; want %s", c.addr, c.leader, got, err, c.want)
 		}
 	}
 }

@@ -1,7 +1,6 @@
-package client
+package transport
 
 import (
-	"fmt"
 	"strconv"
 
 	"github.com/fencelock/fencelock/api"
@@ -15,30 +14,30 @@ import (
 // to a server that does not list the path, goes as JSON; the answers are
 // the same (the server runs one operation behind both).
 
-// binaryBody is cl's request in the binary encoding, or nil when cl is not
-// a hot call or a string of it is not UTF-8 (JSON replaces such bytes; the
+// binaryBody is r's body in the binary encoding, or nil when r is not a
+// hot call or a string of it is not UTF-8 (JSON replaces such bytes; the
 // binary encoding refuses them, so such a call goes as JSON, to be read
 // the same way over every transport).
-func binaryBody(cl call) []byte {
-	switch q := cl.body.(type) {
+func binaryBody(r *Request) []byte {
+	switch q := r.Body.(type) {
 	case api.AcquireRequest:
-		if cl.path == api.PathAcquire && callcodec.ValidStrings(q.Key, q.Holder, q.RequestID, q.Mode) {
+		if r.Path == api.PathAcquire && callcodec.ValidStrings(q.Key, q.Holder, q.RequestID, q.Mode) {
 			return callcodec.AppendAcquire(make([]byte, 0, 32+len(q.Key)+len(q.Holder)+len(q.RequestID)), q)
 		}
 	case api.ExtendRequest:
-		if cl.path == api.PathExtend && callcodec.ValidStrings(q.Key, q.Holder, q.RequestID) {
+		if r.Path == api.PathExtend && callcodec.ValidStrings(q.Key, q.Holder, q.RequestID) {
 			return callcodec.AppendExtend(make([]byte, 0, 24+len(q.Key)+len(q.Holder)+len(q.RequestID)), q)
 		}
 	case api.ReleaseRequest:
-		if cl.path == api.PathRelease && callcodec.ValidStrings(q.Key, q.Holder, q.RequestID) {
+		if r.Path == api.PathRelease && callcodec.ValidStrings(q.Key, q.Holder, q.RequestID) {
 			return callcodec.AppendRelease(make([]byte, 0, 16+len(q.Key)+len(q.Holder)+len(q.RequestID)), q)
 		}
 	case nil:
-		if cl.path != api.PathCheck || len(cl.query) != 2 {
+		if r.Path != api.PathCheck || len(r.Query) != 2 {
 			return nil
 		}
-		key := cl.query.Get(api.QueryKey)
-		token, err := strconv.ParseUint(cl.query.Get(api.QueryToken), 10, 64)
+		key := r.Query.Get(api.QueryKey)
+		token, err := strconv.ParseUint(r.Query.Get(api.QueryToken), 10, 64)
 		if err == nil && key != "" && callcodec.ValidStrings(key) {
 			return callcodec.AppendCheck(nil, callcodec.CheckRequest{Key: key, Token: token})
 		}
@@ -46,10 +45,5 @@ func binaryBody(cl call) []byte {
 	return nil
 }
 
-// binaryAnswer decodes a binary call's successful answer into cl.out.
-func binaryAnswer(addr string, cl call, status int, data []byte) error {
-	if err := callcodec.DecodeAnswer(data, cl.out); err != nil {
-		return &APIError{Status: status, Code: api.CodeInternal, Message: fmt.Sprintf("%s answered %s with an unreadable binary answer: %v", addr, cl.path, err)}
-	}
-	return nil
-}
+// DecodeBinary decodes a binary call's successful answer into out.
+func DecodeBinary(data []byte, out any) error { return callcodec.DecodeAnswer(data, out) }

@@ -1,15 +1,19 @@
-package service
+package auth
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/clock"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/replica"
+	"github.com/fencelock/fencelock/internal/replica/replicatest"
+	"github.com/fencelock/fencelock/internal/service"
 )
 
 // Calls that arrive while a question to the leader is out share the next
@@ -118,16 +122,18 @@ func (h hungPeers) ACLRevision(ctx context.Context, _ string) (api.ACLRevision, 
 func TestACLWaitEndsWhenThisNodeBecomesLeader(t *testing.T) {
 	hung := hungPeers{asked: make(chan struct{}, 1), release: make(chan struct{})}
 	defer close(hung.release)
-	s, log, _ := newTestServiceWith(t, func(c *Config) { c.Peers = hung })
+	s, log := newTestService(t, hung)
+	g := NewGuard(s, slog.New(slog.DiscardHandler))
+	defer g.Close()
 	log.SetPeers([]replica.PeerStatus{{ID: "n2"}, {ID: "n3"}})
 	if _, err := s.ProposeForTest(fsm.Command{Op: fsm.OpMember, NodeID: "n2", RaftAddr: "n2:1", ClientAddr: "n2:7470"}); err != nil {
 		t.Fatal(err)
 	}
 	log.Follow("n2", false)
 	eventually(t, "the service to step down", func() bool { return !s.Ready() })
-	answered := make(chan *Error, 1)
+	answered := make(chan *service.Error, 1)
 	go func() {
-		_, e := s.ConfirmedACL(context.Background())
+		_, e := g.confirmedACL(context.Background())
 		answered <- e
 	}()
 	select {
@@ -144,5 +150,51 @@ func TestACLWaitEndsWhenThisNodeBecomesLeader(t *testing.T) {
 		}
 	case <-time.After(time.Minute): // a bound on a hang, not a timing
 		t.Fatal("the call still waits on the question to the hung former leader")
+	}
+}
+
+// newTestService is the real service over an in-memory log
+// (internal/replica/replicatest) on a fake clock, ready, calling other
+// nodes through peers.
+func newTestService(t *testing.T, peers service.Peers) (*service.Service, *replicatest.Log) {
+	t.Helper()
+	s, err := service.New(service.Config{
+		NodeID: "n1", Clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), Logger: slog.New(slog.DiscardHandler),
+		Peers:        peers,
+		ApplyTimeout: 5 * time.Second, MinTickInterval: time.Nanosecond, ClockCheckpoint: time.Hour,
+		JoinCatchUp: time.Second, AnnounceEvery: time.Second,
+		MaxWaitersPerKey: 1000, MaxWaiters: 100000,
+		WatchHistory: 10000, WatchMaxWatchers: 10000, WatchMaxPerCaller: 1000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := replicatest.New("n1", s.FSM())
+	s.Start(log)
+	t.Cleanup(s.Close)
+	waitReady(t, s)
+	return s, log
+}
+
+// waitReady waits for s to serve writes (a bound on a hang, not a timing).
+func waitReady(t *testing.T, s *service.Service) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually waits for cond, failing t if it never holds (a bound on a
+// hang, not a timing).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
