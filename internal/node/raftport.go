@@ -26,13 +26,18 @@ import (
 // Either way the port has budgets of its own, apart from the client
 // port's (portGate): the connections raft holds, which only a peer that
 // completed its handshake takes, and the handshakes in progress, each
-// under a timeout. A handshake is all a process without the credential
-// can hold, and it cannot crowd out a member's: with the handshake
-// budget spent, a new connection makes room by closing the oldest
-// handshake of the address holding the most, so that connections that
-// never complete make way for one that completes in milliseconds, even
-// from the members' own address. What is closed is counted and summed
-// up in a log line at most every refusalLogEvery.
+// under a timeout. With a cluster secret the dialer sends a proof of it
+// before its TLS handshake (PeerProof), which the port reads first, so
+// that a member's connection is told apart from the first bytes it
+// sends. A handshake is all a process without the credential can hold,
+// and it cannot crowd out a member's: with the handshake budget spent, a
+// new connection makes room by closing the oldest handshake of the
+// address holding the most, never one whose dialer proved the secret,
+// so that connections that never complete make way for one that
+// completes in milliseconds, even from the members' own address. What is
+// closed is counted and summed up in a log line at most every
+// refusalLogEvery. The connections raft is handed are streamConns, the
+// one place every byte raft reads from a peer goes through.
 
 // RaftPortLimits bound the raft port.
 type RaftPortLimits struct {
@@ -40,11 +45,13 @@ type RaftPortLimits struct {
 	// file): with TLS, those of peers that completed the handshake.
 	// Default DefaultRaftMaxConns.
 	MaxConns int
-	// MaxHandshakes caps the TLS handshakes in progress; past it the
-	// oldest handshake of the address holding the most is closed to
-	// make room. Default DefaultRaftMaxHandshakes.
+	// MaxHandshakes caps the handshakes in progress; past it the
+	// oldest handshake of the address holding the most, among those
+	// that have not proved the credential, is closed to make room.
+	// Default DefaultRaftMaxHandshakes.
 	MaxHandshakes int
-	// HandshakeTimeout bounds one peer's TLS handshake. Default
+	// HandshakeTimeout bounds one peer's handshake, the proof of the
+	// secret (proofTimeout at most) and TLS. Default
 	// DefaultRaftHandshakeTimeout.
 	HandshakeTimeout time.Duration
 }
