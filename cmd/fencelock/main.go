@@ -83,7 +83,7 @@ func init() {
 		{"list", "list live locks by key prefix", runList, listUsage},
 		{"watch", "print the changes on a key or prefix as they happen, resumable by revision", runWatch, watchUsage},
 		{"lock", "run a command while holding a lock, with its fencing token", runLock, lockUsage},
-		{"cluster", "list, join or remove the nodes of a cluster", runCluster, clusterUsage},
+		{"cluster", "list, join or remove the nodes of a cluster; make its secret", runCluster, clusterUsage},
 		{"acl", "turn authentication on, manage tokens and key-prefix policies", runACL, aclUsage},
 		{"recover", "repair a damaged data dir without ever reissuing a token", runRecover, recoverUsage},
 		{"lab", "the c11 lab, measured (lab replay: step through lock calls)", runLab, labUsage},

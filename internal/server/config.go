@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/clock"
+	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
@@ -68,6 +69,20 @@ type Config struct {
 	// and the raft transport, where peers authenticate each other with
 	// client certificates signed by TLS.CAFile.
 	TLS tlsconfig.Files
+	// ClusterSecret, when set, is the raft port's credential
+	// (--cluster-secret-file): every raft connection, in and out, and the
+	// join probe run mutual TLS 1.3 with node certificates of the
+	// authority the secret derives (internal/clustersecret), so a process
+	// without it is refused at the handshake. It takes the place of peer
+	// TLS on the raft port: TLS's files then serve the client port only.
+	ClusterSecret *clustersecret.Secret
+	// PreviousClusterSecret, with ClusterSecret, is accepted from peers
+	// too: the window of a rolling rotation (docs/OPERATIONS.md).
+	PreviousClusterSecret *clustersecret.Secret
+	// InsecureRaft allows a raft port with neither ClusterSecret nor
+	// peer TLS (--insecure-raft): any process that reaches it is taken
+	// for a member and can forge the log. New logs a warning.
+	InsecureRaft bool
 	// TLSReload: each value received rereads the TLS files, as ReloadTLS
 	// does (the server command sends one on SIGHUP). nil: none.
 	TLSReload <-chan struct{}
@@ -154,14 +169,15 @@ type Config struct {
 	// is 0.
 	MaxConnectionsPerAddr int
 	// The raft port's own budgets, apart from the client port's
-	// (docs/SECURITY.md): MaxRaftConnections caps the accepted
-	// connections raft holds, MaxRaftHandshakes the TLS handshakes in
-	// progress (a quarter of it from one address), RaftHandshakeTimeout
-	// each handshake. A connection past a cap is closed at accept,
-	// counted (fencelock_raft_connections_refused_total) and summed up in
-	// a log line at most every 10 s. 0 means the defaults (128, 32, 5 s;
-	// the server command sizes the caps from the open-file limit:
-	// RaftConnectionCaps).
+	// (docs/SECURITY.md): MaxRaftConnections caps the connections raft
+	// holds (peers past their handshake), MaxRaftHandshakes the
+	// handshakes in progress (past it the oldest of the address holding
+	// the most, among those that have not proved the credential, is
+	// closed to make room), RaftHandshakeTimeout each handshake. What is
+	// closed is counted (fencelock_raft_connections_refused_total) and
+	// summed up in a log line at most every 10 s. 0 means the defaults
+	// (128, 32, 5 s; the server command sizes the caps from the open-file
+	// limit: RaftConnectionCaps).
 	MaxRaftConnections   int
 	MaxRaftHandshakes    int
 	RaftHandshakeTimeout time.Duration
@@ -451,13 +467,20 @@ func (c Config) Validate() error {
 	if c.WALSegmentSize < 0 {
 		bad("WALSegmentSize is %d; it must not be negative (0 is the default)", c.WALSegmentSize)
 	}
+	raftPort := c.RaftAddr != "" && c.Transport == nil
 	if c.TLS.Enabled() {
 		if err := c.TLS.Check(); err != nil {
 			bad("TLS: %v", err)
 		}
-		if c.RaftAddr != "" && c.Transport == nil && c.TLS.CAFile == "" {
-			bad("TLS.CAFile is empty; raft over TLS needs the CA that signs the peers' certificates")
+		if raftPort && c.ClusterSecret == nil && c.TLS.CAFile == "" {
+			bad("TLS.CAFile is empty; raft over TLS needs the CA that signs the peers' certificates (or a ClusterSecret)")
 		}
+	}
+	if c.PreviousClusterSecret != nil && c.ClusterSecret == nil {
+		bad("PreviousClusterSecret is set without ClusterSecret; a rotation accepts the previous secret besides the current one")
+	}
+	if raftPort && c.ClusterSecret == nil && !c.TLS.Enabled() && !c.InsecureRaft {
+		bad("RaftAddr %s has no credential: set ClusterSecret (--cluster-secret-file) or peer TLS, or InsecureRaft to let any process that reaches it forge the log", c.RaftAddr)
 	}
 	d := c.withDefaults()
 	if d.LeaderLeaseTimeout > d.HeartbeatTimeout {
