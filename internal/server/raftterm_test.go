@@ -1,0 +1,175 @@
+package server
+
+import (
+	"bufio"
+	"encoding/binary"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencelock/fencelock/internal/node"
+)
+
+// Nothing a peer sends can wrap a term (issue 41, item 2): a member-
+// looking process, one that holds the cluster's secret, sends every node
+// a heartbeat and a vote of term 2^64-1, on either engine
+// (FENCELOCK_TEST_ENGINE).
+
+// sendTermAttack sends target, as the member from (at fromAddr), a
+// heartbeat and a vote request of term, over a connection dial makes:
+// hashicorp/raft's own NetworkTransport, or raw etcd-engine frames
+// after a hello naming from. What target answers is not looked at: what
+// it does with them is for the caller to see.
+func sendTermAttack(t *testing.T, target, from *tlsNode, term uint64, dial func(string) (net.Conn, error)) {
+	t.Helper()
+	if !etcdEngine() {
+		trans := raft.NewNetworkTransport(dialStream{Listener: listen(t), dial: dial}, 1, 2*time.Second, io.Discard)
+		defer trans.Close()
+		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(from.id), Addr: []byte(from.node.Addr())}
+		to := raft.ServerAddress(target.node.Addr())
+		err := trans.AppendEntries(raft.ServerID(target.id), to, &raft.AppendEntriesRequest{RPCHeader: hdr, Term: term}, &raft.AppendEntriesResponse{})
+		t.Logf("a heartbeat of term %d to %s: %v", term, target.id, err)
+		err = trans.RequestVote(raft.ServerID(target.id), to, &raft.RequestVoteRequest{RPCHeader: hdr, Term: term,
+			LastLogIndex: math.MaxUint64, LastLogTerm: term, LeadershipTransfer: true}, &raft.RequestVoteResponse{})
+		t.Logf("a vote request of term %d to %s: %v", term, target.id, err)
+		return
+	}
+	c, err := dial(target.node.Addr())
+	if err != nil {
+		t.Logf("dialing %s: %v", target.id, err)
+		return
+	}
+	defer c.Close()
+	fromID, toID := etcdMemberID(from.id), etcdMemberID(target.id)
+	w := bufio.NewWriter(c)
+	w.Write(etcdHelloBytes(from.id, from.node.Addr()))
+	for _, m := range []*raftpb.Message{
+		{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(fromID), To: proto.Uint64(toID), Term: proto.Uint64(term)},
+		{Type: raftpb.MsgVote.Enum(), From: proto.Uint64(fromID), To: proto.Uint64(toID), Term: proto.Uint64(term),
+			LogTerm: proto.Uint64(term), Index: proto.Uint64(math.MaxUint64 / 2), Context: []byte("CampaignTransfer")},
+	} {
+		writeEtcdFrame(t, w, m)
+	}
+	if err := w.Flush(); err != nil {
+		t.Logf("writing to %s: %v", target.id, err)
+	}
+	// Read until the port closes the connection or a moment passed:
+	// the frames are read by then.
+	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	io.Copy(io.Discard, c)
+}
+
+// etcdMemberID is the etcd engine's member id of a node ID.
+func etcdMemberID(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// etcdHelloBytes is the etcd engine's preamble and a hello naming id at
+// addr.
+func etcdHelloBytes(id, addr string) []byte {
+	b := []byte("fencelock-etcd-raft/1\n")
+	b = binary.BigEndian.AppendUint16(b, uint16(len(id)))
+	b = append(b, id...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(addr)))
+	return append(b, addr...)
+}
+
+// writeEtcdFrame writes m as the etcd engine frames a message.
+func writeEtcdFrame(t *testing.T, w io.Writer, m *raftpb.Message) {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
+	w.Write(b)
+}
+
+// restartPortNode starts cfg again on its data dir, its raft address
+// and its client address client.
+func restartPortNode(t *testing.T, cfg Config, client string) *tlsNode {
+	t.Helper()
+	var rln, cln net.Listener
+	eventually(t, "the addresses of "+cfg.NodeID+" to be free again", func() bool {
+		var err error
+		if rln == nil {
+			rln, _ = net.Listen("tcp", cfg.RaftAddr)
+		}
+		if rln != nil && cln == nil {
+			cln, err = net.Listen("tcp", client)
+		}
+		return err == nil && cln != nil
+	})
+	cfg.raftListener = rln
+	return serveTLSNode(t, cfg, cln)
+}
+
+// The finding: a heartbeat or vote of term 2^64-1 from a member-looking
+// process ends the cluster for good on both engines (the term wraps; no
+// leader is elected again, even after every node restarts). Now every
+// node refuses the term and says so; the leader is then killed, another
+// is elected and takes writes, and after every node restarts on its
+// data a leader is elected again and takes writes.
+func TestRaftPortATermOfTwoToTheSixtyFourCannotWrap(t *testing.T) {
+	var logs syncLog
+	var cfgs []Config
+	nodes := startPortCluster(t, 3, func(cfg *Config) {
+		cfg.DataDir = t.TempDir()
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfgs = append(cfgs, *cfg)
+	})
+	acquireOnLeaderHTTP(t, nodes, "k", "a")
+	l := tlsLeader(t, nodes)
+	// 2^64-1 wraps; 2^62 is the highest term a peer may send at all, far
+	// more than a step ahead of the cluster's.
+	for _, term := range []uint64{math.MaxUint64, node.MaxTerm} {
+		for _, n := range nodes {
+			from := l
+			if n == l {
+				from = followerOf(nodes, l)
+			}
+			sendTermAttack(t, n, from, term, secretDial(t, *testSecret, from.id, true))
+		}
+	}
+	for _, n := range nodes {
+		if term := n.node.Status().Term; term > 1<<32 {
+			t.Errorf("%s took the term: now %d", n.id, term)
+		}
+	}
+	if got := logs.String(); !strings.Contains(got, "refused before raft took it") || !strings.Contains(got, "18446744073709551615") {
+		t.Errorf("no node logged the refusal; logged:\n%s", got)
+	}
+
+	l = tlsLeader(t, nodes)
+	l.stop()
+	var rest []*tlsNode
+	for _, n := range nodes {
+		if n != l {
+			rest = append(rest, n)
+		}
+	}
+	acquireOnLeaderHTTP(t, rest, "after-the-kill", "b")
+
+	for _, n := range rest {
+		n.stop()
+	}
+	var again []*tlsNode
+	for i, c := range cfgs {
+		again = append(again, restartPortNode(t, c, nodes[i].addr))
+	}
+	acquireOnLeaderHTTP(t, again, "after-the-restart", "c")
+	for _, n := range again {
+		eventually(t, n.id+" to apply the write after the restart", func() bool { return holdsLease(n, "after-the-restart", "c", 3) })
+	}
+}
