@@ -3,12 +3,14 @@ package etcd
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -136,6 +138,45 @@ func TestEtcdTransportRefusesADamagedSnapshot(t *testing.T) {
 	if cl.ms["c"].n.tr.terms.Count() < int64(len(damaged)) {
 		t.Errorf("c refused %d messages, want the %d damaged snapshots; logged:\n%s", cl.ms["c"].n.tr.terms.Count(), len(damaged), logs.String())
 	}
+}
+
+// The finding: a raft message declaring 1 GiB, half sent, made the etcd
+// engine's reader allocate the whole length and hold it while the
+// connection stayed (no deadline after the hello). Now a frame declaring
+// more than a frame may hold is refused at its length, and one half sent
+// is cut a message's time after its first byte; both counted, and the
+// node goes on.
+func TestEtcdTransportCutsAHalfSentFrame(t *testing.T) {
+	cl := &etcdCluster{t: t, ms: map[string]*etcdMember{}, edit: func(c *node.Config) {
+		c.RaftPort.MessageTimeout = 100 * time.Millisecond
+	}}
+	cl.boot([]string{"a", "b", "c"})
+	cl.grant("k")
+	victim := cl.follower()
+	other := cl.follower(victim) // a follower sends the victim nothing: its connection is not replaced
+	cut := cl.ms[victim].n.RaftPortStats().MessagesCut
+
+	c, err := cl.peerConn(victim, nil, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write(append(binary.BigEndian.AppendUint32(nil, 1<<30), make([]byte, 1<<20)...))
+	closedByPeer(t, c)
+	c.Close()
+
+	c, err = cl.peerConn(victim, nil, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write(append(binary.BigEndian.AppendUint32(nil, 1<<20), make([]byte, 1<<10)...))
+	closedByPeer(t, c)
+	c.Close()
+
+	if got := cl.ms[victim].n.RaftPortStats().MessagesCut; got != cut+2 {
+		t.Errorf("messages cut on %s: %d, want %d", victim, got, cut+2)
+	}
+	cl.grant("after the half-sent frames")
+	cl.checkAcked()
 }
 
 // etcdCheckMsg's refusals, message by message: terms the guard refuses,

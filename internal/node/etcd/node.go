@@ -154,7 +154,7 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 	case network != nil:
 		c.setSend(network.attach(n.self, c.deliver, c))
 	case cfg.RaftAddr != "":
-		port, err := node.ListenRaftPort(cfg, n.isMember)
+		port, err := node.ListenRaftPort(cfg, n.isMember, etcdFrames)
 		if err != nil {
 			return fmt.Errorf("etcd: raft transport: %w", err)
 		}

@@ -336,7 +336,7 @@ func (t *transport) readLoop(c net.Conn) {
 	for {
 		m, err := etcdReadMsg(r, from)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) && !errors.Is(err, node.ErrMessage) {
 				t.log.Warn("raft port: closing a peer's connection", "remote", c.RemoteAddr().String(), "err", err)
 			}
 			return

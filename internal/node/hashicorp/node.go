@@ -157,7 +157,7 @@ func (n *Node) transport(rc *raft.Config) (raft.Transport, error) {
 		_, mem := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		return mem, nil
 	}
-	port, err := node.ListenRaftPort(cfg, n.isMember)
+	port, err := node.ListenRaftPort(cfg, n.isMember, hcFrames)
 	if err != nil {
 		return nil, fmt.Errorf("hashicorp: raft transport: %w", err)
 	}
