@@ -774,11 +774,12 @@ func CheckLoopback(insecure bool, what string, addr net.Addr) error {
 	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
 		return nil
 	}
-	harm := "owns every lock"
 	if what == "raft" {
-		harm = "can forge the cluster's log"
+		// Only a raft port without a credential (--insecure-raft) is
+		// checked: what it lacks is the cluster's secret.
+		return fmt.Errorf("refusing to serve the raft port on %s without a credential (--insecure-raft): anyone who reaches it can forge the cluster's log; give every node the same --cluster-secret-file FILE ('fencelock cluster secret' makes one) or peer TLS, bind a loopback address, or pass --insecure as well", addr)
 	}
-	return fmt.Errorf("refusing to serve the %s port on %s without TLS: anyone who reaches it %s; bind a loopback address, configure TLS, or pass --insecure", what, addr, harm)
+	return fmt.Errorf("refusing to serve the %s port on %s without TLS: anyone who reaches it owns every lock; bind a loopback address, configure TLS, or pass --insecure", what, addr)
 }
 
 // ProbeRaft runs cfg.DialRaft when set, else dials addr: over TLS when
