@@ -3,12 +3,16 @@ package server
 import (
 	"bufio"
 	"encoding/binary"
+	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"net"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +20,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/locktable"
 	"github.com/fencelock/fencelock/internal/node"
 )
 
@@ -171,5 +177,103 @@ func TestRaftPortATermOfTwoToTheSixtyFourCannotWrap(t *testing.T) {
 	acquireOnLeaderHTTP(t, again, "after-the-restart", "c")
 	for _, n := range again {
 		eventually(t, n.id+" to apply the write after the restart", func() bool { return holdsLease(n, "after-the-restart", "c", 3) })
+	}
+}
+
+// A follower down while the leader compacts a state larger than a raft
+// frame (4 MiB) catches up through the leader's snapshot over the raft
+// port, under the port's bounds: on the etcd engine the snapshot
+// travels in chunks, on hashicorp its data streams after the
+// InstallSnapshot that declares its size. Nothing is cut.
+func TestRaftPortCarriesASnapshotLargerThanAFrame(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 5 MB of state through a cluster")
+	}
+	var cfgs []Config
+	nodes := startPortCluster(t, 3, func(cfg *Config) {
+		// Small segments of the log: hashicorp's raft-wal keeps the
+		// entries of a segment until all of it is compacted away.
+		cfg.DataDir, cfg.TrailingLogs, cfg.WALSegmentSize = t.TempDir(), 1, 256<<10
+		cfgs = append(cfgs, *cfg)
+	})
+	acquireOnLeaderHTTP(t, nodes, "k", "a")
+	l := tlsLeader(t, nodes)
+	fi := 0
+	for nodes[fi] == l {
+		fi++
+	}
+	nodes[fi].stop()
+	var live []*tlsNode
+	for _, x := range nodes {
+		if x != nodes[fi] {
+			live = append(live, x)
+		}
+	}
+	const n = 4500
+	key := func(i int) string { return fmt.Sprintf("%04d-%s", i, strings.Repeat("k", 1000)) }
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			// A retry after a lost leadership renews the same holder's
+			// lease: the state is the same.
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				var res *fsm.Result
+				res, err = tlsLeader(t, live).ProposeForTest(fsm.Command{Op: fsm.OpAcquire, Key: key(i), Holder: strings.Repeat("h", 256), TTL: locktable.Duration(24 * time.Hour)})
+				if err == nil && res.Err != nil {
+					err = res.Err
+				}
+				if err == nil {
+					return
+				}
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a write on the leader: %v", err)
+	}
+	// Both compact their logs: whichever leads must send a snapshot.
+	for _, x := range live {
+		eventually(t, x.id+" to snapshot what it applied", func() bool {
+			_, ok := x.fsm.Get(key(n-1), x.fsm.Now())
+			return ok && x.snapshotter(t).Snapshot() == nil
+		})
+	}
+	l = tlsLeader(t, live)
+	f := restartPortNode(t, cfgs[fi], nodes[fi].addr)
+	eventually(t, f.id+" to catch up from the snapshot", func() bool {
+		_, ok := f.fsm.Get(key(n-1), f.fsm.Now())
+		return ok
+	})
+	// The follower holds the leader's snapshot (it had none of its own),
+	// larger than a frame.
+	size := func(dir string) int64 {
+		var n int64
+		filepath.WalkDir(filepath.Join(dir, "snapshots"), func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				if fi, err := d.Info(); err == nil {
+					n = max(n, fi.Size())
+				}
+			}
+			return nil
+		})
+		return n
+	}
+	if got := size(cfgs[fi].DataDir); got <= 4<<20 {
+		t.Errorf("the follower's largest snapshot file: %d bytes; want the leader's, above a frame (4 MiB)", got)
+	}
+	for _, x := range []*tlsNode{f, l} {
+		if st := x.node.RaftPortStats(); st.MessagesCut != 0 {
+			t.Errorf("%s cut %d messages", x.id, st.MessagesCut)
+		}
 	}
 }

@@ -21,11 +21,19 @@ func hcEncode(t testing.TB, typ byte, req any) []byte {
 	var b bytes.Buffer
 	w := bufio.NewWriter(&b)
 	w.WriteByte(typ)
-	if err := codec.NewEncoder(w, &codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}}).Encode(req); err != nil {
+	if err := codec.NewEncoder(w, hcHandle()).Encode(req); err != nil {
 		t.Fatal(err)
 	}
 	w.Flush()
 	return b.Bytes()
+}
+
+// hcHandle is the msgpack handle hashicorp/raft's transport encodes
+// with (times as their binary encoding).
+func hcHandle() *codec.MsgpackHandle {
+	h := &codec.MsgpackHandle{}
+	h.TimeNotBuiltin = true
+	return h
 }
 
 // hcEncodeAnswer is an answer as the transport writes it: the error
@@ -33,7 +41,7 @@ func hcEncode(t testing.TB, typ byte, req any) []byte {
 func hcEncodeAnswer(t testing.TB, errStr string, resp any) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	enc := codec.NewEncoder(&b, &codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}})
+	enc := codec.NewEncoder(&b, hcHandle())
 	if err := enc.Encode(errStr); err != nil {
 		t.Fatal(err)
 	}
