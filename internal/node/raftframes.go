@@ -17,13 +17,15 @@ import (
 // from follows its bytes through a FrameParser as they are read (the
 // streamConn): a declared length above the engine's bounds ends the
 // connection before a byte of it is read; a message may hold MaxHeld
-// bytes, those past FreeHeld drawn from a budget the port's connections
-// share (RaftPortLimits.MessageBudget), so that many connections do not
-// add up to many messages' worth; and from its first byte a message
-// must end within MessageTimeout, plus a second for every MinRate bytes
-// of it, the bytes a snapshot streams to disk included. Between
-// messages a connection may be silent for as long as it likes: a link
-// between two etcd followers is silent until an election.
+// bytes, those past the first megabyte drawn from a budget the port's
+// connections share (RaftPortLimits.MessageBudget), so that many
+// connections do not add up to many messages' worth; and from its first
+// byte a message must end within MessageTimeout (what both engines'
+// senders give a message), plus a second for every MinRate bytes it
+// streams (a snapshot's data), and no read in it may wait longer than
+// MessageTimeout for a byte. Between messages a connection may be
+// silent for as long as it likes: a link between two etcd followers is
+// silent until an election.
 
 // MaxEntry bounds what one log entry carries, on either engine: the
 // state machine's largest command (a cancel-waits of 1,000 keys of
@@ -55,6 +57,9 @@ type Frames struct {
 	// MaxHeld bounds the bytes of one message the engine holds while it
 	// reads it: its largest legitimate message, with room.
 	MaxHeld int64
+	// MinRate is the least the bytes a message streams must arrive at,
+	// in bytes a second; 0: the port's (RaftPortLimits.MinRate).
+	MinRate int64
 }
 
 // ErrMessage: a connection was cut in the middle of a message.
@@ -70,18 +75,23 @@ type frameMeter struct {
 	budget  *atomic.Int64 // bytes drawn by every connection's message in progress
 	limit   int64         // of the budget
 
-	start       time.Time // the message's first byte
-	held, total int64     // its bytes so far; total 0: no message in progress
-	drawn       int64     // from the budget
+	start                 time.Time // the message's first byte
+	held, streamed, total int64     // its bytes so far; total 0: no message in progress
+	drawn                 int64     // from the budget
 }
 
-// deadline is when the message in progress must have ended; zero
-// between messages.
-func (m *frameMeter) deadline() time.Time {
+// deadline is when a read that begins at now must have read a byte of
+// the message in progress: by the message's end, and within
+// MessageTimeout; zero between messages.
+func (m *frameMeter) deadline(now time.Time) time.Time {
 	if m.total == 0 {
 		return time.Time{}
 	}
-	return m.start.Add(m.timeout + time.Duration(float64(m.total)/float64(m.minRate)*float64(time.Second)))
+	end := m.start.Add(m.timeout + time.Duration(float64(m.streamed)/float64(m.minRate)*float64(time.Second)))
+	if stall := now.Add(m.timeout); stall.Before(end) {
+		return stall
+	}
+	return end
 }
 
 // feed accounts for b, bytes just read at now.
@@ -98,6 +108,7 @@ func (m *frameMeter) feed(b []byte, now time.Time) error {
 			m.start = now
 		}
 		m.total += int64(took)
+		m.streamed += int64(streamed)
 		m.held += int64(took - streamed)
 		if m.held > m.maxHeld {
 			return fmt.Errorf("%w: a message holding more than %d bytes", ErrMessage, m.maxHeld)
@@ -120,5 +131,5 @@ func (m *frameMeter) feed(b []byte, now time.Time) error {
 // release ends the message in progress and gives back what it drew.
 func (m *frameMeter) release() {
 	m.budget.Add(-m.drawn)
-	m.drawn, m.held, m.total = 0, 0, 0
+	m.drawn, m.held, m.streamed, m.total = 0, 0, 0, 0
 }

@@ -139,12 +139,22 @@ func TestRaftPortCutsMessagesPastTheirBounds(t *testing.T) {
 }
 
 // A message begun and not finished is cut MessageTimeout after its first
-// byte (a second more per MinRate bytes of it); a connection idle
-// between messages is not, however long raft waits on it, and raft's
-// own read deadline still applies.
+// byte (a second more per MinRate bytes it streams), or once a read in
+// it waits that long for a byte; a connection idle between messages is
+// not, however long raft waits on it, and raft's own read deadline
+// still applies.
 func TestRaftPortCutsAHalfSentMessage(t *testing.T) {
-	ts := framedStream(t, RaftPortLimits{MessageTimeout: 50 * time.Millisecond, MinRate: 1 << 40}, 1<<20)
+	// Streamed bytes at 1 byte/s may take days; a wait of 50 ms for the
+	// next one may not.
+	ts := framedStream(t, RaftPortLimits{MessageTimeout: 50 * time.Millisecond, MinRate: 1}, 1<<20)
 	d, r := ts.pair(t)
+	d.Write(frame(1<<20, true)[:100<<10])
+	if err := readAll(r); !errors.Is(err, ErrMessage) || !isTimeout(err) {
+		t.Fatalf("a streamed message stalled: %v, want a cut for its time", err)
+	}
+
+	ts = framedStream(t, RaftPortLimits{MessageTimeout: 50 * time.Millisecond, MinRate: 1 << 40}, 1<<20)
+	d, r = ts.pair(t)
 	// A whole message, then silence: raft's deadline ends its wait, a
 	// plain timeout; the connection is not cut.
 	d.Write(frame(10, false))

@@ -55,11 +55,13 @@ type RaftPortLimits struct {
 	// DefaultRaftHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// MessageTimeout bounds the time from a message's first byte to its
-	// last, besides a second for every MinRate bytes of it (raftframes.go).
-	// Default DefaultRaftMessageTimeout.
+	// last, besides a second for every MinRate bytes it streams, and any
+	// wait for a byte in its middle (raftframes.go). Default
+	// DefaultRaftMessageTimeout.
 	MessageTimeout time.Duration
-	// MinRate is the least a long message (a snapshot) must arrive at
-	// past MessageTimeout, in bytes a second. Default DefaultRaftMinRate.
+	// MinRate is the least a message's streamed bytes (a snapshot's
+	// data) must arrive at, in bytes a second, unless the engine says
+	// (Frames.MinRate). Default DefaultRaftMinRate.
 	MinRate int64
 	// MessageBudget bounds the bytes the port's connections hold of
 	// their messages in progress, past the first megabyte of each.
@@ -359,7 +361,7 @@ func (c *streamConn) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 		return 0, c.cut
 	}
-	msg := c.meter.deadline()
+	msg := c.meter.deadline(time.Now())
 	if err := c.arm(msg); err != nil {
 		c.mu.Unlock()
 		return 0, err
@@ -375,7 +377,7 @@ func (c *streamConn) Read(p []byte) (int, error) {
 		}
 	}
 	if err != nil && !msg.IsZero() && isTimeout(err) && (c.own.IsZero() || msg.Before(c.own)) {
-		err = fmt.Errorf("%w: a message not sent within %v and a second per %d bytes: %w", ErrMessage,
+		err = fmt.Errorf("%w: a message not sent within %v (and a second per %d bytes it streams): %w", ErrMessage,
 			c.meter.timeout, c.meter.minRate, err)
 		c.cutFor(err)
 	}
@@ -423,7 +425,7 @@ func (c *streamConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.own = t
-	return c.arm(c.meter.deadline())
+	return c.arm(c.meter.deadline(time.Now()))
 }
 
 // SetDeadline sets raft's read and write deadlines.
@@ -448,8 +450,12 @@ func (st *RaftPort) track(c net.Conn, accepted bool) (net.Conn, bool) {
 	}
 	if newParser != nil {
 		lim := st.gate.lim
+		rate := st.frames.MinRate
+		if rate <= 0 {
+			rate = lim.MinRate
+		}
 		sc.meter = &frameMeter{p: newParser(), maxHeld: max(st.frames.MaxHeld, 1), free: freeHeld,
-			timeout: lim.MessageTimeout, minRate: lim.MinRate, budget: &st.gate.held, limit: lim.MessageBudget}
+			timeout: lim.MessageTimeout, minRate: rate, budget: &st.gate.held, limit: lim.MessageBudget}
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()

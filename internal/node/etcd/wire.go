@@ -169,6 +169,11 @@ func etcdReadFull(r io.Reader, b []byte, n int) ([]byte, error) {
 var etcdFrames = node.Frames{
 	Accepted: func() node.FrameParser { return &etcdParser{} },
 	MaxHeld:  etcdMaxFrame + 4,
+	// A snapshot's chunks are streamed past the port's budget, but the
+	// reader holds them until the MsgSnap (raft takes a snapshot whole):
+	// they must come at 4 MiB/s, a gigabyte in four minutes. The writer
+	// gives a snapshot a minute (etcdSnapTimeout).
+	MinRate: 4 << 20,
 }
 
 // etcdParser follows an accepted connection: the preamble and the hello
