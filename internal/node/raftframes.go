@@ -17,7 +17,7 @@ import (
 // from follows its bytes through a FrameParser as they are read (the
 // streamConn): a declared length above the engine's bounds ends the
 // connection before a byte of it is read; a message may hold MaxHeld
-// bytes, those past the first megabyte drawn from a budget the port's
+// bytes, those past the first 256 KiB drawn from a budget the port's
 // connections share (RaftPortLimits.MessageBudget), so that many
 // connections do not add up to many messages' worth; and from its first
 // byte a message must end within MessageTimeout (what both engines'

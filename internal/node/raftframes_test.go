@@ -183,12 +183,12 @@ func TestRaftPortCutsAHalfSentMessage(t *testing.T) {
 }
 
 // The port's connections share MessageBudget for what their messages
-// hold past the first megabyte each: two half-sent messages of 1.5 MiB
-// fit a budget of 1 MiB, a third does not; a message that ends gives
-// back what it drew.
+// hold past freeHeld each: two half-sent messages holding freeHeld and
+// 512 KiB fit a budget of 1 MiB, a third does not; a connection closed
+// gives back what its message drew.
 func TestRaftPortMessageBudget(t *testing.T) {
 	ts := framedStream(t, RaftPortLimits{MessageTimeout: time.Hour, MinRate: 1 << 40, MessageBudget: 1 << 20}, 8<<20)
-	half := frame(2<<20, false)[:3<<19] // 1.5 MiB of a 2 MiB frame
+	half := frame(2<<20, false)[:freeHeld+512<<10]
 	var readers []net.Conn
 	for range 2 {
 		d, r := ts.pair(t)
@@ -207,7 +207,7 @@ func TestRaftPortMessageBudget(t *testing.T) {
 		t.Fatalf("a third message past the budget: %v, want a cut", err)
 	}
 	readers[0].Close()
-	if got := ts.gate.held.Load(); got != 1<<19 {
+	if got := ts.gate.held.Load(); got != 512<<10 {
 		t.Fatalf("drawn after one closed: %d, want 512 KiB", got)
 	}
 }

@@ -64,7 +64,7 @@ type RaftPortLimits struct {
 	// (Frames.MinRate). Default DefaultRaftMinRate.
 	MinRate int64
 	// MessageBudget bounds the bytes the port's connections hold of
-	// their messages in progress, past the first megabyte of each.
+	// their messages in progress, past the first 256 KiB of each.
 	// Default DefaultRaftMessageBudget.
 	MessageBudget int64
 }
@@ -81,13 +81,14 @@ const (
 	// snapshot waits for (256 KiB per 10 s), a fiftieth of a 100 Mbit/s
 	// link.
 	DefaultRaftMinRate = 256 << 10
-	// Twice the hashicorp engine's largest message.
-	DefaultRaftMessageBudget = 256 << 20
+	// The largest message either engine takes (64 entries of 2 MiB), with
+	// room: many connections hold no more than one of them.
+	DefaultRaftMessageBudget = 160 << 20
 )
 
 // freeHeld is what a connection's message may hold before it draws on
-// the port's MessageBudget: more than any message but the largest appends.
-const freeHeld = 1 << 20
+// the port's MessageBudget: more than any message but large appends.
+const freeHeld = 256 << 10
 
 func (l RaftPortLimits) withDefaults() RaftPortLimits {
 	if l.MaxConns <= 0 {
