@@ -248,13 +248,14 @@ func resetText(r fence.ResetRequest, highest, lastWrite uint64, key string) stri
 	return what
 }
 
-// refusedReset is the answer to a reset the fence refused.
-func refusedReset(err error) error {
+// refusedReset is the answer to a reset the fence refused; list says
+// how to list the fence's marks.
+func refusedReset(err error, list string) error {
 	switch {
 	case errors.Is(err, fence.ErrResetRaises):
 		return answerNo("refused: %v; give --raise if that is what you want", err)
 	case errors.Is(err, fence.ErrNoMark):
-		return answerNo("refused: %v ('fencelock fence marks' lists them)", err)
+		return answerNo("refused: %v (%s lists them)", err, list)
 	}
 	return err
 }
@@ -279,10 +280,10 @@ func resetFile(ctx context.Context, e *env, state string, req fence.ResetRequest
 		}
 	}
 	if !known {
-		return refusedReset(fmt.Errorf("%w %s in %s", fence.ErrNoMark, strconv.Quote(req.Resource), state))
+		return refusedReset(fmt.Errorf("%w %s in %s", fence.ErrNoMark, strconv.Quote(req.Resource), state), "'fencelock fence marks'")
 	}
 	if err := req.Check(before.Highest); err != nil {
-		return refusedReset(err)
+		return refusedReset(err, "'fencelock fence marks'")
 	}
 	if _, err := ff.Reset(ctx, req.Resource, req.To); err != nil {
 		return err

@@ -56,7 +56,7 @@ func resetSQL(ctx context.Context, e *env, dsn, table string, req fence.ResetReq
 		}
 		m, err := sf.Reset(ctx, req)
 		if err != nil {
-			return refusedReset(err)
+			return refusedReset(err, "'SELECT resource, token FROM "+strings.TrimSuffix(sf.ResetsTable(), "_resets")+"'")
 		}
 		was, recorded = wasMark{m.Token, m.LastWrite, m.Key}, sf.ResetsTable()
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
@@ -71,7 +71,7 @@ func resetSQL(ctx context.Context, e *env, dsn, table string, req fence.ResetReq
 		pf := pgfence.New(conn, pgfence.WithTable(table))
 		m, err := pf.Reset(ctx, req)
 		if err != nil {
-			return refusedReset(err)
+			return refusedReset(err, "'SELECT resource, token FROM "+table+"'")
 		}
 		was, recorded = wasMark{m.Token, m.LastWrite, m.Key}, pf.ResetsTable()
 	case strings.HasPrefix(dsn, "mysql://"):
@@ -94,7 +94,7 @@ func resetSQL(ctx context.Context, e *env, dsn, table string, req fence.ResetReq
 		mf := mysqlfence.New(db, mysqlfence.WithTable(table))
 		m, err := mf.Reset(ctx, req)
 		if err != nil {
-			return refusedReset(err)
+			return refusedReset(err, "'SELECT resource, token FROM "+table+"'")
 		}
 		was, recorded = wasMark{m.Token, m.LastWrite, m.Key}, mf.ResetsTable()
 	default:
@@ -141,10 +141,7 @@ func resetRedis(ctx context.Context, e *env, addr string, req fence.ResetRequest
 	rf := redisfence.New(c)
 	m, err := rf.Reset(ctx, req)
 	if err != nil {
-		if errors.Is(err, fence.ErrResetRaises) || errors.Is(err, fence.ErrNoMark) {
-			return refusedReset(err)
-		}
-		return err
+		return refusedReset(err, "'redis-cli --scan --pattern \"fencelock:mark:*\"'")
 	}
 	fmt.Fprintf(e.stdout, "%s (recorded in %s)\n", resetText(req, m.Token, m.LastWrite, m.Key), rf.ResetsKey(req.Resource))
 	return nil
