@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http/httptest"
@@ -217,8 +218,14 @@ func TestFenceResetSQLite(t *testing.T) {
 		t.Fatalf("recorded: %d %q %q %d %d %v", n, who, why, before, after, err)
 	}
 	for _, args := range [][]string{
+		{"--sql", "oracle://x", "--resource", "acct", "--to", "1", "--reason", "x"},
 		{"--sql", "mysql://x", "--resource", "acct", "--to", "1", "--reason", "x"},
 		{"--sql", "sqlite:" + path, "--state", t.TempDir(), "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--sql", "sqlite:" + path, "--redis", "127.0.0.1:1", "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--redis", "127.0.0.1:1", "--table", "t", "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--redis", "rediss://127.0.0.1:1", "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--redis", "redis://127.0.0.1:1/x", "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--redis", "127.0.0.1:1", "--resource", "acct", "--to", "9223372036854775808", "--reason", "x"},
 	} {
 		if _, errs, code := runCLI(t, "", append([]string{"fence", "reset"}, args...)...); code != exitUsage {
 			t.Fatalf("%q: exit %d %q", args, code, errs)
@@ -256,5 +263,46 @@ func TestFenceProxyLogsResetsSinceItLastRan(t *testing.T) {
 	appendResetLog(dir, "third")
 	if got := log(); strings.Count(got, "level=WARN") != 1 || !strings.Contains(got, "reset=third") {
 		t.Fatalf("one more: %q", got)
+	}
+}
+
+// --sql mysql:// takes the Go driver's DSN, or host:port in it; --redis
+// takes host:port or a redis:// URL, its password or REDISCLI_AUTH's.
+func TestFenceResetStoreAddresses(t *testing.T) {
+	for in, want := range map[string]string{
+		"mysql://app:pw@tcp(db.example:3306)/shop":            "app pw tcp db.example:3306 shop",
+		"mysql://app:pw@db.example:3306/shop":                 "app pw tcp db.example:3306 shop",
+		"mysql://app:p@ss/w0rd@db.example:3306/shop?tls=true": "app p@ss/w0rd tcp db.example:3306 shop",
+		"mysql://app@unix(/run/mysqld/mysqld.sock)/shop":      "app  unix /run/mysqld/mysqld.sock shop",
+		"mysql://app@db.example/":                             "app  tcp db.example:3306 ",
+	} {
+		cfg, err := mysqlDSN(in)
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if got := strings.Join([]string{cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName}, " "); got != want {
+			t.Fatalf("%s: %q, want %q", in, got, want)
+		}
+	}
+	if _, err := mysqlDSN("mysql://nodb"); err == nil {
+		t.Fatal("a DSN without /")
+	}
+	for _, c := range []struct{ addr, auth, want string }{
+		{"127.0.0.1:6380", "", "127.0.0.1:6380   0"},
+		{"127.0.0.1:6380", "env-secret", "127.0.0.1:6380  env-secret 0"},
+		{"redis://127.0.0.1:6380/2", "", "127.0.0.1:6380   2"},
+		{"redis://:url-secret@127.0.0.1:6380", "env-secret", "127.0.0.1:6380  url-secret 0"},
+		{"redis://ops:url-secret@127.0.0.1:6380", "", "127.0.0.1:6380 ops url-secret 0"},
+		{"redis://ops@127.0.0.1", "env-secret", "127.0.0.1:6379 ops env-secret 0"},
+	} {
+		r, err := parseRedis(c.addr, c.auth)
+		if got := fmt.Sprintf("%s %s %s %d", r.addr, r.user, r.password, r.db); err != nil || got != c.want {
+			t.Fatalf("%s: %q %v, want %q", c.addr, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"rediss://127.0.0.1:6380", "redis://127.0.0.1:6380/x", "redis://", "http://h:1", ""} {
+		if _, err := parseRedis(bad, ""); err == nil {
+			t.Fatalf("%q: no error", bad)
+		}
 	}
 }
