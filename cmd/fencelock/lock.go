@@ -81,8 +81,9 @@ const lockExit = `Exit status:
   3    the server cannot be reached (CMD never started)
   7, 8 refused by the ACLs, or over a quota (CMD never started)
   130, 143  interrupted by SIGINT or SIGTERM while waiting (CMD never started)
-  4    the lease was lost while CMD ran, or CMD was stopped by SIGSTOP,
-       SIGTTIN or SIGTTOU; CMD was ended
+  4    the lease was lost while CMD ran, CMD was stopped by SIGSTOP,
+       SIGTTIN or SIGTTOU, or the watchdog ended CMD (no extension
+       reached it in time); CMD was ended
   126  CMD could not be started (or lock does not run on this platform:
        it needs unix process groups); 127 CMD was not found
 `
@@ -301,6 +302,15 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 				if err := lease.Err(); err != nil && !errors.Is(err, client.ErrReleased) {
 					lost = err
 				}
+			}
+			// The watchdog, a member of the group, has been sent SIGKILL
+			// too; once it is gone, all it said has been read. If it
+			// signalled CMD itself, no extension reached it in time:
+			// CMD's status is not CMD's own (143, 137), and the hold
+			// ended as a loss does.
+			wd.settle()
+			if lost == nil && ended == nil && wd.stoppedCMD() {
+				ended = errors.New("the watchdog stopped CMD: no extension reached it by the lease's deadline")
 			}
 			if lost != nil {
 				_ = release() // harmless with our token; frees the key sooner if the server still has it
