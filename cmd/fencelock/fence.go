@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,7 +56,8 @@ printed and appended to DIR/resets.log. Refused (exit 1) while another
 process has DIR: stop the proxy first. R must have a mark.
 `
 
-const fenceExit = `Exit status: 0 done; 1 refused (DIR in use, no such mark); 2 bad usage.
+const fenceExit = `Exit status: 0 done; 1 refused (DIR in use, no such mark); 2 bad usage,
+or a DIR that is no fence (missing, a file, or holding no marks file).
 `
 
 var fenceSubcommands = []string{"marks", "reset"}
@@ -97,8 +99,8 @@ func runFenceMarks(e *env, args []string) error {
 	if *state == "" {
 		return usageError("--state is required")
 	}
-	if _, err := os.Stat(*state); err != nil {
-		return answerNo("%v", err)
+	if err := checkFenceDir(*state); err != nil {
+		return err
 	}
 	marks, err := filefence.ReadMarks(*state)
 	if err != nil {
@@ -128,6 +130,32 @@ func runFenceMarks(e *env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", quoteIfNeeded(m.Resource), m.Highest, m.LastWrite, quoteIfNeeded(key), raisedText(m.Raised, "-"))
 	}
 	return tw.Flush()
+}
+
+// fenceStateHint is what --state should be, under every refusal of one.
+const fenceStateHint = "Give the directory fence-proxy was given as --state (or a filefence directory)."
+
+// checkFenceDir refuses a --state that is not a file fence's directory,
+// naming the path and what is wrong with it, before anything reads or
+// writes there: a missing path, a file, or a directory holding neither
+// of the files every fence has from its first open (a typo that names
+// some other directory, where reset would otherwise make a fence).
+func checkFenceDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return (&usageErr{message: fmt.Sprintf("--state %s: no such directory", dir), hint: fenceStateHint}).exit()
+	case err != nil:
+		return answerNo("--state %s: %v", dir, errors.Unwrap(err))
+	case !fi.IsDir():
+		return (&usageErr{message: fmt.Sprintf("--state %s is a file, not a fence's directory", dir), hint: fenceStateHint}).exit()
+	}
+	for _, name := range []string{filefence.FileName, filefence.LogName} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	return (&usageErr{message: fmt.Sprintf("--state %s holds no fence (no %s, no %s)", dir, filefence.FileName, filefence.LogName), hint: fenceStateHint}).exit()
 }
 
 func raisedText(t time.Time, none string) string {
@@ -166,8 +194,8 @@ func runFenceReset(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageError("--to %q: want a token, 0 or more", *to)
 	}
-	if _, err := os.Stat(*state); err != nil {
-		return answerNo("%v", err)
+	if err := checkFenceDir(*state); err != nil {
+		return err
 	}
 	ff, err := filefence.Open(*state)
 	if errors.Is(err, filefence.ErrLocked) {
