@@ -72,7 +72,10 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 // exponential delays, so the default rides out a leader election of about
 // two seconds (25ms..1s per wait, about 1.3 to 2.6 s in all). A write
 // carries the same request_id on every try, so the server applies it at
-// most once.
+// most once. A call is not retried where no retry can help: before any node
+// has answered this Client, a connection refused (or a host name unknown)
+// at every address fails it at once with a *NoServerError; a TLS handshake
+// refused over certificates, with a *TLSError.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
 // WithWaitCheck sets how long any call may go unanswered before the client
