@@ -331,7 +331,7 @@ func TestFenceStateThatIsNoFence(t *testing.T) {
 	} {
 		for _, args := range [][]string{
 			{"fence", "marks", "--state", tc.state},
-			{"fence", "reset", "--state", tc.state, "--resource", "r", "--to", "1"},
+			{"fence", "reset", "--state", tc.state, "--resource", "r", "--to", "1", "--reason", "mend"},
 		} {
 			out, errs, code := runCLI(t, "", args...)
 			if code != exitUsage || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "fence-proxy") || out != "" {
