@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -137,9 +138,10 @@ func TestRaftPortATermOfTwoToTheSixtyFourCannotWrap(t *testing.T) {
 	})
 	acquireOnLeaderHTTP(t, nodes, "k", "a")
 	l := tlsLeader(t, nodes)
-	// 2^64-1 wraps; 2^62 is the highest term a peer may send at all, far
-	// more than a step ahead of the cluster's.
-	for _, term := range []uint64{math.MaxUint64, node.MaxTerm} {
+	// 2^64-1 wraps; 2^62 is the highest term a peer may send at all;
+	// 2^40 is below it but far more than a step ahead of the cluster's
+	// (a node's term would have to stand still for 2^16 s).
+	for _, term := range []uint64{math.MaxUint64, node.MaxTerm, 1 << 40} {
 		for _, n := range nodes {
 			from := l
 			if n == l {
@@ -155,6 +157,16 @@ func TestRaftPortATermOfTwoToTheSixtyFourCannotWrap(t *testing.T) {
 	}
 	if got := logs.String(); !strings.Contains(got, "refused before raft took it") || !strings.Contains(got, "18446744073709551615") {
 		t.Errorf("no node logged the refusal; logged:\n%s", got)
+	}
+
+	// A member may still move a term ahead, by a bounded step: the
+	// holder of the secret can disturb elections, never end them.
+	l = tlsLeader(t, nodes)
+	f := followerOf(nodes, l)
+	step := f.node.Status().Term + node.TermStep
+	sendTermAttack(t, f, l, step, secretDial(t, *testSecret, l.id, true))
+	if term := f.node.Status().Term; term < step || term >= step+node.TermStep {
+		t.Errorf("%s, sent a term a step ahead (%d): now at %d", f.id, step, term)
 	}
 
 	l = tlsLeader(t, nodes)
@@ -275,5 +287,98 @@ func TestRaftPortCarriesASnapshotLargerThanAFrame(t *testing.T) {
 		if st := x.node.RaftPortStats(); st.MessagesCut != 0 {
 			t.Errorf("%s cut %d messages", x.id, st.MessagesCut)
 		}
+	}
+}
+
+// sendDamagedSnapshot sends target, as the member from, a snapshot of
+// term at an index far ahead of its log whose state machine's bytes are
+// damaged (a flipped byte): an InstallSnapshot on hashicorp, a MsgSnap
+// on the etcd engine, naming the members of nodes.
+func sendDamagedSnapshot(t *testing.T, target, from *tlsNode, nodes []*tlsNode, term uint64, dial func(string) (net.Conn, error)) {
+	t.Helper()
+	good, err := fsm.New(nil).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte{}, good...)
+	bad[len(bad)/2] ^= 0xff
+	const index = 1 << 40
+	if !etcdEngine() {
+		var conf raft.Configuration
+		for _, n := range nodes {
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.node.Addr())})
+		}
+		trans := raft.NewNetworkTransport(dialStream{Listener: listen(t), dial: dial}, 1, 5*time.Second, io.Discard)
+		defer trans.Close()
+		hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(from.id), Addr: []byte(from.node.Addr())}
+		err := trans.InstallSnapshot(raft.ServerID(target.id), raft.ServerAddress(target.node.Addr()), &raft.InstallSnapshotRequest{
+			RPCHeader: hdr, SnapshotVersion: raft.SnapshotVersionMax, Term: term, LastLogIndex: index, LastLogTerm: term,
+			Configuration: raft.EncodeConfiguration(conf), ConfigurationIndex: index, Size: int64(len(bad)),
+		}, &raft.InstallSnapshotResponse{}, bytes.NewReader(bad))
+		t.Logf("a damaged InstallSnapshot to %s: %v", target.id, err)
+		return
+	}
+	c, err := dial(target.node.Addr())
+	if err != nil {
+		t.Fatalf("dialing %s: %v", target.id, err)
+	}
+	defer c.Close()
+	var voters []uint64
+	for _, n := range nodes {
+		voters = append(voters, etcdMemberID(n.id))
+	}
+	// The engine's snapshot data: its names of the members (empty here:
+	// the node knows them from its configuration), then the state
+	// machine's bytes.
+	w := bufio.NewWriter(c)
+	w.Write(etcdHelloBytes(from.id, from.node.Addr()))
+	writeEtcdFrame(t, w, &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: proto.Uint64(etcdMemberID(from.id)),
+		To: proto.Uint64(etcdMemberID(target.id)), Term: proto.Uint64(term), Snapshot: &raftpb.Snapshot{
+			Data: bad, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(index), Term: proto.Uint64(term),
+				ConfState: &raftpb.ConfState{Voters: voters}}}})
+	if err := w.Flush(); err != nil {
+		t.Logf("writing to %s: %v", target.id, err)
+	}
+	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	io.Copy(io.Discard, c)
+}
+
+// The finding: a damaged MsgSnap stopped the etcd engine of the node it
+// reached until it was restarted. Sent by a member-looking process to a
+// follower on either engine, the snapshot is refused as a message: the
+// follower keeps running and applying the leader's writes, and after a
+// restart on its data it starts and applies again (a damaged snapshot
+// kept on disk would be the first it restores).
+func TestRaftPortADamagedSnapshotIsRefused(t *testing.T) {
+	var logs syncLog
+	var cfgs []Config
+	nodes := startPortCluster(t, 3, func(cfg *Config) {
+		cfg.DataDir = t.TempDir()
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfgs = append(cfgs, *cfg)
+	})
+	acquireOnLeaderHTTP(t, nodes, "k", "a")
+	l := tlsLeader(t, nodes)
+	fi := 0
+	for nodes[fi] == l {
+		fi++
+	}
+	f := nodes[fi]
+	sendDamagedSnapshot(t, f, l, nodes, l.node.Status().Term, secretDial(t, *testSecret, l.id, true))
+
+	acquireOnLeaderHTTP(t, nodes, "after-the-snapshot", "b")
+	eventually(t, f.id+" to apply a write after the damaged snapshot", func() bool { return holdsLease(f, "after-the-snapshot", "b", 2) })
+	if !holdsLease(f, "k", "a", 1) {
+		t.Errorf("%s lost the lease it held before the damaged snapshot", f.id)
+	}
+	t.Logf("logged:\n%s", logs.String())
+
+	f.stop()
+	f = restartPortNode(t, cfgs[fi], f.addr)
+	nodes[fi] = f
+	acquireOnLeaderHTTP(t, nodes, "after-the-restart", "c")
+	eventually(t, f.id+" to apply a write after its restart", func() bool { return holdsLease(f, "after-the-restart", "c", 3) })
+	if !holdsLease(f, "k", "a", 1) {
+		t.Errorf("%s, restarted, lost the lease it held before the damaged snapshot", f.id)
 	}
 }

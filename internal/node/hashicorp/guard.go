@@ -1,12 +1,14 @@
 package hashicorp
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
 )
 
@@ -56,6 +58,11 @@ func (t *guardedTransport) filter() {
 			if err := t.check(rpc.Command); err != nil {
 				rpc.Respond(nil, err)
 				continue
+			}
+			if req, ok := rpc.Command.(*raft.InstallSnapshotRequest); ok && rpc.Reader != nil {
+				rpc.Reader = &checkedSnapshot{r: rpc.Reader, size: req.Size, refused: func(err error) {
+					t.g.Refused("InstallSnapshot", string(req.ID), err)
+				}}
 			}
 			select {
 			case t.in <- rpc:
@@ -175,4 +182,52 @@ type guardedPreVoteTransport struct{ *guardedTransport }
 func (t *guardedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	err := t.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
 	return t.answered("RequestPreVote answer", id, resp.Term, err)
+}
+
+// errBadSnap: an InstallSnapshot whose data this node could not restore.
+var errBadSnap = errors.New("a snapshot this node could not install")
+
+// checkedSnapshot is an InstallSnapshot's data as raft copies it into
+// its snapshot store, checked before raft keeps it (issue 41). raft
+// writes the data to the store, then restores it; a snapshot that does
+// not restore is refused, but stays in the store, and the node then
+// refused to start ("the log ends at index 10, before the snapshot at
+// 1099511627776"). So the bytes are kept as they pass and decoded as
+// the state machine would before raft is told they ended: a snapshot
+// that does not decode ends its copy with an error instead, and raft
+// cancels the snapshot it was writing. raft installs one snapshot at a
+// time, so one copy at most is held, no larger than the
+// InstallSnapshot's declared size (node.MaxSnapshot at most, which the
+// raft port enforces); restoring it reads as much again.
+type checkedSnapshot struct {
+	r       io.Reader
+	size    int64
+	buf     []byte
+	err     error
+	refused func(error)
+}
+
+func (c *checkedSnapshot) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.r.Read(p)
+	if c.buf == nil {
+		c.buf = make([]byte, 0, min(max(c.size, 0), 4<<20))
+	}
+	c.buf = append(c.buf, p[:n]...)
+	if int64(len(c.buf)) > c.size {
+		c.err = fmt.Errorf("%w: more than its declared %d bytes", errBadSnap, c.size)
+	} else if err == io.EOF {
+		if derr := fsm.New(nil).UnmarshalBinary(c.buf); derr != nil {
+			c.err = fmt.Errorf("%w: %w", errBadSnap, derr)
+		}
+		c.buf = nil
+	}
+	if c.err != nil {
+		c.buf = nil
+		c.refused(c.err)
+		return 0, c.err
+	}
+	return n, err
 }
