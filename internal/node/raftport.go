@@ -131,7 +131,12 @@ type RaftPortStats struct {
 	// a declared length above the engine's bounds, a message holding
 	// too much, one not sent in time (raftframes.go).
 	MessagesCut int64
-	Limits      RaftPortLimits
+	// MessagesRefused counts messages read whole and dropped before raft
+	// took them: a term past the TermGuard's bounds, a term inside a
+	// message above its own, a snapshot this node could not install.
+	// The engine fills it in: the port only frames messages.
+	MessagesRefused int64
+	Limits          RaftPortLimits
 }
 
 // refusalLogEvery spaces the raft port's log lines about refusals: one

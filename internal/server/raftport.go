@@ -33,5 +33,9 @@ func raftPortCollectors(n interface{ RaftPortStats() node.RaftPortStats }) []pro
 		refused("handshake_budget", func(st node.RaftPortStats) int64 { return st.Evicted }),
 		refused("handshake", func(st node.RaftPortStats) int64 { return st.HandshakesRefused }),
 		refused("message", func(st node.RaftPortStats) int64 { return st.MessagesCut }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencelock_raft_messages_refused_total",
+			Help: "Raft messages from peers read whole and dropped before raft took them: a term above 2^62 or more than a bounded step ahead of this node's, a term inside a message above its own, a snapshot this node could not install.",
+		}, func() float64 { return float64(n.RaftPortStats().MessagesRefused) }),
 	}
 }

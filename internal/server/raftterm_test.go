@@ -154,6 +154,10 @@ func TestRaftPortATermOfTwoToTheSixtyFourCannotWrap(t *testing.T) {
 		if term := n.node.Status().Term; term > 1<<32 {
 			t.Errorf("%s took the term: now %d", n.id, term)
 		}
+		// Two messages (a heartbeat and a vote) of each of three terms.
+		if got := n.node.RaftPortStats().MessagesRefused; got < 6 {
+			t.Errorf("%s counted %d messages refused, want 6 at least", n.id, got)
+		}
 	}
 	if got := logs.String(); !strings.Contains(got, "refused before raft took it") || !strings.Contains(got, "18446744073709551615") {
 		t.Errorf("no node logged the refusal; logged:\n%s", got)
@@ -171,6 +175,7 @@ func TestRaftPortATermOfTwoToTheSixtyFourCannotWrap(t *testing.T) {
 
 	l = tlsLeader(t, nodes)
 	l.stop()
+	killed := time.Now()
 	var rest []*tlsNode
 	for _, n := range nodes {
 		if n != l {
@@ -178,6 +183,7 @@ func TestRaftPortATermOfTwoToTheSixtyFourCannotWrap(t *testing.T) {
 		}
 	}
 	acquireOnLeaderHTTP(t, rest, "after-the-kill", "b")
+	t.Logf("a write acknowledged %v after the leader was stopped", time.Since(killed).Round(time.Millisecond))
 
 	for _, n := range rest {
 		n.stop()
@@ -370,6 +376,9 @@ func TestRaftPortADamagedSnapshotIsRefused(t *testing.T) {
 	eventually(t, f.id+" to apply a write after the damaged snapshot", func() bool { return holdsLease(f, "after-the-snapshot", "b", 2) })
 	if !holdsLease(f, "k", "a", 1) {
 		t.Errorf("%s lost the lease it held before the damaged snapshot", f.id)
+	}
+	if got := f.node.RaftPortStats().MessagesRefused; got != 1 {
+		t.Errorf("%s counted %d messages refused, want the snapshot", f.id, got)
 	}
 	t.Logf("logged:\n%s", logs.String())
 

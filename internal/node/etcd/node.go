@@ -425,7 +425,11 @@ func (n *Node) RaftPortStats() node.RaftPortStats {
 	if n.port == nil {
 		return node.RaftPortStats{}
 	}
-	return n.port.Stats()
+	st := n.port.Stats()
+	if n.tr != nil {
+		st.MessagesRefused = n.tr.terms.Count()
+	}
+	return st
 }
 
 type closerFunc func() error

@@ -211,7 +211,9 @@ func (n *Node) RaftPortStats() node.RaftPortStats {
 	if n.port == nil {
 		return node.RaftPortStats{}
 	}
-	return n.port.Stats()
+	st := n.port.Stats()
+	st.MessagesRefused = n.terms.Count()
+	return st
 }
 
 // bootstrap writes the first configuration when the stores hold no raft
