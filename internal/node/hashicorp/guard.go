@@ -56,7 +56,7 @@ func (t *guardedTransport) filter() {
 		select {
 		case rpc := <-src:
 			if err := t.check(rpc.Command); err != nil {
-				rpc.Respond(nil, err)
+				rpc.Respond(emptyResponse(rpc.Command), err)
 				continue
 			}
 			if req, ok := rpc.Command.(*raft.InstallSnapshotRequest); ok && rpc.Reader != nil {
@@ -67,13 +67,32 @@ func (t *guardedTransport) filter() {
 			select {
 			case t.in <- rpc:
 			case <-t.stop:
-				rpc.Respond(nil, raft.ErrTransportShutdown)
+				rpc.Respond(emptyResponse(rpc.Command), raft.ErrTransportShutdown)
 				return
 			}
 		case <-t.stop:
 			return
 		}
 	}
+}
+
+// emptyResponse is the answer of cmd's type that goes with an error:
+// hashicorp/raft's in-memory pipeline copies an AppendEntries answer
+// before it looks at the error, and panics on nil.
+func emptyResponse(cmd any) any {
+	switch cmd.(type) {
+	case *raft.AppendEntriesRequest:
+		return &raft.AppendEntriesResponse{}
+	case *raft.RequestVoteRequest:
+		return &raft.RequestVoteResponse{}
+	case *raft.RequestPreVoteRequest:
+		return &raft.RequestPreVoteResponse{}
+	case *raft.InstallSnapshotRequest:
+		return &raft.InstallSnapshotResponse{}
+	case *raft.TimeoutNowRequest:
+		return &raft.TimeoutNowResponse{}
+	}
+	return nil
 }
 
 // Consumer is the RPCs the guard let through.
@@ -88,7 +107,7 @@ func (t *guardedTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 	}
 	t.Transport.SetHeartbeatHandler(func(rpc raft.RPC) {
 		if err := t.check(rpc.Command); err != nil {
-			rpc.Respond(nil, err)
+			rpc.Respond(emptyResponse(rpc.Command), err)
 			return
 		}
 		cb(rpc)

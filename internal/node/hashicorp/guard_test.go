@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"log/slog"
+	"math"
 	"testing"
 	"testing/iotest"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/node"
 )
 
 // An InstallSnapshot's data reaches raft's store only if it restores:
@@ -46,5 +51,34 @@ func TestCheckedSnapshot(t *testing.T) {
 		if !errors.Is(err, errBadSnap) || refused != 1 {
 			t.Errorf("%s: copied %d of %d bytes, %v, %d refusals; want errBadSnap, one refusal", c.name, got.Len(), len(c.data), err, refused)
 		}
+	}
+}
+
+// A refused AppendEntries sent down hashicorp/raft's in-memory pipeline
+// (the tests' clusters) is answered with an error and an empty answer:
+// the pipeline copies the answer before it looks at the error, and a
+// nil one crashed the process.
+func TestGuardAnswersAPipelinedRefusal(t *testing.T) {
+	_, a := raft.NewInmemTransport("a")
+	_, b := raft.NewInmemTransport("b")
+	a.Connect("b", b)
+	b.Connect("a", a)
+	g := node.NewTermGuard(slog.New(slog.DiscardHandler), nil)
+	gb := guardTransport(b, g, func() uint64 { return 1 })
+	defer gb.(io.Closer).Close()
+	p, err := a.AppendEntriesPipeline("b", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	f, err := p.AppendEntries(&raft.AppendEntriesRequest{Term: math.MaxUint64}, &raft.AppendEntriesResponse{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Error(); !errors.Is(err, node.ErrTerm) {
+		t.Fatalf("a pipelined append of term 2^64-1: %v, want ErrTerm", err)
+	}
+	if g.Count() != 1 {
+		t.Fatalf("refused %d, want 1", g.Count())
 	}
 }
