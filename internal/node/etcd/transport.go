@@ -165,6 +165,7 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 	var (
 		conn    net.Conn
 		w       *bufio.Writer
+		ended   <-chan struct{} // closed once the peer has closed conn
 		backoff time.Duration
 		retryAt time.Time
 	)
@@ -192,6 +193,13 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 				break drain
 			}
 		}
+		if conn != nil && peerEnded(ended) {
+			// The peer closed it (it restarted, say): a write would
+			// still succeed into the socket's buffer and the batch be
+			// lost, the first answer of an election among them.
+			conn.Close()
+			conn = nil
+		}
 		if conn == nil {
 			if time.Now().Before(retryAt) {
 				t.lostAll(batch)
@@ -205,6 +213,7 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 				continue
 			}
 			conn, w, backoff = c, bufio.NewWriterSize(c, 64<<10), 0
+			ended = t.watchEnd(c)
 		}
 		if err := t.write(conn, w, batch); err != nil {
 			conn.Close()
@@ -217,6 +226,30 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 				t.core.reportSnapshot(p.id, true)
 			}
 		}
+	}
+}
+
+// watchEnd reads an outgoing connection, on which a peer sends nothing,
+// and closes the returned channel once the peer has closed it (or it is
+// closed here).
+func (t *transport) watchEnd(c net.Conn) <-chan struct{} {
+	ended := make(chan struct{})
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer close(ended)
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	return ended
+}
+
+// peerEnded reports whether ended is closed.
+func peerEnded(ended <-chan struct{}) bool {
+	select {
+	case <-ended:
+		return true
+	default:
+		return false
 	}
 }
 
