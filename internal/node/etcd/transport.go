@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -75,6 +76,9 @@ type etcdPeerOut struct {
 	q    chan *raftpb.Message
 	stop chan struct{} // closed when the peer is no longer a member
 	gone chan struct{} // closed when its writer has returned
+	// ended is closed once the peer has closed the connection last
+	// dialed to it (watchEnd).
+	ended atomic.Pointer[chan struct{}]
 }
 
 // newTransport starts the transport over st for core.
@@ -165,7 +169,6 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 	var (
 		conn    net.Conn
 		w       *bufio.Writer
-		ended   <-chan struct{} // closed once the peer has closed conn
 		backoff time.Duration
 		retryAt time.Time
 	)
@@ -193,7 +196,7 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 				break drain
 			}
 		}
-		if conn != nil && peerEnded(ended) {
+		if conn != nil && p.peerClosed() {
 			// The peer closed it (it restarted, say): a write would
 			// still succeed into the socket's buffer and the batch be
 			// lost, the first answer of an election among them.
@@ -213,7 +216,7 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 				continue
 			}
 			conn, w, backoff = c, bufio.NewWriterSize(c, 64<<10), 0
-			ended = t.watchEnd(c)
+			p.watchEnd(t, c)
 		}
 		if err := t.write(conn, w, batch); err != nil {
 			conn.Close()
@@ -229,24 +232,28 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 	}
 }
 
-// watchEnd reads an outgoing connection, on which a peer sends nothing,
-// and closes the returned channel once the peer has closed it (or it is
-// closed here).
-func (t *transport) watchEnd(c net.Conn) <-chan struct{} {
+// watchEnd reads p's new outgoing connection c, on which a peer sends
+// nothing, until the peer closes it (or it is closed here): peerClosed
+// says so from then on.
+func (p *etcdPeerOut) watchEnd(t *transport, c net.Conn) {
 	ended := make(chan struct{})
+	p.ended.Store(&ended)
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		defer close(ended)
 		_, _ = io.Copy(io.Discard, c)
 	}()
-	return ended
 }
 
-// peerEnded reports whether ended is closed.
-func peerEnded(ended <-chan struct{}) bool {
+// peerClosed reports whether the last connection dialed to p has ended.
+func (p *etcdPeerOut) peerClosed() bool {
+	ended := p.ended.Load()
+	if ended == nil {
+		return false
+	}
 	select {
-	case <-ended:
+	case <-*ended:
 		return true
 	default:
 		return false
