@@ -152,6 +152,7 @@ var failoverMarks = []struct {
 	{"ignored MsgPreVote", []string{"refused"}},                      // etcd: the voter's leader lease has not expired
 	{"rejected MsgPreVote", []string{"refused"}},                     // etcd
 	{"rejected MsgVote", []string{"refused"}},                        // etcd
+	{"failed to make", []string{"rpc failed"}},                       // hashicorp: a vote's RPC went unanswered
 	{"election won", []string{"elected"}},                            // hashicorp
 	{"became leader at term", []string{"elected"}},                   // etcd
 	{"msg=\"became leader\"", []string{"service leader"}},            // the service saw the leadership
@@ -246,8 +247,10 @@ func timeline(at time.Time, events []traceEvent) string {
 }
 
 // phaseSpread summarizes the phases of runs: min / median / max of each
-// step from the fault, and how many runs needed more than one election
-// round.
+// step from the fault, and how many runs started one election round on
+// the survivors, two, or more (on hashicorp the first survivor's round is
+// refused by design, see internal/node/hashicorp/failover.go: two is its
+// one election).
 func phaseSpread(ps []failoverPhases) string {
 	if len(ps) == 0 {
 		return "-"
@@ -266,15 +269,13 @@ func phaseSpread(ps []failoverPhases) string {
 		r := func(v time.Duration) string { return v.Round(time.Millisecond).String() }
 		return r(d[0]) + " / " + r(d[len(d)/2]) + " / " + r(d[len(d)-1])
 	}
-	multi := 0
+	rounds := map[int]int{}
 	for _, p := range ps {
-		if p.candidacies > 1 {
-			multi++
-		}
+		rounds[min(p.candidacies, 3)]++
 	}
-	return fmt.Sprintf("detect %s | elected %s | ready %s | confirmed send %s | runs with >1 election round: %d",
+	return fmt.Sprintf("detect %s | elected %s | ready %s | confirmed send %s | election rounds 1/2/3+: %d/%d/%d",
 		mm(func(p failoverPhases) time.Duration { return p.detect }),
 		mm(func(p failoverPhases) time.Duration { return p.elected }),
 		mm(func(p failoverPhases) time.Duration { return p.ready }),
-		mm(func(p failoverPhases) time.Duration { return p.confirmed }), multi)
+		mm(func(p failoverPhases) time.Duration { return p.confirmed }), rounds[1], rounds[2], rounds[3])
 }
