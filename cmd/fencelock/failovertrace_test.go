@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -66,11 +67,45 @@ type connTrace struct {
 	skipIn  int             // preface bytes still to pass over, each way
 	skipOut int             //
 	extends map[uint32]bool // ids of the extensions out
-	off     bool            // not a framed connection (HTTP between nodes), or a frame not understood
+	off     bool            // a frame not understood
+	// http: the connection speaks HTTP/1.1 (a client without frames, or
+	// a node asking another); httpOut counts its extensions not yet
+	// answered, which come back in order.
+	http    bool
+	httpOut []uint32
+	httpSeq uint32
 }
 
 func newConnTrace() *connTrace {
 	return &connTrace{skipIn: len(framing.Preface), skipOut: len(framing.Preface), extends: map[uint32]bool{}}
+}
+
+// seenHTTP is seen for a connection in HTTP/1.1: a request's head
+// starts a chunk (its body may follow in the next), and so does an
+// answer's status line.
+func (ct *connTrace) seenHTTP(w *wireTrace, node string, b []byte, fromClient bool) {
+	if fromClient {
+		if bytes.HasPrefix(b, []byte("POST /v1/extend ")) {
+			ct.httpSeq++
+			ct.httpOut = append(ct.httpOut, ct.httpSeq)
+			w.add(node, fmt.Sprintf("extend h%d sent (HTTP)", ct.httpSeq))
+		}
+		return
+	}
+	if !bytes.HasPrefix(b, []byte("HTTP/1.1 ")) || len(ct.httpOut) == 0 {
+		return
+	}
+	id := ct.httpOut[0]
+	ct.httpOut = ct.httpOut[1:]
+	status, _, _ := bytes.Cut(b[len("HTTP/1.1 "):], []byte(" "))
+	what := fmt.Sprintf("extend h%d answered %s", id, status)
+	if m := answerCode.FindSubmatch(b); m != nil {
+		what += " " + string(m[1])
+	}
+	if m := answerLeader.FindSubmatch(b); m != nil {
+		what += " leader=" + string(m[1])
+	}
+	w.add(node, what)
 }
 
 var (
@@ -87,7 +122,12 @@ func (ct *connTrace) seen(w *wireTrace, node string, b []byte, fromClient bool) 
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
 	if fromClient && ct.skipIn == len(framing.Preface) && len(b) > 0 && b[0] != framing.Preface[0] {
-		ct.off = true
+		ct.http = true
+		ct.skipIn, ct.skipOut = 0, 0
+	}
+	if ct.http {
+		ct.seenHTTP(w, node, b, fromClient)
+		return
 	}
 	if ct.off {
 		return
@@ -225,7 +265,7 @@ func phasesOf(at time.Time, events []traceEvent, confirmedSend time.Time) failov
 		case "ready":
 			first(&p.ready, e)
 		default:
-			if strings.HasPrefix(e.what, "extend #") && strings.HasSuffix(e.what, " sent") {
+			if strings.HasPrefix(e.what, "extend ") && strings.Contains(e.what, " sent") {
 				p.attempts++
 			}
 		}

@@ -233,7 +233,8 @@ func TestFailoverProcessWorstPhase(t *testing.T) {
 func worstPhase(t *testing.T, fault string) {
 	runs, ttls := worstPhaseRuns(t)
 	c := startProxiedCluster(t)
-	cl, err := client.New(c.proxyAddrs())
+	// FENCELOCK_WORST_PHASE_HTTP=1: the client without frames (HTTP/1.1).
+	cl, err := client.New(c.proxyAddrs(), client.WithFramed(os.Getenv("FENCELOCK_WORST_PHASE_HTTP") == ""))
 	if err != nil {
 		t.Fatal(err)
 	}
