@@ -32,6 +32,10 @@ type clusterNode struct {
 	trans *raft.InmemTransport // nil on the etcd engine
 	addr  string               // client address (host:port)
 	raft  string               // raft address
+	// frozen, when set, holds every call to the client port until the
+	// caller gives up or the test ends: a node frozen as SIGSTOP
+	// freezes it, as far as other nodes' calls to it go.
+	frozen atomic.Bool
 }
 
 // etcdEngine says whether these tests run on the etcd engine.
@@ -77,7 +81,16 @@ func clusterConfig(id string) Config {
 func newNode(t *testing.T, cfg Config, trans *raft.InmemTransport) *clusterNode {
 	t.Helper()
 	var srv atomic.Pointer[Server]
+	var n *clusterNode
+	ended := make(chan struct{}) // closed before n stops (below): a frozen call must not hold that up
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.frozen.Load() {
+			select {
+			case <-r.Context().Done():
+			case <-ended:
+			}
+			return
+		}
 		srv.Load().Handler().ServeHTTP(w, r)
 	}))
 	cfg.ClientAddr = hs.Listener.Addr().String()
@@ -101,8 +114,9 @@ func newNode(t *testing.T, cfg Config, trans *raft.InmemTransport) *clusterNode 
 	}
 	srv.Store(s)
 	hs.Start()
-	n := &clusterNode{testServer: &testServer{Server: s, t: t, url: hs.URL, hs: hs}, id: cfg.NodeID, trans: trans, addr: cfg.ClientAddr, raft: raftAddr}
+	n = &clusterNode{testServer: &testServer{Server: s, t: t, url: hs.URL, hs: hs}, id: cfg.NodeID, trans: trans, addr: cfg.ClientAddr, raft: raftAddr}
 	t.Cleanup(n.stop)
+	t.Cleanup(func() { close(ended) })
 	return n
 }
 

@@ -289,3 +289,31 @@ func TestJoiningNodeServesNothingBeforeItHasTheACLs(t *testing.T) {
 		t.Errorf("whoami on the joined node: %d %v", a.status, a.body)
 	}
 }
+
+// A follower whose leader froze (its raft silent, its client port taking
+// calls and never answering) answers a call as soon as it stops hearing
+// from that leader: not_leader, or the new leader's say once one is
+// elected. It used to hold every call on its question to the frozen
+// leader for the cluster's ACLs until the question timed out (2 s),
+// longer than a short lease's keep-alive could wait, and then answer 503
+// unavailable ("context deadline exceeded").
+func TestFollowerDoesNotWaitOnAFrozenLeader(t *testing.T) {
+	needLinks(t)
+	c := startCluster(t, 3, nil)
+	l := c.leader()
+	c.announced(l)
+	if a, _ := c.send(nil, "POST", api.PathAcquire, acquireBody("k", "a", 60000, "")); a.status != 200 {
+		t.Fatalf("acquire: %d %v", a.status, a.body)
+	}
+	l = c.isolateLeader()
+	l.frozen.Store(true)
+	// The survivor of the lower ID: the other one is elected first (slot
+	// 1, internal/node/hashicorp/failover.go), so this one answers as a
+	// follower.
+	f := c.others(l)[0]
+	a := f.post(api.PathExtend, `{"key":"k","holder":"a","token":1,"ttl_ms":60000}`)
+	if a.status == 503 && strings.Contains(fmt.Sprint(a.body["error"]), "deadline exceeded") {
+		t.Fatalf("the follower held the call on its question to the frozen leader: %d %v", a.status, a.body)
+	}
+	t.Logf("the follower answered %d %v", a.status, a.body)
+}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -65,8 +66,47 @@ func (s *Service) LeaderACLRevision(ctx context.Context) (uint64, error) {
 	if s.cfg.Peers == nil {
 		return 0, Unavailable("this node cannot call the leader to confirm the cluster's ACLs; ask the leader at " + addr)
 	}
+	if leader := s.node.Status().LeaderID; leader != "" {
+		// A leader that stops answering (frozen, cut off) would hold the
+		// question, and every call waiting on it, for as long as the
+		// question may take; once this node stops hearing from it (or
+		// hears of another), not_leader says so, as a write is answered.
+		qctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go s.whileLeading(qctx, leader, func() { cancel(errLeaderLost) })
+		ctx = qctx
+	}
 	r, err := s.cfg.Peers.ACLRevision(ctx, addr)
+	if errors.Is(context.Cause(ctx), errLeaderLost) {
+		return 0, s.notReady()
+	}
 	return r.Revision, err
+}
+
+// errLeaderLost ends a question to a leader this node no longer hears
+// from.
+var errLeaderLost = errors.New("the leader was lost")
+
+// leaderCheckEvery is how often whileLeading looks at the node's view.
+const leaderCheckEvery = 20 * time.Millisecond
+
+// whileLeading calls lost once this node no longer takes leader for its
+// leader (another leads, none does, or the one it has is silent past the
+// heartbeat timeout), unless ctx ends first.
+func (s *Service) whileLeading(ctx context.Context, leader string, lost func()) {
+	t := time.NewTicker(leaderCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if st := s.node.Status(); st.LeaderID != leader || st.LeaderSilent {
+			lost()
+			return
+		}
+	}
 }
 
 // WaitApplied reports whether this node has applied index, waiting for
