@@ -182,7 +182,14 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 		select {
 		case m = <-p.q:
 		case <-p.stop:
-			return
+			// What raft sent before the peer left the configuration
+			// still goes out: among it, the commit of the peer's own
+			// removal, without which it never learns it was removed.
+			select {
+			case m = <-p.q:
+			default:
+				return
+			}
 		case <-t.done:
 			return
 		}
