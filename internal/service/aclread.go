@@ -162,7 +162,8 @@ func (b *broadcast) fire() {
 // them against, bounded by UnreachableAfter. The leader this node hears
 // from, else the last one it knew (which may lead still, with this node
 // cut off from it), is asked for its ACL revision; if one answers, this
-// node answers once it has applied that far (503 until then). Only when
+// node answers once it has applied that far (503 until then); a former
+// leader that names the new one sends the question there. Only when
 // none answers — a leader gone or not leading any more, or one silent
 // for ownACLAsk (frozen) —
 // does it take the tables it has applied, and only if it can vouch for
@@ -174,14 +175,24 @@ func (s *Service) OwnACL(ctx context.Context) (*acl.State, *Error) {
 	ctx, cancel := context.WithTimeout(ctx, max(s.node.UnreachableAfter(), ownACLAsk))
 	defer cancel()
 	asked := map[string]bool{"": true, s.cfg.ClientAddr: true}
-	for _, addr := range []string{s.leaderClientAddr(), s.lastLeaderClientAddr()} {
+	ask := []string{s.leaderClientAddr(), s.lastLeaderClientAddr()}
+	for i := 0; i < len(ask); i++ {
+		addr := ask[i]
 		if asked[addr] || s.cfg.Peers == nil {
 			continue
 		}
 		asked[addr] = true
 		r, err := s.cfg.Peers.ACLRevision(ctx, addr)
 		if err != nil {
-			continue // gone, frozen, or not the leader
+			// Gone, frozen, or not the leader. One that no longer leads
+			// may name the one that does (a leader elected while this
+			// node was cut off): that one is asked too, or this node
+			// would take its own tables with a leader there to ask.
+			var e *Error
+			if errors.As(err, &e) && e.Leader != "" {
+				ask = append(ask, e.Leader)
+			}
+			continue
 		}
 		if !s.WaitApplied(context.Background(), r.Revision) {
 			return nil, Unavailable("this node has not yet applied the cluster's ACLs (revision " + api.Revision{Index: r.Revision}.String() + ") of the leader at " + addr + "; retry, or ask the leader")
