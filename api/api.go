@@ -96,6 +96,7 @@ const (
 	CodeNodeUnreachable = "node_unreachable"  // the new node does not answer at its addresses
 	CodeWrongNode       = "wrong_node"        // it answers as another node or at another raft address
 	CodeWrongCluster    = "wrong_cluster"     // it belongs to another cluster
+	CodeWrongEngine     = "wrong_engine"      // it runs another replication engine
 	CodeNoQuorum        = "no_quorum"         // the new configuration would have no reachable quorum
 	CodeChangeUnknown   = "change_unknown"    // 503: the change may or may not have applied
 
@@ -122,7 +123,7 @@ func Status(code string) int {
 		return http.StatusForbidden
 	case CodeKindMismatch:
 		return http.StatusConflict
-	case CodeHeld, CodeNotHeld, CodeAlreadyExists, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeNoQuorum:
+	case CodeHeld, CodeNotHeld, CodeAlreadyExists, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeWrongEngine, CodeNoQuorum:
 		return http.StatusConflict
 	case CodeNotFound:
 		return http.StatusNotFound
@@ -168,7 +169,10 @@ const (
 	QuotaSessions = "sessions" // open sessions
 	QuotaLocks    = "locks"    // leases held plus places in wait queues
 	QuotaWaiters  = "waiters"  // places in wait queues
-	QuotaWatches  = "watches"  // watches open on one node
+	// QuotaKeyWaiters: places in one key's wait queue, so that one
+	// principal cannot take a key's whole queue.
+	QuotaKeyWaiters = "key_waiters"
+	QuotaWatches    = "watches" // watches open on one node
 )
 
 // Lease is one grant: who holds a key, under which fencing token, for how
@@ -445,6 +449,10 @@ type Identity struct {
 	ClusterID    string `json:"cluster_id"`
 	AppliedIndex uint64 `json:"applied_index"`
 	Raft         bool   `json:"raft"` // false: no raft transport (started without --raft)
+	// Engine is the node's replication engine, "hashicorp" or "etcd"
+	// (server --engine): nodes of two engines cannot be one cluster.
+	// Nodes from before it was reported leave it out.
+	Engine string `json:"engine,omitempty"`
 }
 
 // Ms is d in whole milliseconds, as the _ms fields carry it.

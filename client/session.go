@@ -331,6 +331,9 @@ func sessionInfoOf(w api.Session) SessionInfo {
 // OpenSession is the plain session-open call; nothing keeps the session
 // alive (NewSession does). Use it from scripts and tools.
 func (c *Client) OpenSession(ctx context.Context, holder string, ttl time.Duration) (SessionInfo, error) {
+	if err := firstText("holder", holder); err != nil {
+		return SessionInfo{}, err
+	}
 	var out api.Session
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionOpen,
 		body: api.SessionOpenRequest{Holder: holder, TTLMs: api.Ms(ttl), RequestID: c.rnd.requestID()}, out: &out})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	fencelock "github.com/fencelock/fencelock/client" // "client" is the --client flag here
+	"github.com/fencelock/fencelock/internal/clustersecret"
 )
 
 // The cluster command and its subcommands, each with its own flags and
@@ -23,6 +24,7 @@ import (
 const clusterUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
        fencelock cluster join   --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
        fencelock cluster remove --id ID [--addr ADDRS]
+       fencelock cluster secret
 
 members lists the nodes as the answering node sees them, with each one's
 raft and client address, suffrage (voter or nonvoter), which one leads,
@@ -33,6 +35,9 @@ data directory, or the data of a former member of this cluster).
 
 remove takes a node out, unless the voters left would not have a
 majority answering.
+
+secret prints a new cluster secret, which every node's raft port needs
+(fencelock server --cluster-secret-file).
 
 Run 'fencelock cluster SUBCOMMAND -h' for its flags and exit statuses.
 `
@@ -87,6 +92,22 @@ The removal is done by the leader: the command follows a not_leader
 answer to it.
 `
 
+const clusterSecretUsage = `Usage: fencelock cluster secret
+
+Prints a new random cluster secret (256 bits, a line of 63 characters)
+on stdout. Every node of a cluster is given the same secret, in a file
+that only the user the server runs as can read (mode 0600):
+
+  (umask 077; fencelock cluster secret > cluster.secret)
+  fencelock server --id n1 ... --raft HOST:PORT --cluster-secret-file cluster.secret
+
+A node with a raft port (--raft) needs it, or peer TLS (--ca): its raft
+peers prove the secret before anything they send is read, then talk
+mutual TLS 1.3; a process without it is refused, and counted in
+fencelock_raft_connections_refused_total. To change it, see
+docs/OPERATIONS.md ("Rotating the cluster secret").
+`
+
 const clusterChangeExit = `Exit status:
   0  applied (join: the node is a voter; remove: the node is out)
   1  refused, nothing changed (the message says why)
@@ -103,7 +124,25 @@ reached (or none could answer) before --timeout, or the node that
 answered knows no leader (no quorum): its own view is printed first.
 `
 
-var clusterSubcommands = []string{"members", "join", "remove"}
+var clusterSubcommands = []string{"members", "join", "remove", "secret"}
+
+// runClusterSecret prints a new cluster secret.
+func runClusterSecret(e *env, args []string) error {
+	f := newFlags(e, "cluster secret", clusterSecretUsage)
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	s, err := clustersecret.New()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(e.stdout, s.Encode())
+	return err
+}
 
 // Exit statuses of join and remove beyond the shared ones.
 const (
@@ -121,7 +160,7 @@ func runCluster(ctx context.Context, e *env, args []string) error {
 	}
 	sub, args := args[0], args[1:]
 	if !slices.Contains(clusterSubcommands, sub) {
-		msg := fmt.Sprintf("unknown subcommand %q: members, join or remove", sub)
+		msg := fmt.Sprintf("unknown subcommand %q: members, join, remove or secret", sub)
 		if s := suggest(sub, clusterSubcommands); s != "" {
 			msg = fmt.Sprintf("unknown subcommand %q; did you mean %q?", sub, s)
 		}
@@ -131,6 +170,9 @@ func runCluster(ctx context.Context, e *env, args []string) error {
 }
 
 func runClusterSub(ctx context.Context, e *env, sub string, args []string) error {
+	if sub == "secret" {
+		return runClusterSecret(e, args)
+	}
 	usage := map[string]string{"members": clusterMembersUsage, "join": clusterJoinUsage, "remove": clusterRemoveUsage}[sub]
 	f := newFlags(e, "cluster "+sub, usage)
 	f.after = clusterChangeExit

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
-	"math"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -17,9 +17,6 @@ import (
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/fence/filefence"
-	"github.com/fencelock/fencelock/fence/pgfence"
-	"github.com/fencelock/fencelock/fence/sqlitefence"
-	"github.com/jackc/pgx/v5"
 )
 
 // The fence command: an operator's view of a file fence's marks (the
@@ -29,6 +26,7 @@ import (
 const fenceUsage = `Usage: fencelock fence marks --state DIR [--json]
        fencelock fence reset --state DIR --resource R --to N --reason TEXT [--raise]
        fencelock fence reset --sql DSN [--table T] --resource R --to N --reason TEXT [--raise]
+       fencelock fence reset --redis ADDR --resource R --to N --reason TEXT [--raise]
 
 marks lists the marks of a file fence (fence-proxy's --state DIR, or a
 directory fence/filefence keeps): per resource, the highest token
@@ -41,9 +39,9 @@ reset lowers one resource's mark to N, for a mark a made-up token raised
 its bound key included. Raising a mark needs --raise. Each reset is
 recorded with the time, the OS user and --reason: in DIR/resets.log for a
 file fence (the next fence-proxy on DIR logs it at start), in a table of
-its own for a SQL fence (--sql). A file fence is refused while the proxy
-(or any process) has the directory. See docs/OPERATIONS.md, "Mending a
-fence's marks".
+its own for a SQL fence (--sql), in a stream beside the mark for a Redis
+fence (--redis). A file fence is refused while the proxy (or any process)
+has the directory. See docs/OPERATIONS.md, "Mending a fence's marks".
 
 Run 'fencelock fence SUBCOMMAND -h' for its flags.
 `
@@ -59,6 +57,7 @@ last rose. Reads without taking DIR: the proxy may be running.
 
 const fenceResetUsage = `Usage: fencelock fence reset --state DIR --resource R --to N --reason TEXT [--raise]
        fencelock fence reset --sql DSN [--table T] --resource R --to N --reason TEXT [--raise]
+       fencelock fence reset --redis ADDR --resource R --to N --reason TEXT [--raise]
 
 Lowers the mark of resource R, and only R, to N (the last write's too,
 when it was above), and keeps the lock key R is bound to; N 0 forgets R
@@ -73,14 +72,24 @@ below N, the current holder's included, a poisoning rather than a mend.
 
 What changed is printed and recorded with the time (to the millisecond),
 the OS user and --reason: appended to DIR/resets.log for a file fence
-(--state; refused while another process has DIR: stop the proxy first),
-or, for a SQL fence (--sql), written to the table T_resets in the same
-transaction as the reset (the fences' CreateTable makes it). DSN is
-sqlite:PATH or a postgres:// (postgresql://) URL; T is the fence table
-(default fencelock_fence for SQLite, fence for PostgreSQL).
+(--state; refused while another process has DIR: stop the proxy first);
+for a SQL fence (--sql), written to the table T_resets in the same
+transaction as the reset (the fences' CreateTable makes it); for a Redis
+fence (--redis), appended to the stream fencelock:resets:{R} in the same
+script (XRANGE lists it).
+
+DSN is sqlite:PATH, a postgres:// (postgresql://) URL, or mysql:// followed
+by the DSN of the Go MySQL driver (user:password@tcp(host:3306)/db, or
+user:password@host:3306/db) for MySQL and MariaDB. T is the fence table
+(default fencelock_fence for SQLite, fence for PostgreSQL and MySQL).
+
+ADDR is host:port, or redis://[user[:password]@]host[:port][/db]; without
+a password there, REDISCLI_AUTH's is used, as redis-cli does. The mark is
+the hash fencelock:mark:{R} (redisfence's default key names).
 `
 
-const fenceExit = `Exit status: 0 done; 1 refused (DIR in use, no such mark, a raise without --raise); 2 bad usage.
+const fenceExit = `Exit status: 0 done; 1 refused (DIR in use, no such mark, a raise without --raise); 2 bad usage,
+or a DIR that is no fence (missing, a file, or holding no marks file).
 `
 
 var fenceSubcommands = []string{"marks", "reset"}
@@ -122,8 +131,8 @@ func runFenceMarks(e *env, args []string) error {
 	if *state == "" {
 		return usageError("--state is required")
 	}
-	if _, err := os.Stat(*state); err != nil {
-		return answerNo("%v", err)
+	if err := checkFenceDir(*state); err != nil {
+		return err
 	}
 	marks, err := filefence.ReadMarks(*state)
 	if err != nil {
@@ -155,6 +164,32 @@ func runFenceMarks(e *env, args []string) error {
 	return tw.Flush()
 }
 
+// fenceStateHint is what --state should be, under every refusal of one.
+const fenceStateHint = "Give the directory fence-proxy was given as --state (or a filefence directory)."
+
+// checkFenceDir refuses a --state that is not a file fence's directory,
+// naming the path and what is wrong with it, before anything reads or
+// writes there: a missing path, a file, or a directory holding neither
+// of the files every fence has from its first open (a typo that names
+// some other directory, where reset would otherwise make a fence).
+func checkFenceDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return (&usageErr{message: fmt.Sprintf("--state %s: no such directory", dir), hint: fenceStateHint}).exit()
+	case err != nil:
+		return answerNo("--state %s: %v", dir, errors.Unwrap(err))
+	case !fi.IsDir():
+		return (&usageErr{message: fmt.Sprintf("--state %s is a file, not a fence's directory", dir), hint: fenceStateHint}).exit()
+	}
+	for _, name := range []string{filefence.FileName, filefence.LogName} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	return (&usageErr{message: fmt.Sprintf("--state %s holds no fence (no %s, no %s)", dir, filefence.FileName, filefence.LogName), hint: fenceStateHint}).exit()
+}
+
 func raisedText(t time.Time, none string) string {
 	if t.IsZero() {
 		return none
@@ -174,9 +209,10 @@ func quoteIfNeeded(s string) string {
 func runFenceReset(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "fence reset", fenceResetUsage)
 	f.after = fenceExit
-	state := f.String("state", "", "the file fence's `DIR` (fence-proxy --state); this or --sql")
-	dsn := f.String("sql", "", "the SQL fence's database, `DSN` sqlite:PATH or postgres://...; this or --state")
-	table := f.String("table", "", "the SQL fence's `TABLE` (default fencelock_fence for SQLite, fence for PostgreSQL)")
+	state := f.String("state", "", "the file fence's `DIR` (fence-proxy --state); this, --sql or --redis")
+	dsn := f.String("sql", "", "the SQL fence's database, `DSN` sqlite:PATH, postgres://... or mysql://...; this, --state or --redis")
+	table := f.String("table", "", "the SQL fence's `TABLE` (default fencelock_fence for SQLite, fence for PostgreSQL and MySQL)")
+	redisAddr := f.String("redis", "", "the Redis fence's server, `ADDR` host:port or redis://...; this, --state or --sql")
 	resource := f.String("resource", "", "the `RESOURCE` whose mark to set, exactly as 'fence marks' shows it; required")
 	to := f.String("to", "", "the token `N` the mark becomes (0: forget the resource); required")
 	reason := f.String("reason", "", "why, in a few words (`TEXT`), recorded with the reset; required")
@@ -188,8 +224,8 @@ func runFenceReset(ctx context.Context, e *env, args []string) error {
 	if err := noArgs(pos); err != nil {
 		return err
 	}
-	if (*state == "") == (*dsn == "") {
-		return usageError("give one of --state DIR (a file fence) and --sql DSN (a SQL fence)")
+	if given := btoi(*state != "") + btoi(*dsn != "") + btoi(*redisAddr != ""); given != 1 {
+		return usageError("give one of --state DIR (a file fence), --sql DSN (a SQL fence) and --redis ADDR (a Redis fence)")
 	}
 	if !f.given("resource") || *to == "" {
 		return usageError("--resource and --to are both required: a reset names the one mark it changes")
@@ -197,7 +233,7 @@ func runFenceReset(ctx context.Context, e *env, args []string) error {
 	if strings.TrimSpace(*reason) == "" {
 		return usageError("--reason is required: a reset is recorded with who made it and why")
 	}
-	if *state != "" && *table != "" {
+	if *dsn == "" && *table != "" {
 		return usageError("--table is for --sql")
 	}
 	n, err := strconv.ParseUint(*to, 10, 64)
@@ -205,10 +241,20 @@ func runFenceReset(ctx context.Context, e *env, args []string) error {
 		return usageError("--to %q: want a token, 0 or more", *to)
 	}
 	req := fence.ResetRequest{Resource: *resource, To: n, Raise: *raise, User: osUser(), Reason: *reason}
-	if *dsn != "" {
+	switch {
+	case *dsn != "":
 		return resetSQL(ctx, e, *dsn, *table, req)
+	case *redisAddr != "":
+		return resetRedis(ctx, e, *redisAddr, req)
 	}
 	return resetFile(ctx, e, *state, req)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // resetText says what a reset changed.
@@ -230,20 +276,21 @@ func resetText(r fence.ResetRequest, highest, lastWrite uint64, key string) stri
 	return what
 }
 
-// refusedReset is the answer to a reset the fence refused.
-func refusedReset(err error) error {
+// refusedReset is the answer to a reset the fence refused; list says
+// how to list the fence's marks.
+func refusedReset(err error, list string) error {
 	switch {
 	case errors.Is(err, fence.ErrResetRaises):
 		return answerNo("refused: %v; give --raise if that is what you want", err)
 	case errors.Is(err, fence.ErrNoMark):
-		return answerNo("refused: %v ('fencelock fence marks' lists them)", err)
+		return answerNo("refused: %v (%s lists them)", err, list)
 	}
 	return err
 }
 
 func resetFile(ctx context.Context, e *env, state string, req fence.ResetRequest) error {
-	if _, err := os.Stat(state); err != nil {
-		return answerNo("%v", err)
+	if err := checkFenceDir(state); err != nil {
+		return err
 	}
 	ff, err := filefence.Open(state)
 	if errors.Is(err, filefence.ErrLocked) {
@@ -261,10 +308,10 @@ func resetFile(ctx context.Context, e *env, state string, req fence.ResetRequest
 		}
 	}
 	if !known {
-		return refusedReset(fmt.Errorf("%w %s in %s", fence.ErrNoMark, strconv.Quote(req.Resource), state))
+		return refusedReset(fmt.Errorf("%w %s in %s", fence.ErrNoMark, strconv.Quote(req.Resource), state), "'fencelock fence marks'")
 	}
 	if err := req.Check(before.Highest); err != nil {
-		return refusedReset(err)
+		return refusedReset(err, "'fencelock fence marks'")
 	}
 	if _, err := ff.Reset(ctx, req.Resource, req.To); err != nil {
 		return err
@@ -275,62 +322,6 @@ func resetFile(ctx context.Context, e *env, state string, req fence.ResetRequest
 		return fmt.Errorf("the mark is reset, but %s could not record it: %w", filepath.Join(state, resetsLog), err)
 	}
 	fmt.Fprintln(e.stdout, what)
-	return nil
-}
-
-func resetSQL(ctx context.Context, e *env, dsn, table string, req fence.ResetRequest) error {
-	var (
-		before struct {
-			token, last uint64
-			key         string
-		}
-		recorded string
-	)
-	switch {
-	case strings.HasPrefix(dsn, "sqlite:"):
-		if req.To > math.MaxInt64 {
-			return usageError("--to %d: SQLite's INTEGER holds up to %d", req.To, int64(math.MaxInt64))
-		}
-		path := strings.TrimPrefix(dsn, "sqlite:")
-		if _, err := os.Stat(path); err != nil {
-			return answerNo("%v", err)
-		}
-		db, err := sqlitefence.Open(path)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		sf, err := sqlitefence.New(db, table)
-		if err != nil {
-			return usageError("--table: %v", err)
-		}
-		m, err := sf.Reset(ctx, req)
-		if err != nil {
-			return refusedReset(err)
-		}
-		before.token, before.last, before.key, recorded = m.Token, m.LastWrite, m.Key, sf.ResetsTable()
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		if req.To > math.MaxInt64 {
-			return usageError("--to %d: a bigint holds up to %d", req.To, int64(math.MaxInt64))
-		}
-		if table == "" {
-			table = pgfence.DefaultTable
-		}
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			return fmt.Errorf("connecting to PostgreSQL: %w", err)
-		}
-		defer conn.Close(context.WithoutCancel(ctx))
-		pf := pgfence.New(conn, pgfence.WithTable(table))
-		m, err := pf.Reset(ctx, req)
-		if err != nil {
-			return refusedReset(err)
-		}
-		before.token, before.last, before.key, recorded = m.Token, m.LastWrite, m.Key, pf.ResetsTable()
-	default:
-		return usageError("--sql %q: want sqlite:PATH or a postgres:// URL", dsn)
-	}
-	fmt.Fprintf(e.stdout, "%s (recorded in %s)\n", resetText(req, before.token, before.last, before.key), recorded)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http/httptest"
@@ -217,8 +218,14 @@ func TestFenceResetSQLite(t *testing.T) {
 		t.Fatalf("recorded: %d %q %q %d %d %v", n, who, why, before, after, err)
 	}
 	for _, args := range [][]string{
+		{"--sql", "oracle://x", "--resource", "acct", "--to", "1", "--reason", "x"},
 		{"--sql", "mysql://x", "--resource", "acct", "--to", "1", "--reason", "x"},
 		{"--sql", "sqlite:" + path, "--state", t.TempDir(), "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--sql", "sqlite:" + path, "--redis", "127.0.0.1:1", "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--redis", "127.0.0.1:1", "--table", "t", "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--redis", "rediss://127.0.0.1:1", "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--redis", "redis://127.0.0.1:1/x", "--resource", "acct", "--to", "1", "--reason", "x"},
+		{"--redis", "127.0.0.1:1", "--resource", "acct", "--to", "9223372036854775808", "--reason", "x"},
 	} {
 		if _, errs, code := runCLI(t, "", append([]string{"fence", "reset"}, args...)...); code != exitUsage {
 			t.Fatalf("%q: exit %d %q", args, code, errs)
@@ -256,5 +263,83 @@ func TestFenceProxyLogsResetsSinceItLastRan(t *testing.T) {
 	appendResetLog(dir, "third")
 	if got := log(); strings.Count(got, "level=WARN") != 1 || !strings.Contains(got, "reset=third") {
 		t.Fatalf("one more: %q", got)
+	}
+}
+
+// --sql mysql:// takes the Go driver's DSN, or host:port in it; --redis
+// takes host:port or a redis:// URL, its password or REDISCLI_AUTH's.
+func TestFenceResetStoreAddresses(t *testing.T) {
+	for in, want := range map[string]string{
+		"mysql://app:pw@tcp(db.example:3306)/shop":            "app pw tcp db.example:3306 shop",
+		"mysql://app:pw@db.example:3306/shop":                 "app pw tcp db.example:3306 shop",
+		"mysql://app:p@ss/w0rd@db.example:3306/shop?tls=true": "app p@ss/w0rd tcp db.example:3306 shop",
+		"mysql://app@unix(/run/mysqld/mysqld.sock)/shop":      "app  unix /run/mysqld/mysqld.sock shop",
+		"mysql://app@db.example/":                             "app  tcp db.example:3306 ",
+	} {
+		cfg, err := mysqlDSN(in)
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if got := strings.Join([]string{cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName}, " "); got != want {
+			t.Fatalf("%s: %q, want %q", in, got, want)
+		}
+	}
+	if _, err := mysqlDSN("mysql://nodb"); err == nil {
+		t.Fatal("a DSN without /")
+	}
+	for _, c := range []struct{ addr, auth, want string }{
+		{"127.0.0.1:6380", "", "127.0.0.1:6380   0"},
+		{"127.0.0.1:6380", "env-secret", "127.0.0.1:6380  env-secret 0"},
+		{"redis://127.0.0.1:6380/2", "", "127.0.0.1:6380   2"},
+		{"redis://:url-secret@127.0.0.1:6380", "env-secret", "127.0.0.1:6380  url-secret 0"},
+		{"redis://ops:url-secret@127.0.0.1:6380", "", "127.0.0.1:6380 ops url-secret 0"},
+		{"redis://ops@127.0.0.1", "env-secret", "127.0.0.1:6379 ops env-secret 0"},
+	} {
+		r, err := parseRedis(c.addr, c.auth)
+		if got := fmt.Sprintf("%s %s %s %d", r.addr, r.user, r.password, r.db); err != nil || got != c.want {
+			t.Fatalf("%s: %q %v, want %q", c.addr, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"rediss://127.0.0.1:6380", "redis://127.0.0.1:6380/x", "redis://", "http://h:1", ""} {
+		if _, err := parseRedis(bad, ""); err == nil {
+			t.Fatalf("%q: no error", bad)
+		}
+	}
+}
+
+// TestFenceStateThatIsNoFence (issue 44): a --state that is missing, a
+// file, or a directory holding no fence is bad input, said in one line
+// that names the path and what is wrong with it (exit 2), and reset
+// leaves nothing behind in it. Before, marks and reset printed a bare
+// "stat DIR: no such file or directory" (exit 1), marks listed an empty
+// directory as a fence without marks, and reset made a fence in it.
+func TestFenceStateThatIsNoFence(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope")
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ state, want string }{
+		{missing, "--state " + missing + ": no such directory"},
+		{file, "--state " + file + " is a file, not a fence's directory"},
+		{empty, "--state " + empty + " holds no fence (no marks, no marks.log)"},
+	} {
+		for _, args := range [][]string{
+			{"fence", "marks", "--state", tc.state},
+			{"fence", "reset", "--state", tc.state, "--resource", "r", "--to", "1", "--reason", "mend"},
+		} {
+			out, errs, code := runCLI(t, "", args...)
+			if code != exitUsage || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "fence-proxy") || out != "" {
+				t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q with what to give", args, code, out, errs, tc.want)
+			}
+		}
+	}
+	if left, err := os.ReadDir(empty); err != nil || len(left) != 0 {
+		t.Errorf("the empty directory after the refusals: %v %v; want it left empty", left, err)
 	}
 }

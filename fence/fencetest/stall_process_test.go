@@ -3,7 +3,7 @@ package fencetest_test
 // Finding 3 of issue 43 with real processes: a fencelock server is
 // stopped with SIGSTOP while a newcomer's token is being verified, on
 // every adapter (the Guard, the RWGuard, the file fence, SQLite,
-// PostgreSQL, and fence-proxy as a process). The current holder's writes
+// PostgreSQL, MySQL/MariaDB, Redis, and fence-proxy as a process). The current holder's writes
 // keep landing while the newcomer waits for the stopped server; the
 // newcomer is refused as unavailable (the service was not asked in time)
 // once the verification's timeout has run; nobody, SQLite's other
@@ -33,15 +33,19 @@ import (
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/fence/filefence"
+	"github.com/fencelock/fencelock/fence/mysqlfence"
 	"github.com/fencelock/fencelock/fence/pgfence"
+	"github.com/fencelock/fencelock/fence/redisfence"
 	"github.com/fencelock/fencelock/fence/sqlitefence"
+	"github.com/fencelock/fencelock/internal/mysqltest"
 	"github.com/fencelock/fencelock/internal/pgtest"
+	"github.com/fencelock/fencelock/internal/redistest"
 	"github.com/fencelock/fencelock/internal/testports"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(mysqltest.Around(redistest.Around(m))) }
 
 var (
 	buildOnce sync.Once
@@ -226,6 +230,15 @@ func TestStalledServerStallsNoAdapter(t *testing.T) {
 			return err
 		}},
 		{"pgfence", func(v *fence.Verification) fence.Fence { return pgfence.New(pool, pgfence.WithVerification(v)) }, nil},
+		{"mysqlfence", func(v *fence.Verification) fence.Fence {
+			return mysqlfence.New(newMySQL(t), mysqlfence.WithVerification(v))
+		}, nil},
+		{"redisfence", func(v *fence.Verification) fence.Fence {
+			c := redisfence.NewClient(redistest.Addr(t))
+			t.Cleanup(func() { c.Close() })
+			return redisAdmitter{redisfence.New(c, redisfence.WithVerification(v),
+				redisfence.WithMarkKey(func(r string) string { return "fencelock:mark:{stall:" + r + "}" }))}
+		}, nil},
 	}
 	for _, a := range adapters {
 		t.Run(a.name, func(t *testing.T) {
@@ -323,6 +336,32 @@ func newPool(t *testing.T) *pgxpool.Pool {
 		t.Fatal(err)
 	}
 	return pool
+}
+
+// newMySQL is a pool on a fresh MariaDB database with a fence table.
+func newMySQL(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", mysqltest.DB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := mysqlfence.CreateTable(context.Background(), db, mysqlfence.DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// redisAdmitter is redisfence as a fence.Fence: a write with no ops
+// checks and raises the mark alone, and the effect runs after the script
+// (a Go effect cannot run inside it).
+type redisAdmitter struct{ f *redisfence.Fence }
+
+func (a redisAdmitter) Admit(ctx context.Context, resource string, token uint64, effect func(context.Context) error) error {
+	if _, err := a.f.Write(ctx, resource, token); err != nil {
+		return err
+	}
+	return effect(ctx)
 }
 
 // tap is a TCP relay between fence-proxy and the server that says when

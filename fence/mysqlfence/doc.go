@@ -4,7 +4,8 @@
 // did, and rolls back with the check otherwise. It is pgfence's contract on
 // InnoDB, through database/sql (github.com/go-sql-driver/mysql).
 //
-// A fence table, one row per protected resource (CreateTable makes it):
+// A fence table, one row per protected resource (CreateTable makes it,
+// and the table of its resets beside it):
 //
 //	CREATE TABLE IF NOT EXISTS fence (
 //	    resource    VARBINARY(1024) NOT NULL PRIMARY KEY,
@@ -44,17 +45,28 @@
 // placeholder nowhere; a placeholder that a careless caller commits has
 // token 0, which no token is below.
 //
-// Verification (WithVerification, Verify) asks the lock service before
-// the transaction takes the fence row: it reads the mark with a plain
-// autocommit SELECT, asks about a token above it (bounded by
-// WithVerifyTimeout), and only then begins; under the row lock it checks
-// that the mark has not moved in a way the answer does not cover (it
-// rose above the token: stale; it was lowered, or bound to a key, in
-// between: Fence retries, Verified.Check says ErrMarkMoved). A current
-// holder (its token equal to the mark) is not asked about again, so it goes
+// Verification (WithVerification) is package fence's, in its steps
+// (fence.Verification): before the transaction, the mark is read with a
+// plain autocommit SELECT (a consistent read, which waits for no row
+// lock), a stale token is refused, and Verification.Ask asks the lock
+// service about a token that needs it, bounded by Verification.Timeout
+// (default 2 s; past it a *fence.UnavailableError, 503 fence_unavailable
+// behind fence.Middleware); then, holding the fence row, the mark is read
+// again, a stale token refused, and Verification.Confirm (which never
+// asks) decides on the mark found there. When the mark moved in a way
+// the answer does not cover (a reset lowered it below a token nobody asked
+// about) Confirm says fence.ErrReverify and Fence.Do starts again from
+// the read, at most fence.MaxReverify times. A current holder (its token
+// equal to a mark that records a key) is never asked about, so it goes
 // on writing while the lock service is unreachable. A resource is bound
-// only to the key the configuration names (fence.Verification.Key), not to
-// the key its first request names, unless WithBindOnFirstUse says so.
+// to the key recorded with its mark, else to the one the configuration
+// names (Verification.Key); one bound to none is refused
+// (fence.ErrUnbound) unless Verification.BindOnFirstUse. Fence.Verify
+// and Verified.Check are the two steps for a transaction of the caller's.
+//
+// Reset mends a mark (lowers it, unless asked to raise it) and records
+// the reset in the table <fence table>_resets (ResetsDDL) in the same
+// transaction; `fencelock fence reset --sql mysql://DSN` runs it.
 //
 // A table that carries its own token column needs no fence table: Row.Update
 // runs UPDATE t SET <yours>, fence_token = ? WHERE id = ? AND fence_token <= ?.

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/fencelock/fencelock/fence"
 )
@@ -14,12 +13,10 @@ import (
 // transaction that checked it. It implements fence.Fence and
 // fence.RWFence.
 type Fence struct {
-	db             *sql.DB
-	table          string
-	opts           *sql.TxOptions
-	verify         *fence.Verification
-	verifyTimeout  time.Duration
-	bindOnFirstUse bool
+	db     *sql.DB
+	table  string
+	opts   *sql.TxOptions
+	verify *fence.Verification
 }
 
 // Option configures a Fence.
@@ -33,21 +30,13 @@ func WithTable(name string) Option { return func(f *Fence) { f.table = name } }
 func WithTxOptions(o *sql.TxOptions) Option { return func(f *Fence) { f.opts = o } }
 
 // WithVerification makes the fence confirm each new token with the lock
-// service before it raises a mark: asked before the transaction, re-checked
-// under the row lock (Verify).
+// service before it raises a mark, as package fence's Verification says:
+// asked before the transaction, confirmed under the row lock (Verify,
+// Verified.Check). v says which lock key guards each resource (Key, or
+// BindOnFirstUse) and bounds each question (Timeout); a v that binds
+// nothing (fence.Verification.Validate) refuses every token with
+// fence.ErrUnbound.
 func WithVerification(v *fence.Verification) Option { return func(f *Fence) { f.verify = v } }
-
-// WithVerifyTimeout bounds each question to the lock service (default
-// DefaultVerifyTimeout); past it the token is refused with
-// ErrVerifyTimeout (Middleware answers 503 fence_unavailable).
-func WithVerifyTimeout(d time.Duration) Option { return func(f *Fence) { f.verifyTimeout = d } }
-
-// WithBindOnFirstUse lets a verifying fence bind a resource that its
-// configuration binds to no key to the key its first verified request
-// names (fence.KeyFrom). Without it such a resource is refused
-// (fence.ErrNoKey): whoever comes first with any live token would
-// otherwise choose the key that guards it.
-func WithBindOnFirstUse() Option { return func(f *Fence) { f.bindOnFirstUse = true } }
 
 // New returns a Fence on db (a go-sql-driver/mysql pool). The table must
 // exist (CreateTable).
@@ -74,9 +63,10 @@ func (f *Fence) Table() string { return f.table }
 // the check) and Do returns fn's error unchanged. A failed commit returns
 // its error, and then neither the mark nor fn's writes are kept (unless
 // the connection died during COMMIT, when nobody can say). A verifying
-// fence asks the lock service before it begins (Verify), and retries
-// twice when the mark moved in between. Do does not retry deadlocks:
-// IsRetryable tells them.
+// fence asks the lock service before it begins (Verify), and starts again
+// from there when the mark moved in between (fence.ErrReverify, at most
+// fence.MaxReverify times). Do does not retry deadlocks: IsRetryable
+// tells them.
 func (f *Fence) Do(ctx context.Context, resource string, token uint64, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return f.do(ctx, resource, token, true, fn)
 }
@@ -94,22 +84,24 @@ func (f *Fence) do(ctx context.Context, resource string, token uint64, write boo
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		var pre *Verified
+		// The lock service is asked before the transaction begins: nobody
+		// waits for it behind the fence row's lock (fence.Verification).
+		p := &Verified{table: f.table, resource: resource, token: token, write: write}
 		if f.verify != nil {
 			var err error
-			if pre, err = f.prepare(ctx, resource, token, write); err != nil {
+			if p, err = f.ask(ctx, resource, token, write); err != nil {
 				return err
 			}
 		}
-		err := f.once(ctx, resource, token, write, pre, fn)
-		if errors.Is(err, ErrMarkMoved) && attempt < 3 {
-			continue
+		err := f.once(ctx, p, fn)
+		if !errors.Is(err, fence.ErrReverify) || attempt == fence.MaxReverify {
+			return err
 		}
-		return err
 	}
 }
 
-func (f *Fence) once(ctx context.Context, resource string, token uint64, write bool, pre *Verified, fn func(ctx context.Context, tx *sql.Tx) error) error {
+// once is one transaction of do: p checked in it, then fn.
+func (f *Fence) once(ctx context.Context, p *Verified, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	tx, err := f.db.BeginTx(ctx, f.opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -123,7 +115,7 @@ func (f *Fence) once(ctx context.Context, resource string, token uint64, write b
 			_ = tx.Rollback()
 		}
 	}()
-	if err := check(ctx, tx, f.table, resource, token, write, pre); err != nil {
+	if err := p.Check(ctx, tx); err != nil {
 		if ctx.Err() != nil && !isRefusal(err) {
 			return ctx.Err()
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"time"
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/go-sql-driver/mysql"
@@ -16,21 +15,8 @@ import (
 // DefaultTable is the fence table's name unless one is given.
 const DefaultTable = "fence"
 
-// DefaultVerifyTimeout bounds one question to the lock service.
-const DefaultVerifyTimeout = 2 * time.Second
-
-var (
-	// ErrNoRow: Row.Update found no row with the key (distinct from stale).
-	ErrNoRow = errors.New("mysqlfence: no row with that key")
-	// ErrMarkMoved: between the mark read before the transaction and the
-	// row lock inside it, the mark was lowered or bound to a key, so the
-	// lock service's answer no longer covers it. Verify again and retry
-	// the transaction (Fence does this itself).
-	ErrMarkMoved = errors.New("mysqlfence: the mark moved while the token was being verified; retry")
-	// ErrVerifyTimeout: the lock service did not answer within the
-	// verify timeout. The token is neither honoured nor judged stale.
-	ErrVerifyTimeout = errors.New("mysqlfence: the lock service did not answer in time")
-)
+// ErrNoRow: Row.Update found no row with the key (distinct from stale).
+var ErrNoRow = errors.New("mysqlfence: no row with that key")
 
 // Querier is what the checks need of a transaction or a pool: *sql.Tx,
 // *sql.DB and *sql.Conn all have it. Run Check in the transaction that
@@ -87,15 +73,37 @@ func UpgradeDDL(table string, missing []string) string {
 	return "ALTER TABLE " + ident(table) + " " + strings.Join(adds, ", ")
 }
 
+// ResetsDDL is the table CreateTable makes beside the fence table (its
+// name with _resets): one row per reset (Fence.Reset, `fencelock fence
+// reset --sql mysql://...`), in the order made (id), when (UTC), by whom,
+// why, and the marks before and after (token_after 0: the resource was
+// forgotten). Resource and lock key are bytes, as in the fence table; who
+// and why are text.
+func ResetsDDL(table string) string {
+	return "CREATE TABLE IF NOT EXISTS " + ident(table+"_resets") + " (" +
+		"id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, " +
+		"at DATETIME(6) NOT NULL, " +
+		"os_user VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL, " +
+		"reason TEXT CHARACTER SET utf8mb4 NOT NULL, " +
+		"resource VARBINARY(1024) NOT NULL, " +
+		"token_before BIGINT NOT NULL, " +
+		"write_token_before BIGINT NOT NULL, " +
+		"token_after BIGINT NOT NULL, " +
+		"write_token_after BIGINT NOT NULL, " +
+		"lock_key VARBINARY(1024) NULL" +
+		") ENGINE=InnoDB"
+}
+
 // MarksSQL lists a fence table's marks: what `fencelock fence marks`
 // shows of a file fence.
 func MarksSQL(table string) string {
 	return "SELECT resource, token, COALESCE(write_token, token) AS write_token, lock_key, raised_at FROM " + ident(table) + " ORDER BY resource"
 }
 
-// CreateTable creates the fence table if it does not exist, and adds the
-// columns of this version to an older one (idempotent). Run it outside a
-// transaction: DDL commits one on MySQL.
+// CreateTable creates the fence table if it does not exist, adds the
+// columns of this version to an older one, and creates the table of its
+// resets (ResetsDDL); idempotent. Run it outside a transaction: DDL
+// commits one on MySQL.
 func CreateTable(ctx context.Context, db Querier, table string) error {
 	if _, err := db.ExecContext(ctx, TableDDL(table)); err != nil {
 		return fmt.Errorf("mysqlfence: create table %s: %w", table, err)
@@ -121,6 +129,9 @@ func CreateTable(ctx context.Context, db Querier, table string) error {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("mysqlfence: upgrade table %s: %w", table, err)
 		}
+	}
+	if _, err := db.ExecContext(ctx, ResetsDDL(table)); err != nil {
+		return fmt.Errorf("mysqlfence: create table %s_resets: %w", table, err)
 	}
 	return nil
 }
@@ -188,9 +199,10 @@ func (m mark) stale(resource string, token uint64, write bool) error {
 // Check is the fence-table check inside the caller's transaction tx: nil
 // if token is current for resource (and tx now holds the fence row's lock
 // until it ends), a *fence.StaleTokenError if a higher token is stored.
-// After a refusal the caller must roll tx back rather than commit.
+// After a refusal the caller must roll tx back rather than commit. (A
+// verifying check is Fence.Verify, then Verified.Check in tx.)
 func Check(ctx context.Context, tx Querier, table, resource string, token uint64) error {
-	return check(ctx, tx, table, resource, token, true, nil)
+	return check(ctx, tx, table, resource, token, true, nil, fence.Verified{})
 }
 
 // CheckRead is Check for a read of a read/write lock's reader
@@ -198,12 +210,14 @@ func Check(ctx context.Context, tx Querier, table, resource string, token uint64
 // and a higher one raises token, the mark writes are checked against.
 // Like Check it takes the fence row's lock.
 func CheckRead(ctx context.Context, tx Querier, table, resource string, token uint64) error {
-	return check(ctx, tx, table, resource, token, false, nil)
+	return check(ctx, tx, table, resource, token, false, nil, fence.Verified{})
 }
 
-// check locks the fence row and raises it. With pre (a verifying fence),
-// the mark found under the lock must still be one pre's answer covers.
-func check(ctx context.Context, tx Querier, table, resource string, token uint64, write bool, pre *Verified) error {
+// check locks the fence row, refuses a stale token, confirms v's answer
+// pre (fence.Verification.Confirm: it never asks) against the mark found
+// under the lock, and raises the mark, recording the key Confirm returns
+// when the row is bound to none. A nil v confirms nothing.
+func check(ctx context.Context, tx Querier, table, resource string, token uint64, write bool, v *fence.Verification, pre fence.Verified) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
@@ -217,12 +231,9 @@ func check(ctx context.Context, tx Querier, table, resource string, token uint64
 	if err := m.stale(resource, token, write); err != nil {
 		return err
 	}
-	var key string
-	if pre != nil {
-		if err := pre.covers(m); err != nil {
-			return err
-		}
-		key = pre.key
+	key, err := v.Confirm(ctx, resource, token, m.highest, m.bound, pre)
+	if err != nil {
+		return err
 	}
 	newHigh, newLast := token, token
 	if !write {
@@ -266,5 +277,5 @@ func IsRetryable(err error) bool {
 // isRefusal: the fence said no (as opposed to failing to answer).
 func isRefusal(err error) bool {
 	return errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrUnverifiedToken) ||
-		errors.Is(err, fence.ErrWrongKey) || errors.Is(err, fence.ErrNoKey)
+		errors.Is(err, fence.ErrWrongKey) || errors.Is(err, fence.ErrNoKey) || errors.Is(err, fence.ErrUnbound)
 }

@@ -3,6 +3,7 @@ package mysqlfence_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -102,20 +103,39 @@ func (f verifierFunc) Verify(ctx context.Context, key string, token uint64) erro
 
 // Issue 43's first-binding hijack: with no configured key, the first live
 // token naming its key bound the resource to it. Refused now, asking
-// nothing, unless WithBindOnFirstUse.
+// nothing, as fence.ErrUnbound (409 unbound_resource behind Middleware),
+// unless the Verification says BindOnFirstUse; then the binding is told
+// to OnBind.
 func TestNoBindingOnFirstUseUnlessAsked(t *testing.T) {
 	db := newDB(t)
 	ctx := fence.WithKey(context.Background(), "jobs/b")
 	var asked atomic.Int32
-	v := &fence.Verification{Verifier: verifierFunc(func(context.Context, string, uint64) error { asked.Add(1); return nil })}
-	err := mysqlfence.New(db, mysqlfence.WithVerification(v)).Admit(ctx, "fresh", 7, write("fresh", "b", 7))
-	if !errors.Is(err, fence.ErrNoKey) || asked.Load() != 0 {
+	verifier := verifierFunc(func(context.Context, string, uint64) error { asked.Add(1); return nil })
+	v := &fence.Verification{Verifier: verifier}
+	unbound := mysqlfence.New(db, mysqlfence.WithVerification(v))
+	err := unbound.Admit(ctx, "fresh", 7, write("fresh", "b", 7))
+	if !errors.Is(err, fence.ErrUnbound) || asked.Load() != 0 {
 		t.Fatalf("err %v, asked %d times", err, asked.Load())
 	}
 	if m, ok := stored(t, db, "fresh"); ok || value(t, db, "fresh") != "<none>" {
 		t.Fatalf("mark %d", m)
 	}
-	f := mysqlfence.New(db, mysqlfence.WithVerification(v), mysqlfence.WithBindOnFirstUse())
+	req := httptest.NewRequest(http.MethodPut, "/fresh", nil)
+	req.Header.Set(fence.Header, "7")
+	req.Header.Set(fence.KeyHeader, "jobs/b")
+	rec := httptest.NewRecorder()
+	fence.Middleware(unbound, nil, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler ran") })).ServeHTTP(rec, req)
+	if rec.Code != 409 || !strings.Contains(rec.Body.String(), `"code":"unbound_resource"`) || asked.Load() != 0 {
+		t.Fatalf("behind Middleware: %d %s", rec.Code, rec.Body.String())
+	}
+
+	var bound []string
+	f := mysqlfence.New(db, mysqlfence.WithVerification(&fence.Verification{
+		Verifier: verifier, BindOnFirstUse: true,
+		OnBind: func(resource, key string, token uint64) {
+			bound = append(bound, fmt.Sprint(resource, " ", key, " ", token))
+		},
+	}))
 	if err := f.Admit(ctx, "fresh", 7, write("fresh", "b", 7)); err != nil {
 		t.Fatal(err)
 	}
@@ -123,9 +143,17 @@ func TestNoBindingOnFirstUseUnlessAsked(t *testing.T) {
 	if err := db.QueryRow(`SELECT lock_key FROM fence WHERE resource = 'fresh'`).Scan(&key); err != nil || key != "jobs/b" {
 		t.Fatalf("lock_key %q %v", key, err)
 	}
+	if fmt.Sprint(bound) != "[fresh jobs/b 7]" {
+		t.Fatalf("OnBind told %q", bound)
+	}
 	// Bound now: another key's request is refused before anything is asked.
 	if err := f.Admit(fence.WithKey(context.Background(), "jobs/c"), "fresh", 8, nil); !errors.Is(err, fence.ErrWrongKey) || asked.Load() != 1 {
 		t.Fatalf("err %v, asked %d times", err, asked.Load())
+	}
+	// And the resource's recorded binding holds for a fence that binds
+	// nothing by configuration: its holder writes on, unasked.
+	if err := unbound.Admit(context.Background(), "fresh", 7, nil); err != nil || asked.Load() != 1 {
+		t.Fatalf("the holder at a fence without configuration: %v, asked %d times", err, asked.Load())
 	}
 }
 
@@ -133,26 +161,25 @@ func TestNoBindingOnFirstUseUnlessAsked(t *testing.T) {
 // server SIGSTOPped, as far as the fence can tell). It is asked before the
 // transaction, so no row lock is held while it hangs: the current holder
 // (its token equal to the mark) goes on writing, and is never asked about.
-// The new token is refused with ErrVerifyTimeout once the verify timeout
-// passes, having written nothing.
+// Past Verification.Timeout the new token is refused as
+// fence.ErrUnavailable (a *fence.UnavailableError naming the bound),
+// having written nothing.
 func TestStalledLockServiceDoesNotStallTheResource(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
 	var asked atomic.Int32
 	entered := make(chan uint64, 4)
-	v := &fence.Verification{
-		Key: func(string) string { return "acct/lock" },
-		Verifier: verifierFunc(func(ctx context.Context, key string, token uint64) error {
-			asked.Add(1)
-			if token == 5 {
-				return nil // the holder's grant, answered once when it raised the mark
-			}
-			entered <- token
-			<-ctx.Done() // the stalled service: no answer, ever
-			return ctx.Err()
-		}),
-	}
-	f := mysqlfence.New(db, mysqlfence.WithVerification(v), mysqlfence.WithVerifyTimeout(time.Hour))
+	verifier := verifierFunc(func(ctx context.Context, key string, token uint64) error {
+		asked.Add(1)
+		if token == 5 {
+			return nil // the holder's grant, answered once when it raised the mark
+		}
+		entered <- token
+		<-ctx.Done() // the stalled service: no answer, ever
+		return ctx.Err()
+	})
+	v := &fence.Verification{Key: func(string) string { return "acct/lock" }, Verifier: verifier, Timeout: time.Hour}
+	f := mysqlfence.New(db, mysqlfence.WithVerification(v))
 	if err := f.Admit(ctx, "acct", 5, write("acct", "w5-0", 5)); err != nil {
 		t.Fatal(err)
 	}
@@ -180,11 +207,12 @@ func TestStalledLockServiceDoesNotStallTheResource(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the new token, its caller gone: %v", err)
 	}
-	// With a bound: refused with ErrVerifyTimeout, nothing written.
-	short := mysqlfence.New(db, mysqlfence.WithVerification(v), mysqlfence.WithVerifyTimeout(50*time.Millisecond))
+	// With a bound: refused as unavailable, nothing written.
+	short := mysqlfence.New(db, mysqlfence.WithVerification(&fence.Verification{Key: v.Key, Verifier: verifier, Timeout: 50 * time.Millisecond}))
 	go func() { <-entered }()
 	err := short.Admit(ctx, "acct", 7, write("acct", "seven", 7))
-	if !errors.Is(err, mysqlfence.ErrVerifyTimeout) || errors.Is(err, fence.ErrStaleToken) {
+	var ue *fence.UnavailableError
+	if !errors.Is(err, fence.ErrUnavailable) || !errors.As(err, &ue) || ue.Timeout != 50*time.Millisecond || ue.Token != 7 || errors.Is(err, fence.ErrStaleToken) {
 		t.Fatalf("past the verify timeout: %v", err)
 	}
 	if m, _ := stored(t, db, "acct"); m != 5 || value(t, db, "acct") != "w5-read-committed" {
@@ -194,9 +222,9 @@ func TestStalledLockServiceDoesNotStallTheResource(t *testing.T) {
 
 // The answer was about one mark; the row lock finds another. A current
 // holder's token not asked about, after the mark was lowered below it
-// meanwhile, is ErrMarkMoved (Verified.Check); a binding made while a
-// new token was being asked about sends Fence round again, which then
-// refuses the token for the key it found.
+// meanwhile, is fence.ErrReverify (Verified.Check); a binding made while
+// a new token was being asked about is refused, for the key found under
+// the lock.
 func TestMarkMovedWhileVerifying(t *testing.T) {
 	db := newDB(t)
 	ctx := context.Background()
@@ -223,7 +251,7 @@ func TestMarkMovedWhileVerifying(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Check(ctx, tx); !errors.Is(err, mysqlfence.ErrMarkMoved) {
+	if err := p.Check(ctx, tx); !errors.Is(err, fence.ErrReverify) {
 		t.Fatalf("after a reset below the holder's token: %v", err)
 	}
 	tx.Rollback()
@@ -233,7 +261,7 @@ func TestMarkMovedWhileVerifying(t *testing.T) {
 	}
 	if err := f.Admit(ctx, "other", 9, nil); err != nil {
 		// The hook's row is bound to jobs/x, the configuration says
-		// acct/lock: once round again, the fence sees it.
+		// acct/lock: Confirm, under the row lock, sees it.
 		var we *fence.WrongKeyError
 		if !errors.As(err, &we) || we.Bound != "jobs/x" || we.Key != "acct/lock" {
 			t.Fatalf("a binding made while asking: %v", err)
@@ -261,8 +289,9 @@ func TestVerifyTimeoutBehindMiddleware(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		}),
+		Timeout: 20 * time.Millisecond,
 	}
-	f := mysqlfence.New(db, mysqlfence.WithVerification(v), mysqlfence.WithVerifyTimeout(20*time.Millisecond))
+	f := mysqlfence.New(db, mysqlfence.WithVerification(v))
 	ran := 0
 	h := fence.Middleware(f, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran++ }))
 	for _, c := range []struct {

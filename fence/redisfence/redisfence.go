@@ -39,14 +39,29 @@
 // everysec a crash can lose the last second of marks, and a zombie's
 // stale write that the lost mark refused could be admitted after it.
 //
-// Verification (WithVerification) reads the mark (HMGET) and asks the
-// lock service about a token above it, bounded by WithVerifyTimeout,
-// before the script, which nothing blocks while it waits; the script
-// re-checks that the mark is still one the answer covers (else Write
-// reads and asks again). A current holder (its token equal to the mark)
-// is not asked about, so it goes on writing while the lock service is
-// unreachable. A resource is bound only to the key its configuration
-// names (fence.Verification.Key), unless WithBindOnFirstUse.
+// Verification (WithVerification) is package fence's, in its steps
+// (fence.Verification), with the script as the resource's lock: the mark
+// is read (HMGET), a stale token refused, and Verification.Ask asks the
+// lock service about a token that needs it, bounded by
+// Verification.Timeout (past it a *fence.UnavailableError); nothing
+// waits on Redis meanwhile. Verification.Confirm (which never asks)
+// decides on that mark, and the script, which reads the mark again and
+// refuses a stale token, runs the write only if the mark it finds is one
+// on which Confirm decides the same (the same binding; and, for a token
+// that was not asked about, still one that needs no question). Else it
+// answers "moved" with the mark it found: Confirm on that mark gives the
+// refusal (another key bound the resource meanwhile: *fence.WrongKeyError)
+// or fence.ErrReverify, and the fence starts again from the read, at most
+// fence.MaxReverify times. A current holder (its token equal to a mark
+// that records a key) is never asked about, so it goes on writing while
+// the lock service is unreachable. A resource is bound to the key
+// recorded with its mark, else to the one the configuration names
+// (Verification.Key); one bound to none is refused (fence.ErrUnbound)
+// unless Verification.BindOnFirstUse.
+//
+// Reset mends a mark (lowers it, unless asked to raise it) and records
+// the reset in a stream beside it, ResetsKey, in the same script;
+// `fencelock fence reset --redis ADDR` runs it.
 //
 // The script is sent by EVALSHA, and by EVAL (which caches it) when the
 // server answers NOSCRIPT (after a restart or SCRIPT FLUSH). Tokens are
@@ -65,20 +80,9 @@ import (
 	"github.com/fencelock/fencelock/fence"
 )
 
-// DefaultVerifyTimeout bounds one question to the lock service.
-const DefaultVerifyTimeout = 2 * time.Second
-
-var (
-	// ErrCrossSlot: an op's key is not in the hash slot of the
-	// resource's mark, which a script on Redis Cluster requires.
-	ErrCrossSlot = errors.New("redisfence: key not in the mark's hash slot")
-	// ErrMarkMoved: the mark changed between the verification and the
-	// script three times running.
-	ErrMarkMoved = errors.New("redisfence: the mark moved while the token was being verified; retry")
-	// ErrVerifyTimeout: the lock service did not answer within the
-	// verify timeout. The token is neither honoured nor judged stale.
-	ErrVerifyTimeout = errors.New("redisfence: the lock service did not answer in time")
-)
+// ErrCrossSlot: an op's key is not in the hash slot of the resource's
+// mark, which a script on Redis Cluster requires.
+var ErrCrossSlot = errors.New("redisfence: key not in the mark's hash slot")
 
 // Doer sends one command and returns its reply, as Client.Do does.
 type Doer interface {
@@ -150,11 +154,9 @@ func (e *OpError) Error() string {
 
 // Fence is a fenced writer of one Redis server (or Cluster node).
 type Fence struct {
-	c              Doer
-	markKey        func(resource string) string
-	verify         *fence.Verification
-	verifyTimeout  time.Duration
-	bindOnFirstUse bool
+	c       Doer
+	markKey func(resource string) string
+	verify  *fence.Verification
 }
 
 // Option configures New.
@@ -165,19 +167,12 @@ type Option func(*Fence)
 func WithMarkKey(fn func(resource string) string) Option { return func(f *Fence) { f.markKey = fn } }
 
 // WithVerification makes the fence confirm each new token with the lock
-// service before the script raises a mark.
+// service before the script raises a mark, as package fence's
+// Verification says (see the package comment). v says which lock key
+// guards each resource (Key, or BindOnFirstUse) and bounds each question
+// (Timeout); a v that binds nothing (fence.Verification.Validate)
+// refuses every token with fence.ErrUnbound.
 func WithVerification(v *fence.Verification) Option { return func(f *Fence) { f.verify = v } }
-
-// WithVerifyTimeout bounds each question to the lock service (default
-// DefaultVerifyTimeout); past it the token is refused with
-// ErrVerifyTimeout.
-func WithVerifyTimeout(d time.Duration) Option { return func(f *Fence) { f.verifyTimeout = d } }
-
-// WithBindOnFirstUse lets a verifying fence bind a resource its
-// configuration binds to no key to the key its first verified request
-// names (fence.KeyFrom). Without it such a resource is refused
-// (fence.ErrNoKey).
-func WithBindOnFirstUse() Option { return func(f *Fence) { f.bindOnFirstUse = true } }
 
 // New returns a Fence writing through c (a *Client).
 func New(c Doer, opts ...Option) *Fence {
@@ -250,21 +245,28 @@ func (f *Fence) readMark(ctx context.Context, resource string) (mark, error) {
 	if !ok || len(vals) != 4 {
 		return mark{}, fmt.Errorf("redisfence: reading the mark of %q: unexpected reply %v", resource, reply)
 	}
+	return markOf(resource, vals[0], vals[1], vals[2], vals[3])
+}
+
+// markOf reads the fields token, write, key and raised_ms of a mark as
+// a script or HMGET answers them (nil or "": absent).
+func markOf(resource string, token, write, key, raisedMS any) (mark, error) {
 	var m mark
+	var err error
 	str := func(v any) string { s, _ := v.(string); return s }
-	if s := str(vals[0]); s != "" {
+	if s := str(token); s != "" {
 		if m.highest, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return mark{}, fmt.Errorf("redisfence: the mark of %q holds token %q", resource, s)
 		}
 	}
 	m.last = m.highest
-	if s := str(vals[1]); s != "" {
+	if s := str(write); s != "" {
 		if m.last, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return mark{}, fmt.Errorf("redisfence: the mark of %q holds write %q", resource, s)
 		}
 	}
-	m.bound = str(vals[2])
-	m.raisedMS, _ = strconv.ParseInt(str(vals[3]), 10, 64)
+	m.bound = str(key)
+	m.raisedMS, _ = strconv.ParseInt(str(raisedMS), 10, 64)
 	return m, nil
 }
 
@@ -311,18 +313,23 @@ func (f *Fence) run(ctx context.Context, resource string, token uint64, write bo
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		// The lock service is asked before the script: nothing waits for
+		// it on Redis (fence.Verification).
 		var pre *verified
-		if f.verify != nil {
+		if f.verifying() {
 			var err error
-			if pre, err = f.prepare(ctx, resource, token, write); err != nil {
+			if pre, err = f.ask(ctx, resource, token, write); err != nil {
 				return nil, err
 			}
 		}
 		out, err := f.eval(ctx, resource, token, write, pre, ops)
-		if errors.Is(err, ErrMarkMoved) && attempt < 3 {
-			continue
+		var mv *movedError
+		if errors.As(err, &mv) {
+			err = f.moved(ctx, resource, token, pre, mv.found)
 		}
-		return out, err
+		if !errors.Is(err, fence.ErrReverify) || attempt == fence.MaxReverify {
+			return out, err
+		}
 	}
 }
 
@@ -375,8 +382,12 @@ func (f *Fence) eval(ctx context.Context, resource string, token uint64, write b
 			return nil, fmt.Errorf("redisfence: the mark of %q holds token %q", resource, s)
 		}
 		return nil, &fence.StaleTokenError{Resource: resource, Token: token, Highest: hi}
-	case tag == "moved":
-		return nil, ErrMarkMoved
+	case tag == "moved" && len(vals) == 4:
+		found, err := markOf(resource, vals[1], vals[2], vals[3], nil)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &movedError{found: found}
 	case tag == "opfail" && len(vals) == 3:
 		k, _ := vals[1].(int64)
 		msg, _ := vals[2].(string)

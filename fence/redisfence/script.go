@@ -10,16 +10,23 @@ import (
 //
 // KEYS[1] is the mark (a hash: token, write, key, raised_ms); KEYS[2..]
 // the ops' keys, one each. ARGV: token, "w" or "r", the key to bind ("":
-// none), "1" when the fence verifies, the binding the verification saw,
-// "1" when the lock service was asked, the number of ops, then per op
-// its command, its number of arguments and the arguments.
+// none), "1" when the fence verifies, the binding of the mark
+// fence.Verification.Confirm was given, "1" when the lock service was
+// asked (and confirmed the token), the number of ops, then per op its
+// command, its number of arguments and the arguments.
+//
+// Verifying, the script goes on only on a mark on which Confirm decides
+// as it did: the same binding, and, for a token not asked about, a mark
+// that still needs no question (the token at or below it, a key
+// recorded); that is Ask's rule, needsAsk.
 //
 // Tokens are compared as decimal strings (length, then bytes): Lua's
 // numbers are doubles, exact only to 2^53.
 //
-// Replies: {"stale", highest}, {"moved"} (the mark is not the one the
-// verification was about), {"ok", replies}, or {"opfail", n, message}
-// when op n failed (the mark stays raised, ops before n stay done).
+// Replies: {"stale", highest}, {"moved", token, write, key} (the mark it
+// found, not one the verification covers), {"ok", replies}, or
+// {"opfail", n, message} when op n failed (the mark stays raised, ops
+// before n stay done).
 const script = `
 local function less(a, b)
   if #a ~= #b then return #a < #b end
@@ -33,8 +40,9 @@ local bound = m[3] or ''
 if mode == 'w' and less(tok, hi) then return {'stale', hi} end
 if mode == 'r' and less(tok, last) then return {'stale', last} end
 if ARGV[4] == '1' then
-  if bound ~= ARGV[5] then return {'moved'} end
-  if ARGV[6] ~= '1' and (less(hi, tok) or bound == '') then return {'moved'} end
+  if bound ~= ARGV[5] or (ARGV[6] ~= '1' and (less(hi, tok) or bound == '')) then
+    return {'moved', hi, last, bound}
+  end
 end
 local newhi, newlast = tok, tok
 if mode == 'r' then

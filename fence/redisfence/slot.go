@@ -7,10 +7,8 @@ import "strings"
 // first '}' after it when that is not empty, modulo 16384. Keys with the
 // same tag are in the same slot, which a script's keys must be.
 func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
+	if tag, ok := hashTag(key); ok {
+		key = tag
 	}
 	var crc uint16
 	for k := 0; k < len(key); k++ {
@@ -24,4 +22,15 @@ func Slot(key string) int {
 		}
 	}
 	return int(crc) % 16384
+}
+
+// hashTag is key's hash tag: the part between its first '{' and the
+// first '}' after it, when that is not empty.
+func hashTag(key string) (string, bool) {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j], true
+		}
+	}
+	return "", false
 }

@@ -2,21 +2,28 @@ package redisfence
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/fencelock/fencelock/fence"
 )
 
-// verified is the lock service's answer about a token, and the mark it
-// was given for; the script checks the mark is still one it covers.
+// verified is package fence's verification of a token, taken in Go on
+// the mark read before the script (fence.Verification.Ask, then Confirm
+// on that same mark), and what the script needs to check that the mark
+// it finds is one on which Confirm decides the same.
 type verified struct {
-	seen  mark
-	key   string // the lock key to record with the mark
-	asked bool   // the lock service confirmed token for key
+	pre   fence.Verified
+	seen  mark   // the mark Ask and Confirm were given
+	key   string // the key Confirm returned: recorded if the mark has none
+	asked bool   // Ask asked the lock service (and it confirmed the token)
 }
 
-func (f *Fence) prepare(ctx context.Context, resource string, token uint64, write bool) (*verified, error) {
+func (f *Fence) verifying() bool { return f.verify != nil && f.verify.Verifier != nil }
+
+// ask is the steps before the script: the mark read, a stale token
+// refused, the lock service asked when the token needs it, the answer
+// confirmed on the mark read.
+func (f *Fence) ask(ctx context.Context, resource string, token uint64, write bool) (*verified, error) {
 	m, err := f.readMark(ctx, resource)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -27,55 +34,39 @@ func (f *Fence) prepare(ctx context.Context, resource string, token uint64, writ
 	if err := m.stale(resource, token, write); err != nil {
 		return nil, err
 	}
-	p := &verified{seen: m}
-	if p.key, p.asked, err = f.verifyToken(ctx, resource, token, m); err != nil {
+	pre, err := f.verify.Ask(ctx, resource, token, m.highest, m.bound)
+	if err != nil {
 		return nil, err
 	}
-	return p, nil
+	key, err := f.verify.Confirm(ctx, resource, token, m.highest, m.bound, pre)
+	if err != nil {
+		return nil, err
+	}
+	return &verified{pre: pre, seen: m, key: key, asked: needsAsk(token, m)}, nil
 }
 
-// mustAsk is fence.Verification.Check's rule: a token at or below a bound
-// mark was verified when it raised it (a current holder's), any other is
-// asked about. The script applies the same rule to the mark it finds.
-func mustAsk(token uint64, m mark) bool { return !(token <= m.highest && m.bound != "") }
+// needsAsk is the rule of fence.Verification.Ask: the lock service is
+// asked about a token above the mark, or at any mark that records no key;
+// a token at or below a mark that records one (a current holder's, or a
+// reader's) is not. Ask having answered without an error, it says
+// whether the service confirmed the token. The script applies the same
+// rule to the mark it finds.
+func needsAsk(token uint64, m mark) bool { return token > m.highest || m.bound == "" }
 
-// verifyToken is this adapter's one call into fence's verification. Issue
-// 43 moves these rules into package fence (a binding made by
-// configuration, a question bounded in time and asked before the
-// resource's lock); until it does they are kept here, around
-// fence.Verification.Check as it is, so that adopting fence's version is
-// a change to this function alone. It returns the key to record with the
-// mark and whether the lock service was asked.
-func (f *Fence) verifyToken(ctx context.Context, resource string, token uint64, m mark) (key string, asked bool, err error) {
-	v := f.verify
-	if v == nil || v.Verifier == nil {
-		return "", false, nil
-	}
-	if m.bound == "" && !f.bindOnFirstUse && (v.Key == nil || v.Key(resource) == "") {
-		return "", false, fmt.Errorf("%w %q: no lock key is configured for it (fence.Verification.Key), and binding it to the key its first request names was not asked for (WithBindOnFirstUse)", fence.ErrNoKey, resource)
-	}
-	if !mustAsk(token, m) {
-		key, err = v.Check(ctx, resource, token, m.highest, m.bound) // asks nothing
-		return key, false, err
-	}
-	timeout := f.verifyTimeout
-	if timeout <= 0 {
-		timeout = DefaultVerifyTimeout
-	}
-	vctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	key, err = v.Check(vctx, resource, token, m.highest, m.bound)
-	switch {
-	case err == nil || isRefusal(err):
-	case ctx.Err() != nil:
-		err = ctx.Err()
-	case errors.Is(vctx.Err(), context.DeadlineExceeded):
-		err = fmt.Errorf("%w (token %d for %q, asked for %v): %v", ErrVerifyTimeout, token, resource, timeout, err)
-	}
-	return key, true, err
+// movedError: the script found a mark on which Confirm's decision might
+// differ from the one made on the mark read before it.
+type movedError struct{ found mark }
+
+func (e *movedError) Error() string {
+	return fmt.Sprintf("redisfence: the mark moved to %d (key %q) while the token was verified", e.found.highest, e.found.bound)
 }
 
-func isRefusal(err error) bool {
-	return errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrUnverifiedToken) ||
-		errors.Is(err, fence.ErrWrongKey) || errors.Is(err, fence.ErrNoKey)
+// moved is Confirm on the mark the script found: its refusal (another
+// key bound the resource meanwhile), else fence.ErrReverify, so that the
+// fence reads the mark and asks again.
+func (f *Fence) moved(ctx context.Context, resource string, token uint64, pre *verified, found mark) error {
+	if _, err := f.verify.Confirm(ctx, resource, token, found.highest, found.bound, pre.pre); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %q (mark %d, key %q) since it was read; ask again", fence.ErrReverify, resource, found.highest, found.bound)
 }

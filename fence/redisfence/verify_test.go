@@ -3,6 +3,7 @@ package redisfence_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -86,50 +87,67 @@ func (f verifierFunc) Verify(ctx context.Context, key string, token uint64) erro
 	return f(ctx, key, token)
 }
 
-// No binding on first use unless asked (issue 43's first-binding hijack).
+// No binding on first use unless asked (issue 43's first-binding
+// hijack): a resource the configuration binds to no key is refused,
+// asking nothing, as fence.ErrUnbound; with BindOnFirstUse the first
+// verified request's key binds it, and OnBind is told.
 func TestNoBindingOnFirstUseUnlessAsked(t *testing.T) {
 	rc, _, r := newFence(t)
 	k := "{" + r + "}:v"
 	named := fence.WithKey(ctx, "jobs/b")
 	var asked atomic.Int32
-	v := &fence.Verification{Verifier: verifierFunc(func(context.Context, string, uint64) error { asked.Add(1); return nil })}
-	if _, err := redisfence.New(rc, redisfence.WithVerification(v)).Write(named, r, 7, redisfence.Set(k, "b")); !errors.Is(err, fence.ErrNoKey) || asked.Load() != 0 {
+	verifier := verifierFunc(func(context.Context, string, uint64) error { asked.Add(1); return nil })
+	unbound := redisfence.New(rc, redisfence.WithVerification(&fence.Verification{Verifier: verifier}))
+	if _, err := unbound.Write(named, r, 7, redisfence.Set(k, "b")); !errors.Is(err, fence.ErrUnbound) || asked.Load() != 0 {
 		t.Fatalf("err %v, asked %d", err, asked.Load())
 	}
-	f := redisfence.New(rc, redisfence.WithVerification(v), redisfence.WithBindOnFirstUse())
+	if m := markOf(t, unbound, r); m.Token != 0 || get(t, rc, k) != "<none>" {
+		t.Fatalf("mark %+v", m)
+	}
+	var bound []string
+	f := redisfence.New(rc, redisfence.WithVerification(&fence.Verification{
+		Verifier: verifier, BindOnFirstUse: true,
+		OnBind: func(resource, key string, token uint64) {
+			bound = append(bound, fmt.Sprint(resource, " ", key, " ", token))
+		},
+	}))
 	if _, err := f.Write(named, r, 7, redisfence.Set(k, "b")); err != nil {
 		t.Fatal(err)
 	}
-	if m := markOf(t, f, r); m.Key != "jobs/b" || m.Token != 7 {
-		t.Fatalf("mark %+v", m)
+	if m := markOf(t, f, r); m.Key != "jobs/b" || m.Token != 7 || fmt.Sprint(bound) != "["+r+" jobs/b 7]" {
+		t.Fatalf("mark %+v, OnBind told %q", m, bound)
 	}
 	if _, err := f.Write(fence.WithKey(ctx, "jobs/c"), r, 8, redisfence.Set(k, "c")); !errors.Is(err, fence.ErrWrongKey) || asked.Load() != 1 {
 		t.Fatalf("err %v, asked %d", err, asked.Load())
+	}
+	// The recorded binding holds at a fence that binds nothing by
+	// configuration: the holder writes on, unasked.
+	if _, err := unbound.Write(ctx, r, 7, redisfence.Set(k, "b2")); err != nil || asked.Load() != 1 {
+		t.Fatalf("the holder at a fence without configuration: %v, asked %d", err, asked.Load())
 	}
 }
 
 // A stalled lock service: a new token's question hangs; it is asked
 // before the script, so the current holder (token equal to the mark)
-// writes on, never asked about; the new token is refused with
-// ErrVerifyTimeout past the verify timeout, having written nothing.
+// writes on, never asked about; past Verification.Timeout the new token
+// is refused as fence.ErrUnavailable (a *fence.UnavailableError naming
+// the bound), having written nothing.
 func TestStalledLockServiceDoesNotStallTheResource(t *testing.T) {
 	rc, _, r := newFence(t)
 	k := "{" + r + "}:n"
 	var asked atomic.Int32
 	entered := make(chan uint64, 4)
-	v := &fence.Verification{
-		Key: func(string) string { return "acct/lock" },
-		Verifier: verifierFunc(func(ctx context.Context, key string, token uint64) error {
-			asked.Add(1)
-			if token == 5 {
-				return nil
-			}
-			entered <- token
-			<-ctx.Done()
-			return ctx.Err()
-		}),
-	}
-	f := redisfence.New(rc, redisfence.WithVerification(v), redisfence.WithVerifyTimeout(time.Hour))
+	verifier := verifierFunc(func(ctx context.Context, key string, token uint64) error {
+		asked.Add(1)
+		if token == 5 {
+			return nil
+		}
+		entered <- token
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	v := &fence.Verification{Key: func(string) string { return "acct/lock" }, Verifier: verifier, Timeout: time.Hour}
+	f := redisfence.New(rc, redisfence.WithVerification(v))
 	if _, err := f.Write(ctx, r, 5, redisfence.IncrBy(k, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -151,9 +169,11 @@ func TestStalledLockServiceDoesNotStallTheResource(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the new token, its caller gone: %v", err)
 	}
-	short := redisfence.New(rc, redisfence.WithVerification(v), redisfence.WithVerifyTimeout(50*time.Millisecond))
+	short := redisfence.New(rc, redisfence.WithVerification(&fence.Verification{Key: v.Key, Verifier: verifier, Timeout: 50 * time.Millisecond}))
 	go func() { <-entered }()
-	if _, err := short.Write(ctx, r, 7, redisfence.Set(k, "seven")); !errors.Is(err, redisfence.ErrVerifyTimeout) {
+	_, err := short.Write(ctx, r, 7, redisfence.Set(k, "seven"))
+	var ue *fence.UnavailableError
+	if !errors.Is(err, fence.ErrUnavailable) || !errors.As(err, &ue) || ue.Timeout != 50*time.Millisecond || ue.Token != 7 {
 		t.Fatalf("past the verify timeout: %v", err)
 	}
 	if m := markOf(t, f, r); m.Token != 5 || get(t, rc, k) != "4" {
@@ -162,10 +182,9 @@ func TestStalledLockServiceDoesNotStallTheResource(t *testing.T) {
 }
 
 // The script re-checks the mark the answer was about: a binding made
-// while a new token was being asked about sends the fence round again,
-// which then refuses the token for the key it found; a mark lowered
-// below a current holder's token (an operator's reset) is asked about
-// again, not waved through.
+// while a new token was being asked about is refused, Confirm given the
+// mark the script found; a mark lowered below a current holder's token
+// (an operator's reset) is asked about again, not waved through.
 func TestMarkMovedWhileVerifying(t *testing.T) {
 	rc, _, r := newFence(t)
 	var hook func()
@@ -253,6 +272,37 @@ func TestMarkLoweredBeforeTheScript(t *testing.T) {
 		t.Fatalf("%v, asked %v", err, asked)
 	}
 	if m := markOf(t, f, r); m.Token != 4 {
+		t.Fatalf("mark %+v", m)
+	}
+}
+
+// A binding to the same key made while a new token was being asked about
+// is covered by the answer: the script answers "moved", Confirm on the
+// mark it found accepts, and the fence goes round once more, the token
+// raising the mark.
+func TestSameBindingWhileVerifying(t *testing.T) {
+	rc, _, r := newFence(t)
+	var hook func()
+	v := &fence.Verification{
+		Key: func(string) string { return "acct/lock" },
+		Verifier: verifierFunc(func(context.Context, string, uint64) error {
+			if h := hook; h != nil {
+				hook = nil
+				h()
+			}
+			return nil
+		}),
+	}
+	f := redisfence.New(rc, redisfence.WithVerification(v))
+	hook = func() {
+		if _, err := rc.Do(ctx, "HSET", f.MarkKey(r), "token", "3", "write", "3", "key", "acct/lock"); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := f.Write(ctx, r, 9); err != nil {
+		t.Fatal(err)
+	}
+	if m := markOf(t, f, r); m.Token != 9 || m.Key != "acct/lock" {
 		t.Fatalf("mark %+v", m)
 	}
 }

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -58,19 +59,52 @@ func RedactOverview(ctx context.Context, o api.Overview) api.Overview {
 // whether it differs from g: a series counted by key prefix only if the
 // caller may read every key under that prefix, the "other" series (the
 // prefixes past the counted ones, which it cannot know) only if it may
-// read every key; the series that count no keys are shown to every
-// principal. Without a principal, or without g, it is g, unredacted.
+// read every key; the figures that sum the whole table (keyFree says
+// which count no keys) only if it may read every key, as an overview's;
+// the series that count no keys are shown to every principal. Without a
+// principal, or without g, it is g, unredacted.
 func RedactMetrics(ctx context.Context, g prometheus.Gatherer) (prometheus.Gatherer, bool) {
 	reads := readsAll(ctx)
 	if reads == nil || g == nil {
 		return g, false
 	}
-	return prefixFilter{g: g, keep: func(prefix string) bool {
-		if prefix == service.OtherPrefix {
-			return reads("")
+	all := reads("")
+	return metricsFilter{g: g,
+		family: func(name string) bool { return all || keyFree(name) },
+		prefix: func(prefix string) bool {
+			if prefix == service.OtherPrefix {
+				return all
+			}
+			return reads(prefix)
+		}}, true
+}
+
+// keyFree reports whether the metric family name counts no keys: the
+// node's own health (raft, peers, connections, frames, header bytes, the
+// Go runtime and the process), quotas, watches and ACL calls, and the
+// series by prefix, which are judged one by one. Every other fencelock
+// family sums the table's keys or its lock calls (the last token, leases,
+// sessions, queued waiters, grants, releases, expiries, waits, extends,
+// refusals, their histograms, proposals and applies, requests by route),
+// and a family added later is hidden until it is listed here.
+func keyFree(name string) bool {
+	if !strings.HasPrefix(name, "fencelock_") {
+		return true // go_*, process_*: the runtime's
+	}
+	for _, p := range keyFreePrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
 		}
-		return reads(prefix)
-	}}, true
+	}
+	return keyFreeNames[name]
+}
+
+var keyFreePrefixes = []string{"fencelock_connections_", "fencelock_framed_", "fencelock_raft_", "fencelock_peer_",
+	"fencelock_http_header_", "fencelock_quota_", "fencelock_acl_"}
+
+var keyFreeNames = map[string]bool{
+	"fencelock_build_info": true, "fencelock_is_leader": true, "fencelock_watchers": true,
+	"fencelock_leases_by_prefix": true,
 }
 
 // WatchScope is the scope of ctx's caller's watch: whom it counts
@@ -153,16 +187,21 @@ func readable[T any](visible func(string) bool, items []T, key func(T) string) [
 	return kept
 }
 
-// prefixFilter leaves out the series whose prefix label keep refuses.
-type prefixFilter struct {
-	g    prometheus.Gatherer
-	keep func(prefix string) bool
+// metricsFilter leaves out the families family refuses, and the series
+// whose prefix label prefix refuses.
+type metricsFilter struct {
+	g      prometheus.Gatherer
+	family func(name string) bool
+	prefix func(prefix string) bool
 }
 
-func (f prefixFilter) Gather() ([]*dto.MetricFamily, error) {
+func (f metricsFilter) Gather() ([]*dto.MetricFamily, error) {
 	mfs, err := f.g.Gather()
 	out := mfs[:0]
 	for _, mf := range mfs {
+		if !f.family(mf.GetName()) {
+			continue
+		}
 		kept := mf.Metric[:0]
 		for _, m := range mf.Metric {
 			if f.allowed(m) {
@@ -177,10 +216,10 @@ func (f prefixFilter) Gather() ([]*dto.MetricFamily, error) {
 	return out, err
 }
 
-func (f prefixFilter) allowed(m *dto.Metric) bool {
+func (f metricsFilter) allowed(m *dto.Metric) bool {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == service.PrefixLabel {
-			return f.keep(l.GetValue())
+			return f.prefix(l.GetValue())
 		}
 	}
 	return true

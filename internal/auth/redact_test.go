@@ -134,3 +134,32 @@ func TestRedactMetricsByPrefix(t *testing.T) {
 		t.Errorf("metrics without a principal (redacted %v): %v", redacted, shown(g))
 	}
 }
+
+// /metrics shows the figures that sum the whole table (the last token,
+// leases, grants, …) only to a caller that may read every key, as the
+// overview does; the node's own health to every principal; a fencelock
+// family not known to count no keys is hidden.
+func TestRedactMetricsTableFigures(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for _, name := range []string{"fencelock_last_token", "fencelock_leases", "fencelock_grants_total", "fencelock_new_table_figure",
+		"fencelock_is_leader", "fencelock_connections_open", "fencelock_raft_state", "go_goroutines"} {
+		reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "h"}))
+	}
+	names := func(g prometheus.Gatherer) (out []string) {
+		mfs, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			out = append(out, mf.GetName())
+		}
+		return out
+	}
+	g, _ := RedactMetrics(bobReads(t), reg)
+	if got, want := names(g), []string{"fencelock_connections_open", "fencelock_is_leader", "fencelock_raft_state", "go_goroutines"}; !slices.Equal(got, want) {
+		t.Errorf("bob, who may not read every key, is shown %v; want %v", got, want)
+	}
+	if g, _ := RedactMetrics(context.Background(), reg); len(names(g)) != 8 {
+		t.Errorf("without a principal: %v", names(g))
+	}
+}

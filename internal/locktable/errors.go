@@ -66,14 +66,20 @@ func (e *HeldError) Unwrap() error { return ErrHeld }
 // QueueFullError is WaitWithin's refusal of a holder that would join a
 // queue at its limit. It matches ErrTooManyWaiters with errors.Is.
 type QueueFullError struct {
-	Key   string
-	Scope string // "key": the key's queue is full; "total": all queues are
+	Key string
+	// Scope is "key": the key's queue is full; "total": all queues are;
+	// "owner": Owner's holders have their share of the key's queue.
+	Scope string
+	Owner string
 	Limit int
 }
 
 func (e *QueueFullError) Error() string {
-	if e.Scope == "key" {
+	switch e.Scope {
+	case "key":
 		return fmt.Sprintf("locktable: %q has %d waiters, the limit", e.Key, e.Limit)
+	case "owner":
+		return fmt.Sprintf("locktable: %q has %d waiters of %q, the limit of one owner", e.Key, e.Limit, e.Owner)
 	}
 	return fmt.Sprintf("locktable: %d waiters in all queues, the limit", e.Limit)
 }

@@ -225,6 +225,11 @@ func (c *Cluster) checkNewNode(ctx context.Context, req api.JoinRequest) (api.Id
 	case id.ClusterID != "" && id.ClusterID != c.fsm.ClusterID():
 		return id, refused(api.CodeWrongCluster, "refused, nothing changed: node %s belongs to another cluster (cluster id %s; this is %s): it already has state of its own; stop it, empty its data directory and start it with --join",
 			req.ID, id.ClusterID, c.fsm.ClusterID())
+	case id.Engine != "" && c.cfg.Engine != "" && id.Engine != c.cfg.Engine:
+		// Their raft ports speak different protocols: added, it would
+		// never catch up, and the leader would log its refusals.
+		return id, refused(api.CodeWrongEngine, "refused, nothing changed: node %s runs the %s replication engine and this cluster runs %s; they speak different raft protocols: restart it with --engine %s (and an empty data directory) and --join",
+			req.ID, id.Engine, c.cfg.Engine, c.cfg.Engine)
 	}
 	if err := c.node.ProbeRaft(ctx, req.ID, req.RaftAddr, probeTimeout); err != nil {
 		return id, refused(api.CodeNodeUnreachable, "refused, nothing changed: node %s does not accept connections at its raft address %s (%v)", req.ID, req.RaftAddr, err)

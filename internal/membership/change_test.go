@@ -59,7 +59,7 @@ func TestRemoveChecksTheVotersLeft(t *testing.T) {
 // raft transport, in no cluster or this one, and take raft connections.
 func TestJoinProbesTheNewNode(t *testing.T) {
 	peers := idPeers{}
-	c, _ := newTestClusterOver(t, func(cfg *Config) { cfg.Peers = peers },
+	c, _ := newTestClusterOver(t, func(cfg *Config) { cfg.Peers, cfg.Engine = peers, "etcd" },
 		func(l *replicatest.Log) replica.Replicator { return &configured{Log: l} })
 	ctx := context.Background()
 	req := api.JoinRequest{ID: "n4", RaftAddr: "h4:7471", ClientAddr: "h4:7470"}
@@ -79,7 +79,15 @@ func TestJoinProbesTheNewNode(t *testing.T) {
 			"refused, nothing changed: node n4 has no raft transport; restart it with --raft h4:7471 and --join"},
 		{"another cluster", &api.Identity{Node: "n4", RaftAddr: "h4:7471", Raft: true, ClusterID: "c2"}, api.CodeWrongCluster,
 			"refused, nothing changed: node n4 belongs to another cluster (cluster id c2; this is ): it already has state of its own; stop it, empty its data directory and start it with --join"},
+		// Issue 41: a node of the other engine was added as a non-voter
+		// that could never catch up.
+		{"another engine", &api.Identity{Node: "n4", RaftAddr: "h4:7471", Raft: true, Engine: "hashicorp"}, api.CodeWrongEngine,
+			"refused, nothing changed: node n4 runs the hashicorp replication engine and this cluster runs etcd; they speak different raft protocols: restart it with --engine etcd (and an empty data directory) and --join"},
+		// A node that names no engine (one from before the field) and one
+		// of the same engine get as far as the raft probe.
 		{"raft port shut", &api.Identity{Node: "n4", RaftAddr: "h4:7471", Raft: true}, api.CodeNodeUnreachable,
+			"refused, nothing changed: node n4 does not accept connections at its raft address h4:7471 (replicatest: a single in-memory voter takes no other members)"},
+		{"the same engine", &api.Identity{Node: "n4", RaftAddr: "h4:7471", Raft: true, Engine: "etcd"}, api.CodeNodeUnreachable,
 			"refused, nothing changed: node n4 does not accept connections at its raft address h4:7471 (replicatest: a single in-memory voter takes no other members)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -34,6 +34,9 @@ type Config struct {
 	// Join, for a node started to join a cluster, is how its join goes;
 	// nil: not joining.
 	Join *JoinStatus
+	// Engine names this node's replication engine in its identity; a
+	// join of a node that reports another is refused ("": not said).
+	Engine string
 }
 
 // Peers is how this node calls the client port of another node.
@@ -111,7 +114,7 @@ func (c *Cluster) Close() {
 // change (the strict reconfiguration check).
 func (c *Cluster) Identity() api.Identity {
 	return api.Identity{Node: c.cfg.NodeID, RaftAddr: c.node.Addr(), ClientAddr: c.cfg.ClientAddr,
-		ClusterID: c.fsm.ClusterID(), AppliedIndex: c.node.AppliedIndex(), Raft: c.node.Dialable()}
+		ClusterID: c.fsm.ClusterID(), AppliedIndex: c.node.AppliedIndex(), Raft: c.node.Dialable(), Engine: c.cfg.Engine}
 }
 
 // Clustered reports whether the configuration has other voters.

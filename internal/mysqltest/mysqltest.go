@@ -51,12 +51,25 @@ var (
 	started  time.Duration
 )
 
-// Main starts the server (unless EnvDSN is set), runs the tests and stops
-// it. Use it as a package's TestMain.
-func Main(m *testing.M) {
-	flag.Parse()
+// Main starts the server (unless EnvDSN is set), runs the tests and
+// stops it. Use it as a package's TestMain.
+func Main(m *testing.M) { os.Exit(Around(m).Run()) }
+
+// Runner runs a package's tests: a *testing.M, or what another test
+// server package's Around returns.
+type Runner interface{ Run() int }
+
+// Around is m with the server started before it runs and stopped after,
+// for a package whose tests need more than one kind of server:
+// func TestMain(m *testing.M) { pgtest.Main(mysqltest.Around(m)) }.
+func Around(m Runner) Runner { return around{m} }
+
+type around struct{ m Runner }
+
+func (a around) Run() int {
+	flag.Parse() // testing.Short needs the flags
 	if testing.Short() {
-		os.Exit(m.Run())
+		return a.m.Run()
 	}
 	if dsn := os.Getenv(EnvDSN); dsn != "" {
 		adminDSN = dsn
@@ -68,11 +81,12 @@ func Main(m *testing.M) {
 			adminDSN = srv.dsn()
 		}
 	}
-	code := m.Run()
-	if srv != nil {
-		srv.stop()
-	}
-	os.Exit(code)
+	defer func() {
+		if srv != nil {
+			srv.stop()
+		}
+	}()
+	return a.m.Run()
 }
 
 // StartTime is how long the throwaway server took to start, its data

@@ -48,10 +48,23 @@ var (
 
 // Main starts the server (unless EnvAddr is set), runs the tests and
 // stops it. Use it as a package's TestMain.
-func Main(m *testing.M) {
-	flag.Parse()
+func Main(m *testing.M) { os.Exit(Around(m).Run()) }
+
+// Runner runs a package's tests: a *testing.M, or what another test
+// server package's Around returns.
+type Runner interface{ Run() int }
+
+// Around is m with the server started before it runs and stopped after,
+// for a package whose tests need more than one kind of server:
+// func TestMain(m *testing.M) { pgtest.Main(redistest.Around(m)) }.
+func Around(m Runner) Runner { return around{m} }
+
+type around struct{ m Runner }
+
+func (a around) Run() int {
+	flag.Parse() // testing.Short needs the flags
 	if testing.Short() {
-		os.Exit(m.Run())
+		return a.m.Run()
 	}
 	if a := os.Getenv(EnvAddr); a != "" {
 		addr = a
@@ -61,11 +74,12 @@ func Main(m *testing.M) {
 			addr = srv.addr()
 		}
 	}
-	code := m.Run()
-	if srv != nil {
-		srv.stop()
-	}
-	os.Exit(code)
+	defer func() {
+		if srv != nil {
+			srv.stop()
+		}
+	}()
+	return a.m.Run()
 }
 
 // Addr is the server's host:port; it fails the test if there is none.

@@ -105,7 +105,11 @@ func (s *Service) commandError(err error, now locktable.Time) *Error {
 	case errors.Is(err, locktable.ErrNotHeld):
 		return &Error{Code: api.CodeNotHeld, Message: "not the live holder of this token"}
 	case errors.As(err, &full):
-		if full.Scope == "key" {
+		switch full.Scope {
+		case "owner":
+			return &Error{Code: api.CodeQuotaExceeded, Quota: api.QuotaKeyWaiters,
+				Message: quotaMessage(full.Owner, api.QuotaKeyWaiters, full.Limit, full.Limit)}
+		case "key":
 			return &Error{Code: api.CodeTooManyWaiters,
 				Message: fmt.Sprintf("too many waiters: this key's queue is at its limit of %d; try again later", full.Limit)}
 		}

@@ -20,7 +20,8 @@ type grant struct {
 	session                uint64
 	lockDelay              locktable.Duration
 	shared                 locktable.Shared
-	isShared               bool // a semaphore permit or a read/write hold
+	isShared               bool   // a semaphore permit or a read/write hold
+	principal              string // the caller's ("" none): its share of a key's queue
 }
 
 // newGrant checks req, naming the field at fault.
@@ -92,6 +93,9 @@ func (s *Service) waitCommand(g grant, now locktable.Time) fsm.Command {
 	c := fsm.Command{Op: fsm.OpWait, RequestID: g.requestID, Now: now,
 		Key: g.key, Holder: g.holder, TTL: g.ttl, Deadline: now + locktable.Time(g.wait),
 		MaxKeyWaiters: s.cfg.MaxWaitersPerKey, MaxWaiters: s.cfg.MaxWaiters}
+	if g.principal != "" {
+		c.MaxOwnerKeyWaiters = s.cfg.QuotaKeyWaiters
+	}
 	if g.isShared {
 		c.Op, c.Shared = fsm.OpShared, g.shared
 	} else {
@@ -124,6 +128,7 @@ func (s *Service) acquire(ctx context.Context, principal string, g grant) (api.L
 	}
 	defer release()
 	if g.wait > 0 {
+		g.principal = principal
 		return s.acquireWait(ctx, g, release)
 	}
 	if g.isShared {

@@ -93,6 +93,8 @@ var quotaWords = map[string]struct{ what, flag string }{
 	api.QuotaSessions: {"open sessions", "--max-sessions-per-principal"},
 	api.QuotaLocks:    {"leases held and places in wait queues", "--max-locks-per-principal"},
 	api.QuotaWaiters:  {"places in wait queues", "--max-waiters-per-principal"},
+	// Counted by the table, from the limit in the wait command.
+	api.QuotaKeyWaiters: {"places in this key's wait queue", "--max-waiters-per-key-per-principal"},
 }
 
 func quotaMessage(p, kind string, limit, have int) string {
@@ -145,11 +147,12 @@ func (s *Service) taken(key string) bool {
 // quotaCollectors are the quotas' limits, for the metrics.
 func quotaCollectors(cfg Config) []prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencelock_quota_limit", Help: "Each quota of one principal (0: none): sessions, locks (leases held plus queue places), waiters (queue places), watches (open on one node).",
+		Name: "fencelock_quota_limit", Help: "Each quota of one principal (0: none): sessions, locks (leases held plus queue places), waiters (queue places), watches (open on one node), key_waiters (places in one key's queue).",
 	}, []string{"quota"})
 	g.WithLabelValues(api.QuotaSessions).Set(float64(cfg.QuotaSessions))
 	g.WithLabelValues(api.QuotaLocks).Set(float64(cfg.QuotaLocks))
 	g.WithLabelValues(api.QuotaWaiters).Set(float64(cfg.QuotaWaiters))
 	g.WithLabelValues(api.QuotaWatches).Set(float64(cfg.WatchMaxPerCaller))
+	g.WithLabelValues(api.QuotaKeyWaiters).Set(float64(cfg.QuotaKeyWaiters))
 	return []prometheus.Collector{g}
 }

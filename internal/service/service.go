@@ -42,6 +42,9 @@ type Config struct {
 	// until the node is a member, a not-ready answer (/readyz) says that
 	// rather than "knows no leader yet". Nil: not joining.
 	Join *membership.JoinStatus
+	// Engine is this node's replication engine, as its identity names it
+	// (a join of a node of another engine is refused); "": not said.
+	Engine string
 
 	// Queue caps: the waiters on one key and on all keys; 0: no cap.
 	MaxWaitersPerKey int
@@ -58,6 +61,10 @@ type Config struct {
 	QuotaSessions int
 	QuotaLocks    int
 	QuotaWaiters  int
+	// QuotaKeyWaiters caps a principal's places in one key's wait queue
+	// (0: none). It travels in each wait command, as the queue caps do,
+	// so that every node refuses the same waits.
+	QuotaKeyWaiters int
 }
 
 // Peers is how this node calls the client port of another node.
@@ -119,6 +126,7 @@ func New(cfg Config) (*Service, error) {
 	s.cluster = membership.New(membership.Config{
 		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Logger: cfg.Logger, Peers: cfg.Peers,
 		ApplyTimeout: cfg.ApplyTimeout, JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.AnnounceEvery, Join: cfg.Join,
+		Engine: cfg.Engine,
 	}, s.fsm, clusterSide{s})
 	s.metrics = newMetrics(s)
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
@@ -138,11 +146,13 @@ func (s *Service) Restored() { s.watches.Restored(s.fsm.AppliedIndex()) }
 // that keep the members table current.
 func (s *Service) Start(n replica.Replicator) {
 	s.node = n
+	// Membership first: a leadership already won runs the takeover,
+	// which asks it to record this node (RecordSelf), at once.
+	s.cluster.Start(n)
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.watches.Broadcast(s.stop) }()
 	s.wg.Add(1)
 	go s.watchLeadership()
-	s.cluster.Start(n)
 }
 
 // Ready reports whether this node serves writes.

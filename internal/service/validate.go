@@ -15,7 +15,7 @@ func checkKey(field, key string) *Error {
 	case len(key) > api.MaxKeyLen:
 		return Invalid(field, "%s is %d bytes; the limit is %d", field, len(key), api.MaxKeyLen)
 	}
-	return nil
+	return checkText(field, key)
 }
 
 func checkHolder(holder string) *Error {
@@ -24,6 +24,17 @@ func checkHolder(holder string) *Error {
 		return Invalid("holder", "holder is required")
 	case len(holder) > api.MaxHolderLen:
 		return Invalid("holder", "holder is %d bytes; the limit is %d", len(holder), api.MaxHolderLen)
+	}
+	return checkText("holder", holder)
+}
+
+// checkText refuses, in every configuration, a key, holder or prefix
+// holding a character that is not shown as itself (api.BadText). The
+// table and its snapshots are not checked: keys written before load,
+// and end as their leases do.
+func checkText(field, s string) *Error {
+	if err := api.CheckText(field, s); err != nil {
+		return Invalid(field, "%v", err)
 	}
 	return nil
 }
@@ -53,7 +64,7 @@ func checkPrefix(prefix string) *Error {
 	if len(prefix) > api.MaxKeyLen {
 		return Invalid("prefix", "prefix is %d bytes; the limit is %d", len(prefix), api.MaxKeyLen)
 	}
-	return nil
+	return checkText("prefix", prefix)
 }
 
 func firstErr(errs ...*Error) *Error {

@@ -118,6 +118,10 @@ func (s *Service) countQueueFull(err error) bool {
 	if !errors.As(err, &full) {
 		return false
 	}
+	if full.Scope == "owner" {
+		s.metrics.quotaRefused.WithLabelValues(api.QuotaKeyWaiters).Inc()
+		return true
+	}
 	s.metrics.queueFull.WithLabelValues(full.Scope).Inc()
 	return true
 }

@@ -137,13 +137,14 @@ class Server:
 
 
 # What every node of a test cluster is started with besides its own
-# addresses: the one place to add what main's server comes to need for a
-# cluster on loopback (a --cluster-secret-file, say). Today: nothing.
+# addresses and the cluster's secret (each Cluster makes its own, with
+# ``fencelock cluster secret``, in a file of mode 0600, as the README does).
 CLUSTER_ARGS: List[str] = []
 
 
 class Cluster:
-    """Three raft nodes on free loopback ports (``--peers``), one temp dir.
+    """Three raft nodes on free loopback ports (``--peers``), one temp dir,
+    one cluster secret.
 
     With ``proxied``, each node's clients reach it through a
     :class:`LinkProxy` of the test's, which the node advertises as its
@@ -155,6 +156,10 @@ class Cluster:
                  proxied: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="fencelock-py-cluster-")
         self.tls = tls
+        secret = os.path.join(self.dir, "cluster.secret")
+        made = subprocess.run([binary(), "cluster", "secret"], check=True, stdout=subprocess.PIPE).stdout
+        with os.fdopen(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(made)
         ids = ["n%d" % (i + 1) for i in range(n)]
         raft = {i: "127.0.0.1:%d" % free_port() for i in ids}
         peers = ",".join("%s=%s" % (i, raft[i]) for i in ids)
@@ -162,7 +167,7 @@ class Cluster:
         self.proxies: Dict[str, LinkProxy] = {}
         for i in ids:
             addr = "127.0.0.1:%d" % free_port()
-            extra = list(CLUSTER_ARGS)
+            extra = list(CLUSTER_ARGS) + ["--cluster-secret-file", secret]
             if proxied:
                 self.proxies[i] = LinkProxy(addr)
                 extra += ["--advertise", self.proxies[i].addr]

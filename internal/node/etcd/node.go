@@ -159,7 +159,7 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 			return fmt.Errorf("etcd: raft transport: %w", err)
 		}
 		n.port = port
-		t := newTransport(port, cfg.TLS, c, node.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
+		t := newTransport(port, c, node.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
 		n.tr = t
 		n.closers = append(n.closers, t)
 		c.setSend(t.send)
