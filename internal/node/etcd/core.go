@@ -123,6 +123,10 @@ type core struct {
 
 	mu      sync.Mutex
 	waiters map[uint64]chan etcdAnswer
+
+	// quiet counts the ticks since a leader's last message (run's own;
+	// failover.go).
+	quiet int
 }
 
 type etcdProp struct {
@@ -268,7 +272,7 @@ func (c *core) run() {
 		case <-c.stop:
 			return
 		case <-t.C:
-			c.rn.Tick()
+			c.tickRaft()
 		case p := <-c.props:
 			c.proposeBatch(p)
 		case m := <-c.recv:
@@ -823,6 +827,7 @@ func (c *core) watchReceived(m *raftpb.Message) {
 	switch m.GetType() {
 	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap: // only a leader sends these
 		c.contact.Store(time.Now().UnixNano())
+		c.heardLeader(m.GetTerm())
 	case raftpb.MsgAppResp:
 		if p, ok := c.name(m.GetFrom()); ok {
 			if m.GetReject() {
