@@ -123,6 +123,18 @@ type core struct {
 
 	mu      sync.Mutex
 	waiters map[uint64]chan etcdAnswer
+
+	// stepped: no goroutine of the core's own runs; whoever drives it
+	// (stepped.go) is raft's goroutine and the apply goroutine at once.
+	stepped bool
+	// post runs a wake-up of a goroutine waiting on the core (an
+	// answer, a change of leadership): at once (nil), or, stepped, when
+	// the driver chooses, so that it decides the order goroutines run in.
+	post func(func())
+	// The apply goroutine's own: the point applied, and what stopped
+	// applying for good.
+	at          etcdPoint
+	applyFailed error
 }
 
 type etcdProp struct {
@@ -137,7 +149,16 @@ type etcdAnswer struct {
 
 const etcdIDLen = 8
 
+// start makes the core's channels and starts its goroutines.
 func (c *core) start(seed uint64) {
+	c.init(seed)
+	c.done.Add(3)
+	go func() { defer c.done.Done(); c.run() }()
+	go func() { defer c.done.Done(); c.applyLoop() }()
+	go func() { defer c.done.Done(); c.snapLoop() }()
+}
+
+func (c *core) init(seed uint64) {
 	c.props = make(chan etcdProp, 1024)
 	c.recv = make(chan *raftpb.Message, 4096)
 	c.reports = make(chan etcdReport, 256)
@@ -154,10 +175,16 @@ func (c *core) start(seed uint64) {
 	c.dead = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
 	c.seq.Store(seed)
-	c.done.Add(3)
-	go func() { defer c.done.Done(); c.run() }()
-	go func() { defer c.done.Done(); c.applyLoop() }()
-	go func() { defer c.done.Done(); c.snapLoop() }()
+	c.at = c.booted
+}
+
+// wake runs f, a wake-up of a waiting goroutine, through post.
+func (c *core) wake(f func()) {
+	if c.post == nil {
+		f()
+		return
+	}
+	c.post(f)
 }
 
 func (c *core) close() {
@@ -236,7 +263,7 @@ func (c *core) answer(id uint64, a etcdAnswer) {
 	delete(c.waiters, id)
 	c.mu.Unlock()
 	if ok {
-		ch <- a
+		c.wake(func() { ch <- a })
 	}
 }
 
@@ -246,7 +273,7 @@ func (c *core) failAll(err error) {
 	c.waiters = map[uint64]chan etcdAnswer{}
 	c.mu.Unlock()
 	for _, ch := range ws {
-		ch <- etcdAnswer{err: err}
+		c.wake(func() { ch <- etcdAnswer{err: err} })
 	}
 }
 
@@ -274,14 +301,7 @@ func (c *core) run() {
 		case m := <-c.recv:
 			c.step(m)
 		case r := <-c.reports:
-			switch {
-			case !r.snap:
-				c.rn.ReportUnreachable(r.to)
-			case r.done:
-				c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFinish)
-			default:
-				c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFailure)
-			}
+			c.report(r)
 		case id := <-c.reads:
 			c.readIndex(id)
 		case q := <-c.confs:
@@ -289,27 +309,58 @@ func (c *core) run() {
 		case id := <-c.transfers:
 			c.transferLeader(id)
 		case k := <-c.compacts:
-			err := c.compact(k)
+			err := c.compacted(k)
 			k.done <- err
 			if err != nil {
-				c.halt(fmt.Errorf("compacting the log failed: %w", err))
 				<-c.stop
 				return
 			}
 		}
-		c.drain()
-		c.proposeConf()
-		for c.rn.HasReady() {
-			if err := c.ready(); err != nil {
-				// The log cannot be written: nothing more may be
-				// acknowledged from this node.
-				c.halt(fmt.Errorf("persisting raft state failed: %w", err))
-				<-c.stop
-				return
-			}
-			c.proposeConf()
+		if err := c.settle(); err != nil {
+			<-c.stop
+			return
 		}
 	}
+}
+
+// report hands raft what the transport learned of a peer.
+func (c *core) report(r etcdReport) {
+	switch {
+	case !r.snap:
+		c.rn.ReportUnreachable(r.to)
+	case r.done:
+		c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFinish)
+	default:
+		c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFailure)
+	}
+}
+
+// compacted compacts the log behind a snapshot written out; a failure
+// halts the node.
+func (c *core) compacted(k etcdCompact) error {
+	err := c.compact(k)
+	if err != nil {
+		c.halt(fmt.Errorf("compacting the log failed: %w", err))
+	}
+	return err
+}
+
+// settle takes what waits for raft (drain) and handles every Ready it
+// makes; an error halted the node.
+func (c *core) settle() error {
+	c.drain()
+	c.proposeConf()
+	for c.rn.HasReady() {
+		if err := c.ready(); err != nil {
+			// The log cannot be written: nothing more may be
+			// acknowledged from this node.
+			err = fmt.Errorf("persisting raft state failed: %w", err)
+			c.halt(err)
+			return err
+		}
+		c.proposeConf()
+	}
+	return nil
 }
 
 // step hands raft a peer's message. A message raft refuses (from a
@@ -496,10 +547,14 @@ func (c *core) ready() error {
 		} else {
 			a.at.term = rd.Snapshot.GetMetadata().GetTerm()
 		}
-		select {
-		case c.applyc <- a:
-		case <-c.stop:
-			return errors.New("shutting down")
+		if c.stepped {
+			c.apply(a)
+		} else {
+			select {
+			case c.applyc <- a:
+			case <-c.stop:
+				return errors.New("shutting down")
+			}
 		}
 	}
 	c.rn.Advance(rd)
@@ -851,11 +906,13 @@ func (c *core) lostLeadership() {
 
 // notifyLeader leaves lead as the latest change on leaderCh.
 func (c *core) notifyLeader(lead bool) {
-	select {
-	case <-c.leaderCh:
-	default:
-	}
-	c.leaderCh <- lead
+	c.wake(func() {
+		select {
+		case <-c.leaderCh:
+		default:
+		}
+		c.leaderCh <- lead
+	})
 }
 
 // waiting says whether anyone still waits for id.
@@ -894,34 +951,42 @@ func (c *core) verify(timeout time.Duration) error {
 // snapLoop asks for one. A snapshot that cannot be restored halts the
 // node: nothing after it can be applied.
 func (c *core) applyLoop() {
-	at := c.booted
-	var failed error
 	for {
 		select {
 		case a, ok := <-c.applyc:
 			if !ok {
 				return
 			}
-			if failed != nil {
-				continue
-			}
-			if a.snap != nil {
-				if err := c.restore(a.snap); err != nil {
-					failed = err
-					c.halt(err)
-					continue
-				}
-			}
-			c.applyEntries(a.ents)
-			at = a.at
+			c.apply(a)
 		case req := <-c.snapTake:
-			if failed != nil {
-				req.reply <- etcdTaken{err: c.halted()}
-				continue
-			}
-			req.reply <- c.take(at, req)
+			req.reply <- c.takeAt(req)
 		}
 	}
+}
+
+// apply restores a's snapshot, if any, then applies its entries.
+func (c *core) apply(a etcdApply) {
+	if c.applyFailed != nil {
+		return
+	}
+	if a.snap != nil {
+		if err := c.restore(a.snap); err != nil {
+			c.applyFailed = err
+			c.halt(err)
+			return
+		}
+	}
+	c.applyEntries(a.ents)
+	c.at = a.at
+}
+
+// takeAt is the state machine's snapshot at the point applied, unless
+// applying stopped.
+func (c *core) takeAt(req etcdTake) etcdTaken {
+	if c.applyFailed != nil {
+		return etcdTaken{err: c.halted()}
+	}
+	return c.take(c.at, req)
 }
 
 // applyEntries applies one batch of committed entries and answers them.
@@ -994,6 +1059,16 @@ func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*ra
 // The newest snapshot of the policy's store, if any, is restored into m
 // first, and the log replays after it.
 func openCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self uint64, voters []uint64, names map[uint64]node.Peer, tick time.Duration, log *slog.Logger, seed uint64, policy etcdSnapPolicy) (*core, error) {
+	c, err := newCore(logs, stable, m, self, voters, names, tick, log, policy)
+	if err != nil {
+		return nil, err
+	}
+	c.start(seed)
+	return c, nil
+}
+
+// newCore is openCore without starting anything.
+func newCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self uint64, voters []uint64, names map[uint64]node.Peer, tick time.Duration, log *slog.Logger, policy etcdSnapPolicy) (*core, error) {
 	if policy.store == nil {
 		policy.store = raft.NewInmemSnapshotStore()
 	}
@@ -1067,6 +1142,5 @@ func openCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self
 	}
 	c.names.Store(&known)
 	c.booted.names = known
-	c.start(seed)
 	return c, nil
 }
