@@ -219,8 +219,8 @@ func (s *Service) join(ctx context.Context, req api.JoinRequest, add bool) (api.
 	if e := s.writable(); e != nil {
 		return none, e
 	}
-	s.change.Lock()
-	defer s.change.Unlock()
+	s.change <- struct{}{}
+	defer func() { <-s.change }()
 	servers, err := s.node.Configuration()
 	if err != nil {
 		return none, s.raftError(err)
@@ -319,8 +319,8 @@ func (s *Service) remove(ctx context.Context, req api.RemoveRequest) (api.Remove
 	if e := firstErr(checkNodeField("id", req.ID, api.MaxNodeIDLen), s.writable()); e != nil {
 		return none, e
 	}
-	s.change.Lock()
-	defer s.change.Unlock()
+	s.change <- struct{}{}
+	defer func() { <-s.change }()
 	servers, err := s.node.Configuration()
 	if err != nil {
 		return none, s.raftError(err)

@@ -95,7 +95,11 @@ type Service struct {
 	// on with this node's own tables then.
 	becameReady broadcast
 
-	change      sync.Mutex  // serialises membership changes: each probes, then changes
+	// change serialises membership changes: each probes, then changes.
+	// A one-slot channel, not a mutex: a change waits on the network and
+	// raft while it holds it, and a goroutine waiting on a channel is one
+	// a testing/synctest bubble (the simulation) can tell is blocked.
+	change      chan struct{}
 	ready       atomic.Bool // leader, caught up, orphans dropped
 	aclCaughtUp atomic.Bool
 	counting    atomic.Bool   // count table events in metrics
@@ -125,6 +129,7 @@ func New(cfg Config) (*Service, error) {
 		closing:  make(chan struct{}),
 		stop:     make(chan struct{}),
 		aclReads: newReadIndex(),
+		change:   make(chan struct{}, 1),
 	}
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)

@@ -19,8 +19,9 @@ type simClock struct {
 	v0, l0   time.Time // at virtual time v0 the clock read l0
 	rate     float64   // local seconds per virtual second (1 + drift)
 	paused   bool
-	resumed  chan struct{} // closed when the current pause ends
-	deferred []*simTimer   // due during the pause, in due order
+	resumed  chan struct{}                    // closed when the current pause ends
+	deferred []*simTimer                      // due during the pause, in due order
+	debug    func(format string, args ...any) // traces every timer set (Config.Debug)
 }
 
 var _ clock.Clock = (*simClock)(nil)
@@ -67,9 +68,21 @@ func (c *simClock) virtual(d time.Duration) time.Duration {
 
 // AfterFunc runs f once d has passed on the local clock (late, after a
 // pause).
+//
+// Timers a process sets for one moment from different instants (attempts
+// clamped to one deadline) would fall due together, and fire in whatever
+// order the scheduler runs their goroutines: each is late by up to half
+// a microsecond more, drawn from when it was set and for how long, so
+// that they fire one at a time.
 func (c *simClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	t := &simTimer{c: c, f: f, due: time.Now().Add(c.virtual(d))}
-	t.t = time.AfterFunc(c.virtual(d), t.fire)
+	now := time.Now()
+	late := time.Duration(1 + splitmix(uint64(now.UnixNano())^uint64(d)*0x9e3779b97f4a7c15)%512)
+	v := c.virtual(d) + late
+	t := &simTimer{c: c, f: f, due: now.Add(v)}
+	t.t = time.AfterFunc(v, t.fire)
+	if c.debug != nil {
+		c.debug("timer %s due %s", d, time.Duration(t.due.UnixNano()-946684800000000000))
+	}
 	return t
 }
 

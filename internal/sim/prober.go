@@ -145,7 +145,7 @@ func (a *actor) outcome(op string, err, refusal error) e2e.Result {
 	case refusal != nil && errors.Is(err, refusal):
 		return e2e.Refused
 	case errors.Is(err, client.ErrInvalid) || errors.Is(err, client.ErrInternal):
-		a.w.violate("prober: %s answered %v", op, err)
+		a.w.violate(a.src(), "prober: %s answered %v", op, err)
 	}
 	return e2e.Unknown
 }

@@ -135,6 +135,9 @@ type core struct {
 	// applying for good.
 	at          etcdPoint
 	applyFailed error
+	// onApply, when set, is told what each apply did, after it
+	// (a stepped node's driver: SteppedConfig.Applied).
+	onApply func(etcdApply)
 }
 
 type etcdProp struct {
@@ -379,6 +382,9 @@ const etcdDrainMax = 4096
 // without it a follower wrote (and synced) its log once per append the
 // leader sent, and fell behind a leader that sends one append per Ready.
 func (c *core) drain() {
+	if c.stepped {
+		return // its driver takes what waits, when it chooses (Stepped.Run)
+	}
 	for range etcdDrainMax {
 		select {
 		case m := <-c.recv:
@@ -978,6 +984,9 @@ func (c *core) apply(a etcdApply) {
 	}
 	c.applyEntries(a.ents)
 	c.at = a.at
+	if c.onApply != nil {
+		c.onApply(a)
+	}
 }
 
 // takeAt is the state machine's snapshot at the point applied, unless

@@ -153,6 +153,15 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 	n.core = c
 	if stepped != nil {
 		c.stepped, c.post = true, stepped.Post
+		if f := stepped.Applied; f != nil {
+			c.onApply = func(a etcdApply) {
+				var restored uint64
+				if a.snap != nil {
+					restored = a.snap.index
+				}
+				f(restored, entries(a.ents))
+			}
+		}
 		c.init(seed)
 		c.setSend(func(ms []*raftpb.Message) {
 			out := make([]Message, len(ms))
@@ -248,8 +257,10 @@ func (n *Node) closeAll() error {
 	}
 	n.closers = nil
 	if n.Storage != nil {
+		// Kept, closed: a call the service makes after Close (Status,
+		// PendingFloor) answers from what it last knew instead of
+		// dereferencing nil.
 		errs = append(errs, n.Storage.Close())
-		n.Storage = nil
 	}
 	return errors.Join(errs...)
 }

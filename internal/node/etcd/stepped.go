@@ -1,7 +1,9 @@
 package etcd
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -36,6 +38,10 @@ type SteppedConfig struct {
 	Post func(func())
 	// Seed is where proposal ids start (see core).
 	Seed uint64
+	// Applied, when set, is told after each batch the node applied: the
+	// index of the snapshot it restored first (0: none), and the
+	// entries.
+	Applied func(restored uint64, ents []Entry)
 }
 
 // Stepped is a node driven step by step (see SteppedConfig): a Node,
@@ -118,8 +124,8 @@ func (s *Stepped) Pending() bool {
 }
 
 // Run takes what other goroutines asked of the node, in a fixed order —
-// snapshots, reads, membership changes, transfers, then proposals — and
-// handles what follows, until nothing more waits. An error says the node
+// reads, membership changes, transfers, proposals (by their commands),
+// then snapshots — and handles what follows, until nothing more waits. An error says the node
 // halted (Fault says why too).
 func (s *Stepped) Run() error {
 	c := s.core
@@ -140,7 +146,23 @@ func (s *Stepped) Run() error {
 				}
 				break
 			}
-			// drain (settle's) takes the proposals.
+			// The proposals waiting, in the order of their commands:
+			// goroutines that propose at one moment reach the channel
+			// in the order the scheduler ran them, which a driver that
+			// replays must not depend on.
+			var props []etcdProp
+			for more := true; more; {
+				select {
+				case p := <-c.props:
+					props = append(props, p)
+				default:
+					more = false
+				}
+			}
+			slices.SortStableFunc(props, func(a, b etcdProp) int { return bytes.Compare(a.data, b.data) })
+			for _, p := range props {
+				c.proposeOne(p)
+			}
 		})
 		if err != nil {
 			return err
@@ -237,6 +259,18 @@ type Entry struct {
 	Data        []byte
 }
 
+// entries are ents as the driver sees them.
+func entries(ents []*raftpb.Entry) []Entry {
+	out := make([]Entry, len(ents))
+	for i, e := range ents {
+		out[i] = Entry{Index: e.GetIndex(), Term: e.GetTerm(), Conf: e.GetType() != raftpb.EntryNormal}
+		if d := e.GetData(); e.GetType() == raftpb.EntryNormal && len(d) > etcdIDLen {
+			out[i].Data = d[etcdIDLen:]
+		}
+	}
+	return out
+}
+
 // Committed is the entries raft holds in memory from lo up to the commit
 // index (after a compaction, from the first entry kept), with the index
 // the first one has (0: none).
@@ -258,12 +292,5 @@ func (s *Stepped) Committed(lo uint64) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Entry, len(ents))
-	for i, e := range ents {
-		out[i] = Entry{Index: e.GetIndex(), Term: e.GetTerm(), Conf: e.GetType() != raftpb.EntryNormal}
-		if d := e.GetData(); e.GetType() == raftpb.EntryNormal && len(d) > etcdIDLen {
-			out[i].Data = d[etcdIDLen:]
-		}
-	}
-	return out, nil
+	return entries(ents), nil
 }

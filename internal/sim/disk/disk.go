@@ -18,10 +18,10 @@
 //     directories) is an ordered journal, committed by any sync of a file
 //     or a directory, as ext4's is: a power loss drops a suffix of what is
 //     not committed yet, never a middle.
-//   - A sync may fail (EIO). The writes it was to make durable are then
-//     never written (the kernel marks the pages clean and forgets the
-//     error: Linux since 4.13), though reads go on seeing them until a
-//     power loss.
+//   - A sync may fail (EIO), leaving what it was to make durable to a
+//     later sync; or, with SyncForget, never writing it (Linux since
+//     4.13 marks the pages clean and reports the error once), though
+//     reads go on seeing it until a power loss.
 //   - A read may return one flipped bit, that time only.
 //   - The disk has a capacity: a write or an allocation beyond it fails
 //     with ENOSPC.
@@ -55,8 +55,12 @@ import (
 // runs.
 type Faults struct {
 	SyncFail float64 // probability that a sync fails (EIO)
-	Flip     float64 // probability that a read returns a flipped bit
-	Capacity int64   // bytes the files may hold; 0: no limit
+	// SyncForget: a failed sync drops the writes it was to make durable
+	// (Linux since 4.13: the pages are marked clean and the error is
+	// reported once), instead of leaving them to a later sync.
+	SyncForget bool
+	Flip       float64 // probability that a read returns a flipped bit
+	Capacity   int64   // bytes the files may hold; 0: no limit
 }
 
 // Stats count what the disk did to its writers.
@@ -84,6 +88,13 @@ type Disk struct {
 	journal       []metaOp // not committed yet, in order
 	locked        map[string]int
 	crashes       int
+	// doomed: since the last power loss a failed sync dropped writes the
+	// cache still shows; damaged: the last power loss left the medium
+	// without writes the process had read back, or rotted it.
+	doomed, damaged bool
+	// failedGen-1 is the incarnation in which a sync last failed or a
+	// write found no room (0: never).
+	failedGen int
 }
 
 // file is one file's data, shared by every name and handle it has.
@@ -170,6 +181,7 @@ func (d *Disk) Crash(power, rot bool) string {
 		return "process crash: nothing lost"
 	}
 	d.stats.Powers++
+	d.damaged, d.doomed = d.doomed || rot, false
 	r := d.draw("crash", d.crashes)
 	// The journal: a prefix of it made it.
 	keep := len(d.journal)
@@ -467,6 +479,7 @@ func (d *Disk) room(n int64) error {
 		return nil
 	}
 	d.stats.NoSpace++
+	d.failedGen = d.gen + 1
 	return syscall.ENOSPC
 }
 
@@ -711,8 +724,10 @@ func (p *procFS) syncLocked(f *file) error {
 	}
 	if d.faults.SyncFail > 0 && d.draw(key, n).Float64() < d.faults.SyncFail {
 		d.stats.SyncFailed++
-		if f != nil {
+		d.failedGen = d.gen + 1
+		if f != nil && len(f.pending) > 0 && d.faults.SyncForget {
 			f.pending = nil // written never, though the cache keeps them
+			d.doomed = true
 		}
 		return syscall.EIO
 	}
@@ -914,3 +929,37 @@ func (i info) Mode() fs.FileMode {
 func (i info) ModTime() time.Time { return time.Time{} }
 func (i info) IsDir() bool        { return i.dir }
 func (i info) Sys() any           { return nil }
+
+// Damaged says whether the last power loss damaged what had been
+// written: it rotted a bit, or the medium lacked writes a failed sync
+// had dropped while the cache went on showing them (so a process could
+// have read them back and built on them).
+func (d *Disk) Damaged() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.damaged
+}
+
+// Doomed says whether a failed sync dropped writes since the last power
+// loss (the next one damages the disk).
+func (d *Disk) Doomed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.doomed
+}
+
+// Faulty says whether the process running on the disk met a fault of
+// it: a sync that failed, or a write that found no room (a writer may
+// keep such an error, as the state file does).
+func (d *Disk) Faulty() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.failedGen == d.gen+1
+}
+
+// Used is the bytes the process's files hold.
+func (d *Disk) Used() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.used()
+}

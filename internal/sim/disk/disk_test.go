@@ -124,8 +124,9 @@ func TestPowerLossDropsASuffixOfTheJournal(t *testing.T) {
 	}
 }
 
-// A sync that failed never writes what it was to write, though reads see
-// it until the power goes.
+// A sync that failed and forgot never writes what it was to write,
+// though reads see it until the power goes; one that only failed leaves
+// it to the next.
 func TestFailedSyncLosesItsWrites(t *testing.T) {
 	d := New(1)
 	fsys := d.FS()
@@ -135,7 +136,7 @@ func TestFailedSyncLosesItsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.WriteAt([]byte("bbbb"), 4)
-	d.SetFaults(Faults{SyncFail: 1})
+	d.SetFaults(Faults{SyncFail: 1, SyncForget: true})
 	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("sync: %v, want EIO", err)
 	}
@@ -149,6 +150,23 @@ func TestFailedSyncLosesItsWrites(t *testing.T) {
 	d.Crash(true, false)
 	if b, _ := d.FS().ReadFile("/f"); string(b) != "aaaa" {
 		t.Fatalf("after the power loss: %q", b)
+	}
+
+	d = New(1)
+	fsys = d.FS()
+	f, _ = fsys.OpenFile("/f", os.O_RDWR|os.O_CREATE, 0o600)
+	f.Write([]byte("aaaa"))
+	d.SetFaults(Faults{SyncFail: 1})
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("sync: %v, want EIO", err)
+	}
+	d.SetFaults(Faults{})
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d.Crash(true, false)
+	if b, _ := d.FS().ReadFile("/f"); string(b) != "aaaa" {
+		t.Fatalf("the next sync did not write what the failed one left: %q", b)
 	}
 }
 
