@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/plant"
 )
 
 // keeper is the keep-alive a Lease and a Session share: one goroutine that
@@ -99,7 +100,12 @@ func (l *keeper) deadline() time.Time {
 	return l.deadlineLocked()
 }
 
-func (l *keeper) deadlineLocked() time.Time { return l.lastSent.Add(budgetFor(l.ttl).giveUp) }
+func (l *keeper) deadlineLocked() time.Time {
+	if plant.On("keepalive-gives-up-late") {
+		return l.lastSent.Add(budgetFor(l.ttl).giveUp + l.ttl/8)
+	}
+	return l.lastSent.Add(budgetFor(l.ttl).giveUp)
+}
 
 // stopBy is when everything under the lease must have stopped:
 // budgetFor(ttl).stopBy after the send of the last confirmed extension.

@@ -230,6 +230,14 @@ func syncDir(dir string) error {
 // and tools that mend a stopped node's directory by hand.
 type StateRecord = dirState
 
+// DurableIndex is the index the state file of the data directory dir
+// on fsys records as durably written (the watermark a log must reach at
+// start), for tools and the simulation's checks.
+func DurableIndex(fsys FS, dir string) (uint64, error) {
+	st, err := readStateFile(fsys, dir)
+	return st.Durable, err
+}
+
 // EditStateFile changes the state file of the stopped node in dir,
 // fsynced (tests that damage a directory on purpose).
 func EditStateFile(dir string, change func(*StateRecord)) error {

@@ -32,7 +32,7 @@ func newActor(w *world, i int, drift float64) *actor {
 	a.net = &clientNet{w: w, a: a, cut: map[string]bool{}}
 	var addrs []string
 	for _, n := range w.cl.nodes {
-		addrs = append(addrs, n.id+":7470")
+		addrs = append(addrs, n.addr)
 	}
 	c, err := client.New(addrs, client.WithHTTPClient(&http.Client{Transport: a.net}), client.WithFramed(false),
 		client.WithClock(a.clk), client.WithRandom(w.instantSource(fmt.Sprintf("client%d", i))))
@@ -126,9 +126,16 @@ func (a *actor) once() {
 	recs := []*grantRec{rec} // a multi-key acquire has one per key
 	var h held
 	var sess *client.Session
-	switch k := a.rnd.IntN(7); k {
+	k := a.rnd.IntN(7)
+	if a.w.cfg.Focus == focusLeases {
+		k = 0 // one key, many waiting on it
+	}
+	switch k {
 	case 0, 1:
 		rec.kind, rec.key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
+		if a.w.cfg.Focus == focusLeases {
+			rec.key = "lock/0"
+		}
 		l, err := a.c.Acquire(ctx, rec.key, opts...)
 		if err != nil {
 			a.w.tracef(a.src(), "%s acquire %s: %v", holder, rec.key, err)

@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,23 +25,30 @@ import (
 // raft messages carried between them by the world (send) over links a
 // partition can cut one way or both.
 type cluster struct {
-	w     *world
-	log   *slog.Logger
-	scfg  service.Config
-	peers []node.Peer // the initial configuration
+	w       *world
+	log     *slog.Logger
+	scfg    service.Config
+	peers   []node.Peer // the initial configuration
+	initial int         // how many of nodes it names
 
 	// What goroutines read of the nodes and links (the loop writes it).
 	mu    sync.Mutex
 	nodes []*simNode
 	byID  map[uint64]*simNode
 	cut   map[link]bool // links that pass nothing, one way
+	// at is the node at each client address: a node that replaces
+	// another takes over its address, as a new machine given the old
+	// one's name does (the clients' lists stay as they were)
+	at map[string]*simNode
 
 	// the loop's own
 	sent   map[link]uint64    // messages sent on each link so far
 	lastAt map[link]time.Time // when the last one sent arrives (links keep order, as TCP does)
 
-	closers sync.WaitGroup // services of crashed incarnations winding down
-	outage  bool           // fewer than a majority of nodes can work together now
+	closers sync.WaitGroup   // services of crashed incarnations winding down
+	outage  bool             // fewer than a majority of nodes can work together now
+	audited uint64           // the committed entries the quorum audit has checked
+	leadSvc *service.Service // the service of the last node to lead (under mu)
 }
 
 // link is one direction between two nodes.
@@ -51,6 +60,7 @@ type simNode struct {
 	c     *cluster
 	id    string
 	mid   uint64 // etcd member id
+	addr  string // its client port's address
 	disk  *disk.Disk
 	clk   *simClock
 	drift float64
@@ -70,10 +80,19 @@ type simNode struct {
 	leading  bool
 	term     uint64
 	dead     bool // refused to start on a damaged disk: down for good
+	join     bool // started to join the cluster, not of its first configuration
+	gone     bool // removed from the configuration: never started again
+	// the highest token any incarnation applied, and whether one met a
+	// disk fault (then its ceiling may rightly lag: it answered no grant)
+	topToken uint64
+	floorOff bool
+	// what the state file on the disk said had been written, after the
+	// last crash
+	watermark uint64
 }
 
 func newCluster(w *world) *cluster {
-	c := &cluster{w: w, log: slog.New(slog.DiscardHandler), byID: map[uint64]*simNode{}, cut: map[link]bool{},
+	c := &cluster{w: w, log: slog.New(slog.DiscardHandler), byID: map[uint64]*simNode{}, cut: map[link]bool{}, at: map[string]*simNode{},
 		sent: map[link]uint64{}, lastAt: map[link]time.Time{}}
 	c.scfg = service.Config{
 		Logger:       c.log,
@@ -82,17 +101,52 @@ func newCluster(w *world) *cluster {
 		MaxWaitersPerKey: 1000, MaxWaiters: 100000,
 		WatchHistory: 10000, WatchMaxWatchers: 1000, WatchMaxPerCaller: 100,
 	}
-	drift := w.stream("node-drift")
 	for i := range w.cfg.Nodes {
-		id := fmt.Sprintf("n%d", i+1)
-		n := &simNode{c: c, id: id, mid: etcd.MemberID(id), disk: disk.New(w.draw("disk:"+id, 0).Uint64()),
-			drift: clockDrift(drift), down: true}
-		n.clk = newSimClock(w.t0, n.drift)
-		c.nodes = append(c.nodes, n)
-		c.byID[n.mid] = n
-		c.peers = append(c.peers, node.Peer{ID: id, RaftAddr: id})
+		n := c.addNode(false, fmt.Sprintf("s%d:7470", i+1))
+		c.peers = append(c.peers, node.Peer{ID: n.id, RaftAddr: n.id})
 	}
+	c.initial = len(c.nodes)
 	return c
+}
+
+// addNode makes the next machine, not started: one of the first
+// configuration, or one to join it (join), whose client port is to be at
+// addr (a joining one's once it takes it over: takeOver).
+func (c *cluster) addNode(join bool, addr string) *simNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.w
+	id := fmt.Sprintf("n%d", len(c.nodes)+1)
+	n := &simNode{c: c, id: id, mid: etcd.MemberID(id), disk: disk.New(w.draw("disk:"+id, 0).Uint64()),
+		drift: clockDrift(w.draw("drift:"+id, 0)), down: true, join: join, addr: addr}
+	n.clk = newSimClock(time.Now(), n.drift)
+	c.nodes = append(c.nodes, n)
+	c.byID[n.mid] = n
+	if !join {
+		c.at[addr] = n
+	}
+	return n
+}
+
+// takeOver gives n its client address, from the node it replaces.
+func (c *cluster) takeOver(n *simNode) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at[n.addr] = n
+}
+
+// reach is the node a call to the client address addr reaches now.
+func (c *cluster) reach(addr string) *simNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at[addr]
+}
+
+// all is every machine so far (the list grows with joins).
+func (c *cluster) all() []*simNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.nodes)
 }
 
 // boot starts every node, each a few milliseconds apart (so that their
@@ -104,28 +158,23 @@ func (c *cluster) boot() {
 	}
 }
 
-// node is the node named id.
-func (c *cluster) node(id string) *simNode {
-	for _, n := range c.nodes {
-		if n.id == id {
-			return n
-		}
-	}
-	return nil
-}
 
 // start runs a new incarnation of n over its disk.
 func (n *simNode) start() error {
 	c, w := n.c, n.c.w
 	cfg := c.scfg
-	cfg.NodeID, cfg.ClientAddr, cfg.Clock, cfg.Peers = n.id, n.id+":7470", n.clk, peers{from: n}
+	cfg.NodeID, cfg.ClientAddr, cfg.Clock, cfg.Peers = n.id, n.addr, n.clk, peers{from: n}
 	svc, err := service.New(cfg)
 	if err != nil {
 		return err
 	}
 	inc := n.inc + 1
+	var boot []node.Peer
+	if !n.join {
+		boot = c.peers
+	}
 	st, err := etcd.OpenStepped(node.Config{
-		DataDir: "/" + n.id, FS: n.disk.FS(), NodeID: n.id, RaftAddr: n.id, Peers: c.peers, Logger: c.log,
+		DataDir: "/" + n.id, FS: n.disk.FS(), NodeID: n.id, RaftAddr: n.id, Peers: boot, Join: n.join, Logger: c.log,
 		ElectionTimeout: electionTimeout, HeartbeatTimeout: heartbeatTimeout, LeaderLeaseTimeout: heartbeatTimeout,
 		SnapshotThreshold: w.cfg.SnapshotThreshold, TrailingLogs: w.cfg.TrailingLogs, WALSegmentSize: w.cfg.SegmentSize,
 		Hooks: node.Hooks{Restored: svc.Restored},
@@ -154,11 +203,18 @@ func (n *simNode) start() error {
 // restart starts n (why: for the trace), and answers why it would not.
 func (n *simNode) restart(why string) error {
 	w := n.c.w
+	prev := n.st
 	if err := n.start(); err != nil {
 		w.tracef("w", "%s refuses to start (%s): %v", n.id, why, err)
 		return err
 	}
 	w.tracef("w", "%s starts (%s), incarnation %d", n.id, why, n.inc)
+	if c := n.st.Ceiling(); c < n.topToken && !n.floorOff && !n.disk.Damaged() {
+		w.violate("w", "%s started with a token ceiling of %d, below token %d it applied before", n.id, c, n.topToken)
+	}
+	if prev != nil {
+		n.checkLog(prev)
+	}
 	n.c.noteQuorum()
 	return nil
 }
@@ -168,7 +224,7 @@ func (c *cluster) working(n *simNode) bool {
 	if n.down || n.frozen || n.halted {
 		return false
 	}
-	for _, o := range c.nodes {
+	for _, o := range c.all() {
 		if o != n && (c.isCut(n, o) || c.isCut(o, n)) {
 			return false
 		}
@@ -181,13 +237,14 @@ func (c *cluster) working(n *simNode) bool {
 // design keeps no lease.
 func (c *cluster) noteQuorum() {
 	up := 0
-	for _, n := range c.nodes {
+	voters := c.w.hist.votersAt(^uint64(0))
+	for _, n := range voters {
 		if c.working(n) {
 			up++
 		}
 	}
 	w := c.w
-	switch out := up*2 <= len(c.nodes); {
+	switch out := up*2 <= len(voters); {
 	case out && !c.outage:
 		c.outage = true
 		w.mu.Lock()
@@ -200,6 +257,38 @@ func (c *cluster) noteQuorum() {
 		w.outages[len(w.outages)-1].end = time.Now()
 		w.mu.Unlock()
 		w.tracef("w", "a majority of the nodes works together again")
+	}
+}
+
+// checkLog checks that n started with every entry its previous process
+// had written to its log (raft's in-memory log holds only what the
+// engine wrote and synced): anything missing may have been acknowledged,
+// and a node that lost it must refuse to start. (An entry a snapshot
+// covers counts as held.) On a disk whose synced data rotted, the node
+// can tell only what its state file's watermark covers: rot in entries
+// written after the last checkpoint reads as a torn write, which is
+// dropped (RELIABILITY.md); that is counted, not a violation.
+func (n *simNode) checkLog(prev *etcd.Stepped) {
+	w := n.c.w
+	last := prev.LastIndex()
+	lost := uint64(0) // the lowest index lost
+	for i := last; i > 0; i-- {
+		t, ok := prev.LogTerm(i)
+		if !ok || t == 0 {
+			break // compacted before: covered by its snapshot
+		}
+		if now, ok := n.st.LogTerm(i); !ok || now != t && now != 0 {
+			lost = i
+		}
+	}
+	switch {
+	case lost == 0:
+	case n.disk.Damaged() && lost > n.watermark:
+		w.counts.RotUnseen++
+		w.tracef("w", "%s lost entries %d..%d to rot after its watermark %d", n.id, lost, last, n.watermark)
+	default:
+		w.violate("w", "%s started without entry %d its previous process had written (its log ends at %d; the state file's watermark: %d)",
+			n.id, lost, n.st.LastIndex(), n.watermark)
 	}
 }
 
@@ -246,6 +335,7 @@ func (n *simNode) step(f func() error) {
 	if n.halted {
 		return
 	}
+	applied := n.st.Applied()
 	err := f()
 	w := n.c.w
 	if err != nil && n.st.Halted() != nil {
@@ -260,18 +350,62 @@ func (n *simNode) step(f func() error) {
 		inc := n.inc
 		w.at(time.Second+time.Duration(w.draw("halt:"+n.id, uint64(inc)).Int64N(int64(time.Second))), func() {
 			if n.current(inc) {
-				n.crash(false, false, "restarted after a halt")
+				n.crash(false, disk.NoRot, "restarted after a halt")
 				n.restartAfter("after a halt")
 			}
 		})
 		return
 	}
-	_, term, leading, _ := n.st.Raft()
+	_, term, leading, commit := n.st.Raft()
 	if leading && (!n.leading || term != n.term) {
 		w.tracef("w", "%s leads (term %d)", n.id, term)
 		w.leaderElected(n)
 	}
 	n.leading, n.term = leading, term
+	if leading {
+		n.c.mu.Lock()
+		n.c.leadSvc = n.svc
+		n.c.mu.Unlock()
+	}
+	if leading && commit > n.c.audited {
+		n.c.auditCommit(n, applied, commit)
+	}
+}
+
+// auditCommit checks the entries the leader n committed in its last step
+// (after the audited ones, up to commit) against the voters' logs: each
+// must be held, of its term, by a majority of the voters of the
+// configuration the committed log gives as of what n had applied before
+// the step (a configuration change counts from when the leader applies
+// it). A down voter counts with the log its last process left.
+func (c *cluster) auditCommit(n *simNode, applied, commit uint64) {
+	for i := c.audited + 1; i <= commit; i++ {
+		term, ok := n.st.LogTerm(i)
+		if !ok {
+			c.w.violate("w", "%s committed entry %d beyond its own log", n.id, i)
+			break
+		}
+		if term == 0 {
+			continue // compacted: a snapshot holds it
+		}
+		voters := c.w.hist.votersAt(min(i-1, applied))
+		have := 0
+		var holders []string
+		for _, v := range voters {
+			if v.st == nil {
+				continue
+			}
+			if t, ok := v.st.LogTerm(i); ok && (t == term || t == 0) {
+				have++
+				holders = append(holders, v.id)
+			}
+		}
+		if have*2 <= len(voters) {
+			c.w.violate("w", "%s committed entry %d (term %d) held by %d of the %d voters of its configuration (%v)",
+				n.id, i, term, have, len(voters), holders)
+		}
+	}
+	c.audited = max(c.audited, commit)
 }
 
 // runPending runs the first node (in the cluster's order) that another
@@ -397,7 +531,7 @@ func (n *simNode) report(inc int, peer uint64, snap, done bool) {
 // anything cleanly (power: the machine loses power, and what the disk
 // had not synced is lost as the disk's model says; rot: a bit of synced
 // data rots too); its service winds down behind it.
-func (n *simNode) crash(power, rot bool, why string) {
+func (n *simNode) crash(power bool, rot disk.Rot, why string) {
 	c, w := n.c, n.c.w
 	c.mu.Lock()
 	if n.down {
@@ -411,7 +545,10 @@ func (n *simNode) crash(power, rot bool, why string) {
 		n.clk.resume()
 	}
 	n.held = nil
+	n.topToken = max(n.topToken, svc.FSM().LastToken())
+	n.floorOff = n.floorOff || n.disk.Faulty()
 	w.tracef("w", "%s crashes (%s): %s", n.id, why, n.disk.Crash(power, rot))
+	n.watermark, _ = node.DurableIndex(n.disk.FS(), "/"+n.id)
 	c.noteQuorum()
 	_ = st.Close() // every handle is dead: what it writes goes nowhere
 	svc.BeginShutdown()
@@ -482,6 +619,27 @@ func (c *cluster) leader() *simNode {
 		}
 	}
 	return best
+}
+
+// operate makes an operator's call on the leader's service, asking
+// again (after a pause) while it fails, as the CLI's user would.
+func (c *cluster) operate(call func(context.Context, *service.Service) error) error {
+	var err error
+	for range 12 {
+		c.mu.Lock()
+		svc := c.leadSvc
+		c.mu.Unlock()
+		if svc != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err = call(ctx, svc)
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	return err
 }
 
 // shutdown stops every node and service at the end of the world.

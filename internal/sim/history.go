@@ -50,6 +50,7 @@ type history struct {
 	queue     map[string][]string // exclusive keys: the waiters, head first
 	committed map[string]bool     // key|holder|token of every committed grant
 	events    []api.WatchEvent    // every event, as a watch must tell it
+	confs     []etcd.Entry        // the configuration changes, in log order
 }
 
 // auditEntry is one committed entry as the first node to apply it did.
@@ -94,10 +95,45 @@ func (h *history) applied(n *simNode, inc int, restored uint64, ents []etcd.Entr
 			if e.Data != nil {
 				h.f.Apply(e.Index, e.Term, e.Data)
 			}
+			if e.Conf && e.Member != 0 {
+				h.confs = append(h.confs, e)
+			}
 		default:
 			h.w.violate("w", "%s applied entry %d, after only %d entries any node applied", n.id, e.Index, have)
 		}
 	}
+}
+
+// votersAt are the voters the committed log's configuration changes
+// leave as of index (the world's nodes to start with).
+func (h *history) votersAt(index uint64) []*simNode {
+	h.amu.Lock()
+	defer h.amu.Unlock()
+	c := h.w.cl
+	in := map[*simNode]bool{}
+	for _, n := range c.nodes[:c.initial] {
+		in[n] = true
+	}
+	for _, e := range h.confs {
+		if e.Index > index {
+			break
+		}
+		n := c.byID[e.Member]
+		switch {
+		case n == nil:
+		case e.Remove || e.Learner:
+			delete(in, n)
+		default:
+			in[n] = true
+		}
+	}
+	var out []*simNode
+	for _, n := range c.nodes {
+		if in[n] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func grantKey(key, holder string, token uint64) string {

@@ -1,9 +1,14 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"time"
+
+	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/service"
 
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/sim/disk"
@@ -28,6 +33,7 @@ type faultCounts struct {
 	Rot                                                                   int // power losses that rotted a bit
 	Refused, RefusedOther                                                 int // starts refused on a damaged disk (RefusedOther: not as a DataDirError)
 	Halted                                                                int // nodes that stopped on a disk fault
+	RotUnseen                                                             int // restarts that lost entries to rot after the watermark
 }
 
 func (f *faultCounts) add(o faultCounts) {
@@ -44,10 +50,58 @@ func (f *faultCounts) add(o faultCounts) {
 	f.Refused += o.Refused
 	f.RefusedOther += o.RefusedOther
 	f.Halted += o.Halted
+	f.RotUnseen += o.RotUnseen
 }
 
 func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(r.Int64N(int64(hi-lo)))
+}
+
+// The nemesis's focuses (Config.Focus).
+const (
+	focusRot    = "rot"    // power losses only, each rotting the log's tail
+	focusLeases = "leases" // one key waited on by every actor; a client cut off from every node for about a TTL
+	// focusMembership: members replaced, while nodes are frozen or cut off
+	focusMembership = "membership"
+)
+
+// The kinds of fault.
+const (
+	kindCrash = iota
+	kindPower
+	kindPowerRot
+	kindFreeze
+	kindIsolate
+	kindOneWay
+	kindSyncFail
+	kindFull
+	kindMembership
+	kindClient
+	kindClientCutAll
+)
+
+// weights are how often the nemesis picks each kind, by focus.
+var weights = map[string][]int{
+	"":              {kindCrash: 3, kindPower: 3, kindPowerRot: 1, kindFreeze: 3, kindIsolate: 2, kindOneWay: 2, kindSyncFail: 1, kindFull: 1, kindMembership: 1, kindClient: 5},
+	focusRot:        {kindPowerRot: 1},
+	focusLeases:     {kindClientCutAll: 1},
+	focusMembership: {kindMembership: 2, kindFreeze: 1, kindOneWay: 1},
+}
+
+// pick draws a kind by its weight.
+func pick(r *rand.Rand, w []int) int {
+	total := 0
+	for _, x := range w {
+		total += x
+	}
+	x := r.IntN(total)
+	for k, n := range w {
+		if x < n {
+			return k
+		}
+		x -= n
+	}
+	return len(w) - 1
 }
 
 // pause is the quiet before fault k.
@@ -65,44 +119,79 @@ func (m *nemesis) next(end time.Time) {
 	w, c := m.w, m.w.cl
 	r := w.draw("nemesis", m.k)
 	lead := c.leader()
+	members := m.members()
 	target := lead
 	if target == nil || r.IntN(3) == 0 {
-		target = c.nodes[r.IntN(len(c.nodes))]
+		target = members[r.IntN(len(members))]
 	}
 	a := m.actors[r.IntN(len(m.actors))]
 	d := between(r, 100*time.Millisecond, 3*time.Second)
 	f := fault{start: time.Now(), client: -1, leader: target == lead && lead != nil}
 	var heal func()
-	switch kind := r.IntN(20); {
-	case kind < 3:
+	kind := pick(r, weights[w.cfg.Focus])
+	if w.cfg.Focus == focusLeases {
+		d = between(r, time.Second, 4*time.Second) // about a lease's length
+	}
+	if kind == kindMembership {
+		// an operator's replacement of a member, which heals when its
+		// calls end
+		m.replace(r, func() {
+			w.at(m.pause(m.k), func() { m.next(end) })
+		})
+		return
+	}
+	switch kind {
+	case kindClientCutAll:
+		f.leader, f.client = false, a.i
+		w.counts.Client++
+		w.tracef("w", "client %d cut off from every node for %s", a.i, d)
+		for _, n := range c.all() {
+			a.net.setCut(n.id, true)
+		}
+		heal = func() {
+			for _, n := range c.all() {
+				a.net.setCut(n.id, false)
+			}
+		}
+	case kindCrash:
 		w.counts.Crash++
-		target.crash(false, false, "killed")
+		target.crash(false, disk.NoRot, "killed")
 		heal = func() { target.restartAfter("killed") }
-	case kind < 6 && (m.othersUp(target) || !target.disk.Doomed()):
+	case kindPower, kindPowerRot:
+		if !m.othersUp(target) && target.disk.Doomed() {
+			// the disk would be damaged with a node down already
+			w.counts.Crash++
+			target.crash(false, disk.NoRot, "killed")
+			heal = func() { target.restartAfter("killed") }
+			break
+		}
 		w.counts.Power++
 		// A disk is damaged (a bit rots, or a failed sync's writes are
 		// lost) only while every other node runs: a node refused for
 		// good stays down (no membership change replaces it yet).
-		rot := r.IntN(5) == 0 && m.othersUp(target)
-		if rot {
+		rot := disk.NoRot
+		switch {
+		case !m.othersUp(target):
+		case w.cfg.Focus == focusRot:
+			rot = disk.RotTail
+		case kind == kindPowerRot:
+			rot = disk.RotAny
+		}
+		if rot != disk.NoRot {
 			w.counts.Rot++
 		}
 		target.crash(true, rot, "power lost")
 		heal = func() { target.restartAfter("power back") }
-	case kind < 6:
-		w.counts.Crash++
-		target.crash(false, false, "killed")
-		heal = func() { target.restartAfter("killed") }
-	case kind < 9:
+	case kindFreeze:
 		w.counts.Freeze++
 		target.freeze()
 		heal = target.thaw
-	case kind < 11:
+	case kindIsolate:
 		w.counts.Partition++
 		w.tracef("w", "%s cut off from the other nodes for %s", target.id, d)
 		m.cutOff(target, true, true, true)
 		heal = func() { m.cutOff(target, true, true, false); w.tracef("w", "%s reconnected", target.id) }
-	case kind < 13:
+	case kindOneWay:
 		w.counts.Partition++
 		in := r.IntN(2) == 0
 		way := "sends nothing out"
@@ -112,12 +201,12 @@ func (m *nemesis) next(end time.Time) {
 		w.tracef("w", "%s %s for %s", target.id, way, d)
 		m.cutOff(target, !in, in, true)
 		heal = func() { m.cutOff(target, !in, in, false); w.tracef("w", "%s reconnected", target.id) }
-	case kind < 14:
+	case kindSyncFail:
 		w.counts.Disk++
 		w.tracef("w", "%s's disk fails a third of its syncs for %s", target.id, d)
 		target.disk.SetFaults(disk.Faults{SyncFail: 0.3, SyncForget: w.cfg.SyncForget})
 		heal = func() { target.disk.SetFaults(disk.Faults{}); w.tracef("w", "%s's disk syncs again", target.id) }
-	case kind < 15:
+	case kindFull:
 		w.counts.Disk++
 		room := int64(r.IntN(64 << 10))
 		w.tracef("w", "%s's disk fills up (%d bytes left) for %s", target.id, room, d)
@@ -151,9 +240,92 @@ func (m *nemesis) next(end time.Time) {
 	})
 }
 
+// members are the voters of the configuration, and the nodes being
+// added (the nemesis's targets).
+func (m *nemesis) members() []*simNode {
+	var out []*simNode
+	for _, n := range m.w.cl.all() {
+		if !n.gone && (n.join && !n.down || slices.Contains(m.w.hist.votersAt(^uint64(0)), n)) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// replace is an operator's change of the membership, as `fencelock
+// remove` and `fencelock join` make it through the leader's service: one
+// member out (the one refused for good if there is one, else a
+// follower, crashed first a third of the time, so that it is removed
+// while down), then a new node in its place. The calls run in a
+// goroutine of their own; the loop stops the removed node (after it
+// lingers a while, still running) and starts the new one when the calls
+// hand it back; done runs when they are over.
+func (m *nemesis) replace(r *rand.Rand, done func()) {
+	w, c := m.w, m.w.cl
+	voters := w.hist.votersAt(^uint64(0))
+	var victim *simNode
+	for _, v := range voters {
+		if v.dead {
+			victim = v
+		}
+	}
+	if victim == nil {
+		var followers []*simNode
+		for _, v := range voters {
+			if !v.leading {
+				followers = append(followers, v)
+			}
+		}
+		if len(followers) == 0 || len(voters) < 3 {
+			w.at(0, done)
+			return
+		}
+		victim = followers[r.IntN(len(followers))]
+	}
+	w.counts.Membership++
+	downFirst := !victim.down && r.IntN(3) == 0
+	if downFirst {
+		victim.crash(false, disk.NoRot, "stopped, to be removed while down")
+	}
+	linger := between(r, 500*time.Millisecond, 3*time.Second)
+	fresh := c.addNode(true, victim.addr)
+	w.tracef("w", "membership: removing %s (down: %v), then joining %s", victim.id, victim.down, fresh.id)
+	go func() {
+		err := c.operate(func(ctx context.Context, s *service.Service) error {
+			_, err := s.Remove(ctx, api.RemoveRequest{ID: victim.id})
+			return err
+		})
+		removed := make(chan struct{})
+		w.hand(func() {
+			defer close(removed)
+			w.tracef("w", "membership: removing %s: %v", victim.id, err)
+			if err != nil {
+				if downFirst {
+					victim.restartAfter("not removed")
+				}
+				return
+			}
+			victim.gone = true
+			w.at(linger, func() { victim.crash(false, disk.NoRot, "removed") })
+			c.takeOver(fresh)
+			fresh.restartAfter("to join")
+		})
+		<-removed
+		if err == nil {
+			time.Sleep(200 * time.Millisecond) // as an operator starts the new node first
+			err = c.operate(func(ctx context.Context, s *service.Service) error {
+				_, err := s.Join(ctx, api.JoinRequest{ID: fresh.id, RaftAddr: fresh.id, ClientAddr: fresh.addr})
+				return err
+			})
+			w.hand(func() { w.tracef("w", "membership: joining %s: %v", fresh.id, err) })
+		}
+		w.hand(done)
+	}()
+}
+
 // othersUp says whether every node but n runs.
 func (m *nemesis) othersUp(n *simNode) bool {
-	for _, o := range m.w.cl.nodes {
+	for _, o := range m.w.hist.votersAt(^uint64(0)) {
 		if o != n && (o.down || o.dead) {
 			return false
 		}
@@ -187,7 +359,7 @@ func (m *nemesis) cutOff(n *simNode, out, in, cut bool) {
 // dropped is lost at the next power loss, while what the process wrote
 // after it, built on what the cache still showed, is not.)
 func (n *simNode) restartAfter(why string) {
-	if n.dead || !n.down {
+	if n.dead || n.gone || !n.down {
 		return
 	}
 	w := n.c.w

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -89,7 +88,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 	}
-	n := cn.w.cl.node(strings.TrimSuffix(req.URL.Host, ":7470"))
+	n := cn.w.cl.reach(req.URL.Host)
 	if n == nil {
 		return nil, errors.New("sim: no such node " + req.URL.Host)
 	}

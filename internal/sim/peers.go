@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -22,7 +21,7 @@ type peers struct{ from *simNode }
 func call[T any](ctx context.Context, p peers, addr string, f func(*service.Service) (T, error)) (T, error) {
 	var zero T
 	c := p.from.c
-	to := c.node(strings.TrimSuffix(addr, ":7470"))
+	to := c.reach(addr)
 	if to == nil {
 		return zero, errors.New("sim: no node at " + addr)
 	}

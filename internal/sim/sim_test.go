@@ -15,6 +15,7 @@ import (
 
 var (
 	seeds       = flag.Int("sim.seeds", 0, "run this many seeds (default: 200, 10 with -short)")
+	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases")
 	syncForget  = flag.Bool("sim.syncforget", false, "a failed sync drops what it was to write, as Linux's does (see RELIABILITY.md)")
 	oneSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: print its trace)")
 	first       = flag.Uint64("sim.first", 1, "the first seed of a -sim.seeds run")
@@ -110,6 +111,7 @@ func flagConfig() Config {
 	}
 	cfg.FastLeader = *fast
 	cfg.SyncForget = *syncForget
+	cfg.Focus = *focus
 	return cfg
 }
 
@@ -149,6 +151,9 @@ func replayCommand(t *testing.T, seed uint64, cfg Config) string {
 	}
 	if cfg.SyncForget {
 		cmd += " -sim.syncforget"
+	}
+	if cfg.Focus != "" {
+		cmd += " -sim.focus " + cfg.Focus
 	}
 	return "replay: " + cmd
 }

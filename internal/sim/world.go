@@ -35,6 +35,9 @@ type Config struct {
 	// node makes of it.
 	SyncForget bool
 
+	// Focus weighs the nemesis toward one kind of fault ("": the mix).
+	Focus string
+
 	// The engine's settings.
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
@@ -77,6 +80,7 @@ type world struct {
 	kick   chan struct{} // a goroutine asked a node something
 	done   chan struct{} // closed when the world is over
 	ending bool          // the loop has stopped: wake-ups run at once
+	inbox  []func()      // what other goroutines hand the loop (under mu)
 
 	mu         sync.Mutex
 	trace      []traceLine
@@ -264,6 +268,28 @@ func (w *world) kickLoop() {
 	}
 }
 
+// hand gives the loop f to run (from another goroutine: an operator's
+// call that changed the configuration).
+func (w *world) hand(f func()) {
+	w.mu.Lock()
+	w.inbox = append(w.inbox, f)
+	w.mu.Unlock()
+	w.kickLoop()
+}
+
+// runInbox runs what other goroutines handed the loop; false when
+// nothing was.
+func (w *world) runInbox() bool {
+	w.mu.Lock()
+	in := w.inbox
+	w.inbox = nil
+	w.mu.Unlock()
+	for _, f := range in {
+		f()
+	}
+	return len(in) > 0
+}
+
 // settle runs the queued wake-ups one at a time, letting the world
 // settle before and after each.
 func (w *world) settle() {
@@ -287,7 +313,7 @@ func (w *world) loop() {
 			return
 		default:
 		}
-		if w.cl.runPending() {
+		if w.runInbox() || w.cl.runPending() {
 			continue
 		}
 		if len(w.q) > 0 && !w.q[0].at.After(time.Now()) {

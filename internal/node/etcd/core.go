@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/plant"
 	"github.com/fencelock/fencelock/internal/replica"
 )
 
@@ -138,6 +139,10 @@ type core struct {
 	// onApply, when set, is told what each apply did, after it
 	// (a stepped node's driver: SteppedConfig.Applied).
 	onApply func(etcdApply)
+	// plantLate: the entries a planted bug writes a Ready late;
+	// plantTop: the last one another applies before it commits.
+	plantLate []*raftpb.Entry
+	plantTop  uint64
 }
 
 type etcdProp struct {
@@ -503,7 +508,13 @@ func (c *core) ready() error {
 			return err
 		}
 	}
-	if err := etcdAppend(c.logs, rd.Entries); err != nil {
+	ents := rd.Entries
+	if plant.On("ack-before-fsync") {
+		// written a Ready late: what this one sends acknowledges
+		// entries not yet on disk
+		ents, c.plantLate = c.plantLate, ents
+	}
+	if err := etcdAppend(c.logs, ents); err != nil {
 		return err
 	}
 	if err := c.ms.Append(rd.Entries); err != nil {
@@ -520,8 +531,10 @@ func (c *core) ready() error {
 	}
 	if hs := rd.HardState; !etcdraft.IsEmptyHardState(hs) {
 		if hs.GetTerm() != c.hs.GetTerm() || hs.GetVote() != c.hs.GetVote() {
-			if err := etcdSaveHardState(c.stable, hs); err != nil {
-				return err
+			if !plant.On("vote-not-durable") {
+				if err := etcdSaveHardState(c.stable, hs); err != nil {
+					return err
+				}
 			}
 			c.hs = hs
 		}
@@ -545,8 +558,12 @@ func (c *core) ready() error {
 	if n := len(rd.CommittedEntries); n > 0 {
 		c.handed = rd.CommittedEntries[n-1].GetIndex()
 	}
-	if len(rd.CommittedEntries) > 0 || inst != nil {
-		a := etcdApply{snap: inst, ents: rd.CommittedEntries,
+	committed := rd.CommittedEntries
+	if plant.On("apply-uncommitted") {
+		committed = c.plantEarly(committed, rd.Entries)
+	}
+	if len(committed) > 0 || inst != nil {
+		a := etcdApply{snap: inst, ents: committed,
 			at: etcdPoint{index: c.handed, cs: c.conf.Load(), names: *c.names.Load()}}
 		if n := len(a.ents); n > 0 {
 			a.at.term = a.ents[n-1].GetTerm()
@@ -565,6 +582,19 @@ func (c *core) ready() error {
 	}
 	c.rn.Advance(rd)
 	return nil
+}
+
+// plantEarly is a planted bug's apply: the entries just appended with
+// the committed ones, each index once.
+func (c *core) plantEarly(committed, appended []*raftpb.Entry) []*raftpb.Entry {
+	var out []*raftpb.Entry
+	for _, e := range append(slices.Clone(committed), appended...) {
+		if e.GetIndex() > c.plantTop {
+			out = append(out, e)
+			c.plantTop = e.GetIndex()
+		}
+	}
+	return out
 }
 
 // applyConfChanges applies the configuration entries among ents (all
@@ -607,7 +637,13 @@ func (c *core) applyConfChanges(ents []*raftpb.Entry) error {
 				}
 			}
 		}
-		cs, err := etcdApplyConfChange(c.rn, cc)
+		var cs *raftpb.ConfState
+		var err error
+		if plant.On("removed-member-counted") && etcdRemoves(cc) {
+			cs = c.conf.Load() // raft goes on counting the member removed
+		} else {
+			cs, err = etcdApplyConfChange(c.rn, cc)
+		}
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 		}
@@ -620,6 +656,16 @@ func (c *core) applyConfChanges(ents []*raftpb.Entry) error {
 		}
 	}
 	return nil
+}
+
+// etcdRemoves says whether cc removes a member (a planted bug's test).
+func etcdRemoves(cc raftpb.ConfChangeI) bool {
+	for _, ch := range cc.AsV2().GetChanges() {
+		if ch.GetType() == raftpb.ConfChangeRemoveNode {
+			return true
+		}
+	}
+	return false
 }
 
 // etcdApplyConfChange is rn.ApplyConfChange, which panics on a change

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/plant"
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/hashicorp/raft"
 	etcdraft "go.etcd.io/raft/v3"
@@ -545,7 +546,7 @@ func etcdDropStaleLog(logs raft.LogStore, snapIndex uint64) error {
 	if err != nil {
 		return err
 	}
-	if last == 0 || last >= snapIndex {
+	if last == 0 || last >= snapIndex && !plant.On("snapshot-over-newer-log") {
 		return nil
 	}
 	if err := logs.DeleteRange(first, last); err != nil {

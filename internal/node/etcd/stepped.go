@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -252,11 +253,14 @@ func (s *Stepped) Raft() (lead, term uint64, leading bool, commit uint64) {
 // Entry is an entry of the log as a stepped node shows it to its driver:
 // Data is the command (fsm.Encode's) of a normal entry with one, nil for
 // a barrier or an entry raft appends itself; Conf marks a configuration
-// change.
+// change, of the member Member: added as a voter, added as a learner
+// (Learner), or removed (Remove).
 type Entry struct {
-	Index, Term uint64
-	Conf        bool
-	Data        []byte
+	Index, Term     uint64
+	Conf            bool
+	Member          uint64
+	Learner, Remove bool
+	Data            []byte
 }
 
 // entries are ents as the driver sees them.
@@ -264,12 +268,54 @@ func entries(ents []*raftpb.Entry) []Entry {
 	out := make([]Entry, len(ents))
 	for i, e := range ents {
 		out[i] = Entry{Index: e.GetIndex(), Term: e.GetTerm(), Conf: e.GetType() != raftpb.EntryNormal}
-		if d := e.GetData(); e.GetType() == raftpb.EntryNormal && len(d) > etcdIDLen {
-			out[i].Data = d[etcdIDLen:]
+		d := e.GetData()
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			if len(d) > etcdIDLen {
+				out[i].Data = d[etcdIDLen:]
+			}
+		case raftpb.EntryConfChangeV2:
+			cc := new(raftpb.ConfChangeV2)
+			if protoUnmarshal(d, cc) == nil && len(cc.GetChanges()) == 1 {
+				ch := cc.GetChanges()[0]
+				out[i].Member = ch.GetNodeId()
+				out[i].Learner = ch.GetType() == raftpb.ConfChangeAddLearnerNode
+				out[i].Remove = ch.GetType() == raftpb.ConfChangeRemoveNode
+			}
+		case raftpb.EntryConfChange:
+			cc := new(raftpb.ConfChange)
+			if protoUnmarshal(d, cc) == nil {
+				out[i].Member = cc.GetNodeId()
+				out[i].Learner = cc.GetType() == raftpb.ConfChangeAddLearnerNode
+				out[i].Remove = cc.GetType() == raftpb.ConfChangeRemoveNode
+			}
 		}
 	}
 	return out
 }
+
+// LogTerm is the term of the entry at index i of the node's log, as raft
+// holds it (written and synced); ok false when the log does not reach i.
+// An index compacted away answers its snapshot's term or 0, with ok.
+func (s *Stepped) LogTerm(i uint64) (term uint64, ok bool) {
+	t, err := s.core.ms.Term(i)
+	switch {
+	case err == nil:
+		return t, true
+	case errors.Is(err, etcdraft.ErrCompacted):
+		return 0, true
+	}
+	return 0, false
+}
+
+// LastIndex is the index of the last entry of the node's log.
+func (s *Stepped) LastIndex() uint64 {
+	i, _ := s.core.ms.LastIndex()
+	return i
+}
+
+// Applied is the last index the node applied.
+func (s *Stepped) Applied() uint64 { return s.core.applied.Load() }
 
 // Committed is the entries raft holds in memory from lo up to the commit
 // index (after a compaction, from the first entry kept), with the index

@@ -86,7 +86,11 @@ func TestSteppedNodeOnASimulatedDisk(t *testing.T) {
 						}
 					}
 				}
-				d.Crash(true, seed%2 == 1)
+				rot := disk.NoRot
+				if seed%2 == 1 {
+					rot = disk.RotAny
+				}
+				d.Crash(true, rot)
 				s.Close()
 
 				f2 := fsm.New(nil)

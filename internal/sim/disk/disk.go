@@ -104,6 +104,7 @@ type file struct {
 	durable []byte // what is on the medium
 	pending []op   // since the last sync, in order
 	ops     int    // operations so far, for keying draws
+	written int64  // the end of the data written to the medium (not allocated)
 }
 
 // op is a pending change of a file's data: a write, or a truncation
@@ -165,12 +166,21 @@ func (d *Disk) draw(key string, n int) *rand.Rand {
 	return rand.New(rand.NewPCG(d.seed, h.Sum64()))
 }
 
+// Rot says where a power loss rots a bit of synced data.
+type Rot int
+
+const (
+	NoRot   Rot = iota
+	RotAny      // anywhere in the data of any file
+	RotTail     // in the data of the last log segment (*.wal)
+)
+
 // Crash ends the process that has the disk open: its handles and its
 // lock die. A process crash keeps everything the kernel holds; a power
 // loss (power) keeps only what was synced, and of the rest what the
-// draws say; rot then flips one bit of one synced file. It answers what
-// was lost, for the trace.
-func (d *Disk) Crash(power, rot bool) string {
+// draws say; rot then flips one bit of synced data. It answers what was
+// lost, for the trace.
+func (d *Disk) Crash(power bool, rot Rot) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.gen++
@@ -181,7 +191,7 @@ func (d *Disk) Crash(power, rot bool) string {
 		return "process crash: nothing lost"
 	}
 	d.stats.Powers++
-	d.damaged, d.doomed = d.doomed || rot, false
+	d.damaged, d.doomed = d.doomed || rot != NoRot, false
 	r := d.draw("crash", d.crashes)
 	// The journal: a prefix of it made it.
 	keep := len(d.journal)
@@ -203,8 +213,8 @@ func (d *Disk) Crash(power, rot bool) string {
 	d.stats.Lost += lost
 	d.stats.Torn += torn
 	msg := fmt.Sprintf("power loss: %d pending writes kept, %d lost, %d torn, %d namespace changes lost", kept, lost, torn, lostJ)
-	if rot {
-		msg += "; " + d.rotLocked(r)
+	if rot != NoRot {
+		msg += "; " + d.rotLocked(r, rot)
 	}
 	// The process that comes back sees the medium.
 	d.files = maps(d.dfiles)
@@ -215,11 +225,12 @@ func (d *Disk) Crash(power, rot bool) string {
 	return msg
 }
 
-// rotLocked flips a bit of one synced file's data.
-func (d *Disk) rotLocked(r *rand.Rand) string {
+// rotLocked flips a bit of synced data: of any file's data written (not
+// what was only allocated), or of the last log segment's.
+func (d *Disk) rotLocked(r *rand.Rand, rot Rot) string {
 	var cands []string
 	for _, p := range sortedKeys(d.dfiles) {
-		if len(d.dfiles[p].durable) > 0 {
+		if d.dfiles[p].written > 0 && (rot == RotAny || strings.HasSuffix(p, ".wal")) {
 			cands = append(cands, p)
 		}
 	}
@@ -227,11 +238,14 @@ func (d *Disk) rotLocked(r *rand.Rand) string {
 		return "nothing to rot"
 	}
 	p := cands[r.IntN(len(cands))]
+	if rot == RotTail {
+		p = cands[len(cands)-1]
+	}
 	f := d.dfiles[p]
-	at := r.IntN(len(f.durable))
+	at := r.Int64N(f.written)
 	f.durable[at] ^= 1 << r.IntN(8)
 	d.stats.Rotted++
-	return fmt.Sprintf("rotted a bit of %s at byte %d of %d", p, at, len(f.durable))
+	return fmt.Sprintf("rotted a bit of %s at byte %d of the %d written", p, at, f.written)
 }
 
 // allFiles is every file either namespace names, once, by path order.
@@ -326,6 +340,7 @@ func (f *file) powerLoss(r *rand.Rand) (kept, lost, torn int) {
 		for _, i := range ops[:n] {
 			buf = f.pending[i].applyWithin(buf, lo)
 			persisted[i]++
+			f.written = f.pending[i].writtenAfter(f.written)
 		}
 		copy(out[lo:hi], buf)
 	}
@@ -356,6 +371,14 @@ func (o op) sectors(n int64) []int64 {
 		out = append(out, s)
 	}
 	return out
+}
+
+// writtenAfter is the end of the data written after o, from w.
+func (o op) writtenAfter(w int64) int64 {
+	if o.trunc {
+		return min(w, o.size)
+	}
+	return max(w, o.off+int64(len(o.data)))
 }
 
 // sizeAfter is a file's size after o.
@@ -734,6 +757,7 @@ func (p *procFS) syncLocked(f *file) error {
 	if f != nil {
 		for _, o := range f.pending {
 			f.durable = o.apply(f.durable)
+			f.written = o.writtenAfter(f.written)
 		}
 		f.pending = nil
 	}

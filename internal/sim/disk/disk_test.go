@@ -34,7 +34,7 @@ func TestPowerLossKeepsOnlyWhatWasSynced(t *testing.T) {
 		if _, err := f.WriteAt(pending, sector); err != nil {
 			t.Fatal(err)
 		}
-		d.Crash(true, false)
+		d.Crash(true, NoRot)
 		if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, errGone) {
 			t.Fatalf("a dead process's handle wrote: %v", err)
 		}
@@ -72,7 +72,7 @@ func TestPowerLossKeepsOnlyWhatWasSynced(t *testing.T) {
 	d := New(1)
 	f, _ := d.FS().OpenFile("/f", os.O_RDWR|os.O_CREATE, 0o600)
 	f.WriteAt([]byte("cached"), 0)
-	d.Crash(false, false)
+	d.Crash(false, NoRot)
 	if b, _ := d.FS().ReadFile("/f"); string(b) != "cached" {
 		t.Fatalf("a process crash lost what the kernel held: %q", b)
 	}
@@ -92,7 +92,7 @@ func TestPowerLossDropsASuffixOfTheJournal(t *testing.T) {
 			}
 			f.Close()
 		}
-		d.Crash(true, false)
+		d.Crash(true, NoRot)
 		got := ""
 		for _, p := range d.Files() {
 			got += p
@@ -118,7 +118,7 @@ func TestPowerLossDropsASuffixOfTheJournal(t *testing.T) {
 	g.Sync()
 	fsys.Rename("/dir", "/moved")
 	fsys.SyncDir("/")
-	d.Crash(true, false)
+	d.Crash(true, NoRot)
 	if b, err := d.FS().ReadFile("/moved/sub/f"); err != nil || string(b) != "data" {
 		t.Fatalf("after a synced rename of its directory: %q %v", b, err)
 	}
@@ -147,7 +147,7 @@ func TestFailedSyncLosesItsWrites(t *testing.T) {
 	if b, _ := fsys.ReadFile("/f"); string(b) != "aaaabbbb" {
 		t.Fatalf("the cache: %q", b)
 	}
-	d.Crash(true, false)
+	d.Crash(true, NoRot)
 	if b, _ := d.FS().ReadFile("/f"); string(b) != "aaaa" {
 		t.Fatalf("after the power loss: %q", b)
 	}
@@ -164,7 +164,7 @@ func TestFailedSyncLosesItsWrites(t *testing.T) {
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	d.Crash(true, false)
+	d.Crash(true, NoRot)
 	if b, _ := d.FS().ReadFile("/f"); string(b) != "aaaa" {
 		t.Fatalf("the next sync did not write what the failed one left: %q", b)
 	}
@@ -212,7 +212,7 @@ func TestLockDiesWithItsProcess(t *testing.T) {
 	if _, err := d.FS().Lock("/data"); err == nil {
 		t.Fatal("a second process took the lock")
 	}
-	d.Crash(false, false)
+	d.Crash(false, NoRot)
 	if _, err := d.FS().Lock("/data"); err != nil {
 		t.Fatalf("the crashed process's lock stayed: %v", err)
 	}
