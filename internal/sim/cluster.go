@@ -158,7 +158,6 @@ func (c *cluster) boot() {
 	}
 }
 
-
 // start runs a new incarnation of n over its disk.
 func (n *simNode) start() error {
 	c, w := n.c, n.c.w
