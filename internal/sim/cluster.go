@@ -79,16 +79,18 @@ type simNode struct {
 	halted   bool
 	leading  bool
 	term     uint64
-	dead     bool // refused to start on a damaged disk: down for good
-	join     bool // started to join the cluster, not of its first configuration
-	gone     bool // removed from the configuration: never started again
+	dead     bool   // refused to start on a damaged disk: down for good
+	join     bool   // started to join the cluster, not of its first configuration
+	state    string // raft's state, for the debug trace
+	gone     bool   // removed from the configuration: never started again
 	// the highest token any incarnation applied, and whether one met a
 	// disk fault (then its ceiling may rightly lag: it answered no grant)
 	topToken uint64
 	floorOff bool
 	// what the state file on the disk said had been written, after the
-	// last crash
+	// last crash; whether a read returned a flipped bit as it started
 	watermark uint64
+	flipped   bool
 }
 
 func newCluster(w *world) *cluster {
@@ -159,8 +161,16 @@ func (c *cluster) boot() {
 }
 
 // start runs a new incarnation of n over its disk.
-func (n *simNode) start() error {
+func (n *simNode) start() (err error) {
 	c, w := n.c, n.c.w
+	defer func() {
+		// A node must refuse a data directory it cannot start on with
+		// an error, never die of a panic.
+		if p := recover(); p != nil {
+			w.violate("w", "%s panicked starting: %v", n.id, p)
+			err = fmt.Errorf("panicked: %v", p)
+		}
+	}()
 	cfg := c.scfg
 	cfg.NodeID, cfg.ClientAddr, cfg.Clock, cfg.Peers = n.id, n.addr, n.clk, peers{from: n}
 	svc, err := service.New(cfg)
@@ -203,7 +213,10 @@ func (n *simNode) start() error {
 func (n *simNode) restart(why string) error {
 	w := n.c.w
 	prev := n.st
-	if err := n.start(); err != nil {
+	flips := n.disk.Stats().Flipped
+	err := n.start()
+	n.flipped = n.disk.Stats().Flipped > flips
+	if err != nil {
 		w.tracef("w", "%s refuses to start (%s): %v", n.id, why, err)
 		return err
 	}
@@ -263,10 +276,11 @@ func (c *cluster) noteQuorum() {
 // had written to its log (raft's in-memory log holds only what the
 // engine wrote and synced): anything missing may have been acknowledged,
 // and a node that lost it must refuse to start. (An entry a snapshot
-// covers counts as held.) On a disk whose synced data rotted, the node
-// can tell only what its state file's watermark covers: rot in entries
-// written after the last checkpoint reads as a torn write, which is
-// dropped (RELIABILITY.md); that is counted, not a violation.
+// covers counts as held.) On a disk whose synced data rotted, or that
+// returned a flipped bit as the node read its log at start, the node can
+// tell only what its state file's watermark covers: damage in entries
+// written after the last checkpoint reads as a torn write, which raft-wal
+// drops (RELIABILITY.md); that is counted, not a violation.
 func (n *simNode) checkLog(prev *etcd.Stepped) {
 	w := n.c.w
 	last := prev.LastIndex()
@@ -282,9 +296,9 @@ func (n *simNode) checkLog(prev *etcd.Stepped) {
 	}
 	switch {
 	case lost == 0:
-	case n.disk.Damaged() && lost > n.watermark:
+	case (n.disk.Damaged() || n.flipped) && lost > n.watermark:
 		w.counts.RotUnseen++
-		w.tracef("w", "%s lost entries %d..%d to rot after its watermark %d", n.id, lost, last, n.watermark)
+		w.tracef("w", "%s lost entries %d..%d to damage read after its watermark %d", n.id, lost, last, n.watermark)
 	default:
 		w.violate("w", "%s started without entry %d its previous process had written (its log ends at %d; the state file's watermark: %d)",
 			n.id, lost, n.st.LastIndex(), n.watermark)
@@ -356,6 +370,12 @@ func (n *simNode) step(f func() error) {
 		return
 	}
 	_, term, leading, commit := n.st.Raft()
+	if w.debug {
+		if st := n.st.RaftState(); st != n.state || term != n.term {
+			w.tracef("w", "%s: %s, term %d, log %d", n.id, st, term, n.st.LastIndex())
+			n.state = st
+		}
+	}
 	if leading && (!n.leading || term != n.term) {
 		w.tracef("w", "%s leads (term %d)", n.id, term)
 		w.leaderElected(n)

@@ -51,6 +51,7 @@ type history struct {
 	committed map[string]bool     // key|holder|token of every committed grant
 	events    []api.WatchEvent    // every event, as a watch must tell it
 	confs     []etcd.Entry        // the configuration changes, in log order
+	ledger    *ledger             // the audit by a model of its own
 }
 
 // auditEntry is one committed entry as the first node to apply it did.
@@ -64,6 +65,7 @@ func newHistory(w *world) *history {
 	h := &history{w: w, lastToken: map[string]uint64{},
 		queue: map[string][]string{}, committed: map[string]bool{}}
 	h.f = fsm.New(h.observe)
+	h.ledger = newLedger(h)
 	return h
 }
 
@@ -93,7 +95,13 @@ func (h *history) applied(n *simNode, inc int, restored uint64, ents []etcd.Entr
 		case e.Index == have+1:
 			h.log = append(h.log, auditEntry{term: e.Term, sum: sum, by: n.id})
 			if e.Data != nil {
-				h.f.Apply(e.Index, e.Term, e.Data)
+				cmd, err := fsm.Decode(e.Data)
+				if err != nil {
+					h.w.violate("w", "entry %d does not decode: %v", e.Index, err)
+					continue
+				}
+				h.ledger.begin(e.Index, cmd)
+				h.ledger.end(h.f.Apply(e.Index, e.Term, e.Data))
 			}
 			if e.Conf && e.Member != 0 {
 				h.confs = append(h.confs, e)
@@ -146,6 +154,7 @@ func (h *history) observe(index uint64, ev locktable.Event) {
 			time.Duration(ev.At), time.Duration(ev.Since), time.Duration(ev.Expiry))
 	}
 	h.expect(index, ev)
+	h.ledger.event(ev)
 	exclusive := strings.HasPrefix(ev.Key, "lock/")
 	switch ev.Kind {
 	case locktable.EventGranted:

@@ -88,6 +88,9 @@ func TestSeeds(t *testing.T) {
 	for s := *first; s < *first+uint64(n); s++ {
 		r := runSeed(t, s, cfg)
 		sum.add(r)
+		if r.Faults.RefusedOther > 0 && testing.Verbose() {
+			t.Logf("seed %d: %d starts refused on a damaged disk other than as a DataDirError", s, r.Faults.RefusedOther)
+		}
 		if done := s - *first + 1; done%10000 == 0 && done < uint64(n) {
 			t.Logf("%d seeds from %d done, %d grants, %d calls checked, %d failed", done, *first, sum.grants, sum.checked, sum.failed)
 		}

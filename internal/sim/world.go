@@ -173,10 +173,11 @@ type instantCount struct {
 // instantSource is a rand.Source for a client library's jitter and
 // request ids, whose goroutines draw from it in whatever order the
 // scheduler runs them. Each draw is keyed by the virtual instant, the
-// code that draws (the caller's stack) and how many draws that code made
-// at that instant before: so a goroutine's draws do not move another's,
-// at that instant or any later one, unless the two run the same code at
-// the same instant.
+// code that draws (the functions on the caller's stack, by name: the
+// same in every build) and how many draws that code made at that
+// instant before: so a goroutine's draws do not move another's, at that
+// instant or any later one, unless the two run the same code at the
+// same instant.
 type instantSource struct {
 	seed, key uint64
 	mu        sync.Mutex
@@ -194,7 +195,7 @@ func (s *instantSource) Uint64() uint64 {
 	var pcs [12]uintptr
 	stack := s.key
 	for _, pc := range pcs[:runtime.Callers(2, pcs[:])] {
-		stack = splitmix(stack ^ uint64(pc))
+		stack = splitmix(stack ^ funcKey(pc))
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -206,6 +207,24 @@ func (s *instantSource) Uint64() uint64 {
 	n := s.n[stack]
 	s.mu.Unlock()
 	return splitmix(splitmix(splitmix(s.seed^stack)^uint64(now.UnixNano())) ^ n)
+}
+
+// funcKeys caches funcKey.
+var funcKeys sync.Map // uintptr -> uint64
+
+// funcKey is a hash of the name of the function pc is in: the same in
+// every build, where pc itself moves with any change to the code.
+func funcKey(pc uintptr) uint64 {
+	if k, ok := funcKeys.Load(pc); ok {
+		return k.(uint64)
+	}
+	h := fnv.New64a()
+	if f := runtime.FuncForPC(pc); f != nil {
+		_, _ = h.Write([]byte(f.Name()))
+	}
+	k := h.Sum64()
+	funcKeys.Store(pc, k)
+	return k
 }
 
 // splitmix is SplitMix64's finaliser.

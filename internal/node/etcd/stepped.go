@@ -250,6 +250,10 @@ func (s *Stepped) Raft() (lead, term uint64, leading bool, commit uint64) {
 	return st.Lead, st.HardState.GetTerm(), st.RaftState == etcdraft.StateLeader, st.HardState.GetCommit()
 }
 
+// RaftState is raft's name for the node's state (StateFollower,
+// StatePreCandidate, StateCandidate, StateLeader).
+func (s *Stepped) RaftState() string { return s.core.rn.BasicStatus().RaftState.String() }
+
 // Entry is an entry of the log as a stepped node shows it to its driver:
 // Data is the command (fsm.Encode's) of a normal entry with one, nil for
 // a barrier or an entry raft appends itself; Conf marks a configuration
