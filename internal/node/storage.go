@@ -116,6 +116,16 @@ func (s *Storage) Ceiling() uint64 {
 	return s.state.get().Ceiling
 }
 
+// Durable is the state file's watermark as this node holds it now: the
+// last index its log holds durably, or, lowered, the last it keeps while
+// it deletes a suffix. 0 in memory.
+func (s *Storage) Durable() uint64 {
+	if s.state == nil {
+		return 0
+	}
+	return s.state.get().Durable
+}
+
 // Fault is the log's unresolved write failure; nil when it writes (and
 // always in memory).
 func (s *Storage) Fault() *replica.StorageError {

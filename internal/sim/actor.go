@@ -92,8 +92,6 @@ func (h sessionAll) Release(ctx context.Context) error {
 	return first
 }
 
-var ttls = []time.Duration{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second}
-
 // src is the actor's name in the trace.
 func (a *actor) src() string { return fmt.Sprintf("c%d", a.i) }
 
@@ -117,7 +115,7 @@ func (a *actor) run(end time.Time) {
 func (a *actor) once() {
 	a.seq++
 	holder := fmt.Sprintf("c%d-%d", a.i, a.seq)
-	ttl := ttls[a.rnd.IntN(len(ttls))]
+	ttl := a.w.cfg.TTLs[a.rnd.IntN(len(a.w.cfg.TTLs))]
 	wait := time.Duration(a.rnd.Int64N(int64(3 * time.Second)))
 	opts := []client.LeaseOption{client.WithTTL(ttl), client.WithHolder(holder), client.WithWait(wait)}
 	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)

@@ -91,6 +91,9 @@ type simNode struct {
 	// last crash; whether a read returned a flipped bit as it started
 	watermark uint64
 	flipped   bool
+	// the watermark the last process held when it crashed: entries after
+	// it were being deleted (a suffix raft replaced), not lost
+	disowned uint64
 }
 
 func newCluster(w *world) *cluster {
@@ -296,6 +299,8 @@ func (n *simNode) checkLog(prev *etcd.Stepped) {
 	}
 	switch {
 	case lost == 0:
+	case lost > n.disowned:
+		w.tracef("w", "%s dropped entries %d..%d, which its last process was deleting", n.id, lost, last)
 	case (n.disk.Damaged() || n.flipped) && lost > n.watermark:
 		w.counts.RotUnseen++
 		w.tracef("w", "%s lost entries %d..%d to damage read after its watermark %d", n.id, lost, last, n.watermark)
@@ -565,6 +570,7 @@ func (n *simNode) crash(power bool, rot disk.Rot, why string) {
 	}
 	n.held = nil
 	n.topToken = max(n.topToken, svc.FSM().LastToken())
+	n.disowned = st.Durable()
 	n.floorOff = n.floorOff || n.disk.Faulty()
 	w.tracef("w", "%s crashes (%s): %s", n.id, why, n.disk.Crash(power, rot))
 	n.watermark, _ = node.DurableIndex(n.disk.FS(), "/"+n.id)

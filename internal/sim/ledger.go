@@ -145,12 +145,13 @@ func (l *ledger) end(r *fsm.Result) {
 	switch cmd.Op {
 	case fsm.OpAcquire, fsm.OpRelease, fsm.OpRenew, fsm.OpSessionOpen, fsm.OpSessionClose:
 		// (A wait, of one key or several, is asked again under its id
-		// while it waits.)
+		// while it waits; an open whose session has ended runs again.)
 		if cmd.RequestID == "" {
 			break
 		}
-		id := cmd.Holder + "|" + cmd.RequestID
-		if l.seen[id] && !r.Duplicate {
+		id := cmd.Holder + "|" + cmd.Key + "|" + cmd.RequestID
+		ended := cmd.Op == fsm.OpSessionOpen && l.sessions[cmd.Holder] <= r.Now
+		if l.seen[id] && !r.Duplicate && !ended {
 			l.fail("request %s of %s applied a second time", cmd.RequestID, cmd.Holder)
 		}
 		l.seen[id] = true
@@ -167,6 +168,8 @@ func (l *ledger) end(r *fsm.Result) {
 				l.extended(b.Key, cmd.Holder, b.Token, b.Lease.Expiry)
 			}
 		}
+	case fsm.OpSessionClose:
+		l.sessions[cmd.Holder] = 0
 	case fsm.OpSessionOpen, fsm.OpSessionExtend:
 		l.sessions[cmd.Holder] = r.Session.Expiry
 		for _, k := range l.keys {

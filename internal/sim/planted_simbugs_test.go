@@ -39,6 +39,7 @@ func TestPlantedBugsAreCaught(t *testing.T) {
 			plant.Set(p.name)
 			defer plant.Set("")
 			cfg := DefaultConfig()
+			cfg.Shaped = false // three nodes, the default TTLs and snapshots
 			if p.cfg != nil {
 				p.cfg(&cfg)
 			}
@@ -54,6 +55,7 @@ func TestPlantedBugsAreCaught(t *testing.T) {
 	}
 	t.Run("fast-leader-clock", func(t *testing.T) {
 		cfg := DefaultConfig()
+		cfg.Shaped = false
 		cfg.FastLeader = 0.25
 		start := time.Now()
 		for s := uint64(1); s <= 1500; s++ {

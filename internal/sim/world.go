@@ -22,7 +22,10 @@ type Config struct {
 	Nodes   int           // voters (3)
 	Clients int           // client processes, each running one actor
 	Horizon time.Duration // virtual time the actors start work for
-	Faults  bool          // run the nemesis
+	Faults  bool          // run the nemeses
+	// Nemeses is how many nemeses inject faults, each one at a time: with
+	// two, their faults overlap.
+	Nemeses int
 	// FastLeader plants a fault beyond the design's bound: every leader
 	// elected after the first runs its clock this much fast (0.25: 25%).
 	FastLeader float64
@@ -38,6 +41,13 @@ type Config struct {
 	// Focus weighs the nemesis toward one kind of fault ("": the mix).
 	Focus string
 
+	// TTLs are the leases' the actors take, one drawn for each.
+	TTLs []time.Duration
+	// Shaped: each seed draws its own shape (shape): the nodes (1, 3 or
+	// 5), the clients, the TTLs, the snapshot threshold and interval, the
+	// log kept behind a snapshot, the log's segment size.
+	Shaped bool
+
 	// The engine's settings.
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
@@ -47,8 +57,35 @@ type Config struct {
 
 // DefaultConfig is the world `go test ./internal/sim` runs.
 func DefaultConfig() Config {
-	return Config{Nodes: 3, Clients: 4, Horizon: 20 * time.Second, Faults: true,
+	return Config{Nodes: 3, Clients: 4, Horizon: 20 * time.Second, Faults: true, Nemeses: 1, Shaped: true,
+		TTLs:              []time.Duration{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second},
 		SnapshotThreshold: 200, TrailingLogs: 50, SnapshotEvery: 2 * time.Second, SegmentSize: 64 << 10}
+}
+
+// shape is cfg with the shape seed draws for itself (Config.Shaped).
+func (cfg Config) shape(w *world) Config {
+	if !cfg.Shaped {
+		return cfg
+	}
+	r := w.draw("shape", 0)
+	pick := func(xs ...int) int { return xs[r.IntN(len(xs))] }
+	cfg.Nodes = pick(1, 3, 3, 3, 3, 5, 5)
+	cfg.Clients = pick(3, 4, 4, 5)
+	ttlSets := [][]time.Duration{
+		{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second},
+		{2 * time.Second, 4 * time.Second},
+		{3 * time.Second, 10 * time.Second},
+		{1500 * time.Millisecond},
+	}
+	cfg.TTLs = ttlSets[r.IntN(len(ttlSets))]
+	cfg.SnapshotThreshold = uint64(pick(20, 200, 200, 2000))
+	cfg.TrailingLogs = uint64(pick(5, 50))
+	cfg.SnapshotEvery = time.Duration(pick(1, 2, 5)) * time.Second
+	cfg.SegmentSize = pick(8<<10, 64<<10)
+	if cfg.Focus == "" {
+		cfg.Nemeses = pick(1, 2)
+	}
+	return cfg
 }
 
 // The raft timing of the server's defaults: an election timeout of
@@ -388,8 +425,12 @@ func (r Result) Digest() uint64 {
 func run(seed uint64, cfg Config) Result {
 	w := &world{seed: seed, cfg: cfg, t0: time.Now(), verbose: cfg.Verbose, debug: cfg.Debug, kick: make(chan struct{}, 1),
 		done: make(chan struct{}), tseq: map[string]int{}, instants: map[string]instantCount{}}
+	w.cfg = cfg.shape(w)
+	cfg = w.cfg
 	w.hist = newHistory(w)
 	w.cl = newCluster(w)
+	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses",
+		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses)
 	w.cl.boot()
 
 	var wg sync.WaitGroup
@@ -410,8 +451,10 @@ func run(seed uint64, cfg Config) Result {
 	wg.Add(1)
 	go func() { defer wg.Done(); prober.probe(end) }()
 	if cfg.Faults {
-		m := &nemesis{w: w, actors: actors}
-		w.at(m.pause(0), func() { m.next(end) })
+		for i := range cfg.Nemeses {
+			m := &nemesis{w: w, actors: actors, chain: i}
+			w.at(m.pause(0), func() { m.next(end) })
+		}
 	}
 	stop, watched := make(chan struct{}), make(chan struct{})
 	go func() { defer close(watched); watcher.watch(stop) }()
