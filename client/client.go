@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -588,7 +589,7 @@ func (c *Client) frameConn(ctx context.Context, addr, path string) (*framing.Con
 		if ctx.Err() != nil {
 			return nil, ctxErr(ctx)
 		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
+		return nil, unreachable(addr, err)
 	}
 	return fc, nil
 }
@@ -690,7 +691,7 @@ func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte
 		if ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
-		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, unwrapURLError(err))
+		return unreachable(addr, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
@@ -765,4 +766,18 @@ func (c *Client) Close() {
 	c.hc.CloseIdleConnections()
 	c.frames.Close()
 	c.tlsFrames.Close()
+}
+
+// errDown is ErrUnreachable for a node where nothing listens (the
+// connection was refused): it is down, and its answer says nothing of
+// the other nodes (the keep-alive's rounds count on that).
+var errDown = fmt.Errorf("%w", ErrUnreachable)
+
+// unreachable is the error of a call to addr that could not reach it.
+func unreachable(addr string, err error) error {
+	kind := ErrUnreachable
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		kind = errDown
+	}
+	return fmt.Errorf("%w: %s: %v", kind, addr, err)
 }

@@ -515,7 +515,10 @@ func (l *keeper) settle(r attemptResult) bool {
 			delete(l.asked, u)
 		}
 	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal):
-		if errors.As(err, &ae) && ae.Code == api.CodeNotLeader {
+		// A node that knows no leader, or that is down (nothing listens),
+		// tells nothing about the silent ones: a round of only such
+		// answers asks them again (endRound).
+		if errors.As(err, &ae) && ae.Code == api.CodeNotLeader || errors.Is(err, errDown) {
 			l.noLeader++
 		}
 	default:

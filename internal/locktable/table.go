@@ -257,6 +257,11 @@ func (t *Table) AcquireWith(key, holder string, now Time, ttl Duration, o Option
 	if err := t.grantable(key, holder, now); err != nil {
 		return Lease{}, err
 	}
+	if o.Session != 0 && plant.On("session-renewal-refused") {
+		if l, ok := t.Get(key, now); ok && l.Holder == holder {
+			return Lease{}, &HeldError{Lease: l}
+		}
+	}
 	if t.sessionFull(g, key) {
 		return Lease{}, &SessionLimitError{Scope: "session", Limit: MaxSessionLocks}
 	}

@@ -154,7 +154,9 @@ func (l *ledger) end(r *fsm.Result) {
 		if l.seen[id] && !r.Duplicate && !ended {
 			l.fail("request %s of %s applied a second time", cmd.RequestID, cmd.Holder)
 		}
-		l.seen[id] = true
+		if r.Err == nil {
+			l.seen[id] = true // (a refused one changed nothing, and is not remembered)
+		}
 	}
 	if r.Duplicate || r.Err != nil {
 		return

@@ -295,7 +295,9 @@ func (m *nemesis) replace(r *rand.Rand, done func()) {
 	linger := between(r, 500*time.Millisecond, 3*time.Second)
 	fresh := c.addNode(true, victim.addr)
 	w.tracef("w", "membership: removing %s (down: %v), then joining %s", victim.id, victim.down, fresh.id)
+	w.ops.Add(1)
 	go func() {
+		defer w.ops.Done()
 		err := c.operate(func(ctx context.Context, s *service.Service) error {
 			_, err := s.Remove(ctx, api.RemoveRequest{ID: victim.id})
 			return err
@@ -375,7 +377,7 @@ func (n *simNode) restartAfter(why string) {
 		return
 	}
 	w := n.c.w
-	flips := why != "boot" && w.draw("flips:"+n.id, uint64(n.inc)).IntN(3) == 0
+	flips := w.cfg.Flips && why != "boot" && w.draw("flips:"+n.id, uint64(n.inc)).IntN(3) == 0
 	before := n.disk.Stats().Flipped
 	if flips {
 		n.disk.SetFaults(disk.Faults{Flip: 0.002})

@@ -94,7 +94,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	d := cn.draw(n.id, req.URL.Path)
 	if cn.w.debug {
-		cn.w.tracef(cn.a.src(), "> %s %s %s (out %s)", n.id, req.Method, req.URL.Path, d.out)
+		cn.w.tracef(cn.a.src(), "%s > %s %s %s (out %s)", cn.a.src(), n.id, req.Method, req.URL.Path, d.out)
 	}
 	// A paused client sends nothing until it runs again.
 	if !waitRunning(ctx, cn.a.clk.running()) || !sleepCtx(ctx, d.out) {
@@ -127,7 +127,21 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 			serve(ctx)
 		})
 	}
-	rec := serve(ctx)
+	// The server works on its own goroutine: a caller that gives up is
+	// answered its context's error at once, as an HTTP client that
+	// drops the connection is, whatever the handler is waiting on.
+	served := make(chan *httptest.ResponseRecorder, 1)
+	go func() { served <- serve(ctx) }()
+	var rec *httptest.ResponseRecorder
+	select {
+	case rec = <-served:
+	case <-ctx.Done():
+		select {
+		case rec = <-served: // both at once: the answer came
+		default:
+			return nil, ctx.Err()
+		}
+	}
 	if n.incarnation() != inc {
 		return nil, errAborted // the process that took it is gone
 	}
@@ -144,7 +158,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	res := rec.Result()
 	res.Request = req
 	if cn.w.debug {
-		cn.w.tracef(cn.a.src(), "< %s %d %s", n.id, res.StatusCode, req.URL.Path)
+		cn.w.tracef(cn.a.src(), "%s < %s %d %s", cn.a.src(), n.id, res.StatusCode, req.URL.Path)
 	}
 	return res, nil
 }

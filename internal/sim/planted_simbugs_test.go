@@ -27,10 +27,19 @@ var plants = []planted{
 	{"apply-uncommitted", "a node applies entries as it appends them, before they commit (internal/node/etcd, core.ready)", nil, 200},
 	{"removed-member-counted", "raft goes on counting a member the configuration removed (internal/node/etcd, core.applyConfChanges)",
 		func(c *Config) { c.Focus = focusMembership }, 200},
+	{"session-renewal-refused", "a lock taken again under the session that holds it is refused, not renewed (internal/locktable, AcquireWith)", nil, 200},
 	{"handoff-skips-head", "a hand-off grants the last waiter, not the first (internal/locktable, handOff)", nil, 200},
 	{"release-ignores-holder", "a release by another holder releases a live lock (internal/locktable, Release)", nil, 200},
 	{"keepalive-gives-up-late", "the keep-alive gives up a TTL/8 later than the safe-stop rule says (client, deadlineLocked)",
 		func(c *Config) { c.Focus = focusLeases }, 400},
+}
+
+// plantFromFlag plants -sim.plant for a TestSeeds or TestReplay run.
+func plantFromFlag(t *testing.T) {
+	if *plantName != "" {
+		plant.Set(*plantName)
+		t.Cleanup(func() { plant.Set("") })
+	}
 }
 
 func TestPlantedBugsAreCaught(t *testing.T) {

@@ -10,6 +10,14 @@ import (
 	"testing"
 )
 
+// plantFromFlag plants nothing: this build cannot (-sim.plant needs
+// -tags simbugs).
+func plantFromFlag(t *testing.T) {
+	if *plantName != "" {
+		t.Fatal("-sim.plant needs a build with -tags simbugs")
+	}
+}
+
 // TestPlantedBugsAreCaught runs the planted bugs (planted_simbugs_test.go)
 // in a build of the package with the simbugs tag, where the product's
 // internal/plant hooks can be switched on: in this build, as in every

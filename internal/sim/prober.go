@@ -32,6 +32,7 @@ type probes struct {
 	lin    *e2e.Recorder
 	shared []e2e.SharedOp
 	multi  map[int][]e2e.MultiOp // by epoch: each one's keys are e2e.MultiKeys
+	sess   map[int][]sessOp      // by epoch
 }
 
 // probe runs a's calls until end; what it recorded is in w.probes.
@@ -40,6 +41,7 @@ func (a *actor) probe(end time.Time) {
 	start := a.w.t0
 	gen := 0
 	held := map[string]uint64{}
+	var sess proberSession
 	var seen []uint64
 	anyToken := func() uint64 {
 		if len(seen) == 0 || a.rnd.IntN(4) == 0 {
@@ -119,14 +121,16 @@ func (a *actor) probe(end time.Time) {
 			if res == e2e.OK {
 				seen = append(seen, lk.Token)
 			}
-		case r < 88:
+		case r < 84:
 			if !a.probeShared(ctx, epoch, holder) {
 				gen++
 			}
-		default:
+		case r < 94:
 			if !a.probeMulti(ctx, epoch, holder) {
 				gen++
 			}
+		default:
+			a.probeSession(ctx, epoch, &sess)
 		}
 		cancel()
 		if len(held) == 0 && a.rnd.IntN(4) == 0 {

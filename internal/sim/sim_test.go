@@ -15,7 +15,9 @@ import (
 
 var (
 	seeds       = flag.Int("sim.seeds", 0, "run this many seeds (default: 200, 10 with -short)")
+	plantName   = flag.String("sim.plant", "", "with -tags simbugs: the planted bug to run the seeds with (planted_simbugs_test.go)")
 	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases")
+	flips       = flag.Bool("sim.flips", false, "a third of the restarts read a flipped bit now and then (see RELIABILITY.md)")
 	syncForget  = flag.Bool("sim.syncforget", false, "a failed sync drops what it was to write, as Linux's does (see RELIABILITY.md)")
 	oneSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: print its trace)")
 	first       = flag.Uint64("sim.first", 1, "the first seed of a -sim.seeds run")
@@ -84,6 +86,7 @@ func TestSeeds(t *testing.T) {
 		t.Skip("replaying one seed (TestReplay)")
 	}
 	cfg := flagConfig()
+	plantFromFlag(t)
 	var sum summary
 	for s := *first; s < *first+uint64(n); s++ {
 		r := runSeed(t, s, cfg)
@@ -114,6 +117,7 @@ func flagConfig() Config {
 	}
 	cfg.FastLeader = *fast
 	cfg.SyncForget = *syncForget
+	cfg.Flips = *flips
 	cfg.Focus = *focus
 	return cfg
 }
@@ -155,6 +159,9 @@ func replayCommand(t *testing.T, seed uint64, cfg Config) string {
 	if cfg.SyncForget {
 		cmd += " -sim.syncforget"
 	}
+	if cfg.Flips {
+		cmd += " -sim.flips"
+	}
 	if cfg.Focus != "" {
 		cmd += " -sim.focus " + cfg.Focus
 	}
@@ -166,6 +173,7 @@ func TestReplay(t *testing.T) {
 		t.Skip("-sim.seed S replays seed S")
 	}
 	cfg := flagConfig()
+	plantFromFlag(t)
 	cfg.Verbose = testing.Verbose()
 	cfg.Debug = *debugTrace
 	r := runSeed(t, *oneSeed, cfg)
@@ -211,7 +219,9 @@ var found = []struct {
 	seed    uint64
 	horizon time.Duration // 0: DefaultConfig's
 	bug     string
-}{}
+}{
+	{226, 14843750 * time.Microsecond, "with a node down for good, a keep-alive whose round met only refusals and silence asked the dead node alone until a 3 s lease was given up (client/keepalive.go, TestLeaseExtendAsksSilentNodesAgainWhenTheOthersRefuse)"},
+}
 
 func TestFoundSeeds(t *testing.T) {
 	for _, f := range found {
