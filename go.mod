@@ -7,6 +7,7 @@ require (
 	github.com/armon/go-metrics v0.4.1
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/google/btree v1.1.3
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/raft v1.7.3
@@ -16,6 +17,7 @@ require (
 	github.com/prometheus/client_model v0.6.2
 	go.etcd.io/raft/v3 v3.7.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/net v0.43.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/protobuf v1.36.11
 	modernc.org/sqlite v1.62.0
@@ -23,6 +25,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/benbjohnson/immutable v0.4.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -96,6 +96,7 @@ const (
 	CodeNodeUnreachable = "node_unreachable"  // the new node does not answer at its addresses
 	CodeWrongNode       = "wrong_node"        // it answers as another node or at another raft address
 	CodeWrongCluster    = "wrong_cluster"     // it belongs to another cluster
+	CodeWrongEngine     = "wrong_engine"      // it runs another replication engine
 	CodeNoQuorum        = "no_quorum"         // the new configuration would have no reachable quorum
 	CodeChangeUnknown   = "change_unknown"    // 503: the change may or may not have applied
 
@@ -122,7 +123,7 @@ func Status(code string) int {
 		return http.StatusForbidden
 	case CodeKindMismatch:
 		return http.StatusConflict
-	case CodeHeld, CodeNotHeld, CodeAlreadyExists, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeNoQuorum:
+	case CodeHeld, CodeNotHeld, CodeAlreadyExists, CodeNoRaft, CodeNodeUnreachable, CodeWrongNode, CodeWrongCluster, CodeWrongEngine, CodeNoQuorum:
 		return http.StatusConflict
 	case CodeNotFound:
 		return http.StatusNotFound
@@ -168,7 +169,10 @@ const (
 	QuotaSessions = "sessions" // open sessions
 	QuotaLocks    = "locks"    // leases held plus places in wait queues
 	QuotaWaiters  = "waiters"  // places in wait queues
-	QuotaWatches  = "watches"  // watches open on one node
+	// QuotaKeyWaiters: places in one key's wait queue, so that one
+	// principal cannot take a key's whole queue.
+	QuotaKeyWaiters = "key_waiters"
+	QuotaWatches    = "watches" // watches open on one node
 )
 
 // Lease is one grant: who holds a key, under which fencing token, for how
@@ -346,7 +350,10 @@ const (
 // and each member's health as the leader sees it. A follower asks the
 // leader for its view; a leader it has not heard from for a heartbeat
 // timeout is not named as the leader (raft keeps naming a dead one until
-// a new one is elected) and is shown unreachable.
+// a new one is elected) and is shown unreachable. Any node answers at
+// once, leader or not: when it hears from no leader (NoLeader), or the
+// leader does not answer it within UnreachableAfterMs, with its own view
+// (Local).
 type MembersResponse struct {
 	Leader        string   `json:"leader"`      // leader's id, "" if none known
 	LeaderAddr    string   `json:"leader_addr"` // leader's client address
@@ -367,7 +374,38 @@ type MembersResponse struct {
 	// Members is the configuration as it last saw it, without itself.
 	// It serves nothing (every other call answers CodeRemoved).
 	Removed bool `json:"removed,omitempty"`
+	// Role is the answering node's raft role now (RoleLeader,
+	// RoleFollower, RoleCandidate or RoleShutdown) and Term its raft
+	// term. Servers before issue 44 leave both out.
+	Role string `json:"role,omitempty"`
+	Term uint64 `json:"term,omitempty"`
+	// NoLeader: the answering node neither leads with a quorum's
+	// confirmation nor hears from a leader, so nothing can be granted,
+	// extended or released until a quorum of the voters elects one: the
+	// cluster has lost its quorum, or an election is under way. The
+	// members' health is then the answering node's own view (Local).
+	// 'fencelock cluster members' says so and exits 3. A server before
+	// issue 44 answers 503 instead, or leaves it out with Leader "".
+	NoLeader bool `json:"no_leader,omitempty"`
+	// Local: the members' State and LastContactMs are the answering
+	// node's own view, not a leader's (HealthFrom is ""), because no
+	// leader's view could be had: MemberHealthy means this node heard
+	// from the member within UnreachableAfterMs, MemberUnreachable that
+	// it last did longer ago (LastContactMs says when), MemberUnknown
+	// that it never has. A follower hears only from its leader and from
+	// the voters that answer it in an election; a node that led heard
+	// from every member that answered it. The answering node itself is
+	// MemberHealthy, and the leader it still hears from MemberLeader.
+	Local bool `json:"local,omitempty"`
 }
+
+// Raft roles (MembersResponse.Role).
+const (
+	RoleLeader    = "leader"
+	RoleFollower  = "follower"
+	RoleCandidate = "candidate"
+	RoleShutdown  = "shutdown"
+)
 
 // JoinRequest is POST /v1/cluster/join (and /announce, by which a node
 // records its own client address).
@@ -411,6 +449,10 @@ type Identity struct {
 	ClusterID    string `json:"cluster_id"`
 	AppliedIndex uint64 `json:"applied_index"`
 	Raft         bool   `json:"raft"` // false: no raft transport (started without --raft)
+	// Engine is the node's replication engine, "hashicorp" or "etcd"
+	// (server --engine): nodes of two engines cannot be one cluster.
+	// Nodes from before it was reported leave it out.
+	Engine string `json:"engine,omitempty"`
 }
 
 // Ms is d in whole milliseconds, as the _ms fields carry it.

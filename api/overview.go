@@ -40,6 +40,13 @@ type Overview struct {
 	// order, at most limit of them; More says the page was cut.
 	Locks []LockOverview `json:"locks"`
 	More  bool           `json:"more"`
+	// Delayed are the keys under the prefix in their lock-delay (a lease
+	// that asked for one expired: docs/PRIMITIVES.md), which no lease
+	// holds, in key order, each with its wait queue: held back until the
+	// delay ends, when its head is granted. At most limit of them;
+	// DelayedMore says the list was cut. Absent when there are none.
+	Delayed     []DelayedKey `json:"delayed,omitempty"`
+	DelayedMore bool         `json:"delayed_more,omitempty"`
 	// Queued is the number of waiters in all queues of the table.
 	Queued int `json:"queued"`
 	// Sessions are the live sessions the listed leases are held under,
@@ -59,11 +66,21 @@ type Overview struct {
 // its wait queue, head first. A key of several holders (a semaphore's
 // permits, a read/write lock's readers) gives its queue with its first
 // lease only: every waiter is listed once, and the waiters listed add up
-// to Overview.Queued when no queue is cut and every queued key is on the
-// page.
+// to Overview.Queued, with those of Overview.Delayed, when no queue is
+// cut and every queued key is on the page.
 type LockOverview struct {
 	Lease
 	HeldMs       int64    `json:"held_ms"`
+	Waiters      []Waiter `json:"waiters"`
+	WaitersTotal int      `json:"waiters_total"`
+}
+
+// DelayedKey is a key in its lock-delay: nobody holds it, and nobody is
+// granted it, its waiters included, for RemainingMs more (cluster time);
+// then the head of Waiters is.
+type DelayedKey struct {
+	Key          string   `json:"key"`
+	RemainingMs  int64    `json:"remaining_ms"`
 	Waiters      []Waiter `json:"waiters"`
 	WaitersTotal int      `json:"waiters_total"`
 }

@@ -37,6 +37,8 @@ case $case in
 	scheme=https
 	;;
 esac
+# Without TLS the raft port's credential is a cluster secret.
+[ -n "$tls" ] || { (umask 077 && "$bin" cluster secret >"$dir/cluster.secret") && tls="--cluster-secret-file $dir/cluster.secret"; }
 files=$(ulimit -n)
 case $case in
 raft*) files=1024 ;; # the server's limit only: the attacker needs more

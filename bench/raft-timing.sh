@@ -42,9 +42,11 @@ client() { echo "127.0.0.1:$((base + $1))"; }
 raft() { echo "127.0.0.1:$((base + 3 + $1))"; }
 peers="n0=$(raft 0),n1=$(raft 1),n2=$(raft 2)"
 
+(umask 077 && "$bin" cluster secret >"$work/cluster.secret")
+
 start_node() { # I RUN
 	"$bin" server --id "n$1" --listen "$(client "$1")" --raft "$(raft "$1")" --peers "$peers" \
-		--data "$work/$2/n$1" "${flags[@]}" 2>>"$work/n$1.log" &
+		--data "$work/$2/n$1" --cluster-secret-file "$work/cluster.secret" "${flags[@]}" 2>>"$work/n$1.log" &
 	pids[$1]=$!
 }
 

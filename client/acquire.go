@@ -3,13 +3,18 @@ package client
 import (
 	"context"
 	"time"
+
+	"github.com/fencelock/fencelock/client/internal/keepalive"
 )
 
 // Acquire waits in the key's FIFO queue until the lock is granted, ctx ends,
 // or the WithWait bound elapses (ErrHeld), and returns the lease. A cancelled
 // wait leaves the queue: the server drops a waiter whose request goes away.
 // ctx bounds the wait only; the lease lives until Release or loss, and its
-// Context keeps ctx's values.
+// Context keeps ctx's values. The lease comes with at least the
+// keep-alive's failover allowance left before its Deadline: a grant that
+// came back late is extended (more than once if need be) before it is
+// returned, or reported lost (a *LostError).
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
 	o := newLeaseOptions(opts)
 	o.key = key
@@ -43,13 +48,28 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 	return c.start(ctx, lk, o, sent)
 }
 
+// maxRedates bounds how many extensions start sends to date a grant
+// afresh before it gives the lease up as lost.
+const maxRedates = 3
+
 // start turns a grant into a Lease. sent is when the grant was asked for: the
 // server granted at or after it, so the lease lasts at least until sent+TTL.
+//
+// A lease is handed over only with at least what an extension on the
+// keep-alive's cadence leaves before the give-up point: the failover
+// allowance, from a TTL of about 2.3 s up (less below: BudgetFor). A grant
+// older than that cadence (it waited in the queue, or a node was slow to
+// answer) is extended, and dated from that extension's send. An extension
+// held up too (a frozen node, left for the next) can only be dated from
+// its first send, so it may leave as little again: it is extended once
+// more, a few times at most, and then the lease is reported lost.
 func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.Time) (*Lease, error) {
-	b := budgetFor(o.ttl)
-	if c.clock.Now().Sub(sent) >= b.every {
-		// A grant that waited in the queue can only be dated from when we
-		// asked, which may be long ago; an extension dates it afresh.
+	b := keepalive.BudgetFor(o.ttl)
+	for redates := 0; c.clock.Now().Sub(sent) >= b.Every; redates++ {
+		if redates == maxRedates {
+			c.releaseQuietly(lk.Key, lk.Holder, lk.Token)
+			return nil, &LostError{Key: lk.Key, Token: lk.Token, Reason: ErrExpired}
+		}
 		again := c.clock.Now()
 		ext, err := c.Extend(ctx, lk.Key, lk.Holder, lk.Token, o.ttl)
 		if err != nil {
@@ -57,29 +77,27 @@ func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.T
 			return nil, err
 		}
 		lk, sent = ext, again
-		if c.clock.Now().Sub(sent) >= b.giveUp {
-			c.releaseQuietly(lk.Key, lk.Holder, lk.Token)
-			return nil, &LostError{Key: lk.Key, Token: lk.Token, Reason: ErrExpired}
-		}
 	}
-	l := &Lease{key: lk.Key, holder: lk.Holder, token: lk.Token, lock: lk}
+	l := &Lease{c: c, key: lk.Key, holder: lk.Holder, token: lk.Token, ttl: o.ttl, lock: lk}
 	if l.key == "" {
 		l.key = o.key
 	}
 	if l.holder == "" {
 		l.holder = o.holder
 	}
-	l.keeper = keeper{c: c, clock: c.clock, ttl: o.ttl, lastSent: sent, what: "extend",
-		send: func(ctx context.Context, addr string) (func(), error) {
+	l.keep = c.keepAlive(ctx, o.ttl, sent, "extend",
+		func(ctx context.Context, addr string) (func(), error) {
 			lk, err := c.extendAt(ctx, addr, l.key, l.holder, l.token, l.ttl)
 			if err != nil {
 				return nil, err
 			}
-			return func() { l.lock = lk }, nil
+			return func() {
+				l.mu.Lock()
+				l.lock = lk
+				l.mu.Unlock()
+			}, nil
 		},
-		lost: func(reason error) error { return &LostError{Key: l.key, Token: l.token, Reason: reason} },
-	}
-	l.start(ctx)
+		func(reason error) error { return &LostError{Key: l.key, Token: l.token, Reason: reason} })
 	return l, nil
 }
 

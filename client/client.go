@@ -1,25 +1,20 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
-	"github.com/fencelock/fencelock/internal/framing"
+	"github.com/fencelock/fencelock/client/internal/transport"
 )
 
 // DefaultAddr is where a server listens when nothing else is said.
@@ -37,16 +32,17 @@ type Client struct {
 	framed     bool
 	waitCheck  time.Duration
 	auth       authState
-	rnd        random // jitter, back-off and request ids (WithRandom)
+	rnd        random      // jitter, back-off and request ids (WithRandom)
+	tls        *tls.Config // for https:// addresses; nil: Go's defaults
+	optErr     error       // an option that could not be applied
 
-	mu    sync.Mutex
-	addrs []string // base URLs, no trailing slash
-	cur   int      // the address that answered last (the leader, in a cluster)
-
-	frames    framing.Pool // by host:port of http:// addresses
-	tlsFrames framing.Pool // by host:port of https:// addresses
-	tls       *tls.Config  // for https:// addresses; nil: Go's defaults
-	optErr    error        // an option that could not be applied
+	addrs *transport.Addrs // the nodes; the one that answered last (the leader, in a cluster) first
+	conns *transport.Conns
+	// answered is set once any node has answered this client: from then
+	// on a refused connection is a node restarting or a failover in
+	// progress, worth retrying; before, one refused by every address
+	// means no server is there (NoServerError).
+	answered atomic.Bool
 }
 
 // Option configures a Client.
@@ -76,7 +72,10 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 // exponential delays, so the default rides out a leader election of about
 // two seconds (25ms..1s per wait, about 1.3 to 2.6 s in all). A write
 // carries the same request_id on every try, so the server applies it at
-// most once.
+// most once. A call is not retried where no retry can help: before any node
+// has answered this Client, a connection refused (or a host name unknown)
+// at every address fails it at once with a *NoServerError; a TLS handshake
+// refused over certificates, with a *TLSError.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
 // WithWaitCheck sets how long any call may go unanswered before the client
@@ -119,101 +118,37 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		maxBackoff: time.Second,
 		framed:     true,
 		waitCheck:  time.Second,
-		frames:     framing.Pool{DialTimeout: dialTimeout},
 	}
-	c.tlsFrames = framing.Pool{DialTimeout: dialTimeout, Dial: c.tlsDial}
 	for _, o := range opts {
 		o(c)
 	}
 	if c.optErr != nil {
 		return nil, c.optErr
 	}
-	if c.auth.token != "" {
-		// Every framed connection sends the token once, first (an
-		// HTTP request carries it in each Authorization header).
-		c.frames.Auth = "Bearer " + c.auth.token
-		c.tlsFrames.Auth = c.frames.Auth
-	}
+	var list []string
 	for _, a := range addrs {
 		for _, one := range strings.Split(a, ",") {
 			one = strings.TrimSpace(one)
 			if one == "" {
 				continue
 			}
-			u, err := baseURL(one, c.defaultScheme())
+			u, err := transport.BaseURL(one, c.defaultScheme())
 			if err != nil {
-				return nil, err
+				return nil, invalidf("addr", "%v", err)
 			}
-			c.addrs = append(c.addrs, u)
+			list = append(list, u)
 		}
 	}
-	if len(c.addrs) == 0 {
+	if len(list) == 0 {
 		return nil, invalidf("addr", "no server address given")
 	}
-	if c.hc == nil {
-		c.hc = &http.Client{Transport: &http.Transport{
-			Proxy:               nil, // a lock server is never reached through a proxy by surprise
-			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSHandshakeTimeout: 5 * time.Second,
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     90 * time.Second,
-			TLSClientConfig:     c.tls,
-		}}
-	}
+	c.addrs = transport.NewAddrs(list)
+	c.conns = transport.New(transport.Config{HTTP: c.hc, Framed: c.framed, TLS: c.tls, Token: c.auth.token})
 	return c, nil
 }
 
-// baseURL is addr as a base URL; an address without a scheme gets scheme.
-func baseURL(addr, scheme string) (string, error) {
-	if !strings.Contains(addr, "://") {
-		addr = scheme + "://" + addr
-	}
-	u, err := url.Parse(addr)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return "", invalidf("addr", "bad server address %q", addr)
-	}
-	return strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"), nil
-}
-
 // Addrs returns the server base URLs, the preferred one first.
-func (c *Client) Addrs() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.addrs))
-	for i := range c.addrs {
-		out = append(out, c.addrs[(c.cur+i)%len(c.addrs)])
-	}
-	return out
-}
-
-// pick returns the preferred address, or the one n places after it.
-func (c *Client) pick(n int) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.addrs[(c.cur+n)%len(c.addrs)]
-}
-
-// prefer makes addr the first one tried, adding it when it is a leader we
-// had not been told about.
-func (c *Client) prefer(addr string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, a := range c.addrs {
-		if a == addr {
-			c.cur = i
-			return
-		}
-	}
-	c.addrs = append(c.addrs, addr)
-	c.cur = len(c.addrs) - 1
-}
-
-// size returns how many addresses the client knows.
-func (c *Client) size() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.addrs)
-}
+func (c *Client) Addrs() []string { return c.addrs.All() }
 
 // call is one logical request.
 type call struct {
@@ -229,29 +164,12 @@ type call struct {
 	// been applied without an answer saying so: it was sent (or may have
 	// been) and no answer came, or the answer was change_unknown.
 	maybeApplied func()
-	// bin is body in the binary encoding of framed calls (binaryBody),
-	// set by do when the call is one of them; the JSON body is then made
-	// only if a connection that takes it in binary is not at hand.
-	bin []byte
 }
 
-// jsonBody is body, or cl.body as JSON when body has not been made yet.
-func jsonBody(cl call, body []byte) ([]byte, error) {
-	if body != nil || cl.body == nil {
-		return body, nil
-	}
-	b, err := json.Marshal(cl.body)
-	if err != nil {
-		return nil, &encodeError{err}
-	}
-	return b, nil
+// request is cl as the transport sends it, its body not yet encoded.
+func (cl call) request() transport.Request {
+	return transport.Request{Method: cl.method, Path: cl.path, Query: cl.query, Body: cl.body, MaybeApplied: cl.maybeApplied}
 }
-
-// encodeError is a request that could not be encoded: nothing was sent.
-type encodeError struct{ err error }
-
-func (e *encodeError) Error() string { return "fencelock: encoding request: " + e.err.Error() }
-func (e *encodeError) Unwrap() error { return e.err }
 
 // noteMaybe calls cl.maybeApplied, if set.
 func (cl call) noteMaybe() {
@@ -267,32 +185,42 @@ func (cl call) noteMaybe() {
 // (a SIGSTOPped or cut-off leader) is left after about two WithWaitCheck
 // intervals, and that node is passed over for the rest of the call while
 // another is left, unless a node names it as the leader.
+//
+// It retries only where there is hope: a node that timed out or went
+// silent, a cluster answering unavailable (an election), a node naming
+// the leader, a refusal once some node has answered this client. An
+// address whose TLS handshake failed over certificates is passed over for
+// the rest of the call; one that, before any node has answered, refused
+// the connection or named no host is without hope too; once every address
+// is, the call fails at once (a *TLSError, or a *NoServerError).
 func (c *Client) do(ctx context.Context, cl call) error {
-	body, err := c.encode(&cl)
-	if err != nil {
+	req := cl.request()
+	if err := c.conns.Encode(&req); err != nil {
 		return err
 	}
 	if cl.at != "" {
-		return c.once(ctx, cl.at, cl, body)
+		return c.once(ctx, cl.at, cl, req)
 	}
 	var lastErr error
 	backoff := c.backoff
 	redirects := 0
 	backoffs := 0
 	tries := 0
-	var silent map[string]bool // addresses that went silent during this call
+	var silent map[string]bool   // addresses passed over: silent during this call, or without hope
+	var hopeless []error         // why each address without hope has none, in the order tried
+	var noHopeAt map[string]bool // the addresses in hopeless
 	for next, first := 0, true; ; first = false {
 		if !first && cl.resend != nil {
-			cl.body = cl.resend()
-			if body, err = c.encode(&cl); err != nil {
+			req.Body = cl.resend()
+			if err := c.conns.Encode(&req); err != nil {
 				return err
 			}
 		}
 		var addr string
-		addr, next = c.pickSkipping(next, silent)
-		err := c.checked(ctx, addr, cl, body)
+		addr, next = c.addrs.PickSkipping(next, silent)
+		err := c.checked(ctx, addr, cl, req)
 		if err == nil {
-			c.prefer(addr)
+			c.addrs.Prefer(addr)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -302,11 +230,22 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return m // no retry can help
 		}
 		var se *silentError
-		if errors.As(err, &se) {
+		var te *TLSError
+		if errors.As(err, &se) || errors.As(err, &te) {
 			if silent == nil {
 				silent = map[string]bool{}
 			}
 			silent[addr] = true
+		}
+		if c.noHope(err) && !noHopeAt[addr] {
+			if noHopeAt == nil {
+				noHopeAt = map[string]bool{}
+			}
+			noHopeAt[addr] = true
+			hopeless = append(hopeless, err)
+			if len(hopeless) >= c.addrs.Len() {
+				return hopelessErr(hopeless)
+			}
 		}
 		var ae *APIError
 		if errors.As(err, &ae) && ae.Code == api.CodeChangeUnknown {
@@ -317,9 +256,9 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			// Follow the named leader at once; it does not use up a retry.
 			// A node named as the leader is asked even if it went silent:
 			// it may have been stopped for a moment only.
-			if u, perr := leaderURL(addr, ae.Leader); perr == nil && u != addr {
+			if u, perr := transport.LeaderURL(addr, ae.Leader); perr == nil && u != addr {
 				redirects++
-				c.prefer(u)
+				c.addrs.Prefer(u)
 				delete(silent, u)
 				next = 0
 				lastErr = err
@@ -334,7 +273,7 @@ func (c *Client) do(ctx context.Context, cl call) error {
 		// Try every address once before backing off; the budget counts
 		// back-offs, so a cluster with a dead node and an election in
 		// progress gets the same time as a single node.
-		if tries%c.size() == 0 || errors.As(err, &ae) {
+		if tries%c.addrs.Len() == 0 || errors.As(err, &ae) {
 			if backoffs >= c.retries {
 				return lastErr
 			}
@@ -348,17 +287,25 @@ func (c *Client) do(ctx context.Context, cl call) error {
 	}
 }
 
-// encode makes cl's body: in binary for a framed call that has a binary
-// form (cl.bin), else the JSON returned.
-func (c *Client) encode(cl *call) ([]byte, error) {
-	cl.bin = nil
-	if c.framed {
-		cl.bin = binaryBody(*cl)
+// noHope reports whether err, an attempt's failure, leaves no hope for
+// its address in this call: TLS set up wrong, or, before any node has
+// answered this client, no server there.
+func (c *Client) noHope(err error) bool {
+	var te *TLSError
+	return errors.As(err, &te) || !c.answered.Load() && errors.Is(err, ErrUnreachable) && noServerThere(err)
+}
+
+// hopelessErr is the error of a call whose every address is without hope
+// (errs, one each): the first TLS failure, which names the certificate to
+// mend, or else no server.
+func hopelessErr(errs []error) error {
+	for _, err := range errs {
+		var te *TLSError
+		if errors.As(err, &te) {
+			return te
+		}
 	}
-	if cl.body == nil || cl.bin != nil {
-		return nil, nil
-	}
-	return jsonBody(*cl, nil)
+	return &NoServerError{Errs: errs}
 }
 
 // tlsMismatch is the error for an attempt at addr that failed with err
@@ -385,35 +332,10 @@ func (c *Client) tlsMismatch(ctx context.Context, addr string, err error) error 
 	if !ok || !(strings.HasSuffix(msg, "EOF") || strings.Contains(msg, "connection reset by peer")) {
 		return nil
 	}
-	pctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout},
-		// Only whether it speaks TLS is asked, not whom: nothing is sent.
-		Config: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}
-	conn, herr := d.DialContext(pctx, "tcp", host)
-	var alert tls.AlertError
-	switch {
-	case herr == nil:
-		conn.Close()
-	case errors.As(herr, &alert):
-		// It answered the handshake, if only to refuse it.
-	default:
+	if !transport.SpeaksTLS(ctx, host) {
 		return nil
 	}
 	return &TLSMismatchError{Addr: addr, Host: host, ServerTLS: true}
-}
-
-// pickSkipping is the address n places after the preferred one, passing
-// over those in skip while another is left, and the place it was found at.
-func (c *Client) pickSkipping(n int, skip map[string]bool) (string, int) {
-	if len(skip) > 0 {
-		for i := range c.size() {
-			if a := c.pick(n + i); !skip[a] {
-				return a, n + i
-			}
-		}
-	}
-	return c.pick(n), n
 }
 
 // silentError is an attempt left because its node stopped answering: no
@@ -441,11 +363,11 @@ func (e *silentError) Unwrap() error { return ErrUnreachable }
 // node that answers but stops leading says so itself: it answers its waits
 // not_leader, naming the new leader. Nothing is checked of a call answered
 // within waitCheck but a timer armed and stopped.
-func (c *Client) checked(ctx context.Context, addr string, cl call, body []byte) error {
+func (c *Client) checked(ctx context.Context, addr string, cl call, req transport.Request) error {
 	actx, cancel := context.WithCancelCause(ctx)
 	k := &nodeCheck{c: c, addr: addr, ctx: actx, abandon: cancel}
 	k.arm()
-	err := c.once(actx, addr, cl, body)
+	err := c.once(actx, addr, cl, req)
 	cause := context.Cause(actx)
 	k.stop()
 	cancel(nil)
@@ -498,7 +420,8 @@ func (k *nodeCheck) fire() {
 func (k *nodeCheck) check(pctx context.Context, pcancel context.CancelCauseFunc) {
 	defer k.wg.Done()
 	t := k.c.clock.AfterFunc(k.c.waitCheck, func() { pcancel(errors.New("no answer within " + k.c.waitCheck.String())) })
-	err := k.c.once(pctx, k.addr, call{method: http.MethodGet, path: api.PathHealth}, nil)
+	health := call{method: http.MethodGet, path: api.PathHealth}
+	err := k.c.once(pctx, k.addr, health, health.request())
 	t.Stop()
 	pcancel(nil)
 	k.mu.Lock()
@@ -545,186 +468,48 @@ func ctxErr(ctx context.Context) error {
 	return cause
 }
 
-// maxAnswer bounds what is read of one answer (a list of 1000 leases with
-// maximal keys is about 1.3 MiB).
-const maxAnswer = 8 << 20
-
-func (c *Client) once(ctx context.Context, addr string, cl call, body []byte) error {
-	if c.framed && (strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")) {
-		fc, err := c.frameConn(ctx, addr, cl.path)
-		if err != nil {
-			return err
+// once sends cl, its body encoded in req, to addr once, and decodes the
+// answer. An attempt that got no answer is ErrUnreachable, or the cause
+// of ctx when ctx ended.
+func (c *Client) once(ctx context.Context, addr string, cl call, req transport.Request) error {
+	a, err := c.conns.RoundTrip(ctx, addr, req)
+	var un *transport.Unreached
+	var re *transport.RequestError
+	switch {
+	case err == nil:
+		c.answered.Store(true)
+		return answer(addr, cl, a)
+	case errors.As(err, &un) && ctx.Err() != nil:
+		return ctxErr(ctx)
+	case errors.As(err, &un):
+		if te := tlsProblem(un.Addr, un.Err); te != nil {
+			te.HadCert = c.tls != nil && (len(c.tls.Certificates) > 0 || c.tls.GetClientCertificate != nil)
+			return te
 		}
-		if fc != nil {
-			return c.onceFramed(ctx, fc, addr, cl, body)
-		}
+		return &unreachedError{addr: un.Addr, err: un.Err}
+	case errors.As(err, &re):
+		return invalidf("addr", "bad request to %s: %v", re.Addr, re.Err)
 	}
-	body, err := jsonBody(cl, body)
-	if err != nil {
-		return err
-	}
-	return c.onceHTTP(ctx, addr, cl, body)
-}
-
-// maxRoomTries bounds how often a call looks for a framed connection with
-// room before it waits on a full one.
-const maxRoomTries = 8
-
-// dialTimeout bounds connecting to one server.
-const dialTimeout = 2 * time.Second
-
-// frameConn returns a framed connection to addr (an http:// or https://
-// base URL) with room for a request to path, or nil when that server
-// speaks only HTTP. Extends and releases have a budget of their own on
-// every connection; other requests past a connection's window go to
-// another one (framing.Pool), so thousands of waits cannot hold up an
-// extend.
-func (c *Client) frameConn(ctx context.Context, addr, path string) (*framing.Conn, error) {
-	pool, host := &c.frames, strings.TrimPrefix(addr, "http://")
-	if h, ok := strings.CutPrefix(addr, "https://"); ok {
-		pool, host = &c.tlsFrames, h
-	}
-	fc, err := pool.GetFor(ctx, host, path)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctxErr(ctx)
-		}
-		return nil, unreachable(addr, err)
-	}
-	return fc, nil
-}
-
-func (c *Client) onceFramed(ctx context.Context, fc *framing.Conn, addr string, cl call, body []byte) error {
-	target := cl.path
-	if len(cl.query) > 0 {
-		target += "?" + cl.query.Encode()
-	}
-	// send is one try on fc: in binary when fc's server takes this call
-	// so, else as JSON (made the first time it is needed).
-	var binary bool
-	send := func(fc *framing.Conn, wait bool) (int, []byte, error) {
-		binary = cl.bin != nil && fc.Calls(cl.path)
-		if binary {
-			if wait {
-				return fc.RoundTrip(ctx, framing.MethodCall, cl.path, cl.bin)
-			}
-			return fc.TryRoundTrip(ctx, framing.MethodCall, cl.path, cl.bin)
-		}
-		var err error
-		if body, err = jsonBody(cl, body); err != nil {
-			return 0, nil, err
-		}
-		if wait {
-			return fc.RoundTrip(ctx, cl.method, target, body)
-		}
-		return fc.TryRoundTrip(ctx, cl.method, target, body)
-	}
-	// The pool picked fc for its room, but other calls may have taken it
-	// since: try again (the pool then dials another connection, up to
-	// its limit) rather than wait on a window that long waits may hold
-	// for good. Only when every connection stays full, wait.
-	status, data, err := send(fc, false)
-	for tries := 0; errors.Is(err, framing.ErrNoRoom); tries++ {
-		if tries == maxRoomTries {
-			status, data, err = send(fc, true)
-			break
-		}
-		if fc, err = c.frameConn(ctx, addr, cl.path); err != nil {
-			return err
-		}
-		if fc == nil {
-			if body, err = jsonBody(cl, body); err != nil {
-				return err
-			}
-			return c.onceHTTP(ctx, addr, cl, body)
-		}
-		status, data, err = send(fc, false)
-	}
-	if err != nil {
-		var ee *encodeError
-		if errors.As(err, &ee) {
-			return err
-		}
-		cl.noteMaybe()
-		if ctx.Err() != nil {
-			return ctxErr(ctx)
-		}
-		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
-	}
-	if binary && status/100 == 2 {
-		return binaryAnswer(addr, cl, status, data)
-	}
-	return answer(addr, cl, status, data)
-}
-
-func (c *Client) onceHTTP(ctx context.Context, addr string, cl call, body []byte) error {
-	u := addr + cl.path
-	if len(cl.query) > 0 {
-		u += "?" + cl.query.Encode()
-	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	// A request may have reached the server once it had a connection;
-	// before, it surely did not.
-	var connected atomic.Bool
-	if cl.maybeApplied != nil {
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
-	}
-	req, err := http.NewRequestWithContext(ctx, cl.method, u, rd)
-	if err != nil {
-		return invalidf("addr", "bad request to %s: %v", addr, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", api.ContentType)
-	}
-	req.Header.Set("Accept", api.ContentType)
-	if c.auth.token != "" {
-		req.Header.Set(api.HeaderAuthorization, "Bearer "+c.auth.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if connected.Load() {
-			cl.noteMaybe()
-		}
-		if ctx.Err() != nil {
-			return ctxErr(ctx)
-		}
-		return unreachable(addr, unwrapURLError(err))
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		cl.noteMaybe()
-		if ctx.Err() != nil {
-			return ctxErr(ctx)
-		}
-		return fmt.Errorf("%w: %s: reading answer: %v", ErrUnreachable, addr, err)
-	}
-	return answer(addr, cl, resp.StatusCode, data)
+	return err
 }
 
 // answer decodes one answer, however it came.
-func answer(addr string, cl call, status int, data []byte) error {
-	if status/100 != 2 {
-		return decodeError(status, data)
-	}
-	if cl.out == nil {
+func answer(addr string, cl call, a transport.Answer) error {
+	switch {
+	case a.Binary && a.Status/100 == 2:
+		if err := transport.DecodeBinary(a.Data, cl.out); err != nil {
+			return &APIError{Status: a.Status, Code: api.CodeInternal, Message: fmt.Sprintf("%s answered %s with an unreadable binary answer: %v", addr, cl.path, err)}
+		}
+		return nil
+	case a.Status/100 != 2:
+		return decodeError(a.Status, a.Data)
+	case cl.out == nil:
 		return nil
 	}
-	if err := json.Unmarshal(data, cl.out); err != nil {
-		return &APIError{Status: status, Code: api.CodeInternal, Message: fmt.Sprintf("%s answered %s %s with unreadable JSON: %v", addr, cl.method, cl.path, err)}
+	if err := json.Unmarshal(a.Data, cl.out); err != nil {
+		return &APIError{Status: a.Status, Code: api.CodeInternal, Message: fmt.Sprintf("%s answered %s %s with unreadable JSON: %v", addr, cl.method, cl.path, err)}
 	}
 	return nil
-}
-
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
 
 func decodeError(status int, data []byte) error {
@@ -762,22 +547,4 @@ func decodeError(status int, data []byte) error {
 // waiting on them fail). The Client stays usable: a later call connects
 // again. Close lets a program (or a leak-checking test) end without
 // connection goroutines.
-func (c *Client) Close() {
-	c.hc.CloseIdleConnections()
-	c.frames.Close()
-	c.tlsFrames.Close()
-}
-
-// errDown is ErrUnreachable for a node where nothing listens (the
-// connection was refused): it is down, and its answer says nothing of
-// the other nodes (the keep-alive's rounds count on that).
-var errDown = fmt.Errorf("%w", ErrUnreachable)
-
-// unreachable is the error of a call to addr that could not reach it.
-func unreachable(addr string, err error) error {
-	kind := ErrUnreachable
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		kind = errDown
-	}
-	return fmt.Errorf("%w: %s: %v", kind, addr, err)
-}
+func (c *Client) Close() { c.conns.Close() }

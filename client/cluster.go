@@ -29,9 +29,10 @@ func (c *Client) Members(ctx context.Context) (api.MembersResponse, error) {
 
 // Join asks the leader to add the node id, which answers at raftAddr
 // (raft) and clientAddr (HTTP). The leader checks that the node answers as
-// id at both and belongs to no other cluster, adds it as a non-voter,
-// waits for it to catch up and promotes it: the answer's Joined.Suffrage
-// says whether it is a voter now (Message says why not). A node that is
+// id at both, runs the same engine and belongs to no other cluster, adds
+// it as a non-voter, waits for it to catch up and promotes it: the
+// answer's Joined.Suffrage says whether it is a voter now (Message says
+// why not). A node that is
 // already a voter is confirmed. A refusal is an *APIError whose Code says
 // why (api.CodeNodeUnreachable, api.CodeWrongNode, api.CodeNoQuorum, …);
 // nothing changed. An error matching ErrChangeUnknown leaves the outcome

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -63,6 +64,9 @@ type grantCall struct {
 func (g grantCall) request() (api.AcquireRequest, error) {
 	if g.wait < 0 {
 		return api.AcquireRequest{}, invalidf("wait_ms", "wait must not be negative")
+	}
+	if err := firstText("key", g.key, "holder", g.holder); err != nil {
+		return api.AcquireRequest{}, err
 	}
 	req := api.AcquireRequest{Key: g.key, Holder: g.holder, TTLMs: api.Ms(g.ttl), WaitMs: api.Ms(g.wait), RequestID: g.id,
 		Session: g.opts.Session, LockDelayMs: api.Ms(g.opts.LockDelay), Permits: g.opts.Permits, Mode: g.opts.Mode}
@@ -135,6 +139,14 @@ func (c *Client) acquireAllRetry(ctx context.Context, req api.AcquireAllRequest,
 }
 
 func (c *Client) acquireAll(ctx context.Context, req api.AcquireAllRequest) ([]Lock, error) {
+	for i, k := range req.Keys {
+		if err := firstText("keys["+strconv.Itoa(i)+"]", k); err != nil {
+			return nil, err
+		}
+	}
+	if err := firstText("holder", req.Holder); err != nil {
+		return nil, err
+	}
 	req.RequestID = c.rnd.requestID()
 	var out api.AcquireAllResponse
 	if err := c.do(ctx, call{method: http.MethodPost, path: api.PathAcquireAll, body: req, out: &out}); err != nil {

@@ -3,7 +3,10 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/client/internal/keepalive"
 )
 
 // Lease is a held lock that keeps itself alive. One goroutine per Lease
@@ -23,12 +26,14 @@ import (
 // refuses stale tokens: a process can be paused at any instruction, even
 // right after checking Done.
 type Lease struct {
-	keeper
+	c           *Client
+	keep        *keepalive.Keeper
 	key, holder string
 	token       uint64
+	ttl         time.Duration
 
-	lock     Lock // the server's last answer (under mu)
-	released bool
+	mu   sync.Mutex
+	lock Lock // the server's last answer
 }
 
 // Key returns the locked key.
@@ -44,23 +49,23 @@ func (l *Lease) Token() uint64 { return l.token }
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
 // Done is closed when the lease ends: lost, or released.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.keep.Done() }
 
 // Context is cancelled when the lease ends, with Err as its cause
 // (context.Cause). It carries the values of the ctx given to Acquire.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context { return l.keep.Context() }
 
 // Err is nil while the lease is held. Afterwards it is ErrReleased, or a
 // *LostError matching ErrLeaseLost and the reason: ErrExpired (no extension
 // was confirmed in time, e.g. the process was paused), ErrUnreachable or
 // ErrUnavailable (the extensions that were tried failed), or ErrNotHeld (the
 // server refused an extension: the lease had already ended there).
-func (l *Lease) Err() error { return l.errNow() }
+func (l *Lease) Err() error { return l.keep.Err() }
 
 // Deadline is when the lease will be declared lost unless an extension is
 // confirmed first: 0.89×TTL (TTL less StopGrace and the clock allowance)
 // after the send time of the last confirmed one.
-func (l *Lease) Deadline() time.Time { return l.deadline() }
+func (l *Lease) Deadline() time.Time { return l.keep.Deadline() }
 
 // StopBy is when everything done under the lease must have stopped: TTL
 // less TTL/100 after the send time of the last confirmed grant or
@@ -68,23 +73,19 @@ func (l *Lease) Deadline() time.Time { return l.deadline() }
 // server's clock may run than the client's, and the moment a kill takes to
 // land. Deadline is StopGrace (TTL/10) before it; `fencelock lock` sends
 // its command SIGTERM at Deadline and SIGKILL at StopBy.
-func (l *Lease) StopBy() time.Time { return l.stopBy() }
+func (l *Lease) StopBy() time.Time { return l.keep.StopBy() }
 
 // Extended returns a channel that is closed when the next extension is
 // confirmed, when Deadline, StopBy and HeldUntil have moved on. It is not
 // closed when the lease ends (Done is); call it again for the one after.
-func (l *Lease) Extended() <-chan struct{} { return l.extendedCh() }
+func (l *Lease) Extended() <-chan struct{} { return l.keep.Extended() }
 
 // HeldUntil is the earliest instant at which the server can consider the
 // lease expired and grant the key to someone else: TTL after the send time
 // of the last confirmed grant or extension, on the client's clock, if
 // client and server clocks run at the same rate (StopBy allows for a
 // difference).
-func (l *Lease) HeldUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lastSent.Add(l.ttl)
-}
+func (l *Lease) HeldUntil() time.Time { return l.keep.HeldUntil() }
 
 // Lock returns the server's last account of the lease.
 func (l *Lease) Lock() Lock {
@@ -99,21 +100,10 @@ func (l *Lease) Lock() Lock {
 // still holds it); an error matching ErrNotHeld when the server no longer had
 // it. Calls after the first return nil.
 func (l *Lease) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
-		<-l.done
+	lost, first := l.keep.Stop(ErrReleased)
+	if !first {
 		return nil
 	}
-	l.released = true
-	l.checkLocked(l.clock.Now())
-	lost := l.err
-	if lost == nil {
-		l.endLocked(ErrReleased)
-	}
-	l.mu.Unlock()
-	<-l.done
-
 	ok, err := l.c.Release(ctx, l.key, l.holder, l.token)
 	switch {
 	case lost != nil:

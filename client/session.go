@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/client/internal/keepalive"
 )
 
 // Sessions (docs/PRIMITIVES.md, "Sessions"), in the style of etcd's
@@ -88,10 +89,11 @@ func WithSessionHolder(holder string) SessionOption {
 // 0.89×TTL after the send of the last confirmed one) or closed, Done is closed, Err says why, and
 // every lock's Context ends with the same cause.
 type Session struct {
-	keeper
+	c      *Client
+	keep   *keepalive.Keeper
 	id     uint64
 	holder string
-	closed bool
+	ttl    time.Duration
 }
 
 // NewSession opens a session on the server and starts its keep-alive.
@@ -115,19 +117,15 @@ func NewSession(ctx context.Context, c *Client, opts ...SessionOption) (*Session
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{id: out.ID, holder: lo.holder}
-	s.keeper = keeper{c: c, clock: c.clock, ttl: o.ttl, lastSent: sent, what: "the session's extend",
-		send: func(ctx context.Context, addr string) (func(), error) {
+	s := &Session{c: c, id: out.ID, holder: lo.holder, ttl: o.ttl}
+	s.keep = c.keepAlive(ctx, o.ttl, sent, "the session's extend",
+		func(ctx context.Context, addr string) (func(), error) {
 			err := c.do(ctx, call{at: addr, method: http.MethodPost, path: api.PathSessionExtend,
 				body: api.SessionRequest{ID: s.id, Holder: s.holder}, out: &api.Session{}})
 			return func() {}, err
 		},
-		lost: func(reason error) error { return &SessionLostError{ID: s.id, Reason: reason} },
-	}
-	s.start(ctx)
-	s.mu.Lock()
-	s.checkLocked(s.clock.Now()) // an open answered after the give-up point is already lost
-	s.mu.Unlock()
+		func(reason error) error { return &SessionLostError{ID: s.id, Reason: reason} })
+	s.keep.Check() // an open answered after the give-up point is already lost
 	return s, nil
 }
 
@@ -141,44 +139,34 @@ func (s *Session) Holder() string { return s.holder }
 func (s *Session) TTL() time.Duration { return s.ttl }
 
 // Done is closed when the session ends: lost, or closed.
-func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+func (s *Session) Done() <-chan struct{} { return s.keep.Done() }
 
 // Context is cancelled when the session ends, with Err as its cause.
-func (s *Session) Context() context.Context { return s.ctx }
+func (s *Session) Context() context.Context { return s.keep.Context() }
 
 // Err is nil while the session is alive; afterwards ErrSessionClosed or a
 // *SessionLostError.
-func (s *Session) Err() error { return s.errNow() }
+func (s *Session) Err() error { return s.keep.Err() }
 
 // Deadline is when the session will be declared lost unless an extension
 // is confirmed first: 0.89×TTL after the send time of the last confirmed
 // one (see Lease.Deadline).
-func (s *Session) Deadline() time.Time { return s.deadline() }
+func (s *Session) Deadline() time.Time { return s.keep.Deadline() }
 
 // StopBy is when everything done under the session's locks must have
 // stopped: TTL less TTL/100 after the send time of the last confirmed
 // extension (see Lease.StopBy).
-func (s *Session) StopBy() time.Time { return s.stopBy() }
+func (s *Session) StopBy() time.Time { return s.keep.StopBy() }
 
 // Close stops the keep-alive, waits for its goroutine and ends the session
 // on the server, which releases every lock under it and hands each key to
 // its next waiter in one step. It returns the loss error if the session
 // had been lost (the close is still sent); calls after the first return nil.
 func (s *Session) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		<-s.done
+	lost, first := s.keep.Stop(ErrSessionClosed)
+	if !first {
 		return nil
 	}
-	s.closed = true
-	s.checkLocked(s.clock.Now())
-	lost := s.err
-	if lost == nil {
-		s.endLocked(ErrSessionClosed)
-	}
-	s.mu.Unlock()
-	<-s.done
 	_, err := s.c.CloseSession(ctx, s.id, s.holder)
 	switch {
 	case lost != nil:
@@ -238,7 +226,7 @@ func (l *SessionLock) Release(ctx context.Context) error {
 
 func (s *Session) lockOf(lk Lock) *SessionLock {
 	l := &SessionLock{s: s, lock: lk}
-	l.ctx, l.cancel = context.WithCancelCause(s.ctx)
+	l.ctx, l.cancel = context.WithCancelCause(s.keep.Context())
 	return l
 }
 
@@ -272,7 +260,8 @@ func (s *Session) acquire(ctx context.Context, key string, o leaseOptions, wait 
 	// The wait ends with the session too.
 	wctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	unhook := context.AfterFunc(s.ctx, func() { stop(context.Cause(s.ctx)) })
+	sctx := s.keep.Context()
+	unhook := context.AfterFunc(sctx, func() { stop(context.Cause(sctx)) })
 	defer unhook()
 	lk, _, err := s.c.queue(wctx, grantCall{key: key, holder: s.holder, id: s.c.rnd.requestID(),
 		opts: GrantOptions{Session: s.id, LockDelay: o.grant.LockDelay}}, wait)
@@ -288,7 +277,7 @@ func (s *Session) acquire(ctx context.Context, key string, o leaseOptions, wait 
 			// session's alone, so releasing by it is safe.
 			s.c.releaseQuietly(key, s.holder, 0)
 		}
-		if cause := context.Cause(wctx); s.ctx.Err() != nil {
+		if cause := context.Cause(wctx); sctx.Err() != nil {
 			return nil, cause
 		}
 	}
@@ -307,11 +296,12 @@ func (s *Session) AcquireAll(ctx context.Context, keys []string, opts ...LeaseOp
 	o := newLeaseOptions(opts)
 	wctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	defer context.AfterFunc(s.ctx, func() { stop(context.Cause(s.ctx)) })()
+	sctx := s.keep.Context()
+	defer context.AfterFunc(sctx, func() { stop(context.Cause(sctx)) })()
 	lks, err := s.c.acquireAllRetry(wctx, api.AcquireAllRequest{Keys: keys, Holder: s.holder, Session: s.id,
 		LockDelayMs: api.Ms(o.grant.LockDelay)}, max(o.wait, 0))
-	if err != nil && s.ctx.Err() != nil {
-		return nil, context.Cause(s.ctx)
+	if err != nil && sctx.Err() != nil {
+		return nil, context.Cause(sctx)
 	}
 	if err != nil {
 		return nil, err
@@ -341,6 +331,9 @@ func sessionInfoOf(w api.Session) SessionInfo {
 // OpenSession is the plain session-open call; nothing keeps the session
 // alive (NewSession does). Use it from scripts and tools.
 func (c *Client) OpenSession(ctx context.Context, holder string, ttl time.Duration) (SessionInfo, error) {
+	if err := firstText("holder", holder); err != nil {
+		return SessionInfo{}, err
+	}
 	var out api.Session
 	err := c.do(ctx, call{method: http.MethodPost, path: api.PathSessionOpen,
 		body: api.SessionOpenRequest{Holder: holder, TTLMs: api.Ms(ttl), RequestID: c.rnd.requestID()}, out: &out})

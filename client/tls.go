@@ -1,12 +1,8 @@
 package client
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
-	"net"
-	"strings"
 
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
@@ -72,29 +68,4 @@ func (c *Client) defaultScheme() string {
 		return "https"
 	}
 	return "http"
-}
-
-// leaderURL is the base URL of a leader a node at addr named: a bare
-// host:port keeps addr's scheme, so a TLS client stays on TLS.
-func leaderURL(addr, leader string) (string, error) {
-	scheme := "http"
-	if strings.HasPrefix(addr, "https://") {
-		scheme = "https"
-	}
-	return baseURL(leader, scheme)
-}
-
-// tlsDial makes the TLS connection a framed connection to an https://
-// address starts on: the handshake is done within ctx.
-func (c *Client) tlsDial(ctx context.Context, addr string) (net.Conn, error) {
-	cfg := c.tls
-	if cfg == nil {
-		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout}, Config: cfg}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("TLS: %w", err)
-	}
-	return conn, nil
 }

@@ -77,13 +77,14 @@ func TestVerifierRefusesForgedAndForeignTokens(t *testing.T) {
 	}
 }
 
-// Without a configured binding, the first verified token's key binds the
-// resource; a later token of another key is refused naming both.
+// Bound on first use (BindOnFirstUse), a resource takes the key of its
+// first verified token; a later token of another key is refused naming
+// both.
 func TestVerifierRecordsTheBinding(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	srv, c := newPair(t, clk)
-	g := fence.NewGuard(fence.WithVerification(&fence.Verification{Verifier: client.NewVerifier(c)}))
+	g := fence.NewGuard(fence.WithVerification(&fence.Verification{Verifier: client.NewVerifier(c), BindOnFirstUse: true}))
 	a, _ := c.Grant(ctx, "locks/a", "alice", time.Minute, 0)
 	if err := g.Admit(ctx, "res", a.Token, nil); !errors.Is(err, fence.ErrNoKey) {
 		t.Fatalf("no key named, none bound: %v", err)

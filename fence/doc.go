@@ -32,8 +32,11 @@
 // The rule trusts every token it is shown: one made-up token raises a mark
 // for good. A Verification makes a fence ask the lock service, once per
 // new token per resource, whether the token is a live grant of the lock
-// key the resource is bound to (client.Verifier asks the cluster); every
-// adapter takes one. RWFence is the rule of a read/write lock's readers
+// key the resource is bound to by configuration (Verification.Key, a
+// KeyMap; client.Verifier asks the cluster); every adapter takes one, and
+// asks before it takes the resource, within Verification.Timeout, so that
+// a slow service never holds up the current holder. ResetRequest is an
+// operator's mending of a mark, which the adapters record. RWFence is the rule of a read/write lock's readers
 // and writers; RWGuard keeps it in memory and the durable adapters keep
 // it too. fence/fencetest holds them all to the same steps.
 package fence

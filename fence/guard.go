@@ -45,9 +45,12 @@ type Guard struct {
 type resource struct {
 	// lock is held across the check and the effect; waiting for it
 	// gives up when the caller's ctx is done.
-	lock    *ctxlock.Mutex
-	highest uint64 // guarded by lock
-	key     string // the lock key the resource is bound to; guarded by lock
+	lock *ctxlock.Mutex
+	// mu guards highest and key for a reader that must not wait for
+	// lock (a verification's first step); they change holding both.
+	mu      sync.Mutex
+	highest uint64
+	key     string // the lock key the resource is bound to
 }
 
 var _ Fence = (*Guard)(nil)
@@ -94,7 +97,8 @@ func (g *Guard) get(name string) *resource {
 // effect runs, whether or not effect then succeeds (once a newer holder has
 // shown up, older ones are stale even if that holder's write failed). With
 // WithVerification, a token that would raise the mark is first confirmed
-// with the lock service, and a refusal from it is returned. No
+// with the lock service (before the resource is locked, so the current
+// holder never waits for the service), and a refusal from it is returned. No
 // other Admit on the same resource runs between the check and the end of
 // effect. Admit returns effect's error, or ctx.Err() if ctx is done before
 // the resource could be locked.
@@ -103,22 +107,48 @@ func (g *Guard) Admit(ctx context.Context, name string, token uint64, effect fun
 		return ErrMissingToken
 	}
 	r := g.get(name)
-	if err := r.acquire(ctx); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		// The lock service is asked before the resource is locked: the
+		// current holder never waits for it (Verification).
+		var pre Verified
+		if g.verify != nil {
+			highest, bound := r.peek()
+			if token < highest {
+				return &StaleTokenError{Resource: name, Token: token, Highest: highest}
+			}
+			var err error
+			if pre, err = g.verify.Ask(ctx, name, token, highest, bound); err != nil {
+				return err
+			}
+		}
+		if err := r.acquire(ctx); err != nil {
+			return err
+		}
+		err, again := g.admitLocked(ctx, r, name, token, pre, effect)
+		r.release()
+		if !again || attempt == MaxReverify {
+			return err
+		}
 	}
-	defer r.release()
+}
+
+// admitLocked is Admit holding r: again when the verification must be
+// asked again.
+func (g *Guard) admitLocked(ctx context.Context, r *resource, name string, token uint64, pre Verified, effect func(context.Context) error) (err error, again bool) {
 	if token < r.highest {
-		return &StaleTokenError{Resource: name, Token: token, Highest: r.highest}
+		return &StaleTokenError{Resource: name, Token: token, Highest: r.highest}, false
 	}
-	key, err := g.verify.Check(ctx, name, token, r.highest, r.key)
+	key, err := g.verify.Confirm(ctx, name, token, r.highest, r.key, pre)
 	if err != nil {
-		return err
+		return err, errors.Is(err, ErrReverify)
 	}
+	r.mu.Lock()
 	r.highest, r.key = token, key
+	r.mu.Unlock()
 	if effect == nil {
-		return nil
+		return nil, false
 	}
-	return effect(ctx)
+	return effect(ctx), false
 }
 
 // Do is Admit for an effect that needs no context: it runs fn if token may
@@ -140,6 +170,13 @@ func (r *resource) acquire(ctx context.Context) error {
 
 func (r *resource) release() { r.lock.Unlock() }
 
+// peek is r's mark without waiting for r's lock.
+func (r *resource) peek() (uint64, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.highest, r.key
+}
+
 // Highest is the highest token honoured on resource (0 if none).
 func (g *Guard) Highest(name string) uint64 {
 	r := g.get(name)
@@ -154,6 +191,8 @@ func (g *Guard) Restore(name string, token uint64) {
 	r := g.get(name)
 	_ = r.acquire(context.Background())
 	defer r.release()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if token > r.highest {
 		r.highest = token
 	}

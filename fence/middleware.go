@@ -46,11 +46,13 @@ type errorBody struct {
 //     live grant of K; 409 {"code":"wrong_key","key":K,"bound":B} when the
 //     resource is bound to lock key B and the token came for K; 400
 //     {"code":"missing_key"} when the resource is bound to no key and the
-//     request names none; 400 {"code":"invalid_key"} for two Fencing-Key
-//     headers;
+//     request names none (a fence that binds on first use); 409
+//     {"code":"unbound_resource"} when the fence's configuration binds
+//     the resource to no key; 400 {"code":"invalid_key"} for two
+//     Fencing-Key headers;
 //   - 503 {"code":"fence_unavailable"} when f could not check or record the
-//     token (a disk or database error, or the lock service unreachable),
-//     before next ran.
+//     token (a disk or database error, or the lock service unreachable or
+//     not answering within the Verification's Timeout), before next ran.
 //
 // The lock key comes from the Fencing-Key header (KeyHeader), put in the
 // context Admit gets (WithKey).
@@ -117,6 +119,10 @@ func Middleware(f Fence, resource ResourceFunc, next http.Handler, safe ...strin
 			writeError(w, http.StatusConflict, errorBody{Error: wrong.Error(), Code: "wrong_key", Resource: name, Token: wrong.Token, Key: wrong.Key, Bound: wrong.Bound})
 		case errors.Is(err, ErrNoKey):
 			writeError(w, http.StatusBadRequest, errorBody{Error: err.Error(), Code: "missing_key", Resource: name})
+		case errors.Is(err, ErrUnbound):
+			writeError(w, http.StatusConflict, errorBody{Error: err.Error(), Code: "unbound_resource", Resource: name})
+		case errors.Is(err, ErrUnavailable) && r.Context().Err() == nil:
+			writeError(w, http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: "fence_unavailable", Resource: name})
 		case errors.Is(err, ErrMissingToken):
 			writeError(w, http.StatusConflict, errorBody{Error: "request carries no " + Header + " header", Code: "missing_token", Resource: name})
 		case err != nil && !ran && r.Context().Err() == nil:

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"sync"
@@ -44,6 +45,7 @@ type RWFence interface {
 type RWGuard struct {
 	mu        sync.Mutex
 	resources map[string]*rwResource
+	verify    *Verification
 }
 
 var (
@@ -51,8 +53,16 @@ var (
 	_ Fence   = (*RWGuard)(nil)
 )
 
-// NewRWGuard returns an empty RWGuard.
-func NewRWGuard() *RWGuard { return &RWGuard{} }
+// NewRWGuard returns an empty RWGuard. WithVerification makes it confirm
+// every new token with the lock service, reads' and writes' alike, before
+// it takes the resource (Verification).
+func NewRWGuard(opts ...GuardOption) *RWGuard {
+	var o guardOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &RWGuard{verify: o.verify}
+}
 
 type rwResource struct {
 	mu        sync.Mutex
@@ -62,6 +72,7 @@ type rwResource struct {
 	changed   chan struct{} // closed, and replaced, whenever the holds change
 	lastWrite uint64        // the last admitted write's token
 	highest   uint64        // the highest token admitted, read or write
+	key       string        // the lock key the resource is bound to (verifying)
 }
 
 func (g *RWGuard) get(name string) *rwResource {
@@ -105,28 +116,62 @@ func (g *RWGuard) admit(ctx context.Context, name string, token uint64, write bo
 		ctx = context.Background()
 	}
 	r := g.get(name)
-	if err := r.lock(ctx, write); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		// The lock service is asked before the holds are taken: holders
+		// never wait for it (Verification).
+		var pre Verified
+		if g.verify != nil {
+			r.mu.Lock()
+			err := r.staleLocked(name, token, write)
+			highest, bound := r.highest, r.key
+			r.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			if pre, err = g.verify.Ask(ctx, name, token, highest, bound); err != nil {
+				return err
+			}
+		}
+		if err := r.lock(ctx, write); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		err := r.staleLocked(name, token, write)
+		var key string
+		if err == nil {
+			key, err = g.verify.Confirm(ctx, name, token, r.highest, r.key, pre)
+		}
+		if err == nil {
+			if write {
+				r.lastWrite = token
+			}
+			r.highest = max(r.highest, token)
+			r.key = key
+		}
+		r.mu.Unlock()
+		if errors.Is(err, ErrReverify) && attempt < MaxReverify {
+			r.unlock(write)
+			continue
+		}
+		if err != nil || effect == nil {
+			r.unlock(write)
+			return err
+		}
+		defer r.unlock(write)
+		return effect(ctx)
 	}
-	defer r.unlock(write)
-	r.mu.Lock()
-	var err error
+}
+
+// staleLocked refuses a token below the mark its kind is checked
+// against; r.mu is held.
+func (r *rwResource) staleLocked(name string, token uint64, write bool) error {
 	switch {
 	case write && token < r.highest:
-		err = &StaleTokenError{Resource: name, Token: token, Highest: r.highest}
+		return &StaleTokenError{Resource: name, Token: token, Highest: r.highest}
 	case !write && token < r.lastWrite:
-		err = &StaleTokenError{Resource: name, Token: token, Highest: r.lastWrite}
-	default:
-		if write {
-			r.lastWrite = token
-		}
-		r.highest = max(r.highest, token)
+		return &StaleTokenError{Resource: name, Token: token, Highest: r.lastWrite}
 	}
-	r.mu.Unlock()
-	if err != nil || effect == nil {
-		return err
-	}
-	return effect(ctx)
+	return nil
 }
 
 // lock takes a read or the write hold of r, FIFO enough that a waiting

@@ -63,12 +63,19 @@ start_fencelock() {
 		fi
 	fi
 	for i in "${nodes[@]}"; do peers+="${peers:+,}n$i=$(fl_raft "$i")"; done
+	# The cluster's secret, made once, readable by its owner only; a
+	# revived node keeps the one its cluster has.
+	local secret="$CLUSTER_DIR/fencelock.secret"
+	if [[ ! -s $secret ]] || ! ((REVIVE)); then
+		mkdir -p "$CLUSTER_DIR"
+		(umask 077 && "$bin" cluster secret >"$secret")
+	fi
 	for i in "${nodes[@]}"; do
 		local d="$CLUSTER_DIR/fencelock$i"
 		if pid_alive "$d/pid" && port_open "$((7481 + i))"; then continue; fi
 		fresh "$d"
 		nohup "$bin" server --id "n$i" --listen "$(fl_client "$i")" --raft "$(fl_raft "$i")" \
-			--peers "$peers" --data "$d/data" --log-level warn ${FENCELOCK_ARGS:-} >>"$d/server.log" 2>&1 </dev/null &
+			--peers "$peers" --data "$d/data" --cluster-secret-file "$secret" --log-level warn ${FENCELOCK_ARGS:-} >>"$d/server.log" 2>&1 </dev/null &
 		echo $! >"$d/pid"
 	done
 	for i in "${nodes[@]}"; do

@@ -25,10 +25,12 @@ stop() {
 trap stop EXIT
 one() { # ENGINE
 	rm -rf "$dir" && mkdir -p "$dir"
+	(umask 077 && "$bin" cluster secret >"$dir/cluster.secret")
 	local i
 	for i in 0 1 2; do
 		"$bin" server --id "n$i" --listen "127.0.0.1:$((7581 + i))" --raft "127.0.0.1:$((7591 + i))" \
-			--peers "$peers" --data "$dir/n$i" --engine "$1" --log-level warn >"$dir/n$i.log" 2>&1 &
+			--peers "$peers" --data "$dir/n$i" --engine "$1" --cluster-secret-file "$dir/cluster.secret" \
+			--log-level warn >"$dir/n$i.log" 2>&1 &
 		pids+=($!)
 	done
 	for ((i = 0; i < 100; i++)); do

@@ -57,6 +57,11 @@ func TestClientCommands(t *testing.T) {
 		{[]string{"acquire", "k", "--holder", "h", "--ttl", "soon"}, 2, "", "invalid value"},
 		{[]string{"check", "k", "zero"}, 2, "", "TOKEN must be a positive integer"},
 		{[]string{"list", "a", "b"}, 2, "", "list: want at most a PREFIX"},
+		// Characters not shown as themselves (issue 41): refused by the
+		// client before sending (acquire), or by the server (list).
+		{[]string{"acquire", "jobs/\u202eterces", "--holder", "alice"}, 2, "", "U+202E"},
+		{[]string{"acquire", "jobs/x", "--holder", "alice\u0085"}, 2, "", "U+0085"},
+		{[]string{"list", "jobs/\u2028"}, 2, "", "U+2028"},
 		{[]string{"server", "--max-waiters-per-key", "0"}, 2, "", "--max-waiters-per-key and --max-waiters must be > 0, or -1"},
 		{[]string{"get", "k", "--bogus"}, 2, "", "flag provided but not defined"},
 		{[]string{"get", "k", "--addr", "ftp://x"}, 2, "", "--addr"},

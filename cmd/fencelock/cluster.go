@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	fencelock "github.com/fencelock/fencelock/client" // "client" is the --client flag here
+	"github.com/fencelock/fencelock/internal/clustersecret"
 )
 
 // The cluster command and its subcommands, each with its own flags and
@@ -23,6 +24,7 @@ import (
 const clusterUsage = `Usage: fencelock cluster members [--addr ADDRS] [--json]
        fencelock cluster join   --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
        fencelock cluster remove --id ID [--addr ADDRS]
+       fencelock cluster secret
 
 members lists the nodes as the answering node sees them, with each one's
 raft and client address, suffrage (voter or nonvoter), which one leads,
@@ -33,6 +35,9 @@ data directory, or the data of a former member of this cluster).
 
 remove takes a node out, unless the voters left would not have a
 majority answering.
+
+secret prints a new cluster secret, which every node's raft port needs
+(fencelock server --cluster-secret-file).
 
 Run 'fencelock cluster SUBCOMMAND -h' for its flags and exit statuses.
 `
@@ -47,10 +52,21 @@ the heartbeat timeout) or unknown (no leader, or it did not answer);
 CONTACT is when the leader last heard from it, LAG how many log entries
 it was behind then. A leader the answering node has stopped hearing from
 is not marked as the leader, and shows unreachable. A node that has been
-removed from the cluster says so first. With --json, the API's
-members answer, which also says which node answered, whose view the
-health is (health_from), whether it is ready, and how far it has applied
-the log.
+removed from the cluster says so first.
+
+Any node answers at once, leader or not. One that hears from no leader
+(the cluster has lost its quorum, or an election is under way) prints
+its own view: its role, term and applied index, then every member it
+knows, with STATE healthy (it heard from it within the bound),
+unreachable (CONTACT says when it last did) or unknown (never); a line
+on stderr then says how many voters it has heard from against the
+quorum, and the command exits 3. A follower hears only from its leader,
+so after the leader is gone it may show the other followers unknown.
+
+With --json, the API's members answer, which also says which node
+answered, whose view the health is (health_from, or local), whether it
+is ready, its role and term, whether it knows a leader (no_leader), and
+how far it has applied the log.
 `
 
 const clusterJoinUsage = `Usage: fencelock cluster join --id ID --raft HOST:PORT --client HOST:PORT [--addr ADDRS]
@@ -76,6 +92,22 @@ The removal is done by the leader: the command follows a not_leader
 answer to it.
 `
 
+const clusterSecretUsage = `Usage: fencelock cluster secret
+
+Prints a new random cluster secret (256 bits, a line of 63 characters)
+on stdout. Every node of a cluster is given the same secret, in a file
+that only the user the server runs as can read (mode 0600):
+
+  (umask 077; fencelock cluster secret > cluster.secret)
+  fencelock server --id n1 ... --raft HOST:PORT --cluster-secret-file cluster.secret
+
+A node with a raft port (--raft) needs it, or peer TLS (--ca): its raft
+peers prove the secret before anything they send is read, then talk
+mutual TLS 1.3; a process without it is refused, and counted in
+fencelock_raft_connections_refused_total. To change it, see
+docs/OPERATIONS.md ("Rotating the cluster secret").
+`
+
 const clusterChangeExit = `Exit status:
   0  applied (join: the node is a voter; remove: the node is out)
   1  refused, nothing changed (the message says why)
@@ -88,10 +120,29 @@ const clusterChangeExit = `Exit status:
 `
 
 const clusterMembersExit = `Exit status: 0 listed; 1 refused; 2 bad usage; 3 no node could be
-reached (or none could answer) before --timeout.
+reached (or none could answer) before --timeout, or the node that
+answered knows no leader (no quorum): its own view is printed first.
 `
 
-var clusterSubcommands = []string{"members", "join", "remove"}
+var clusterSubcommands = []string{"members", "join", "remove", "secret"}
+
+// runClusterSecret prints a new cluster secret.
+func runClusterSecret(e *env, args []string) error {
+	f := newFlags(e, "cluster secret", clusterSecretUsage)
+	pos, err := f.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	s, err := clustersecret.New()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(e.stdout, s.Encode())
+	return err
+}
 
 // Exit statuses of join and remove beyond the shared ones.
 const (
@@ -109,7 +160,7 @@ func runCluster(ctx context.Context, e *env, args []string) error {
 	}
 	sub, args := args[0], args[1:]
 	if !slices.Contains(clusterSubcommands, sub) {
-		msg := fmt.Sprintf("unknown subcommand %q: members, join or remove", sub)
+		msg := fmt.Sprintf("unknown subcommand %q: members, join, remove or secret", sub)
 		if s := suggest(sub, clusterSubcommands); s != "" {
 			msg = fmt.Sprintf("unknown subcommand %q; did you mean %q?", sub, s)
 		}
@@ -119,6 +170,9 @@ func runCluster(ctx context.Context, e *env, args []string) error {
 }
 
 func runClusterSub(ctx context.Context, e *env, sub string, args []string) error {
+	if sub == "secret" {
+		return runClusterSecret(e, args)
+	}
 	usage := map[string]string{"members": clusterMembersUsage, "join": clusterJoinUsage, "remove": clusterRemoveUsage}[sub]
 	f := newFlags(e, "cluster "+sub, usage)
 	f.after = clusterChangeExit
@@ -177,9 +231,15 @@ func runClusterSub(ctx context.Context, e *env, sub string, args []string) error
 			return clusterFail("GET "+api.PathMembers, err)
 		}
 		if *asJSON {
-			return writeJSON(e.stdout, out)
+			if err := writeJSON(e.stdout, out); err != nil {
+				return err
+			}
+		} else {
+			printMembers(e.stdout, out)
 		}
-		printMembers(e.stdout, out)
+		if out.NoLeader {
+			return &exitError{Code: exitUnreachable, Err: errors.New(noLeader(out))}
+		}
 		return nil
 	case "join":
 		out, err := c.Join(ctx, *id, *raftAddr, *clientAddr)
@@ -228,6 +288,13 @@ func printMembers(w io.Writer, m api.MembersResponse) {
 	if m.Removed {
 		fmt.Fprintf(w, "%s, which answered, is no longer a member: it was removed from the cluster and serves nothing. The members as it last saw them:\n", m.Node)
 	}
+	if m.Local && !m.Removed {
+		why := "it hears from no leader"
+		if !m.NoLeader && m.Leader != "" {
+			why = "the leader " + m.Leader + " did not answer it"
+		}
+		fmt.Fprintf(w, "%s's own view (%s, term %d, applied index %d): %s.\n", m.Node, m.Role, m.Term, m.AppliedIndex, why)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRAFT\tCLIENT\tSUFFRAGE\tLEADER\tSTATE\tCONTACT\tLAG")
 	for _, n := range m.Members {
@@ -251,6 +318,30 @@ func printMembers(w io.Writer, m api.MembersResponse) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.RaftAddr, client, strings.ToLower(n.Suffrage), lead, state, contact, lag)
 	}
 	tw.Flush()
+}
+
+// noLeader is the line that says why a members answer without a leader
+// exits 3: how many voters the answering node has heard from against
+// the quorum.
+func noLeader(m api.MembersResponse) string {
+	voters, heard := 0, 0
+	for _, n := range m.Members {
+		if !strings.EqualFold(n.Suffrage, "voter") {
+			continue
+		}
+		voters++
+		if n.State == api.MemberHealthy || n.State == api.MemberLeader {
+			heard++
+		}
+	}
+	quorum := voters/2 + 1
+	within := api.Duration(m.UnreachableAfterMs).String()
+	if heard < quorum {
+		return fmt.Sprintf("no quorum, no leader: %s has heard from %d of %d voters in the last %s (itself included), and a quorum is %d; "+
+			"nothing can be granted, extended or released until a majority of the voters is back", m.Node, heard, voters, within, quorum)
+	}
+	return fmt.Sprintf("no leader: %s has heard from %d of %d voters in the last %s (a quorum is %d), but from no leader; an election may be under way, retry",
+		m.Node, heard, voters, within, quorum)
 }
 
 func splitAddrs(s string) []string {

@@ -57,7 +57,7 @@ func TestCompletionBash(t *testing.T) {
 	if got := complete("fencelock", "acquire", "--ho"); got != "--holder" {
 		t.Errorf("fencelock acquire --ho<TAB> = %q, want --holder", got)
 	}
-	if got := complete("fencelock", "server", "--max-waiters"); got != "--max-waiters-per-key --max-waiters --max-waiters-per-principal" {
+	if got := complete("fencelock", "server", "--max-waiters"); got != "--max-waiters-per-key --max-waiters --max-waiters-per-principal --max-waiters-per-key-per-principal" {
 		t.Errorf("fencelock server --max-waiters<TAB> = %q", got)
 	}
 	if got := complete("fencelock", "cluster", "j"); got != "join" {
@@ -74,7 +74,7 @@ func TestCompletionBash(t *testing.T) {
 		{[]string{"fencelock", "acl", "token", ""}, "create list delete"},
 		{[]string{"fencelock", "acl", "policy", "s"}, "set"},
 		{[]string{"fencelock", "lab", "r"}, "replay"},
-		{[]string{"fencelock", "cluster", ""}, "members join remove"},
+		{[]string{"fencelock", "cluster", ""}, "members join remove secret"},
 		{[]string{"fencelock", "fence", ""}, "marks reset"},
 		{[]string{"fencelock", "fence", "r"}, "reset"},
 	} {
@@ -146,7 +146,7 @@ _fencelock`
 		{[]string{"fencelock", "acl", "--json", "policy", ""}, "set list delete"},
 		{[]string{"fencelock", "session", "--holder", "x", "--json", ""}, "open extend close"},
 		{[]string{"fencelock", "lab", ""}, "replay"},
-		{[]string{"fencelock", "cluster", ""}, "members join remove"},
+		{[]string{"fencelock", "cluster", ""}, "members join remove secret"},
 		{[]string{"fencelock", "completion", ""}, "bash zsh"},
 		{[]string{"fencelock", "check", "--ad"}, "--addr"},
 		{[]string{"fencelock", "get", ""}, "files"},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -22,10 +23,13 @@ import (
 )
 
 const fenceProxyUsage = `Usage: fencelock fence-proxy --listen ADDR --upstream URL --state DIR
-                             [--resource-from path|path:clean|header:NAME]
-                             [--resource-case exact|fold] [--pass METHODS]
-                             [--read-methods METHODS]
-                             [--verify ADDRS [--lock-key KEY] [client TLS/auth flags]]
+                             [--resource-from path|path:clean|path:raw|header:NAME]
+                             [--resource-case exact|fold] [--max-resource BYTES]
+                             [--pass METHODS] [--read-methods METHODS]
+                             [--method-override HEADER] [--allow-upgrade]
+                             [--verify ADDRS (--lock-key KEY | --key-map PATTERN=KEY ... |
+                                              --bind-on-first-use) [--verify-timeout D]
+                                             [client TLS/auth flags]]
                              [--upstream-timeout D]
 
 Fences an HTTP service that cannot check fencing tokens itself: a reverse
@@ -38,18 +42,37 @@ refuses a token it had superseded. One proxy per DIR.
 The resource fenced is exactly the one forwarded. With --resource-from
 path, a path an upstream could read as another path is refused: empty
 segments (//), . or .. segments, a trailing slash, an encoded slash
-(%2F), a backslash or a control character. path:clean fences and
-forwards the cleaned path instead (/data//x/../a/ is /data/a; %2F is a
-slash). With header:NAME, a request with two NAME headers (or NAME_ spelt
-with an underscore), or whose Connection header names NAME, is refused.
---resource-case fold lower-cases the resource, fenced and forwarded, for
-an upstream that does not tell ACCT from acct.
+(%2F), a backslash, a control character, an encoded % (%25), a ; (path
+parameters), a segment ending in a dot or a space, a non-ASCII character
+or bytes that are not UTF-8. path:clean fences and forwards the cleaned
+path instead (/data//x/../a/ is /data/a; %2F is a slash), and refuses the
+rest. path:raw is path for an upstream that takes %25, ;, trailing dots
+and spaces and non-ASCII as they are. With header:NAME, a request with
+two NAME headers, a list in one (a, b), NAME spelt with an underscore,
+or a Connection header naming NAME, is refused. --resource-case fold
+lower-cases the resource, fenced and forwarded, for an upstream that does
+not tell ACCT from acct. A path or resource name longer than
+--max-resource (1024 bytes) is refused: each is a mark kept for good.
+
+No side doors. A request that asks to switch protocols (Upgrade:
+websocket, h2c), CONNECT, and an HTTP/2 preface are refused (400
+tunnel_refused): nothing inside a tunnel is fenced. --allow-upgrade
+forwards an upgrade, fenced as a write whatever its method, and then
+checks nothing inside the tunnel (which holds its resource while open,
+up to --upstream-timeout). Method-override headers (X-HTTP-Method-
+Override, X-Method-Override, X-HTTP-Method) and a _method query are
+refused (400 method_override): the upstream would apply another method
+than the one fenced; --method-override HEADER honours that one header,
+and requests are fenced, passed or read by the method it names. The
+token, key, resource and override headers announced as trailers are
+refused (400 trailer_refused).
 
 Refusals are the fence middleware's JSON: 409 stale_token (naming the
 token and the highest honoured), 409 missing_token, 400 invalid_token
 (also for two Fencing-Token headers); 400 noncanonical_path,
-duplicate_resource, hop_by_hop_resource, and missing_resource when the
-request lacks the header NAME; 502 upstream_unreachable.
+duplicate_resource, hop_by_hop_resource, resource_too_long,
+tunnel_refused, method_override, trailer_refused, and missing_resource
+when the request lacks the header NAME; 502 upstream_unreachable.
 
 A token is honoured (the mark raised, on disk) before the request is
 forwarded, whatever the upstream then answers: once a newer holder has
@@ -72,11 +95,15 @@ cluster confirms it is a live grant of the lock key guarding the resource
 (one check per new token per resource; the current token is not asked
 about again): a made-up token, or another key's live token, is refused
 with 409 unverified_token or wrong_key and raises nothing. The key is
---lock-key (say ledger/{resource}), or else the Fencing-Key header of the
-first request a verified token raised the resource for, recorded with the
-mark; 400 missing_key when neither names one. While the cluster cannot be
-reached, new tokens are refused (503 fence_unavailable) and the current
-ones still pass.
+bound by configuration: --key-map PATTERN=KEY (repeatable; a pattern is
+a resource, or a prefix ending in *; the longest match wins), else
+--lock-key KEY (say ledger/{resource}); a resource neither binds is 409
+unbound_resource. --bind-on-first-use instead binds an unbound resource
+to the Fencing-Key of the first request the cluster confirms for it
+(anyone with a live token of any key can then take a fresh resource;
+logged at WARN). The cluster is asked before the resource is held: while
+it is slow or down, the current holder's requests go on, and a new token
+is refused with 503 fence_unavailable after --verify-timeout (2s).
 
 No reordering, on a restart either: each forwarded request is cut off
 after --upstream-timeout (504 upstream_timeout), and one that got no
@@ -86,6 +113,9 @@ starts after one that did not stop cleanly (killed, or --grace ran out)
 forwards nothing fenced for --upstream-timeout. So the upstream must
 apply or drop every request within --upstream-timeout of receiving it:
 set its own request timeout below it.
+
+At start the proxy logs, at WARN, each 'fencelock fence reset' made on
+DIR since a proxy last ran on it.
 
 The limit: only requests through the proxy are fenced. A writer that
 reaches the upstream another way is not, so the upstream should accept
@@ -105,6 +135,19 @@ type proxyConfig struct {
 	// a proxy that did not stop cleanly; see proxyStart).
 	holdUntil time.Time
 	clock     clock.Clock // nil: the system's
+	// allowUpgrade: a request asking to switch protocols is fenced as a
+	// write and forwarded, tunnel and all (--allow-upgrade); else refused.
+	allowUpgrade bool
+	// override is the method-override header honoured (canonical; ""
+	// none, and every override header is refused).
+	override string
+}
+
+// readsOf admits by an RWFence's read rule.
+type readsOf struct{ f fence.RWFence }
+
+func (r readsOf) Admit(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
+	return r.f.AdmitRead(ctx, name, token, effect)
 }
 
 // forwarded is what the proxy learns of one forwarded request.
@@ -157,12 +200,23 @@ func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
 			sleepUntil(context.WithoutCancel(r.Context()), clk, sent.Add(cfg.upstreamTimeout))
 		}
 	})
-	fenced := fence.Middleware(f, cfg.resource.of, forward)
+	// A Fence's Admit is a write (an RWFence's Admit is AdmitWrite).
+	write, read := fence.Middleware(f, cfg.resource.of, forward), http.Handler(nil)
 	if rw, ok := f.(fence.RWFence); ok && len(cfg.reads) > 0 {
-		fenced = fence.RWMiddleware(rw, cfg.resource.of, forward, cfg.reads...)
+		read = fence.Middleware(readsOf{rw}, cfg.resource.of, forward)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if slices.Contains(cfg.pass, r.Method) {
+		door, rerr := cfg.doors(r)
+		if rerr == nil {
+			rerr = cfg.trailers(r)
+		}
+		if rerr != nil {
+			proxyError(w, http.StatusBadRequest, rerr.code, "fence-proxy: "+rerr.msg)
+			return
+		}
+		// An upgrade is fenced as a write whatever its method: its tunnel
+		// may carry anything.
+		if !door.upgrade && slices.Contains(cfg.pass, door.method) {
 			rp.ServeHTTP(w, r)
 			return
 		}
@@ -173,7 +227,11 @@ func newFenceProxy(f fence.Fence, cfg proxyConfig) http.Handler {
 		if !sleepUntil(r.Context(), clk, cfg.holdUntil) {
 			return // the client gave up during the hold
 		}
-		fenced.ServeHTTP(w, r)
+		if read != nil && !door.upgrade && slices.Contains(cfg.reads, door.method) {
+			read.ServeHTTP(w, r)
+			return
+		}
+		write.ServeHTTP(w, r)
 	})
 }
 
@@ -270,13 +328,19 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// proxyVerification verifies with v, resources bound by template
-// ({resource} replaced by the resource's name; "" binds each resource to
-// the key its first verified request names).
-func proxyVerification(v fence.Verifier, template string) *fence.Verification {
-	fv := &fence.Verification{Verifier: v}
-	if template != "" {
-		fv.Key = func(resource string) string { return strings.ReplaceAll(template, "{resource}", resource) }
+// proxyBinding is how a verifying proxy binds resources to lock keys.
+type proxyBinding struct {
+	keyMap   fence.KeyMap // --key-map, and --lock-key as its * entry
+	firstUse bool         // --bind-on-first-use
+	timeout  time.Duration
+	onBind   func(resource, key string, token uint64)
+}
+
+// proxyVerification verifies with v, resources bound as b says.
+func proxyVerification(v fence.Verifier, b proxyBinding) *fence.Verification {
+	fv := &fence.Verification{Verifier: v, BindOnFirstUse: b.firstUse, Timeout: b.timeout, OnBind: b.onBind}
+	if len(b.keyMap) > 0 {
+		fv.Key = b.keyMap.Key
 	}
 	return fv
 }
@@ -298,8 +362,15 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	readsFlag := f.String("read-methods", "", "comma-separated `METHODS` fenced as reads of a read/write lock (e.g. GET,HEAD): a reader's token must reach the last write's")
 	grace := f.Duration("grace", 5*time.Second, "how long in-flight requests may finish on SIGINT/SIGTERM")
 	upstreamTimeout := f.Duration("upstream-timeout", 10*time.Second, "`D` the upstream must apply or drop a request within: each forwarded request is cut off after it, and after a crash nothing is forwarded for it")
-	verify := f.String("verify", "", "cluster `ADDRS` to verify each new token with before it raises a mark (host:port,...)")
-	lockKey := f.String("lock-key", "", "the lock `KEY` guarding each resource, {resource} standing for its name (with --verify; default: the request's Fencing-Key, bound by the first verified token)")
+	verify := f.String("verify", "", "cluster `ADDRS` to verify each new token with before it raises a mark (host:port,...); needs --lock-key, --key-map or --bind-on-first-use")
+	lockKey := f.String("lock-key", "", "the lock `KEY` guarding each resource --key-map does not bind, {resource} standing for its name (with --verify)")
+	var keyMap ruleList
+	f.Var(&keyMap, "key-map", "`PATTERN=KEY`: resources matching PATTERN (a name, or a prefix ending in *) are guarded by lock key KEY ({resource} stands for the name); repeat for more; the longest pattern wins (with --verify)")
+	firstUse := f.Bool("bind-on-first-use", false, "bind a resource no --lock-key or --key-map binds to the Fencing-Key of the first request whose token the cluster confirms (anyone with a live token of any key can then take a fresh resource; logged at WARN)")
+	verifyTimeout := f.Duration("verify-timeout", fence.DefaultVerifyTimeout, "`D` to wait for the cluster's answer about a new token; past it the request is refused with 503 fence_unavailable (with --verify)")
+	allowUpgrade := f.Bool("allow-upgrade", false, "forward requests that switch protocols (Upgrade: websocket, h2c), fenced as writes; nothing inside the tunnel is checked")
+	override := f.String("method-override", "", "the method-override `HEADER` the upstream honours (e.g. X-HTTP-Method-Override): requests are fenced by its method; without it every such header is refused")
+	maxResource := f.Int("max-resource", defaultMaxResource, "the longest path or resource name, in `BYTES`, the proxy fences (each is a mark kept for good)")
 	tlsFlags := addClientTLSFlags(f)
 	authToken := authTokenFlag(f)
 	pos, err := f.parse(args)
@@ -323,23 +394,67 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *maxResource < 1 {
+		return usageError("--max-resource must be at least 1, not %d", *maxResource)
+	}
+	resource.maxLen = *maxResource
+	if *override != "" {
+		if !validHeaderName(*override) {
+			return usageError("--method-override %q is not a header name", *override)
+		}
+		*override = http.CanonicalHeaderKey(*override)
+		for _, h := range append(append([]string{}, hopByHop...), fence.KeyHeader) {
+			if headerAlias(h) == headerAlias(*override) {
+				return usageError("--method-override %s: a hop-by-hop or fencing header cannot carry a method", *override)
+			}
+		}
+		if resource.header != "" && headerAlias(resource.header) == headerAlias(*override) {
+			return usageError("--method-override %s names the resource header too", *override)
+		}
+	}
 	pass, reads := methods(*passFlag), methods(*readsFlag)
 	for _, m := range reads {
 		if slices.Contains(pass, m) {
 			return usageError("%s is in both --pass and --read-methods: forwarded unfenced, or fenced as a read?", m)
 		}
 	}
+	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	var opts []filefence.Option
-	if *verify == "" && *lockKey != "" {
-		return usageError("--lock-key binds resources for --verify; give --verify ADDRS too")
+	for _, fl := range []string{"lock-key", "key-map", "bind-on-first-use", "verify-timeout"} {
+		if *verify == "" && f.given(fl) {
+			return usageError("--%s is for --verify; give --verify ADDRS too", fl)
+		}
 	}
 	if *verify != "" {
+		km, err := fence.ParseKeyMap(keyMap...)
+		if err != nil {
+			return usageError("--key-map: %v", err)
+		}
+		if *lockKey != "" {
+			if _, ok := km["*"]; ok {
+				return usageError("--lock-key is the key of every resource --key-map does not bind, and --key-map has a * pattern already")
+			}
+			km["*"] = *lockKey
+		}
+		if len(km) == 0 && !*firstUse {
+			return usageError("--verify needs to know which lock key guards each resource: --lock-key KEY, --key-map PATTERN=KEY, or (trusting the first request to each resource) --bind-on-first-use")
+		}
+		if *verifyTimeout <= 0 {
+			return usageError("--verify-timeout must be positive, not %v", *verifyTimeout)
+		}
 		c, err := (&clientFlags{addr: verify, tls: tlsFlags, authToken: authToken}).client()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		opts = append(opts, filefence.WithVerification(proxyVerification(client.NewVerifier(c), *lockKey)))
+		b := proxyBinding{keyMap: km, firstUse: *firstUse, timeout: *verifyTimeout}
+		if *firstUse {
+			log.Warn("fence-proxy: --bind-on-first-use: a resource no --lock-key or --key-map binds is bound to the lock key named by the first request the cluster confirms; anyone with a live token of any key can take a fresh resource that way")
+			b.onBind = func(resource, key string, token uint64) {
+				log.Warn("fence-proxy: resource bound on first use", "resource", resource, "key", key, "token", token)
+			}
+		}
+		opts = append(opts, filefence.WithVerification(proxyVerification(client.NewVerifier(c), b)))
 	}
 	if *upstreamTimeout < 0 {
 		return usageError("--upstream-timeout must be positive (or 0 for none), not %v", *upstreamTimeout)
@@ -349,6 +464,9 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("fence-proxy: %w", err)
 	}
 	defer ff.Close()
+	if err := logResetsSince(*state, log); err != nil {
+		log.Warn("fence-proxy: could not read "+filepath.Join(*state, resetsLog), "err", err)
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("fence-proxy: %w", err)
@@ -360,10 +478,14 @@ func runFenceProxy(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "fence-proxy listening on http://%s, fencing %s, marks in %s%s\n", ln.Addr(), upstream, *state, verifying)
 	if !hold.IsZero() {
-		fmt.Fprintf(e.stderr, "fence-proxy: the last proxy on %s did not stop cleanly: forwarding nothing fenced until %s (--upstream-timeout %v), when nothing it sent can still be applied\n",
-			*state, hold.Format(time.RFC3339Nano), *upstreamTimeout)
+		log.Warn(fmt.Sprintf("fence-proxy: the last proxy on %s did not stop cleanly: forwarding nothing fenced until %s (--upstream-timeout %v), when nothing it sent can still be applied",
+			*state, hold.Format(time.RFC3339Nano), *upstreamTimeout))
 	}
-	cfg := proxyConfig{upstream: upstream, resource: resource, pass: pass, reads: reads, upstreamTimeout: *upstreamTimeout, holdUntil: hold}
+	if *allowUpgrade {
+		log.Warn("fence-proxy: --allow-upgrade: a request that switches protocols is fenced as a write, and then nothing inside its tunnel is checked")
+	}
+	cfg := proxyConfig{upstream: upstream, resource: resource, pass: pass, reads: reads, upstreamTimeout: *upstreamTimeout, holdUntil: hold,
+		allowUpgrade: *allowUpgrade, override: *override}
 	srv := &http.Server{Handler: newFenceProxy(ff, cfg), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -6,6 +6,7 @@ import (
 	"path"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // proxyResource names the resource of a request the way fence-proxy fences
@@ -16,8 +17,18 @@ import (
 type proxyResource struct {
 	header string // the header naming the resource; "" for the URL path
 	clean  bool   // path:clean: map //, ., .., a trailing slash and %2F to the clean path
-	fold   bool   // --resource-case fold: ACCT and acct are one resource
+	// raw (path:raw): %25, ;, trailing dots and spaces and non-ASCII are
+	// the upstream's own, passed as they are
+	raw  bool
+	fold bool // --resource-case fold: ACCT and acct are one resource
+	// maxLen caps a path (as escaped on the wire) or a header's resource
+	// name, in bytes (0: defaultMaxResource)
+	maxLen int
 }
+
+// defaultMaxResource is --max-resource's default: a resource name is a
+// mark kept for good, and nobody names a resource with a kilobyte.
+const defaultMaxResource = 1024
 
 // A resourceError is a request whose resource cannot be named: 400 Code.
 type resourceError struct {
@@ -43,6 +54,8 @@ func parseResourceFrom(spec, caseMode string) (proxyResource, error) {
 	case spec == "path":
 	case spec == "path:clean":
 		p.clean = true
+	case spec == "path:raw":
+		p.raw = true
 	case strings.HasPrefix(spec, "header:") && len(spec) > len("header:"):
 		name := strings.TrimPrefix(spec, "header:")
 		if !validHeaderName(name) {
@@ -55,7 +68,7 @@ func parseResourceFrom(spec, caseMode string) (proxyResource, error) {
 			}
 		}
 	default:
-		return p, usageError("--resource-from %q: want path, path:clean or header:NAME", spec)
+		return p, usageError("--resource-from %q: want path, path:clean, path:raw or header:NAME", spec)
 	}
 	return p, nil
 }
@@ -92,6 +105,9 @@ func (p proxyResource) name(r *http.Request) (string, *resourceError) {
 }
 
 func (p proxyResource) pathName(escaped, decoded string) (string, *resourceError) {
+	if n := p.limit(); len(escaped) > n {
+		return "", tooLong("path", len(escaped), n)
+	}
 	refuse := func(what string) (string, *resourceError) {
 		msg := fmt.Sprintf("path %q has %s, which an upstream may read as another path than the one fenced", escaped, what)
 		if !p.clean && strings.HasPrefix(decoded, "/") {
@@ -107,6 +123,12 @@ func (p proxyResource) pathName(escaped, decoded string) (string, *resourceError
 		return refuse("a control character")
 	case !strings.HasPrefix(decoded, "/"):
 		return refuse("no leading slash")
+	}
+	if !p.raw {
+		if what := foreignSpelling(decoded); what != "" {
+			return "", &resourceError{code: "noncanonical_path",
+				msg: fmt.Sprintf("path %q has %s: the upstream may apply the write to another resource than the one fenced (--resource-from path:raw, for an upstream that takes such paths as they are)", escaped, what)}
+		}
 	}
 	if p.clean {
 		name := path.Clean(decoded)
@@ -164,11 +186,62 @@ func (p proxyResource) headerName(r *http.Request) (string, *resourceError) {
 		return "", &resourceError{code: "missing_resource", msg: "request carries no " + p.header + " header to name its resource"}
 	}
 	name := strings.TrimSpace(values[0])
+	if strings.Contains(name, ",") {
+		return "", &resourceError{code: "duplicate_resource",
+			msg: fmt.Sprintf("the request's %s header holds a list (%q): to HTTP it is the same as %d headers, and which one names the resource is the upstream's guess", p.header, name, strings.Count(name, ",")+1)}
+	}
+	if n := p.limit(); len(name) > n {
+		return "", tooLong(p.header+" header", len(name), n)
+	}
 	if p.fold {
 		name = strings.ToLower(name)
 	}
 	r.Header[p.header] = []string{name}
 	return name, nil
+}
+
+func (p proxyResource) limit() int {
+	if p.maxLen > 0 {
+		return p.maxLen
+	}
+	return defaultMaxResource
+}
+
+func tooLong(what string, n, limit int) *resourceError {
+	return &resourceError{code: "resource_too_long",
+		msg: fmt.Sprintf("the %s is %d bytes; a resource name is at most %d (--max-resource): it would be kept as a mark for good", what, n, limit)}
+}
+
+// foreignSpelling names what in a decoded path some upstream reads as
+// another path than the one fenced ("" for nothing): an escape of its
+// own (%25: decoded twice, %2570 is p), path parameters (;, which Java
+// servers drop), a segment ending in a dot or a space (which Windows
+// drops), a non-ASCII character (a fullwidth solidus is a slash to
+// some, a zero-width space is nothing) or bytes that are not UTF-8 (an
+// overlong encoding of /).
+func foreignSpelling(decoded string) string {
+	switch {
+	case strings.ContainsRune(decoded, '%'):
+		return "an encoded percent sign (%25), which an upstream that decodes twice reads as another escape"
+	case strings.ContainsRune(decoded, ';'):
+		return "a ; (path parameters, which some servers drop)"
+	}
+	for _, seg := range strings.Split(decoded, "/") {
+		if seg != "." && seg != ".." && (strings.HasSuffix(seg, ".") || strings.HasSuffix(seg, " ")) {
+			return fmt.Sprintf("a segment ending in a dot or a space (%q, which some servers drop)", seg)
+		}
+	}
+	for i := 0; i < len(decoded); i++ {
+		if decoded[i] < utf8.RuneSelf {
+			continue
+		}
+		if !utf8.ValidString(decoded) {
+			return "bytes that are not UTF-8 (a broken or overlong encoding, which some decoders read as ASCII)"
+		}
+		r, _ := utf8.DecodeRuneInString(decoded[i:])
+		return fmt.Sprintf("a non-ASCII character (%U), which an upstream may fold into another", r)
+	}
+	return ""
 }
 
 // of is the resource of a request that name has rewritten.

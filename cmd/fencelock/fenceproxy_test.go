@@ -48,11 +48,16 @@ func (u *recordingUpstream) requests() []string {
 
 // proxyOptions are the flags of a proxy a test starts in-process.
 type proxyOptions struct {
-	from   string // --resource-from
-	fold   bool   // --resource-case fold
-	pass   []string
-	reads  []string            // --read-methods
-	verify *fence.Verification // --verify
+	from         string // --resource-from
+	fold         bool   // --resource-case fold
+	pass         []string
+	reads        []string            // --read-methods
+	verify       *fence.Verification // --verify
+	override     string              // --method-override
+	maxResource  int                 // --max-resource
+	allowUpgrade bool                // --allow-upgrade
+	// --upstream-timeout (0: none)
+	upstreamTimeout time.Duration
 }
 
 // startProxy runs the proxy in-process on a file fence in dir.
@@ -80,7 +85,12 @@ func startProxyWith(t *testing.T, dir, upstream string, o proxyOptions) (*httpte
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(newFenceProxy(ff, proxyConfig{upstream: u, resource: res, pass: o.pass, reads: o.reads}))
+	res.maxLen = o.maxResource
+	cfg := proxyConfig{upstream: u, resource: res, pass: o.pass, reads: o.reads, allowUpgrade: o.allowUpgrade, upstreamTimeout: o.upstreamTimeout}
+	if o.override != "" {
+		cfg.override = http.CanonicalHeaderKey(o.override)
+	}
+	srv := httptest.NewServer(newFenceProxy(ff, cfg))
 	stop := func() { srv.Close(); ff.Close() }
 	t.Cleanup(stop)
 	return srv, stop
@@ -226,14 +236,21 @@ func TestFenceProxyUsageErrors(t *testing.T) {
 // says where it listens.
 func startProxyProcess(t *testing.T, upstream, state string, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
+	cmd, addr, _ := startProxyProcessLogs(t, upstream, state, extra...)
+	return cmd, addr
+}
+
+// startProxyProcessLogs is startProxyProcess answering its stderr too.
+func startProxyProcessLogs(t *testing.T, upstream, state string, extra ...string) (*exec.Cmd, string, *syncBuffer) {
+	t.Helper()
 	args := append([]string{"fence-proxy", "--listen", "127.0.0.1:0", "--upstream", upstream, "--state", state}, extra...)
 	cmd := exec.Command(fencelockBinary(t), args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +263,7 @@ func startProxyProcess(t *testing.T, upstream, state string, extra ...string) (*
 	if !ok {
 		t.Fatalf("unexpected first line %q", line)
 	}
-	return cmd, strings.TrimSuffix(strings.Fields(rest)[0], ",")
+	return cmd, strings.TrimSuffix(strings.Fields(rest)[0], ","), stderr
 }
 
 // The real binary: a proxy process is stopped and started again on the

@@ -42,7 +42,11 @@ func TestFenceProxyVerifyRefusesForgedAndForeignTokens(t *testing.T) {
 		t.Run("lock-key="+binding, func(t *testing.T) {
 			before := len(up.requests())
 			dir := t.TempDir()
-			proxy, _ := startProxyWith(t, dir, upstream.URL, proxyOptions{from: "path", verify: proxyVerification(client.NewVerifier(c), binding)})
+			bind := proxyBinding{firstUse: true} // --bind-on-first-use
+			if binding != "" {
+				bind = proxyBinding{keyMap: fence.KeyMap{"*": binding}}
+			}
+			proxy, _ := startProxyWith(t, dir, upstream.URL, proxyOptions{from: "path", verify: proxyVerification(client.NewVerifier(c), bind)})
 			key := func(k string) []string {
 				if binding != "" && k == "" {
 					return nil
@@ -106,5 +110,62 @@ func TestFenceProxyVerifyProcess(t *testing.T) {
 	}
 	if got := up.requests(); len(got) != 1 || got[0] != "PUT /v/a "+a+" x" {
 		t.Fatalf("upstream saw %q", got)
+	}
+}
+
+// Finding 2 of issue 43 through the proxy: with --verify and no --lock-key,
+// b's live token sent with Fencing-Key naming b's key to a fresh resource
+// was forwarded and bound the resource to b, and a's holder then got
+// wrong_key until a reset. --verify now needs a binding (or
+// --bind-on-first-use, said out loud); a resource its key map does not
+// bind is refused, whatever key the request names.
+func TestFenceProxyVerifyFirstUseHijack(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	srv := clienttest.NewServer(clk)
+	defer srv.Close()
+	c, err := client.New([]string{srv.Addr}, client.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, _ := c.Grant(ctx, "store/v/a", "alice", time.Minute, 0)
+	b, _ := c.Grant(ctx, "store/v/b", "bob", time.Minute, 0)
+	up := &recordingUpstream{}
+	upstream := httptest.NewServer(up)
+	defer upstream.Close()
+	km, _ := fence.ParseKeyMap("/v/a=store/v/a", "/v/b=store/v/b")
+	proxy, _ := startProxyWith(t, t.TempDir(), upstream.URL, proxyOptions{from: "path", verify: proxyVerification(client.NewVerifier(c), proxyBinding{keyMap: km})})
+	tok := func(l client.Lock) string { return strconv.FormatUint(l.Token, 10) }
+	for _, s := range []struct {
+		path, token, key string
+		status           int
+		code             string
+	}{
+		{"/v/a", tok(b), "store/v/b", 409, "wrong_key"},          // fresh, but bound by configuration
+		{"/fresh", tok(b), "store/v/b", 409, "unbound_resource"}, // bound by nothing: not by the request either
+		{"/v/a", tok(a), "store/v/a", 201, ""},
+		{"/v/a", tok(a), "", 201, ""},
+	} {
+		if got := send(t, "PUT", proxy.URL+s.path, s.token, "x", fence.KeyHeader, s.key); got.status != s.status || got.code != s.code {
+			t.Fatalf("token %s naming %q on %s: %d %s, want %d %s", s.token, s.key, s.path, got.status, got.body, s.status, s.code)
+		}
+	}
+	if got := up.requests(); len(got) != 2 {
+		t.Fatalf("upstream saw %q", got)
+	}
+	// The binding comes from the command line, or first use is asked for.
+	for _, args := range [][]string{
+		{"--verify", "127.0.0.1:1"},
+		{"--verify", "127.0.0.1:1", "--key-map", "/v/*"},
+		{"--verify", "127.0.0.1:1", "--key-map", "*=a", "--lock-key", "b"},
+		{"--bind-on-first-use"},
+		{"--key-map", "/v/*=k"},
+		{"--verify", "127.0.0.1:1", "--lock-key", "k", "--verify-timeout", "0s"},
+	} {
+		_, errs, code := runCLI(t, "", append([]string{"fence-proxy", "--upstream", "http://127.0.0.1:1", "--state", t.TempDir()}, args...)...)
+		if code != exitUsage {
+			t.Fatalf("%q: exit %d %q", args, code, errs)
+		}
 	}
 }

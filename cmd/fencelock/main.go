@@ -25,6 +25,9 @@ const (
 	exitNo          = 1 // the answer is no: held by another, not released, token not current
 	exitUsage       = 2 // bad usage or bad input
 	exitUnreachable = 3 // the server cannot be reached
+	// 4 is lock's (exitLost), 5 and 6 cluster's (cluster.go).
+	exitDenied = 7 // the ACLs refused the call: no credential, an unknown one, or a policy that does not allow it
+	exitQuota  = 8 // the caller's principal is at one of its quotas
 )
 
 // exitError carries an exit status up to main. A nil Err means "exit with
@@ -83,7 +86,7 @@ func init() {
 		{"list", "list live locks by key prefix", runList, listUsage},
 		{"watch", "print the changes on a key or prefix as they happen, resumable by revision", runWatch, watchUsage},
 		{"lock", "run a command while holding a lock, with its fencing token", runLock, lockUsage},
-		{"cluster", "list, join or remove the nodes of a cluster", runCluster, clusterUsage},
+		{"cluster", "list, join or remove the nodes of a cluster; make its secret", runCluster, clusterUsage},
 		{"acl", "turn authentication on, manage tokens and key-prefix policies", runACL, aclUsage},
 		{"recover", "repair a damaged data dir without ever reissuing a token", runRecover, recoverUsage},
 		{"lab", "the c11 lab, measured (lab replay: step through lock calls)", runLab, labUsage},

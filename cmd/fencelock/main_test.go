@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/testguard"
 )
 
@@ -46,6 +47,10 @@ func TestMain(m *testing.M) {
 	}).Run())
 }
 
+// testSecretFile holds the cluster secret of the servers the process
+// tests start.
+var testSecretFile string
+
 type builder struct{ m *testing.M }
 
 func (b builder) Run() int { return buildAndRun(b.m) }
@@ -62,6 +67,18 @@ func buildAndRun(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	builtBinary = filepath.Join(dir, "fencelock")
+	// The cluster secret every server the tests start is given
+	// (startProcVia), as the README's cluster is.
+	sec, err := clustersecret.New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	testSecretFile = filepath.Join(dir, "cluster.secret")
+	if err := os.WriteFile(testSecretFile, []byte(sec.Encode()+"\n"), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	build := exec.Command("go", "build", "-o", builtBinary, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -27,6 +27,9 @@ func TestReadmeOutputsIgnored(t *testing.T) {
 	for _, m := range regexp.MustCompile(`--data ([a-z0-9.][\w./-]*)`).FindAllStringSubmatch(string(readme), -1) {
 		paths = append(paths, strings.TrimSuffix(m[1], "/")+"/")
 	}
+	for _, m := range regexp.MustCompile(`cluster secret > ([\w./-]+)`).FindAllStringSubmatch(string(readme), -1) {
+		paths = append(paths, m[1])
+	}
 	if len(paths) < 3 {
 		t.Fatalf("found only %q in the README: has its walkthrough changed?", paths)
 	}

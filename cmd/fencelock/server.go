@@ -11,11 +11,12 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/framing"
+	"github.com/fencelock/fencelock/internal/membership"
 	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/server"
-	"github.com/fencelock/fencelock/internal/service"
 )
 
 const defaultData = "fencelock-data"
@@ -26,8 +27,8 @@ const defaultData = "fencelock-data"
 var defaultListen = client.DefaultAddr
 
 const serverUsage = `Usage: fencelock server [--listen ADDR] [--data DIR]
-       fencelock server --id ID --raft HOST:PORT [--listen ADDR] [--data DIR]
-                        [--peers ID=HOST:PORT,... | --join ADDRS]
+       fencelock server --id ID --raft HOST:PORT --cluster-secret-file FILE
+                        [--listen ADDR] [--data DIR] [--peers ID=HOST:PORT,... | --join ADDRS]
 
 Runs a durable lock server whose raft log and snapshots live in DIR. It
 answers the HTTP/JSON API of docs/API.md and shuts down gracefully on
@@ -39,17 +40,34 @@ start (an empty DIR) it bootstraps a cluster of itself, or of --peers
 (start every node with the same list), or with --join it bootstraps
 nothing and asks the nodes in ADDRS (client addresses) to add it. After
 the first start these flags are ignored: the membership is in DIR. See
-docs/OPERATIONS.md. --token-floor N, on first start, makes every token
-issued above N (give it to every node of a new cluster); also ignored
-after.
+docs/OPERATIONS.md. --token-floor N makes every token issued from now on
+above N: on first start (give it to every node of a new cluster), and
+on a DIR with state whose tokens are below N (a data dir restored from
+an old backup), committed when this node next leads; a floor at or
+below the tokens issued changes nothing, so the flag may stay.
+
+A node with --raft needs a credential for its raft port, the same on
+every node: a cluster secret ('fencelock cluster secret' makes one; give
+its file, mode 0600, with --cluster-secret-file), or peer TLS (--cert,
+--key, --ca). A raft peer proves it before anything it sends is read,
+then talks mutual TLS 1.3; a process without it is refused. The secret
+file is read once, at start. --cluster-secret-previous-file accepts a
+second, former secret too, while a rotation is rolled out
+(docs/OPERATIONS.md). --insecure-raft runs the raft port with neither,
+open to any process that reaches it (tests), and says so in a warning.
+A node whose --data holds a cluster of several voters refuses to start
+without its raft address and credential.
 
 With --cert and --key the client port serves TLS (HTTP and framed
-connections alike) and, with --raft and --ca, raft runs over mutual TLS:
-a peer is refused at the handshake unless it presents a node certificate
-signed by --ca that names a member of the configuration (a client
-certificate never is a peer). SIGHUP rereads the certificate files. Without TLS the client and raft
-ports serve loopback addresses only, unless --insecure. See
-docs/SECURITY.md.
+connections alike) and, with --raft and --ca but no cluster secret, raft
+runs over mutual TLS with those certificates: a peer is refused at the
+handshake unless it presents a node certificate signed by --ca that
+names a member of the configuration (a client certificate never is a
+peer). With a cluster secret, the secret is the raft port's credential
+and the certificates serve the client port. SIGHUP rereads the
+certificate files. Without TLS the client port serves loopback addresses
+only, and so does the raft port without a credential, unless --insecure.
+See docs/SECURITY.md.
 
 --engine etcd runs the node on etcd-io/raft instead of hashicorp/raft
 (experimental; measured no faster, docs/BENCHMARKS.md). Every member of
@@ -78,7 +96,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
 	engine := f.String("engine", node.EngineHashicorp, "replication `ENGINE`: hashicorp, or etcd (experimental)")
-	tokenFloor := f.Uint64("token-floor", 0, "on first start (an empty DIR), every token issued is above `N`: rebuild a cluster above the tokens its fences have seen")
+	tokenFloor := f.Uint64("token-floor", 0, "every token issued from now on is above `N` (it only ever raises them): rebuild a cluster above the tokens its fences have seen")
 	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
 	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")
 	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")
@@ -86,9 +104,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-connections", "FENCELOCK_MAX_CONNECTIONS")
 	maxConnsPerAddr := f.Int("max-connections-per-address", 0, "at most `N` open client connections from one remote address; 0: a quarter of --max-connections")
 	f.Env("max-connections-per-address", "FENCELOCK_MAX_CONNECTIONS_PER_ADDRESS")
-	maxRaftConns := f.Int("max-raft-connections", 0, "raft port: at most `N` accepted peer connections held; 0: sized from the open-file limit (at most 128)")
-	maxRaftHandshakes := f.Int("max-raft-handshakes", 0, "raft port: at most `N` TLS handshakes in progress, a quarter of them from one address; 0: sized from the open-file limit (at most 32)")
-	raftHandshake := f.Duration("raft-handshake-timeout", 0, "raft port: cut a peer whose TLS handshake takes longer than `D`; 0: 5s")
+	maxRaftConns := f.Int("max-raft-connections", 0, "raft port: at most `N` peer connections held past their handshake; 0: sized from the open-file limit (at most 128)")
+	maxRaftHandshakes := f.Int("max-raft-handshakes", 0, "raft port: at most `N` handshakes in progress; past it the oldest of the busiest address that has not proved the credential is closed; 0: sized from the open-file limit (at most 32)")
+	raftHandshake := f.Duration("raft-handshake-timeout", 0, "raft port: cut a peer whose handshake takes longer than `D` (1s at most to prove the cluster secret); 0: 5s")
 	framedInFlight := f.Int("framed-max-in-flight", defaults.FramedMaxInFlight, "framed: at most `N` requests unanswered per connection (extends and releases aside); the Go client keeps to 1024")
 	framedPriority := f.Int("framed-max-priority-in-flight", defaults.FramedMaxPriorityInFlight, "framed: at most `N` extends and releases unanswered per connection, a budget of their own")
 	framedPending := f.Int64("framed-max-pending-bytes", defaults.FramedMaxPendingAnswerBytes, "framed: stop reading a connection with more than `BYTES` of answers waiting to be written")
@@ -99,6 +117,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	framedUnauthIdle := f.Duration("framed-unauthenticated-idle-timeout", framing.DefaultUnauthenticatedIdleTimeout, "framed, ACLs on: close a connection that has not authenticated and sends nothing for `D`")
 	framedStall := f.Duration("framed-stall-timeout", framing.DefaultStallTimeout, "framed: close a connection whose frame, once begun, brings no byte for `D`")
 	framedBufferedAddr := f.Int64("framed-max-buffered-per-address", framing.DefaultMaxBufferedPerAddr, "framed: at most `BYTES` of frames being read over one remote address's connections")
+	headerBudgetAddr := f.Int64("header-budget-per-address", server.DefaultHeaderBudgetPerAddr, "HTTP: at most `BYTES` of request headers being read (past each request's first 4 KiB) over one remote address's connections")
+	headerBudget := f.Int64("header-budget", server.DefaultHeaderBudget, "HTTP: at most `BYTES` of request headers being read (past each request's first 4 KiB) over all connections")
 	maxWaitersKey := f.Int("max-waiters-per-key", defaults.MaxWaitersPerKey, "at most `N` waiting acquires queued on one key; -1: no cap")
 	f.Env("max-waiters-per-key", "FENCELOCK_MAX_WAITERS_PER_KEY")
 	maxWaiters := f.Int("max-waiters", defaults.MaxWaiters, "at most `N` waiting acquires queued in all; -1: no cap")
@@ -116,6 +136,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("max-locks-per-principal", "FENCELOCK_MAX_LOCKS_PER_PRINCIPAL")
 	quotaWaiters := f.Int("max-waiters-per-principal", defaults.MaxWaitersPerPrincipal, "with ACLs, at most `N` queue places of one principal; -1: no quota")
 	f.Env("max-waiters-per-principal", "FENCELOCK_MAX_WAITERS_PER_PRINCIPAL")
+	quotaKeyWaiters := f.Int("max-waiters-per-key-per-principal", 0, "with ACLs, at most `N` places of one principal in one key's wait queue; 0: a quarter of --max-waiters-per-key; -1: no quota")
 	heartbeat := f.String("heartbeat-timeout", defaults.HeartbeatTimeout.String(),
 		"raft: a follower that hears no leader for this long (`D`, randomized up to twice it) starts an election")
 	f.Env("heartbeat-timeout", "FENCELOCK_HEARTBEAT_TIMEOUT")
@@ -127,6 +148,11 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	f.Env("leader-lease-timeout", "FENCELOCK_LEADER_LEASE_TIMEOUT")
 	var allowedHosts ruleList // repeatable, like acl's --rule
 	f.Var(&allowedHosts, "allowed-host", "a `NAME` HTTP requests may carry as Host besides the --listen and --advertise hosts, localhost, IP addresses and the certificate's names; repeat for more; \"*\": any")
+	secretFile := f.String("cluster-secret-file", "", "`FILE` (mode 0600) holding the cluster secret ('fencelock cluster secret'), which raft peers prove; needed with --raft unless peer TLS")
+	f.Env("cluster-secret-file", "FENCELOCK_CLUSTER_SECRET_FILE")
+	prevSecretFile := f.String("cluster-secret-previous-file", "", "`FILE` (mode 0600) holding the former cluster secret, accepted from peers too while a rotation is rolled out")
+	f.Env("cluster-secret-previous-file", "FENCELOCK_CLUSTER_SECRET_PREVIOUS_FILE")
+	insecureRaft := f.Bool("insecure-raft", false, "allow --raft with neither a cluster secret nor peer TLS: any process that reaches the raft port can forge the cluster's log")
 	tlsFlags := addServerTLSFlags(f)
 	authToken := authTokenFlag(f) // this node's own calls (announce, join)
 	pos, err := f.parse(args)
@@ -175,6 +201,9 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if *framedUnauthFrame < 64 || *framedUnauthIdle <= 0 || *framedStall <= 0 || *framedBufferedAddr < framing.MaxRequestFrame {
 		return usageError("--framed-max-unauthenticated-frame must be >= 64, --framed-unauthenticated-idle-timeout and --framed-stall-timeout > 0, --framed-max-buffered-per-address >= %d (one request)", framing.MaxRequestFrame)
 	}
+	if *headerBudgetAddr < 64<<10 || *headerBudget < 64<<10 {
+		return usageError("--header-budget-per-address and --header-budget must be >= 65536 (one request's largest headers)")
+	}
 	if *maxRaftConns < 0 || *maxRaftHandshakes < 0 || *raftHandshake < 0 {
 		return usageError("--max-raft-connections, --max-raft-handshakes and --raft-handshake-timeout must be >= 0")
 	}
@@ -202,8 +231,15 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	if err := tlsFlags.check(*raftAddr != ""); err != nil {
+	secrets, err := readClusterSecrets(*secretFile, *prevSecretFile, *insecureRaft)
+	if err != nil {
 		return err
+	}
+	if err := tlsFlags.check(*raftAddr != "" && secrets.current == nil); err != nil {
+		return err
+	}
+	if *raftAddr != "" && secrets.current == nil && *tlsFlags.ca == "" && !*insecureRaft {
+		return usageError("--raft needs a credential: give every node the same --cluster-secret-file FILE ('fencelock cluster secret' makes one) or peer TLS (--ca), or --insecure-raft to open the raft port to anyone who reaches it")
 	}
 	var handler slog.Handler = slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})
 	if *logFormat == "json" {
@@ -270,10 +306,13 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		FramedIdleTimeout: *framedIdle, MaxWaitersPerKey: *maxWaitersKey, MaxWaiters: *maxWaiters,
 		WatchHistory: *watchHistory, WatchMaxWatchers: *maxWatchers, WatchMaxPerCaller: *maxWatchersCaller,
 		MaxSessionsPerPrincipal: *quotaSessions, MaxLocksPerPrincipal: *quotaLocks, MaxWaitersPerPrincipal: *quotaWaiters,
-		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure, AuthToken: *authToken}
+		TLS: tlsFlags.files(), Insecure: *tlsFlags.insecure, AuthToken: *authToken,
+		ClusterSecret: secrets.current, PreviousClusterSecret: secrets.previous, InsecureRaft: *insecureRaft}
 	cfg.MaxRaftConnections, cfg.MaxRaftHandshakes, cfg.RaftHandshakeTimeout = *maxRaftConns, *maxRaftHandshakes, *raftHandshake
 	cfg.FramedMaxUnauthenticatedFrame, cfg.FramedUnauthenticatedIdleTimeout = *framedUnauthFrame, *framedUnauthIdle
 	cfg.FramedStallTimeout, cfg.FramedMaxBufferedPerAddr = *framedStall, *framedBufferedAddr
+	cfg.HeaderBudgetPerAddr, cfg.HeaderBudget = *headerBudgetAddr, *headerBudget
+	cfg.MaxWaitersPerKeyPerPrincipal = *quotaKeyWaiters
 	// The --listen host is a name of this server too (the advertised one
 	// is Config.ClientAddr).
 	if h, _, err := net.SplitHostPort(*listen); err == nil && h != "" {
@@ -292,7 +331,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	// it has caught up: both are asked again until it is a voter. Each
 	// attempt is short, so that a target nobody answers at is said in the
 	// log and on /readyz, then tried again after a back-off.
-	status := &service.JoinStatus{}
+	status := &membership.JoinStatus{}
 	status.Set("asking %s to add this node to the cluster", *join)
 	cfg.Joining = status
 	jctx, cancel := context.WithCancel(ctx)
@@ -353,6 +392,36 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	cancel()
 	<-joined
 	return err
+}
+
+type clusterSecrets struct{ current, previous *clustersecret.Secret }
+
+// readClusterSecrets reads the secret files named (once, at start); an
+// error is one line naming the flag and the file.
+func readClusterSecrets(file, previous string, insecureRaft bool) (clusterSecrets, error) {
+	var out clusterSecrets
+	switch {
+	case file == "" && previous != "":
+		return out, usageError("--cluster-secret-previous-file needs --cluster-secret-file: the previous secret is accepted besides the current one")
+	case file != "" && insecureRaft:
+		return out, usageError("--insecure-raft and --cluster-secret-file exclude each other")
+	case file == "":
+		return out, nil
+	}
+	for _, f := range []struct {
+		flag, file string
+		dst        **clustersecret.Secret
+	}{{"--cluster-secret-file", file, &out.current}, {"--cluster-secret-previous-file", previous, &out.previous}} {
+		if f.file == "" {
+			continue
+		}
+		s, err := clustersecret.ReadFile(f.file)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", f.flag, err)
+		}
+		*f.dst = &s
+	}
+	return out, nil
 }
 
 // joinBackoff is the wait between join attempts: 1s, doubling, at most

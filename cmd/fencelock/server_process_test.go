@@ -70,7 +70,7 @@ func startProcVia(t *testing.T, dir string, env, via []string, args ...string) *
 	argv := append(append(append([]string{}, via...), fencelockBinary(t), "server"), args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Dir = dir
-	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Env = append(os.Environ(), withClusterSecret(env, args)...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -91,6 +91,23 @@ func startProcVia(t *testing.T, dir string, env, via []string, args ...string) *
 		}
 	})
 	return p
+}
+
+// withClusterSecret adds the tests' cluster secret to the environment of
+// a server started with args, unless env or args say otherwise (a secret
+// of their own, none, or --insecure-raft).
+func withClusterSecret(env, args []string) []string {
+	for _, v := range env {
+		if strings.HasPrefix(v, "FENCELOCK_CLUSTER_SECRET_FILE=") {
+			return env
+		}
+	}
+	for _, a := range args {
+		if strings.HasPrefix(a, "--cluster-secret-file") || strings.HasPrefix(a, "--insecure-raft") {
+			return env
+		}
+	}
+	return append(append([]string{}, env...), "FENCELOCK_CLUSTER_SECRET_FILE="+testSecretFile)
 }
 
 func (p *proc) waitReady(addr string) {
@@ -486,7 +503,7 @@ func TestBenchAgainstProcess(t *testing.T) {
 	p := startProc(t, dir, nil, "--listen", addr, "--data", filepath.Join(dir, "data"))
 	p.waitReady(addr)
 	for _, mode := range []string{"uncontended", "contended"} {
-		out, err := exec.Command(fencelockBinary(t), "bench", "--addr", addr, "--mode", mode, "--clients", "4", "--duration", "300ms").Output()
+		out, err := exec.Command(fencelockBinary(t), "bench", "--addr", addr, "--mode", mode, "--clients", "4", "--duration", "2s").Output() // long enough for a cycle to complete on a loaded machine
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", mode, err, out)
 		}

@@ -27,7 +27,7 @@ func TestServerTLSUsageErrors(t *testing.T) {
 func TestServerWithoutTLSRefusesANonLoopbackAddress(t *testing.T) {
 	for _, args := range [][]string{
 		{"--listen", "0.0.0.0:0"},
-		{"--listen", "127.0.0.1:0", "--raft", "0.0.0.0:0"},
+		{"--listen", "127.0.0.1:0", "--raft", "0.0.0.0:0", "--insecure-raft"},
 	} {
 		args = append([]string{"server", "--data", t.TempDir()}, args...)
 		code, _, errs := runClientCLI(t, nil, args...)

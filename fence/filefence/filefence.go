@@ -88,7 +88,10 @@ type Fence struct {
 
 type resource struct {
 	lock *ctxlock.Mutex // held across the check and the effect
-	mark Mark           // guarded by lock
+	// mu guards mark for a reader that must not wait for lock (a
+	// verification's first step); it changes holding both.
+	mu   sync.Mutex
+	mark Mark
 }
 
 var _ fence.Fence = (*Fence)(nil)
@@ -116,11 +119,16 @@ func withCompactMin(n int) Option { return func(o *options) { o.compactMin = n }
 
 // Open loads the marks in dir (creating dir if needed) and locks it for this
 // process. No marks is an empty fence; damaged ones are an error wrapping
-// ErrCorrupt, another process's directory one wrapping ErrLocked.
+// ErrCorrupt, another process's directory one wrapping ErrLocked; a
+// verification that binds no resource (fence.Verification.Validate) is an
+// error too.
 func Open(dir string, opts ...Option) (*Fence, error) {
 	o := options{clock: clock.System{}, compactMin: defaultCompactMin}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := o.verify.Validate(); err != nil {
+		return nil, fmt.Errorf("filefence: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("filefence: %w", err)
@@ -175,9 +183,24 @@ func (r *resource) acquire(ctx context.Context) error { return r.lock.Lock(ctx) 
 
 func (r *resource) release() { r.lock.Unlock() }
 
+// peek is r's mark without waiting for r's lock.
+func (r *resource) peek() Mark {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mark
+}
+
+func (r *resource) set(m Mark) {
+	r.mu.Lock()
+	r.mark = m
+	r.mu.Unlock()
+}
+
 // Admit implements fence.Fence. A token above the mark is verified (with
-// WithVerification) and written to disk (fsynced) before effect runs; if
-// either fails, effect does not run and Admit returns the error. An equal
+// WithVerification, before the resource is locked: the current holder
+// never waits for the lock service) and written to disk (fsynced) before
+// effect runs; if either fails, effect does not run and Admit returns the
+// error. An equal
 // token needs no write. Admit is AdmitWrite.
 func (f *Fence) Admit(ctx context.Context, name string, token uint64, effect func(context.Context) error) error {
 	return f.admit(ctx, name, token, true, effect)
@@ -208,20 +231,51 @@ func (f *Fence) admit(ctx context.Context, name string, token uint64, write bool
 		return errClosed
 	}
 	r := f.get(name)
-	if err := r.acquire(ctx); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		// The lock service is asked before the resource is locked: the
+		// current holder never waits for it (fence.Verification).
+		var pre fence.Verified
+		if f.verify != nil {
+			m := r.peek()
+			if err := stale(name, token, write, m); err != nil {
+				return err
+			}
+			var err error
+			if pre, err = f.verify.Ask(ctx, name, token, m.Highest, m.Key); err != nil {
+				return err
+			}
+		}
+		if err := r.acquire(ctx); err != nil {
+			return err
+		}
+		err, again := f.admitLocked(ctx, r, name, token, write, pre, effect)
+		r.release()
+		if !again || attempt == fence.MaxReverify {
+			return err
+		}
 	}
-	defer r.release()
-	m := r.mark
+}
+
+func stale(name string, token uint64, write bool, m Mark) error {
 	switch {
 	case write && token < m.Highest:
 		return &fence.StaleTokenError{Resource: name, Token: token, Highest: m.Highest}
 	case !write && token < m.LastWrite:
 		return &fence.StaleTokenError{Resource: name, Token: token, Highest: m.LastWrite}
 	}
-	key, err := f.verify.Check(ctx, name, token, m.Highest, m.Key)
+	return nil
+}
+
+// admitLocked is admit holding r: again when the verification must be
+// asked again.
+func (f *Fence) admitLocked(ctx context.Context, r *resource, name string, token uint64, write bool, pre fence.Verified, effect func(context.Context) error) (err error, again bool) {
+	m := r.mark
+	if err := stale(name, token, write, m); err != nil {
+		return err, false
+	}
+	key, err := f.verify.Confirm(ctx, name, token, m.Highest, m.Key, pre)
 	if err != nil {
-		return err
+		return err, errors.Is(err, fence.ErrReverify)
 	}
 	next := Mark{Resource: name, Highest: max(m.Highest, token), LastWrite: m.LastWrite, Key: key, Raised: m.Raised}
 	if write {
@@ -230,14 +284,14 @@ func (f *Fence) admit(ctx context.Context, name string, token uint64, write bool
 	if next.Highest != m.Highest || next.LastWrite != m.LastWrite || next.Key != m.Key {
 		next.Raised = f.clock.Now()
 		if err := f.persist(next); err != nil {
-			return err
+			return err, false
 		}
-		r.mark = next
+		r.set(next)
 	}
 	if effect == nil {
-		return nil
+		return nil, false
 	}
-	return effect(ctx)
+	return effect(ctx), false
 }
 
 // Highest is the highest token honoured on resource (0 if none).
@@ -290,6 +344,6 @@ func (f *Fence) Reset(ctx context.Context, name string, to uint64) (Mark, error)
 	if err := f.persist(next); err != nil {
 		return before, err
 	}
-	r.mark = next
+	r.set(next)
 	return before, nil
 }

@@ -106,7 +106,7 @@ func TestCompaction(t *testing.T) {
 func TestMarksAndReset(t *testing.T) {
 	dir := t.TempDir()
 	clk := clock.NewFake(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
-	v := &fence.Verification{Verifier: allow{}}
+	v := &fence.Verification{Verifier: allow{}, BindOnFirstUse: true}
 	f, err := Open(dir, WithClock(clk), WithVerification(v))
 	if err != nil {
 		t.Fatal(err)

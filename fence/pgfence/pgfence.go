@@ -36,10 +36,13 @@
 // $2: readers do not stale each other, a reader from before the last
 // write is refused, a writer must be at least every reader admitted.
 //
-// A verifying fence (WithVerification, CheckVerified) first reads the row
-// with SELECT ... FOR UPDATE, so the row lock is held while it asks the
-// lock service about a token above the mark, and records the lock key the
-// token came for.
+// A verifying fence (WithVerification, CheckVerified) reads the row
+// without locking it and asks the lock service about a token above the
+// mark then (Fence.Do before it begins its transaction), so that no
+// transaction waits for the service behind the row's lock; it then reads
+// the row again with SELECT ... FOR UPDATE, confirms
+// (fence.Verification.Confirm), and records the lock key the token came
+// for.
 //
 // Why there is no read-then-write race, at READ COMMITTED and SERIALIZABLE:
 // the comparison is not a SELECT followed by a write but the WHERE clause of
@@ -74,6 +77,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/fencelock/fencelock/fence"
 	"github.com/jackc/pgx/v5"
@@ -122,16 +126,27 @@ func UpgradeDDL(table string) string {
 		" ADD COLUMN IF NOT EXISTS write_token bigint, ADD COLUMN IF NOT EXISTS lock_key text, ADD COLUMN IF NOT EXISTS raised_at timestamptz NOT NULL DEFAULT now()"
 }
 
+// ResetsDDL is the table CreateTable makes beside the fence table (its
+// name with _resets): one row per reset (Fence.Reset, `fencelock fence
+// reset --sql`), when, by whom, why, and the marks before and after
+// (token_after 0: the resource was forgotten).
+func ResetsDDL(table string) string {
+	return "CREATE TABLE IF NOT EXISTS " + ident(table+"_resets") +
+		" (at timestamptz NOT NULL DEFAULT now(), os_user text NOT NULL, reason text NOT NULL, resource text NOT NULL," +
+		" token_before bigint NOT NULL, write_token_before bigint NOT NULL, token_after bigint NOT NULL, write_token_after bigint NOT NULL, lock_key text)"
+}
+
 // MarksSQL lists a fence table's marks: what `fencelock fence marks` shows
 // of a file fence.
 func MarksSQL(table string) string {
 	return "SELECT resource, token, COALESCE(write_token, token) AS write_token, lock_key, raised_at FROM " + ident(table) + " ORDER BY resource"
 }
 
-// CreateTable creates the fence table if it does not exist, and adds the
-// columns of this version to one made by an older one (idempotent).
+// CreateTable creates the fence table if it does not exist, adds the
+// columns of this version to one made by an older one, and creates the
+// table of its resets (ResetsDDL); idempotent.
 func CreateTable(ctx context.Context, q Querier, table string) error {
-	for _, stmt := range []string{TableDDL(table), UpgradeDDL(table)} {
+	for _, stmt := range []string{TableDDL(table), UpgradeDDL(table), ResetsDDL(table)} {
 		if _, err := q.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("pgfence: create table %s: %w", table, err)
 		}
@@ -197,8 +212,11 @@ func Check(ctx context.Context, tx Querier, table, resource string, token uint64
 
 // CheckVerified is Check with v's verification (fence.Verification): a
 // token that would raise the mark is confirmed with the lock service
-// first, while tx holds the fence row's lock, and the lock key it came for
-// is recorded in lock_key. A nil v is Check.
+// first, after a read of the fence row that locks nothing, and the lock
+// key it came for is recorded in lock_key. Call it first in tx, before tx
+// takes locks of its own: tx waits for the lock service while it is asked.
+// The answer fence.ErrReverify (the row was reset meanwhile) means: roll
+// tx back and run it again. A nil v is Check.
 func CheckVerified(ctx context.Context, tx Querier, v *fence.Verification, table, resource string, token uint64) error {
 	return check(ctx, tx, v, table, resource, token, true)
 }
@@ -221,21 +239,71 @@ func check(ctx context.Context, tx Querier, v *fence.Verification, table, resour
 	if err := checkToken(token); err != nil {
 		return err
 	}
+	var pre fence.Verified
+	if v != nil {
+		// Read without locking the row; ask; then lock it and confirm.
+		var err error
+		if pre, err = ask(ctx, tx, v, table, resource, token, write); err != nil {
+			return err
+		}
+	}
+	return admitChecked(ctx, tx, v, pre, table, resource, token, write)
+}
+
+// stored is resource's row as q sees it (0, 0, "" for none), locked
+// FOR UPDATE when lock.
+func stored(ctx context.Context, q Querier, table, resource string, lock bool) (highest, last uint64, bound string, err error) {
+	stmt := storedSQL(table)
+	if lock {
+		stmt = lockedSQL(table)
+	}
+	var h, l int64
+	err = q.QueryRow(ctx, stmt, resource).Scan(&h, &l, &bound)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, "", nil
+	}
+	if err != nil {
+		return 0, 0, "", checkError(table, resource, err)
+	}
+	return uint64(h), uint64(l), bound, nil
+}
+
+func stale(resource string, token uint64, write bool, highest, last uint64) error {
+	switch {
+	case write && highest > token:
+		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: highest}
+	case !write && last > token:
+		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: last}
+	}
+	return nil
+}
+
+// ask is a verification's first step: the row read through q without
+// locking it, a stale token refused, the lock service asked.
+func ask(ctx context.Context, q Querier, v *fence.Verification, table, resource string, token uint64, write bool) (fence.Verified, error) {
+	highest, last, bound, err := stored(ctx, q, table, resource, false)
+	if err != nil {
+		return fence.Verified{}, err
+	}
+	if err := stale(resource, token, write, highest, last); err != nil {
+		return fence.Verified{}, err
+	}
+	return v.Ask(ctx, resource, token, highest, bound)
+}
+
+// admitChecked raises the mark in tx: verifying, it locks the row FOR
+// UPDATE, refuses a stale token and confirms Ask's answer (pre) first.
+func admitChecked(ctx context.Context, tx Querier, v *fence.Verification, pre fence.Verified, table, resource string, token uint64, write bool) error {
 	var key string
 	if v != nil {
-		var highest, last int64
-		var bound string
-		err := tx.QueryRow(ctx, lockedSQL(table), resource).Scan(&highest, &last, &bound)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return checkError(table, resource, err)
+		highest, last, bound, err := stored(ctx, tx, table, resource, true)
+		if err != nil {
+			return err
 		}
-		switch {
-		case write && uint64(highest) > token:
-			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
-		case !write && uint64(last) > token:
-			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(last)}
+		if err := stale(resource, token, write, highest, last); err != nil {
+			return err
 		}
-		if key, err = v.Check(ctx, resource, token, uint64(highest), bound); err != nil {
+		if key, err = v.Confirm(ctx, resource, token, highest, bound, pre); err != nil {
 			return err
 		}
 	}
@@ -251,15 +319,15 @@ func check(ctx context.Context, tx Querier, v *fence.Verification, table, resour
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return checkError(table, resource, err)
 	}
-	var stored, last int64
+	var storedTok, last int64
 	var bound string
-	if err := tx.QueryRow(ctx, storedSQL(table), resource).Scan(&stored, &last, &bound); err != nil {
+	if err := tx.QueryRow(ctx, storedSQL(table), resource).Scan(&storedTok, &last, &bound); err != nil {
 		return fmt.Errorf("pgfence: token %d for %q refused, and reading the stored token failed: %w", token, resource, err)
 	}
 	if !write {
-		stored = last
+		storedTok = last
 	}
-	return refusal(resource, token, key, uint64(stored), bound)
+	return refusal(resource, token, key, uint64(storedTok), bound)
 }
 
 func checkError(table, resource string, err error) error {
@@ -356,13 +424,57 @@ func (f *Fence) DoRead(ctx context.Context, resource string, token uint64, fn fu
 	return f.do(ctx, resource, token, false, fn)
 }
 
-func (f *Fence) do(ctx context.Context, resource string, token uint64, write bool, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+func (f *Fence) do(ctx context.Context, resource string, token uint64, write bool, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if err := checkToken(token); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// The lock service is asked before the transaction begins: nobody
+		// waits for it behind the fence row's lock (fence.Verification).
+		var pre fence.Verified
+		if f.verify != nil {
+			var err error
+			if pre, err = f.ask(ctx, resource, token, write); err != nil {
+				if ctx.Err() != nil && !isRefusal(err) {
+					return ctx.Err()
+				}
+				return err
+			}
+		}
+		err := f.doTx(ctx, resource, token, write, pre, fn)
+		if !errors.Is(err, fence.ErrReverify) || attempt == fence.MaxReverify {
+			return err
+		}
 	}
+}
+
+// ask reads the fence row outside any transaction of the fence's (on
+// the pool when it can query, else in a transaction of its own that
+// ends before the question) and asks the lock service.
+func (f *Fence) ask(ctx context.Context, resource string, token uint64, write bool) (fence.Verified, error) {
+	if q, ok := f.db.(Querier); ok {
+		return ask(ctx, q, f.verify, f.table, resource, token, write)
+	}
+	tx, err := f.db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fence.Verified{}, fmt.Errorf("pgfence: begin: %w", err)
+	}
+	highest, last, bound, err := stored(ctx, tx, f.table, resource, false)
+	_ = tx.Rollback(context.WithoutCancel(ctx))
+	if err != nil {
+		return fence.Verified{}, err
+	}
+	if err := stale(resource, token, write, highest, last); err != nil {
+		return fence.Verified{}, err
+	}
+	return f.verify.Ask(ctx, resource, token, highest, bound)
+}
+
+// doTx is one transaction of do.
+func (f *Fence) doTx(ctx context.Context, resource string, token uint64, write bool, pre fence.Verified, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	tx, err := f.db.BeginTx(ctx, f.opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -376,7 +488,7 @@ func (f *Fence) do(ctx context.Context, resource string, token uint64, write boo
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := check(ctx, tx, f.verify, f.table, resource, token, write); err != nil {
+	if err := admitChecked(ctx, tx, f.verify, pre, f.table, resource, token, write); err != nil {
 		if ctx.Err() != nil && !isRefusal(err) {
 			return ctx.Err()
 		}
@@ -406,7 +518,7 @@ func (f *Fence) do(ctx context.Context, resource string, token uint64, write boo
 // isRefusal: the fence said no (as opposed to failing to answer).
 func isRefusal(err error) bool {
 	return errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrUnverifiedToken) ||
-		errors.Is(err, fence.ErrWrongKey) || errors.Is(err, fence.ErrNoKey)
+		errors.Is(err, fence.ErrWrongKey) || errors.Is(err, fence.ErrNoKey) || errors.Is(err, fence.ErrUnbound)
 }
 
 type txKey struct{}
@@ -521,4 +633,63 @@ func (r Row) refusal(key any, token uint64, stored int64, err, noRows error) err
 		return fmt.Errorf("pgfence: %s %v changed concurrently; retry", r.Table, key)
 	}
 	return &fence.StaleTokenError{Resource: fmt.Sprintf("%s/%v", r.Table, key), Token: token, Highest: uint64(stored)}
+}
+
+// Mark is one row of a fence table.
+type Mark struct {
+	Resource  string
+	Token     uint64 // the highest token admitted, reads included
+	LastWrite uint64 // the last write's token
+	Key       string // the lock key it is bound to ("" none)
+	Raised    time.Time
+}
+
+// ResetsTable is the table Reset records in.
+func (f *Fence) ResetsTable() string { return f.table + "_resets" }
+
+// Reset mends one mark (fence.ResetRequest: lowered only, unless
+// r.Raise) and records it in ResetsTable, in one transaction that holds
+// the fence row's lock: both or neither. It answers the mark as it was.
+// A resource with no mark is fence.ErrNoMark; a raise not asked for,
+// fence.ErrResetRaises.
+func (f *Fence) Reset(ctx context.Context, r fence.ResetRequest) (Mark, error) {
+	if r.To > math.MaxInt64 {
+		return Mark{}, fmt.Errorf("pgfence: token %d does not fit a bigint", r.To)
+	}
+	tx, err := f.db.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return Mark{}, fmt.Errorf("pgfence: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	t := ident(f.table)
+	m := Mark{Resource: r.Resource}
+	var tok, last int64
+	err = tx.QueryRow(ctx, "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, ''), raised_at FROM "+t+" WHERE resource = $1 FOR UPDATE", r.Resource).Scan(&tok, &last, &m.Key, &m.Raised)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Mark{}, fmt.Errorf("%w %q in %s", fence.ErrNoMark, r.Resource, f.table)
+	}
+	if err != nil {
+		return Mark{}, checkError(f.table, r.Resource, err)
+	}
+	m.Token, m.LastWrite = uint64(tok), uint64(last)
+	if err := r.Check(m.Token); err != nil {
+		return m, err
+	}
+	after := min(r.To, m.LastWrite)
+	if r.To == 0 {
+		_, err = tx.Exec(ctx, "DELETE FROM "+t+" WHERE resource = $1", r.Resource)
+	} else {
+		_, err = tx.Exec(ctx, "UPDATE "+t+" SET token = $1, write_token = $2, raised_at = now() WHERE resource = $3", int64(r.To), int64(after), r.Resource)
+	}
+	if err != nil {
+		return m, fmt.Errorf("pgfence: resetting %q: %w", r.Resource, err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+ident(f.ResetsTable())+" (os_user, reason, resource, token_before, write_token_before, token_after, write_token_after, lock_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+		r.User, r.Reason, r.Resource, tok, last, int64(r.To), int64(after), nullKey(m.Key)); err != nil {
+		return m, fmt.Errorf("pgfence: recording the reset of %q in %s (run pgfence.CreateTable, or ResetsDDL, once): %w", r.Resource, f.ResetsTable(), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return m, fmt.Errorf("pgfence: commit: %w", err)
+	}
+	return m, nil
 }

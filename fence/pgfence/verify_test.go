@@ -147,7 +147,7 @@ func TestCreateTableUpgradesAnOldTable(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d marks", n)
 	}
-	// Mending one mark by hand, as docs/OPERATIONS.md shows.
+	// Mending one mark by hand (fence reset --sql is the recorded way).
 	mustExec(t, pool, `UPDATE old SET token = 7, write_token = 7 WHERE resource = 'acct'`)
 	if err := f.AdmitRead(ctx, "acct", 7, nil); err != nil {
 		t.Fatalf("a read with token 7 after the marks were set to 7: %v", err)

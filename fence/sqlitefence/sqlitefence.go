@@ -48,10 +48,12 @@
 // each other, a reader from before the last write is refused, and a
 // writer must be at least every reader admitted.
 //
-// A verifying fence (WithVerification) reads the row after BEGIN
-// IMMEDIATE, asks the lock service about a token above the mark while it
-// holds the write lock, and stores the key in lock_key (?3; NULL when not
-// verifying, which keeps the key stored).
+// A verifying fence (WithVerification) reads the row before BEGIN
+// IMMEDIATE and asks the lock service about a token above the mark then,
+// holding nothing (so no writer of the database waits for the service,
+// nor gets SQLITE_BUSY because of it); after BEGIN IMMEDIATE it reads the
+// row again, confirms (fence.Verification.Confirm) and stores the key in
+// lock_key (?3; NULL when not verifying, which keeps the key stored).
 //
 // SQLite's INTEGER is a signed 64-bit number; a token above 2^63-1 is
 // refused with an error (fencelock issues tokens from 1 upwards).
@@ -83,6 +85,21 @@ const DDL = `CREATE TABLE IF NOT EXISTS %s (
     write_token INTEGER,
     lock_key    TEXT,
     raised_ms   INTEGER
+)`
+
+// ResetsDDL is the table CreateTable makes beside the fence table %s (its
+// name with _resets): one row per reset (Reset, `fencelock fence reset
+// --sql`), when, by whom, why, and the marks before and after.
+const ResetsDDL = `CREATE TABLE IF NOT EXISTS %s_resets (
+    at_ms              INTEGER NOT NULL,
+    os_user            TEXT    NOT NULL,
+    reason             TEXT    NOT NULL,
+    resource           TEXT    NOT NULL,
+    token_before       INTEGER NOT NULL,
+    write_token_before INTEGER NOT NULL,
+    token_after        INTEGER NOT NULL,  -- 0: the resource was forgotten
+    write_token_after  INTEGER NOT NULL,
+    lock_key           TEXT               -- the key it was bound to
 )`
 
 // MarksSQL lists the marks of the table %s: what ` + "`fencelock fence marks`" + `
@@ -147,6 +164,9 @@ func New(db *sql.DB, table string, opts ...Option) (*Fence, error) {
 	for _, o := range opts {
 		o(f)
 	}
+	if err := f.verify.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlitefence: %w", err)
+	}
 	return f, nil
 }
 
@@ -162,11 +182,14 @@ func Open(path string) (*sql.DB, error) {
 	return db, nil
 }
 
-// CreateTable creates the fence table if it is not there (DDL), and adds
-// to one made by an older version the columns it lacks.
+// CreateTable creates the fence table if it is not there (DDL) and the
+// table of its resets (ResetsDDL), and adds to a fence table made by an
+// older version the columns it lacks.
 func (f *Fence) CreateTable(ctx context.Context) error {
-	if _, err := f.db.ExecContext(ctx, fmt.Sprintf(DDL, f.table)); err != nil {
-		return fmt.Errorf("sqlitefence: creating %s: %w", f.table, err)
+	for _, ddl := range []string{DDL, ResetsDDL} {
+		if _, err := f.db.ExecContext(ctx, fmt.Sprintf(ddl, f.table)); err != nil {
+			return fmt.Errorf("sqlitefence: creating %s: %w", f.table, err)
+		}
 	}
 	have := map[string]bool{}
 	rows, err := f.db.QueryContext(ctx, "SELECT name FROM pragma_table_info(?)", f.table)
@@ -281,13 +304,74 @@ func (f *Fence) AdmitReadTx(ctx context.Context, resource string, token uint64, 
 
 var _ fence.RWFence = (*Fence)(nil)
 
-func (f *Fence) admit(ctx context.Context, resource string, token uint64, write bool, effect func(context.Context, Tx) error) (err error) {
+func (f *Fence) admit(ctx context.Context, resource string, token uint64, write bool, effect func(context.Context, Tx) error) error {
 	if token == 0 {
 		return fence.ErrMissingToken
 	}
 	if token > math.MaxInt64 {
 		return fmt.Errorf("sqlitefence: token %d does not fit SQLite's INTEGER", token)
 	}
+	for attempt := 1; ; attempt++ {
+		// The lock service is asked before BEGIN IMMEDIATE: nobody waits
+		// for it behind SQLite's write lock (fence.Verification).
+		var pre fence.Verified
+		if f.verify != nil {
+			highest, last, bound, err := f.read(ctx, f.db, resource)
+			if err != nil {
+				return err
+			}
+			if err := stale(resource, token, write, highest, last); err != nil {
+				return err
+			}
+			if pre, err = f.verify.Ask(ctx, resource, token, highest, bound); err != nil {
+				return err
+			}
+		}
+		err := f.admitTx(ctx, resource, token, write, pre, effect)
+		if !errors.Is(err, fence.ErrReverify) || attempt == fence.MaxReverify {
+			return err
+		}
+	}
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// read is resource's marks and binding as q sees them (0, 0, "" for none).
+func (f *Fence) read(ctx context.Context, q querier, resource string) (highest, last uint64, bound string, err error) {
+	var h, l int64
+	err = q.QueryRowContext(ctx, "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, '') FROM "+f.table+" WHERE resource = ?", resource).Scan(&h, &l, &bound)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, "", nil
+	}
+	if err != nil {
+		return 0, 0, "", f.explain(fmt.Errorf("sqlitefence: reading the mark of %q: %w", resource, err))
+	}
+	return uint64(h), uint64(l), bound, nil
+}
+
+func stale(resource string, token uint64, write bool, highest, last uint64) error {
+	switch {
+	case write && highest > token:
+		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: highest}
+	case !write && last > token:
+		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: last}
+	}
+	return nil
+}
+
+// explain adds to a "no such column" error that the table is an old one.
+func (f *Fence) explain(err error) error {
+	if strings.Contains(err.Error(), "no such column") || strings.Contains(err.Error(), "has no column") {
+		return fmt.Errorf("%w (the table %s is from an older sqlitefence: run CreateTable once)", err, f.table)
+	}
+	return err
+}
+
+// admitTx is one transaction of admit: the mark checked, confirmed and
+// raised, and effect run, under SQLite's write lock.
+func (f *Fence) admitTx(ctx context.Context, resource string, token uint64, write bool, pre fence.Verified, effect func(context.Context, Tx) error) (err error) {
 	conn, err := f.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlitefence: %w", err)
@@ -306,19 +390,14 @@ func (f *Fence) admit(ctx context.Context, resource string, token uint64, write 
 	t := f.table
 	var key string
 	if f.verify != nil {
-		var highest, last int64
-		var bound string
-		err := conn.QueryRowContext(ctx, "SELECT token, COALESCE(write_token, token), COALESCE(lock_key, '') FROM "+t+" WHERE resource = ?", resource).Scan(&highest, &last, &bound)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sqlitefence: reading the mark of %q: %w", resource, err)
+		highest, last, bound, err := f.read(ctx, conn, resource)
+		if err != nil {
+			return err
 		}
-		switch {
-		case write && uint64(highest) > token:
-			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
-		case !write && uint64(last) > token:
-			return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(last)}
+		if err := stale(resource, token, write, highest, last); err != nil {
+			return err
 		}
-		if key, err = f.verify.Check(ctx, resource, token, uint64(highest), bound); err != nil {
+		if key, err = f.verify.Confirm(ctx, resource, token, highest, bound, pre); err != nil {
 			return err
 		}
 	}
@@ -355,10 +434,7 @@ func (f *Fence) admit(ctx context.Context, resource string, token uint64, write 
 		return &fence.StaleTokenError{Resource: resource, Token: token, Highest: uint64(highest)}
 	}
 	if err != nil {
-		if strings.Contains(err.Error(), "no such column") || strings.Contains(err.Error(), "has no column") {
-			return fmt.Errorf("sqlitefence: raising the mark of %q: %w (the table %s is from an older sqlitefence: run CreateTable once)", resource, err, f.table)
-		}
-		return fmt.Errorf("sqlitefence: raising the mark of %q: %w", resource, err)
+		return f.explain(fmt.Errorf("sqlitefence: raising the mark of %q: %w", resource, err))
 	}
 	var effectErr error
 	if effect != nil {
@@ -383,4 +459,69 @@ func (f *Fence) admit(ctx context.Context, resource string, token uint64, write 
 	}
 	open = false
 	return effectErr
+}
+
+// ResetsTable is the table Reset records in.
+func (f *Fence) ResetsTable() string { return f.table + "_resets" }
+
+// Reset mends one mark (fence.ResetRequest: lowered only, unless
+// r.Raise), and records it in ResetsTable, in one transaction: both or
+// neither. It answers the mark as it was. A resource with no mark is
+// fence.ErrNoMark; a raise not asked for, fence.ErrResetRaises.
+func (f *Fence) Reset(ctx context.Context, r fence.ResetRequest) (Mark, error) {
+	if r.To > math.MaxInt64 {
+		return Mark{}, fmt.Errorf("sqlitefence: token %d does not fit SQLite's INTEGER", r.To)
+	}
+	conn, err := f.db.Conn(ctx)
+	if err != nil {
+		return Mark{}, fmt.Errorf("sqlitefence: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return Mark{}, fmt.Errorf("sqlitefence: begin: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	var m Mark
+	var tok, last, ms int64
+	err = conn.QueryRowContext(ctx, "SELECT resource, token, COALESCE(write_token, token), COALESCE(lock_key, ''), COALESCE(raised_ms, 0) FROM "+f.table+" WHERE resource = ?", r.Resource).Scan(&m.Resource, &tok, &last, &m.Key, &ms)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Mark{}, fmt.Errorf("%w %q in %s", fence.ErrNoMark, r.Resource, f.table)
+	}
+	if err != nil {
+		return Mark{}, f.explain(fmt.Errorf("sqlitefence: reading the mark of %q: %w", r.Resource, err))
+	}
+	m.Token, m.LastWrite = uint64(tok), uint64(last)
+	if ms != 0 {
+		m.Raised = time.UnixMilli(ms)
+	}
+	if err := r.Check(m.Token); err != nil {
+		return m, err
+	}
+	after := min(r.To, m.LastWrite)
+	if r.To == 0 {
+		_, err = conn.ExecContext(ctx, "DELETE FROM "+f.table+" WHERE resource = ?", r.Resource)
+	} else {
+		_, err = conn.ExecContext(ctx, "UPDATE "+f.table+" SET token = ?, write_token = ?, raised_ms = ? WHERE resource = ?", int64(r.To), int64(after), f.now().UnixMilli(), r.Resource)
+	}
+	if err != nil {
+		return m, fmt.Errorf("sqlitefence: resetting %q: %w", r.Resource, err)
+	}
+	var key any
+	if m.Key != "" {
+		key = m.Key
+	}
+	if _, err := conn.ExecContext(ctx, "INSERT INTO "+f.ResetsTable()+" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		f.now().UnixMilli(), r.User, r.Reason, r.Resource, tok, last, int64(r.To), int64(after), key); err != nil {
+		return m, fmt.Errorf("sqlitefence: recording the reset of %q in %s (run CreateTable once): %w", r.Resource, f.ResetsTable(), err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return m, fmt.Errorf("sqlitefence: commit: %w", err)
+	}
+	done = true
+	return m, nil
 }

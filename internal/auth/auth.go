@@ -3,9 +3,11 @@
 // bearer token, or a verified client certificate), checks the principal
 // against what the call's route needs (a Need), and, after the call,
 // audits admin actions and hides another principal's holder from a
-// caller that may not read its key. It knows no lock rules: the tables
-// are the replicated state's (internal/fsm, internal/acl), and what a
-// route needs is declared beside the route (internal/httpapi).
+// caller that may not read its key. The transports pass answers that
+// span many keys (lists, overviews, metrics, watches) through its
+// Redact functions. It knows no lock rules: the tables are the
+// replicated state's (internal/fsm, internal/acl), and what a route
+// needs is declared beside the route (internal/httpapi).
 //
 // Until the cluster's ACLs are bootstrapped every call runs as it came,
 // without a principal; a call made in-process, not through a transport,
@@ -26,18 +28,6 @@ import (
 	"github.com/fencelock/fencelock/internal/service"
 )
 
-// Tables is where the ACL tables come from.
-type Tables interface {
-	// ACL is the tables as this node has applied them, and whether it
-	// can vouch that they are current enough to believe "off".
-	ACL() (st *acl.State, known bool)
-	// ConfirmedACL is the tables once this node has applied at least
-	// what the leader had when the call arrived (service.ConfirmedACL).
-	ConfirmedACL(ctx context.Context) (*acl.State, *service.Error)
-	// ACLWatch is the tables and a channel closed once they change.
-	ACLWatch() (*acl.State, <-chan struct{})
-}
-
 // Guard authenticates calls and checks them against what their routes
 // need. It keeps the calls it let in that are still running and, when
 // the tables change (Run), checks them again: a call whose credential or
@@ -45,6 +35,7 @@ type Tables interface {
 // refusal as its cause.
 type Guard struct {
 	tables Tables
+	reads  *readIndex   // questions to the leader (confirmedACL)
 	log    *slog.Logger // audit lines
 
 	mu      sync.Mutex
@@ -53,9 +44,14 @@ type Guard struct {
 }
 
 // NewGuard is a guard over tables that writes its audit lines to log.
+// Close it once the transports have drained.
 func NewGuard(tables Tables, log *slog.Logger) *Guard {
-	return &Guard{tables: tables, log: log, live: map[*caller]struct{}{}}
+	return &Guard{tables: tables, reads: newReadIndex(), log: log, live: map[*caller]struct{}{}}
 }
+
+// Close ends the question to the leader that is out, if any, and waits
+// for it; calls that need the tables confirmed answer 503 from then on.
+func (g *Guard) Close() { g.reads.close() }
 
 // caller is the principal a call acts as: how it authenticated, the
 // tables it was last checked against, and what its route checked.
@@ -113,38 +109,6 @@ func Principal(ctx context.Context) string {
 	return ""
 }
 
-// Visible is what ctx's caller may read: nil (everything) when the call
-// has no principal, else a test of one key under the tables as they are
-// when it is asked. Pages of leases, overviews and watches under a
-// prefix the caller may read can hold keys under a longer deny; they
-// leave those out, and a stream's filter follows a change of the rules
-// from the first event after it.
-func Visible(ctx context.Context) func(key string) bool {
-	c := callerFrom(ctx)
-	if c == nil {
-		return nil
-	}
-	return func(key string) bool {
-		v := c.current()
-		return v.ok && v.st.Allowed(v.p, acl.Read, key)
-	}
-}
-
-// ReadsAll is what ctx's caller may be told about whole prefixes: nil
-// (everything) when the call has no principal, else a test of whether it
-// may read every key under a prefix (acl.State.ReadsAll). Counts by
-// prefix and the table's totals are shown only where it is true.
-func ReadsAll(ctx context.Context) func(prefix string) bool {
-	c := callerFrom(ctx)
-	if c == nil {
-		return nil
-	}
-	return func(prefix string) bool {
-		v := c.current()
-		return v.ok && v.st.ReadsAll(v.p, prefix)
-	}
-}
-
 // Authenticate finds the principal of a call when ACLs are on: a bearer
 // token (credential is the Authorization header's value), else a verified
 // client certificate whose SAN (DNS, email) or CN names a principal. A
@@ -152,16 +116,22 @@ func ReadsAll(ctx context.Context) func(prefix string) bool {
 // the context to run the call with.
 //
 // A route that is not open is checked against tables at least as new as
-// the leader's when the call arrived (Tables.ConfirmedACL), and the call
+// the leader's when the call arrived (confirmedACL), and the call
 // is kept until its context ends: a change of the tables that revokes
 // its credential or its permission cancels that context.
 func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.ConnectionState, n Need) (context.Context, *service.Error) {
 	var st *acl.State
-	if n.kind == kindOpen {
+	switch n.kind {
+	case kindOpen:
 		st, _ = g.tables.ACL()
-	} else {
+	case kindPrincipalHere:
 		var e *service.Error
-		if st, e = g.tables.ConfirmedACL(ctx); e != nil {
+		if st, e = g.confirmedOrOwnACL(ctx); e != nil {
+			return nil, e
+		}
+	default:
+		var e *service.Error
+		if st, e = g.confirmedACL(ctx); e != nil {
 			return nil, e
 		}
 	}
@@ -191,7 +161,7 @@ func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.Con
 		g.track(c)
 		context.AfterFunc(ctx, func() { g.untrack(c) })
 	}
-	return context.WithValue(service.WithPrincipal(ctx, p.Name), callerKey{}, c), nil
+	return context.WithValue(ctx, callerKey{}, c), nil
 }
 
 // resolve is the principal a credential (or, without one, a client

@@ -19,14 +19,15 @@ type Need struct {
 type kind uint8
 
 const (
-	kindUnset     kind = iota
-	kindOpen           // no principal needed
-	kindPrincipal      // any principal
-	kindKeys           // verb on every key of the subject
-	kindLockAs         // lock on every key of the subject, as a holder the caller owns
-	kindOwnHolder      // a holder the caller owns
-	kindRelease        // own holder: lock on the key; another's: admin on the key, audited
-	kindAdmin          // admin on every key ("")
+	kindUnset         kind = iota
+	kindOpen               // no principal needed
+	kindPrincipal          // any principal
+	kindPrincipalHere      // any principal, by this node's own tables when no leader confirms them
+	kindKeys               // verb on every key of the subject
+	kindLockAs             // lock on every key of the subject, as a holder the caller owns
+	kindOwnHolder          // a holder the caller owns
+	kindRelease            // own holder: lock on the key; another's: admin on the key, audited
+	kindAdmin              // admin on every key ("")
 )
 
 type audit uint8
@@ -46,6 +47,15 @@ func Bootstrap() Need { return Need{kind: kindOpen, audit: auditAlways} }
 
 // Authenticated needs any principal.
 func Authenticated() Need { return Need{kind: kindPrincipal} }
+
+// AuthenticatedHere needs any principal, as Authenticated, but answers
+// when no leader can confirm the tables: the call is then checked
+// against the tables this node has applied, if it can vouch for them
+// (Tables.ConfirmedOrOwnACL). Only for what a node must answer when the
+// cluster has lost its quorum — the members view: who is in the cluster
+// and how each is, no lock, holder or secret — since a change of the
+// tables committed where this node cannot reach does not reach it then.
+func AuthenticatedHere() Need { return Need{kind: kindPrincipalHere} }
 
 // Read needs read on the subject's keys (or prefix).
 func Read(what string) Need { return Need{kind: kindKeys, verb: acl.Read, what: what} }
@@ -79,6 +89,8 @@ func (n Need) String() string {
 		return "open"
 	case kindPrincipal:
 		return "any principal"
+	case kindPrincipalHere:
+		return "any principal (this node's tables when no leader answers)"
 	case kindKeys:
 		return n.verb.String()
 	case kindLockAs:

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -211,10 +212,12 @@ func TestDashboardOverTLSWithAClientCertificate(t *testing.T) {
 }
 
 // clusterNode is one node of an in-process cluster on raft's in-memory
-// transport, serving HTTP on its own loopback port.
+// transport, serving HTTP on its own loopback port; stop ends it as a
+// shutdown does (once; the test's cleanup does it otherwise).
 type clusterNode struct {
 	*testServer
-	id string
+	id   string
+	stop func()
 }
 
 // startCluster starts n voters from one peer list and returns them once
@@ -256,14 +259,18 @@ func startCluster(t *testing.T, n int) (nodes []*clusterNode, leader *clusterNod
 		}
 		srv.Store(s)
 		hs.Start()
-		t.Cleanup(func() {
-			s.BeginShutdown()
-			hs.Close()
-			if err := s.Close(); err != nil {
-				t.Errorf("close %s: %v", peers[i].ID, err)
-			}
-		})
-		nodes = append(nodes, &clusterNode{testServer: &testServer{Server: s, url: hs.URL}, id: peers[i].ID})
+		var once sync.Once
+		stop := func() {
+			once.Do(func() {
+				s.BeginShutdown()
+				hs.Close()
+				if err := s.Close(); err != nil {
+					t.Errorf("close %s: %v", peers[i].ID, err)
+				}
+			})
+		}
+		t.Cleanup(stop)
+		nodes = append(nodes, &clusterNode{testServer: &testServer{Server: s, url: hs.URL}, id: peers[i].ID, stop: stop})
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {

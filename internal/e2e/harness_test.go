@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/testports"
 )
 
@@ -118,12 +119,13 @@ func (n *node) running() bool {
 }
 
 type cluster struct {
-	t     *testing.T
-	bin   string
-	dir   string
-	nodes []*node
-	net   *bridgeNet // nil on loopback
-	gen   int
+	t      *testing.T
+	bin    string
+	dir    string
+	secret string // the cluster secret's file, given to every node
+	nodes  []*node
+	net    *bridgeNet // nil on loopback
+	gen    int
 }
 
 // startCluster starts size nodes bootstrapped with --peers and waits for a
@@ -131,6 +133,7 @@ type cluster struct {
 func startCluster(t *testing.T, size int, netns bool) *cluster {
 	t.Helper()
 	c := &cluster{t: t, bin: fencelockBinary(t), dir: t.TempDir()}
+	c.secret = writeSecret(t, c.dir)
 	if netns {
 		bn, err := newBridgeNet(size)
 		if err != nil {
@@ -177,16 +180,33 @@ func startCluster(t *testing.T, size int, netns bool) *cluster {
 	return c
 }
 
+// writeSecret writes a new cluster secret to a file only its owner
+// reads, in dir, as the README has it done, and returns its path.
+func writeSecret(t *testing.T, dir string) string {
+	t.Helper()
+	s, err := clustersecret.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "cluster.secret")
+	if err := os.WriteFile(p, []byte(s.Encode()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func (c *cluster) start(n *node, extra ...string) {
 	c.t.Helper()
-	args := append([]string{"server", "--id", n.id, "--listen", n.client, "--raft", n.raft, "--data", n.data, "--log-level", "warn"}, extra...)
+	args := append([]string{"server", "--id", n.id, "--listen", n.client, "--raft", n.raft, "--data", n.data, "--log-level", "warn",
+		"--cluster-secret-file", c.secret}, extra...)
 	if e := os.Getenv("FENCELOCK_TEST_ENGINE"); e != "" {
 		args = append(args, "--engine", e) // the same suite on another engine (issue 28)
 	}
 	var cmd *exec.Cmd
 	if n.ns != "" {
 		// Each node has its own network namespace and a non-loopback
-		// address, served without TLS: that takes --insecure.
+		// address; its client port is served without TLS: that takes
+		// --insecure (its raft port runs TLS with the cluster secret).
 		args = append(args, "--insecure")
 		cmd = exec.Command("ip", append([]string{"netns", "exec", n.ns, c.bin}, args...)...)
 	} else {

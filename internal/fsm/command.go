@@ -15,7 +15,7 @@ type Op uint8
 // The command types. Values are part of the log format: never renumber.
 const (
 	OpAcquire     Op = 1  // Key, Holder, TTL, [Session, LockDelay]
-	OpWait        Op = 2  // Key, Holder, TTL, Deadline, [MaxKeyWaiters, MaxWaiters], [Session, LockDelay]
+	OpWait        Op = 2  // Key, Holder, TTL, Deadline, [MaxKeyWaiters, MaxWaiters], [Session, LockDelay], [MaxOwnerKeyWaiters]
 	OpCancelWait  Op = 3  // Key, Holder
 	OpRelease     Op = 4  // Key, Holder, Token (0: any token)
 	OpExtend      Op = 5  // Key, Holder, Token, TTL
@@ -35,10 +35,15 @@ const (
 	OpAcquireKeys   Op = 17 // Holder, TTL, Session, LockDelay, Items{Key}
 
 	// Semaphores and read/write locks: 20..24.
-	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters]
+	OpShared Op = 20 // Key, Holder, TTL, Deadline, Shared, [MaxKeyWaiters, MaxWaiters], [MaxOwnerKeyWaiters]
 
 	opLimit Op = 21
 )
+
+// byOwnerBit, set in a command's first byte beside its op, is
+// Command.ByOwner. Versions from before it refuse the byte as an unknown
+// op.
+const byOwnerBit = 0x80
 
 var opNames = [...]string{
 	OpAcquire: "acquire", OpWait: "wait", OpCancelWait: "cancel-wait",
@@ -52,11 +57,14 @@ var opNames = [...]string{
 }
 
 func (o Op) String() string {
-	if o > 0 && o < opLimit && opNames[o] != "" {
+	if o.known() {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
+
+// known reports whether o is one of the command types.
+func (o Op) known() bool { return o > 0 && o < opLimit && opNames[o] != "" }
 
 // Limits of the encoding. They bound what a decoder allocates.
 const (
@@ -98,6 +106,10 @@ type Command struct {
 	// of the others.
 	MaxKeyWaiters int
 	MaxWaiters    int
+	// MaxOwnerKeyWaiters caps the waiters of the holder's owner
+	// (locktable.OwnerOf: with ACLs, its principal) in the key's queue;
+	// the leader sets it for calls of a principal.
+	MaxOwnerKeyWaiters int
 
 	// OpMember: a cluster member and the address its clients use, so that
 	// a follower can name the leader's client address.
@@ -119,20 +131,29 @@ type Command struct {
 
 	// OpShared: the semaphore or read/write request.
 	Shared locktable.Shared
+
+	// ByOwner, on any command, switches the request-id memory to the
+	// rules by owner (memory.go) from this entry on, for good. A leader
+	// sets it on what it proposes until its state machine has applied
+	// one, so a log switches at the first entry a leader of this version
+	// wrote, and a log written before replays under the rules it was
+	// written under.
+	ByOwner bool
 }
 
 // Encoding, after the op byte, all integers varints:
 //
+//	byte op (with byOwnerBit for ByOwner) |
 //	string request id | varint now | the op's fields in the order listed
 //	at its constant; a string is uvarint length then bytes; Items is a
 //	uvarint count then each item's two fields. Fields in brackets are
-//	left out, together, when they are all zero, as entries written before
-//	they existed are.
+//	left out, together, when they are all zero and no bracket after them
+//	is written, as entries written before they existed are.
 
 // Encode appends nothing it cannot decode: it refuses commands whose strings
 // or batches exceed the limits.
 func Encode(c Command) ([]byte, error) {
-	if c.Op == 0 || c.Op >= opLimit {
+	if !c.Op.known() {
 		return nil, fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
 	}
 	if len(c.RequestID) > MaxRequestIDLen {
@@ -150,15 +171,20 @@ func Encode(c Command) ([]byte, error) {
 	if len(c.ClusterID) > MaxClusterIDLen || (c.Op == OpClusterID && c.ClusterID == "") {
 		return nil, fmt.Errorf("%w: cluster id of %d bytes", ErrBadCommand, len(c.ClusterID))
 	}
-	if c.MaxKeyWaiters < 0 || c.MaxWaiters < 0 || c.MaxKeyWaiters > MaxWaitLimit || c.MaxWaiters > MaxWaitLimit ||
-		(c.Op != OpWait && c.Op != OpShared && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0)) {
-		return nil, fmt.Errorf("%w: wait limits %d, %d", ErrBadCommand, c.MaxKeyWaiters, c.MaxWaiters)
+	if c.MaxKeyWaiters < 0 || c.MaxWaiters < 0 || c.MaxOwnerKeyWaiters < 0 ||
+		c.MaxKeyWaiters > MaxWaitLimit || c.MaxWaiters > MaxWaitLimit || c.MaxOwnerKeyWaiters > MaxWaitLimit ||
+		(c.Op != OpWait && c.Op != OpShared && (c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 || c.MaxOwnerKeyWaiters != 0)) {
+		return nil, fmt.Errorf("%w: wait limits %d, %d, %d", ErrBadCommand, c.MaxKeyWaiters, c.MaxWaiters, c.MaxOwnerKeyWaiters)
 	}
 	if err := checkSessionFields(c); err != nil {
 		return nil, err
 	}
 	b := make([]byte, 0, 24+len(c.RequestID)+len(c.Key)+len(c.Holder)+len(c.Items)*24)
-	b = append(b, byte(c.Op))
+	op := byte(c.Op)
+	if c.ByOwner {
+		op |= byOwnerBit
+	}
+	b = append(b, op)
 	b = appendString(b, c.RequestID)
 	b = binary.AppendVarint(b, int64(c.Now))
 	switch c.Op {
@@ -172,11 +198,18 @@ func Encode(c Command) ([]byte, error) {
 		b = appendString(b, c.Holder)
 		b = binary.AppendVarint(b, int64(c.TTL))
 		b = binary.AppendVarint(b, int64(c.Deadline))
-		if c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 || hasGrantOptions(c) {
+		owner := c.MaxOwnerKeyWaiters != 0
+		if c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 || hasGrantOptions(c) || owner {
 			b = binary.AppendUvarint(b, uint64(c.MaxKeyWaiters))
 			b = binary.AppendUvarint(b, uint64(c.MaxWaiters))
 		}
-		b = appendGrantOptions(b, c)
+		if hasGrantOptions(c) || owner {
+			b = binary.AppendUvarint(b, c.Session)
+			b = binary.AppendUvarint(b, uint64(c.LockDelay))
+		}
+		if owner {
+			b = binary.AppendUvarint(b, uint64(c.MaxOwnerKeyWaiters))
+		}
 	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
 		var err error
 		if b, err = appendSessionOp(b, c); err != nil {
@@ -246,8 +279,8 @@ func Decode(data []byte) (Command, error) {
 	if len(data) == 0 {
 		return Command{}, fmt.Errorf("%w: empty", ErrBadCommand)
 	}
-	c := Command{Op: Op(data[0])}
-	if c.Op == 0 || c.Op >= opLimit {
+	c := Command{Op: Op(data[0] &^ byOwnerBit), ByOwner: data[0]&byOwnerBit != 0}
+	if !c.Op.known() {
 		return Command{}, fmt.Errorf("%w: unknown op %d", ErrBadCommand, data[0])
 	}
 	d := reader{binread.New(data[1:])}
@@ -264,12 +297,26 @@ func Decode(data []byte) (Command, error) {
 		c.Key, c.Holder = d.keyHolder()
 		c.TTL = locktable.Duration(d.Varint())
 		c.Deadline = locktable.Time(d.Varint())
-		if d.Err() == nil && d.Len() > 0 {
+		var limits, options, owner bool
+		if limits = d.Err() == nil && d.Len() > 0; limits {
 			c.MaxKeyWaiters, c.MaxWaiters = d.limit(), d.limit()
-			readGrantOptions(&d, &c)
-			if d.Err() == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 && !hasGrantOptions(c) {
-				d.fail("wait limits both zero")
-			}
+		}
+		if options = d.Err() == nil && d.Len() > 0; options {
+			c.Session, c.LockDelay = d.Uvarint(), d.lockDelay()
+		}
+		if owner = d.Err() == nil && d.Len() > 0; owner {
+			c.MaxOwnerKeyWaiters = d.limit()
+		}
+		// One encoding per command: a bracket is written when it or one
+		// after it is not all zero.
+		switch {
+		case d.Err() != nil:
+		case owner && c.MaxOwnerKeyWaiters == 0:
+			d.fail("owner wait limit zero")
+		case options && !owner && !hasGrantOptions(c):
+			d.fail("grant options both zero")
+		case limits && !options && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0:
+			d.fail("wait limits both zero")
 		}
 	case OpSessionOpen, OpSessionExtend, OpSessionClose, OpAcquireKeys:
 		readSessionOp(&d, &c)

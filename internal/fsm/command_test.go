@@ -40,6 +40,15 @@ var sampleCommands = []Command{
 	{Op: OpShared, Now: 13, Key: "pool", Holder: "h", TTL: 10, Shared: locktable.Shared{Kind: locktable.Semaphore, Permits: 3}},
 	{Op: OpShared, RequestID: "r", Now: 13, Key: "rw", Holder: "h", TTL: 10, Deadline: 50,
 		Shared: locktable.Shared{Kind: locktable.ReadWrite, Write: true}, MaxKeyWaiters: 4, MaxWaiters: 8},
+	// A principal's share of a key's queue (issue 41): alone, and after
+	// the brackets before it, zero or not.
+	{Op: OpWait, Now: 14, Key: "w", Holder: "h", TTL: 100, Deadline: 200, MaxOwnerKeyWaiters: 250},
+	{Op: OpWait, Now: 14, Key: "w", Holder: "h", TTL: 100, Deadline: 200, MaxKeyWaiters: 1000, MaxWaiters: 100000, MaxOwnerKeyWaiters: 250},
+	{Op: OpWait, Now: 14, Key: "w", Holder: "h", TTL: 100, Deadline: 200, MaxKeyWaiters: 1000, Session: 3, LockDelay: 5, MaxOwnerKeyWaiters: 1},
+	{Op: OpShared, Now: 14, Key: "pool", Holder: "h", TTL: 10, Deadline: 50, Shared: locktable.Shared{Kind: locktable.Semaphore, Permits: 3}, MaxOwnerKeyWaiters: 2},
+	// Marked by a leader that keeps the request-id memory by owner.
+	{Op: OpTick, Now: 15, ByOwner: true},
+	{Op: OpRenew, RequestID: "r", Now: 15, Key: "k", Holder: "h", TTL: 20, ByOwner: true},
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
@@ -49,7 +58,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Encode: %v", err)
 			}
-			if b[0] != byte(c.Op) {
+			if b[0]&^byOwnerBit != byte(c.Op) || (b[0]&byOwnerBit != 0) != c.ByOwner {
 				t.Fatalf("first byte %d, want the op %d", b[0], c.Op)
 			}
 			got, err := Decode(b)
@@ -68,6 +77,7 @@ func TestEncodeRefuses(t *testing.T) {
 	for _, c := range []Command{
 		{},
 		{Op: opLimit},
+		{Op: 21}, {Op: 24}, // kept for shared locks, not yet used
 		{Op: OpAcquire, RequestID: strings.Repeat("r", MaxRequestIDLen+1)},
 		{Op: OpAcquire, Key: strings.Repeat("k", locktable.MaxKeyLen+1)},
 		{Op: OpAcquire, Holder: strings.Repeat("h", locktable.MaxHolderLen+1)},
@@ -76,6 +86,8 @@ func TestEncodeRefuses(t *testing.T) {
 		{Op: OpWait, MaxKeyWaiters: -1},
 		{Op: OpWait, MaxWaiters: MaxWaitLimit + 1},
 		{Op: OpAcquire, MaxKeyWaiters: 1},
+		{Op: OpAcquire, MaxOwnerKeyWaiters: 1},
+		{Op: OpWait, MaxOwnerKeyWaiters: -1},
 		{Op: OpACL},
 		{Op: OpACL, ACL: &ACLChange{Kind: ACLBootstrap}},
 		{Op: OpACL, ACL: &ACLChange{Kind: ACLSetPrincipal, Principal: acl.Principal{Name: "a/b"}}},
@@ -90,17 +102,26 @@ func TestEncodeRefuses(t *testing.T) {
 func TestDecodeRefuses(t *testing.T) {
 	good, _ := Encode(Command{Op: OpExtend, Now: 4, Key: "k", Holder: "h", Token: 9, TTL: 30})
 	wait, _ := Encode(Command{Op: OpWait, Now: 4, Key: "k", Holder: "h", TTL: 30, Deadline: 50})
+	sem, _ := Encode(Command{Op: OpShared, Now: 4, Key: "k", Holder: "h", TTL: 30, Deadline: 50, Shared: locktable.Shared{Kind: locktable.Semaphore, Permits: 2}})
 	cases := map[string][]byte{
-		"wait limits both zero": append(append([]byte{}, wait...), 0, 0),
-		"wait limit too big":    append(append([]byte{}, wait...), 1, 0x80, 0x80, 0x80, 0x80, 0x08),
-		"wait limits truncated": append(append([]byte{}, wait...), 1),
-		"empty":                 nil,
-		"op 0":                  {0},
-		"op 200":                {200, 0, 0},
-		"truncated":             good[:len(good)-1],
-		"trailing":              append(append([]byte{}, good...), 0),
-		"long id":               append([]byte{byte(OpTick), MaxRequestIDLen + 1}, bytes.Repeat([]byte{'x'}, MaxRequestIDLen+1)...),
-		"big batch":             {byte(OpCancelWaits), 0, 0, 0xff, 0xff, 0x03},
+		"wait limits both zero":        append(append([]byte{}, wait...), 0, 0),
+		"wait limit too big":           append(append([]byte{}, wait...), 1, 0x80, 0x80, 0x80, 0x80, 0x08),
+		"wait limits truncated":        append(append([]byte{}, wait...), 1),
+		"grant options both zero":      append(append([]byte{}, wait...), 1, 0, 0, 0),
+		"owner wait limit zero":        append(append([]byte{}, wait...), 1, 0, 0, 0, 0),
+		"owner wait limit too big":     append(append([]byte{}, wait...), 0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x08),
+		"shared owner wait limit zero": append(append([]byte{}, sem...), 0, 0, 0),
+		"shared wait limits both zero": append(append([]byte{}, sem...), 0, 0),
+		"op 0 marked by owner":         {byOwnerBit, 0, 0},
+		"op 21, kept":                  {21, 0, 0},
+		"op 21 marked by owner":        {byOwnerBit | 21, 0, 0},
+		"empty":                        nil,
+		"op 0":                         {0},
+		"op 200":                       {200, 0, 0},
+		"truncated":                    good[:len(good)-1],
+		"trailing":                     append(append([]byte{}, good...), 0),
+		"long id":                      append([]byte{byte(OpTick), MaxRequestIDLen + 1}, bytes.Repeat([]byte{'x'}, MaxRequestIDLen+1)...),
+		"big batch":                    {byte(OpCancelWaits), 0, 0, 0xff, 0xff, 0x03},
 	}
 	for name, b := range cases {
 		if _, err := Decode(b); !errors.Is(err, ErrBadCommand) {

@@ -15,8 +15,11 @@ import (
 // reuses ids across keys is never told that a call on one key succeeded
 // because an earlier call on another did.
 // Memory is bounded and deterministic, so every replica forgets the same
-// entries at the same log position: the oldest go first once there are
-// more than RememberCount, and any older than RememberFor cluster time.
+// entries at the same log position: any older than RememberFor cluster
+// time, and, as it fills, the oldest of the owner that made more than
+// RememberCount, or of the owner with the most once there are more than
+// RememberTotal in all (before the log's first entry marked ByOwner, the
+// oldest of all past RememberCount: memory.go).
 //
 // Wait is remembered while it is queued and once it is granted, whether
 // at once or later by a hand-off from the queue: a wait re-sent with the
@@ -43,6 +46,7 @@ import (
 // only moves the same leases' expiries again, under the same tokens.
 const (
 	RememberCount = 10000
+	RememberTotal = 100000
 	RememberFor   = 10 * 60 * locktable.Second
 )
 
@@ -61,6 +65,11 @@ type remembered struct {
 	res Result // Op, Lease, Granted, Queued, Released, Batch, Session, Err only
 	// OpWait: a re-sent wait was answered with this grant.
 	claimed bool
+
+	// Its places in the memory: among all requests, and among its owner's.
+	prev, next   *remembered
+	oprev, onext *remembered
+	owner        *ownerMemory
 }
 
 func requestKey(c Command) string { return c.Holder + "\x00" + c.Key + "\x00" + c.RequestID }
@@ -82,7 +91,7 @@ func (f *FSM) recall(c Command, id string, now locktable.Time, r *Result) bool {
 	if id == "" {
 		return false
 	}
-	m, ok := f.seen[id]
+	m, ok := f.mem.get(id)
 	if !ok || m.op != c.Op {
 		return false
 	}
@@ -141,39 +150,38 @@ func (f *FSM) remember(c Command, id string, r *Result, now locktable.Time) {
 		if r.Queued {
 			m.res.Lease = locktable.Lease{Key: c.Key, Holder: c.Holder}
 		}
-		if old, ok := f.seen[m.id]; ok {
+		if old, ok := f.mem.get(m.id); ok {
 			f.forget(old)
 		}
-		f.seen[m.id] = m
-		f.order = append(f.order, m)
+		f.mem.add(m)
 		if r.Queued {
 			f.waits[waitKey(c.Key, c.Holder)] = m
 		}
+		f.trim(m.owner, now)
+		return
 	}
-	for len(f.order) > 0 && (len(f.order) > RememberCount || f.order[0].at <= now-locktable.Time(RememberFor)) {
-		f.forget(f.order[0])
+	f.trim(nil, now)
+}
+
+// trim forgets what the memory's rules drop at now, o the owner just
+// added to (memory.trim).
+func (f *FSM) trim(o *ownerMemory, now locktable.Time) {
+	for _, m := range f.mem.trim(o, now) {
+		f.unwait(m)
 	}
 }
 
-// forget drops m: usually the oldest, else one about to be replaced.
+// forget drops m: one about to be replaced, or a wait that ended.
 func (f *FSM) forget(m *remembered) {
-	if f.seen[m.id] == m {
-		delete(f.seen, m.id)
-	}
+	f.mem.remove(m)
+	f.unwait(m)
+}
+
+// unwait drops m, forgotten, from the queued waits' view.
+func (f *FSM) unwait(m *remembered) {
 	if m.res.Queued {
 		if wk := waitKey(m.res.Lease.Key, m.res.Lease.Holder); f.waits[wk] == m {
 			delete(f.waits, wk)
-		}
-	}
-	if f.order[0] == m {
-		f.order[0] = nil
-		f.order = f.order[1:]
-		return
-	}
-	for i, o := range f.order {
-		if o == m {
-			f.order = append(f.order[:i], f.order[i+1:]...)
-			break
 		}
 	}
 }
@@ -200,7 +208,7 @@ func (f *FSM) waitEnded(ev locktable.Event) {
 // would take a grant that a re-sent wait was answered with. id is
 // rememberID(c).
 func (f *FSM) claimedWait(id string, c Command) bool {
-	m, ok := f.seen[id]
+	m, ok := f.mem.get(id)
 	return ok && waits(m.op) && m.claimed && m.res.Lease.Token == c.Token
 }
 
@@ -211,7 +219,11 @@ func (f *FSM) UnclaimedWaitGrant(key, holder string, token uint64) (string, bool
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	prefix := holder + "\x00" + key + "\x00"
-	for _, m := range f.order {
+	o := f.mem.owners[locktable.OwnerOf(holder)]
+	if o == nil {
+		return "", false
+	}
+	for m := o.head; m != nil; m = m.onext {
 		if waits(m.op) && m.res.Granted && !m.claimed && m.res.Lease.Token == token &&
 			m.res.Lease.Key == key && m.res.Lease.Holder == holder && strings.HasPrefix(m.id, prefix) {
 			return m.id[len(prefix):], true
@@ -227,7 +239,7 @@ func isInputError(err error) bool {
 
 // Encoding of the memory in a snapshot, oldest first:
 //
-//	uvarint count | each: string id | byte op | varint at | result
+//	[uvarint rememberByOwnerMark] | uvarint count | each: string id | byte op | varint at | result
 //	result: byte flags (1 granted, 2 released, 4 claimed, 8 queued, 16 session) | error | byte has lease | [lease] |
 //	        uvarint batch | each: string key | uvarint token | error | byte has lease | [lease] |
 //	        [session, when flag 16: uvarint id | string holder | varint ttl | varint created | varint expiry |
@@ -236,16 +248,24 @@ func isInputError(err error) bool {
 //	lease:  string key | string holder | uvarint token | varint granted | varint expiry | varint ttl
 //
 // Flag 16 is set only for a session open or close, which snapshots made
-// before they were remembered never hold.
+// before they were remembered never hold. The mark, a count no snapshot
+// can hold, says that the memory is kept by owner (the log had reached
+// its first entry marked ByOwner); snapshots from before it never have one,
+// and restore to the rules they were made under.
+const rememberByOwnerMark = 1 << 40
+
 const (
 	errNone    = 0
 	errHeld    = 1
 	errNotHeld = 2
 )
 
-func appendRemembered(b []byte, order []*remembered) []byte {
-	b = binary.AppendUvarint(b, uint64(len(order)))
-	for _, m := range order {
+func appendRemembered(b []byte, mem *memory) []byte {
+	if mem.byOwner {
+		b = binary.AppendUvarint(b, rememberByOwnerMark)
+	}
+	b = binary.AppendUvarint(b, uint64(mem.Len()))
+	for m := mem.head; m != nil; m = m.next {
 		b = appendString(b, m.id)
 		b = append(b, byte(m.op))
 		b = binary.AppendVarint(b, int64(m.at))
@@ -337,14 +357,17 @@ func appendLease(b []byte, l locktable.Lease) []byte {
 
 const maxRequestKey = locktable.MaxHolderLen + 1 + MaxRequestIDLen
 
-func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
-	n := r.Uvarint()
+func readRemembered(r *reader) memory {
+	mem := newMemory()
+	n, most := r.Uvarint(), uint64(RememberCount)
+	if r.Err() == nil && n == rememberByOwnerMark {
+		mem.byOwner, most = true, RememberTotal
+		n = r.Uvarint()
+	}
 	// Each entry takes at least 6 bytes, which bounds n before allocating.
-	if r.Err() == nil && (n > RememberCount || n > uint64(r.Len())/6) {
+	if r.Err() == nil && (n > most || n > uint64(r.Len())/6) {
 		r.fail("%d remembered requests", n)
 	}
-	seen := map[string]*remembered{}
-	var order []*remembered
 	for i := uint64(0); i < n && r.Err() == nil; i++ {
 		m := &remembered{id: r.String(maxRequestKey), op: Op(r.Byte()), at: locktable.Time(r.Varint())}
 		flags := r.Byte()
@@ -369,7 +392,8 @@ func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
 		if r.Err() != nil {
 			break
 		}
-		bad := !remembers(m.op) || seen[m.id] != nil
+		_, dup := mem.get(m.id)
+		bad := !remembers(m.op) || dup
 		switch {
 		case waits(m.op):
 			bad = bad || flags > 15 || flags&2 != 0 || flags&(1|8) == 0
@@ -382,10 +406,13 @@ func readRemembered(r *reader) (map[string]*remembered, []*remembered) {
 			r.fail("bad remembered request %d", i)
 			break
 		}
-		seen[m.id] = m
-		order = append(order, m)
+		mem.add(m)
+		if mem.byOwner && m.owner.n > RememberCount {
+			r.fail("more than %d remembered requests of %q", RememberCount, m.owner.name)
+			break
+		}
 	}
-	return seen, order
+	return mem
 }
 
 func readErr(r *reader) error {

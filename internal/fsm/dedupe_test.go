@@ -143,8 +143,8 @@ func TestRememberedRequestsAreForgottenDeterministically(t *testing.T) {
 	for i := range RememberCount + 1 {
 		b.do(Command{Op: OpExtend, RequestID: string(rune('a'+i%26)) + string(rune(i)), Now: 1, Key: "k", Holder: "h", Token: 1, TTL: 10})
 	}
-	if len(b.f.order) != RememberCount || len(b.f.seen) != RememberCount {
-		t.Fatalf("remembers %d/%d, want %d", len(b.f.order), len(b.f.seen), RememberCount)
+	if b.f.mem.Len() != RememberCount || len(b.f.mem.seen) != RememberCount {
+		t.Fatalf("remembers %d/%d, want %d", b.f.mem.Len(), len(b.f.mem.seen), RememberCount)
 	}
 }
 
@@ -214,8 +214,8 @@ func TestExtendBatchNotRemembered(t *testing.T) {
 			t.Fatal("extend batch answered from memory")
 		}
 	}
-	if len(a.f.order) != 0 {
-		t.Fatalf("remembers %d entries", len(a.f.order))
+	if a.f.mem.Len() != 0 {
+		t.Fatalf("remembers %d entries", a.f.mem.Len())
 	}
 }
 

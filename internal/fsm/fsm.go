@@ -61,9 +61,8 @@ type FSM struct {
 	index   uint64         // the last applied index
 	observe Observer
 	changed chan struct{}
-	seen    map[string]*remembered // answers kept for retries, by request id
-	order   []*remembered
-	waits   map[string]*remembered    // queued waits by waitKey, a view of seen
+	mem     memory                    // answers kept for retries (dedupe.go)
+	waits   map[string]*remembered    // queued waits by waitKey, a view of mem
 	members map[string]Member         // by node id
 	cluster string                    // the cluster id; "" until the first leader sets it
 	acls    atomic.Pointer[acl.State] // replaced whole on each change, under mu
@@ -79,7 +78,7 @@ type FSM struct {
 
 // New returns an FSM over an empty table. observe may be nil.
 func New(observe Observer) *FSM {
-	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), seen: map[string]*remembered{},
+	f := &FSM{table: locktable.New(), observe: observe, changed: make(chan struct{}, 1), mem: newMemory(),
 		waits: map[string]*remembered{}, members: map[string]Member{}, aclChanged: make(chan struct{})}
 	f.acls.Store(acl.Empty())
 	f.table.SetObserver(f.emit)
@@ -199,6 +198,9 @@ func (f *FSM) apply(c Command, r *Result) {
 	if c.Now > f.now {
 		f.now = c.Now
 	}
+	if c.ByOwner {
+		f.mem.byOwner = true
+	}
 	now := f.now
 	id := rememberID(c)
 	if f.recall(c, id, now, r) {
@@ -212,7 +214,7 @@ func (f *FSM) apply(c Command, r *Result) {
 		r.Lease, r.Err = t.AcquireWith(c.Key, c.Holder, now, c.TTL, grantOptions(c))
 		r.Granted = r.Err == nil
 	case OpWait:
-		lim := locktable.WaitLimits{PerKey: c.MaxKeyWaiters, Total: c.MaxWaiters}
+		lim := locktable.WaitLimits{PerKey: c.MaxKeyWaiters, Total: c.MaxWaiters, PerKeyOwner: c.MaxOwnerKeyWaiters}
 		r.Lease, r.Granted, r.Err = t.WaitWith(c.Key, c.Holder, now, c.TTL, c.Deadline, lim, grantOptions(c))
 		r.Queued = r.Err == nil && !r.Granted
 	case OpRenew:
@@ -274,6 +276,14 @@ func (f *FSM) Now() locktable.Time {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.now
+}
+
+// RemembersByOwner reports whether the log has reached its first entry
+// marked ByOwner: the request-id memory is kept by owner.
+func (f *FSM) RemembersByOwner() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mem.byOwner
 }
 
 // LastToken is the last fencing token issued.
@@ -406,7 +416,7 @@ func (f *FSM) marshalParts() [][]byte {
 	head = binary.AppendVarint(head, int64(f.now))
 	head = binary.AppendUvarint(head, f.index)
 	head = binary.AppendUvarint(head, uint64(len(tbl)))
-	tail := appendRemembered(nil, f.order)
+	tail := appendRemembered(nil, &f.mem)
 	acls := f.acls.Load().On
 	if len(f.members) > 0 || f.cluster != "" || acls {
 		tail = appendMembers(tail, f.members)
@@ -469,7 +479,7 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	if err := t.UnmarshalBinary(table); err != nil {
 		return fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 	}
-	seen, order := readRemembered(&r)
+	mem := readRemembered(&r)
 	members := map[string]Member{}
 	cluster := ""
 	acls := acl.Empty()
@@ -500,9 +510,9 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	defer f.mu.Unlock()
 	t.SetObserver(f.emit)
 	f.table, f.now, f.index = t, now, index
-	f.seen, f.order = seen, order
+	f.mem = mem
 	f.waits = map[string]*remembered{}
-	for _, m := range order {
+	for m := mem.head; m != nil; m = m.next {
 		if m.res.Queued {
 			f.waits[waitKey(m.res.Lease.Key, m.res.Lease.Holder)] = m
 		}

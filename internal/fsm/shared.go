@@ -31,9 +31,12 @@ func appendSharedCommand(b []byte, c Command) []byte {
 		w = 1
 	}
 	b = append(b, w)
-	if c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 {
+	if c.MaxKeyWaiters != 0 || c.MaxWaiters != 0 || c.MaxOwnerKeyWaiters != 0 {
 		b = binary.AppendUvarint(b, uint64(c.MaxKeyWaiters))
 		b = binary.AppendUvarint(b, uint64(c.MaxWaiters))
+	}
+	if c.MaxOwnerKeyWaiters != 0 {
+		b = binary.AppendUvarint(b, uint64(c.MaxOwnerKeyWaiters))
 	}
 	return b
 }
@@ -57,14 +60,22 @@ func readSharedCommand(d *reader, c *Command) {
 	}
 	if d.Err() == nil && d.Len() > 0 {
 		c.MaxKeyWaiters, c.MaxWaiters = d.limit(), d.limit()
-		if d.Err() == nil && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0 {
+		owner := d.Err() == nil && d.Len() > 0
+		if owner {
+			c.MaxOwnerKeyWaiters = d.limit()
+		}
+		switch {
+		case d.Err() != nil:
+		case owner && c.MaxOwnerKeyWaiters == 0:
+			d.fail("owner wait limit zero")
+		case !owner && c.MaxKeyWaiters == 0 && c.MaxWaiters == 0:
 			d.fail("wait limits both zero")
 		}
 	}
 }
 
 func (f *FSM) applyShared(c Command, r *Result, now locktable.Time) {
-	lim := locktable.WaitLimits{PerKey: c.MaxKeyWaiters, Total: c.MaxWaiters}
+	lim := locktable.WaitLimits{PerKey: c.MaxKeyWaiters, Total: c.MaxWaiters, PerKeyOwner: c.MaxOwnerKeyWaiters}
 	r.Lease, r.Granted, r.Err = f.table.AcquireShared(c.Key, c.Holder, c.Shared, now, c.TTL, c.Deadline, lim)
 	r.Queued = r.Err == nil && !r.Granted
 }

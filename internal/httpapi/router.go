@@ -55,7 +55,7 @@ type Config struct {
 	Metrics    http.Handler // GET /metrics
 	// Gatherer is what Metrics serves; with it, a caller with a
 	// principal is shown a series counted by key prefix only if it may
-	// read the prefix (serveMetrics). nil: Metrics serves everyone alike.
+	// read the prefix (auth.RedactMetrics). nil: Metrics serves everyone alike.
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
 	// StreamWriteTimeout drops an event stream whose peer takes no bytes

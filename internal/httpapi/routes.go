@@ -52,7 +52,7 @@ func (a *API) table() []Route {
 	return []Route{
 		// Leases.
 		post(a, api.PathAcquire, "acquire", auth.LockAs("acquire"),
-			func(r api.AcquireRequest) auth.Subject { return key(r.Key, r.Holder) }, s.Acquire,
+			func(r api.AcquireRequest) auth.Subject { return key(r.Key, r.Holder) }, asPrincipal(s.Acquire),
 			binary(callcodec.Acquire, callcodec.AppendLease)),
 		post(a, api.PathRenew, "renew", auth.LockAs("renew"),
 			func(r api.RenewRequest) auth.Subject { return key(r.Key, r.Holder) }, s.Renew, nil),
@@ -77,7 +77,7 @@ func (a *API) table() []Route {
 					sub.Key = r.Keys[0]
 				}
 				return sub
-			}, s.AcquireAll, nil),
+			}, asPrincipal(s.AcquireAll), nil),
 		get(a, api.PathCheck, "check", auth.Read("check"), checkQuery,
 			func(q callcodec.CheckRequest) auth.Subject { return auth.Subject{Keys: []string{q.Key}} },
 			func(ctx context.Context, q callcodec.CheckRequest) (api.CheckResponse, error) {
@@ -90,8 +90,8 @@ func (a *API) table() []Route {
 			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}, Prefix: true} },
 			func(ctx context.Context, q listPage) (api.ListResponse, error) {
 				l, err := s.ListAfter(ctx, q.prefix, q.after, q.limit)
-				if vis := auth.Visible(ctx); err == nil && vis != nil {
-					l.Locks = readable(vis, l.Locks, func(x api.Lease) string { return x.Key })
+				if err == nil {
+					l = auth.RedactList(ctx, l)
 				}
 				return l, err
 			}, nil), func(rt *Route) { rt.Heavy = true }),
@@ -99,12 +99,8 @@ func (a *API) table() []Route {
 			func(q listPage) auth.Subject { return auth.Subject{Keys: []string{q.prefix}, Prefix: true} },
 			func(ctx context.Context, q listPage) (api.Overview, error) {
 				o, err := s.Overview(ctx, q.prefix, q.limit)
-				if vis := auth.Visible(ctx); err == nil && vis != nil {
-					o.Locks = readable(vis, o.Locks, func(l api.LockOverview) string { return l.Key })
-					o.Sessions = readableSessions(vis, o.Locks, o.Sessions)
-				}
-				if reads := auth.ReadsAll(ctx); err == nil && reads != nil && !reads("") {
-					hideTableFigures(&o)
+				if err == nil {
+					o = auth.RedactOverview(ctx, o)
 				}
 				return o, err
 			}, nil),
@@ -112,7 +108,7 @@ func (a *API) table() []Route {
 
 		// Sessions.
 		post(a, api.PathSessionOpen, "session-open", auth.OwnHolder("open a session"),
-			func(r api.SessionOpenRequest) auth.Subject { return auth.Subject{Holder: r.Holder} }, s.OpenSession, nil),
+			func(r api.SessionOpenRequest) auth.Subject { return auth.Subject{Holder: r.Holder} }, asPrincipal(s.OpenSession), nil),
 		post(a, api.PathSessionExtend, "session-extend", auth.OwnHolder("extend a session"),
 			func(r api.SessionRequest) auth.Subject { return auth.Subject{Holder: r.Holder} }, s.ExtendSession, nil),
 		post(a, api.PathSessionClose, "session-close", auth.OwnHolder("close a session"),
@@ -129,7 +125,7 @@ func (a *API) table() []Route {
 			}, nil),
 		get(a, api.PathIdentity, "identity", auth.Open(), noQuery, nil,
 			func(ctx context.Context, _ struct{}) (api.Identity, error) { return s.Identity(ctx), nil }, nil),
-		get(a, api.PathMembers, "members", auth.Authenticated(), noQuery, nil,
+		get(a, api.PathMembers, "members", auth.AuthenticatedHere(), noQuery, nil,
 			func(ctx context.Context, _ struct{}) (api.MembersResponse, error) { return s.Members(ctx) }, nil),
 		{Method: http.MethodGet, Path: api.PathMetrics, Op: "metrics", Need: auth.Authenticated(), serve: a.serveMetrics},
 		post(a, api.PathJoin, "join", auth.Admin("join"),
@@ -190,6 +186,12 @@ func (e endpoint[Req, Resp]) do(ctx context.Context, req Req) (Resp, error) {
 	}
 	resp, err := e.run(ctx, req)
 	return resp, e.a.guard.Answer(ctx, e.need, e.op, sub, err)
+}
+
+// asPrincipal is an operation that counts quotas run as the principal
+// the guard authenticated for the call ("" for none).
+func asPrincipal[Req, Resp any](op func(context.Context, string, Req) (Resp, error)) func(context.Context, Req) (Resp, error) {
+	return func(ctx context.Context, req Req) (Resp, error) { return op(ctx, auth.Principal(ctx), req) }
 }
 
 // codec is a binary call's encoding of a route's request and answer.
@@ -309,44 +311,4 @@ func pageLimit(q url.Values) int {
 		return -1
 	}
 	return n
-}
-
-// hideTableFigures zeroes the figures of an overview that count the whole
-// table, keeping the histograms' bounds (the dashboard draws them).
-func hideTableFigures(o *api.Overview) {
-	o.LastToken, o.Queued, o.StatsHidden = 0, 0, true
-	zero := func(h api.Histogram) api.Histogram {
-		return api.Histogram{BoundsMs: h.BoundsMs, Counts: make([]uint64, len(h.Counts))}
-	}
-	o.Stats = api.Stats{Hold: zero(o.Stats.Hold), Wait: zero(o.Stats.Wait)}
-}
-
-// readable keeps the items of a page whose keys the caller may read.
-// readableSessions keeps the sessions of the readable locks, each with
-// only the keys the caller may read, and counts only those.
-func readableSessions(visible func(string) bool, locks []api.LockOverview, sessions []api.SessionOverview) []api.SessionOverview {
-	held := map[uint64]bool{}
-	for _, l := range locks {
-		held[l.Session] = true
-	}
-	kept := sessions[:0]
-	for _, ss := range sessions {
-		if !held[ss.ID] {
-			continue
-		}
-		ss.Keys = readable(visible, ss.Keys, func(k string) string { return k })
-		ss.Locks, ss.Waiting = len(ss.Keys), 0
-		kept = append(kept, ss)
-	}
-	return kept
-}
-
-func readable[T any](visible func(string) bool, items []T, key func(T) string) []T {
-	kept := items[:0]
-	for _, x := range items {
-		if visible(key(x)) {
-			kept = append(kept, x)
-		}
-	}
-	return kept
 }

@@ -35,10 +35,7 @@ func (a *API) serveWatch(w http.ResponseWriter, r *http.Request) *service.Error 
 	if e := a.guard.Check(ctx, watchNeed, "watch", auth.Subject{Keys: []string{scope}, Prefix: req.Key == ""}); e != nil {
 		return e
 	}
-	sc := service.WatchScope{Caller: remoteHost(r.RemoteAddr), Visible: auth.Visible(ctx)}
-	if p := auth.Principal(ctx); p != "" {
-		sc.Caller = "principal " + p
-	}
+	sc := auth.WatchScope(ctx, remoteHost(r.RemoteAddr))
 	if wantsEventStream(r) && !req.List {
 		return a.serveEventStream(w, r, req, sc)
 	}

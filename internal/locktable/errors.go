@@ -66,36 +66,39 @@ func (e *HeldError) Unwrap() error { return ErrHeld }
 // QueueFullError is WaitWithin's refusal of a holder that would join a
 // queue at its limit. It matches ErrTooManyWaiters with errors.Is.
 type QueueFullError struct {
-	Key   string
-	Scope string // "key": the key's queue is full; "total": all queues are
+	Key string
+	// Scope is "key": the key's queue is full; "total": all queues are;
+	// "owner": Owner's holders have their share of the key's queue.
+	Scope string
+	Owner string
 	Limit int
 }
 
 func (e *QueueFullError) Error() string {
-	if e.Scope == "key" {
+	switch e.Scope {
+	case "key":
 		return fmt.Sprintf("locktable: %q has %d waiters, the limit", e.Key, e.Limit)
+	case "owner":
+		return fmt.Sprintf("locktable: %q has %d waiters of %q, the limit of one owner", e.Key, e.Limit, e.Owner)
 	}
 	return fmt.Sprintf("locktable: %d waiters in all queues, the limit", e.Limit)
 }
 
 func (e *QueueFullError) Unwrap() error { return ErrTooManyWaiters }
 
-func validateKey(key string) error {
-	switch {
-	case key == "":
-		return &InputError{Field: "key", Reason: "empty", kind: ErrInvalidKey}
-	case len(key) > MaxKeyLen:
-		return &InputError{Field: "key", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(key), MaxKeyLen), kind: ErrInvalidKey}
-	}
-	return nil
-}
+func validateKey(key string) error { return validateName("key", key, MaxKeyLen, ErrInvalidKey) }
 
 func validateHolder(holder string) error {
+	return validateName("holder", holder, MaxHolderLen, ErrInvalidHolder)
+}
+
+// validateName refuses an empty s, or one over limit bytes, as field.
+func validateName(field, s string, limit int, kind error) error {
 	switch {
-	case holder == "":
-		return &InputError{Field: "holder", Reason: "empty", kind: ErrInvalidHolder}
-	case len(holder) > MaxHolderLen:
-		return &InputError{Field: "holder", Reason: fmt.Sprintf("%d bytes, the limit is %d", len(holder), MaxHolderLen), kind: ErrInvalidHolder}
+	case s == "":
+		return &InputError{Field: field, Reason: "empty", kind: kind}
+	case len(s) > limit:
+		return &InputError{Field: field, Reason: fmt.Sprintf("%d bytes, the limit is %d", len(s), limit), kind: kind}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package locktable
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Lock-delay (Chubby's). A grant may ask that, should its lease expire
@@ -62,6 +63,29 @@ func (t *Table) LockDelay(key string, now Time) (Time, bool) {
 		return 0, false
 	}
 	return t.delayed[key], true
+}
+
+// Delayed is a key in its lock-delay: granted to nobody before Until.
+type Delayed struct {
+	Key   string
+	Until Time
+}
+
+// DelayedKeys are the keys starting with prefix that are in their
+// lock-delay at now, in key order, at most limit of them (0: all), and
+// whether more were left out.
+func (t *Table) DelayedKeys(prefix string, now Time, limit int) ([]Delayed, bool) {
+	var out []Delayed
+	for k, until := range t.delayed {
+		if now < until && strings.HasPrefix(k, prefix) {
+			out = append(out, Delayed{Key: k, Until: until})
+		}
+	}
+	slices.SortFunc(out, func(a, b Delayed) int { return strings.Compare(a.Key, b.Key) })
+	if limit > 0 && len(out) > limit {
+		return out[:limit], true
+	}
+	return out, false
 }
 
 // endDelays ends the lock-delays that are over at now, in key order, and

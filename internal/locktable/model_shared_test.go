@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/fencelock/fencelock/internal/locktable/snapshot"
 )
 
 // mhModel is a naive reference for semaphores and read/write locks, with
@@ -463,7 +465,7 @@ func sharedProperty(rt *rapid.T) {
 			if b2, _ := fresh.MarshalBinary(); !bytes.Equal(b, b2) {
 				rt.Fatal("encoding is not stable across a restore")
 			}
-			if len(m.keys) == 0 && string(b[:4]) != snapshotMagic {
+			if len(m.keys) == 0 && string(b[:4]) != snapshot.MagicV2 {
 				rt.Fatalf("no multi-holder key, yet magic %q", b[:4])
 			}
 			fresh.SetObserver(tb.observe)

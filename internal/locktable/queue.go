@@ -1,6 +1,10 @@
 package locktable
 
-import "sort"
+import (
+	"maps"
+	"slices"
+	"sort"
+)
 
 // Queued is one waiter as reported by QueuedWaiters.
 type Queued struct {
@@ -17,13 +21,8 @@ type Queued struct {
 // to find waiters whose callers are gone (their connections ended with the
 // old process) so it can cancel them before anyone grants them a lease.
 func (t *Table) QueuedWaiters() []Queued {
-	keys := make([]string, 0, len(t.waiting))
-	for k := range t.waiting {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var out []Queued
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(t.waiting)) {
 		for _, w := range t.waiting[k].waiters {
 			out = append(out, Queued{Key: k, Holder: w.holder, Since: w.since, Deadline: w.deadline})
 		}

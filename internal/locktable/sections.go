@@ -1,19 +1,17 @@
 package locktable
 
-import "encoding/binary"
+import (
+	"fmt"
 
-// Snapshot sections (version 3). After the entries of version 2 come the
-// sections, each
-//
-//	byte tag | uvarint length | length bytes of payload
-//
-// in increasing tag order, none empty, and no tag twice. A section holds
-// one kind of state that plain leases and queues do not (sessions,
-// semaphores, ...): its owner appends its payload in appendSections and
-// reads it back in decodeSection, after the entries are restored. Tags are
-// part of the snapshot format: never renumber one, never reuse one.
+	"github.com/fencelock/fencelock/internal/locktable/snapshot"
+)
+
+// Snapshot sections (version 3). A section holds one kind of state that
+// plain leases and queues do not (sessions, semaphores, ...): its owner
+// appends its payload in encode and reads it back in decode, after the
+// entries are restored; package snapshot frames them. Tags are part of
+// the snapshot format: never renumber one, never reuse one.
 const (
-	sectionNone      byte = 0 // not a section; the tags start at 1
 	sectionSessions  byte = 1 // sessions, their locks and queue places
 	sectionLockDelay byte = 2 // the lock-delays of leases, waiters and keys
 	sectionShared    byte = 3 // semaphores and read/write locks
@@ -37,47 +35,27 @@ var sections = []section{
 	{tag: sectionShared, encode: appendShared, decode: decodeShared}, // semaphores and read/write locks
 }
 
-// appendSections appends every non-empty section of t to b.
-func (t *Table) appendSections(b []byte) []byte {
-	var payload []byte
+// encodeSections is every non-empty section of t, in tag order.
+func (t *Table) encodeSections() []snapshot.Section {
+	var out []snapshot.Section
 	for _, s := range sections {
-		payload = s.encode(t, payload[:0])
-		if len(payload) == 0 {
-			continue
+		if p := s.encode(t, nil); len(p) > 0 {
+			out = append(out, snapshot.Section{Tag: s.tag, Payload: p})
 		}
-		b = append(b, s.tag)
-		b = binary.AppendUvarint(b, uint64(len(payload)))
-		b = append(b, payload...)
 	}
-	return b
+	return out
 }
 
-// decodeSections reads the sections that follow the entries, to the end of d.
-func (t *Table) decodeSections(d *decoder) error {
-	last := sectionNone
-	for d.Len() > 0 && d.Err() == nil {
-		tag := d.Byte()
-		payload := d.Bytes(d.Len())
-		if d.Err() != nil {
-			break
-		}
-		if tag <= last || len(payload) == 0 {
-			return corrupt("section %d after %d, or empty", tag, last)
-		}
-		last = tag
-		s, ok := sectionByTag(tag)
+// decodeSections restores the sections read after the entries.
+func (t *Table) decodeSections(list []snapshot.Section) error {
+	for _, p := range list {
+		s, ok := sectionByTag(p.Tag)
 		if !ok {
-			return corrupt("unknown section %d", tag)
+			return fmt.Errorf("unknown section %d", p.Tag)
 		}
-		if err := s.decode(t, payload); err != nil {
-			return corrupt("section %d: %v", tag, err)
+		if err := s.decode(t, p.Payload); err != nil {
+			return fmt.Errorf("section %d: %w", p.Tag, err)
 		}
-	}
-	if d.Err() != nil {
-		return d.failure()
-	}
-	if last == sectionNone {
-		return corrupt("version 3 without sections")
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"hash/crc32"
 	"testing"
+
+	"github.com/fencelock/fencelock/internal/locktable/snapshot"
 )
 
 // A section kind registered by the test alone: the table's last token as
@@ -35,15 +37,15 @@ func TestSectionsRoundTripAndVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := tb.MarshalBinary()
-	if string(b[:4]) != snapshotMagic {
-		t.Fatalf("no section state: magic %q, want %q", b[:4], snapshotMagic)
+	if string(b[:4]) != snapshot.MagicV2 {
+		t.Fatalf("no section state: magic %q, want %q", b[:4], snapshot.MagicV2)
 	}
 	if _, err := tb.Acquire("b", "h", 0, Second); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = tb.MarshalBinary()
-	if string(b[:4]) != snapshotMagicV3 {
-		t.Fatalf("with section state: magic %q, want %q", b[:4], snapshotMagicV3)
+	if string(b[:4]) != snapshot.MagicV3 {
+		t.Fatalf("with section state: magic %q, want %q", b[:4], snapshot.MagicV3)
 	}
 	var back Table
 	if err := back.UnmarshalBinary(b); err != nil {
@@ -66,7 +68,7 @@ func TestSectionsCorrupt(t *testing.T) {
 	body := plain[:len(plain)-4]
 	reseal := func(b []byte) []byte { return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b)) }
 	v3 := func(tail ...byte) []byte {
-		b := append([]byte(snapshotMagicV3), body[4:]...)
+		b := append([]byte(snapshot.MagicV3), body[4:]...)
 		return reseal(append(b, tail...))
 	}
 	for name, data := range map[string][]byte{

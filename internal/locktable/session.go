@@ -3,6 +3,7 @@ package locktable
 import (
 	"container/heap"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -221,12 +222,7 @@ func (t *Table) endSession(s *session, now Time, kind EventKind) {
 		delete(st.byHolder, s.ref.name)
 	}
 	t.own(s.ref.name, 0, 0, -1)
-	waits := make([]string, 0, len(s.waits))
-	for k := range s.waits {
-		waits = append(waits, k)
-	}
-	slices.Sort(waits)
-	for _, k := range waits {
+	for _, k := range slices.Sorted(maps.Keys(s.waits)) {
 		e := t.entries[k]
 		if e == nil {
 			continue

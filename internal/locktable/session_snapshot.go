@@ -3,9 +3,10 @@ package locktable
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 
-	"github.com/fencelock/fencelock/internal/binread"
+	"github.com/fencelock/fencelock/internal/locktable/snapshot"
 )
 
 // Section 1, sessions (written once a table has opened a session, so the
@@ -18,52 +19,38 @@ import (
 //
 // A lock's lease record (token, granted) is in the entries as usual, with
 // the session's expiry and ttl; the section re-attaches it to its session.
-//
-// Section 2, lock-delays (written when any is set):
-//
-//	uvarint n | each lease that takes one, by key: string key | varint delay |
-//	uvarint n | each waiter that asks for one, by key: string key | string holder | varint delay |
-//	uvarint n | each key in its delay, by key: string key | varint until
 
 func encodeSessions(t *Table, b []byte) []byte {
 	st := t.sessions
 	if st == nil || st.last == 0 {
 		return b
 	}
-	ids := make([]uint64, 0, len(st.byID))
-	for id := range st.byID {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(st.byID))
 	b = binary.AppendUvarint(b, st.last)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		s := st.byID[id]
 		b = binary.AppendUvarint(b, s.id)
-		b = appendString(b, s.ref.name)
+		b = snapshot.AppendString(b, s.ref.name)
 		b = binary.AppendVarint(b, int64(s.ttl))
 		b = binary.AppendVarint(b, int64(s.created))
 		b = binary.AppendVarint(b, int64(s.expiry))
 		keys := sortedKeys(s)
 		b = binary.AppendUvarint(b, uint64(len(keys)))
 		for _, k := range keys {
-			b = appendString(b, k)
+			b = snapshot.AppendString(b, k)
 		}
-		waits := make([]string, 0, len(s.waits))
-		for k := range s.waits {
-			waits = append(waits, k)
-		}
-		slices.Sort(waits)
+		waits := slices.Sorted(maps.Keys(s.waits))
 		b = binary.AppendUvarint(b, uint64(len(waits)))
 		for _, k := range waits {
-			b = appendString(b, k)
+			b = snapshot.AppendString(b, k)
 		}
 	}
 	return b
 }
 
 func decodeSessions(t *Table, p []byte) error {
-	d := &decoder{binread.New(p)}
+	d := snapshot.NewPayload(p)
 	st := t.sess()
 	st.last = d.Uvarint()
 	n := d.Uvarint()
@@ -120,7 +107,7 @@ func decodeSessions(t *Table, p []byte) error {
 			t.setWaiterSession(key, w, s)
 		}
 	}
-	if err := d.end(); err != nil {
+	if err := d.End(); err != nil {
 		return err
 	}
 	// Session locks live in their session, not in the expiry heap (which
@@ -145,118 +132,4 @@ func (t *Table) findWaiter(key, holder string) *waiter {
 		}
 	}
 	return nil
-}
-
-func encodeLockDelays(t *Table, b []byte) []byte {
-	var held []*entry
-	for e := range t.delays {
-		held = append(held, e)
-	}
-	slices.SortFunc(held, func(a, b *entry) int { return cmpString(a.key, b.key) })
-	type wd struct {
-		key, holder string
-		delay       Duration
-	}
-	var ws []wd
-	for k, q := range t.waiting {
-		for _, w := range q.waiters {
-			if w.delay > 0 {
-				ws = append(ws, wd{k, w.holder, w.delay})
-			}
-		}
-	}
-	slices.SortFunc(ws, func(a, b wd) int {
-		if c := cmpString(a.key, b.key); c != 0 {
-			return c
-		}
-		return cmpString(a.holder, b.holder)
-	})
-	var delayed []string
-	for k := range t.delayed {
-		delayed = append(delayed, k)
-	}
-	slices.Sort(delayed)
-	if len(held) == 0 && len(ws) == 0 && len(delayed) == 0 {
-		return b
-	}
-	b = binary.AppendUvarint(b, uint64(len(held)))
-	for _, e := range held {
-		b = appendString(b, e.key)
-		b = binary.AppendVarint(b, int64(t.delays[e]))
-	}
-	b = binary.AppendUvarint(b, uint64(len(ws)))
-	for _, w := range ws {
-		b = appendString(b, w.key)
-		b = appendString(b, w.holder)
-		b = binary.AppendVarint(b, int64(w.delay))
-	}
-	b = binary.AppendUvarint(b, uint64(len(delayed)))
-	for _, k := range delayed {
-		b = appendString(b, k)
-		b = binary.AppendVarint(b, int64(t.delayed[k]))
-	}
-	return b
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func decodeLockDelays(t *Table, p []byte) error {
-	d := &decoder{binread.New(p)}
-	okDelay := func(v Duration) bool { return v > 0 && v <= MaxLockDelay }
-	n := d.Uvarint()
-	if d.Err() == nil && n > uint64(d.Len()) {
-		return fmt.Errorf("%d delays", n)
-	}
-	for i := uint64(0); i < n && d.Err() == nil; i++ {
-		key, delay := d.String(MaxKeyLen), Duration(d.Varint())
-		if d.Err() != nil {
-			break
-		}
-		e := t.entries[key]
-		if e == nil || !e.held() || !okDelay(delay) || t.delays[e] != 0 {
-			return fmt.Errorf("bad lock-delay on %q", key)
-		}
-		t.setDelay(e, delay)
-	}
-	n = d.Uvarint()
-	if d.Err() == nil && n > uint64(d.Len()) {
-		return fmt.Errorf("%d waiter delays", n)
-	}
-	for i := uint64(0); i < n && d.Err() == nil; i++ {
-		key, holder, delay := d.String(MaxKeyLen), d.String(MaxHolderLen), Duration(d.Varint())
-		if d.Err() != nil {
-			break
-		}
-		w := t.findWaiter(key, holder)
-		if w == nil || w.delay != 0 || !okDelay(delay) {
-			return fmt.Errorf("bad waiter lock-delay on %q", key)
-		}
-		w.delay = delay
-	}
-	n = d.Uvarint()
-	if d.Err() == nil && n > uint64(d.Len()) {
-		return fmt.Errorf("%d keys in delay", n)
-	}
-	for i := uint64(0); i < n && d.Err() == nil; i++ {
-		key, until := d.String(MaxKeyLen), Time(d.Varint())
-		if d.Err() != nil {
-			break
-		}
-		if validateKey(key) != nil || t.delayed[key] != 0 {
-			return fmt.Errorf("bad delay on %q", key)
-		}
-		if t.delayed == nil {
-			t.delayed = map[string]Time{}
-		}
-		t.delayed[key] = until
-	}
-	return d.end()
 }

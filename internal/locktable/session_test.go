@@ -6,6 +6,8 @@ import (
 	"errors"
 	"hash/crc32"
 	"testing"
+
+	"github.com/fencelock/fencelock/internal/locktable/snapshot"
 )
 
 // A dead session ends whole when any call touches one of its locks, before
@@ -145,7 +147,7 @@ func TestSessionSnapshotSections(t *testing.T) {
 	plain.Acquire("a", "h", 0, 10)
 	plain.Wait("a", "w", 0, 10, NoDeadline)
 	b, _ := plain.MarshalBinary()
-	if string(b[:4]) != snapshotMagic {
+	if string(b[:4]) != snapshot.MagicV2 {
 		t.Fatalf("magic %q", b[:4])
 	}
 	tb := New()

@@ -142,6 +142,17 @@ func (m *multiKey) waiterIndex(holder string) int {
 	return -1
 }
 
+// ownerWaiting counts the waiters of owner (OwnerOf) in m's queue.
+func (m *multiKey) ownerWaiting(owner string) int {
+	n := 0
+	for i := range m.waiters {
+		if OwnerOf(m.waiters[i].holder) == owner {
+			n++
+		}
+	}
+	return n
+}
+
 func (m *multiKey) lease(h sharedHolder) Lease {
 	l := h.e.lease()
 	l.Kind, l.Write, l.Slot = m.kind, h.write, h.slot
@@ -285,6 +296,9 @@ func (t *Table) AcquireShared(key, holder string, s Shared, now Time, ttl Durati
 	case lim.Total > 0 && t.queued >= lim.Total:
 		t.tidyShared(e, m)
 		return Lease{}, false, &QueueFullError{Key: key, Scope: "total", Limit: lim.Total}
+	case lim.PerKeyOwner > 0 && m.ownerWaiting(OwnerOf(holder)) >= lim.PerKeyOwner:
+		t.tidyShared(e, m)
+		return Lease{}, false, &QueueFullError{Key: key, Scope: "owner", Owner: OwnerOf(holder), Limit: lim.PerKeyOwner}
 	}
 	m.waiters = append(m.waiters, sharedWaiter{waiter: waiter{holder: holder, ttl: ttl, since: now, deadline: deadline}, write: s.Write})
 	t.queued++

@@ -3,9 +3,10 @@ package locktable
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 
-	"github.com/fencelock/fencelock/internal/binread"
+	"github.com/fencelock/fencelock/internal/locktable/snapshot"
 )
 
 // Section 3: semaphores and read/write locks, keys sorted, so equal tables
@@ -24,20 +25,16 @@ func appendShared(t *Table, b []byte) []byte {
 	if len(t.multi) == 0 {
 		return b
 	}
-	keys := make([]string, 0, len(t.multi))
-	for k := range t.multi {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(t.multi))
 	b = binary.AppendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
 		m := t.multi[k]
-		b = appendString(b, k)
+		b = snapshot.AppendString(b, k)
 		b = append(b, byte(m.kind))
 		b = binary.AppendUvarint(b, uint64(m.permits))
 		b = binary.AppendUvarint(b, uint64(len(m.holders)))
 		for _, h := range m.holders {
-			b = appendString(b, h.e.holder.name)
+			b = snapshot.AppendString(b, h.e.holder.name)
 			b = append(b, boolByte(h.write))
 			b = binary.AppendUvarint(b, uint64(h.slot))
 			b = binary.AppendUvarint(b, h.e.token)
@@ -47,7 +44,7 @@ func appendShared(t *Table, b []byte) []byte {
 		}
 		b = binary.AppendUvarint(b, uint64(len(m.waiters)))
 		for _, w := range m.waiters {
-			b = appendString(b, w.holder)
+			b = snapshot.AppendString(b, w.holder)
 			b = append(b, boolByte(w.write))
 			b = binary.AppendVarint(b, int64(w.ttl))
 			b = binary.AppendVarint(b, int64(w.since))
@@ -69,7 +66,7 @@ func boolByte(v bool) byte {
 // also an exclusive entry, a bad kind or limit, more holders than permits,
 // a writer beside another holder, a holder twice, an empty key.
 func decodeShared(t *Table, p []byte) error {
-	d := &decoder{binread.New(p)}
+	d := snapshot.NewPayload(p)
 	n := d.Uvarint()
 	// Each key takes at least 5 bytes.
 	if d.Err() == nil && (n == 0 || n > uint64(d.Len())/5) {
@@ -148,7 +145,7 @@ func decodeShared(t *Table, p []byte) error {
 		e.multi = true
 		t.multi[key] = m
 	}
-	return d.end()
+	return d.End()
 }
 
 // validHolders: never more holders than permits, never a writer beside

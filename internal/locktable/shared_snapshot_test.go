@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"strings"
 	"testing"
+
+	"github.com/fencelock/fencelock/internal/locktable/snapshot"
 )
 
 // TestSharedSnapshotRoundTrip: semaphores and read/write locks with
@@ -28,7 +30,7 @@ func TestSharedSnapshotRoundTrip(t *testing.T) {
 	must(tb.AcquireShared("rw", "r", Shared{Kind: ReadWrite}, 0, 10*Second, 0, WaitLimits{}))
 	must(tb.AcquireShared("rw", "w", Shared{Kind: ReadWrite, Write: true}, 0, 10*Second, NoDeadline, WaitLimits{}))
 	b, err := tb.MarshalBinary()
-	if err != nil || string(b[:4]) != snapshotMagicV3 {
+	if err != nil || string(b[:4]) != snapshot.MagicV3 {
 		t.Fatalf("magic %q, %v", b[:4], err)
 	}
 	back := New()
@@ -48,7 +50,7 @@ func TestSharedSnapshotRoundTrip(t *testing.T) {
 	}
 	back.Tick(20 * Time(Second)) // everything of the two keys ends
 	back.Tick(40 * Time(Second))
-	if b, _ := back.MarshalBinary(); string(b[:4]) != snapshotMagic {
+	if b, _ := back.MarshalBinary(); string(b[:4]) != snapshot.MagicV2 {
 		t.Fatalf("no multi-holder key left, yet magic %q", b[:4])
 	}
 }
@@ -56,12 +58,12 @@ func TestSharedSnapshotRoundTrip(t *testing.T) {
 // sharedPayload builds a section 3 payload of one key.
 func sharedPayload(key string, kind Kind, permits int, holders [][3]uint64, waiters int) []byte {
 	b := binary.AppendUvarint(nil, 1)
-	b = appendString(b, key)
+	b = snapshot.AppendString(b, key)
 	b = append(b, byte(kind))
 	b = binary.AppendUvarint(b, uint64(permits))
 	b = binary.AppendUvarint(b, uint64(len(holders)))
 	for i, h := range holders { // write, slot, token
-		b = appendString(b, string(rune('a'+i)))
+		b = snapshot.AppendString(b, string(rune('a'+i)))
 		b = append(b, byte(h[0]))
 		b = binary.AppendUvarint(b, h[1])
 		b = binary.AppendUvarint(b, h[2])
@@ -71,7 +73,7 @@ func sharedPayload(key string, kind Kind, permits int, holders [][3]uint64, wait
 	}
 	b = binary.AppendUvarint(b, uint64(waiters))
 	for i := range waiters {
-		b = appendString(b, string(rune('p'+i)))
+		b = snapshot.AppendString(b, string(rune('p'+i)))
 		b = append(b, 0)
 		b = binary.AppendVarint(b, 10)
 		b = binary.AppendVarint(b, 0)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fencelock/fencelock/internal/locktable/snapshot"
 )
 
 // randomCalls applies n pseudo-random calls from a fixed seed, so two tables
@@ -169,17 +171,17 @@ func encodeV1(t *Table) []byte {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	b := append([]byte(nil), snapshotMagicV1...)
+	b := append([]byte(nil), snapshot.MagicV1...)
 	b = binary.AppendUvarint(b, t.last)
 	b = binary.AppendVarint(b, int64(t.maxNow))
 	b = binary.AppendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
 		e := t.entries[k]
-		b = appendString(b, k)
+		b = snapshot.AppendString(b, k)
 		if e.held() {
 			l := e.lease()
 			b = append(b, 1)
-			b = appendString(b, l.Holder)
+			b = snapshot.AppendString(b, l.Holder)
 			b = binary.AppendUvarint(b, l.Token)
 			b = binary.AppendVarint(b, int64(l.Granted))
 			b = binary.AppendVarint(b, int64(l.Expiry))
@@ -190,7 +192,7 @@ func encodeV1(t *Table) []byte {
 		ws := t.waitersOf(e)
 		b = binary.AppendUvarint(b, uint64(len(ws)))
 		for _, w := range ws {
-			b = appendString(b, w.holder)
+			b = snapshot.AppendString(b, w.holder)
 			b = binary.AppendVarint(b, int64(w.ttl))
 			b = binary.AppendVarint(b, int64(w.since))
 			b = binary.AppendVarint(b, int64(w.deadline))

@@ -287,6 +287,20 @@ func (t *Table) Wait(key, holder string, now Time, ttl Duration, deadline Time) 
 type WaitLimits struct {
 	PerKey int // waiters in one key's queue
 	Total  int // waiters in all queues
+	// PerKeyOwner caps the waiters of one owner (OwnerOf) in one key's
+	// queue, so that one principal cannot take a key's whole queue.
+	PerKeyOwner int
+}
+
+// ownerWaiting counts the holders of owner among waiters.
+func ownerWaiting(waiters []waiter, owner string) int {
+	n := 0
+	for i := range waiters {
+		if OwnerOf(waiters[i].holder) == owner {
+			n++
+		}
+	}
+	return n
 }
 
 // WaitWithin is Wait that refuses, with a *QueueFullError and changing
@@ -350,6 +364,8 @@ func (t *Table) WaitWith(key, holder string, now Time, ttl Duration, deadline Ti
 		return Lease{}, false, &QueueFullError{Key: key, Scope: "key", Limit: lim.PerKey}
 	case lim.Total > 0 && t.queued >= lim.Total:
 		return Lease{}, false, &QueueFullError{Key: key, Scope: "total", Limit: lim.Total}
+	case lim.PerKeyOwner > 0 && q != nil && ownerWaiting(q.waiters, OwnerOf(holder)) >= lim.PerKeyOwner:
+		return Lease{}, false, &QueueFullError{Key: key, Scope: "owner", Owner: OwnerOf(holder), Limit: lim.PerKeyOwner}
 	case full:
 		return Lease{}, false, &SessionLimitError{Scope: "session", Limit: MaxSessionLocks}
 	}

@@ -124,3 +124,55 @@ func TestQueuedCount(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitLimitPerKeyOwner (issue 41, item 4): one owner's holders
+// ("mallory/1", "mallory/2", …) could take a key's whole queue, and
+// everybody else was refused there. With a share per owner, mallory's
+// next holder is refused (scope "owner", the table unchanged) while
+// others still queue, on a plain key and on a semaphore alike; a
+// mallory holder already queued keeps its place.
+func TestWaitLimitPerKeyOwner(t *testing.T) {
+	lim := WaitLimits{PerKey: 10, PerKeyOwner: 3}
+	for _, kind := range []string{"exclusive", "semaphore"} {
+		tb := New()
+		wait := func(holder string) error {
+			if kind == "exclusive" {
+				_, _, err := tb.WaitWithin("k", holder, 0, Second, NoDeadline, lim)
+				return err
+			}
+			_, _, err := tb.AcquireShared("k", holder, Shared{Kind: Semaphore, Permits: 1}, 0, Second, NoDeadline, lim)
+			return err
+		}
+		if err := wait("owner"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if err := wait(fmt.Sprintf("mallory/%d", i)); err != nil {
+				t.Fatalf("%s: mallory/%d: %v", kind, i, err)
+			}
+		}
+		before, _ := tb.MarshalBinary()
+		err := wait("mallory/3")
+		var full *QueueFullError
+		if !errors.Is(err, ErrTooManyWaiters) || !errors.As(err, &full) || full.Scope != "owner" || full.Owner != "mallory" || full.Limit != 3 {
+			t.Fatalf("%s: mallory's 4th holder: %v; want its share refused", kind, err)
+		}
+		if after, _ := tb.MarshalBinary(); !bytes.Equal(before, after) {
+			t.Fatalf("%s: the refused wait changed the table", kind)
+		}
+		if err := wait("mallory"); err == nil {
+			t.Fatalf("%s: the owner's own name got past its share", kind)
+		}
+		if err := wait("mallory/1"); err != nil {
+			t.Fatalf("%s: a queued holder of mallory re-sending its wait: %v", kind, err)
+		}
+		for _, h := range []string{"alice", "alice/1", "bob"} {
+			if err := wait(h); err != nil {
+				t.Fatalf("%s: %s, another owner: %v", kind, h, err)
+			}
+		}
+		if tb.QueuedCount() != 6 {
+			t.Fatalf("%s: %d queued, want 6", kind, tb.QueuedCount())
+		}
+	}
+}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"time"
@@ -26,8 +27,14 @@ type Config struct {
 	// be added.
 	Peers []Peer
 	Join  bool
-	// TLS, when set, runs the raft port over mutual TLS.
-	TLS *tlsconfig.Reloader
+	// TLS, when set, runs the raft port over mutual TLS: with the node
+	// certificates of a CA (a tlsconfig.Reloader) or of the cluster
+	// secret's authority (a clustersecret.Credential). nil: plain TCP,
+	// which needs InsecureRaft.
+	TLS PeerTLS
+	// InsecureRaft allows a raft port without TLS, where any process
+	// that reaches it is taken for a member.
+	InsecureRaft bool
 	// Insecure allows a raft port on a non-loopback address without TLS.
 	Insecure bool
 	// Listener, if set, is what the raft port accepts on instead of a
@@ -47,12 +54,30 @@ type Config struct {
 	TrailingLogs       uint64
 	SnapshotInterval   time.Duration
 	WALSegmentSize     int
-	// TokenFloor, when this node has no raft state yet, is a floor the
-	// first leader commits before it serves a grant: every token it
-	// issues is above it. Ignored once there is state.
+	// TokenFloor is a floor this node commits, when it next leads,
+	// before it serves a grant: every token it issues is above it. A
+	// node with state takes it only when it is above the tokens its
+	// state file shows issued (Storage.Boot).
 	TokenFloor uint64
 
 	Hooks Hooks
+}
+
+// PeerTLS is what the raft port runs mutual TLS with: the configs of its
+// listener and of its dialer, each taking only a node members accepts.
+type PeerTLS interface {
+	PeerServer(members tlsconfig.Members) *tls.Config
+	PeerClient(addr string, members tlsconfig.Members) *tls.Config
+}
+
+// PeerProof is a credential its dialer proves in its first bytes, before
+// the TLS handshake (clustersecret.Credential): the raft port reads and
+// checks them first, so that the handshakes it spends its budget on are
+// only those of holders of the credential.
+type PeerProof interface {
+	Proof() ([]byte, error)
+	ProofLen() int
+	CheckProof([]byte) bool
 }
 
 // Hooks are told what the state machine did; each may be nil.

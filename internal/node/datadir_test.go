@@ -66,7 +66,7 @@ func grantN(t *testing.T, ts *testServer, prefix string, n int) uint64 {
 	t.Helper()
 	var last uint64
 	for i := range n {
-		l, err := ts.Acquire(context.Background(), api.AcquireRequest{Key: fmt.Sprintf("%s/%d", prefix, i), Holder: "h", TTLMs: 600000})
+		l, err := ts.Acquire(context.Background(), "", api.AcquireRequest{Key: fmt.Sprintf("%s/%d", prefix, i), Holder: "h", TTLMs: 600000})
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}

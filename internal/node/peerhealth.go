@@ -32,6 +32,7 @@ type peerRecord struct {
 	contacted bool      // it answered in that term
 	answered  time.Time // its last answer, in any term; zero: never
 	lastLog   uint64    // the last log index it reported
+	voted     time.Time // its last answer to a vote request of this node; zero: never
 }
 
 // peerState classifies a peer at now: healthy when it answered in the
@@ -84,6 +85,20 @@ func (w *PeerWatch) Answered(id string, term, lastLog uint64) {
 	w.note(id, term, lastLog, true)
 }
 
+// Voted notes id's answer, granted or not, to a vote (or pre-vote)
+// request of this node: a candidate hears from the voters that way only.
+func (w *PeerWatch) Voted(id string) {
+	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.peers[id]
+	if r == nil {
+		r = &peerRecord{}
+		w.peers[id] = r
+	}
+	r.voted = now
+}
+
 // Heard notes id's answer to a request of term that does not say where
 // its log ends (the etcd engine's heartbeats).
 func (w *PeerWatch) Heard(id string, term uint64) { w.note(id, term, 0, false) }
@@ -134,6 +149,42 @@ func (w *PeerWatch) Status(ids []string, term, last uint64, bound time.Duration,
 		}
 		if !heard.IsZero() {
 			st.Contacted, st.LastContact = true, now.Sub(heard)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Contacts is every peer in ids as this node last heard from it itself,
+// whatever its role now, at now and in the order of ids: the answers to
+// its appends (in any term) and to its vote requests, and for leader.ID
+// the leader's own appends (leader.Heard). One heard from within bound
+// is healthy, one heard from longer ago unreachable, one never heard
+// from unknown; no lag is given (this node's log need not be the
+// leader's).
+func (w *PeerWatch) Contacts(ids []string, bound time.Duration, leader FormerLeader) []replica.PeerStatus {
+	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]replica.PeerStatus, 0, len(ids))
+	for _, id := range ids {
+		var heard time.Time
+		if r, ok := w.peers[id]; ok {
+			heard = r.answered
+			if r.voted.After(heard) {
+				heard = r.voted
+			}
+		}
+		if id == leader.ID && leader.Heard.After(heard) {
+			heard = leader.Heard
+		}
+		st := replica.PeerStatus{ID: id, State: replica.PeerUnknown}
+		if !heard.IsZero() {
+			st.Contacted, st.LastContact = true, max(0, now.Sub(heard))
+			st.State = replica.PeerHealthy
+			if st.LastContact > bound {
+				st.State = replica.PeerUnreachable
+			}
 		}
 		out = append(out, st)
 	}

@@ -85,3 +85,62 @@ func TestPeerHealthFromAnswers(t *testing.T) {
 		t.Fatalf("records kept after forget: %v", w.peers)
 	}
 }
+
+// TestPeerContactsWhateverTheRole (issue 44.1): a node that does not lead
+// says when it last heard from each peer itself. A former leader heard
+// from every peer that answered its appends, in any term; a follower from
+// the leader it followed (by that leader's appends); a candidate from the
+// voters that answered its vote requests, granted or not. Healthy within
+// the bound, unreachable after it, unknown if never heard from.
+func TestPeerContactsWhateverTheRole(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	w := NewPeerWatch(func() time.Time { return now })
+	const bound = time.Second
+	at := func(d time.Duration) { now = t0.Add(d) }
+	var leader FormerLeader
+	check := func(want string) {
+		t.Helper()
+		var out []string
+		for _, p := range w.Contacts([]string{"a", "b", "c", "d"}, bound, leader) {
+			s := fmt.Sprintf("%s:%s", p.ID, p.State)
+			if p.Contacted {
+				s += fmt.Sprintf("/%v", p.LastContact)
+			}
+			if p.LagKnown {
+				s += "/lag?"
+			}
+			out = append(out, s)
+		}
+		if got := fmt.Sprint(out); got != want {
+			t.Fatalf("at %v: %s, want %s", now.Sub(t0), got, want)
+		}
+	}
+
+	check("[a:unknown b:unknown c:unknown d:unknown]")
+	// While it led in term 2, a and b answered; c never did.
+	w.Sent("a", 2)
+	w.Answered("a", 2, 10)
+	w.Sent("b", 2)
+	w.Answered("b", 2, 9)
+	w.Sent("c", 2)
+	at(500 * time.Millisecond)
+	w.Answered("a", 2, 11)
+	check("[a:healthy/0s b:healthy/500ms c:unknown d:unknown]")
+	at(1500 * time.Millisecond) // a silent for exactly the bound; b for longer
+	check("[a:healthy/1s b:unreachable/1.5s c:unknown d:unknown]")
+
+	// It followed d since, and last heard from it at 1.4 s.
+	leader = FormerLeader{ID: "d", Heard: t0.Add(1400 * time.Millisecond)}
+	check("[a:healthy/1s b:unreachable/1.5s c:unknown d:healthy/100ms]")
+	// d is gone; as a candidate it hears from c by its vote answer.
+	at(2000 * time.Millisecond)
+	w.Voted("c")
+	check("[a:unreachable/1.5s b:unreachable/2s c:healthy/0s d:healthy/600ms]")
+	at(3000 * time.Millisecond)
+	w.Voted("a") // newer than its last answer to an append
+	check("[a:healthy/0s b:unreachable/3s c:healthy/1s d:unreachable/1.6s]")
+	// The latest of the leader's appends and the peer's own answers counts.
+	leader = FormerLeader{ID: "b", Heard: t0.Add(100 * time.Millisecond)}
+	check("[a:healthy/0s b:unreachable/2.9s c:healthy/1s d:unknown]")
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -16,27 +17,41 @@ import (
 )
 
 // The raft port. With TLS the raft transport runs over mutual TLS: a peer
-// must present a node certificate signed by the CA that names a member of
-// this node's configuration (tlsconfig.CheckNode), or it is refused at the
-// handshake, before raft reads a byte; a client certificate never is a
-// peer. Without TLS it is raft's network transport over plain TCP, on a
-// loopback address unless Config.Insecure says otherwise. Either way the
-// port has budgets of its own, apart from the client port's (portGate):
-// the connections raft holds, and the handshakes in progress, in all and
-// per address; a connection past them is closed at once, counted, and
-// summed up in a log line at most every refusalLogEvery.
+// must present a node certificate of the CA (or of the authority the
+// cluster secret derives, internal/clustersecret) that names a member of
+// this node's configuration (tlsconfig.CheckNode), or it is refused at
+// the handshake, before raft reads a byte; a client certificate never is
+// a peer. Without TLS (InsecureRaft) it is raft's network transport over
+// plain TCP, on a loopback address unless Config.Insecure says otherwise.
+// Either way the port has budgets of its own, apart from the client
+// port's (portGate): the connections raft holds, which only a peer that
+// completed its handshake takes, and the handshakes in progress, each
+// under a timeout. With a cluster secret the dialer sends a proof of it
+// before its TLS handshake (PeerProof), which the port reads first, so
+// that a member's connection is told apart from the first bytes it
+// sends. A handshake is all a process without the credential can hold,
+// and it cannot crowd out a member's: with the handshake budget spent, a
+// new connection makes room by closing the oldest handshake of the
+// address holding the most, never one whose dialer proved the secret,
+// so that connections that never complete make way for one that
+// completes in milliseconds, even from the members' own address. What is
+// closed is counted and summed up in a log line at most every
+// refusalLogEvery. The connections raft is handed are streamConns, the
+// one place every byte raft reads from a peer goes through.
 
 // RaftPortLimits bound the raft port.
 type RaftPortLimits struct {
 	// MaxConns caps the accepted connections raft holds (each an open
-	// file). Default DefaultRaftMaxConns.
+	// file): with TLS, those of peers that completed the handshake.
+	// Default DefaultRaftMaxConns.
 	MaxConns int
-	// MaxHandshakes caps the TLS handshakes in progress, and
-	// MaxHandshakesPerAddr those from one remote address (IP), so that
-	// one silent dialer cannot take the whole budget. Defaults
-	// DefaultRaftMaxHandshakes and a quarter of MaxHandshakes.
-	MaxHandshakes, MaxHandshakesPerAddr int
-	// HandshakeTimeout bounds one peer's TLS handshake. Default
+	// MaxHandshakes caps the handshakes in progress; past it the
+	// oldest handshake of the address holding the most, among those
+	// that have not proved the credential, is closed to make room.
+	// Default DefaultRaftMaxHandshakes.
+	MaxHandshakes int
+	// HandshakeTimeout bounds one peer's handshake, the proof of the
+	// secret (proofTimeout at most) and TLS. Default
 	// DefaultRaftHandshakeTimeout.
 	HandshakeTimeout time.Duration
 }
@@ -56,9 +71,6 @@ func (l RaftPortLimits) withDefaults() RaftPortLimits {
 	if l.MaxHandshakes <= 0 {
 		l.MaxHandshakes = DefaultRaftMaxHandshakes
 	}
-	if l.MaxHandshakesPerAddr <= 0 {
-		l.MaxHandshakesPerAddr = max(l.MaxHandshakes/4, 1)
-	}
 	if l.HandshakeTimeout <= 0 {
 		l.HandshakeTimeout = DefaultRaftHandshakeTimeout
 	}
@@ -70,13 +82,15 @@ type RaftPortStats struct {
 	// Open: accepted connections raft holds now; Handshaking: TLS
 	// handshakes in progress.
 	Open, Handshaking int64
-	// Connections closed at accept: at MaxConns (RefusedConns), or with
-	// the handshake budget spent, in all or for the address
-	// (RefusedHandshakeBudget).
-	RefusedConns, RefusedHandshakeBudget int64
+	// RefusedConns: connections closed at MaxConns. Evicted: connections
+	// closed with the handshake budget spent: a handshake in progress,
+	// to make room for a newer connection, or the newer one when every
+	// handshake in progress proved the credential.
+	RefusedConns, Evicted int64
 	// HandshakesRefused counts handshakes that failed or were refused: no
-	// certificate, another CA's, a client certificate, a node of no
-	// member, a timeout, bytes that are not TLS.
+	// certificate, another CA's or another secret's, a client
+	// certificate, a node of no member, a timeout, bytes that are not
+	// TLS.
 	HandshakesRefused int64
 	Limits            RaftPortLimits
 }
@@ -87,47 +101,121 @@ const refusalLogEvery = 10 * time.Second
 
 // portGate is the raft port's budgets and accounting.
 type portGate struct {
-	lim                                            RaftPortLimits
-	log                                            *slog.Logger
-	now                                            func() time.Time // spaces the log lines
-	open, handshaking                              atomic.Int64
-	refusedConns, refusedBudget, refusedHandshakes atomic.Int64
+	lim                                      RaftPortLimits
+	log                                      *slog.Logger
+	now                                      func() time.Time // spaces the log lines
+	open, handshaking                        atomic.Int64
+	refusedConns, evicted, refusedHandshakes atomic.Int64
 
 	mu       sync.Mutex
-	byAddr   map[string]int // handshakes in progress by remote IP
+	byAddr   map[string][]*pendingConn // handshakes in progress by remote IP, oldest first, proven ones aside
 	lastLog  time.Time
 	unlogged int // refusals since the last line
 }
 
+// pendingConn is a connection whose handshake is in progress.
+type pendingConn struct {
+	net.Conn
+	ip      string
+	evicted bool // closed to make room; under portGate.mu
+	proven  bool // its dialer proved the credential: not evicted; under portGate.mu
+}
+
 func newPortGate(lim RaftPortLimits, log *slog.Logger) *portGate {
-	return &portGate{lim: lim.withDefaults(), log: log, now: time.Now, byAddr: make(map[string]int)}
+	return &portGate{lim: lim.withDefaults(), log: log, now: time.Now, byAddr: make(map[string][]*pendingConn)}
 }
 
 func (g *portGate) stats() RaftPortStats {
 	return RaftPortStats{Open: g.open.Load(), Handshaking: g.handshaking.Load(),
-		RefusedConns: g.refusedConns.Load(), RefusedHandshakeBudget: g.refusedBudget.Load(),
+		RefusedConns: g.refusedConns.Load(), Evicted: g.evicted.Load(),
 		HandshakesRefused: g.refusedHandshakes.Load(), Limits: g.lim}
 }
 
-// beginHandshake takes a handshake slot for ip, if there is one.
-func (g *portGate) beginHandshake(ip string) bool {
+// beginHandshake takes a handshake slot for c, from ip. With the budget
+// spent it makes room first: it takes the slot of the oldest handshake
+// of the address that holds the most, the newcomer's own when its
+// address holds as many (skipping those whose first bytes wait to be
+// read), and returns that connection for the caller to close. A
+// handshake whose dialer proved the credential (prove) is not taken;
+// when every one in progress is, there is no room and ok is false. A
+// dialer that opens connections faster than it completes handshakes
+// thus closes its own first, and a handshake that completes outlives
+// any number of connections that do not, unless MaxHandshakes newer ones
+// from its address arrive while it runs.
+func (g *portGate) beginHandshake(c net.Conn, ip string) (p, victim *pendingConn, ok bool) {
+	p = &pendingConn{Conn: c, ip: ip}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.handshaking.Load() >= int64(g.lim.MaxHandshakes) || g.byAddr[ip] >= g.lim.MaxHandshakesPerAddr {
+	if g.handshaking.Load() >= int64(g.lim.MaxHandshakes) {
+		heaviest := ip
+		for a, q := range g.byAddr {
+			if len(q) > len(g.byAddr[heaviest]) {
+				heaviest = a
+			}
+		}
+		q := g.byAddr[heaviest]
+		if len(q) == 0 {
+			return nil, nil, false
+		}
+		// A connection whose first bytes wait unread is one whose
+		// handshake is about to go on (a member's proof, sent as soon
+		// as it connected): the oldest silent one goes first.
+		victim = q[0]
+		for _, v := range q {
+			if unread(v.Conn) == 0 {
+				victim = v
+				break
+			}
+		}
+		victim.evicted = true
+		g.drop(victim)
+	}
+	g.byAddr[ip] = append(g.byAddr[ip], p)
+	g.handshaking.Add(1)
+	return p, victim, true
+}
+
+// drop forgets p; under g.mu.
+func (g *portGate) drop(p *pendingConn) {
+	q := g.byAddr[p.ip]
+	if i := slices.Index(q, p); i >= 0 {
+		q = slices.Delete(q, i, i+1)
+		g.handshaking.Add(-1)
+	}
+	if len(q) == 0 {
+		delete(g.byAddr, p.ip)
+	} else {
+		g.byAddr[p.ip] = q
+	}
+}
+
+// prove keeps p, whose dialer proved the credential, from being closed
+// to make room; false when it was closed meanwhile.
+func (g *portGate) prove(p *pendingConn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p.evicted {
 		return false
 	}
-	g.byAddr[ip]++
+	g.drop(p)
+	p.proven = true
 	g.handshaking.Add(1)
 	return true
 }
 
-func (g *portGate) endHandshake(ip string) {
+// endHandshake gives p's slot back and says whether p was evicted
+// meanwhile (then its slot was already taken, and it is closed).
+func (g *portGate) endHandshake(p *pendingConn) (evicted bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.byAddr[ip]--; g.byAddr[ip] <= 0 {
-		delete(g.byAddr, ip)
+	switch {
+	case p.proven:
+		p.proven = false
+		g.handshaking.Add(-1)
+	case !p.evicted:
+		g.drop(p)
 	}
-	g.handshaking.Add(-1)
+	return p.evicted
 }
 
 // admit takes a slot of the connections raft holds, if there is one.
@@ -158,7 +246,7 @@ func (g *portGate) refused(c *atomic.Int64, msg, remote string, err error) {
 		attrs = append(attrs, "err", err)
 	}
 	st := g.stats()
-	attrs = append(attrs, "total_handshakes_refused", st.HandshakesRefused, "total_refused_at_cap", st.RefusedConns+st.RefusedHandshakeBudget)
+	attrs = append(attrs, "total_handshakes_refused", st.HandshakesRefused, "total_evicted", st.Evicted, "total_refused_at_cap", st.RefusedConns)
 	g.log.Warn(msg, attrs...)
 }
 
@@ -169,7 +257,7 @@ func (g *portGate) refused(c *atomic.Int64, msg, remote string, err error) {
 // goroutine so a silent dialer holds up nobody.
 type RaftPort struct {
 	ln      net.Listener
-	tls     *tlsconfig.Reloader // nil: plain TCP
+	tls     PeerTLS // nil: plain TCP
 	members tlsconfig.Members
 	gate    *portGate
 
@@ -221,10 +309,20 @@ func (st *RaftPort) track(c net.Conn, accepted bool) (net.Conn, bool) {
 	return sc, true
 }
 
+// ErrNoCredential: a raft port was asked for with neither TLS nor
+// InsecureRaft.
+var ErrNoCredential = errors.New("a raft port needs a credential (a cluster secret, or peer TLS): without one, any process that reaches it can forge the cluster's log")
+
 // ListenRaftPort listens on cfg.RaftAddr (or takes cfg.Listener) with
 // cfg.RaftPort's budgets; with cfg.TLS a peer must hold a node
-// certificate that members takes.
+// certificate that members takes. Without TLS it needs cfg.InsecureRaft.
 func ListenRaftPort(cfg Config, members tlsconfig.Members) (*RaftPort, error) {
+	if cfg.TLS == nil && !cfg.InsecureRaft {
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+		return nil, ErrNoCredential
+	}
 	ln, err := listenRaft(cfg)
 	if err != nil {
 		return nil, err
@@ -246,7 +344,7 @@ func (st *RaftPort) RefusedPeer(msg, remote string, err error) {
 	st.gate.refused(&st.gate.refusedHandshakes, msg, remote, err)
 }
 
-func newStream(ln net.Listener, r *tlsconfig.Reloader, members tlsconfig.Members, gate *portGate) *RaftPort {
+func newStream(ln net.Listener, r PeerTLS, members tlsconfig.Members, gate *portGate) *RaftPort {
 	st := &RaftPort{ln: ln, tls: r, members: members, gate: gate, conns: make(chan net.Conn), closed: make(chan struct{}),
 		open: make(map[*streamConn]struct{})}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
@@ -285,16 +383,21 @@ func (st *RaftPort) acceptLoop() {
 			st.admit(c)
 			continue
 		}
-		ip := remoteIP(c)
-		if !st.gate.beginHandshake(ip) {
+		p, victim, ok := st.gate.beginHandshake(c, remoteIP(c))
+		if victim != nil || !ok {
+			if !ok {
+				victim = &pendingConn{Conn: c}
+			}
 			// Counted before the close, so that the count is there once
 			// the dialer sees the end.
-			st.gate.refused(&st.gate.refusedBudget, "raft port: connections closed at accept, the handshake budget spent", c.RemoteAddr().String(), nil)
-			c.Close()
+			st.gate.refused(&st.gate.evicted, "raft port: connections closed with the handshake budget spent (the oldest handshake of the address holding the most, to make room)", victim.RemoteAddr().String(), nil)
+			victim.Close()
+		}
+		if !ok {
 			continue
 		}
 		st.wg.Add(1)
-		go st.handshake(c, ip)
+		go st.handshake(p)
 	}
 }
 
@@ -316,19 +419,58 @@ func (st *RaftPort) admit(c net.Conn) {
 	}
 }
 
-func (st *RaftPort) handshake(c net.Conn, ip string) {
+// proofTimeout bounds the wait for a dialer's proof of the credential
+// (PeerProof): it sends it as soon as it is connected.
+const proofTimeout = time.Second
+
+func (st *RaftPort) handshake(p *pendingConn) {
 	defer st.wg.Done()
-	tc := tls.Server(c, st.tls.PeerServer(st.members))
 	ctx, cancel := context.WithTimeout(st.ctx, st.gate.lim.HandshakeTimeout)
+	defer cancel()
+	if pr, ok := st.tls.(PeerProof); ok {
+		err := st.readProof(ctx, p, pr)
+		if err == nil && !st.gate.prove(p) {
+			p.Close() // evicted: counted then
+			return
+		}
+		if err != nil {
+			if !st.gate.endHandshake(p) {
+				st.gate.refused(&st.gate.refusedHandshakes, "raft peer refused: no proof of the cluster secret", p.RemoteAddr().String(), err)
+			}
+			p.Close()
+			return
+		}
+	}
+	tc := tls.Server(p.Conn, st.tls.PeerServer(st.members))
 	err := tc.HandshakeContext(ctx)
-	cancel()
-	st.gate.endHandshake(ip)
+	if st.gate.endHandshake(p) {
+		p.Close() // evicted: counted then
+		return
+	}
 	if err != nil {
-		st.gate.refused(&st.gate.refusedHandshakes, "raft peer refused at the TLS handshake", c.RemoteAddr().String(), err)
-		c.Close()
+		st.gate.refused(&st.gate.refusedHandshakes, "raft peer refused at the TLS handshake", p.RemoteAddr().String(), err)
+		p.Close()
 		return
 	}
 	st.admit(tc)
+}
+
+// readProof reads and checks the dialer's proof of the credential,
+// within proofTimeout or ctx.
+func (st *RaftPort) readProof(ctx context.Context, p *pendingConn, pr PeerProof) error {
+	stop := context.AfterFunc(ctx, func() { p.SetReadDeadline(time.Now()) })
+	defer stop()
+	if err := p.SetReadDeadline(time.Now().Add(min(proofTimeout, st.gate.lim.HandshakeTimeout))); err != nil {
+		return err
+	}
+	b := make([]byte, pr.ProofLen())
+	if _, err := io.ReadFull(p, b); err != nil {
+		return err
+	}
+	if !pr.CheckProof(b) {
+		return errors.New("its first bytes are no proof of this cluster's secret (another secret, or none)")
+	}
+	return p.SetReadDeadline(time.Time{})
 }
 
 // Accept returns the next admitted peer connection.
@@ -380,17 +522,7 @@ func (st *RaftPort) DialPeer(id, addr string, timeout time.Duration) (net.Conn, 
 func (st *RaftPort) dial(addr string, members tlsconfig.Members, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var (
-		c   net.Conn
-		err error
-	)
-	if st.tls != nil {
-		d := &tls.Dialer{Config: st.tls.PeerClient(addr, members)}
-		c, err = d.DialContext(ctx, "tcp", addr)
-	} else {
-		var d net.Dialer
-		c, err = d.DialContext(ctx, "tcp", addr)
-	}
+	c, err := dialPeer(ctx, st.tls, addr, members)
 	if err != nil {
 		return nil, err
 	}
@@ -399,6 +531,36 @@ func (st *RaftPort) dial(addr string, members tlsconfig.Members, timeout time.Du
 		return nil, net.ErrClosed
 	}
 	return sc, nil
+}
+
+// dialPeer connects to the raft port at addr: over TLS with peer unless
+// it is nil, the proof of the credential first when it has one.
+func dialPeer(ctx context.Context, peer PeerTLS, addr string, members tlsconfig.Members) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || peer == nil {
+		return c, err
+	}
+	if pr, ok := peer.(PeerProof); ok {
+		b, err := pr.Proof()
+		if err == nil {
+			if dl, ok := ctx.Deadline(); ok {
+				c.SetWriteDeadline(dl)
+			}
+			_, err = c.Write(b)
+			c.SetWriteDeadline(time.Time{})
+		}
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	tc := tls.Client(c, peer.PeerClient(addr, members))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // listenRaft is the raft port's listener: cfg.Listener, or one on
@@ -471,13 +633,7 @@ func ProbeRaft(ctx context.Context, cfg Config, id, addr string, timeout time.Du
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var d interface {
-		DialContext(ctx context.Context, network, addr string) (net.Conn, error)
-	} = &net.Dialer{}
-	if cfg.TLS != nil {
-		d = &tls.Dialer{Config: cfg.TLS.PeerClient(addr, func(name string) bool { return name == id })}
-	}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := dialPeer(ctx, cfg.TLS, addr, func(name string) bool { return name == id })
 	if err != nil {
 		return err
 	}

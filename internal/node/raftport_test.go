@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
 )
@@ -55,7 +56,11 @@ func startStream(t *testing.T, r *tlsconfig.Reloader, lim RaftPortLimits, h slog
 		t.Fatal(err)
 	}
 	gate := newPortGate(lim, slog.New(h))
-	ts := &testStream{RaftPort: newStream(ln, r, func(string) bool { return true }, gate)}
+	var peer PeerTLS // nil: plain TCP
+	if r != nil {
+		peer = r
+	}
+	ts := &testStream{RaftPort: newStream(ln, peer, func(string) bool { return true }, gate)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -93,8 +98,7 @@ func closedByServer(t *testing.T, c net.Conn) bool {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	_, err := c.Read(make([]byte, 1))
-	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	return err != nil && !isTimeout(err)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -119,26 +123,30 @@ func nodeReloader(t *testing.T) (*tlsconfig.Reloader, *tlstest.CA) {
 	return r, ca
 }
 
+// With the handshake budget spent, a new connection makes room: the
+// oldest handshake is closed and counted, the newcomer kept. So a peer
+// gets in however many silent dialers hold the budget.
 func TestRaftPortHandshakeBudget(t *testing.T) {
 	r, ca := nodeReloader(t)
 	h := &countingHandler{}
-	ts := startStream(t, r, RaftPortLimits{MaxConns: 8, MaxHandshakes: 3, MaxHandshakesPerAddr: 3, HandshakeTimeout: time.Hour}, h)
+	ts := startStream(t, r, RaftPortLimits{MaxConns: 8, MaxHandshakes: 3, HandshakeTimeout: time.Hour}, h)
 	silent := []net.Conn{ts.dial(t), ts.dial(t), ts.dial(t)}
 	waitFor(t, "three handshakes in progress", func() bool { return ts.gate.stats().Handshaking == 3 })
-	for range 20 {
-		if c := ts.dial(t); !closedByServer(t, c) {
-			t.Fatal("a connection past the handshake budget was kept")
+	for i := range 20 {
+		ts.dial(t)
+		waitFor(t, "a handshake evicted", func() bool { return ts.gate.stats().Evicted == int64(i+1) })
+	}
+	for i, c := range silent {
+		if !closedByServer(t, c) {
+			t.Fatalf("silent dialer %d, the oldest, was kept", i)
 		}
 	}
-	if st := ts.gate.stats(); st.RefusedHandshakeBudget != 20 || st.Handshaking != 3 {
-		t.Fatalf("stats %+v, want 20 refused for the budget, 3 handshaking", st)
+	if st := ts.gate.stats(); st.Evicted != 20 || st.Handshaking != 3 {
+		t.Fatalf("stats %+v, want 20 evicted, 3 handshaking", st)
 	}
 	if n := h.count(); n != 1 {
-		t.Errorf("%d log lines for 20 refusals within %v, want 1", n, refusalLogEvery)
+		t.Errorf("%d log lines for 20 evictions within %v, want 1", n, refusalLogEvery)
 	}
-	// A peer gets in once a silent dialer gives up.
-	silent[0].Close()
-	waitFor(t, "a handshake slot", func() bool { return ts.gate.stats().Handshaking == 2 })
 	c, err := tls.Dial("tcp", ts.Addr().String(), &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Issue(t, "n2").TLS(t)}})
 	if err != nil {
 		t.Fatal(err)
@@ -147,18 +155,158 @@ func TestRaftPortHandshakeBudget(t *testing.T) {
 	waitFor(t, "the peer admitted", func() bool { return ts.gate.stats().Open == 1 })
 }
 
-func TestRaftPortHandshakesPerAddress(t *testing.T) {
+// dialFrom opens a silent TCP connection to ts from the loopback
+// address ip.
+func (ts *testStream) dialFrom(t *testing.T, ip string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", ts.Addr().String())
+	if err != nil {
+		t.Skipf("dialing from %s: %v", ip, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// The room is made at the address that holds the most handshakes: a
+// dialer's connections close each other, not another address's.
+func TestRaftPortEvictsFromTheBusiestAddress(t *testing.T) {
 	r, _ := nodeReloader(t)
-	ts := startStream(t, r, RaftPortLimits{MaxHandshakes: 16, MaxHandshakesPerAddr: 2, HandshakeTimeout: time.Hour}, &countingHandler{})
-	ts.dial(t)
-	ts.dial(t)
-	waitFor(t, "two handshakes in progress", func() bool { return ts.gate.stats().Handshaking == 2 })
+	ts := startStream(t, r, RaftPortLimits{MaxHandshakes: 4, HandshakeTimeout: time.Hour}, &countingHandler{})
+	peer := ts.dialFrom(t, "127.0.0.1")
+	for range 3 {
+		ts.dialFrom(t, "127.0.0.2")
+	}
+	waitFor(t, "four handshakes in progress", func() bool { return ts.gate.stats().Handshaking == 4 })
+	for i := range 10 {
+		ts.dialFrom(t, "127.0.0.2")
+		waitFor(t, "a handshake evicted", func() bool { return ts.gate.stats().Evicted == int64(i+1) })
+	}
+	// A second connection from the quiet address is let in, at the
+	// busy one's expense; then, the two even, the busy one's newcomers
+	// close its own.
+	ts.dialFrom(t, "127.0.0.1")
+	waitFor(t, "one more evicted", func() bool { return ts.gate.stats().Evicted == 11 })
+	for i := range 5 {
+		ts.dialFrom(t, "127.0.0.2")
+		waitFor(t, "a handshake evicted", func() bool { return ts.gate.stats().Evicted == int64(12+i) })
+	}
+	peer.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := peer.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("the quiet address's first connection was closed (%v)", err)
+	}
+	ts.gate.mu.Lock()
+	n1, n2 := len(ts.gate.byAddr["127.0.0.1"]), len(ts.gate.byAddr["127.0.0.2"])
+	ts.gate.mu.Unlock()
+	if n1 != 2 || n2 != 2 {
+		t.Fatalf("handshakes by address: 127.0.0.1 %d, 127.0.0.2 %d; want 2 and 2", n1, n2)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// secretStream is a stream whose credential is a cluster secret's.
+func secretStream(t *testing.T, lim RaftPortLimits) (*testStream, *clustersecret.Credential) {
+	t.Helper()
+	s, err := clustersecret.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := clustersecret.NewCredential(s, nil, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testStream{RaftPort: newStream(ln, cred, func(string) bool { return true }, newPortGate(lim, slog.New(&countingHandler{})))}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ts.Accept()
+			if err != nil {
+				return
+			}
+			ts.mu.Lock()
+			ts.accepted = append(ts.accepted, c)
+			ts.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ts.Close()
+		<-done
+	})
+	return ts, cred
+}
+
+// With a cluster secret, a dialer proves it in its first bytes: the port
+// spends its handshakes on those that do, which silent connections
+// cannot evict, and cuts one that sends none within proofTimeout (or
+// another secret's) before any TLS.
+func TestRaftPortProofOfTheSecret(t *testing.T) {
+	ts, cred := secretStream(t, RaftPortLimits{MaxHandshakes: 4, HandshakeTimeout: time.Hour})
+	// A holder of the secret whose TLS handshake stalls after its proof.
+	member, err := net.Dial("tcp", ts.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	proof, err := cred.Proof()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := member.Write(proof); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the proven handshake", func() bool {
+		ts.gate.mu.Lock()
+		defer ts.gate.mu.Unlock()
+		return len(ts.gate.byAddr) == 0 && ts.gate.stats().Handshaking == 1
+	})
+	for i := range 10 {
+		ts.dial(t)
+		if i >= 3 {
+			waitFor(t, "a silent one evicted", func() bool { return ts.gate.stats().Evicted == int64(i-2) })
+		}
+	}
+	member.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := member.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("the proven handshake was closed (%v)", err)
+	}
+	// A connection that proves nothing within proofTimeout is cut and
+	// counted; so is another secret's proof, at once.
+	start := time.Now()
 	if c := ts.dial(t); !closedByServer(t, c) {
-		t.Fatal("a third handshake from one address was kept")
+		t.Fatal("a silent dialer was kept")
 	}
-	if st := ts.gate.stats(); st.RefusedHandshakeBudget != 1 {
-		t.Fatalf("stats %+v", st)
+	if d := time.Since(start); d > proofTimeout+5*time.Second {
+		t.Errorf("a silent dialer was cut after %v", d)
 	}
+	other, _ := clustersecret.New()
+	oc, _ := clustersecret.NewCredential(other, nil, "n2")
+	bad, _ := oc.Proof()
+	c := ts.dial(t)
+	c.Write(bad)
+	if !closedByServer(t, c) {
+		t.Fatal("another secret's proof was kept")
+	}
+	waitFor(t, "the refusals counted", func() bool { return ts.gate.stats().HandshakesRefused >= 2 })
+	// The real thing: a peer dialing with the credential gets in.
+	pc, err := dialPeer(context.Background(), oc, ts.Addr().String(), nil)
+	if err == nil {
+		pc.Close()
+	}
+	c2, err := dialPeer(context.Background(), cred, ts.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	waitFor(t, "the peer admitted", func() bool { return ts.gate.stats().Open == 1 })
 }
 
 // A silent TLS dialer is cut at the handshake timeout and counted.
@@ -251,5 +399,41 @@ func TestRaftPortRefusalLogIsASummary(t *testing.T) {
 	}
 	if st := g.stats(); st.RefusedConns != 1001 {
 		t.Errorf("counted %d, want 1001", st.RefusedConns)
+	}
+}
+
+// When every handshake in progress proved the secret (only holders of
+// it, or replays of their proofs, get there), there is no room to make:
+// a newcomer is closed, counted, and the proven ones are left alone.
+func TestRaftPortProvenHandshakesAreNotEvicted(t *testing.T) {
+	ts, cred := secretStream(t, RaftPortLimits{MaxHandshakes: 2, HandshakeTimeout: time.Hour})
+	var proven []net.Conn
+	for range 2 {
+		c := ts.dial(t)
+		p, err := cred.Proof()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		proven = append(proven, c)
+	}
+	waitFor(t, "two proven handshakes", func() bool {
+		ts.gate.mu.Lock()
+		defer ts.gate.mu.Unlock()
+		return len(ts.gate.byAddr) == 0 && ts.gate.stats().Handshaking == 2
+	})
+	if c := ts.dial(t); !closedByServer(t, c) {
+		t.Fatal("a newcomer was kept past a budget of proven handshakes")
+	}
+	if st := ts.gate.stats(); st.Evicted != 1 || st.Handshaking != 2 {
+		t.Fatalf("stats %+v, want 1 closed for the budget, 2 handshaking", st)
+	}
+	for _, c := range proven {
+		c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !isTimeout(err) {
+			t.Fatalf("a proven handshake was closed (%v)", err)
+		}
 	}
 }

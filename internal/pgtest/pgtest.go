@@ -52,7 +52,9 @@ var (
 
 // Main starts the server (unless EnvDSN is set), runs the tests and stops it.
 // Use it as a package's TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
-func Main(m *testing.M) {
+// m may be another test server package's Around(m), for tests that need
+// that server too.
+func Main(m interface{ Run() int }) {
 	flag.Parse() // testing.Short needs the flags
 	var stop func()
 	if testing.Short() {

@@ -100,6 +100,16 @@ type Membership interface {
 	// leads (ok false otherwise); a peer silent for UnreachableAfter is
 	// PeerUnreachable.
 	Peers() (peers []PeerStatus, ok bool)
+	// Contacts is every other member as this node itself last heard
+	// from it, whatever its role now, in the configuration's order: by
+	// the answers to its appends while it led (in any term), by the
+	// appends of the leader it follows or last followed, and by the
+	// answers to its vote requests. A member heard from within
+	// UnreachableAfter is PeerHealthy, one heard from longer ago
+	// PeerUnreachable, one never heard from PeerUnknown (Contacted
+	// false); Lag is not known. It is what a node that does not lead can
+	// say of the others when no leader can be asked.
+	Contacts() []PeerStatus
 	UnreachableAfter() time.Duration
 }
 

@@ -36,7 +36,7 @@ func BenchmarkServiceCycle(b *testing.B) {
 			}
 			var client atomic.Int64
 			cycle := func(key, holder string) {
-				l, err := s.Acquire(ctx, api.AcquireRequest{Key: key, Holder: holder, TTLMs: 10000})
+				l, err := s.Acquire(ctx, "", api.AcquireRequest{Key: key, Holder: holder, TTLMs: 10000})
 				if err != nil {
 					b.Error(err)
 					return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/locktable"
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/replica"
@@ -62,9 +63,20 @@ type testCluster struct {
 	nodes []*clusterNode
 }
 
+// testSecret is the cluster secret of the tests' clusters: clusterConfig
+// gives it to every node, as the README's three-node example does.
+var testSecret = func() *clustersecret.Secret {
+	s, err := clustersecret.New()
+	if err != nil {
+		panic(err)
+	}
+	return &s
+}()
+
 func clusterConfig(id string) Config {
 	cfg := fastConfig("")
 	cfg.NodeID = id
+	cfg.ClusterSecret = testSecret
 	// Looser than a single node's: several nodes share two busy cores.
 	cfg.HeartbeatTimeout = 100 * time.Millisecond
 	cfg.ElectionTimeout = 100 * time.Millisecond

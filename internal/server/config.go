@@ -10,12 +10,13 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/clock"
+	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
+	"github.com/fencelock/fencelock/internal/membership"
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/node/hashicorp"
-	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
@@ -51,16 +52,17 @@ type Config struct {
 	// Join: with no raft state yet, bootstrap nothing and wait for a
 	// leader to add this node (fencelock cluster join).
 	Join bool
-	// TokenFloor, when this node has no raft state yet, is a floor its
-	// first term as leader commits before any grant: every token the
-	// cluster issues is above it (a cluster rebuilt from scratch starts
-	// above the tokens its resources have seen). Ignored once there is
-	// state; at most node.MaxFloor.
+	// TokenFloor is a floor this node's next term as leader commits
+	// before any grant: every token the cluster issues from then on is
+	// above it (a cluster rebuilt from scratch, or a data dir restored
+	// from an old backup, goes above the tokens its resources have seen).
+	// A floor at or below the tokens this node's state shows issued
+	// changes nothing (node.Storage.Boot); at most node.MaxFloor.
 	TokenFloor uint64
 	// Joining, with Join, is how the join goes, as whoever asks the
 	// cluster to add this node tells it; /readyz answers it until the
 	// node is a member. Nil: nothing to say.
-	Joining *service.JoinStatus
+	Joining *membership.JoinStatus
 	// Transport replaces the one RaftAddr would make (tests use raft's
 	// in-memory transport to partition a cluster in-process).
 	Transport hashicorp.Transport
@@ -68,6 +70,20 @@ type Config struct {
 	// and the raft transport, where peers authenticate each other with
 	// client certificates signed by TLS.CAFile.
 	TLS tlsconfig.Files
+	// ClusterSecret, when set, is the raft port's credential
+	// (--cluster-secret-file): every raft connection, in and out, and the
+	// join probe run mutual TLS 1.3 with node certificates of the
+	// authority the secret derives (internal/clustersecret), so a process
+	// without it is refused at the handshake. It takes the place of peer
+	// TLS on the raft port: TLS's files then serve the client port only.
+	ClusterSecret *clustersecret.Secret
+	// PreviousClusterSecret, with ClusterSecret, is accepted from peers
+	// too: the window of a rolling rotation (docs/OPERATIONS.md).
+	PreviousClusterSecret *clustersecret.Secret
+	// InsecureRaft allows a raft port with neither ClusterSecret nor
+	// peer TLS (--insecure-raft): any process that reaches it is taken
+	// for a member and can forge the log. New logs a warning.
+	InsecureRaft bool
 	// TLSReload: each value received rereads the TLS files, as ReloadTLS
 	// does (the server command sends one on SIGHUP). nil: none.
 	TLSReload <-chan struct{}
@@ -154,14 +170,15 @@ type Config struct {
 	// is 0.
 	MaxConnectionsPerAddr int
 	// The raft port's own budgets, apart from the client port's
-	// (docs/SECURITY.md): MaxRaftConnections caps the accepted
-	// connections raft holds, MaxRaftHandshakes the TLS handshakes in
-	// progress (a quarter of it from one address), RaftHandshakeTimeout
-	// each handshake. A connection past a cap is closed at accept,
-	// counted (fencelock_raft_connections_refused_total) and summed up in
-	// a log line at most every 10 s. 0 means the defaults (128, 32, 5 s;
-	// the server command sizes the caps from the open-file limit:
-	// RaftConnectionCaps).
+	// (docs/SECURITY.md): MaxRaftConnections caps the connections raft
+	// holds (peers past their handshake), MaxRaftHandshakes the
+	// handshakes in progress (past it the oldest of the address holding
+	// the most, among those that have not proved the credential, is
+	// closed to make room), RaftHandshakeTimeout each handshake. What is
+	// closed is counted (fencelock_raft_connections_refused_total) and
+	// summed up in a log line at most every 10 s. 0 means the defaults
+	// (128, 32, 5 s; the server command sizes the caps from the open-file
+	// limit: RaftConnectionCaps).
 	MaxRaftConnections   int
 	MaxRaftHandshakes    int
 	RaftHandshakeTimeout time.Duration
@@ -191,6 +208,15 @@ type Config struct {
 	FramedUnauthenticatedIdleTimeout time.Duration
 	FramedStallTimeout               time.Duration
 	FramedMaxBufferedPerAddr         int64
+	// HTTP requests' headers before any handler (so before
+	// authentication) run: past each request's first 4 KiB, the bytes
+	// read while a request's headers arrive come from its remote
+	// address's HeaderBudgetPerAddr and the server's HeaderBudget, and
+	// go back once the headers are complete; a connection that finds no
+	// room is answered 503 too_many_connections and closed. 0 means the
+	// defaults (1 MiB and 16 MiB).
+	HeaderBudgetPerAddr int64
+	HeaderBudget        int64
 	// WALSegmentSize is the size of each preallocated log segment file;
 	// 0 means 16 MiB. Tests make it small to rotate segments often.
 	WALSegmentSize int
@@ -218,6 +244,14 @@ type Config struct {
 	MaxSessionsPerPrincipal int
 	MaxLocksPerPrincipal    int
 	MaxWaitersPerPrincipal  int
+	// MaxWaitersPerKeyPerPrincipal caps one principal's places in one
+	// key's wait queue, so that it cannot take the whole MaxWaitersPerKey
+	// and have everybody else answered 429 there: past it a wait is
+	// answered 429 quota_exceeded (quota "key_waiters"). The leader puts
+	// it in each wait command of a principal, so every node refuses the
+	// same waits. 0 means a quarter of MaxWaitersPerKey (at least 1; none
+	// when that has no cap); -1 means none.
+	MaxWaitersPerKeyPerPrincipal int
 }
 
 // DefaultConfig returns the values used for zero fields.
@@ -247,6 +281,8 @@ func DefaultConfig() Config {
 		FramedWriteTimeout:          framing.DefaultWriteTimeout,
 		FramedReadTimeout:           framing.DefaultReadTimeout,
 		FramedIdleTimeout:           framing.DefaultIdleTimeout,
+		HeaderBudgetPerAddr:         DefaultHeaderBudgetPerAddr,
+		HeaderBudget:                DefaultHeaderBudget,
 		MaxWaitersPerKey:            1000,
 		MaxWaiters:                  100000,
 
@@ -302,6 +338,12 @@ func (c Config) withDefaults() Config {
 	if c.FramedMaxPendingAnswerBytes == 0 {
 		c.FramedMaxPendingAnswerBytes = d.FramedMaxPendingAnswerBytes
 	}
+	if c.HeaderBudgetPerAddr == 0 {
+		c.HeaderBudgetPerAddr = d.HeaderBudgetPerAddr
+	}
+	if c.HeaderBudget == 0 {
+		c.HeaderBudget = d.HeaderBudget
+	}
 	if c.MaxConnectionsPerAddr == 0 && c.MaxConnections > 0 {
 		c.MaxConnectionsPerAddr = max(c.MaxConnections/4, 1)
 	}
@@ -333,6 +375,9 @@ func (c Config) withDefaults() Config {
 	c.MaxSessionsPerPrincipal = pick(c.MaxSessionsPerPrincipal, d.MaxSessionsPerPrincipal)
 	c.MaxLocksPerPrincipal = pick(c.MaxLocksPerPrincipal, d.MaxLocksPerPrincipal)
 	c.MaxWaitersPerPrincipal = pick(c.MaxWaitersPerPrincipal, d.MaxWaitersPerPrincipal)
+	if c.MaxWaitersPerKeyPerPrincipal == 0 && c.MaxWaitersPerKey > 0 {
+		c.MaxWaitersPerKeyPerPrincipal = max(c.MaxWaitersPerKey/4, 1)
+	}
 	if c.WatchHistory == 0 {
 		c.WatchHistory = d.WatchHistory
 	}
@@ -381,6 +426,8 @@ func (c Config) Validate() error {
 		{"MaxRaftHandshakes", int64(c.MaxRaftHandshakes)},
 		{"FramedMaxUnauthenticatedFrame", int64(c.FramedMaxUnauthenticatedFrame)},
 		{"FramedMaxBufferedPerAddr", c.FramedMaxBufferedPerAddr},
+		{"HeaderBudgetPerAddr", c.HeaderBudgetPerAddr},
+		{"HeaderBudget", c.HeaderBudget},
 		{"FramedMaxInFlight", int64(c.FramedMaxInFlight)},
 		{"FramedMaxPriorityInFlight", int64(c.FramedMaxPriorityInFlight)},
 		{"FramedMaxPendingAnswerBytes", c.FramedMaxPendingAnswerBytes},
@@ -389,10 +436,18 @@ func (c Config) Validate() error {
 			bad("%s is %d; it must not be negative (0 is the default)", n.name, n.v)
 		}
 	}
+	for _, h := range []struct {
+		name string
+		v    int64
+	}{{"HeaderBudgetPerAddr", c.HeaderBudgetPerAddr}, {"HeaderBudget", c.HeaderBudget}} {
+		if h.v > 0 && h.v < maxHeaderBytes {
+			bad("%s is %d; it must hold one request's largest headers, %d bytes (0 is the default)", h.name, h.v, maxHeaderBytes)
+		}
+	}
 	for _, w := range []struct {
 		name string
 		v    int
-	}{{"MaxWaitersPerKey", c.MaxWaitersPerKey}, {"MaxWaiters", c.MaxWaiters}} {
+	}{{"MaxWaitersPerKey", c.MaxWaitersPerKey}, {"MaxWaiters", c.MaxWaiters}, {"MaxWaitersPerKeyPerPrincipal", c.MaxWaitersPerKeyPerPrincipal}} {
 		if w.v < -1 || w.v > fsm.MaxWaitLimit {
 			bad("%s is %d; it must be between 1 and %d (0 is the default, -1 no cap)", w.name, w.v, fsm.MaxWaitLimit)
 		}
@@ -413,13 +468,20 @@ func (c Config) Validate() error {
 	if c.WALSegmentSize < 0 {
 		bad("WALSegmentSize is %d; it must not be negative (0 is the default)", c.WALSegmentSize)
 	}
+	raftPort := c.RaftAddr != "" && c.Transport == nil
 	if c.TLS.Enabled() {
 		if err := c.TLS.Check(); err != nil {
 			bad("TLS: %v", err)
 		}
-		if c.RaftAddr != "" && c.Transport == nil && c.TLS.CAFile == "" {
-			bad("TLS.CAFile is empty; raft over TLS needs the CA that signs the peers' certificates")
+		if raftPort && c.ClusterSecret == nil && c.TLS.CAFile == "" {
+			bad("TLS.CAFile is empty; raft over TLS needs the CA that signs the peers' certificates (or a ClusterSecret)")
 		}
+	}
+	if c.PreviousClusterSecret != nil && c.ClusterSecret == nil {
+		bad("PreviousClusterSecret is set without ClusterSecret; a rotation accepts the previous secret besides the current one")
+	}
+	if raftPort && c.ClusterSecret == nil && !c.TLS.Enabled() && !c.InsecureRaft {
+		bad("RaftAddr %s has no credential: set ClusterSecret (--cluster-secret-file) or peer TLS, or InsecureRaft to let any process that reaches it forge the log", c.RaftAddr)
 	}
 	d := c.withDefaults()
 	if d.LeaderLeaseTimeout > d.HeartbeatTimeout {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -47,7 +49,12 @@ func TestConfigValidate(t *testing.T) {
 		{"peer without address", Config{NodeID: "a", Peers: []Peer{{"a", ""}}}, "Peers[0] (a) has no RaftAddr"},
 		{"peer twice", Config{NodeID: "a", Peers: []Peer{{"a", "h:1"}, {"a", "h:2"}}}, "Peers names a twice"},
 		{"join with peers", Config{NodeID: "a", Join: true, Peers: []Peer{{"a", "h:1"}}}, "Join and Peers are both set"},
-		{"join", Config{Join: true, RaftAddr: "127.0.0.1:0"}, ""},
+		{"join", Config{Join: true, RaftAddr: "127.0.0.1:0", ClusterSecret: testSecret}, ""},
+		{"raft without a credential", Config{RaftAddr: "127.0.0.1:0"}, "RaftAddr 127.0.0.1:0 has no credential: set ClusterSecret (--cluster-secret-file)"},
+		{"raft, insecure", Config{RaftAddr: "127.0.0.1:0", InsecureRaft: true}, ""},
+		{"raft over TLS", Config{RaftAddr: "127.0.0.1:0", TLS: tlsconfig.Files{CertFile: "c", KeyFile: "k", CAFile: "ca"}}, ""},
+		{"raft with a secret and client TLS", Config{RaftAddr: "127.0.0.1:0", ClusterSecret: testSecret, TLS: tlsconfig.Files{CertFile: "c", KeyFile: "k"}}, ""},
+		{"a previous secret alone", Config{PreviousClusterSecret: testSecret}, "PreviousClusterSecret is set without ClusterSecret"},
 	} {
 		err := c.cfg.Validate()
 		switch {

@@ -71,7 +71,7 @@ func TestServerEngineEtcd(t *testing.T) {
 	ctx := context.Background()
 	var last uint64
 	for _, k := range []string{"a", "b", "c"} {
-		l, err := s.Acquire(ctx, api.AcquireRequest{Key: k, Holder: "h", TTLMs: 600000})
+		l, err := s.Acquire(ctx, "", api.AcquireRequest{Key: k, Holder: "h", TTLMs: 600000})
 		if err != nil || l.Token <= last {
 			t.Fatalf("acquire %s: %+v %v (last %d)", k, l, err, last)
 		}
@@ -96,7 +96,7 @@ func TestServerEngineEtcd(t *testing.T) {
 
 	s = readyServer(t, etcdServerConfig(dir))
 	defer s.Close()
-	l, err := s.Acquire(ctx, api.AcquireRequest{Key: "d", Holder: "h", TTLMs: 600000})
+	l, err := s.Acquire(ctx, "", api.AcquireRequest{Key: "d", Holder: "h", TTLMs: 600000})
 	if err != nil || l.Token <= last {
 		t.Fatalf("after a restart: %+v %v, want a token above %d", l, err, last)
 	}

@@ -26,7 +26,7 @@ func TestWithoutTLSOnlyLoopbackIsServed(t *testing.T) {
 	}
 
 	cfg := fastConfig("")
-	cfg.RaftAddr = "0.0.0.0:0"
+	cfg.RaftAddr, cfg.InsecureRaft = "0.0.0.0:0", true
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "raft port") {
 		t.Fatalf("New with raft on every interface without TLS: %v", err)
 	}

@@ -158,8 +158,10 @@ func TestACLPerPrefixMetricsAndOverviewStatsNeedRead(t *testing.T) {
 		if st != 200 || !slices.Equal(got, c.want) {
 			t.Errorf("%s: %d, per-prefix series %q, want %q", c.name, st, got, c.want)
 		}
-		if metricValue(text, "fencelock_leases") != 4 {
-			t.Errorf("%s: fencelock_leases is not the total:\n%s", c.name, grepLines(text, "fencelock_leases"))
+		// The total sums every key: only for a reader of every key
+		// (issue 41; TestACLMetricsTableFiguresNeedReadOnEverything).
+		if want := map[bool]float64{true: 4, false: -1}[c.name == "admin"]; metricValue(text, "fencelock_leases") != want {
+			t.Errorf("%s: fencelock_leases %v, want %v:\n%s", c.name, metricValue(text, "fencelock_leases"), want, grepLines(text, "fencelock_leases"))
 		}
 	}
 
@@ -177,6 +179,54 @@ func TestACLPerPrefixMetricsAndOverviewStatsNeedRead(t *testing.T) {
 	st, o, _ = ts.getOverview("", admin)
 	if st != 200 || o.LastToken != 4 || o.Stats.Grants != 4 || o.StatsHidden {
 		t.Errorf("admin's overview: %d last_token %d grants %d hidden %v", st, o.LastToken, o.Stats.Grants, o.StatsHidden)
+	}
+}
+
+// Issue 41, item 4: /metrics showed a principal with no policies
+// fencelock_last_token, fencelock_leases and the grant counts, which its
+// overview hides (stats_hidden). The figures that sum the whole table
+// follow the overview's rule: shown only to a principal that may read
+// every key; the node's own health (connections, raft, the runtime) is
+// shown to every principal.
+func TestACLMetricsTableFiguresNeedReadOnEverything(t *testing.T) {
+	ts := startServer(t, fastConfig(""))
+	admin := ts.bootstrap()
+	for _, k := range []string{"a/x", "b/y"} {
+		if a := ts.authDo("POST", api.PathAcquire, acquireBody(k, "admin", 60000, ""), admin); a.status != 200 {
+			t.Fatalf("acquire %s: %d %v", k, a.status, a.body)
+		}
+	}
+	nobody := ts.token(admin, "nobody")
+	bob := ts.token(admin, "bob", "b/:read")
+	reader := ts.token(admin, "reader", ":read")
+	table := []string{"fencelock_last_token", "fencelock_leases", "fencelock_grants_total", "fencelock_queued_waiters",
+		"fencelock_sessions", "fencelock_commit_seconds", "fencelock_http_requests_total",
+		"fencelock_apply_seconds"}
+	health := []string{"fencelock_is_leader", "fencelock_raft_state", "fencelock_build_info", "go_goroutines"}
+	for _, c := range []struct {
+		name, token string
+		all         bool
+	}{{"nobody", nobody, false}, {"bob", bob, false}, {"reader", reader, true}, {"admin", admin, true}} {
+		st, text := ts.scrapeAs(c.token)
+		if st != 200 {
+			t.Fatalf("%s: /metrics %d", c.name, st)
+		}
+		has := func(name string) bool {
+			return strings.Contains(text, "\n"+name+" ") || strings.Contains(text, "\n"+name+"{") || strings.Contains(text, "\n"+name+"_count")
+		}
+		for _, name := range table {
+			if shown := has(name); shown != c.all {
+				t.Errorf("%s: %s shown %v, want %v", c.name, name, shown, c.all)
+			}
+		}
+		for _, name := range health {
+			if !has(name) {
+				t.Errorf("%s: %s not shown", c.name, name)
+			}
+		}
+	}
+	if _, text := ts.scrapeAs(admin); metricValue(text, "fencelock_last_token") != 2 {
+		t.Errorf("admin's fencelock_last_token: %v", metricValue(text, "fencelock_last_token"))
 	}
 }
 

@@ -159,6 +159,20 @@ func TestOverviewNeedsReadOnThePrefix(t *testing.T) {
 	if st, o, _ := ts.getOverview("", admin); st != 200 || len(o.Locks) != 3 || o.LastToken != 3 {
 		t.Errorf("admin: %d %+v", st, o)
 	}
+	// Keys in their lock-delay are left out the same way.
+	for _, k := range []string{"jobs/d", "jobs/secret/e"} {
+		body := fmt.Sprintf(`{"key":%q,"holder":"admin/x","ttl_ms":100,"lock_delay_ms":60000}`, k)
+		if a := ts.authDo("POST", api.PathAcquire, body, admin); a.status != 200 {
+			t.Fatalf("acquire %s: %d %v", k, a.status, a.body)
+		}
+	}
+	eventually(t, "both keys in their lock-delay", func() bool {
+		_, o, _ := ts.getOverview("?prefix=jobs/", admin)
+		return len(o.Delayed) == 2
+	})
+	if st, o, _ := ts.getOverview("?prefix=jobs/", viewer); st != 200 || len(o.Delayed) != 1 || o.Delayed[0].Key != "jobs/d" {
+		t.Errorf("viewer on jobs/, keys in their lock-delay: %d %+v", st, o.Delayed)
+	}
 }
 
 // The dashboard is served at /ui/ with its security headers, without a

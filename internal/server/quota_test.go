@@ -163,3 +163,51 @@ func newAuthRequest(ctx context.Context, url, method, path, body, token string) 
 	req.Header.Set("Authorization", "Bearer "+token)
 	return req, nil
 }
+
+// Issue 41, item 4: one principal, under holders mallory/0, mallory/1, …,
+// could fill a key's whole queue (1,000 by default), and every other
+// principal was answered 429 too_many_waiters there. A principal now has a
+// share of each key's queue (a quarter of it by default): past it its
+// wait is answered 429 quota_exceeded naming key_waiters, and the others
+// still queue. The share travels in the wait command, so the refusal is
+// the table's, the same on every node.
+func TestQuotaKeyWaitersPerPrincipal(t *testing.T) {
+	cfg := fastConfig("")
+	cfg.MaxWaitersPerKey = 8 // a share of 2
+	ts := startServer(t, cfg)
+	admin := ts.bootstrap()
+	mallory := ts.token(admin, "mallory", "jobs/:lock")
+	alice := ts.token(admin, "alice", "jobs/:lock")
+	if a := ts.authDo("POST", api.PathAcquire, acquireBody("jobs/x", "admin", 600000, ""), admin); a.status != 200 {
+		t.Fatal(a.status, a.body)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wait := func(holder, token string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ts.doAuth(ctx, "POST", api.PathAcquire, fmt.Sprintf(`{"key":"jobs/x","holder":%q,"ttl_ms":60000,"wait_ms":3600000}`, holder), token)
+		}()
+	}
+	for i := range 2 {
+		wait(fmt.Sprintf("mallory/%d", i), mallory)
+		eventually(t, "mallory's waits to queue", func() bool { return len(ts.fsm.Waiters("jobs/x")) == i+1 })
+	}
+	refused := ts.authDo("POST", api.PathAcquire, `{"key":"jobs/x","holder":"mallory/2","ttl_ms":60000,"wait_ms":1000}`, mallory)
+	wantQuota(t, "mallory's third wait on the key", refused, api.QuotaKeyWaiters)
+	if msg, _ := refused.body["error"].(string); !strings.Contains(msg, "--max-waiters-per-key-per-principal") {
+		t.Errorf("the refusal does not name its flag: %q", msg)
+	}
+	for i := range 2 {
+		wait(fmt.Sprintf("alice/%d", i), alice)
+		eventually(t, "alice's waits to queue", func() bool { return len(ts.fsm.Waiters("jobs/x")) == 3+i })
+	}
+	if got := ts.metric("fencelock_quota_refusals_total", "quota", api.QuotaKeyWaiters); got != 1 {
+		t.Errorf("fencelock_quota_refusals_total{quota=key_waiters} = %v", got)
+	}
+	if got := ts.metric("fencelock_quota_limit", "quota", api.QuotaKeyWaiters); got != 2 {
+		t.Errorf("fencelock_quota_limit{quota=key_waiters} = %v", got)
+	}
+}

@@ -89,6 +89,12 @@ func TestTLSRaftPortRefusesClientCertificatesAndNonMembers(t *testing.T) {
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 			URIs:        []*url.URL{{Scheme: "fencelock", Host: "node", Path: "/n9"}},
 		})},
+		// The CA's certificate for a member, but without an extended key
+		// usage (x509 reads that as any use; issue 41, item 4).
+		{"a member's certificate with no extended key usage", ca.IssueTemplate(t, &x509.Certificate{
+			Subject: pkix.Name{CommonName: l.id},
+			URIs:    []*url.URL{{Scheme: "fencelock", Host: "node", Path: "/" + l.id}},
+		})},
 	} {
 		if resp, err := forgeRelease(t, target, "k", "a", with(a.leaf)); err == nil {
 			t.Errorf("%s: the forged AppendEntries was answered (success %v, term %d)", a.name, resp.Success, resp.Term)

@@ -16,21 +16,21 @@ func raftPortCollectors(n interface{ RaftPortStats() node.RaftPortStats }) []pro
 	refused := func(reason string, v func(node.RaftPortStats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "fencelock_raft_connections_refused_total",
-			Help:        "Raft port connections closed by reason: at the connection cap, with the handshake budget spent, or refused at the TLS handshake (no, or another CA's, or a client certificate, or a node of no member).",
+			Help:        "Raft port connections closed by reason: at the connection cap; with the handshake budget spent (the oldest handshake of the busiest address, to make room); or refused at the handshake (no proof of the cluster secret or another's, no certificate or another CA's or secret's, a client certificate, a node of no member, a timeout).",
 			ConstLabels: prometheus.Labels{"reason": reason},
 		}, func() float64 { return float64(v(n.RaftPortStats())) })
 	}
 	return []prometheus.Collector{
 		gauge("fencelock_raft_connections_open", "Accepted raft port connections raft holds now.",
 			func(st node.RaftPortStats) float64 { return float64(st.Open) }),
-		gauge("fencelock_raft_handshakes_in_progress", "TLS handshakes in progress on the raft port.",
+		gauge("fencelock_raft_handshakes_in_progress", "Handshakes in progress on the raft port (the proof of the cluster secret, then TLS).",
 			func(st node.RaftPortStats) float64 { return float64(st.Handshaking) }),
 		gauge("fencelock_raft_connections_max", "The cap on accepted raft port connections (0: no raft port).",
 			func(st node.RaftPortStats) float64 { return float64(st.Limits.MaxConns) }),
-		gauge("fencelock_raft_handshakes_max", "The cap on TLS handshakes in progress on the raft port (0: no raft port).",
+		gauge("fencelock_raft_handshakes_max", "The cap on handshakes in progress on the raft port (0: no raft port).",
 			func(st node.RaftPortStats) float64 { return float64(st.Limits.MaxHandshakes) }),
 		refused("connection_cap", func(st node.RaftPortStats) int64 { return st.RefusedConns }),
-		refused("handshake_budget", func(st node.RaftPortStats) int64 { return st.RefusedHandshakeBudget }),
+		refused("handshake_budget", func(st node.RaftPortStats) int64 { return st.Evicted }),
 		refused("handshake", func(st node.RaftPortStats) int64 { return st.HandshakesRefused }),
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fencelock/fencelock/internal/auth"
+	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/framing"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/httpapi"
@@ -93,9 +94,13 @@ func New(cfg Config) (*Server, error) {
 		Name: "fencelock_apply_seconds", Help: "Time the state machine took to apply one committed log entry, on every node.",
 		Buckets: prometheus.ExponentialBuckets(0.000001, 4, 12), // 1µs .. ~4.2s
 	})
+	peerTLS, err := s.raftCredential()
+	if err != nil {
+		return nil, err
+	}
 	n, err := openNode(cfg.Engine, cfg.Transport, node.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, Peers: nodePeers(cfg.Peers), Join: cfg.Join,
-		TLS: s.tls, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
+		TLS: peerTLS, InsecureRaft: cfg.InsecureRaft, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
 		Logger: cfg.Logger,
 		RaftPort: node.RaftPortLimits{MaxConns: cfg.MaxRaftConnections, MaxHandshakes: cfg.MaxRaftHandshakes,
 			HandshakeTimeout: cfg.RaftHandshakeTimeout},
@@ -108,6 +113,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.node = n
+	if err := s.checkClusterData(peerTLS); err != nil {
+		n.Close()
+		return nil, err
+	}
 	if cfg.TLS.Enabled() && cfg.RaftAddr != "" && cfg.Transport == nil && cfg.TLS.SameCA() {
 		s.log.Warn("the client CA is the peer CA: a client certificate it signs differs from a node's only by its name and extended key usage; issue client certificates from a CA of their own (--client-ca, docs/SECURITY.md)",
 			"ca", cfg.TLS.CAFile, "client_ca", cfg.TLS.ClientCAFile)
@@ -132,6 +141,62 @@ func New(cfg Config) (*Server, error) {
 		go s.reloadLoop(cfg.TLSReload)
 	}
 	return s, nil
+}
+
+// raftCredential is what the raft port runs mutual TLS with: the cluster
+// secret's authority when there is a secret, else the TLS files' CA when
+// there are TLS files; nil for none. A raft port with none runs only
+// with InsecureRaft (Validate), and says so.
+func (s *Server) raftCredential() (node.PeerTLS, error) {
+	cfg := s.cfg
+	port := cfg.RaftAddr != "" && cfg.Transport == nil
+	switch {
+	case cfg.ClusterSecret != nil:
+		c, err := clustersecret.NewCredential(*cfg.ClusterSecret, cfg.PreviousClusterSecret, cfg.NodeID)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		if port {
+			attrs := []any{"fingerprint", cfg.ClusterSecret.Fingerprint()}
+			if cfg.PreviousClusterSecret != nil {
+				attrs = append(attrs, "previous", cfg.PreviousClusterSecret.Fingerprint())
+			}
+			s.log.Info("raft port: peers prove the cluster secret (mutual TLS 1.3)", attrs...)
+		}
+		return c, nil
+	case s.tls != nil:
+		return s.tls, nil
+	}
+	if port {
+		s.log.Warn("raft port without a credential (--insecure-raft): any process that reaches it is taken for a member and can forge the cluster's log; give every node --cluster-secret-file", "raft", cfg.RaftAddr)
+	}
+	return nil, nil
+}
+
+// checkClusterData refuses a node with no raft port and no credential
+// whose data holds a configuration of more than one voter: it belongs
+// to a cluster, which it can reach only over a raft port, and that
+// needs a credential. (A node given a raft port without one is refused
+// before: Validate.)
+func (s *Server) checkClusterData(peerTLS node.PeerTLS) error {
+	cfg := s.cfg
+	if peerTLS != nil || cfg.InsecureRaft || cfg.Transport != nil || cfg.RaftAddr != "" {
+		return nil
+	}
+	servers, err := s.node.Configuration()
+	if err != nil {
+		return nil
+	}
+	voters := 0
+	for _, sv := range servers {
+		if sv.Voter {
+			voters++
+		}
+	}
+	if voters > 1 {
+		return fmt.Errorf("server: the data in %s belongs to a cluster of %d voters; start this node with its raft address (--raft) and the cluster's secret (--cluster-secret-file)", cfg.DataDir, voters)
+	}
+	return nil
 }
 
 // engineNode is what the server holds of its node, whichever engine runs
@@ -164,6 +229,7 @@ func (s *Server) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	s.Service.Close()
 	s.wg.Wait()
+	s.guard.Close()
 	s.peers.close()
 	return s.node.Close()
 }
@@ -184,7 +250,11 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		ln.Close()
 		return err
 	}
-	if !cfg.TLS.Enabled() && !cfg.Insecure {
+	switch {
+	case cfg.TLS.Enabled() || cfg.Insecure:
+	case cfg.ClusterSecret != nil || cfg.RaftAddr == "":
+		s.log.Info("no TLS: the client port serves loopback addresses only")
+	default:
 		s.log.Info("no TLS: the client and raft ports serve loopback addresses only")
 	}
 	cfg = cfg.withDefaults()
@@ -197,6 +267,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		s.reg.MustRegister(cl.collectors()...)
 		ln = cl
 	}
+	hb := newHeaderBudget(cfg.HeaderBudgetPerAddr, cfg.HeaderBudget, s.log)
+	s.reg.MustRegister(hb.collectors()...)
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -207,11 +279,15 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 		// Headers arrive before authentication: net/http's default
 		// allows a megabyte of them on every connection.
 		MaxHeaderBytes: maxHeaderBytes,
-		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// And a budget of them per address and in all (headerBudget).
+		ConnState: hb.connState,
+		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		// The sorting listener hands out wrapped connections, so
 		// net/http cannot see a TLS one: carry its state (a client
 		// certificate names a principal) in the context instead.
-		ConnContext: httpapi.WithConnTLS,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return httpapi.WithConnTLS(ctx, unwrapHeaderConn(c))
+		},
 	}
 	// One port serves HTTP and framed connections (internal/framing):
 	// the same handler answers both.
@@ -238,7 +314,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 	served := make(chan error, 1)
 	// With TLS the handshake comes first; the sorting reads decrypted
 	// bytes, in each connection's own goroutine.
-	go func() { served <- hs.Serve(framing.Listen(s.wrapListener(ln), fs)) }()
+	go func() { served <- hs.Serve(hb.listener(framing.Listen(s.wrapListener(ln), fs))) }()
 	s.log.Info("serving", "listen", ln.Addr().String(), "data", cfg.DataDir, "tls", s.tls != nil, "dashboard", httpapi.DashboardURL(ln.Addr(), s.tls != nil))
 
 	var serveErr error
@@ -285,12 +361,21 @@ func serviceConfig(cfg Config, peers service.Peers) service.Config {
 	return service.Config{
 		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Clock: cfg.Clock, Logger: cfg.Logger, Peers: peers,
 		ApplyTimeout: cfg.ApplyTimeout, MinTickInterval: cfg.MinTickInterval, ClockCheckpoint: cfg.ClockCheckpoint,
-		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout, Join: cfg.Joining,
+		JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.HeartbeatTimeout, Join: cfg.Joining, Engine: engineName(cfg.Engine),
 		// -1 in Config is no cap: 0 in the wait commands.
 		MaxWaitersPerKey: max(cfg.MaxWaitersPerKey, 0), MaxWaiters: max(cfg.MaxWaiters, 0),
 		WatchHistory: cfg.WatchHistory, WatchMaxWatchers: cfg.WatchMaxWatchers, WatchMaxPerCaller: cfg.WatchMaxPerCaller,
 		QuotaSessions: cfg.MaxSessionsPerPrincipal, QuotaLocks: cfg.MaxLocksPerPrincipal, QuotaWaiters: cfg.MaxWaitersPerPrincipal,
+		QuotaKeyWaiters: max(cfg.MaxWaitersPerKeyPerPrincipal, 0),
 	}
+}
+
+// engineName is the engine Config.Engine names ("" is the default).
+func engineName(e string) string {
+	if e == "" {
+		return node.EngineHashicorp
+	}
+	return e
 }
 
 func nodePeers(ps []Peer) []node.Peer {

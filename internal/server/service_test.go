@@ -16,11 +16,11 @@ import (
 func TestServiceWithoutATransport(t *testing.T) {
 	ts, fake := fakeClockServer(t)
 	ctx := context.Background()
-	l, err := ts.Acquire(ctx, api.AcquireRequest{Key: "k", Holder: "a", TTLMs: 10000})
+	l, err := ts.Acquire(ctx, "", api.AcquireRequest{Key: "k", Holder: "a", TTLMs: 10000})
 	if err != nil || l.Holder != "a" || l.Token != 1 || l.TTLMs != 10000 || l.RemainingMs != 10000 {
 		t.Fatalf("acquire: %+v %v", l, err)
 	}
-	_, err = ts.Acquire(ctx, api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 10000})
+	_, err = ts.Acquire(ctx, "", api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 10000})
 	var e *Error
 	if !errors.As(err, &e) || e.Code != api.CodeHeld || e.Holder != "a" || e.RemainingMs == nil || *e.RemainingMs != 10000 ||
 		e.Status() != http.StatusConflict {
@@ -37,7 +37,7 @@ func TestServiceWithoutATransport(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := ts.Acquire(wctx, api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 10000, WaitMs: 60000})
+		_, err := ts.Acquire(wctx, "", api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 10000, WaitMs: 60000})
 		done <- err
 	}()
 	eventually(t, "b queued", func() bool { return ts.queued("k", "b") })
@@ -49,7 +49,7 @@ func TestServiceWithoutATransport(t *testing.T) {
 
 	// A waiter still there is granted at expiry.
 	go func() {
-		_, err := ts.Acquire(ctx, api.AcquireRequest{Key: "k", Holder: "c", TTLMs: 10000, WaitMs: 60000})
+		_, err := ts.Acquire(ctx, "", api.AcquireRequest{Key: "k", Holder: "c", TTLMs: 10000, WaitMs: 60000})
 		done <- err
 	}()
 	eventually(t, "c queued", func() bool { return ts.queued("k", "c") })

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ type tlsNode struct {
 	*Server
 	id, addr string // addr: client host:port
 	files    tlsconfig.Files
+	stop     func() // shuts it down, once (also at cleanup)
 }
 
 func nodeFiles(t *testing.T, ca *tlstest.CA, name string) tlsconfig.Files {
@@ -54,6 +56,11 @@ func listen(t *testing.T) net.Listener {
 func serveTLSNode(t *testing.T, cfg Config, ln net.Listener) *tlsNode {
 	t.Helper()
 	cfg.ClientAddr = ln.Addr().String()
+	if cfg.TLS.CAFile != "" {
+		// The TLS tests are of raft over the CA's certificates, which a
+		// cluster secret would take the place of.
+		cfg.ClusterSecret = nil
+	}
 	s, err := New(cfg)
 	if err != nil {
 		ln.Close()
@@ -62,13 +69,17 @@ func serveTLSNode(t *testing.T, cfg Config, ln net.Listener) *tlsNode {
 	hs := &http.Server{Handler: s.Handler()}
 	fs := &framing.Server{Handler: s.Handler()}
 	go hs.Serve(framing.Listen(s.wrapListener(ln), fs))
-	t.Cleanup(func() {
-		s.BeginShutdown()
-		hs.Close()
-		fs.Close()
-		s.Close()
-	})
-	return &tlsNode{Server: s, id: cfg.NodeID, addr: cfg.ClientAddr, files: cfg.TLS}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			s.BeginShutdown()
+			hs.Close()
+			fs.Close()
+			s.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &tlsNode{Server: s, id: cfg.NodeID, addr: cfg.ClientAddr, files: cfg.TLS, stop: stop}
 }
 
 // startTLSCluster starts n voters with raft over TLS, every certificate

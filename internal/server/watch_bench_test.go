@@ -77,7 +77,7 @@ func BenchmarkWatchFanOut(b *testing.B) {
 	b.ResetTimer()
 	began := time.Now()
 	for n := range b.N {
-		l, err := s.Acquire(ctx, api.AcquireRequest{Key: fmt.Sprintf("k%d", n), Holder: "h", TTLMs: 60000})
+		l, err := s.Acquire(ctx, "", api.AcquireRequest{Key: fmt.Sprintf("k%d", n), Holder: "h", TTLMs: 60000})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -165,7 +165,7 @@ func benchBurst(b *testing.B, watchers int) {
 		go func() {
 			defer ww.Done()
 			for n := w; n < b.N; n += writers {
-				if _, err := s.Acquire(ctx, api.AcquireRequest{Key: fmt.Sprintf("k%d", n), Holder: "h", TTLMs: 60000}); err != nil {
+				if _, err := s.Acquire(ctx, "", api.AcquireRequest{Key: fmt.Sprintf("k%d", n), Holder: "h", TTLMs: 60000}); err != nil {
 					b.Error(err)
 					return
 				}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/fencelock/fencelock/api"
@@ -66,6 +67,9 @@ func (s *Service) ACLSetPolicy(ctx context.Context, req api.ACLPolicy) (api.ACLP
 		v, err := acl.ParseVerbs(strings.Join(r.Verbs, ","))
 		if err != nil {
 			return api.ACLPolicy{}, s.fail(Invalid("rules", "rules[%d]: %v", i, err))
+		}
+		if e := checkText("rules["+strconv.Itoa(i)+"].prefix", r.Prefix); e != nil {
+			return api.ACLPolicy{}, s.fail(e)
 		}
 		p.Rules = append(p.Rules, acl.Rule{Prefix: r.Prefix, Verbs: v, Deny: r.Deny})
 	}

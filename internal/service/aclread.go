@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -10,57 +9,42 @@ import (
 	"github.com/fencelock/fencelock/internal/acl"
 )
 
-// Reading the ACL tables for a call. A change is answered by the leader
-// once applied there; a follower applies it a heartbeat or so later, and
-// a joining node has none of them until it has the log. So a node that
-// does not lead asks the leader, for every call that needs the tables,
-// which ACL revision it has (a read index: the leader confirms with a
-// quorum that it still leads), and answers only once it has applied that
-// far. Calls that arrive while one such question is out share the next
-// one, so a burst costs one round trip, not one each.
+// What the guard reads the ACL tables through (auth.Tables). A node that
+// does not lead checks a call against tables at least as new as the
+// leader's when the call arrived: the guard asks the leader for its ACL
+// revision, sharing one question among the calls that arrive while one
+// is out, and waits until this node has applied that far. The service
+// answers the question on the leader (ACLRevision) and asks it on the
+// others (LeaderACLRevision).
 
-// ConfirmedACL answers the ACL tables a call may be checked against: at
-// least as new as the leader's when the call arrived. The leader, caught
-// up, and a node alone in its configuration have them; any other node
-// asks the leader first, and answers 503 when it cannot.
-func (s *Service) ConfirmedACL(ctx context.Context) (*acl.State, *Error) {
-	ready := s.becameReady.wait()
-	if s.ready.Load() || (s.alone() && s.aclKnown()) {
-		return s.fsm.ACL(), nil
-	}
-	rev, err := s.aclReads.next(ctx, ready, s.leaderACLRevision)
-	if errors.Is(err, errBecameReady) {
-		// This node leads now, caught up: its tables are the leader's.
-		// (A question to a frozen former leader took up to
-		// aclReadTimeout, and a keep-alive's whole failover allowance.)
-		return s.fsm.ACL(), nil
-	}
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			return nil, e
-		}
-		return nil, Unavailable("this node cannot confirm the cluster's ACLs with the leader (" + err.Error() + "); retry, or ask the leader")
-	}
-	wait, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
-	defer cancel()
-	if !s.fsm.WaitApplied(rev, wait.Done()) {
-		return nil, Unavailable("this node has not yet applied the cluster's ACLs (revision " + api.Revision{Index: rev}.String() + "); retry, or ask the leader")
-	}
-	return s.fsm.ACL(), nil
+// ACLWatch is the ACL tables as this node has applied them, and a channel
+// closed once they change: open calls are checked again then.
+func (s *Service) ACLWatch() (*acl.State, <-chan struct{}) { return s.fsm.ACLWatch() }
+
+// ReadyWatch reports whether this node is the ready leader (caught up,
+// its tables the cluster's), and a channel closed the next time it
+// becomes one: a call waiting on a question to a former leader goes on
+// with this node's own tables then. The channel is taken first, so a
+// change between the two is not missed.
+func (s *Service) ReadyWatch() (ready bool, became <-chan struct{}) {
+	became = s.becameReady.wait()
+	return s.ready.Load(), became
 }
 
-// alone reports whether this node is the only server of its
-// configuration: no other node can have changed the tables.
-func (s *Service) alone() bool {
+// Alone reports whether this node is the only server of its
+// configuration and has applied every entry its log held at start: no
+// other node can have changed the tables, and it has them all.
+func (s *Service) Alone() bool {
 	servers, err := s.node.Configuration()
-	return err == nil && len(servers) == 1 && servers[0].ID == s.cfg.NodeID
+	return err == nil && len(servers) == 1 && servers[0].ID == s.cfg.NodeID && s.aclKnown()
 }
 
-// leaderACLRevision asks the leader for its ACL revision.
-func (s *Service) leaderACLRevision(ctx context.Context) (uint64, error) {
+// LeaderACLRevision asks the leader for its ACL revision (its
+// ACLRevision). Without a leader to ask it answers not_leader, as a write
+// would be answered.
+func (s *Service) LeaderACLRevision(ctx context.Context) (uint64, error) {
 	addr := s.leaderClientAddr()
-	if addr == "" && s.removed.Load() {
+	if addr == "" && s.Removed() {
 		// A removed node hears from no leader: it asks the one it last
 		// knew, and answers only while it has every change that one has
 		// (it applies none after its removal).
@@ -85,6 +69,14 @@ func (s *Service) leaderACLRevision(ctx context.Context) (uint64, error) {
 	return r.Revision, err
 }
 
+// WaitApplied reports whether this node has applied index, waiting for
+// it until ctx ends or ApplyTimeout passes.
+func (s *Service) WaitApplied(ctx context.Context, index uint64) bool {
+	wait, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
+	defer cancel()
+	return s.fsm.WaitApplied(index, wait.Done())
+}
+
 // ACLRevision answers, on the leader, the revision of its ACL tables,
 // once it has confirmed with a quorum that it still leads: a node that
 // has applied that far has every change acknowledged before the question
@@ -98,107 +90,6 @@ func (s *Service) ACLRevision(ctx context.Context) (api.ACLRevision, error) {
 		return api.ACLRevision{}, s.fail(e)
 	}
 	return api.ACLRevision{Node: s.cfg.NodeID, Revision: rev}, nil
-}
-
-// ACLWatch is the ACL tables as this node has applied them, and a channel
-// closed once they change: open calls are checked again then.
-func (s *Service) ACLWatch() (*acl.State, <-chan struct{}) { return s.fsm.ACLWatch() }
-
-// aclReadTimeout bounds one question to the leader.
-const aclReadTimeout = 2 * time.Second
-
-// readIndex shares questions to the leader among the calls that need an
-// answer given after they arrived: a call joins the next question, which
-// starts when the one out (if any) is answered.
-type readIndex struct {
-	ctx     context.Context // ended by close
-	cancel  context.CancelFunc
-	mu      sync.Mutex
-	running bool
-	pending *readRound // the next question, asked once the one out is answered
-	wg      sync.WaitGroup
-}
-
-type readRound struct {
-	done  chan struct{}
-	rev   uint64
-	err   error
-	calls int // the calls waiting on it, under readIndex.mu
-}
-
-func newReadIndex() *readIndex {
-	ri := &readIndex{}
-	ri.ctx, ri.cancel = context.WithCancel(context.Background())
-	return ri
-}
-
-// close ends the question out, refuses new ones and waits.
-func (ri *readIndex) close() {
-	ri.mu.Lock()
-	ri.cancel()
-	ri.mu.Unlock()
-	ri.wg.Wait()
-}
-
-// errBecameReady ends a call's wait for a question when its node became
-// a ready leader meanwhile.
-var errBecameReady = errors.New("this node became the leader")
-
-// next answers a revision asked for after the call; ask is the question.
-// A call stops waiting with errBecameReady once ready is closed (the
-// question goes on for the others).
-func (ri *readIndex) next(ctx context.Context, ready <-chan struct{}, ask func(context.Context) (uint64, error)) (uint64, error) {
-	ri.mu.Lock()
-	if ri.ctx.Err() != nil {
-		ri.mu.Unlock()
-		return 0, Unavailable("shutting down")
-	}
-	if ri.pending == nil {
-		ri.pending = &readRound{done: make(chan struct{})}
-	}
-	r := ri.pending
-	r.calls++
-	if !ri.running {
-		ri.running = true
-		ri.pending = nil
-		ri.wg.Add(1)
-		go ri.run(r, ask)
-	}
-	ri.mu.Unlock()
-	select {
-	case <-r.done:
-		return r.rev, r.err
-	case <-ready:
-		return 0, errBecameReady
-	case <-ctx.Done():
-		return 0, ctxError(ctx, Unavailable("the call was given up while this node confirmed the cluster's ACLs"))
-	}
-}
-
-// run asks r, then each round that gathered calls meanwhile.
-func (ri *readIndex) run(r *readRound, ask func(context.Context) (uint64, error)) {
-	defer ri.wg.Done()
-	for r != nil {
-		ctx, cancel := context.WithTimeout(ri.ctx, aclReadTimeout)
-		r.rev, r.err = ask(ctx)
-		cancel()
-		close(r.done)
-		ri.mu.Lock()
-		r, ri.pending = ri.pending, nil
-		ri.running = r != nil
-		ri.mu.Unlock()
-	}
-}
-
-// ctxError is the error a call ended by its context answers: the cause
-// the transport gave (a credential revoked while the call ran), else
-// fallback.
-func ctxError(ctx context.Context, fallback *Error) *Error {
-	var e *Error
-	if errors.As(context.Cause(ctx), &e) {
-		return e
-	}
-	return fallback
 }
 
 // broadcast is a channel closed on each fire and replaced by a new one.
@@ -224,4 +115,84 @@ func (b *broadcast) fire() {
 		close(b.ch)
 		b.ch = nil
 	}
+}
+
+// OwnACL is, for the calls that must answer when no leader can (the
+// members view: auth.AuthenticatedHere), the ACL tables this node checks
+// them against, bounded by UnreachableAfter. The leader this node hears
+// from, else the last one it knew (which may lead still, with this node
+// cut off from it), is asked for its ACL revision; if one answers, this
+// node answers once it has applied that far (503 until then). Only when
+// none answers — a leader gone or not leading any more, or one silent
+// for ownACLAsk (frozen) —
+// does it take the tables it has applied, and only if it can vouch for
+// them: it has applied its own log, and is a member of a cluster (not a
+// node still joining). A change of the tables committed by a quorum this
+// node can reach neither by raft nor by client port does not reach it
+// then; nothing else could have committed one.
+func (s *Service) OwnACL(ctx context.Context) (*acl.State, *Error) {
+	ctx, cancel := context.WithTimeout(ctx, max(s.node.UnreachableAfter(), ownACLAsk))
+	defer cancel()
+	asked := map[string]bool{"": true, s.cfg.ClientAddr: true}
+	for _, addr := range []string{s.leaderClientAddr(), s.lastLeaderClientAddr()} {
+		if asked[addr] || s.cfg.Peers == nil {
+			continue
+		}
+		asked[addr] = true
+		r, err := s.cfg.Peers.ACLRevision(ctx, addr)
+		if err != nil {
+			continue // gone, frozen, or not the leader
+		}
+		if !s.WaitApplied(context.Background(), r.Revision) {
+			return nil, Unavailable("this node has not yet applied the cluster's ACLs (revision " + api.Revision{Index: r.Revision}.String() + ") of the leader at " + addr + "; retry, or ask the leader")
+		}
+		return s.fsm.ACL(), nil
+	}
+	if !s.aclKnown() || !s.member() {
+		return nil, s.notReady()
+	}
+	return s.fsm.ACL(), nil
+}
+
+// ownACLAsk bounds OwnACL's questions to a leader. A leader that is gone
+// refuses the connection and one that no longer leads says so, both at
+// once; only a silent one costs the bound, which is generous so that a
+// leader merely slow to answer a loaded node is never taken for gone
+// (that would check a revoked credential against stale tables).
+const ownACLAsk = 2 * time.Second
+
+// lastLeaderClientAddr is the client address of the leader this node
+// knew last, other than itself, even one it no longer hears from; "" if
+// none.
+func (s *Service) lastLeaderClientAddr() string {
+	st := s.node.Status()
+	id := st.LeaderID
+	if id == "" {
+		id = st.FormerLeader
+	}
+	if id == "" || id == s.cfg.NodeID {
+		return ""
+	}
+	if m, ok := s.fsm.Member(id); ok && m.ClientAddr != s.cfg.ClientAddr {
+		return m.ClientAddr
+	}
+	return ""
+}
+
+// member reports whether this node belongs to a cluster: the cluster has
+// an identity and this node is in the configuration it has applied.
+func (s *Service) member() bool {
+	if s.fsm.ClusterID() == "" {
+		return false
+	}
+	servers, err := s.node.Configuration()
+	if err != nil {
+		return false
+	}
+	for _, srv := range servers {
+		if srv.ID == s.cfg.NodeID {
+			return true
+		}
+	}
+	return false
 }

@@ -3,8 +3,10 @@
 // multi-key acquire, semaphores and read/write locks, watches, the
 // overview, the ACL tables, cluster membership) as typed methods that take
 // the api package's requests and answer its answers or an *Error. They
-// know nothing of a transport or of who calls (internal/httpapi and
-// internal/auth do), and a context that ends is a caller gone away.
+// know nothing of a transport or of how a caller is authenticated
+// (internal/httpapi and internal/auth do); the operations that count
+// against a principal's quotas take its name as an argument, and a
+// context that ends is a caller gone away.
 //
 // The service runs over the replicated state machine (internal/fsm)
 // through replica.Replicator: the raft node in production, an in-memory log
@@ -40,6 +42,14 @@
 // takeover above: barrier, clock resumed from the last applied time,
 // orphaned waiters cancelled. Request ids are remembered in the state
 // machine, so a retry sent to the next leader answers the original result.
+//
+// Membership lives in internal/membership: joins, announcements and
+// removals with their probes and quorum check, the members view with
+// every member's health, removed and joining nodes, and where the leader
+// is. The cluster calls here (Identity, Members, Join, Announce, Remove,
+// Removed) only hand over to it and answer its errors as *Error; it asks
+// the service back whether this node is the ready leader, whether it
+// takes writes, and to propose a command stamped with cluster time.
 //
 // Expiry: only the leader runs a timer, set to the table's next deadline;
 // when it fires the leader proposes a Tick (Consul's session-timer pattern),

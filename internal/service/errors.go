@@ -47,22 +47,9 @@ func Unavailable(msg string) *Error {
 	return &Error{Code: api.CodeUnavailable, Message: msg}
 }
 
-// refused is a membership change refused with code; nothing changed.
-func refused(code, format string, args ...any) *Error {
-	return NewError(code, format, args...)
-}
-
 // Complete is e as a transport answers it: a not_leader that names no
-// leader yet is completed with where to go.
-func (s *Service) Complete(e *Error) *Error {
-	if e.Code == api.CodeNotLeader && s.removed.Load() {
-		return removedError()
-	}
-	if e.Code == api.CodeNotLeader && e.Leader == "" {
-		return s.notLeader(e)
-	}
-	return e
-}
+// leader yet is completed with where to go (removed, on a removed node).
+func (s *Service) Complete(e *Error) *Error { return (*Error)(s.cluster.Redirect(e.Wire())) }
 
 // fail is how an operation hands its *Error back as an error: nil stays
 // nil, and a not_leader that names no leader yet is completed with where
@@ -118,7 +105,11 @@ func (s *Service) commandError(err error, now locktable.Time) *Error {
 	case errors.Is(err, locktable.ErrNotHeld):
 		return &Error{Code: api.CodeNotHeld, Message: "not the live holder of this token"}
 	case errors.As(err, &full):
-		if full.Scope == "key" {
+		switch full.Scope {
+		case "owner":
+			return &Error{Code: api.CodeQuotaExceeded, Quota: api.QuotaKeyWaiters,
+				Message: quotaMessage(full.Owner, api.QuotaKeyWaiters, full.Limit, full.Limit)}
+		case "key":
 			return &Error{Code: api.CodeTooManyWaiters,
 				Message: fmt.Sprintf("too many waiters: this key's queue is at its limit of %d; try again later", full.Limit)}
 		}

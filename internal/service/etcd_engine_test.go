@@ -62,7 +62,7 @@ func TestServiceOverEtcdEngine(t *testing.T) {
 	if b.Token != a.Token+1 {
 		t.Fatalf("second token %d after %d", b.Token, a.Token)
 	}
-	_, err := s.Acquire(ctx, api.AcquireRequest{Key: "a", Holder: "h2", TTLMs: 600000})
+	_, err := s.Acquire(ctx, "", api.AcquireRequest{Key: "a", Holder: "h2", TTLMs: 600000})
 	wantCode(t, err, api.CodeHeld)
 	if _, err := s.Release(ctx, api.ReleaseRequest{Key: "b", Holder: "h1", Token: b.Token}); err != nil {
 		t.Fatal(err)

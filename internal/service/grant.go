@@ -20,7 +20,8 @@ type grant struct {
 	session                uint64
 	lockDelay              locktable.Duration
 	shared                 locktable.Shared
-	isShared               bool // a semaphore permit or a read/write hold
+	isShared               bool   // a semaphore permit or a read/write hold
+	principal              string // the caller's ("" none): its share of a key's queue
 }
 
 // newGrant checks req, naming the field at fault.
@@ -92,6 +93,9 @@ func (s *Service) waitCommand(g grant, now locktable.Time) fsm.Command {
 	c := fsm.Command{Op: fsm.OpWait, RequestID: g.requestID, Now: now,
 		Key: g.key, Holder: g.holder, TTL: g.ttl, Deadline: now + locktable.Time(g.wait),
 		MaxKeyWaiters: s.cfg.MaxWaitersPerKey, MaxWaiters: s.cfg.MaxWaiters}
+	if g.principal != "" {
+		c.MaxOwnerKeyWaiters = s.cfg.QuotaKeyWaiters
+	}
 	if g.isShared {
 		c.Op, c.Shared = fsm.OpShared, g.shared
 	} else {
@@ -102,26 +106,29 @@ func (s *Service) waitCommand(g grant, now locktable.Time) fsm.Command {
 
 // Acquire grants req.Key to req.Holder if it is free. With WaitMs > 0 it
 // queues in the key's FIFO and answers when the grant or the end of the
-// wait is committed (acquireWait).
-func (s *Service) Acquire(ctx context.Context, req api.AcquireRequest) (api.Lease, error) {
+// wait is committed (acquireWait). principal is the caller's, whose
+// quotas it counts against; "" is none (ACLs off, or an in-process
+// caller): no quota.
+func (s *Service) Acquire(ctx context.Context, principal string, req api.AcquireRequest) (api.Lease, error) {
 	g, e := newGrant(req)
 	var l api.Lease
 	if e == nil {
-		l, e = s.acquire(ctx, g)
+		l, e = s.acquire(ctx, principal, g)
 	}
 	return s.answerGrant(g, l, s.fail(e))
 }
 
-func (s *Service) acquire(ctx context.Context, g grant) (api.Lease, *Error) {
+func (s *Service) acquire(ctx context.Context, principal string, g grant) (api.Lease, *Error) {
 	if e := s.writable(); e != nil {
 		return api.Lease{}, e
 	}
-	release, e := s.reserve(ctx, g.holder, s.grantAsk(g))
+	release, e := s.reserve(principal, g.holder, s.grantAsk(g))
 	if e != nil {
 		return api.Lease{}, e
 	}
 	defer release()
 	if g.wait > 0 {
+		g.principal = principal
 		return s.acquireWait(ctx, g, release)
 	}
 	if g.isShared {

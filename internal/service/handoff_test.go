@@ -124,7 +124,7 @@ func TestTooManyWaitersAtThePerKeyCap(t *testing.T) {
 		t.Fatalf("queue %v after the refusal, want [w1 w2]", got)
 	}
 	// A request that does not wait is answered as usual.
-	_, err = s.Acquire(ctx, api.AcquireRequest{Key: "k", Holder: "w3", TTLMs: 1000})
+	_, err = s.Acquire(ctx, "", api.AcquireRequest{Key: "k", Holder: "w3", TTLMs: 1000})
 	wantCode(t, err, api.CodeHeld)
 	// The cap is per key.
 	mustAcquire(t, s, api.AcquireRequest{Key: "other", Holder: "a", TTLMs: 60000})
@@ -171,7 +171,7 @@ func TestLockDelayAfterExpiryNotAfterRelease(t *testing.T) {
 	ctx := context.Background()
 	mustAcquire(t, s, api.AcquireRequest{Key: "k", Holder: "a", TTLMs: 1000, LockDelayMs: 3000})
 	fake.Advance(time.Second)
-	_, err := s.Acquire(ctx, api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 1000})
+	_, err := s.Acquire(ctx, "", api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 1000})
 	if e := wantCode(t, err, api.CodeLockDelay); e.RemainingMs == nil || *e.RemainingMs != 3000 {
 		t.Fatalf("lock_delay answer says %v ms left, want 3000", e.RemainingMs)
 	}

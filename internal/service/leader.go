@@ -81,6 +81,10 @@ func (s *Service) stamp() (locktable.Time, error) {
 // applied. The error is about the proposal; the command's own refusal is in
 // the Result.
 func (s *Service) apply(cmd fsm.Command) (*fsm.Result, error) {
+	// Until the log has one, every entry this leader writes switches
+	// the request-id memory to the rules by owner (fsm.Command.ByOwner):
+	// a log written by an older version replays under its own rules.
+	cmd.ByOwner = !s.fsm.RemembersByOwner()
 	data, err := fsm.Encode(cmd)
 	if err != nil {
 		return nil, err
@@ -163,7 +167,7 @@ func (s *Service) lead() (stop func()) {
 		if !s.takeOver(ctx) {
 			return
 		}
-		if s.clustered() {
+		if s.cluster.Clustered() {
 			s.waiters.watchUnserved(true)
 			graced := make(chan struct{})
 			go func() {
@@ -213,7 +217,7 @@ func (s *Service) takeOver(ctx context.Context) bool {
 		return false
 	}
 	for {
-		err := s.recordSelf()
+		err := s.cluster.RecordSelf()
 		if err == nil {
 			break
 		}
@@ -226,7 +230,7 @@ func (s *Service) takeOver(ctx context.Context) bool {
 	// from the log are orphans now. In a cluster their clients re-send
 	// their waits here (same request id, same queue place), so they keep
 	// their places for orphanGrace first; see lead.
-	if !s.clustered() && !s.cancelOrphans(ctx) {
+	if !s.cluster.Clustered() && !s.cancelOrphans(ctx) {
 		return false
 	}
 	if ctx.Err() != nil {
@@ -247,21 +251,6 @@ func (s *Service) takeOver(ctx context.Context) bool {
 // leader died or froze to notice (client.WithWaitCheck, about two seconds)
 // and re-send its wait here.
 const orphanGrace = 5 * time.Second
-
-// clustered reports whether the configuration has other voters.
-func (s *Service) clustered() bool {
-	servers, err := s.node.Configuration()
-	if err != nil {
-		return false
-	}
-	voters := 0
-	for _, srv := range servers {
-		if srv.Voter {
-			voters++
-		}
-	}
-	return voters > 1
-}
 
 // cancelOrphans cancels every queued waiter that no request on this node
 // serves, and releases what the queue handed to such waiters meanwhile
@@ -382,22 +371,29 @@ func sleepClock(ctx context.Context, clk clock.Clock, d time.Duration) bool {
 	}
 }
 
-// raisePendingFloor commits the token floor that `fencelock recover` left
-// in the state file, before the new leader serves any grant, and clears
-// it once applied. It returns false when ctx ended first.
+// raisePendingFloor commits the token floor that `fencelock recover` or
+// the server's --token-floor left in the state file, before the new
+// leader serves any grant, and clears it once applied. It returns false
+// when ctx ended first.
 func (s *Service) raisePendingFloor(ctx context.Context) bool {
 	for {
 		floor := s.node.PendingFloor()
 		if floor == 0 {
 			return true
 		}
+		before := s.fsm.LastToken()
 		_, err := s.propose(fsm.Command{Op: fsm.OpTokenFloor, Token: floor})
 		if err == nil {
 			err = s.node.ClearPendingFloor(floor)
 		}
 		if err == nil {
-			s.log.Warn("raised the token counter to the floor recorded by fencelock recover",
-				"floor", floor, "last_token", s.fsm.LastToken())
+			if before < floor {
+				s.log.Warn("raised the token counter to the token floor (fencelock recover, or --token-floor)",
+					"floor", floor, "last_token_before", before, "last_token", s.fsm.LastToken())
+			} else {
+				s.log.Info("the token counter is already above the token floor: nothing raised",
+					"floor", floor, "last_token", before)
+			}
 			return true
 		}
 		s.log.Warn("raising the token floor failed", "floor", floor, "err", err)

@@ -53,11 +53,11 @@ func TestLostLeadershipRefusesWritesAndTellsWaiters(t *testing.T) {
 			return err
 		},
 		"session": func() error {
-			_, err := s.OpenSession(ctx, api.SessionOpenRequest{Holder: "a", TTLMs: 1000})
+			_, err := s.OpenSession(ctx, "", api.SessionOpenRequest{Holder: "a", TTLMs: 1000})
 			return err
 		},
 		"acquire-all": func() error {
-			_, err := s.AcquireAll(ctx, api.AcquireAllRequest{Keys: []string{"x"}, Holder: "a", TTLMs: 1000})
+			_, err := s.AcquireAll(ctx, "", api.AcquireAllRequest{Keys: []string{"x"}, Holder: "a", TTLMs: 1000})
 			return err
 		},
 		"acl": func() error { _, err := s.ACLBootstrap(ctx); return err },

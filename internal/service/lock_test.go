@@ -27,7 +27,7 @@ func TestTokensRiseByOnePerGrantAcrossKeys(t *testing.T) {
 		}
 		want++
 	}
-	_, err := s.Acquire(ctx, api.AcquireRequest{Key: "a", Holder: "h2", TTLMs: 60000})
+	_, err := s.Acquire(ctx, "", api.AcquireRequest{Key: "a", Holder: "h2", TTLMs: 60000})
 	e := wantCode(t, err, api.CodeHeld)
 	if e.Holder != "h1" || e.RemainingMs == nil || *e.RemainingMs != 60000 {
 		t.Fatalf("held refusal names %q with %v ms, want h1 with 60000", e.Holder, e.RemainingMs)
@@ -258,7 +258,7 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"list long prefix", func() error { _, err := s.List(ctx, long, 0); return err }, "prefix"},
 		{"list limit", func() error { _, err := s.List(ctx, "", api.MaxLimit+1); return err }, "limit"},
 		{"session open ttl", func() error {
-			_, err := s.OpenSession(ctx, api.SessionOpenRequest{Holder: "h"})
+			_, err := s.OpenSession(ctx, "", api.SessionOpenRequest{Holder: "h"})
 			return err
 		}, "ttl_ms"},
 		{"session extend no id", func() error {
@@ -266,15 +266,15 @@ func TestValidationNamesTheField(t *testing.T) {
 			return err
 		}, "id"},
 		{"acquire-all no keys", func() error {
-			_, err := s.AcquireAll(ctx, api.AcquireAllRequest{Holder: "h", TTLMs: 1000})
+			_, err := s.AcquireAll(ctx, "", api.AcquireAllRequest{Holder: "h", TTLMs: 1000})
 			return err
 		}, "keys"},
 		{"acquire-all empty key", func() error {
-			_, err := s.AcquireAll(ctx, api.AcquireAllRequest{Holder: "h", TTLMs: 1000, Keys: []string{"a", ""}})
+			_, err := s.AcquireAll(ctx, "", api.AcquireAllRequest{Holder: "h", TTLMs: 1000, Keys: []string{"a", ""}})
 			return err
 		}, "keys[1]"},
 		{"acquire-all duplicate", func() error {
-			_, err := s.AcquireAll(ctx, api.AcquireAllRequest{Holder: "h", TTLMs: 1000, Keys: []string{"a", "a"}})
+			_, err := s.AcquireAll(ctx, "", api.AcquireAllRequest{Holder: "h", TTLMs: 1000, Keys: []string{"a", "a"}})
 			return err
 		}, "keys"},
 		{"watch key and prefix", func() error {
@@ -305,7 +305,7 @@ func TestValidationNamesTheField(t *testing.T) {
 
 func acq(s *Service, req api.AcquireRequest) func() error {
 	return func() error {
-		_, err := s.Acquire(context.Background(), req)
+		_, err := s.Acquire(context.Background(), "", req)
 		return err
 	}
 }

@@ -31,17 +31,26 @@ func (s *Service) Overview(ctx context.Context, prefix string, limit int) (api.O
 	if e != nil {
 		return api.Overview{}, s.fail(e)
 	}
-	locks, more, last, queued := s.fsm.Overview(prefix, "", now, limit, api.MaxOverviewWaiters)
+	page := s.fsm.Overview(prefix, "", now, limit, api.MaxOverviewWaiters)
 	out := api.Overview{
-		Node:      s.cfg.NodeID,
-		NowMs:     int64(now) / int64(locktable.Millisecond),
-		LastToken: last,
-		Locks:     make([]api.LockOverview, len(locks)),
-		More:      more,
-		Queued:    queued,
-		Stats:     s.metrics.stats(),
+		Node:        s.cfg.NodeID,
+		NowMs:       int64(now) / int64(locktable.Millisecond),
+		LastToken:   page.LastToken,
+		Locks:       make([]api.LockOverview, len(page.Locks)),
+		More:        page.More,
+		DelayedMore: page.DelayedMore,
+		Queued:      page.Queued,
+		Stats:       s.metrics.stats(),
 	}
-	for i, l := range locks {
+	for _, d := range page.Delayed {
+		dk := api.DelayedKey{Key: d.Key, RemainingMs: ms(locktable.Duration(d.Until - now)),
+			Waiters: make([]api.Waiter, len(d.Waiters)), WaitersTotal: d.Queued}
+		for j, w := range d.Waiters {
+			dk.Waiters[j] = wireWaiter(w, locktable.Exclusive, now) // only exclusive locks take a lock-delay
+		}
+		out.Delayed = append(out.Delayed, dk)
+	}
+	for i, l := range page.Locks {
 		lo := api.LockOverview{
 			Lease:        wireLease(l.Lease, now),
 			HeldMs:       ms(locktable.Duration(now - l.Lease.Granted)),

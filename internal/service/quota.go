@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"sync"
 
@@ -19,21 +18,10 @@ import (
 // quota, counting what the table has (as applied) and what its own
 // proposals in flight will add; so one principal, however many holder
 // names it uses, cannot fill a table-wide cap and lock the others out.
-// Calls without a principal (ACLs off, in-process callers) have no
-// quota. Watches are counted per caller on each node (eventlog).
-
-type principalKey struct{}
-
-// WithPrincipal is ctx for a call made by principal: its quotas apply.
-// The guard sets it when it authenticates a call.
-func WithPrincipal(ctx context.Context, principal string) context.Context {
-	return context.WithValue(ctx, principalKey{}, principal)
-}
-
-func principalOf(ctx context.Context) string {
-	p, _ := ctx.Value(principalKey{}).(string)
-	return p
-}
+// The operations that add to a count take the principal as an argument
+// (the transport passes the one it authenticated); "" is a call without
+// one (ACLs off, in-process callers): no quota. Watches are counted per
+// caller on each node (eventlog).
 
 // quotas are the leader's reservations: what its proposals in flight
 // will add to each owner's count.
@@ -47,12 +35,11 @@ type ask struct {
 	sessions, locks, waits int
 }
 
-// reserve refuses a call of ctx's principal, acting as holder, that
-// would take it past a quota, or holds room for it until release is
-// called (once its proposal has applied, or failed). Without a principal
-// it reserves nothing.
-func (s *Service) reserve(ctx context.Context, holder string, a ask) (release func(), e *Error) {
-	p := principalOf(ctx)
+// reserve refuses a call of principal p, acting as holder, that would
+// take it past a quota, or holds room for it until release is called
+// (once its proposal has applied, or failed). Without a principal it
+// reserves nothing.
+func (s *Service) reserve(p, holder string, a ask) (release func(), e *Error) {
 	if p == "" || a == (ask{}) {
 		return func() {}, nil
 	}
@@ -106,6 +93,8 @@ var quotaWords = map[string]struct{ what, flag string }{
 	api.QuotaSessions: {"open sessions", "--max-sessions-per-principal"},
 	api.QuotaLocks:    {"leases held and places in wait queues", "--max-locks-per-principal"},
 	api.QuotaWaiters:  {"places in wait queues", "--max-waiters-per-principal"},
+	// Counted by the table, from the limit in the wait command.
+	api.QuotaKeyWaiters: {"places in this key's wait queue", "--max-waiters-per-key-per-principal"},
 }
 
 func quotaMessage(p, kind string, limit, have int) string {
@@ -158,11 +147,12 @@ func (s *Service) taken(key string) bool {
 // quotaCollectors are the quotas' limits, for the metrics.
 func quotaCollectors(cfg Config) []prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencelock_quota_limit", Help: "Each quota of one principal (0: none): sessions, locks (leases held plus queue places), waiters (queue places), watches (open on one node).",
+		Name: "fencelock_quota_limit", Help: "Each quota of one principal (0: none): sessions, locks (leases held plus queue places), waiters (queue places), watches (open on one node), key_waiters (places in one key's queue).",
 	}, []string{"quota"})
 	g.WithLabelValues(api.QuotaSessions).Set(float64(cfg.QuotaSessions))
 	g.WithLabelValues(api.QuotaLocks).Set(float64(cfg.QuotaLocks))
 	g.WithLabelValues(api.QuotaWaiters).Set(float64(cfg.QuotaWaiters))
 	g.WithLabelValues(api.QuotaWatches).Set(float64(cfg.WatchMaxPerCaller))
+	g.WithLabelValues(api.QuotaKeyWaiters).Set(float64(cfg.QuotaKeyWaiters))
 	return []prometheus.Collector{g}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock/internal/eventlog"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/membership"
 	"github.com/fencelock/fencelock/internal/replica"
 )
 
@@ -40,7 +41,10 @@ type Config struct {
 	// Join, for a node started to join a cluster, is how its join goes;
 	// until the node is a member, a not-ready answer (/readyz) says that
 	// rather than "knows no leader yet". Nil: not joining.
-	Join *JoinStatus
+	Join *membership.JoinStatus
+	// Engine is this node's replication engine, as its identity names it
+	// (a join of a node of another engine is refused); "": not said.
+	Engine string
 
 	// Queue caps: the waiters on one key and on all keys; 0: no cap.
 	MaxWaitersPerKey int
@@ -57,18 +61,15 @@ type Config struct {
 	QuotaSessions int
 	QuotaLocks    int
 	QuotaWaiters  int
+	// QuotaKeyWaiters caps a principal's places in one key's wait queue
+	// (0: none). It travels in each wait command, as the queue caps do,
+	// so that every node refuses the same waits.
+	QuotaKeyWaiters int
 }
 
 // Peers is how this node calls the client port of another node.
 type Peers interface {
-	// Identity asks the node at clientAddr who it is.
-	Identity(ctx context.Context, clientAddr string) (api.Identity, error)
-	// Announce asks the leader at clientAddr to record this node's
-	// addresses.
-	Announce(ctx context.Context, clientAddr string, req api.JoinRequest) error
-	// Members asks the node at clientAddr for its members answer (a
-	// follower asks the leader for its view of the members' health).
-	Members(ctx context.Context, clientAddr string) (api.MembersResponse, error)
+	membership.Peers // join probes, announcements, the leader's members view
 	// ACLRevision asks the leader at clientAddr for the revision of its
 	// ACL tables (Service.ACLRevision).
 	ACLRevision(ctx context.Context, clientAddr string) (api.ACLRevision, error)
@@ -83,28 +84,19 @@ type Service struct {
 	fsm     *fsm.FSM
 	node    replica.Replicator
 	metrics *metrics
+	cluster *membership.Cluster
 	waiters *waitRegistry
 	quotas  quotas
 	watches *eventlog.Log
 	clock   clusterClock // the cluster clock, and the local clock it runs on (clock.clk)
-	// aclReads are a follower's questions to the leader about its ACL
-	// revision (ConfirmedACL).
-	aclReads *readIndex
 	// becameReady is closed (and replaced) each time this node becomes a
 	// ready leader: calls waiting on a question to the former leader go
 	// on with this node's own tables then.
 	becameReady broadcast
 
-	// change serialises membership changes: each probes, then changes.
-	// A one-slot channel, not a mutex: a change waits on the network and
-	// raft while it holds it, and a goroutine waiting on a channel is one
-	// a testing/synctest bubble (the simulation) can tell is blocked.
-	change      chan struct{}
 	ready       atomic.Bool // leader, caught up, orphans dropped
 	aclCaughtUp atomic.Bool
 	counting    atomic.Bool   // count table events in metrics
-	member      atomic.Bool   // this node has been in the configuration, in this process
-	removed     atomic.Bool   // ... and has been taken out of it since
 	closing     chan struct{} // closed by BeginShutdown
 	stop        chan struct{} // closed by Close
 	once        sync.Once
@@ -124,15 +116,18 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("service: config: AnnounceEvery must be positive with a ClientAddr")
 	}
 	s := &Service{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		closing:  make(chan struct{}),
-		stop:     make(chan struct{}),
-		aclReads: newReadIndex(),
-		change:   make(chan struct{}, 1),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		closing: make(chan struct{}),
+		stop:    make(chan struct{}),
 	}
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
+	s.cluster = membership.New(membership.Config{
+		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Logger: cfg.Logger, Peers: cfg.Peers,
+		ApplyTimeout: cfg.ApplyTimeout, JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.AnnounceEvery, Join: cfg.Join,
+		Engine: cfg.Engine,
+	}, s.fsm, clusterSide{s})
 	s.metrics = newMetrics(s)
 	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
 	s.watches = eventlog.New(cfg.WatchHistory, cfg.WatchMaxWatchers, cfg.WatchMaxPerCaller, func(n int) { s.metrics.watchers.Set(float64(n)) })
@@ -151,16 +146,13 @@ func (s *Service) Restored() { s.watches.Restored(s.fsm.AppliedIndex()) }
 // that keep the members table current.
 func (s *Service) Start(n replica.Replicator) {
 	s.node = n
+	// Membership first: a leadership already won runs the takeover,
+	// which asks it to record this node (RecordSelf), at once.
+	s.cluster.Start(n)
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.watches.Broadcast(s.stop) }()
 	s.wg.Add(1)
 	go s.watchLeadership()
-	if s.cfg.ClientAddr != "" {
-		s.wg.Add(1)
-		go s.announceLoop()
-	}
-	s.wg.Add(1)
-	go s.membershipLoop()
 }
 
 // Ready reports whether this node serves writes.
@@ -196,7 +188,7 @@ func (s *Service) Closing() <-chan struct{} { return s.closing }
 func (s *Service) Close() {
 	s.BeginShutdown()
 	close(s.stop)
-	s.aclReads.close()
+	s.cluster.Close()
 	s.wg.Wait()
 }
 

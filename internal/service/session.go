@@ -18,13 +18,14 @@ import (
 // can keep it alive, close it or take locks under it. Its expiry is the
 // leader's tick, like a lease's.
 
-// OpenSession opens a session for req.Holder with req.TTLMs.
-func (s *Service) OpenSession(ctx context.Context, req api.SessionOpenRequest) (api.Session, error) {
+// OpenSession opens a session for req.Holder with req.TTLMs, counted
+// against principal's quota of sessions ("": none).
+func (s *Service) OpenSession(ctx context.Context, principal string, req api.SessionOpenRequest) (api.Session, error) {
 	ttl, e := checkTTL(req.TTLMs)
 	if e := firstErr(checkHolder(req.Holder), e, checkRequestID(req.RequestID), s.writable()); e != nil {
 		return api.Session{}, s.fail(e)
 	}
-	release, e := s.reserve(ctx, req.Holder, ask{sessions: 1})
+	release, e := s.reserve(principal, req.Holder, ask{sessions: 1})
 	if e != nil {
 		return api.Session{}, s.fail(e)
 	}
@@ -72,9 +73,9 @@ func (s *Service) proposeSession(cmd fsm.Command) (api.Session, error) {
 }
 
 // AcquireAll grants every key of req.Keys to req.Holder in one command, or
-// none of them.
-func (s *Service) AcquireAll(ctx context.Context, req api.AcquireAllRequest) (api.AcquireAllResponse, error) {
-	r, e, heldKey := s.acquireAll(ctx, req)
+// none of them, counted against principal's quota of locks ("": none).
+func (s *Service) AcquireAll(ctx context.Context, principal string, req api.AcquireAllRequest) (api.AcquireAllResponse, error) {
+	r, e, heldKey := s.acquireAll(principal, req)
 	if err := s.fail(e); err != nil && heldKey != "" {
 		return r, &KeyedError{Err: e, Key: heldKey}
 	} else if err != nil {
@@ -84,7 +85,7 @@ func (s *Service) AcquireAll(ctx context.Context, req api.AcquireAllRequest) (ap
 }
 
 // acquireAll answers, when it is refused because a key is held, that key.
-func (s *Service) acquireAll(ctx context.Context, req api.AcquireAllRequest) (api.AcquireAllResponse, *Error, string) {
+func (s *Service) acquireAll(principal string, req api.AcquireAllRequest) (api.AcquireAllResponse, *Error, string) {
 	var none api.AcquireAllResponse
 	ttl, e := grantTTL(req.TTLMs, req.Session)
 	delay, de := checkLockDelay(req.LockDelayMs)
@@ -118,7 +119,7 @@ func (s *Service) acquireAll(ctx context.Context, req api.AcquireAllRequest) (ap
 			more.locks++
 		}
 	}
-	release, e := s.reserve(ctx, req.Holder, more)
+	release, e := s.reserve(principal, req.Holder, more)
 	if e != nil {
 		return none, e, ""
 	}

@@ -17,7 +17,7 @@ import (
 func TestSessionLocksAreLostTogetherAtItsExpiry(t *testing.T) {
 	s, _, fake := newTestService(t)
 	ctx := context.Background()
-	ss, err := s.OpenSession(ctx, api.SessionOpenRequest{Holder: "a", TTLMs: 2000})
+	ss, err := s.OpenSession(ctx, "", api.SessionOpenRequest{Holder: "a", TTLMs: 2000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestSessionLocksAreLostTogetherAtItsExpiry(t *testing.T) {
 	}
 	_, err = s.ExtendSession(ctx, api.SessionRequest{ID: ss.ID, Holder: "a"})
 	wantCode(t, err, api.CodeNoSession)
-	_, err = s.Acquire(ctx, api.AcquireRequest{Key: "z", Holder: "a", Session: ss.ID})
+	_, err = s.Acquire(ctx, "", api.AcquireRequest{Key: "z", Holder: "a", Session: ss.ID})
 	wantCode(t, err, api.CodeNoSession)
 }
 
@@ -86,7 +86,7 @@ func TestSessionLocksAreLostTogetherAtItsExpiry(t *testing.T) {
 func TestCloseSessionReleasesAndHandsOff(t *testing.T) {
 	s, _, _ := newTestService(t)
 	ctx := context.Background()
-	ss, err := s.OpenSession(ctx, api.SessionOpenRequest{Holder: "a", TTLMs: 60000})
+	ss, err := s.OpenSession(ctx, "", api.SessionOpenRequest{Holder: "a", TTLMs: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestCloseSessionReleasesAndHandsOff(t *testing.T) {
 func TestSessionOfAnotherHolderIsNoSession(t *testing.T) {
 	s, _, _ := newTestService(t)
 	ctx := context.Background()
-	ss, err := s.OpenSession(ctx, api.SessionOpenRequest{Holder: "a", TTLMs: 60000})
+	ss, err := s.OpenSession(ctx, "", api.SessionOpenRequest{Holder: "a", TTLMs: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,9 +120,9 @@ func TestSessionOfAnotherHolderIsNoSession(t *testing.T) {
 	wantCode(t, err, api.CodeNoSession)
 	_, err = s.CloseSession(ctx, api.SessionRequest{ID: ss.ID, Holder: "b"})
 	wantCode(t, err, api.CodeNoSession)
-	_, err = s.Acquire(ctx, api.AcquireRequest{Key: "y", Holder: "b", Session: ss.ID})
+	_, err = s.Acquire(ctx, "", api.AcquireRequest{Key: "y", Holder: "b", Session: ss.ID})
 	wantCode(t, err, api.CodeNoSession)
-	_, err = s.AcquireAll(ctx, api.AcquireAllRequest{Keys: []string{"y", "z"}, Holder: "b", Session: ss.ID})
+	_, err = s.AcquireAll(ctx, "", api.AcquireAllRequest{Keys: []string{"y", "z"}, Holder: "b", Session: ss.ID})
 	wantCode(t, err, api.CodeNoSession)
 	_, err = s.ExtendSession(ctx, api.SessionRequest{ID: ss.ID + 1, Holder: "a"})
 	wantCode(t, err, api.CodeNoSession)
@@ -142,7 +142,7 @@ func TestWaitUnderASessionEndsWithIt(t *testing.T) {
 	s, _, fake := newTestService(t)
 	ctx := context.Background()
 	mustAcquire(t, s, api.AcquireRequest{Key: "k", Holder: "a", TTLMs: 60000})
-	ss, err := s.OpenSession(ctx, api.SessionOpenRequest{Holder: "b", TTLMs: 1000})
+	ss, err := s.OpenSession(ctx, "", api.SessionOpenRequest{Holder: "b", TTLMs: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestAcquireAllIsAllOrNone(t *testing.T) {
 	ctx := context.Background()
 	y := mustAcquire(t, s, api.AcquireRequest{Key: "y", Holder: "other", TTLMs: 60000})
 	before := s.fsm.LastToken()
-	_, err := s.AcquireAll(ctx, api.AcquireAllRequest{Keys: []string{"x", "y", "z"}, Holder: "a", TTLMs: 60000})
+	_, err := s.AcquireAll(ctx, "", api.AcquireAllRequest{Keys: []string{"x", "y", "z"}, Holder: "a", TTLMs: 60000})
 	e := wantCode(t, err, api.CodeHeld)
 	if e.Holder != "other" {
 		t.Fatalf("held answer names %q, want other", e.Holder)
@@ -181,7 +181,7 @@ func TestAcquireAllIsAllOrNone(t *testing.T) {
 
 	s.Release(ctx, api.ReleaseRequest{Key: "y", Holder: "other", Token: y.Token})
 	idx := log.AppliedIndex()
-	r, err := s.AcquireAll(ctx, api.AcquireAllRequest{Keys: []string{"x", "y", "z"}, Holder: "a", TTLMs: 60000})
+	r, err := s.AcquireAll(ctx, "", api.AcquireAllRequest{Keys: []string{"x", "y", "z"}, Holder: "a", TTLMs: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,11 +208,11 @@ func TestSessionOpenAndCloseRetriedByRequestID(t *testing.T) {
 	s, _, _ := newTestService(t)
 	ctx := context.Background()
 	open := api.SessionOpenRequest{Holder: "a", TTLMs: 60000, RequestID: "open-1"}
-	first, err := s.OpenSession(ctx, open)
+	first, err := s.OpenSession(ctx, "", open)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := s.OpenSession(ctx, open)
+	again, err := s.OpenSession(ctx, "", open)
 	if err != nil || again.ID != first.ID {
 		t.Fatalf("re-sent open: %+v %v; want session %d", again, err, first.ID)
 	}
@@ -225,7 +225,7 @@ func TestSessionOpenAndCloseRetriedByRequestID(t *testing.T) {
 	}
 	_, err = s.CloseSession(ctx, api.SessionRequest{ID: first.ID, Holder: "a", RequestID: "close-2"})
 	wantCode(t, err, api.CodeNoSession)
-	_, err = s.OpenSession(ctx, api.SessionOpenRequest{Holder: "a", TTLMs: 60000, RequestID: strings.Repeat("r", api.MaxRequestIDLen+1)})
+	_, err = s.OpenSession(ctx, "", api.SessionOpenRequest{Holder: "a", TTLMs: 60000, RequestID: strings.Repeat("r", api.MaxRequestIDLen+1)})
 	if e := wantCode(t, err, api.CodeInvalid); e.Field != "request_id" {
 		t.Fatalf("a long request id: field %q", e.Field)
 	}

@@ -64,7 +64,7 @@ type leaseAnswer struct {
 func goAcquire(ctx context.Context, s *Service, req api.AcquireRequest) <-chan leaseAnswer {
 	ch := make(chan leaseAnswer, 1)
 	go func() {
-		l, err := s.Acquire(ctx, req)
+		l, err := s.Acquire(ctx, "", req)
 		ch <- leaseAnswer{l, err}
 	}()
 	return ch

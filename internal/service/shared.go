@@ -16,20 +16,6 @@ import (
 // nothing of their own: the table answers them per (key, holder, token)
 // whatever the key's kind.
 
-// wireKind is the kind fields of l as the API carries them.
-func wireKind(l locktable.Lease) (kind string, permits int, mode string) {
-	switch l.Kind {
-	case locktable.Semaphore:
-		return api.KindSemaphore, l.Permits, ""
-	case locktable.ReadWrite:
-		if l.Write {
-			return api.KindRWLock, 0, api.ModeWrite
-		}
-		return api.KindRWLock, 0, api.ModeRead
-	}
-	return "", 0, ""
-}
-
 // kindMismatch is the refusal of a request of the wrong kind for its key.
 func kindMismatch(err error) (*Error, bool) {
 	var km *locktable.KindMismatchError

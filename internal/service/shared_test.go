@@ -23,7 +23,7 @@ func TestSemaphorePermitsAndSlots(t *testing.T) {
 	if a.Kind != api.KindSemaphore || a.Permits != 2 || a.Slot != 1 || b.Slot != 2 || b.Token != a.Token+1 {
 		t.Fatalf("permits: %+v %+v; want slots 1 and 2 of a 2-permit semaphore", a, b)
 	}
-	_, err := s.Acquire(ctx, sem("c", 0))
+	_, err := s.Acquire(ctx, "", sem("c", 0))
 	wantCode(t, err, api.CodeHeld)
 	c := queueWaiter(t, ctx, s, sem("c", 60000), 1)
 	got, err := s.Get(ctx, "sem")
@@ -68,7 +68,7 @@ func TestReadWriteLockReadersShareWriterExcludesFIFO(t *testing.T) {
 	if r1.Kind != api.KindRWLock || r1.Mode != api.ModeRead || r2.Token != r1.Token+1 {
 		t.Fatalf("readers: %+v %+v", r1, r2)
 	}
-	_, err := s.Acquire(ctx, rw("w", api.ModeWrite, 0))
+	_, err := s.Acquire(ctx, "", rw("w", api.ModeWrite, 0))
 	wantCode(t, err, api.CodeHeld)
 	w := queueWaiter(t, ctx, s, rw("w", api.ModeWrite, 60000), 1)
 	r3 := queueWaiter(t, ctx, s, rw("r3", api.ModeRead, 60000), 2)
@@ -83,7 +83,7 @@ func TestReadWriteLockReadersShareWriterExcludesFIFO(t *testing.T) {
 	if wg.err != nil || wg.l.Holder != "w" || wg.l.Mode != api.ModeWrite {
 		t.Fatalf("w: %+v %v", wg.l, wg.err)
 	}
-	_, err = s.Acquire(ctx, rw("r4", api.ModeRead, 0))
+	_, err = s.Acquire(ctx, "", rw("r4", api.ModeRead, 0))
 	wantCode(t, err, api.CodeHeld)
 	notYet(t, "r3 while the writer holds", r3)
 	s.Release(ctx, api.ReleaseRequest{Key: "rw", Holder: "w", Token: wg.l.Token})

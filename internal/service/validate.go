@@ -1,10 +1,6 @@
 package service
 
 import (
-	"net"
-	"strconv"
-	"strings"
-
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
@@ -19,7 +15,7 @@ func checkKey(field, key string) *Error {
 	case len(key) > api.MaxKeyLen:
 		return Invalid(field, "%s is %d bytes; the limit is %d", field, len(key), api.MaxKeyLen)
 	}
-	return nil
+	return checkText(field, key)
 }
 
 func checkHolder(holder string) *Error {
@@ -28,6 +24,17 @@ func checkHolder(holder string) *Error {
 		return Invalid("holder", "holder is required")
 	case len(holder) > api.MaxHolderLen:
 		return Invalid("holder", "holder is %d bytes; the limit is %d", len(holder), api.MaxHolderLen)
+	}
+	return checkText("holder", holder)
+}
+
+// checkText refuses, in every configuration, a key, holder or prefix
+// holding a character that is not shown as itself (api.BadText). The
+// table and its snapshots are not checked: keys written before load,
+// and end as their leases do.
+func checkText(field, s string) *Error {
+	if err := api.CheckText(field, s); err != nil {
+		return Invalid(field, "%v", err)
 	}
 	return nil
 }
@@ -57,51 +64,7 @@ func checkPrefix(prefix string) *Error {
 	if len(prefix) > api.MaxKeyLen {
 		return Invalid("prefix", "prefix is %d bytes; the limit is %d", len(prefix), api.MaxKeyLen)
 	}
-	return nil
-}
-
-func checkNodeField(field, v string, limit int) *Error {
-	switch {
-	case v == "":
-		return Invalid(field, "%s is required", field)
-	case len(v) > limit:
-		return Invalid(field, "%s is %d bytes; the limit is %d", field, len(v), limit)
-	}
-	return nil
-}
-
-// checkClientAddr refuses a client address that is not host:port: a
-// name or an IP address and a port from 1 to 65535. The members table
-// hands it to clients and to the dashboard as a link to the leader, so
-// it must not be any string a caller chose.
-func checkClientAddr(addr string) *Error {
-	if e := checkNodeField("client_addr", addr, api.MaxAddrLen); e != nil {
-		return e
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return Invalid("client_addr", "client_addr %q is not host:port", addr)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
-		return Invalid("client_addr", "client_addr %q: the port must be a number from 1 to 65535", addr)
-	}
-	if net.ParseIP(host) != nil {
-		return nil
-	}
-	if host == "" {
-		return Invalid("client_addr", "client_addr %q has no host", addr)
-	}
-	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
-		ok := label != "" && len(label) <= 63 && label[0] != '-' && label[len(label)-1] != '-'
-		for i := 0; ok && i < len(label); i++ {
-			c := label[i]
-			ok = c == '-' || c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-		}
-		if !ok {
-			return Invalid("client_addr", "client_addr %q: the host must be an IP address or a DNS name", addr)
-		}
-	}
-	return nil
+	return checkText("prefix", prefix)
 }
 
 func firstErr(errs ...*Error) *Error {
@@ -111,37 +74,4 @@ func firstErr(errs ...*Error) *Error {
 		}
 	}
 	return nil
-}
-
-// ms is d in whole milliseconds.
-func ms(d locktable.Duration) int64 { return int64(d / locktable.Millisecond) }
-
-func wireLease(l locktable.Lease, now locktable.Time) api.Lease {
-	out := api.Lease{Key: l.Key, Holder: l.Holder, Token: l.Token, TTLMs: ms(l.TTL), RemainingMs: ms(l.Remaining(now))}
-	out.Kind, out.Permits, out.Mode = wireKind(l)
-	out.Slot, out.Session = l.Slot, l.Session
-	return out
-}
-
-// wireWaiter is a queued waiter as the API carries it, measured at now.
-func wireWaiter(w locktable.Queued, kind locktable.Kind, now locktable.Time) api.Waiter {
-	out := api.Waiter{Holder: w.Holder, WaitedMs: ms(locktable.Duration(now - w.Since)), LeftMs: ms(locktable.Duration(max(0, w.Deadline-now))), Session: w.Session}
-	if kind == locktable.ReadWrite {
-		out.Mode = api.ModeRead
-		if w.Write {
-			out.Mode = api.ModeWrite
-		}
-	}
-	return out
-}
-
-// withQueue adds to l the number of waiters on its key and the head of
-// the queue, when anyone waits.
-func withQueue(l api.Lease, kind locktable.Kind, head []locktable.Queued, n int, now locktable.Time) api.Lease {
-	l.Waiting = n
-	if len(head) > 0 {
-		w := wireWaiter(head[0], kind, now)
-		l.NextWaiter = &w
-	}
-	return l
 }

@@ -118,6 +118,10 @@ func (s *Service) countQueueFull(err error) bool {
 	if !errors.As(err, &full) {
 		return false
 	}
+	if full.Scope == "owner" {
+		s.metrics.quotaRefused.WithLabelValues(api.QuotaKeyWaiters).Inc()
+		return true
+	}
 	s.metrics.queueFull.WithLabelValues(full.Scope).Inc()
 	return true
 }
@@ -208,4 +212,15 @@ func (s *Service) heldNow(key, why string) *Error {
 		}
 	}
 	return e
+}
+
+// ctxError is the error a call ended by its context answers: the cause
+// the transport gave (a credential revoked while the call ran), else
+// fallback.
+func ctxError(ctx context.Context, fallback *Error) *Error {
+	var e *Error
+	if errors.As(context.Cause(ctx), &e) {
+		return e
+	}
+	return fallback
 }

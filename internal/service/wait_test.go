@@ -14,7 +14,7 @@ import (
 
 func mustAcquire(t *testing.T, s *Service, req api.AcquireRequest) api.Lease {
 	t.Helper()
-	l, err := s.Acquire(context.Background(), req)
+	l, err := s.Acquire(context.Background(), "", req)
 	if err != nil {
 		t.Fatalf("acquire %+v: %v", req, err)
 	}
@@ -30,7 +30,7 @@ func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.Acquire(ctx, api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 1000, WaitMs: 60000})
+		s.Acquire(ctx, "", api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 1000, WaitMs: 60000})
 	}()
 	eventually(t, "b queued", func() bool { return len(s.fsm.Waiters("k")) == 1 })
 	cancel()
@@ -101,7 +101,7 @@ func TestStaleCancelOfAResentWaitQueuesItAgain(t *testing.T) {
 	}
 	got := make(chan answer, 1)
 	go func() {
-		l, err := s.Acquire(context.Background(), api.AcquireRequest{Key: "k", Holder: "w", TTLMs: 60000, WaitMs: 60000, RequestID: "id-w"})
+		l, err := s.Acquire(context.Background(), "", api.AcquireRequest{Key: "k", Holder: "w", TTLMs: 60000, WaitMs: 60000, RequestID: "id-w"})
 		got <- answer{l, err}
 	}()
 	eventually(t, "w to queue", func() bool { return len(s.fsm.Waiters("k")) == 1 })
@@ -137,7 +137,7 @@ func TestWaiterGrantNeedsTheCeiling(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		l, err := s.Acquire(ctx, api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 60000, WaitMs: 60000})
+		l, err := s.Acquire(ctx, "", api.AcquireRequest{Key: "k", Holder: "b", TTLMs: 60000, WaitMs: 60000})
 		done <- answer{l, err}
 	}()
 	eventually(t, "b queued", func() bool { return len(s.fsm.Waiters("k")) == 1 })

@@ -28,7 +28,7 @@ func TestEveryWaiterIsSeen(t *testing.T) {
 	mustAcquire(t, s, rw("r1", api.ModeRead, 0))
 	mustAcquire(t, s, rw("r2", api.ModeRead, 0))
 	mustAcquire(t, s, sem("p1", 0))
-	ss, err := s.OpenSession(ctx, api.SessionOpenRequest{Holder: "x", TTLMs: 60000})
+	ss, err := s.OpenSession(ctx, "", api.SessionOpenRequest{Holder: "x", TTLMs: 60000})
 	if err != nil {
 		t.Fatal(err)
 	}

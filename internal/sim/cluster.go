@@ -69,6 +69,7 @@ type simNode struct {
 	inc    int // incarnation: a crash ends one, a start begins the next
 	st     *etcd.Stepped
 	svc    *service.Service
+	guard  *auth.Guard
 	api    http.Handler
 	down   bool // not running: crashed, refused, or not started
 	frozen bool
@@ -200,9 +201,10 @@ func (n *simNode) start() (err error) {
 		svc.Close()
 		return err
 	}
-	api := httpapi.New(httpapi.Config{Service: svc, Guard: auth.NewGuard(svc, c.log), Logger: c.log})
+	guard := auth.NewGuard(svc, c.log)
+	api := httpapi.New(httpapi.Config{Service: svc, Guard: guard, Logger: c.log})
 	c.mu.Lock()
-	n.inc, n.st, n.svc, n.api, n.down, n.frozen = inc, st, svc, api, false, false
+	n.inc, n.st, n.svc, n.guard, n.api, n.down, n.frozen = inc, st, svc, guard, api, false, false
 	c.mu.Unlock()
 	n.held, n.tickOwed, n.halted, n.leading, n.term = nil, false, false, false, 0
 	svc.Start(view{Stepped: st, w: w})
@@ -562,7 +564,7 @@ func (n *simNode) crash(power bool, rot disk.Rot, why string) {
 		c.mu.Unlock()
 		return
 	}
-	st, svc, frozen := n.st, n.svc, n.frozen
+	st, svc, guard, frozen := n.st, n.svc, n.guard, n.frozen
 	n.down, n.frozen, n.api = true, false, nil
 	c.mu.Unlock()
 	if frozen {
@@ -578,7 +580,7 @@ func (n *simNode) crash(power bool, rot disk.Rot, why string) {
 	_ = st.Close() // every handle is dead: what it writes goes nowhere
 	svc.BeginShutdown()
 	c.closers.Add(1)
-	go func() { defer c.closers.Done(); svc.Close() }()
+	go func() { defer c.closers.Done(); svc.Close(); guard.Close() }()
 }
 
 // freeze stops n's process (SIGSTOP); thaw runs it again, and what
@@ -671,7 +673,7 @@ func (c *cluster) operate(call func(context.Context, *service.Service) error) er
 func (c *cluster) shutdown() {
 	for _, n := range c.nodes {
 		c.mu.Lock()
-		st, svc, down, frozen := n.st, n.svc, n.down, n.frozen
+		st, svc, guard, down, frozen := n.st, n.svc, n.guard, n.down, n.frozen
 		n.down = true
 		c.mu.Unlock()
 		if frozen {
@@ -683,6 +685,7 @@ func (c *cluster) shutdown() {
 		_ = st.Close()
 		svc.BeginShutdown()
 		svc.Close()
+		guard.Close()
 	}
 	c.closers.Wait()
 }

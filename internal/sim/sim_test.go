@@ -220,7 +220,7 @@ var found = []struct {
 	horizon time.Duration // 0: DefaultConfig's
 	bug     string
 }{
-	{226, 14843750 * time.Microsecond, "with a node down for good, a keep-alive whose round met only refusals and silence asked the dead node alone until a 3 s lease was given up (client/keepalive.go, TestLeaseExtendAsksSilentNodesAgainWhenTheOthersRefuse)"},
+	{226, 14843750 * time.Microsecond, "with a node down for good, a keep-alive whose round met only refusals and silence asked the dead node alone until a 3 s lease was given up (client/keepalive.go judgeExtension, TestLeaseExtendAsksSilentNodesAgainWhenTheOthersRefuse)"},
 }
 
 func TestFoundSeeds(t *testing.T) {

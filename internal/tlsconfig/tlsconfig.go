@@ -6,8 +6,10 @@
 // it dials them, so it must allow both server and client authentication)
 // and the CA that signs its peers' certificates (and, unless another is
 // given, its clients'). The raft port takes only node certificates that
-// name a member of the configuration (CheckNode): a client certificate,
-// even from the peer CA, is refused at the handshake. A Reloader holds what was last loaded; every
+// list serverAuth and clientAuth and name a member of the configuration
+// (CheckDialer; CheckNode when dialing): a client certificate, even from
+// the peer CA, and one with no extended key usage are refused at the
+// handshake. A Reloader holds what was last loaded; every
 // tls.Config it makes reads the current files' contents at handshake time,
 // so Reload changes what the next handshake presents and accepts, and
 // connections already open are left alone.
@@ -21,6 +23,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -187,15 +190,49 @@ func NodeNames(c *x509.Certificate) []string {
 	return names
 }
 
-// CheckNode refuses a raft peer's certificate (already verified against
-// the peer CA) that is not a node's: one that may not serve (extended key
-// usage without serverAuth: a client certificate, whatever its name), or
-// one that names no node members accepts. members nil checks the usage
-// only.
+// CheckNode refuses the certificate of a raft peer this node dialed
+// (already verified against the peer CA) unless it is a node's that
+// names a node members accepts. A node's certificate lists serverAuth
+// in its extended key usage, explicitly: one without the extension
+// (which x509 reads as any use), one listing anyExtendedKeyUsage, and a
+// client certificate (clientAuth only), whatever its name, are refused.
+// members nil checks the usage only.
 func CheckNode(c *x509.Certificate, members Members) error {
-	if !servesTLS(c) {
-		return fmt.Errorf("tls: the raft peer %q presented a client certificate (extended key usage without serverAuth); raft peers are nodes, whose certificates allow serverAuth and clientAuth", c.Subject.CommonName)
+	if err := checkUsage(c, false); err != nil {
+		return err
 	}
+	return checkMember(c, members)
+}
+
+// CheckDialer is CheckNode for the certificate of a peer that dialed this
+// node's raft port: it must list clientAuth too.
+func CheckDialer(c *x509.Certificate, members Members) error {
+	if err := checkUsage(c, true); err != nil {
+		return err
+	}
+	return checkMember(c, members)
+}
+
+// checkUsage wants serverAuth listed in c's extended key usage, and
+// clientAuth too when dialer is set.
+func checkUsage(c *x509.Certificate, dialer bool) error {
+	if len(c.ExtKeyUsage) == 0 && len(c.UnknownExtKeyUsage) == 0 {
+		return fmt.Errorf("tls: the raft peer %q presented a certificate with no extended key usage; a node's certificate lists serverAuth and clientAuth", c.Subject.CommonName)
+	}
+	if !slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+		if slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+			return fmt.Errorf("tls: the raft peer %q presented a client certificate (extended key usage without serverAuth); raft peers are nodes, whose certificates allow serverAuth and clientAuth", c.Subject.CommonName)
+		}
+		return fmt.Errorf("tls: the raft peer %q presented a certificate whose extended key usage does not list serverAuth; a node's certificate lists serverAuth and clientAuth", c.Subject.CommonName)
+	}
+	if dialer && !slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		return fmt.Errorf("tls: the raft peer %q dialed with a certificate whose extended key usage does not list clientAuth; a node's certificate lists serverAuth and clientAuth", c.Subject.CommonName)
+	}
+	return nil
+}
+
+// checkMember wants c to name a node members accepts (members nil: any).
+func checkMember(c *x509.Certificate, members Members) error {
 	if members == nil {
 		return nil
 	}
@@ -208,34 +245,20 @@ func CheckNode(c *x509.Certificate, members Members) error {
 	return fmt.Errorf("tls: the raft peer's certificate names %q, no member of this node's configuration (a node must be joined by an admin before it talks raft)", names)
 }
 
-// servesTLS: c's extended key usage allows serverAuth (none listed
-// allows everything).
-func servesTLS(c *x509.Certificate) bool {
-	if len(c.ExtKeyUsage) == 0 && len(c.UnknownExtKeyUsage) == 0 {
-		return true
-	}
-	for _, u := range c.ExtKeyUsage {
-		if u == x509.ExtKeyUsageServerAuth || u == x509.ExtKeyUsageAny {
-			return true
-		}
-	}
-	return false
-}
-
-// verifyNode is a VerifyConnection that runs CheckNode on the peer's
+// verifyPeer is a VerifyConnection that runs check on the peer's
 // certificate.
-func verifyNode(members Members) func(tls.ConnectionState) error {
+func verifyPeer(check func(*x509.Certificate, Members) error, members Members) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("tls: the raft peer presented no certificate")
 		}
-		return CheckNode(cs.PeerCertificates[0], members)
+		return check(cs.PeerCertificates[0], members)
 	}
 }
 
 // PeerServer is the raft port's config: a peer must present a
 // certificate signed by the peer CA that is a node's and names a node
-// members accepts (CheckNode).
+// members accepts (CheckDialer).
 func (r *Reloader) PeerServer(members Members) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -249,28 +272,26 @@ func (r *Reloader) PeerServer(members Members) *tls.Config {
 				Certificates:     []tls.Certificate{*m.cert},
 				ClientCAs:        m.peers,
 				ClientAuth:       tls.RequireAndVerifyClientCert,
-				VerifyConnection: verifyNode(members),
+				VerifyConnection: verifyPeer(CheckDialer, members),
 			}, nil
 		},
 	}
 }
 
 // PeerClient is the config for dialing a peer at addr (host:port): its
-// certificate must be signed by the peer CA and name addr's host, and
-// this node presents its own certificate. With members set, the peer's
-// certificate must also name a node members accepts (CheckNode).
+// certificate must be signed by the peer CA, name addr's host and be a
+// node's (CheckNode), and this node presents its own certificate. With
+// members set, the peer's certificate must also name a node members
+// accepts.
 func (r *Reloader) PeerClient(addr string, members Members) *tls.Config {
 	m := r.cur.Load()
-	c := &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		ServerName:   hostOf(addr),
-		RootCAs:      m.peers,
-		Certificates: []tls.Certificate{*m.cert},
+	return &tls.Config{
+		MinVersion:       tls.VersionTLS12,
+		ServerName:       hostOf(addr),
+		RootCAs:          m.peers,
+		Certificates:     []tls.Certificate{*m.cert},
+		VerifyConnection: verifyPeer(CheckNode, members),
 	}
-	if members != nil {
-		c.VerifyConnection = verifyNode(members)
-	}
-	return c
 }
 
 // SameCA reports whether client certificates are verified against the

@@ -287,3 +287,90 @@ func TestSameCA(t *testing.T) {
 		}
 	}
 }
+
+// usageLeaf is a certificate of ca naming the node id (CN, URI SAN) and
+// 127.0.0.1, with exactly the extended key usages given (none: the
+// extension is left out).
+func usageLeaf(t *testing.T, ca *tlstest.CA, id string, usages ...x509.ExtKeyUsage) *tlstest.Leaf {
+	return ca.IssueTemplate(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: id},
+		ExtKeyUsage: usages,
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		URIs:        []*url.URL{{Scheme: "fencelock", Host: "node", Path: "/" + id}},
+	})
+}
+
+// A raft peer's certificate must say what it is for (issue 41, item 4):
+// the dialer's must list clientAuth and serverAuth (a node's: it serves
+// too, and it is not a client certificate), the accepting node's must
+// list serverAuth. A certificate of the nodes' CA without the extension
+// (which x509 reads as "any use") is refused on both sides, and so is
+// one listing anyExtendedKeyUsage.
+func TestPeerCertificatesNeedTheirUsagesExplicitly(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	dir := t.TempDir()
+	f := tlstest.Write(t, dir, "n1", ca, ca.IssueNode(t, "n1"))
+	r, err := tlsconfig.Load(tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, client := x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth
+	cases := []struct {
+		name           string
+		usages         []x509.ExtKeyUsage
+		dialer, server bool // accepted as the dialing peer, as the accepting one
+		err            string
+	}{
+		{"no extended key usage", nil, false, false, "no extended key usage"},
+		{"anyExtendedKeyUsage", []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, false, false, "serverAuth"},
+		{"clientAuth only", []x509.ExtKeyUsage{client}, false, false, "client certificate"},
+		{"serverAuth only", []x509.ExtKeyUsage{server}, false, true, "clientAuth"},
+		{"serverAuth and clientAuth", []x509.ExtKeyUsage{server, client}, true, true, ""},
+	}
+	for _, c := range cases {
+		leaf := usageLeaf(t, ca, "n2", c.usages...)
+		err := handshake(t, r.PeerServer(members("n1", "n2")), ca.Pool(), leaf.TLS(t))
+		if (err == nil) != c.dialer {
+			t.Errorf("%s, dialing the raft port: handshake error %v, want accepted %v", c.name, err, c.dialer)
+		}
+		if err := tlsconfig.CheckDialer(leaf.Cert, members("n1", "n2")); (err == nil) != c.dialer || c.err != "" && !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: CheckDialer %v, want accepted %v or an error saying %q", c.name, err, c.dialer, c.err)
+		}
+		for _, m := range []tlsconfig.Members{members("n2"), nil} {
+			if err := dialPeer(t, r, leaf, m); (err == nil) != c.server {
+				t.Errorf("%s, answering a dial (members set %v): handshake error %v, want accepted %v", c.name, m != nil, err, c.server)
+			}
+		}
+	}
+}
+
+// dialPeer dials, with r.PeerClient, a TLS server presenting leaf.
+func dialPeer(t *testing.T, r *tlsconfig.Reloader, leaf *tlstest.Leaf, m tlsconfig.Members) error {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := &tls.Config{Certificates: []tls.Certificate{leaf.TLS(t)}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		srv := tls.Server(c, cfg)
+		srv.SetDeadline(time.Now().Add(10 * time.Second))
+		srv.Handshake()
+		srv.Close()
+	}()
+	defer func() { <-done }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return tls.Client(c, r.PeerClient("127.0.0.1:1", m)).Handshake()
+}

@@ -72,8 +72,23 @@ func freePort() string {
 	return ln.Addr().String()
 }
 
+// secretFile is the cluster secret every node is given.
+var secretFile string
+
+// makeSecret has bin make a cluster secret, in a file of dir only its
+// owner reads.
+func makeSecret(bin, dir string) (string, error) {
+	out, err := exec.Command(bin, "cluster", "secret").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s cluster secret: %w", bin, err)
+	}
+	p := filepath.Join(dir, "cluster.secret")
+	return p, os.WriteFile(p, out, 0o600)
+}
+
 func start(bin string, n *node, extra ...string) error {
-	args := append([]string{"server", "--id", n.id, "--listen", n.client, "--raft", n.raft, "--data", n.dir}, extra...)
+	args := append([]string{"server", "--id", n.id, "--listen", n.client, "--raft", n.raft, "--data", n.dir,
+		"--cluster-secret-file", secretFile}, extra...)
 	n.cmd = exec.Command(bin, args...)
 	logf, err := os.Create(n.dir + ".log")
 	if err != nil {
@@ -132,6 +147,9 @@ func run(bin string, rounds, sessions int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if secretFile, err = makeSecret(bin, dir); err != nil {
+		return err
+	}
 	nodes := make([]*node, 3)
 	var peers []string
 	for i := range nodes {

@@ -2,7 +2,7 @@
 
 import threading
 
-from fencelock import FOREVER, Client, HeldError, Lease, RWFence, StaleTokenError
+from fencelock import Client, HeldError, Lease, RWFence, StaleTokenError
 
 c = Client()
 rw = RWFence()  # the resource's side
@@ -10,12 +10,12 @@ r1 = Lease(c, "docs/index", "app/reader-1", ttl=30, mode="read").acquire()
 r2 = Lease(c, "docs/index", "app/reader-2", ttl=30, mode="read").acquire()
 print("two readers:", r1.token, r2.token, [h.holder for h in c.get("docs/index").holders])
 
-w = Lease(c, "docs/index", "app/writer", ttl=30, mode="write", wait=FOREVER)
+w = Lease(c, "docs/index", "app/writer", ttl=30, mode="write")  # waits its turn
 t = threading.Thread(target=w.acquire)
 t.start()
 while True:  # readers join the readers until the writer is queued; after it, they wait
     try:
-        Lease(c, "docs/index", "app/reader-3", mode="read").acquire().release()
+        Lease(c, "docs/index", "app/reader-3", mode="read", wait=0).acquire().release()
     except HeldError:
         print("reader-3 refused: a writer is queued before it (no writer starvation)")
         break

@@ -1,6 +1,6 @@
 """Semaphores: N permits, each its own lease and token, fenced per slot."""
 
-from fencelock import FOREVER, Client, Fence, HeldError, KindMismatchError, Lease, permit_resource
+from fencelock import Client, Fence, HeldError, KindMismatchError, Lease, permit_resource
 
 c = Client()
 fence = Fence()  # the resource's side
@@ -9,15 +9,15 @@ for p in permits:
     fence.admit(permit_resource("pool/gpu", p.slot), p.token, lambda: None)
 print("4 of 4:", [(p.holder, "slot", p.slot, "token", p.token) for p in permits])
 try:
-    Lease(c, "pool/gpu", "app/job-4", permits=4).acquire()
+    Lease(c, "pool/gpu", "app/job-4", permits=4, wait=0).acquire()  # try once
 except HeldError as e:
     print("a fifth:", e.code)
 try:
-    Lease(c, "pool/gpu", "app/job-4", permits=8).acquire()
+    Lease(c, "pool/gpu", "app/job-4", permits=8, wait=0).acquire()
 except KindMismatchError as e:
     print("another N:", e.code, e.kind, e.permits)
 permits[1].release()
-with Lease(c, "pool/gpu", "app/job-4", ttl=30, permits=4, wait=FOREVER) as p:
+with Lease(c, "pool/gpu", "app/job-4", ttl=30, permits=4) as p:  # waits for a permit
     fence.admit(permit_resource("pool/gpu", p.slot), p.token, lambda: print("job-4 runs on slot", p.slot))
     try:
         old = permits[1]  # a holder whose permit passed on, waking from a pause

@@ -2,10 +2,13 @@
 
 - :class:`Client`: plain calls (acquire, acquire_all, renew, extend,
   release, check, get, list, sessions, watch, ACLs) with failover, TLS and
-  mutual TLS, and bearer tokens.
+  mutual TLS, bearer tokens, and kept connections (``with Client() as c``).
 - :class:`Lease`: a context manager that keeps a lock alive and says when
-  it was lost; also a semaphore's permit (``permits=``) or a read/write
-  hold (``mode=``).
+  it was lost, and why; also a semaphore's permit (``permits=``) or a
+  read/write hold (``mode=``).
+
+Times are seconds everywhere, in arguments, answers and errors. Acquiring
+waits its turn by default (``wait=None``); ``wait=0`` tries once.
 - :class:`Session`: many locks, one keep-alive, lost together.
 - :class:`Election`: campaign, observe, resign; the leader's fencing token.
 - :class:`Watch`: the changes on a key or prefix, resumable by revision.
@@ -21,6 +24,7 @@ from ._wire import (
     END_OF_ENTRY,
     FOREVER,
     Event,
+    Mode,
     ExtendResult,
     Grant,
     Leadership,
@@ -68,6 +72,7 @@ __all__ = [
     "END_OF_ENTRY",
     "FOREVER",
     "Client",
+    "Mode",
     "CompactedError",
     "DistributedLock",
     "Election",

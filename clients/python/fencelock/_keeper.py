@@ -1,12 +1,15 @@
-"""The keep-alive a Lease and a Session share: one thread (DESIGN.md section 4).
+"""The keep-alive a Lease and a Session share, on threads (DESIGN.md section 4).
 
-It extends about every TTL/3 after the send of the last confirmed
-extension, tries the cluster's addresses in turn when one fails (each
-attempt bounded by about TTL/12), and declares the lease or session lost
-at TTL/2 after that send, measured on this process's monotonic clock.
-The rules are :class:`fencelock._wire.KeepState`'s, shared with the
-asyncio flavour. What differs between a lease and a session is what one
-extension sends (``send``) and what a refusal is called (``refused``).
+The rules are :class:`fencelock._keepalive.KeepAlive`'s, shared with the
+asyncio flavour: extend on the budget's cadence after the send of the
+last confirmed extension (TTL/3, or sooner to keep 1.5 s free for a
+failover), move to the next node at once when one fails, ask the next
+one beside a node silent for a third of the attempt's timeout, and
+declare the lease lost 0.89×TTL after that send, on this process's
+monotonic clock. One thread runs the rules; each attempt is sent on a
+short thread of its own, so that a silent node never holds up the next.
+What differs between a lease and a session is what one extension sends
+(``send``).
 """
 
 from __future__ import annotations
@@ -14,15 +17,20 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from ._wire import KeepState
-from .client import Client
-from .errors import FencelockError
+from ._keepalive import Attempt, KeepAlive
+from .client import Client, _Hold
+from .errors import FencelockError, InternalError
 
-# send(addr, timeout) sends one extension to exactly addr and returns a
-# function the keeper calls, under its lock, once it accepted the answer.
-Send = Callable[[str, float], Callable[[], None]]
+# send(addr, timeout, hold) sends one extension to exactly addr (ended
+# early through hold) and returns a function the keeper calls, under its
+# lock, once it took the answer.
+Send = Callable[[str, float, _Hold], Callable[[], None]]
+
+# Beyond an attempt's own timeout (which the rules enforce), how long its
+# HTTP exchange may go on before the socket gives up by itself.
+_SOCKET_SLACK = 1.0
 
 
 class Keeper:
@@ -34,157 +42,157 @@ class Keeper:
         send: Send,
         *,
         name: str,
-        refused: Callable[[FencelockError], str],
+        what: str = "extend",
         on_lost: Optional[Callable[[str], None]] = None,
     ) -> None:
         self.ttl = ttl
-        self._state = KeepState(client._addrs, ttl, sent)
+        self.core = KeepAlive(client._addrs, ttl, sent, what=what)
         self._send = send
-        self._refused = refused
         self._on_lost = on_lost
         self._name = name
-        self._mu = threading.RLock()
-        self._stop = threading.Event()
+        self._cv = threading.Condition(threading.Lock())
+        self._results: List[Tuple[int, Optional[FencelockError], Optional[Callable[[], None]]]] = []
+        self._inflight: Dict[int, _Hold] = {}
         self._thread: Optional[threading.Thread] = None
         self._hooks: List[Callable[[str], None]] = []
-        self._due_callbacks: List[Callable[[], None]] = []
+        self._due: List[Callable[[], None]] = []  # callbacks to run outside the lock
+        self._extended: Optional[threading.Event] = None
+        self._announced = False
         self.lost_event = threading.Event()
-        self.reason = ""
-        self.ended_by_owner = False
-        self.extensions = 0
 
     # ---- state ------------------------------------------------------
 
-    def safe_until(self) -> float:
-        with self._mu:
-            return self._state.deadline()
+    @property
+    def reason(self) -> str:
+        return self.core.detail
 
-    def held_until(self) -> float:
-        with self._mu:
-            return self._state.last_sent + self.ttl
+    @property
+    def cause(self) -> str:
+        return self.core.cause
 
-    def check(self) -> None:
-        """Declare the loss once the deadline has passed."""
-        with self._mu:
-            self._check_locked(time.monotonic())
-        self._run_callbacks()
+    @property
+    def extensions(self) -> int:
+        return self.core.extensions
+
+    def times(self) -> Tuple[float, float, float]:
+        """(deadline, stop_by, held_until) on ``time.monotonic()``."""
+        with self._cv:
+            return self.core.deadline(), self.core.stop_by(), self.core.held_until()
+
+    def check(self) -> bool:
+        """Declare the loss once the deadline has passed; True once ended."""
+        with self._cv:
+            self.core.check(time.monotonic())
+            self._sync_locked()
+            ended = self.core.ended
+        self._run_due()
+        return ended
+
+    def extended(self) -> threading.Event:
+        """An event set at the next confirmed extension."""
+        with self._cv:
+            if self._extended is None:
+                self._extended = threading.Event()
+            return self._extended
 
     def on_end(self, hook: Callable[[str], None]) -> None:
         """Call hook(reason) when the keep-alive ends, however (at once if it has)."""
-        with self._mu:
-            if not self.lost_event.is_set():
+        with self._cv:
+            if not self.core.ended:
                 self._hooks.append(hook)
                 return
-        hook(self.reason)
-
-    def _check_locked(self, now: float) -> None:
-        if not self.lost_event.is_set() and now >= self._state.deadline():
-            self._end_locked(self._state.lost_reason(), owner=False)
-
-    def _end_locked(self, reason: str, *, owner: bool) -> None:
-        if self.lost_event.is_set():
-            return
-        self.reason = reason
-        self.ended_by_owner = owner
-        self.lost_event.set()
-        self._stop.set()
-        # Run outside the lock, by whoever ended it (_run_callbacks).
-        for h in self._hooks:
-            self._due_callbacks.append(functools.partial(h, reason))
-        self._hooks = []
-        if not owner and self._on_lost is not None:
-            cb = self._on_lost
-            self._due_callbacks.append(lambda: cb(reason))
-
-    def _run_callbacks(self) -> None:
-        with self._mu:
-            due, self._due_callbacks = self._due_callbacks, []
-        for f in due:
-            f()
+        hook(self.core.detail)
 
     # ---- life -------------------------------------------------------
 
     def start(self) -> None:
-        self.check()  # granted after TTL/2: already lost
-        if self.lost_event.is_set():
+        if self.check():  # granted after the give-up point: already lost
             return
         self._thread = threading.Thread(target=self._loop, name="fencelock-keepalive-" + self._name, daemon=True)
         self._thread.start()
 
-    def stop(self, reason: str) -> bool:
-        """End the keep-alive as the owner (``reason`` "released", "closed")
-        and wait for its thread. False if it had been lost already."""
-        with self._mu:
-            self._check_locked(time.monotonic())
-            was_lost = self.lost_event.is_set() and not self.ended_by_owner
-            self._end_locked(reason, owner=True)
-        self._run_callbacks()
+    def stop(self, cause: str) -> bool:
+        """End the keep-alive as the owner (``cause`` "released", "closed") and
+        wait for its thread. False if it had been lost already."""
+        with self._cv:
+            held = self.core.end(cause, time.monotonic())
+            self._sync_locked()
+            self._cv.notify_all()
+        self._run_due()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join()
-        return not was_lost
+        return held
 
     def _loop(self) -> None:
         while True:
-            with self._mu:
-                due = self._state.due()
-            if not self._sleep_until(due):
-                return
-            while True:
-                done, pause = self._extend_once()
-                if done:
-                    break
-                if pause > 0 and self._stop.wait(min(pause, max(0.0, self.safe_until() - time.monotonic()))):
-                    return
-            if self.lost_event.is_set():
+            with self._cv:
+                now = time.monotonic()
+                launch: List[Attempt] = []
+                results, self._results = self._results, []
+                for attempt_id, err, confirm in results:
+                    ok, more = self.core.answered(attempt_id, now, err)
+                    launch += more
+                    if ok:
+                        if confirm is not None:
+                            confirm()
+                        if self._extended is not None:
+                            self._extended.set()
+                            self._extended = None
+                launch += self.core.step(now)
+                self._sync_locked()
+                ended = self.core.ended
+                if not ended:
+                    for a in launch:
+                        self._launch_locked(a)
+                    wake = self.core.wake_at()
+                    if not self._results and wake is not None:
+                        self._cv.wait(max(0.0, wake - time.monotonic()))
+            self._run_due()
+            if ended:
                 return
 
-    def _sleep_until(self, t: float) -> bool:
-        while True:
-            now = time.monotonic()
-            self.check()
-            if self.lost_event.is_set():
-                return False
-            if now >= t:
-                return True
-            if self._stop.wait(min(t, self.safe_until()) - now):
-                return False
+    def _launch_locked(self, a: Attempt) -> None:
+        hold = _Hold()
+        self._inflight[a.id] = hold
+        t = threading.Thread(target=self._attempt, args=(a, hold), name="fencelock-extend-" + self._name,
+                             daemon=True)
+        t.start()
 
-    def _extend_once(self) -> Tuple[bool, float]:
-        """One extension to one node: (done, pause before the next attempt)."""
-        sent = time.monotonic()
-        with self._mu:
-            self._check_locked(sent)
-            if self.lost_event.is_set():
-                self._run_callbacks()
-                return True, 0.0
-            addr = self._state.pick()
-            timeout = self._state.attempt_timeout(sent)
+    def _attempt(self, a: Attempt, hold: _Hold) -> None:
         err: Optional[FencelockError] = None
         confirm: Optional[Callable[[], None]] = None
         try:
-            confirm = self._send(addr, timeout)
+            confirm = self._send(a.addr, a.timeout + _SOCKET_SLACK, hold)
         except FencelockError as e:
             err = e
-        try:
-            with self._mu:
-                if self.lost_event.is_set():
-                    return True, 0.0  # ended while the request was out
-                now = time.monotonic()
-                if err is None:
-                    self._check_locked(now)  # a confirmation after the deadline is too late
-                    if self.lost_event.is_set():
-                        return True, 0.0
-                    self._state.confirmed(addr, sent)
-                    if confirm is not None:
-                        confirm()
-                    self.extensions += 1
-                    return True, 0.0
-                pause = self._state.failed(addr, err)
-                if pause is None:
-                    self._end_locked(self._refused(err), owner=False)
-                    return True, 0.0
-                self._check_locked(now)  # the reason names the last failure
-                return self.lost_event.is_set(), pause
-        finally:
-            self._run_callbacks()
+        except Exception as e:  # noqa: BLE001 - a bug in a send must not look like a confirmation
+            err = InternalError("fencelock: %s: %s" % (a.addr, e))
+        with self._cv:
+            self._inflight.pop(a.id, None)
+            self._results.append((a.id, err, confirm))
+            self._cv.notify_all()
+
+    def _sync_locked(self) -> None:
+        """Abandon the attempts the rules gave up on; announce the end, once."""
+        out = self.core.out_ids()
+        for attempt_id in [i for i in self._inflight if i not in out]:
+            self._inflight.pop(attempt_id).abort("%s abandoned" % self.core.what, close=True)
+        if not self.core.ended or self._announced:
+            return
+        self._announced = True
+        reason = self.core.detail
+        self.lost_event.set()
+        for h in self._hooks:
+            self._due.append(functools.partial(h, reason))
+        self._hooks = []
+        if not self.core.by_owner and self._on_lost is not None:
+            cb = self._on_lost
+            self._due.append(lambda: cb(reason))
+        self._cv.notify_all()
+
+    def _run_due(self) -> None:
+        with self._cv:
+            due, self._due = self._due, []
+        for f in due:
+            f()

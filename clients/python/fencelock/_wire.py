@@ -18,8 +18,13 @@ import ssl
 import threading
 import urllib.parse
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Set, Tuple, TypeVar, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union
+
+try:
+    from typing import Literal
+except ImportError:  # pragma: no cover - Python 3.7, which the package does not support
+    Literal = None  # type: ignore[assignment]
 
 from .errors import (
     FencelockError,
@@ -32,14 +37,22 @@ from .errors import (
     error_for,
 )
 
+DEFAULT_PORT = 7470
 DEFAULT_ADDR = "127.0.0.1:7470"
 DEFAULT_TTL = 10.0  # seconds, as the Go client's DefaultTTL
-FOREVER = math.inf  # a wait with no bound: wait=FOREVER
+FOREVER = math.inf  # a wait with no bound: wait=FOREVER, the same as wait=None
 MAX_WAIT_ROUND = 3600.0  # the server's limit on one wait; longer waits are several rounds
+MIN_TTL = 0.1  # seconds: the server's limits
+MAX_TTL = 86400.0
+LONG_TTL = 3600.0  # a TTL above this is refused without allow_long=True: milliseconds by mistake?
+MAX_LOCK_DELAY = 60.0
 END_OF_ENTRY = 2**64 - 1
 
+Mode = Literal["read", "write"]
+"""A read/write lock's hold: ``"read"`` (shared) or ``"write"`` (alone)."""
+
 # Codes after which another node may do better: the call is sent elsewhere.
-RETRY_ELSEWHERE = {"not_leader", "unavailable", "too_many_open_files", "too_many_connections"}
+RETRY_ELSEWHERE = {"not_leader", "unavailable", "too_many_open_files", "too_many_connections", "removed"}
 
 T = TypeVar("T")
 
@@ -89,29 +102,37 @@ class Revision:
         return "Revision(%r)" % str(self)
 
 
+def _seconds(d: Dict[str, Any], name: str) -> float:
+    """The wire's ``NAME_ms`` field of d, in seconds."""
+    return int(d.get(name + "_ms", 0) or 0) / 1000
+
+
 @dataclass(frozen=True)
 class Grant:
-    """One lease as the server answers it (``api.Lease``).
+    """One lease as the server answers it (``api.Lease``); times in seconds.
 
-    ``remaining_ms`` was measured on cluster time when the answer was made.
-    ``session`` is the session it is held under (0: its own TTL); ``kind``,
-    ``permits``, ``mode`` and ``slot`` describe a semaphore permit
-    (``kind="semaphore"``, ``slot`` 1..permits) or a read/write hold
-    (``kind="rwlock"``, ``mode`` ``"read"`` or ``"write"``); ``holders``
-    lists every live holder of such a key in a :meth:`Client.get` answer.
+    ``ttl`` is the lease's TTL and ``remaining`` what was left of it, on
+    cluster time, when the answer was made. ``session`` is the session it
+    is held under (0: its own TTL); ``kind``, ``permits``, ``mode`` and
+    ``slot`` describe a semaphore permit (``kind="semaphore"``, ``slot``
+    1..permits) or a read/write hold (``kind="rwlock"``, ``mode``
+    ``"read"`` or ``"write"``); ``holders`` lists every live holder of
+    such a key in a :meth:`Client.get` answer. ``raw`` is the answer as
+    the server sent it (milliseconds and all).
     """
 
     key: str
     holder: str
     token: int
-    ttl_ms: int
-    remaining_ms: int
+    ttl: float
+    remaining: float
     session: int = 0
     kind: str = ""
     permits: int = 0
     mode: str = ""
     slot: int = 0
     holders: Tuple["Grant", ...] = ()
+    raw: Dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "Grant":
@@ -119,53 +140,56 @@ class Grant:
             key=str(d.get("key", "")),
             holder=str(d.get("holder", "")),
             token=int(d.get("token", 0)),
-            ttl_ms=int(d.get("ttl_ms", 0)),
-            remaining_ms=int(d.get("remaining_ms", 0)),
+            ttl=_seconds(d, "ttl"),
+            remaining=_seconds(d, "remaining"),
             session=int(d.get("session", 0)),
             kind=str(d.get("kind", "")),
             permits=int(d.get("permits", 0)),
             mode=str(d.get("mode", "")),
             slot=int(d.get("slot", 0)),
             holders=tuple(cls.from_json(h) for h in d.get("holders") or ()),
+            raw=d,
         )
 
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """The server's account of a session (``api.Session``).
+    """The server's account of a session (``api.Session``); times in seconds.
 
     ``locks`` counts the locks held under it (after a close: those it
-    released), ``waiting`` its queue places.
+    released), ``waiting`` its queue places; ``raw`` is the answer as sent.
     """
 
     id: int
     holder: str
-    ttl_ms: int
-    remaining_ms: int
+    ttl: float
+    remaining: float
     locks: int
     waiting: int
+    raw: Dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "SessionInfo":
         return cls(
             id=int(d.get("id", 0)),
             holder=str(d.get("holder", "")),
-            ttl_ms=int(d.get("ttl_ms", 0)),
-            remaining_ms=int(d.get("remaining_ms", 0)),
+            ttl=_seconds(d, "ttl"),
+            remaining=_seconds(d, "remaining"),
             locks=int(d.get("locks", 0)),
             waiting=int(d.get("waiting", 0)),
+            raw=d,
         )
 
 
 @dataclass(frozen=True)
 class Event:
-    """One change on a watched key (``api.WatchEvent``).
+    """One change on a watched key (``api.WatchEvent``); times in seconds.
 
     ``type`` is ``"granted"``, ``"released"``, ``"expired"``,
     ``"wait-joined"`` or ``"wait-left"`` (``reason`` ``"cancelled"`` or
-    ``"deadline"``). ``at_ms`` and ``since_ms`` are cluster time: only
-    their differences mean anything (``at_ms - since_ms`` is how long a
-    lease was held or a holder waited).
+    ``"deadline"``). ``ttl`` is a grant's TTL. ``at`` and ``since`` are
+    cluster time: only their differences mean anything (``at - since`` is
+    how long a lease was held or a holder waited). ``raw`` is the event as sent.
     """
 
     revision: Revision
@@ -173,10 +197,11 @@ class Event:
     key: str
     holder: str
     token: int = 0
-    ttl_ms: int = 0
+    ttl: float = 0.0
     reason: str = ""
-    at_ms: int = 0
-    since_ms: int = 0
+    at: float = 0.0
+    since: float = 0.0
+    raw: Dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "Event":
@@ -186,10 +211,11 @@ class Event:
             key=str(d.get("key", "")),
             holder=str(d.get("holder", "")),
             token=int(d.get("token", 0)),
-            ttl_ms=int(d.get("ttl_ms", 0)),
+            ttl=_seconds(d, "ttl"),
             reason=str(d.get("reason", "")),
-            at_ms=int(d.get("at_ms", 0)),
-            since_ms=int(d.get("since_ms", 0)),
+            at=_seconds(d, "at"),
+            since=_seconds(d, "since"),
+            raw=d,
         )
 
 
@@ -217,14 +243,14 @@ class WhoAmI:
 class Leadership:
     """Who leads an election: ``candidate`` ``""`` when nobody does.
 
-    ``revision`` is that of the change that made it so; ``at_ms`` its
-    cluster time (0 for the first report, read from the present).
+    ``revision`` is that of the change that made it so; ``at`` its
+    cluster time in seconds (0 for the first report, read from the present).
     """
 
     candidate: str
     token: int
     revision: Revision
-    at_ms: int = 0
+    at: float = 0.0
 
 
 # ---- requests ---------------------------------------------------------
@@ -243,6 +269,13 @@ class Req(Generic[T]):
     wait: float = 0.0  # a wait the server may take on top of the exchange's timeout
     at: str = ""  # one attempt at exactly this base URL: no failover
 
+    def subject(self) -> str:
+        """The key the call is about ("" for none), for the errors that name it."""
+        for d in (self.body, self.query):
+            if d and isinstance(d.get("key"), str):
+                return d["key"]
+        return ""
+
     def target(self) -> str:
         if self.query:
             return self.path + "?" + urllib.parse.urlencode(self.query)
@@ -258,9 +291,69 @@ class Req(Generic[T]):
         return json.dumps(body).encode()
 
 
-def _check_ttl(ttl: float, what: str = "ttl") -> None:
+def _invalid(arg: str, message: str) -> InvalidError:
+    return InvalidError("fencelock: " + message, code="invalid_argument", field=arg)
+
+
+def _span(seconds: float) -> str:
+    """A long time said for people: "8.3 hours"."""
+    if seconds >= 86400:
+        return "%.3g days" % (seconds / 86400)
+    if seconds >= 3600:
+        return "%.3g hours" % (seconds / 3600)
+    return "%.3g minutes" % (seconds / 60)
+
+
+def check_ttl(ttl: Any, *, allow_long: bool = False, arg: str = "ttl") -> float:
+    """``ttl`` in seconds, checked: the server's 0.1 s to a day, and over an hour
+    only with ``allow_long`` (a TTL that long is more often milliseconds by mistake).
+
+    >>> check_ttl(30000)
+    Traceback (most recent call last):
+    ...
+    fencelock.errors.InvalidError: fencelock: ttl=30000 is 8.33 hours: TTLs are seconds (ttl=30 is 30 s); pass allow_long=True if you mean it
+    """
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise _invalid(arg, "%s= must be a number of seconds, not %r" % (arg, ttl))
     if not ttl > 0:
-        raise InvalidError("fencelock: %s must be positive, not %r" % (what, ttl), code="invalid_argument", field="ttl_ms")
+        raise _invalid(arg, "%s= must be a positive number of seconds, not %r" % (arg, ttl))
+    if ttl < MIN_TTL:
+        raise _invalid(arg, "%s=%g is under the server's minimum of %g s" % (arg, ttl, MIN_TTL))
+    if ttl > MAX_TTL:
+        raise _invalid(arg, "%s=%g is %s: over the server's limit of a day (%g s)" % (arg, ttl, _span(ttl), MAX_TTL))
+    if ttl > LONG_TTL and not allow_long:
+        raise _invalid(arg, "%s=%g is %s: TTLs are seconds (%s=%g is %g s); pass allow_long=True if you mean it" % (
+            arg, ttl, _span(ttl), arg, ttl / 1000, ttl / 1000))
+    return float(ttl)
+
+
+def check_wait(wait: Optional[float], arg: str = "wait") -> float:
+    """``wait`` in seconds: None (the default) is as long as it takes (``FOREVER``), 0 tries once."""
+    if wait is None:
+        return FOREVER
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:
+        raise _invalid(arg, "%s= must be None (as long as it takes), 0 (try once) or seconds >= 0, not %r" % (
+            arg, wait))
+    return float(wait)
+
+
+def check_lock_delay(lock_delay: float) -> float:
+    if isinstance(lock_delay, bool) or not isinstance(lock_delay, (int, float)) or \
+            not 0 <= lock_delay <= MAX_LOCK_DELAY:
+        raise _invalid("lock_delay", "lock_delay= must be between 0 and %g seconds, not %r" % (
+            MAX_LOCK_DELAY, lock_delay))
+    return float(lock_delay)
+
+
+def check_mode(mode: Optional[str]) -> Optional[Mode]:
+    """``mode``: None for neither, "read" or "write"."""
+    if mode is None or mode == "":
+        return None
+    if mode == "read":
+        return "read"
+    if mode == "write":
+        return "write"
+    raise _invalid("mode", 'mode= must be "read" or "write" (or None), not %r' % (mode,))
 
 
 def acquire_req(
@@ -272,52 +365,51 @@ def acquire_req(
     session: int = 0,
     lock_delay: float = 0.0,
     permits: int = 0,
-    mode: str = "",
+    mode: Optional[str] = None,
     request_id: str = "",
+    allow_long: bool = False,
 ) -> Req[Grant]:
-    if wait < 0:
-        raise InvalidError("fencelock: wait must not be negative", code="invalid_argument", field="wait_ms")
+    """One round of an acquire; ``wait`` is this round's, at most an hour."""
     body: Dict[str, Any] = {"key": key, "holder": holder}
     if session:
         body["session"] = session
     else:
-        _check_ttl(ttl)
-        body["ttl_ms"] = ms(ttl)
+        body["ttl_ms"] = ms(check_ttl(ttl, allow_long=allow_long))
     if wait > 0:
         body["wait_ms"] = ms(wait)
     if lock_delay:
-        body["lock_delay_ms"] = ms(lock_delay)
+        body["lock_delay_ms"] = ms(check_lock_delay(lock_delay))
     if permits:
         body["permits"] = permits
-    if mode:
-        body["mode"] = mode
+    m = check_mode(mode)
+    if m:
+        body["mode"] = m
     if request_id:
         body["request_id"] = request_id
     return Req("POST", "/v1/acquire", Grant.from_json, body=body, write=True, wait=wait)
 
 
 def acquire_all_req(
-    keys: Sequence[str], holder: str, ttl: float, *, session: int = 0, lock_delay: float = 0.0
+    keys: Sequence[str], holder: str, ttl: float, *, session: int = 0, lock_delay: float = 0.0,
+    allow_long: bool = False,
 ) -> Req[List[Grant]]:
     body: Dict[str, Any] = {"keys": list(keys), "holder": holder}
     if session:
         body["session"] = session
     else:
-        _check_ttl(ttl)
-        body["ttl_ms"] = ms(ttl)
+        body["ttl_ms"] = ms(check_ttl(ttl, allow_long=allow_long))
     if lock_delay:
-        body["lock_delay_ms"] = ms(lock_delay)
+        body["lock_delay_ms"] = ms(check_lock_delay(lock_delay))
     return Req("POST", "/v1/acquire-all", lambda d: [Grant.from_json(x) for x in d.get("locks") or ()], body=body, write=True)
 
 
-def renew_req(key: str, holder: str, ttl: float) -> Req[Grant]:
-    _check_ttl(ttl)
-    return Req("POST", "/v1/renew", Grant.from_json, body={"key": key, "holder": holder, "ttl_ms": ms(ttl)}, write=True)
+def renew_req(key: str, holder: str, ttl: float, allow_long: bool = False) -> Req[Grant]:
+    body = {"key": key, "holder": holder, "ttl_ms": ms(check_ttl(ttl, allow_long=allow_long))}
+    return Req("POST", "/v1/renew", Grant.from_json, body=body, write=True)
 
 
-def extend_req(key: str, holder: str, token: int, ttl: float, at: str = "") -> Req[Grant]:
-    _check_ttl(ttl)
-    body = {"key": key, "holder": holder, "token": token, "ttl_ms": ms(ttl)}
+def extend_req(key: str, holder: str, token: int, ttl: float, at: str = "", allow_long: bool = False) -> Req[Grant]:
+    body = {"key": key, "holder": holder, "token": token, "ttl_ms": ms(check_ttl(ttl, allow_long=allow_long))}
     return Req("POST", "/v1/extend", Grant.from_json, body=body, write=True, at=at)
 
 
@@ -330,9 +422,10 @@ def _batch(d: Dict[str, Any]) -> List[ExtendResult]:
     return out
 
 
-def extend_batch_req(holder: str, ttl: float, leases: Sequence[Tuple[str, int]]) -> Req[List[ExtendResult]]:
-    _check_ttl(ttl)
-    body = {"holder": holder, "ttl_ms": ms(ttl), "leases": [{"key": k, "token": t} for k, t in leases]}
+def extend_batch_req(holder: str, ttl: float, leases: Sequence[Tuple[str, int]],
+                     allow_long: bool = False) -> Req[List[ExtendResult]]:
+    body = {"holder": holder, "ttl_ms": ms(check_ttl(ttl, allow_long=allow_long)),
+            "leases": [{"key": k, "token": t} for k, t in leases]}
     return Req("POST", "/v1/extend-batch", _batch, body=body)
 
 
@@ -360,9 +453,9 @@ def list_req(prefix: str, limit: int, after: str) -> Req[List[Grant]]:
     return Req("GET", "/v1/locks", lambda d: [Grant.from_json(x) for x in d.get("locks") or ()], query=q)
 
 
-def session_open_req(holder: str, ttl: float) -> Req[SessionInfo]:
-    _check_ttl(ttl)
-    return Req("POST", "/v1/session/open", SessionInfo.from_json, body={"holder": holder, "ttl_ms": ms(ttl)}, write=True)
+def session_open_req(holder: str, ttl: float, allow_long: bool = False) -> Req[SessionInfo]:
+    body = {"holder": holder, "ttl_ms": ms(check_ttl(ttl, allow_long=allow_long))}
+    return Req("POST", "/v1/session/open", SessionInfo.from_json, body=body, write=True)
 
 
 def session_extend_req(sid: int, holder: str, at: str = "") -> Req[SessionInfo]:
@@ -473,8 +566,9 @@ def headers_for(req: Req[Any], auth: str, host: str) -> Dict[str, str]:
     return h
 
 
-def decode(addr: str, status: int, raw: bytes) -> Dict[str, Any]:
-    """The JSON object of a 2xx answer, or the error it maps to, raised."""
+def decode(addr: str, status: int, raw: bytes, key: str = "") -> Dict[str, Any]:
+    """The JSON object of a 2xx answer, or the error it maps to, raised
+    (``key``: the key the call was about, named in a held error)."""
     try:
         data = json.loads(raw) if raw else {}
     except ValueError:
@@ -485,7 +579,7 @@ def decode(addr: str, status: int, raw: bytes) -> Dict[str, Any]:
         raise InternalError("fencelock: %s answered %d with a non-object" % (addr, status), status=status)
     if 200 <= status < 300:
         return data
-    err = error_for(status, data)
+    err = error_for(status, data, key)
     if isinstance(err, UnavailableError) or err.code in RETRY_ELSEWHERE:
         err.message = "%s (%s)" % (err.message, addr)
     raise err
@@ -494,29 +588,43 @@ def decode(addr: str, status: int, raw: bytes) -> Dict[str, Any]:
 # ---- addresses and TLS --------------------------------------------------
 
 
-def base_url(addr: str, scheme: str) -> str:
-    """``addr`` as ``scheme://host:port``; an address with a scheme keeps it."""
-    addr = addr.strip()
-    if "://" not in addr:
-        addr = scheme + "://" + addr
-    u = urllib.parse.urlsplit(addr)
-    if u.scheme not in ("http", "https") or not u.netloc:
-        raise InvalidError("fencelock: bad server address %r" % addr, code="invalid_argument", field="addr")
-    return "%s://%s" % (u.scheme, u.netloc)
+def base_url(addr: str, scheme: str, arg: str = "addrs") -> str:
+    """``addr`` as ``scheme://host:port``; an address with a scheme keeps it, and
+    one without a port gets the server's, 7470.
+
+    >>> base_url("127.0.0.1", "http")
+    'http://127.0.0.1:7470'
+    >>> base_url("https://locks.example:8443", "http")
+    'https://locks.example:8443'
+    """
+    raw = addr.strip()
+    full = raw if "://" in raw else scheme + "://" + raw
+    bad = _invalid(arg, "%s: bad server address %r: want HOST, HOST:PORT or http(s)://HOST[:PORT]" % (arg, raw))
+    u = urllib.parse.urlsplit(full)
+    if u.scheme not in ("http", "https") or not u.hostname or u.netloc.endswith(":") or "@" in u.netloc:
+        raise bad
+    try:
+        port = u.port
+    except ValueError:
+        raise bad from None
+    netloc = u.netloc if port is not None else "%s:%d" % (u.netloc, DEFAULT_PORT)
+    return "%s://%s" % (u.scheme, netloc)
 
 
 def split_addrs(addrs: Union[str, Sequence[str], None], scheme: str) -> List[str]:
+    arg = "addrs"
     if addrs is None:
         addrs = os.environ.get("FENCELOCK_ADDR", "") or DEFAULT_ADDR
+        arg = "$FENCELOCK_ADDR"
     if isinstance(addrs, str):
         addrs = [addrs]
     out: List[str] = []
     for a in addrs:
         for one in a.split(","):
             if one.strip():
-                out.append(base_url(one, scheme))
+                out.append(base_url(one, scheme, arg))
     if not out:
-        raise InvalidError("fencelock: no server address", code="invalid_argument", field="addr")
+        raise _invalid("addrs", "addrs: no server address")
     return out
 
 
@@ -524,7 +632,16 @@ def host_port(url: str) -> Tuple[str, int, bool]:
     """(host, port, tls) of a base URL."""
     u = urllib.parse.urlsplit(url)
     tls = u.scheme == "https"
-    return u.hostname or "127.0.0.1", u.port or (443 if tls else 80), tls
+    return u.hostname or "127.0.0.1", u.port or DEFAULT_PORT, tls
+
+
+def _tls_file(value: Optional[str], var: str, arg: str) -> Tuple[str, str]:
+    """The file an argument names, or its variable's when the argument is None,
+    and how to name it in an error (``ca='x.pem'`` or ``$FENCELOCK_CLIENT_CA='x.pem'``)."""
+    if value is None:
+        v = os.environ.get(var, "")
+        return v, "$%s=%r" % (var, v)
+    return value, "%s=%r" % (arg, value)
 
 
 def tls_context(
@@ -534,29 +651,71 @@ def tls_context(
 
     ``ca``, ``cert`` and ``key`` default to ``$FENCELOCK_CLIENT_CA``,
     ``$FENCELOCK_CLIENT_CERT`` and ``$FENCELOCK_CLIENT_KEY``, the CLI's
-    variables; ``""`` means none (and ignores the variable).
+    variables; ``""`` means none (and ignores the variable). An error
+    names the argument (or variable) and the file.
     """
     if context is not None:
         return context
-    ca = os.environ.get("FENCELOCK_CLIENT_CA", "") if ca is None else ca
-    cert = os.environ.get("FENCELOCK_CLIENT_CERT", "") if cert is None else cert
-    key = os.environ.get("FENCELOCK_CLIENT_KEY", "") if key is None else key
+    ca, ca_is = _tls_file(ca, "FENCELOCK_CLIENT_CA", "ca")
+    cert, cert_is = _tls_file(cert, "FENCELOCK_CLIENT_CERT", "cert")
+    key, key_is = _tls_file(key, "FENCELOCK_CLIENT_KEY", "key")
     if not (ca or cert or key):
         return None
     if bool(cert) != bool(key):
-        raise InvalidError(
-            "fencelock: a client certificate needs both cert= and key= (or $FENCELOCK_CLIENT_CERT and _KEY)",
-            code="invalid_argument",
-            field="cert",
-        )
-    try:
-        ctx = ssl.create_default_context(cafile=ca or None)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        if cert:
+        given = cert_is if cert else key_is
+        raise _invalid("cert" if cert else "key",
+                       "%s: a client certificate needs both cert= and key= (or $FENCELOCK_CLIENT_CERT and "
+                       "$FENCELOCK_CLIENT_KEY)" % given)
+    for path, named, arg, what in ((ca, ca_is, "ca", "the CA certificate that signs the servers' certificates"),
+                                   (cert, cert_is, "cert", "this client's certificate"),
+                                   (key, key_is, "key", "this client's private key")):
+        if not path:
+            continue
+        try:
+            with open(path, "rb"):
+                pass
+        except FileNotFoundError:
+            raise _invalid(arg, "%s: no such file (%s, PEM)" % (named, what)) from None
+        except OSError as e:
+            raise _invalid(arg, "%s: cannot read it (%s): %s" % (named, what, e.strerror or e)) from None
+    ctx = ssl.create_default_context()
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca:
+        try:
+            ctx.load_verify_locations(cafile=ca)
+        except (OSError, ssl.SSLError) as e:
+            raise _invalid("ca", "%s: not a PEM CA certificate: %s" % (ca_is, e)) from None
+    if cert:
+        try:
             ctx.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as e:
-        raise InvalidError("fencelock: loading TLS files: %s" % e, code="invalid_argument", field="ca") from e
+        except (OSError, ssl.SSLError) as e:
+            raise _invalid("cert", "%s, %s: not a PEM certificate and its private key: %s" % (cert_is, key_is, e)) \
+                from None
     return ctx
+
+
+def tls_setting_error(url: str, e: BaseException) -> Optional[TLSMismatchError]:
+    """The error for a TLS failure that a setting causes, naming what to pass; None for others.
+
+    Raised at once: another address or a retry cannot cure a setting.
+    """
+    why = ("%s %s %s" % (getattr(e, "reason", ""), getattr(e, "verify_message", ""), e)).upper()
+    hp = url.split("://", 1)[-1]
+    if "CERTIFICATE_REQUIRED" in why:
+        advice = ("this server asks for a client certificate: pass cert= and key= (or set "
+                  "$FENCELOCK_CLIENT_CERT and $FENCELOCK_CLIENT_KEY)")
+    elif "HOSTNAME MISMATCH" in why or "IP ADDRESS MISMATCH" in why:
+        advice = ("this server's certificate does not name %s: give the address its certificate names "
+                  "(its subjectAltName)" % hp.rsplit(":", 1)[0])
+    elif "CERTIFICATE_VERIFY_FAILED" in why:
+        advice = ("this server's certificate is not signed by a CA the client trusts: pass ca= the CA file that "
+                  "signs it (or set $FENCELOCK_CLIENT_CA)")
+    elif "UNKNOWN_CA" in why or "BAD_CERTIFICATE" in why or "CERTIFICATE_UNKNOWN" in why:
+        advice = ("this server refused the client certificate: pass cert= and key= of a certificate signed by the "
+                  "CA the server trusts (its --ca)")
+    else:
+        return None
+    return TLSMismatchError("fencelock: %s: %s (TLS: %s)" % (url, advice, e), code="tls_mismatch")
 
 
 def plain_meets_tls(host: str, port: int, timeout: float) -> bool:
@@ -715,97 +874,6 @@ def default_holder() -> str:
     return "%s-%d-%s" % (host, os.getpid(), secrets.token_hex(4))
 
 
-class KeepState:
-    """The keep-alive's state and rules, shared by Lease, Session and their
-    asyncio flavours (the Go client's ``keeper``; DESIGN.md section 4).
-    Not thread-safe: the sync keeper holds its lock around it.
-
-    Extend about every TTL/3 after the send of the last confirmed one
-    (less up to 10% of jitter, never later: one sent late would leave
-    less than TTL/6 to ride out a leader's death just before it was due);
-    lost at TTL/2 after that send. A failed attempt moves to the next
-    address at once (or to the leader a node named) until a round of
-    addresses is done, then pauses about TTL/30; an address that gave no
-    answer at all is passed over while others are left, so a frozen
-    leader costs one attempt's timeout, not one per round.
-    """
-
-    def __init__(self, addrs: Addrs, ttl: float, sent: float) -> None:
-        self.addrs = addrs
-        self.ttl = ttl
-        self.last_sent = sent  # send time of the last confirmed grant, open or extension
-        self.last_err = ""
-        self.next = 0
-        self.tries = 0
-        self.silent: Set[str] = set()
-
-    def deadline(self) -> float:
-        return self.last_sent + self.ttl / 2
-
-    def due(self) -> float:
-        third = self.ttl / 3
-        return self.last_sent + third - random.uniform(0, third / 10)
-
-    def retry_delay(self) -> float:
-        """Between rounds of failed extensions: about TTL/30, at most 250 ms."""
-        return jitter(min(max(self.ttl / 30, 0.002), 0.25))
-
-    def attempt_timeout(self, now: float) -> float:
-        """One extension to one node: about TTL/12 (100 ms to 2 s, at most TTL/6),
-        never past the deadline."""
-        t = min(max(self.ttl / 12, 0.1), 2.0, max(self.ttl / 6, 0.001))
-        return max(min(t, self.deadline() - now), 0.001)
-
-    def lost_reason(self) -> str:
-        why = "no extension confirmed within TTL/2 (%.3fs) of the last confirmed send" % (self.ttl / 2)
-        if self.last_err:
-            why += "; last error: " + self.last_err
-        return why
-
-    def pick(self) -> str:
-        n = self.addrs.size()
-        for i in range(n):
-            a = self.addrs.pick(self.next + i)
-            if a not in self.silent:
-                self.next += i
-                return a
-        return self.addrs.pick(self.next)
-
-    def confirmed(self, addr: str, sent: float) -> None:
-        self.addrs.prefer(addr)
-        self.next, self.tries = 0, 0
-        self.silent.clear()
-        self.last_sent, self.last_err = sent, ""
-
-    def failed(self, addr: str, err: FencelockError) -> Optional[float]:
-        """None: a refusal that ends the keep-alive; else the pause before the next attempt."""
-        if isinstance(err, TLSMismatchError) or not (isinstance(err, KEEP_RETRY) or err.code == "not_leader"):
-            return None
-        if "timed out" in err.message and not err.status:
-            self.silent.add(addr)
-        if err.code == "not_leader" and err.leader:
-            try:
-                url = leader_url(addr, err.leader)
-            except FencelockError:
-                url = addr
-            if url != addr:
-                self.addrs.prefer(url)
-                self.next = 0
-                self.silent.discard(url)  # named as the leader: ask it
-            else:
-                self.next += 1
-        else:
-            self.next += 1
-        self.last_err = err.message
-        self.tries += 1
-        if self.tries % self.addrs.size() != 0:
-            return 0.0  # this round has addresses left: at once
-        return self.retry_delay()
-
-
-KEEP_RETRY = (UnavailableError, InternalError)  # an extension failing so is tried elsewhere
-
-
 class ClientSettings:
     """What both client flavours are made of: the addresses, TLS, the
     bearer token and the timing settings (see :class:`fencelock.Client`)."""
@@ -822,6 +890,7 @@ class ClientSettings:
         timeout: float = 10.0,
         rounds: int = 7,
         wait_check: float = 1.0,
+        max_idle: int = 16,
     ) -> None:
         self._ssl = tls_context(ca, cert, key, ssl_context)
         self._addrs = Addrs(split_addrs(addrs, "https" if self._ssl else "http"))
@@ -834,6 +903,11 @@ class ClientSettings:
         self._principal: Optional[str] = None
         self._mu = threading.Lock()  # the principal cache, for the threaded flavour
         self._default_ssl: Optional[ssl.SSLContext] = None
+        self._pool = self._make_pool(max_idle)
+
+    def _make_pool(self, max_idle: int) -> Any:
+        """The flavour's pool of kept connections, at most ``max_idle`` idle per address."""
+        raise NotImplementedError
 
     @property
     def addrs(self) -> List[str]:

@@ -1,30 +1,36 @@
 """fencelock on asyncio: the client, leases, sessions, watches and elections
 on asyncio streams (standard library only).
 
-The same calls, rules and errors as the threaded flavour, awaited:
+The same calls, rules, defaults and errors as the threaded flavour, awaited:
 
 >>> import asyncio
 >>> from fencelock.aio import AsyncClient, AsyncLease, AsyncSession
 >>> async def main() -> None:                                         # doctest: +SKIP
-...     c = AsyncClient("127.0.0.1:7470")
-...     g = await c.acquire("jobs/nightly", "alice", 30)
-...     await c.release("jobs/nightly", "alice", g.token)
-...     async with AsyncLease(c, "jobs/nightly", ttl=10) as lease:
-...         await do_work(lease.token)
-...         lease.ensure()                      # LeaseLostError once lost
-...     async with AsyncSession(c, ttl=15) as s:
-...         a = await s.acquire("jobs/a")
-...         b, d = await s.acquire_all(["jobs/b", "jobs/d"])
-...     async for ev in c.watch("jobs/", after="0"):
-...         print(ev.revision, ev.type, ev.key)
+...     async with AsyncClient("127.0.0.1:7470") as c:
+...         g = await c.acquire("jobs/nightly", "alice", 30)   # waits its turn
+...         await c.release("jobs/nightly", "alice", g.token)
+...         async with AsyncLease(c, "jobs/nightly", ttl=10) as lease:
+...             await do_work(lease.token)
+...             lease.ensure()                      # LeaseLostError once lost
+...         async with AsyncSession(c, ttl=15) as s:
+...             a = await s.acquire("jobs/a")
+...             b, d = await s.acquire_all(["jobs/b", "jobs/d"])
+...         async for ev in c.watch("jobs/", after="0"):
+...             print(ev.revision, ev.type, ev.key)
 >>> asyncio.run(main())                                                # doctest: +SKIP
 
-Each keep-alive is one task of the running loop: it extends about every
-TTL/3 and declares the lease lost TTL/2 after the send of the last
-confirmed extension (DESIGN.md section 4). It can only do so while the
-loop runs: a loop blocked by a synchronous call for longer than TTL/6
-costs the lease, as a paused process would. ``lease.lost`` reads the
-clock, so it is right even then.
+Each keep-alive is one task of the running loop, on the rules of
+:mod:`fencelock._keepalive` (the Go client's): it extends on the budget's
+cadence, asks the next node beside a silent one, and declares the lease
+lost 0.89×TTL after the send of the last confirmed extension (DESIGN.md
+section 4). It can only do so while the loop runs: a loop blocked by a
+synchronous call for longer than the room the cadence leaves costs the
+lease, as a paused process would. ``lease.lost`` reads the clock, so it
+is right even then.
+
+An :class:`AsyncClient` keeps its connections open between calls (HTTP/1.1
+keep-alive, a pool per address) until :meth:`AsyncClient.close`; asyncio
+cannot resume a TLS session, so a new TLS connection makes a full handshake.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from . import _wire
+from ._keepalive import Attempt, KeepAlive, budget_for
 from ._wire import (
     DEFAULT_TTL,
     FOREVER,
@@ -44,8 +51,8 @@ from ._wire import (
     Event,
     ExtendResult,
     Grant,
-    KeepState,
     Leadership,
+    Mode,
     Req,
     Revision,
     SessionInfo,
@@ -55,9 +62,9 @@ from .errors import (
     CompactedError,
     FencelockError,
     HeldError,
+    InternalError,
     InvalidError,
     LeaseLostError,
-    NoSessionError,
     NotHeldError,
     SessionLostError,
     UnavailableError,
@@ -80,8 +87,8 @@ T = TypeVar("T")
 _MAX_ANSWER = 8 << 20
 
 
-async def _read_answer(reader: asyncio.StreamReader) -> Tuple[int, bytes]:
-    """Read one HTTP/1.1 answer: (status, body)."""
+async def _read_answer(reader: asyncio.StreamReader) -> Tuple[int, bytes, bool]:
+    """Read one HTTP/1.1 answer: (status, body, whether the connection may be kept)."""
     line = await reader.readline()
     if not line:
         raise ConnectionResetError("the server closed the connection without an answer")
@@ -96,6 +103,7 @@ async def _read_answer(reader: asyncio.StreamReader) -> Tuple[int, bytes]:
             break
         k, _, v = h.decode("latin-1").partition(":")
         headers[k.strip().lower()] = v.strip()
+    keep = parts[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = bytearray()
         while True:
@@ -108,19 +116,87 @@ async def _read_answer(reader: asyncio.StreamReader) -> Tuple[int, bytes]:
             await reader.readline()
             if len(body) > _MAX_ANSWER:
                 raise ConnectionError("answer too large")
-        return status, bytes(body)
+        return status, bytes(body), keep
     if "content-length" in headers:
-        return status, await reader.readexactly(int(headers["content-length"]))
-    return status, await reader.read(_MAX_ANSWER)
+        return status, await reader.readexactly(int(headers["content-length"])), keep
+    return status, await reader.read(_MAX_ANSWER), False
+
+
+_Conn = Tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class _AsyncPool:
+    """The idle connections of an AsyncClient, by address (one loop's: no lock)."""
+
+    IDLE_FOR = 50.0  # seconds; the server closes a connection idle for 2 minutes
+
+    def __init__(self, max_idle: int) -> None:
+        self._idle: Dict[str, List[Tuple[_Conn, float]]] = {}
+        self.max_idle = max(0, max_idle)
+        self.dialed = 0
+
+    def get(self, addr: str) -> Optional[_Conn]:
+        idle = self._idle.get(addr, [])
+        now = time.monotonic()
+        while idle:
+            conn, since = idle.pop()
+            if now - since < self.IDLE_FOR and not conn[0].at_eof() and not conn[1].is_closing():
+                return conn
+            conn[1].close()
+        return None
+
+    def put(self, addr: str, conn: _Conn) -> None:
+        idle = self._idle.setdefault(addr, [])
+        if len(idle) < self.max_idle:
+            idle.append((conn, time.monotonic()))
+        else:
+            conn[1].close()
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, {}
+        writers = [conn[1] for conns in idle.values() for conn, _ in conns]
+        for w in writers:
+            w.close()
+        for w in writers:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(w.wait_closed(), 0.5)
+
+
+def _stale(e: BaseException) -> bool:
+    """Whether an exchange on a kept connection failed as one the server closed does."""
+    return isinstance(e, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, asyncio.IncompleteReadError,
+                          ssl.SSLEOFError, ssl.SSLZeroReturnError))
 
 
 class AsyncClient(_wire.ClientSettings):
     """The asyncio flavour of :class:`fencelock.Client`: same arguments, same
-    calls (awaited), same failover, TLS and errors.
+    calls (awaited), same defaults, failover, TLS and errors; ``async with``
+    closes its idle connections on exit (or ``await c.close()``).
 
-    >>> c = AsyncClient("127.0.0.1:7470", ca="ca.pem", cert="alice.pem", key="alice-key.pem")  # doctest: +SKIP
-    >>> g = await c.acquire("jobs/nightly", "alice", 30)               # doctest: +SKIP
+    >>> async with AsyncClient("127.0.0.1:7470", ca="ca.pem", cert="alice.pem",
+    ...                        key="alice-key.pem") as c:                          # doctest: +SKIP
+    ...     g = await c.acquire("jobs/nightly", "alice", 30)
     """
+
+    _pool: _AsyncPool
+
+    def _make_pool(self, max_idle: int) -> _AsyncPool:
+        return _AsyncPool(max_idle)
+
+    async def close(self) -> None:
+        """Close the idle connections; calls made afterwards connect again."""
+        await self._pool.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.close()
 
     # ---- lock calls (see fencelock.Client for each) -------------------
 
@@ -130,24 +206,27 @@ class AsyncClient(_wire.ClientSettings):
         holder: str,
         ttl: Optional[float] = None,
         *,
-        wait: float = 0.0,
+        wait: Optional[float] = None,
         session: int = 0,
         lock_delay: float = 0.0,
         permits: int = 0,
-        mode: str = "",
+        mode: Optional[Mode] = None,
+        allow_long: bool = False,
         deadline: Optional[float] = None,
     ) -> Grant:
-        """:meth:`fencelock.Client.acquire`, awaited: a NEW fencing token.
+        """:meth:`fencelock.Client.acquire`, awaited: a NEW fencing token, waiting its turn
+        (``wait``: None as long as it takes, 0 once, N seconds).
 
         >>> g = await c.acquire("jobs/nightly", "bob", 30, wait=5)    # doctest: +SKIP
         """
         if ttl is None:
             ttl = DEFAULT_TTL
+        wait = _wire.check_wait(wait)
         end = time.monotonic() + wait
         while True:
-            rnd = min(end - time.monotonic(), MAX_WAIT_ROUND) if wait > 0 else 0.0
-            req = _wire.acquire_req(key, holder, ttl, wait=max(rnd, 0.001) if wait > 0 else 0.0, session=session,
-                                    lock_delay=lock_delay, permits=permits, mode=mode)
+            rnd = max(min(end - time.monotonic(), MAX_WAIT_ROUND), 0.001) if wait > 0 else 0.0
+            req = _wire.acquire_req(key, holder, ttl, wait=rnd, session=session, lock_delay=lock_delay,
+                                    permits=permits, mode=mode, allow_long=allow_long)
             try:
                 return await self._run(req, deadline=deadline)
             except HeldError:
@@ -160,36 +239,40 @@ class AsyncClient(_wire.ClientSettings):
         holder: str,
         ttl: Optional[float] = None,
         *,
+        wait: Optional[float] = None,
         session: int = 0,
         lock_delay: float = 0.0,
-        retry_for: float = 0.0,
+        allow_long: bool = False,
+        retry_for: Optional[float] = None,
     ) -> List[Grant]:
-        """:meth:`fencelock.Client.acquire_all`, awaited: every key or none."""
+        """:meth:`fencelock.Client.acquire_all`, awaited: every key or none, retried for ``wait``."""
         req_ttl = DEFAULT_TTL if ttl is None else ttl
-        end = time.monotonic() + retry_for
+        wait = _wire.check_wait(retry_for if retry_for is not None else wait)
+        end = time.monotonic() + wait
         pause = 0.01
         while True:
             try:
                 return await self._run(_wire.acquire_all_req(keys, holder, req_ttl, session=session,
-                                                             lock_delay=lock_delay))
+                                                             lock_delay=lock_delay, allow_long=allow_long))
             except FencelockError as e:
                 left = end - time.monotonic()
-                if retry_for <= 0 or left <= 0 or not _wire.retryable_for_all(e):
+                if wait <= 0 or left <= 0 or not _wire.retryable_for_all(e):
                     raise
                 await asyncio.sleep(min(_wire.jitter(pause), left))
                 pause = min(2 * pause, 0.5)
 
-    async def renew(self, key: str, holder: str, ttl: float) -> Grant:
+    async def renew(self, key: str, holder: str, ttl: float, *, allow_long: bool = False) -> Grant:
         """Re-acquire by the live holder: a NEW token."""
-        return await self._run(_wire.renew_req(key, holder, ttl))
+        return await self._run(_wire.renew_req(key, holder, ttl, allow_long))
 
-    async def extend(self, key: str, holder: str, token: int, ttl: float) -> Grant:
+    async def extend(self, key: str, holder: str, token: int, ttl: float, *, allow_long: bool = False) -> Grant:
         """Keep-alive under the SAME token."""
-        return await self._run(_wire.extend_req(key, holder, token, ttl))
+        return await self._run(_wire.extend_req(key, holder, token, ttl, allow_long=allow_long))
 
-    async def extend_batch(self, holder: str, ttl: float, leases: Sequence[Tuple[str, int]]) -> List[ExtendResult]:
+    async def extend_batch(self, holder: str, ttl: float, leases: Sequence[Tuple[str, int]], *,
+                           allow_long: bool = False) -> List[ExtendResult]:
         """Extend many of ``holder``'s ``(key, token)`` leases in one log entry."""
-        return await self._run(_wire.extend_batch_req(holder, ttl, leases))
+        return await self._run(_wire.extend_batch_req(holder, ttl, leases, allow_long))
 
     async def release(self, key: str, holder: str, token: int = 0, *, deadline: Optional[float] = None) -> bool:
         """Release ``key`` if ``holder`` holds it (under ``token`` if not 0); False if nothing was."""
@@ -207,9 +290,9 @@ class AsyncClient(_wire.ClientSettings):
         """One page of live leases under ``prefix``, by key."""
         return await self._run(_wire.list_req(prefix, limit, after))
 
-    async def open_session(self, holder: str, ttl: float = DEFAULT_TTL) -> SessionInfo:
+    async def open_session(self, holder: str, ttl: float = DEFAULT_TTL, *, allow_long: bool = False) -> SessionInfo:
         """Open a session; nothing keeps it alive (:class:`AsyncSession` does)."""
-        return await self._run(_wire.session_open_req(holder, ttl))
+        return await self._run(_wire.session_open_req(holder, ttl, allow_long))
 
     async def extend_session(self, sid: int, holder: str) -> SessionInfo:
         """Renew a session and every lock under it."""
@@ -334,43 +417,68 @@ class AsyncClient(_wire.ClientSettings):
         return self._default_ssl
 
     async def _once(self, addr: str, req: Req[Any], payload: Optional[bytes], timeout: float) -> Dict[str, Any]:
+        """One exchange with addr, on a kept connection if one is idle; a kept one
+        the server closed meanwhile fails before any answer, and the request goes
+        once more on a new connection (a write's request id makes that safe)."""
         host, port, tls = _wire.host_port(addr)
         hostport = addr.split("://", 1)[1]
         head = ["%s %s HTTP/1.1" % (req.method, req.target())]
         for k, v in _wire.headers_for(req, self._auth, hostport).items():
             head.append("%s: %s" % (k, v))
         head.append("Content-Length: %d" % len(payload or b""))
-        head.append("Connection: close")
         data = ("\r\n".join(head) + "\r\n\r\n").encode() + (payload or b"")
-        writer: Optional[asyncio.StreamWriter] = None
-        try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
-                    host, port, ssl=self._ctx() if tls else None, server_hostname=host if tls else None)
-                writer.write(data)
-                await writer.drain()
-                status, raw = await _read_answer(reader)
-        except ssl.SSLError as e:
-            if _wire.tls_meets_plain(e):
-                raise _wire.speaks_plain_error(addr) from None
-            raise UnreachableError("fencelock: %s: TLS: %s" % (addr, e)) from None
-        except TimeoutError:
-            raise UnreachableError("fencelock: %s: timed out after %.3gs" % (addr, timeout)) from None
-        except (OSError, asyncio.IncompleteReadError, ValueError) as e:
-            if not tls and isinstance(e, (ConnectionResetError, asyncio.IncompleteReadError)):
-                if await asyncio.to_thread(_wire.plain_meets_tls, host, port, timeout):
-                    raise _wire.speaks_tls_error(addr) from None
-            raise UnreachableError("fencelock: %s: %s" % (addr, e or type(e).__name__)) from None
-        finally:
-            if writer is not None:
-                writer.close()
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(writer.wait_closed(), 0.5)
-        return _wire.decode(addr, status, raw)
+        end = time.monotonic() + timeout
+        conn = self._pool.get(addr)
+        while True:
+            reused = conn is not None
+            left = max(end - time.monotonic(), 0.001)
+            keep = False
+            writer: Optional[asyncio.StreamWriter] = conn[1] if conn is not None else None
+            try:
+                async def exchange() -> Tuple[int, bytes, bool]:
+                    nonlocal conn, writer
+                    if conn is None:
+                        self._pool.dialed += 1
+                        conn = await asyncio.open_connection(
+                            host, port, ssl=self._ctx() if tls else None, server_hostname=host if tls else None)
+                        writer = conn[1]
+                    conn[1].write(data)
+                    await conn[1].drain()
+                    return await _read_answer(conn[0])
+
+                status, raw, keep = await asyncio.wait_for(exchange(), left)
+            except ssl.SSLError as e:
+                if reused and _stale(e):
+                    conn = None
+                    continue
+                if _wire.tls_meets_plain(e):
+                    raise _wire.speaks_plain_error(addr) from None
+                setting = _wire.tls_setting_error(addr, e)
+                if setting is not None:
+                    raise setting from None
+                raise UnreachableError("fencelock: %s: TLS: %s" % (addr, e)) from None
+            except asyncio.TimeoutError:
+                raise UnreachableError("fencelock: %s: timed out after %.3gs" % (addr, timeout)) from None
+            except (OSError, asyncio.IncompleteReadError, ValueError) as e:
+                if reused and _stale(e):
+                    conn = None
+                    continue
+                if not tls and isinstance(e, (ConnectionResetError, asyncio.IncompleteReadError)):
+                    if await asyncio.get_running_loop().run_in_executor(
+                            None, _wire.plain_meets_tls, host, port, left):
+                        raise _wire.speaks_tls_error(addr) from None
+                raise UnreachableError("fencelock: %s: %s" % (addr, e or type(e).__name__)) from None
+            finally:
+                if not keep and writer is not None:
+                    writer.close()
+            assert conn is not None
+            self._pool.put(addr, conn)
+            return _wire.decode(addr, status, raw, req.subject())
 
 
 class _AsyncKeeper:
-    """The keep-alive task of an AsyncLease or AsyncSession (KeepState's rules)."""
+    """The keep-alive task of an AsyncLease or AsyncSession, on KeepAlive's rules:
+    one task runs the rules, each attempt is a task of its own."""
 
     def __init__(
         self,
@@ -379,120 +487,136 @@ class _AsyncKeeper:
         sent: float,
         send: Callable[[str, float], Awaitable[Callable[[], None]]],
         *,
-        refused: Callable[[FencelockError], str],
+        what: str = "extend",
         on_lost: Optional[Callable[[str], None]],
     ) -> None:
         self.ttl = ttl
-        self.state = KeepState(client._addrs, ttl, sent)
+        self.core = KeepAlive(client._addrs, ttl, sent, what=what)
         self._send = send
-        self._refused = refused
         self._on_lost = on_lost
         self._task: Optional["asyncio.Task[None]"] = None
+        self._inflight: Dict[int, "asyncio.Task[None]"] = {}
+        self._results: List[Tuple[int, Optional[FencelockError], Optional[Callable[[], None]]]] = []
+        self._kick = asyncio.Event()
         self._hooks: List[Callable[[str], None]] = []
+        self._extended: Optional[asyncio.Event] = None
+        self._announced = False
         self.ended = asyncio.Event()
-        self.reason = ""
-        self.ended_by_owner = False
-        self.extensions = 0
 
-    def check(self) -> None:
-        if not self.ended.is_set() and time.monotonic() >= self.state.deadline():
-            self.end(self.state.lost_reason(), owner=False)
+    @property
+    def reason(self) -> str:
+        return self.core.detail
 
-    def end(self, reason: str, *, owner: bool) -> None:
-        if self.ended.is_set():
-            return
-        self.reason, self.ended_by_owner = reason, owner
-        self.ended.set()
-        hooks, self._hooks = self._hooks, []
-        for h in hooks:
-            h(reason)
-        if not owner and self._on_lost is not None:
-            self._on_lost(reason)
+    @property
+    def cause(self) -> str:
+        return self.core.cause
+
+    @property
+    def extensions(self) -> int:
+        return self.core.extensions
+
+    def check(self) -> bool:
+        self.core.check(time.monotonic())
+        self._sync()
+        return self.core.ended
+
+    def extended(self) -> asyncio.Event:
+        if self._extended is None:
+            self._extended = asyncio.Event()
+        return self._extended
 
     def on_end(self, hook: Callable[[str], None]) -> None:
-        if self.ended.is_set():
-            hook(self.reason)
+        if self.core.ended:
+            hook(self.core.detail)
         else:
             self._hooks.append(hook)
 
     def start(self) -> None:
-        self.check()
-        if not self.ended.is_set():
+        if not self.check():
             self._task = asyncio.ensure_future(self._loop())
 
-    async def stop(self, reason: str) -> bool:
-        self.check()
-        was_lost = self.ended.is_set() and not self.ended_by_owner
-        self.end(reason, owner=True)
+    async def stop(self, cause: str) -> bool:
+        held = self.core.end(cause, time.monotonic())
+        self._sync()
         t = self._task
         if t is not None and t is not asyncio.current_task():
-            t.cancel()
+            self._kick.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        return not was_lost
+        return held
+
+    def _sync(self) -> None:
+        """Cancel the attempts the rules gave up on; announce the end, once."""
+        out = self.core.out_ids()
+        for attempt_id in [i for i in self._inflight if i not in out]:
+            self._inflight.pop(attempt_id).cancel()
+        if not self.core.ended or self._announced:
+            return
+        self._announced = True
+        self.ended.set()
+        self._kick.set()
+        reason = self.core.detail
+        hooks, self._hooks = self._hooks, []
+        for h in hooks:
+            h(reason)
+        if not self.core.by_owner and self._on_lost is not None:
+            self._on_lost(reason)
 
     async def _loop(self) -> None:
         while True:
-            if not await self._sleep_until(self.state.due()):
-                return
-            while True:
-                done, pause = await self._extend_once()
-                if done:
-                    break
-                if pause > 0:
-                    await asyncio.sleep(min(pause, max(0.0, self.state.deadline() - time.monotonic())))
-            if self.ended.is_set():
-                return
-
-    async def _sleep_until(self, t: float) -> bool:
-        while True:
+            self._kick.clear()
             now = time.monotonic()
-            self.check()
-            if self.ended.is_set():
-                return False
-            if now >= t:
-                return True
-            await asyncio.sleep(min(t, self.state.deadline()) - now)
+            launch: List[Attempt] = []
+            results, self._results = self._results, []
+            for attempt_id, err, confirm in results:
+                ok, more = self.core.answered(attempt_id, now, err)
+                launch += more
+                if ok:
+                    if confirm is not None:
+                        confirm()
+                    if self._extended is not None:
+                        self._extended.set()
+                        self._extended = None
+            launch += self.core.step(now)
+            self._sync()
+            if self.core.ended:
+                return
+            for a in launch:
+                self._inflight[a.id] = asyncio.ensure_future(self._attempt(a))
+            wake = self.core.wake_at()
+            if wake is not None and not self._results:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), max(0.0, wake - time.monotonic()))
 
-    async def _extend_once(self) -> Tuple[bool, float]:
-        sent = time.monotonic()
-        self.check()
-        if self.ended.is_set():
-            return True, 0.0
-        addr = self.state.pick()
+    async def _attempt(self, a: Attempt) -> None:
+        err: Optional[FencelockError] = None
+        confirm: Optional[Callable[[], None]] = None
         try:
-            confirm = await self._send(addr, self.state.attempt_timeout(sent))
-        except FencelockError as err:
-            if self.ended.is_set():
-                return True, 0.0
-            pause = self.state.failed(addr, err)
-            if pause is None:
-                self.end(self._refused(err), owner=False)
-                return True, 0.0
-            self.check()
-            return self.ended.is_set(), pause
-        if self.ended.is_set():
-            return True, 0.0
-        self.check()  # a confirmation after the deadline is too late
-        if self.ended.is_set():
-            return True, 0.0
-        self.state.confirmed(addr, sent)
-        confirm()
-        self.extensions += 1
-        return True, 0.0
+            confirm = await self._send(a.addr, a.timeout + 1.0)
+        except FencelockError as e:
+            err = e
+        except asyncio.CancelledError:
+            return  # abandoned by the rules
+        except Exception as e:  # noqa: BLE001 - a bug in a send must not look like a confirmation
+            err = InternalError("fencelock: %s: %s" % (a.addr, e))
+        self._inflight.pop(a.id, None)
+        self._results.append((a.id, err, confirm))
+        self._kick.set()
 
 
 class AsyncLease:
-    """The asyncio flavour of :class:`fencelock.Lease`: ``async with`` acquires,
-    a task keeps it alive, exit releases.
+    """The asyncio flavour of :class:`fencelock.Lease`: ``async with`` acquires
+    (waiting its turn), a task keeps it alive, exit releases.
 
-    >>> async with AsyncLease(c, "jobs/nightly", ttl=10, wait=FOREVER) as lease:  # doctest: +SKIP
+    >>> async with AsyncLease(c, "jobs/nightly", ttl=10) as lease:    # doctest: +SKIP
     ...     await write(lease.token)
     ...     lease.ensure()
-    >>> async with AsyncLease(c, "pool/gpu", permits=4) as permit: ...            # doctest: +SKIP
+    >>> async with AsyncLease(c, "pool/gpu", permits=4, wait=0) as permit: ...   # doctest: +SKIP
 
-    ``lost_event`` is an :class:`asyncio.Event`; ``on_lost(reason)`` is
-    called once from the keep-alive task when it is lost.
+    ``wait`` (None: as long as it takes; 0: once), ``cause``, ``reason``,
+    ``safe_until()``, ``stop_by()`` and ``held_until()`` as for
+    :class:`fencelock.Lease`; ``lost_event`` is an :class:`asyncio.Event`;
+    ``on_lost(reason)`` is called once from the keep-alive task when it is lost.
     """
 
     def __init__(
@@ -502,22 +626,22 @@ class AsyncLease:
         holder: Optional[str] = None,
         ttl: float = DEFAULT_TTL,
         *,
-        wait: float = 0.0,
+        wait: Optional[float] = None,
         lock_delay: float = 0.0,
         permits: int = 0,
-        mode: str = "",
+        mode: Optional[Mode] = None,
+        allow_long: bool = False,
         on_lost: Optional[Callable[[str], None]] = None,
     ) -> None:
-        if not ttl > 0:
-            raise ValueError("fencelock: ttl must be positive")
         self.client = client
         self.key = key
         self.holder = holder or ""
-        self.ttl = float(ttl)
-        self.wait = float(wait)
-        self.lock_delay = float(lock_delay)
+        self.ttl = _wire.check_ttl(ttl, allow_long=allow_long)
+        self.wait = _wire.check_wait(wait)
+        self.lock_delay = _wire.check_lock_delay(lock_delay)
         self.permits = permits
-        self.mode = mode
+        self.mode = _wire.check_mode(mode)
+        self.allow_long = allow_long
         self.grant: Optional[Grant] = None
         self._on_lost = on_lost
         self._keeper: Optional[_AsyncKeeper] = None
@@ -535,11 +659,10 @@ class AsyncLease:
 
     @property
     def lost(self) -> bool:
-        """True once the lease stopped being safe to act on (lost, or released)."""
+        """True once the lease stopped being safe to act on (lost, or released); reads the clock."""
         if self._keeper is None:
             return False
-        self._keeper.check()
-        return self._keeper.ended.is_set()
+        return self._keeper.check()
 
     @property
     def lost_event(self) -> asyncio.Event:
@@ -547,8 +670,13 @@ class AsyncLease:
         return self._k().ended
 
     @property
+    def cause(self) -> str:
+        """Why it ended, in one word ("" while held)."""
+        return self._keeper.cause if self._keeper else ""
+
+    @property
     def reason(self) -> str:
-        """Why it ended ("" while held)."""
+        """Why it ended, in a sentence ("" while held)."""
         return self._keeper.reason if self._keeper else ""
 
     @property
@@ -556,22 +684,32 @@ class AsyncLease:
         """Extensions confirmed so far."""
         return self._keeper.extensions if self._keeper else 0
 
+    def extended(self) -> asyncio.Event:
+        """An event set when the next extension is confirmed."""
+        return self._k().extended()
+
     def safe_until(self) -> float:
-        """TTL/2 after the send of the last confirmed extension (``time.monotonic()``)."""
-        return self._k().state.deadline()
+        """0.89×TTL after the send of the last confirmed extension (``time.monotonic()``)."""
+        return self._k().core.deadline()
+
+    def stop_by(self) -> float:
+        """0.99×TTL after that send: everything under the lease stopped by then."""
+        return self._k().core.stop_by()
 
     def held_until(self) -> float:
         """TTL after that send: the earliest the server may grant the key to another."""
-        return self._k().state.last_sent + self.ttl
+        return self._k().core.held_until()
 
     def ensure(self) -> None:
         """Raise :class:`LeaseLostError` if the lease is lost."""
         if self.lost:
-            raise LeaseLostError("fencelock: lease on %r lost: %s" % (self.key, self.reason), reason=self.reason)
+            raise LeaseLostError("fencelock: lease on %r lost: %s" % (self.key, self.reason), reason=self.reason,
+                                 cause=self.cause, key=self.key)
 
     def _k(self) -> _AsyncKeeper:
         if self._keeper is None:
-            raise LeaseLostError("fencelock: lease on %r not acquired" % self.key, reason="not acquired")
+            raise LeaseLostError("fencelock: lease on %r not acquired" % self.key, reason="not acquired",
+                                 cause="not_acquired", key=self.key)
         return self._keeper
 
     async def acquire(self) -> "AsyncLease":
@@ -582,42 +720,41 @@ class AsyncLease:
         sent = time.monotonic()
         try:
             g = await c.acquire(self.key, holder, self.ttl, wait=self.wait, lock_delay=self.lock_delay,
-                                permits=self.permits, mode=self.mode)
+                                permits=self.permits, mode=self.mode, allow_long=self.allow_long)
         except FencelockError:
             raise
         except BaseException:
             if self.wait > 0 and generated:
                 await asyncio.shield(self._release_quietly(0))
             raise
-        if time.monotonic() - sent >= self.ttl / 3:
+        b = budget_for(self.ttl)
+        if time.monotonic() - sent >= b.every:
+            # A queued grant is dated only by when we asked: an extension dates it afresh.
             again = time.monotonic()
             try:
-                g = await c.extend(self.key, holder, g.token, self.ttl)
+                g = await c.extend(self.key, holder, g.token, self.ttl, allow_long=self.allow_long)
             except NotHeldError as e:
                 raise LeaseLostError("fencelock: lease on %r lost right after the wait: %s" % (self.key, e.message),
-                                     reason=e.message)
+                                     reason=e.message, cause="not_held", key=self.key)
             sent = again
-            if time.monotonic() - sent >= self.ttl / 2:
+            if time.monotonic() - sent >= b.give_up:
                 await self._release_quietly(g.token)
                 raise LeaseLostError("fencelock: lease on %r: the extension after the wait came too late" % self.key,
-                                     reason="expired")
+                                     reason="expired: the extension after the wait came too late", cause="expired",
+                                     key=self.key)
         self.grant = g
-        token = g.token
+        token, ttl, allow_long = g.token, self.ttl, self.allow_long
 
         async def send(addr: str, timeout: float) -> Callable[[], None]:
-            ext = await c._run(_wire.extend_req(self.key, holder, token, self.ttl, at=addr), timeout=timeout)
+            ext = await c._run(_wire.extend_req(self.key, holder, token, ttl, at=addr, allow_long=allow_long),
+                               timeout=timeout)
 
             def confirm() -> None:
                 self.grant = ext
 
             return confirm
 
-        def refused(e: FencelockError) -> str:
-            if isinstance(e, NotHeldError):
-                return "the server no longer has this grant: " + e.message
-            return "extend refused: %s (%s)" % (e.message, e.code or e.status)
-
-        self._keeper = _AsyncKeeper(c, self.ttl, sent, send, refused=refused, on_lost=self._on_lost)
+        self._keeper = _AsyncKeeper(c, self.ttl, sent, send, on_lost=self._on_lost)
         self._keeper.start()
         return self
 
@@ -627,12 +764,19 @@ class AsyncLease:
         if self._closed or self._keeper is None or self.grant is None:
             return
         self._closed = True
-        held = await self._keeper.stop("released")
-        lost = "" if held else self._keeper.reason
-        ok = await self.client.release(self.key, self.holder, self.grant.token,
-                                       deadline=time.monotonic() + self.client.timeout)
-        if lost:
-            raise LeaseLostError("fencelock: lease on %r lost: %s" % (self.key, lost), reason=lost)
+        k = self._keeper
+        held = await k.stop("released")
+        lost = None if held else LeaseLostError("fencelock: lease on %r lost: %s" % (self.key, k.reason),
+                                                reason=k.reason, cause=k.cause, key=self.key)
+        try:
+            ok = await self.client.release(self.key, self.holder, self.grant.token,
+                                           deadline=time.monotonic() + self.client.timeout)
+        except FencelockError as e:
+            if lost is not None:
+                raise lost from e
+            raise
+        if lost is not None:
+            raise lost
         if not ok:
             raise NotHeldError("fencelock: the server had no live lease on %r with token %d to release"
                                % (self.key, self.grant.token), code="not_held")
@@ -664,8 +808,8 @@ class AsyncSession:
     """The asyncio flavour of :class:`fencelock.Session`: many locks, one keep-alive task.
 
     >>> async with AsyncSession(c, "batch", ttl=15) as s:             # doctest: +SKIP
-    ...     a = await s.acquire("jobs/a")
-    ...     b = await s.acquire("jobs/b", wait=FOREVER)
+    ...     a = await s.acquire("jobs/a")            # waits its turn
+    ...     b = await s.acquire("jobs/b", wait=0)    # try once
     ...     x, y = await s.acquire_all(["acct/1", "acct/2"])
     """
 
@@ -675,13 +819,13 @@ class AsyncSession:
         holder: Optional[str] = None,
         ttl: float = DEFAULT_TTL,
         *,
+        allow_long: bool = False,
         on_lost: Optional[Callable[[str], None]] = None,
     ) -> None:
-        if not ttl > 0:
-            raise ValueError("fencelock: ttl must be positive")
         self.client = client
         self.holder = holder or ""
-        self.ttl = float(ttl)
+        self.ttl = _wire.check_ttl(ttl, allow_long=allow_long)
+        self.allow_long = allow_long
         self.id = 0
         self.info: Optional[SessionInfo] = None
         self._on_lost = on_lost
@@ -691,22 +835,24 @@ class AsyncSession:
 
     @property
     def lost(self) -> bool:
-        """True once the session ended: lost, or closed."""
+        """True once the session ended: lost, or closed; reads the clock."""
         if self._keeper is None:
             return False
-        self._keeper.check()
-        return self._keeper.ended.is_set()
+        return self._keeper.check()
 
     @property
     def lost_event(self) -> asyncio.Event:
         """Set when the session ends."""
-        if self._keeper is None:
-            raise SessionLostError("fencelock: session not open", reason="not open")
-        return self._keeper.ended
+        return self._k().ended
+
+    @property
+    def cause(self) -> str:
+        """Why it ended, in one word ("closed" after close)."""
+        return self._keeper.cause if self._keeper else ""
 
     @property
     def reason(self) -> str:
-        """Why it ended ("closed" after close)."""
+        """Why it ended, in a sentence."""
         return self._keeper.reason if self._keeper else ""
 
     @property
@@ -714,29 +860,43 @@ class AsyncSession:
         """Extensions confirmed so far."""
         return self._keeper.extensions if self._keeper else 0
 
+    def extended(self) -> asyncio.Event:
+        """An event set when the next extension is confirmed."""
+        return self._k().extended()
+
     def safe_until(self) -> float:
-        """TTL/2 after the send of the last confirmed extension (``time.monotonic()``)."""
-        if self._keeper is None:
-            raise SessionLostError("fencelock: session not open", reason="not open")
-        return self._keeper.state.deadline()
+        """0.89×TTL after the send of the last confirmed extension (``time.monotonic()``)."""
+        return self._k().core.deadline()
+
+    def stop_by(self) -> float:
+        """0.99×TTL after that send."""
+        return self._k().core.stop_by()
+
+    def held_until(self) -> float:
+        """TTL after that send: the earliest the server may end the session."""
+        return self._k().core.held_until()
 
     def ensure(self) -> None:
         """Raise :class:`SessionLostError` if the session has ended."""
-        if self._keeper is None:
-            raise SessionLostError("fencelock: session not open", reason="not open")
+        self._k()
         if self.lost:
             raise self._lost_error()
 
+    def _k(self) -> _AsyncKeeper:
+        if self._keeper is None:
+            raise SessionLostError("fencelock: session not open", reason="not open", cause="not_open")
+        return self._keeper
+
     def _lost_error(self) -> SessionLostError:
-        said = "closed" if self.reason == "closed" else "lost: " + self.reason
-        return SessionLostError("fencelock: session %d %s" % (self.id, said), reason=self.reason)
+        said = "closed" if self.cause == "closed" else "lost: " + self.reason
+        return SessionLostError("fencelock: session %d %s" % (self.id, said), reason=self.reason, cause=self.cause)
 
     async def open(self) -> "AsyncSession":
         """Open the session and start its keep-alive task; what ``async with`` does on entry."""
         c = self.client
         self.holder, _ = await c.own_holder(self.holder)
         sent = time.monotonic()
-        self.info = await c.open_session(self.holder, self.ttl)
+        self.info = await c.open_session(self.holder, self.ttl, allow_long=self.allow_long)
         self.id = self.info.id
         holder, sid = self.holder, self.id
 
@@ -748,12 +908,7 @@ class AsyncSession:
 
             return confirm
 
-        def refused(e: FencelockError) -> str:
-            if isinstance(e, NoSessionError):
-                return "the server no longer has this session: " + e.message
-            return "session extend refused: %s (%s)" % (e.message, e.code or e.status)
-
-        self._keeper = _AsyncKeeper(c, self.ttl, sent, send, refused=refused, on_lost=self._on_lost)
+        self._keeper = _AsyncKeeper(c, self.ttl, sent, send, what="session extend", on_lost=self._on_lost)
         self._keeper.on_end(self._ended)
         self._keeper.start()
         return self
@@ -784,9 +939,11 @@ class AsyncSession:
     ) -> None:
         await self.close()
 
-    async def acquire(self, key: str, *, wait: float = 0.0, lock_delay: float = 0.0) -> "AsyncSessionLock":
-        """Take ``key`` under the session (``wait`` as :meth:`fencelock.Session.acquire`)."""
+    async def acquire(self, key: str, *, wait: Optional[float] = None, lock_delay: float = 0.0) -> "AsyncSessionLock":
+        """Take ``key`` under the session (``wait`` as :meth:`fencelock.Session.acquire`:
+        None, the default, as long as it takes; 0 once)."""
         self.ensure()
+        wait = _wire.check_wait(wait)
         task = asyncio.ensure_future(
             self.client.acquire(key, self.holder, wait=wait, session=self.id, lock_delay=lock_delay))
         self._waits.add(task)
@@ -813,17 +970,23 @@ class AsyncSession:
             await self.client.release(key, self.holder, deadline=time.monotonic() + 2.0)
 
     async def acquire_all(
-        self, keys: Sequence[str], *, wait: float = 0.0, lock_delay: float = 0.0
+        self, keys: Sequence[str], *, wait: Optional[float] = None, lock_delay: float = 0.0
     ) -> List["AsyncSessionLock"]:
-        """Take every key under the session in one command, or none."""
+        """Take every key under the session in one command, or none (retried for ``wait``:
+        None, the default, as long as it takes; the retries stop when the session ends)."""
         self.ensure()
-        try:
-            gs = await self.client.acquire_all(keys, self.holder, session=self.id, lock_delay=lock_delay,
-                                               retry_for=wait)
-        except FencelockError as e:
-            if self.lost:
-                raise self._lost_error() from e
-            raise
+        wait = _wire.check_wait(wait)
+        end = time.monotonic() + wait
+        while True:
+            try:
+                gs = await self.client.acquire_all(keys, self.holder, session=self.id, lock_delay=lock_delay,
+                                                   wait=max(0.0, min(end - time.monotonic(), 1.0)))
+                break
+            except FencelockError as e:
+                if self.lost:
+                    raise self._lost_error() from e
+                if end - time.monotonic() <= 0 or e.code not in ("held", "lock_delay"):
+                    raise
         return [AsyncSessionLock(self, g) for g in gs]
 
 
@@ -842,10 +1005,16 @@ class AsyncSessionLock:
         """True once released, or once the session ended."""
         return self._released or self.session.lost
 
+    @property
+    def cause(self) -> str:
+        """Why it ended, in one word: "released", or the session's cause."""
+        return "released" if self._released else self.session.cause
+
     def ensure(self) -> None:
         """Raise :class:`SessionLostError` once released or once the session ended."""
         if self._released:
-            raise SessionLostError("fencelock: lock on %r released" % self.key, reason="released")
+            raise SessionLostError("fencelock: lock on %r released" % self.key, reason="released",
+                                   cause="released", key=self.key)
         self.session.ensure()
 
     async def release(self) -> None:
@@ -975,18 +1144,20 @@ class AsyncElection:
     ...     print(ld.candidate, ld.token)
     """
 
-    def __init__(self, client: AsyncClient, name: str, *, ttl: float = DEFAULT_TTL) -> None:
+    def __init__(self, client: AsyncClient, name: str, *, ttl: float = DEFAULT_TTL, allow_long: bool = False) -> None:
         self.client = client
         self.name = name
-        self.ttl = ttl
+        self.ttl = _wire.check_ttl(ttl, allow_long=allow_long)
+        self.allow_long = allow_long
 
     async def campaign(
-        self, candidate: str, *, wait: float = FOREVER, on_lost: Optional[Callable[[str], None]] = None
+        self, candidate: str, *, wait: Optional[float] = None, on_lost: Optional[Callable[[str], None]] = None
     ) -> AsyncLeader:
         """Queue ``candidate`` and return once it is elected."""
         if not candidate:
             raise InvalidError("fencelock: a candidate needs a name", code="invalid_argument", field="holder")
-        leader = AsyncLeader(self.client, self.name, candidate, self.ttl, wait=wait, on_lost=on_lost)
+        leader = AsyncLeader(self.client, self.name, candidate, self.ttl, wait=wait, allow_long=self.allow_long,
+                             on_lost=on_lost)
         await leader.acquire()
         return leader
 
@@ -1006,8 +1177,8 @@ class AsyncElection:
             try:
                 async for ev in w:
                     if ev.type == "granted":
-                        yield Leadership(ev.holder, ev.token, ev.revision, ev.at_ms)
+                        yield Leadership(ev.holder, ev.token, ev.revision, ev.at)
                     elif ev.type in ("released", "expired"):
-                        yield Leadership("", 0, ev.revision, ev.at_ms)
+                        yield Leadership("", 0, ev.revision, ev.at)
             except CompactedError:
                 continue

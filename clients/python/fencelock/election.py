@@ -13,7 +13,7 @@ import threading
 from types import TracebackType
 from typing import Callable, Iterator, Optional, Type
 
-from ._wire import DEFAULT_TTL, FOREVER, Leadership
+from ._wire import DEFAULT_TTL, Leadership, check_ttl
 from .client import Client
 from .errors import CompactedError, FencelockError, InvalidError
 from .lease import Lease
@@ -26,10 +26,10 @@ class Leader(Lease):
     """An elected candidate: a :class:`Lease` on the election's key.
 
     ``token`` is the fencing token of this leadership; ``lost_event`` is
-    set when leadership ends, at the latest TTL/2 after the last confirmed
-    extension was sent, which leaves at least TTL/2 to stop before another
-    candidate can be elected. :meth:`resign` hands over to the next
-    candidate in the same committed step.
+    set when leadership ends, at the latest 0.89×TTL after the last
+    confirmed extension was sent, which leaves TTL/10 to stop (``stop_by()``)
+    before another candidate can be elected. :meth:`resign` hands over to
+    the next candidate in the same committed step.
     """
 
     @property
@@ -59,25 +59,27 @@ class Election:
     ...         leader.ensure()                   # LeaseLostError: no longer the leader
     ...         db.write(job, leader.token)       # the fence refuses a deposed leader's token
     >>> e.leader()                                # who leads now
-    Leadership(candidate='worker-8', token=12, revision=Revision(index=40, seq=2), at_ms=0)
+    Leadership(candidate='worker-8', token=12, revision=Revision('40.2'), at=0.0)
     >>> for ld in e.observe():                    # now, then every change
     ...     print(ld.candidate or "(nobody)", ld.token)
     """
 
-    def __init__(self, client: Client, name: str, *, ttl: float = DEFAULT_TTL) -> None:
+    def __init__(self, client: Client, name: str, *, ttl: float = DEFAULT_TTL, allow_long: bool = False) -> None:
         self.client = client
         self.name = name
-        self.ttl = ttl
+        self.ttl = check_ttl(ttl, allow_long=allow_long)
+        self.allow_long = allow_long
 
     def campaign(
-        self, candidate: str, *, wait: float = FOREVER, on_lost: Optional[Callable[[str], None]] = None
+        self, candidate: str, *, wait: Optional[float] = None, on_lost: Optional[Callable[[str], None]] = None
     ) -> Leader:
-        """Queue ``candidate`` and return once it is elected (``wait`` seconds at most:
-        :class:`HeldError` after). A candidate that gives up leaves the queue; one
-        already leading is re-elected under a new token."""
+        """Queue ``candidate`` and return once it is elected (``wait`` seconds at most,
+        None: as long as it takes; :class:`HeldError` after). A candidate that gives
+        up leaves the queue; one already leading is re-elected under a new token."""
         if not candidate:
             raise InvalidError("fencelock: a candidate needs a name", code="invalid_argument", field="holder")
-        leader = Leader(self.client, self.name, candidate, self.ttl, wait=wait, on_lost=on_lost)
+        leader = Leader(self.client, self.name, candidate, self.ttl, wait=wait, allow_long=self.allow_long,
+                        on_lost=on_lost)
         leader.acquire()
         return leader
 
@@ -140,9 +142,9 @@ class Observer:
             try:
                 for ev in w:
                     if ev.type == "granted":
-                        yield Leadership(ev.holder, ev.token, ev.revision, ev.at_ms)
+                        yield Leadership(ev.holder, ev.token, ev.revision, ev.at)
                     elif ev.type in ("released", "expired"):
-                        yield Leadership("", 0, ev.revision, ev.at_ms)
+                        yield Leadership("", 0, ev.revision, ev.at)
             except CompactedError:
                 continue  # read the present again
             except FencelockError as err:

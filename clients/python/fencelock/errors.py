@@ -6,18 +6,23 @@ raises the subclass of :class:`FencelockError` that the code maps to.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Optional
 
 
 class FencelockError(Exception):
     """Base of every error the client raises.
 
-    Attributes carry the server's error body when there was one: ``code``
-    (``"held"``, ``"not_held"``, ...), ``status`` (HTTP status), ``field``
-    (for ``invalid_argument``), ``holder`` and ``remaining_ms`` (for
-    ``held`` and ``lock_delay``), ``leader`` (for ``not_leader``), ``kind``
-    and ``permits`` (for ``kind_mismatch``) and ``compact_revision`` (for
-    ``compacted``, as text: ``"INDEX.SEQ"``).
+    Attributes carry the server's error body when there was one, with
+    times in seconds: ``code`` (``"held"``, ``"not_held"``, ...),
+    ``status`` (HTTP status), ``field`` (for ``invalid_argument``: the
+    argument of the Python call at fault, ``"ttl"`` for the wire's
+    ``ttl_ms``), ``key`` (the key the call was about), ``holder`` and
+    ``remaining`` (seconds; for ``held`` and ``lock_delay``), ``leader``
+    (for ``not_leader``), ``kind`` and ``permits`` (for
+    ``kind_mismatch``), ``compact_revision`` (for ``compacted``, as text:
+    ``"INDEX.SEQ"``) and ``quota``. ``raw`` is the error body as the
+    server sent it (``{}`` for an error of the client's own).
     """
 
     def __init__(
@@ -28,11 +33,14 @@ class FencelockError(Exception):
         status: int = 0,
         field: str = "",
         holder: str = "",
-        remaining_ms: Optional[int] = None,
+        remaining: Optional[float] = None,
         leader: str = "",
         kind: str = "",
         permits: int = 0,
         compact_revision: str = "",
+        key: str = "",
+        quota: str = "",
+        raw: Optional[Dict[str, Any]] = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -40,22 +48,31 @@ class FencelockError(Exception):
         self.status = status
         self.field = field
         self.holder = holder
-        self.remaining_ms = remaining_ms
+        self.remaining = remaining
         self.leader = leader
         self.kind = kind
         self.permits = permits
         self.compact_revision = compact_revision
+        self.key = key
+        self.quota = quota
+        self.raw: Dict[str, Any] = dict(raw or {})
 
     def __str__(self) -> str:
         return self.message
 
 
 class InvalidError(FencelockError):
-    """400 ``invalid_argument``: a field is missing or out of range (``field`` names it)."""
+    """400 ``invalid_argument``, or refused by the client before sending: an
+    argument is missing or out of range (``field`` names it, as the
+    Python call spells it: ``"ttl"``, ``"wait"``, ``"mode"``, ``"ca"``...)."""
 
 
 class HeldError(FencelockError):
-    """409 ``held``: another holder has a live lease, or a wait elapsed."""
+    """409 ``held``: another holder has a live lease, or a wait elapsed.
+
+    ``holder`` names who holds the key and ``remaining`` how many seconds
+    its lease has left (when the server said); the message says both.
+    """
 
 
 class NotHeldError(FencelockError):
@@ -75,13 +92,16 @@ class UnreachableError(UnavailableError):
 
 
 class TLSMismatchError(UnreachableError):
-    """The server speaks TLS and the client did not (or the reverse).
+    """The server speaks TLS and the client did not (or the reverse), or the
+    client's TLS settings do not fit the server's.
 
     The message names the address and what to pass: ``ca=`` (or
     ``$FENCELOCK_CLIENT_CA``, or an ``https://`` address) for a server
-    that speaks TLS; an ``http://`` address for one that does not. It is
-    raised at once, without trying the other addresses: retrying cannot
-    cure a setting.
+    that speaks TLS; an ``http://`` address for one that does not;
+    ``cert=`` and ``key=`` for a server that asks for a client
+    certificate; ``ca=`` for a server whose certificate the client's CA
+    did not sign. It is raised at once, without trying the other
+    addresses: retrying cannot cure a setting.
     """
 
 
@@ -117,7 +137,7 @@ class TooManySessionsError(FencelockError):
 
 class LockDelayError(FencelockError):
     """409 ``lock_delay``: the key is in its lock-delay after a lease expired;
-    ``remaining_ms`` says for how long."""
+    ``remaining`` says for how many seconds more."""
 
 
 class CompactedError(FencelockError):
@@ -134,12 +154,20 @@ class TooManyWatchersError(FencelockError):
 class LeaseLostError(FencelockError):
     """A :class:`~fencelock.Lease` could not confirm it still holds its key.
 
-    ``reason`` says why (the same text as the lease's ``reason``).
+    ``cause`` says why in one word, as the lease's ``cause`` does:
+    ``"expired"`` (no extension confirmed in time, nothing failing: the
+    process was paused, say), ``"unreachable"`` or ``"unavailable"`` (the
+    extensions that were tried failed so), ``"not_held"`` (the server had
+    ended the lease), another code the server refused with, or
+    ``"released"`` for a lease its holder released. ``reason`` says it in
+    a sentence.
     """
 
-    def __init__(self, message: str, *, reason: str = "", code: str = "") -> None:
-        super().__init__(message, code=code)
+    def __init__(self, message: str, *, reason: str = "", cause: str = "", code: str = "",
+                 key: str = "") -> None:
+        super().__init__(message, code=code, key=key)
         self.reason = reason
+        self.cause = cause
 
 
 class SessionLostError(LeaseLostError):
@@ -163,6 +191,7 @@ _BY_CODE = {
     "not_leader": UnavailableError,
     "too_many_open_files": UnavailableError,
     "too_many_connections": UnavailableError,
+    "removed": UnavailableError,
     "internal": InternalError,
     "no_space": InternalError,
     "unauthenticated": UnauthenticatedError,
@@ -177,8 +206,12 @@ _BY_CODE = {
 }
 
 
-def error_for(status: int, body: Dict[str, Any]) -> FencelockError:
-    """The exception for an error answer: by its code, else by its HTTP status."""
+def error_for(status: int, body: Dict[str, Any], key: str = "") -> FencelockError:
+    """The exception for an error answer: by its code, else by its HTTP status.
+
+    Times become seconds and wire fields the Python arguments they come
+    from, in the attributes and in the message; ``raw`` keeps the body.
+    """
     code = str(body.get("code", ""))
     cls = _BY_CODE.get(code)
     if cls is None:
@@ -193,15 +226,62 @@ def error_for(status: int, body: Dict[str, Any]) -> FencelockError:
         else:
             cls = FencelockError
     rem = body.get("remaining_ms")
+    remaining = int(rem) / 1000 if rem is not None else None
+    holder = str(body.get("holder", ""))
+    wire_field = str(body.get("field", ""))
+    field = ARGUMENT.get(wire_field, wire_field)
+    message = in_seconds(str(body.get("error", "HTTP %d" % status)))
+    if field:
+        message = "%s (argument %s=)" % (message, field)
+    if code == "held" and holder:
+        by = "held by %s%s" % (holder, " for %.3gs more" % remaining if remaining is not None else "")
+        if "held by another holder" in message:
+            message = message.replace("held by another holder", by, 1)
+        else:
+            message = "%s (%s)" % (message, by)
+        if key and message.startswith("held by"):
+            message = "%r is %s" % (key, message)
+    if not message.startswith("fencelock: "):
+        message = "fencelock: " + message
     return cls(
-        str(body.get("error", "HTTP %d" % status)),
+        message,
         code=code,
         status=status,
-        field=str(body.get("field", "")),
-        holder=str(body.get("holder", "")),
-        remaining_ms=int(rem) if rem is not None else None,
+        field=field,
+        holder=holder,
+        remaining=remaining,
         leader=str(body.get("leader", "")),
         kind=str(body.get("kind", "")),
         permits=int(body.get("permits", 0) or 0),
         compact_revision=str(body.get("compact_revision", "")),
+        key=key,
+        quota=str(body.get("quota", "")),
+        raw=body,
     )
+
+
+# The Python argument each wire field of a request comes from.
+ARGUMENT = {
+    "ttl_ms": "ttl",
+    "wait_ms": "wait",
+    "lock_delay_ms": "lock_delay",
+    "id": "session",
+    "leases": "leases",
+}
+
+_MS_RANGE = re.compile(r"\b(\w+)_ms must be between (\d+) and (\d+)")
+_MS = re.compile(r"\b(\d+) ?ms\b")
+
+
+def in_seconds(message: str) -> str:
+    """A server message with its milliseconds said in seconds, and its
+    ``*_ms`` fields named as the Python arguments.
+
+    >>> in_seconds("ttl_ms must be between 100 and 86400000")
+    'ttl must be between 0.1s and 86400s'
+    >>> in_seconds("granted to nobody for 1994 ms more")
+    'granted to nobody for 1.994s more'
+    """
+    message = _MS_RANGE.sub(lambda m: "%s must be between %gs and %gs" % (
+        ARGUMENT.get(m.group(1) + "_ms", m.group(1)), int(m.group(2)) / 1000, int(m.group(3)) / 1000), message)
+    return _MS.sub(lambda m: "%gs" % (int(m.group(1)) / 1000), message)

@@ -27,7 +27,7 @@ class DistributedLock:
     def acquire(self, key: str, holder_id: str, ttl: float) -> Optional[int]:
         """A NEW token if ``key`` is free, expired, or already ``holder_id``'s (a renewal); else None."""
         try:
-            return self.client.acquire(key, holder_id, ttl).token
+            return self.client.acquire(key, holder_id, ttl, wait=0).token
         except HeldError:
             return None
 

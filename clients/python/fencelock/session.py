@@ -5,8 +5,9 @@ A :class:`Session` is a lease of the server's own with an id; locks taken
 under it need no keep-alive of their own, and when it is closed or expires
 every one of them ends in one committed step, each key handed to its next
 waiter. One thread keeps it alive with the same rule as a
-:class:`~fencelock.Lease`: extend about every TTL/3, lost TTL/2 after the
-send of the last confirmed extension. Each lock still has its own fencing
+:class:`~fencelock.Lease`: extend on the Go client's schedule (TTL/3, or
+sooner to keep 1.5 s free for a failover), lost 0.89×TTL after the send
+of the last confirmed extension. Each lock still has its own fencing
 token: the session's id is not a token.
 """
 
@@ -18,9 +19,20 @@ from types import TracebackType
 from typing import Callable, List, Optional, Sequence, Set, Type
 
 from ._keeper import Keeper
-from ._wire import DEFAULT_TTL, FOREVER, Grant, SessionInfo, acquire_req, session_extend_req
+from ._wire import (
+    DEFAULT_TTL,
+    FOREVER,
+    MAX_WAIT_ROUND,
+    Grant,
+    SessionInfo,
+    acquire_req,
+    check_lock_delay,
+    check_ttl,
+    check_wait,
+    session_extend_req,
+)
 from .client import Client, _Hold
-from .errors import FencelockError, NoSessionError, NotHeldError, SessionLostError
+from .errors import FencelockError, NotHeldError, SessionLostError
 
 __all__ = ["Session", "SessionLock", "FOREVER"]
 
@@ -29,19 +41,22 @@ class Session:
     """A server-side session kept alive by one thread; open it with ``with`` or :meth:`open`.
 
     >>> with Session(client, "batch", ttl=15) as s:                   # doctest: +SKIP
-    ...     a = s.acquire("jobs/a")                 # try once (HeldError)
-    ...     b = s.acquire("jobs/b", wait=FOREVER)   # wait in the FIFO
+    ...     a = s.acquire("jobs/a")                 # waits its turn in the FIFO
+    ...     b = s.acquire("jobs/b", wait=0)         # try once (HeldError)
     ...     x, y = s.acquire_all(["acct/1", "acct/2"])
     ...     work(a.token, b.token)                  # each lock has its own token
     ...     s.ensure()                              # SessionLostError once lost
 
     ``holder`` (default: a new ``hostname-pid-random`` name, prefixed with
     the caller's principal under ACLs) is carried by every lock under it.
-    ``ttl`` (seconds, 0.1 to 86400) is fixed when it opens. ``lost``,
-    ``reason`` and ``lost_event`` say whether and why it ended;
-    ``on_lost(reason)`` is called once, from the keep-alive thread, when it
-    is lost (not when it is closed). Exit closes it on the server, which
-    releases every lock under it.
+    ``ttl`` (seconds, 0.1 to 3600; up to a day with ``allow_long=True``)
+    is fixed when it opens. ``lost``, ``cause`` (``"expired"``,
+    ``"unreachable"``, ``"unavailable"``, ``"no_session"``, another code
+    the server refused with, or ``"closed"``), ``reason`` and
+    ``lost_event`` say whether and why it ended; ``on_lost(reason)`` is
+    called once, from the keep-alive thread, when it is lost (not when it
+    is closed). Exit closes it on the server, which releases every lock
+    under it.
     """
 
     def __init__(
@@ -50,13 +65,13 @@ class Session:
         holder: Optional[str] = None,
         ttl: float = DEFAULT_TTL,
         *,
+        allow_long: bool = False,
         on_lost: Optional[Callable[[str], None]] = None,
     ) -> None:
-        if not ttl > 0:
-            raise ValueError("fencelock: ttl must be positive")
         self.client = client
         self.holder = holder or ""
-        self.ttl = float(ttl)
+        self.ttl = check_ttl(ttl, allow_long=allow_long)
+        self.allow_long = allow_long
         self.id = 0
         self.info: Optional[SessionInfo] = None
         self._on_lost = on_lost
@@ -69,12 +84,11 @@ class Session:
 
     @property
     def lost(self) -> bool:
-        """True once the session ended: lost, or closed."""
+        """True once the session ended: lost, or closed; reads the clock."""
         k = self._keeper
         if k is None:
             return False
-        k.check()
-        return k.lost_event.is_set()
+        return k.check()
 
     @property
     def lost_event(self) -> threading.Event:
@@ -82,8 +96,13 @@ class Session:
         return self._k().lost_event
 
     @property
+    def cause(self) -> str:
+        """Why it ended, in one word ("" while alive; "closed" after close)."""
+        return self._keeper.cause if self._keeper else ""
+
+    @property
     def reason(self) -> str:
-        """Why it ended ("" while alive; "closed" after close)."""
+        """Why it ended, in a sentence that starts with :attr:`cause` ("" while alive)."""
         return self._keeper.reason if self._keeper else ""
 
     @property
@@ -91,30 +110,36 @@ class Session:
         """Extensions confirmed so far."""
         return self._keeper.extensions if self._keeper else 0
 
+    def extended(self) -> threading.Event:
+        """An event set when the next extension is confirmed."""
+        return self._k().extended()
+
     def safe_until(self) -> float:
-        """The ``time.monotonic()`` instant past which, unconfirmed, the session counts as lost."""
-        return self._k().safe_until()
+        """The ``time.monotonic()`` instant at which, unconfirmed, the session is declared lost:
+        0.89×TTL after the send of the last confirmed extension."""
+        return self._k().times()[0]
+
+    def stop_by(self) -> float:
+        """0.99×TTL after that send: everything under the session must have stopped by then."""
+        return self._k().times()[1]
 
     def held_until(self) -> float:
         """The earliest ``time.monotonic()`` instant at which the server may end the session."""
-        return self._k().held_until()
+        return self._k().times()[2]
 
     def ensure(self) -> None:
         """Raise :class:`SessionLostError` (a :class:`LeaseLostError`) if the session has ended."""
-        if self._keeper is None:
-            raise SessionLostError("fencelock: session not open", reason="not open")
+        self._k()
         if self.lost:
             raise self._lost_error()
 
     def _lost_error(self) -> SessionLostError:
-        return SessionLostError("fencelock: session %d %s" % (self.id, self._said()), reason=self.reason)
-
-    def _said(self) -> str:
-        return "closed" if self.reason == "closed" else "lost: " + self.reason
+        said = "closed" if self.cause == "closed" else "lost: " + self.reason
+        return SessionLostError("fencelock: session %d %s" % (self.id, said), reason=self.reason, cause=self.cause)
 
     def _k(self) -> Keeper:
         if self._keeper is None:
-            raise SessionLostError("fencelock: session not open", reason="not open")
+            raise SessionLostError("fencelock: session not open", reason="not open", cause="not_open")
         return self._keeper
 
     # ---- life -------------------------------------------------------
@@ -127,24 +152,19 @@ class Session:
         c = self.client
         self.holder, _ = c.own_holder(self.holder)
         sent = time.monotonic()
-        self.info = c.open_session(self.holder, self.ttl)
+        self.info = c.open_session(self.holder, self.ttl, allow_long=self.allow_long)
         self.id = self.info.id
         holder, sid = self.holder, self.id
 
-        def send(addr: str, timeout: float) -> Callable[[], None]:
-            info = c._run(session_extend_req(sid, holder, at=addr), timeout=timeout)
+        def send(addr: str, timeout: float, hold: _Hold) -> Callable[[], None]:
+            info = c._run(session_extend_req(sid, holder, at=addr), timeout=timeout, hold=hold)
 
             def confirm() -> None:
                 self.info = info
 
             return confirm
 
-        def refused(e: FencelockError) -> str:
-            if isinstance(e, NoSessionError):
-                return "the server no longer has this session: " + e.message
-            return "session extend refused: %s (%s)" % (e.message, e.code or e.status)
-
-        self._keeper = Keeper(c, self.ttl, sent, send, name="session-%d" % sid, refused=refused,
+        self._keeper = Keeper(c, self.ttl, sent, send, name="session-%d" % sid, what="session extend",
                               on_lost=self._on_lost)
         self._keeper.on_end(self._ended)
         self._keeper.start()
@@ -188,19 +208,23 @@ class Session:
 
     # ---- locks ------------------------------------------------------
 
-    def acquire(self, key: str, *, wait: float = 0.0, lock_delay: float = 0.0) -> "SessionLock":
+    def acquire(self, key: str, *, wait: Optional[float] = None, lock_delay: float = 0.0) -> "SessionLock":
         """Take ``key`` under the session: a :class:`SessionLock` with its own token.
 
-        >>> l = s.acquire("jobs/a")                    # try once         # doctest: +SKIP
+        >>> l = s.acquire("jobs/a")                    # as long as it takes  # doctest: +SKIP
         >>> l = s.acquire("jobs/a", wait=30)           # queue up to 30 s
-        >>> l = s.acquire("jobs/a", wait=FOREVER)      # as long as it takes
+        >>> l = s.acquire("jobs/a", wait=0)            # try once
 
-        Raises :class:`HeldError` (or :class:`LockDelayError`) when it
-        cannot have it, and :class:`SessionLostError` when the session has
-        ended, before or during the wait (a waiter queued under a session
-        leaves the queue when the session ends).
+        ``wait`` is seconds as for :meth:`Client.acquire` (None, the
+        default: as long as it takes). Raises :class:`HeldError` (or
+        :class:`LockDelayError`) when it cannot have it, and
+        :class:`SessionLostError` when the session has ended, before or
+        during the wait (a waiter queued under a session leaves the queue
+        when the session ends).
         """
         self.ensure()
+        wait = check_wait(wait)
+        check_lock_delay(lock_delay)
         c = self.client
         hold = _Hold()
         with self._mu:
@@ -208,7 +232,7 @@ class Session:
         try:
             end = time.monotonic() + wait
             while True:
-                rnd = min(end - time.monotonic(), 3600.0) if wait > 0 else 0.0
+                rnd = min(end - time.monotonic(), MAX_WAIT_ROUND) if wait > 0 else 0.0
                 req = acquire_req(key, self.holder, self.ttl, wait=max(rnd, 0.001) if wait > 0 else 0.0,
                                   session=self.id, lock_delay=lock_delay)
                 try:
@@ -236,24 +260,31 @@ class Session:
         return SessionLock(self, g)
 
     def acquire_all(
-        self, keys: Sequence[str], *, wait: float = 0.0, lock_delay: float = 0.0
+        self, keys: Sequence[str], *, wait: Optional[float] = None, lock_delay: float = 0.0
     ) -> List["SessionLock"]:
         """Take every key under the session in one command, or none.
 
         >>> a, b = s.acquire_all(["acct/1", "acct/2"])                  # doctest: +SKIP
 
-        A key held by another refuses the lot (:class:`HeldError`); with
-        ``wait`` > 0 the client retries for that long (see
-        :meth:`Client.acquire_all` for why it retries rather than queues).
+        A key held by another refuses the lot (:class:`HeldError`) once
+        ``wait`` has passed (None, the default: the client retries as long
+        as it takes; 0: once; see :meth:`Client.acquire_all` for why it
+        retries rather than queues). The retries stop when the session ends.
         """
         self.ensure()
-        try:
-            gs = self.client.acquire_all(keys, self.holder, session=self.id, lock_delay=lock_delay,
-                                         retry_for=wait)
-        except FencelockError as e:
-            if self.lost:
-                raise self._lost_error() from e
-            raise
+        wait = check_wait(wait)
+        end = time.monotonic() + wait
+        while True:
+            try:
+                # In slices, so that a session lost meanwhile stops the retries.
+                gs = self.client.acquire_all(keys, self.holder, session=self.id, lock_delay=lock_delay,
+                                             wait=max(0.0, min(end - time.monotonic(), 1.0)))
+                break
+            except FencelockError as e:
+                if self.lost:
+                    raise self._lost_error() from e
+                if end - time.monotonic() <= 0 or e.code not in ("held", "lock_delay"):
+                    raise
         return [SessionLock(self, g) for g in gs]
 
 
@@ -278,6 +309,13 @@ class SessionLock:
         return self._released or self.session.lost
 
     @property
+    def cause(self) -> str:
+        """Why it ended, in one word: "released", or the session's cause."""
+        if self._released:
+            return "released"
+        return self.session.cause
+
+    @property
     def reason(self) -> str:
         """Why it ended: "released", or the session's reason."""
         if self._released:
@@ -287,7 +325,8 @@ class SessionLock:
     def ensure(self) -> None:
         """Raise :class:`SessionLostError` once the session has ended (a :class:`LeaseLostError`)."""
         if self._released:
-            raise SessionLostError("fencelock: lock on %r released" % self.key, reason="released")
+            raise SessionLostError("fencelock: lock on %r released" % self.key, reason="released",
+                                   cause="released", key=self.key)
         self.session.ensure()
 
     def release(self) -> None:

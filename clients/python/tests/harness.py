@@ -13,7 +13,8 @@ import unittest
 import urllib.request
 import atexit
 import json
-from typing import Dict, List, Optional, Sequence
+import threading
+from typing import Callable, Dict, List, Optional, Sequence
 
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 _bin_dir = ""
@@ -59,14 +60,20 @@ class Server:
         self.addr = addr or "127.0.0.1:%d" % free_port()
         self.tls = tls
         self.token = ""  # sent by get() once ACLs are on
+        self.node = node
         self.log = open(os.path.join(self.dir, "server-%s.log" % node), "ab")
         argv = [binary(), "server", "--listen", self.addr, "--data", os.path.join(self.dir, "data-" + node),
                 "--log-level", "warn"]
         if tls is not None:
             argv += ["--cert", tls.path(node + ".pem"), "--key", tls.path(node + "-key.pem"), "--ca", tls.ca]
-        self.proc = subprocess.Popen(argv + list(args), stdout=self.log, stderr=subprocess.STDOUT)
+        self.argv = argv + list(args)
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
         if wait:
             self.wait_ready()
+
+    def restart(self) -> None:
+        """Start the process again on its data dir (after kill9), without waiting for it."""
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
 
     @property
     def url(self) -> str:
@@ -129,20 +136,69 @@ class Server:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Cluster:
-    """Three raft nodes on free loopback ports (``--peers``), one temp dir."""
+# What every node of a test cluster is started with besides its own
+# addresses and the cluster's secret (each Cluster makes its own, with
+# ``fencelock cluster secret``, in a file of mode 0600, as the README does).
+CLUSTER_ARGS: List[str] = []
 
-    def __init__(self, n: int = 3, *, tls: Optional["Certs"] = None, args: Sequence[str] = ()) -> None:
+
+class Cluster:
+    """Three raft nodes on free loopback ports (``--peers``), one temp dir,
+    one cluster secret.
+
+    With ``proxied``, each node's clients reach it through a
+    :class:`LinkProxy` of the test's, which the node advertises as its
+    address (``--advertise``), so that ``not_leader`` answers send clients
+    through the proxies too; ``proxy_addrs`` are what a client is given.
+    """
+
+    def __init__(self, n: int = 3, *, tls: Optional["Certs"] = None, args: Sequence[str] = (),
+                 proxied: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="fencelock-py-cluster-")
         self.tls = tls
+        secret = os.path.join(self.dir, "cluster.secret")
+        made = subprocess.run([binary(), "cluster", "secret"], check=True, stdout=subprocess.PIPE).stdout
+        with os.fdopen(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(made)
         ids = ["n%d" % (i + 1) for i in range(n)]
         raft = {i: "127.0.0.1:%d" % free_port() for i in ids}
         peers = ",".join("%s=%s" % (i, raft[i]) for i in ids)
         self.nodes: List[Server] = []
+        self.proxies: Dict[str, LinkProxy] = {}
         for i in ids:
-            self.nodes.append(Server(["--id", i, "--raft", raft[i], "--peers", peers] + list(args),
-                                     tls=tls, node=i, wait=False, dir=self.dir))
+            addr = "127.0.0.1:%d" % free_port()
+            extra = list(CLUSTER_ARGS) + ["--cluster-secret-file", secret]
+            if proxied:
+                self.proxies[i] = LinkProxy(addr)
+                extra += ["--advertise", self.proxies[i].addr]
+            self.nodes.append(Server(["--id", i, "--raft", raft[i], "--peers", peers] + extra + list(args),
+                                     addr=addr, tls=tls, node=i, wait=False, dir=self.dir))
         self.leader()
+
+    @property
+    def proxy_addrs(self) -> List[str]:
+        return [self.proxies[n.node].addr for n in self.nodes]
+
+    def proxy(self, node: Server) -> "LinkProxy":
+        return self.proxies[node.node]
+
+    def converge(self, limit: float = 30.0) -> Server:
+        """Wait until every live node follows the leader and has applied what it had; the leader."""
+        leader = self.leader(limit)
+        want = leader.get("/v1/cluster/members").get("applied_index", 0)
+        end = time.monotonic() + limit
+        for n in self.nodes:
+            while True:
+                try:
+                    m = n.get("/v1/cluster/members", timeout=1)
+                    if m.get("applied_index", 0) >= want and m.get("leader") == leader.node:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > end:
+                    raise RuntimeError("%s did not catch up to index %d" % (n.node, want))
+                time.sleep(0.02)  # polling for a follower, not deciding a result
+        return leader
 
     @property
     def addrs(self) -> List[str]:
@@ -167,7 +223,83 @@ class Cluster:
     def close(self) -> None:
         for n in self.nodes:
             n.close(keep_dir=True)
+        for p in self.proxies.values():
+            p.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LinkProxy:
+    """Forwards TCP connections from a free loopback port to ``target``.
+
+    :meth:`arm` shows it each chunk a client sends until the hook says it
+    acted: the chunk goes on to the node only after the hook returns, so a
+    hook that kills the node makes that request the one in flight.
+    """
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self._ln = socket.socket()
+        self._ln.bind(("127.0.0.1", 0))
+        self._ln.listen(64)
+        self.addr = "127.0.0.1:%d" % self._ln.getsockname()[1]
+        self._mu = threading.Lock()
+        self._hook: Optional[Callable[[bytes], bool]] = None
+        self._conns: List[socket.socket] = []
+        threading.Thread(target=self._serve, name="proxy-" + self.addr, daemon=True).start()
+
+    def arm(self, hook: Optional[Callable[[bytes], bool]]) -> None:
+        with self._mu:
+            self._hook = hook
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self._ln.accept()
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(self.target, timeout=2)
+                up.settimeout(None)
+            except OSError:
+                c.close()
+                continue
+            with self._mu:
+                self._conns += [c, up]
+            threading.Thread(target=self._pipe, args=(c, up, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(up, c, False), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if from_client:
+                    with self._mu:  # one hook at a time: it fires once
+                        if self._hook is not None and self._hook(b):
+                            self._hook = None
+                dst.sendall(b)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self) -> None:
+        self._ln.close()
+        with self._mu:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
 
 
 class Certs:

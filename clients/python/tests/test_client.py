@@ -6,11 +6,15 @@ import http.server
 import json
 import os
 import random
+import shutil
+import socket
+import tempfile
 import threading
 import time
 import unittest
 import urllib.request
 from typing import List, Optional
+from unittest import mock
 
 import fencelock
 from fencelock import (
@@ -23,6 +27,8 @@ from fencelock import (
     LeaseLostError,
     NotFoundError,
     NotHeldError,
+    Session,
+    SessionLock,
     StaleTokenError,
 )
 
@@ -50,6 +56,7 @@ def waiters(addr: str) -> int:
 
 class CallsTest(unittest.TestCase):
     srv: Server
+    c: Client
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -63,16 +70,20 @@ class CallsTest(unittest.TestCase):
     def test_grant_held_extend_release_check_list(self) -> None:
         c = self.c
         g = c.acquire("calls/a", "alice", 30)
-        self.assertEqual((g.key, g.holder, g.ttl_ms), ("calls/a", "alice", 30000))
+        self.assertEqual((g.key, g.holder, g.ttl), ("calls/a", "alice", 30.0))  # seconds
+        self.assertTrue(29 < g.remaining <= 30, g.remaining)
+        self.assertEqual(g.raw["ttl_ms"], 30000)  # the wire's, kept
+        self.assertFalse(hasattr(g, "ttl_ms") or hasattr(g, "remaining_ms"))
         self.assertGreater(g.token, 0)
         with self.assertRaises(HeldError) as cm:
-            c.acquire("calls/a", "bob", 30)
+            c.acquire("calls/a", "bob", 30, wait=0)
         self.assertEqual(cm.exception.holder, "alice")
         self.assertEqual(cm.exception.code, "held")
-        self.assertIsNotNone(cm.exception.remaining_ms)
+        self.assertTrue(0 < (cm.exception.remaining or 0) <= 30)
+        self.assertIn("'calls/a' is held by alice for", str(cm.exception))
 
         e = c.extend("calls/a", "alice", g.token, 60)
-        self.assertEqual((e.token, e.ttl_ms), (g.token, 60000))
+        self.assertEqual((e.token, e.ttl), (g.token, 60.0))
         with self.assertRaises(NotHeldError):
             c.extend("calls/a", "alice", g.token + 1000, 60)
         with self.assertRaises(NotHeldError):
@@ -104,11 +115,48 @@ class CallsTest(unittest.TestCase):
             self.assertTrue(c.release(k, "alice"))
         self.assertEqual(c.list("calls/"), [])
 
-    def test_invalid_names_field(self) -> None:
+    def test_invalid_names_the_argument(self) -> None:
         with self.assertRaises(InvalidError) as cm:
-            self.c.acquire("calls/bad", "alice", 0.05)
-        self.assertEqual(cm.exception.field, "ttl_ms")
-        self.assertEqual(cm.exception.status, 400)
+            self.c.acquire("calls/bad", "alice", 0.05)  # refused before it is sent
+        self.assertEqual(cm.exception.field, "ttl")
+        self.assertIn("ttl=0.05", str(cm.exception))
+        with self.assertRaises(InvalidError) as cm:
+            self.c.acquire("calls/bad", "alice", 30, mode="Read")  # type: ignore[arg-type]
+        self.assertEqual(cm.exception.field, "mode")
+        with self.assertRaises(InvalidError) as cm:
+            self.c.extend_batch("alice", 30, [("calls/bad", 1)] * 1001)  # the server's refusal
+        self.assertEqual((cm.exception.field, cm.exception.status), ("leases", 400))
+
+    def test_ttl_is_seconds_and_a_long_one_must_be_meant(self) -> None:
+        c = self.c
+        for ttl in (30000, 3600.5):
+            with self.assertRaises(InvalidError) as cm:
+                c.acquire("calls/long", "alice", ttl, wait=0)
+            self.assertEqual(cm.exception.field, "ttl")
+            self.assertIn("allow_long=True", str(cm.exception))
+            for make in (lambda: Lease(c, "calls/long", ttl=ttl), lambda: Session(c, ttl=ttl),
+                         lambda: c.open_session("alice", ttl), lambda: c.extend("calls/long", "alice", 1, ttl)):
+                with self.assertRaises(InvalidError):
+                    make()
+        with self.assertRaises(InvalidError) as cm:
+            c.acquire("calls/long", "alice", 30000)
+        self.assertIn("ttl=30000 is 8.33 hours: TTLs are seconds", str(cm.exception))
+        g = c.acquire("calls/long", "alice", 30000, wait=0, allow_long=True)
+        self.assertEqual(g.ttl, 30000.0)
+        with self.assertRaises(InvalidError) as cm:
+            c.acquire("calls/long", "alice", 86401, allow_long=True)  # the server's limit
+        self.assertIn("a day", str(cm.exception))
+        self.assertTrue(c.release("calls/long", "alice", g.token))
+        with self.assertRaises(InvalidError) as cm:
+            c.acquire("calls/long", "alice", 30, wait=-1)
+        self.assertEqual(cm.exception.field, "wait")
+
+    def test_mode_is_a_literal(self) -> None:
+        import typing
+
+        hints = typing.get_type_hints(Client.acquire)
+        self.assertEqual(hints["mode"], typing.Optional[typing.Literal["read", "write"]])
+        self.assertEqual(typing.get_type_hints(Lease.__init__)["mode"], hints["mode"])
 
     def test_wait_hand_off(self) -> None:
         c = self.c
@@ -139,7 +187,37 @@ class CallsTest(unittest.TestCase):
         with self.assertRaises(HeldError) as cm:
             self.c.acquire("wait/e", "bob", 30, wait=0.2)
         self.assertEqual(cm.exception.holder, "alice")
+        self.assertIn("held by alice", str(cm.exception))
         self.c.release("wait/e", "alice")
+
+    def test_acquire_lease_and_session_wait_by_default(self) -> None:
+        c = self.c
+        for name, take in [
+            ("acquire", lambda: c.acquire("wait/d", "bob", 30)),
+            ("Lease", lambda: Lease(c, "wait/d", "bob", ttl=30).acquire()),
+            ("Session.acquire", lambda: Session(c, "bob", ttl=30).open().acquire("wait/d")),
+        ]:
+            with self.subTest(name):
+                a = c.acquire("wait/d", "alice", 30)
+                got: List[object] = []
+                t = threading.Thread(target=lambda: got.append(take()))
+                t.start()
+                until(lambda: waiters(self.srv.addr) >= 1, "bob queued")
+                self.assertEqual(got, [])
+                self.assertTrue(c.release("wait/d", "alice", a.token))
+                t.join(BOUND)
+                self.assertFalse(t.is_alive())
+                h = got[0]
+                if isinstance(h, Lease):
+                    h.release()
+                elif isinstance(h, SessionLock):
+                    h.session.close()
+                else:
+                    c.release("wait/d", "bob")
+        c.acquire("wait/d", "alice", 30)
+        with self.assertRaises(HeldError):
+            c.acquire("wait/d", "bob", 30, wait=0)  # wait=0 tries once
+        c.release("wait/d", "alice")
 
     def test_lease_extends_and_releases(self) -> None:
         with Lease(self.c, "lease/ok", "alice", ttl=0.3) as lease:
@@ -150,7 +228,7 @@ class CallsTest(unittest.TestCase):
             lease.ensure()
             self.assertEqual(self.c.get("lease/ok").token, tok)  # extend keeps the token
         self.assertTrue(lease.lost)  # no longer safe to act on once released
-        self.assertEqual(lease.reason, "released")
+        self.assertEqual((lease.cause, lease.reason), ("released", "released"))
         with self.assertRaises(NotFoundError):
             self.c.get("lease/ok")
 
@@ -159,8 +237,10 @@ class CallsTest(unittest.TestCase):
             self.assertTrue(self.c.release("lease/gone", "alice", lease.token))
             self.assertTrue(lease.lost_event.wait(BOUND))
             self.assertIn("no longer has this grant", lease.reason)
-            with self.assertRaises(LeaseLostError):
+            self.assertEqual(lease.cause, "not_held")
+            with self.assertRaises(LeaseLostError) as cm:
                 lease.ensure()
+            self.assertEqual(cm.exception.cause, "not_held")
 
     def test_lease_waits_for_key(self) -> None:
         first = Lease(self.c, "lease/q", "alice", ttl=30).acquire()
@@ -202,8 +282,66 @@ class CallsTest(unittest.TestCase):
         self.assertFalse(lock.is_valid_token("seed/resource", t3))
 
 
+class ClientTest(unittest.TestCase):
+    """The client itself: addresses, TLS files, kept connections."""
+
+    def test_an_address_without_a_port_uses_7470(self) -> None:
+        self.assertEqual(Client("127.0.0.1", auth_token="").addrs, ["http://127.0.0.1:7470"])
+        self.assertEqual(Client("locks.example, 10.0.0.2:7471", auth_token="").addrs,
+                         ["http://locks.example:7470", "http://10.0.0.2:7471"])
+        self.assertEqual(Client("https://locks.example", auth_token="").addrs, ["https://locks.example:7470"])
+        self.assertEqual(Client("[::1]", auth_token="").addrs, ["http://[::1]:7470"])
+        for bad in ("ftp://x", "127.0.0.1:", "127.0.0.1:port", "http://"):
+            with self.assertRaises(InvalidError) as cm:
+                Client(bad, auth_token="")
+            self.assertEqual(cm.exception.field, "addrs")
+            self.assertIn(repr(bad), str(cm.exception))
+
+    def test_a_missing_tls_file_is_named(self) -> None:
+        tmp = tempfile.mkdtemp(prefix="fencelock-py-tls-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        ca = os.path.join(tmp, "ca.pem")
+        with self.assertRaises(InvalidError) as cm:
+            Client("127.0.0.1", ca=ca, auth_token="")
+        self.assertEqual(cm.exception.field, "ca")
+        self.assertIn("ca=%r: no such file" % ca, str(cm.exception))
+        with mock.patch.dict(os.environ, {"FENCELOCK_CLIENT_CA": ca}):
+            with self.assertRaises(InvalidError) as cm:
+                Client("127.0.0.1", auth_token="")
+        self.assertIn("$FENCELOCK_CLIENT_CA=%r: no such file" % ca, str(cm.exception))
+        with open(ca, "w") as f:
+            f.write("not a certificate\n")
+        with self.assertRaises(InvalidError) as cm:
+            Client("127.0.0.1", ca=ca, auth_token="")
+        self.assertIn("ca=%r: not a PEM CA certificate" % ca, str(cm.exception))
+        key = os.path.join(tmp, "alice-key.pem")
+        with self.assertRaises(InvalidError) as cm:
+            Client("127.0.0.1", ca="", cert=ca, key=key, auth_token="")
+        self.assertEqual(cm.exception.field, "key")
+        self.assertIn("key=%r: no such file" % key, str(cm.exception))
+
+    def test_connections_are_kept_and_closed(self) -> None:
+        srv = Server()
+        self.addCleanup(srv.close)
+        with Client(srv.addr, auth_token="") as c:
+            g = c.acquire("kept/k", "alice", 30)
+            for _ in range(20):
+                self.assertTrue(c.check("kept/k", g.token))
+            self.assertEqual(c._pool.dialed, 1)
+            # A kept connection the server closed meanwhile: the call goes on a new one.
+            conn, _ = c._pool.get(c.addrs[0])
+            assert conn is not None and conn.sock is not None
+            conn.sock.shutdown(socket.SHUT_RDWR)
+            c._pool.put(c.addrs[0], conn)
+            self.assertTrue(c.check("kept/k", g.token))
+            self.assertEqual(c._pool.dialed, 2)
+        self.assertEqual(c._pool._idle, {})  # closed on exit
+        self.assertTrue(c.release("kept/k", "alice", g.token))  # and usable again
+        c.close()
+
+
 class LostTest(unittest.TestCase):
-    """A frozen server: the lease must say it is lost within TTL/2 of its last confirmed send."""
+    """A frozen server: the lease must say it is lost 0.89 x TTL after its last confirmed send."""
 
     def setUp(self) -> None:
         self.srv = Server()
@@ -217,9 +355,11 @@ class LostTest(unittest.TestCase):
             self.srv.stop_process()
             self.assertTrue(lease.lost_event.wait(BOUND), "lease never marked lost")
             self.assertTrue(lease.lost)
-            self.assertIn("TTL/2", lease.reason)
-            with self.assertRaises(LeaseLostError):
+            self.assertEqual(lease.cause, "unreachable")  # its extensions got no answer
+            self.assertIn("0.89 x TTL", lease.reason)
+            with self.assertRaises(LeaseLostError) as cm:
                 lease.ensure()
+            self.assertEqual(cm.exception.cause, "unreachable")
         finally:
             self.srv.cont_process()
             lease.close()  # lost: no release sent, the thread has ended

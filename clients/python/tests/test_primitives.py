@@ -101,14 +101,14 @@ class PrimitivesTest(unittest.TestCase):
             self.assertTrue(all(c.check(l.key, l.token) for l in (a, b, d)))
             self.assertEqual([g.key for g in c.list("sess/")], ["sess/a", "sess/b", "sess/d"])
             with self.assertRaises(HeldError):
-                c.acquire("sess/a", "other", 10)
+                c.acquire("sess/a", "other", 10, wait=0)
             waiter = _Bg(lambda: c.acquire("sess/a", "other", 10, wait=BOUND))
             self.queued(1)
             b.release()  # one lock alone; the session and the others stay
             self.assertFalse(c.check("sess/b", b.token))
             self.assertTrue(b.lost and not a.lost)
         self.assertTrue(s.lost)
-        self.assertEqual(s.reason, "closed")
+        self.assertEqual((s.cause, s.reason), ("closed", "closed"))
         self.assertEqual(s.info.locks if s.info else -1, 2)  # the close released a and d
         got = waiter.result()  # handed a's key in the close's step
         self.assertEqual(got.holder, "other")
@@ -127,6 +127,7 @@ class PrimitivesTest(unittest.TestCase):
         c.close_session(s.id, s.holder)  # behind its back
         self.assertTrue(s.lost_event.wait(BOUND))
         self.assertIn("no longer has this session", s.reason)
+        self.assertEqual(s.cause, "no_session")
         self.assertEqual(lost, [s.reason])
         self.assertTrue(l.lost)
         with self.assertRaises(SessionLostError) as cm:
@@ -140,7 +141,7 @@ class PrimitivesTest(unittest.TestCase):
         c = self.c
         g = c.acquire("sesswait/k", "alice", 30)
         with Session(c, "bob", ttl=5) as s:
-            bg = _Bg(lambda: s.acquire("sesswait/k", wait=FOREVER))
+            bg = _Bg(lambda: s.acquire("sesswait/k"))  # waits by default
             self.queued(1)
             c.release("sesswait/k", "alice", g.token)
             l = bg.result()
@@ -160,12 +161,12 @@ class PrimitivesTest(unittest.TestCase):
         self.assertEqual(sorted([p1.slot, p2.slot]), [1, 2])
         self.assertEqual(p1.grant.kind if p1.grant else "", "semaphore")
         with self.assertRaises(HeldError):
-            Lease(c, "sem/gpu", permits=2).acquire()
+            Lease(c, "sem/gpu", permits=2, wait=0).acquire()
         with self.assertRaises(KindMismatchError) as cm:
-            Lease(c, "sem/gpu", permits=3).acquire()
+            Lease(c, "sem/gpu", permits=3, wait=0).acquire()
         self.assertEqual((cm.exception.kind, cm.exception.permits), ("semaphore", 2))
         with self.assertRaises(KindMismatchError):
-            c.acquire("sem/gpu", "x", 30)
+            c.acquire("sem/gpu", "x", 30, wait=0)
         third = Lease(c, "sem/gpu", permits=2, ttl=30, wait=FOREVER)
         bg = _Bg(third.acquire)
         self.queued(1)
@@ -178,7 +179,7 @@ class PrimitivesTest(unittest.TestCase):
         for p in (p2, third):
             p.release()
         with self.assertRaises(InvalidError) as ic:
-            c.acquire("sem/big", "x", 30, permits=1001)
+            c.acquire("sem/big", "x", 30, permits=1001, wait=0)
         self.assertEqual(ic.exception.field, "permits")
 
     def test_rwlock_readers_share_writer_waits_no_starvation(self) -> None:
@@ -191,7 +192,7 @@ class PrimitivesTest(unittest.TestCase):
         self.queued(1)
         # A queued writer holds back a reader that comes after it.
         with self.assertRaises(HeldError):
-            Lease(c, "rw/doc", mode="read").acquire()
+            Lease(c, "rw/doc", mode="read", wait=0).acquire()
         r3 = Lease(c, "rw/doc", mode="read", ttl=30, wait=FOREVER)
         rbg = _Bg(r3.acquire)
         self.queued(2)
@@ -207,7 +208,7 @@ class PrimitivesTest(unittest.TestCase):
         r3.release()
         r = Lease(c, "rw/doc2", mode="read", ttl=30).acquire()
         with self.assertRaises(KindMismatchError):
-            c.acquire("rw/doc2", "x", 30)  # a writer says mode="write"
+            c.acquire("rw/doc2", "x", 30, wait=0)  # a writer says mode="write"
         r.release()
 
     # ---- multi-key acquire and lock-delay -------------------------------
@@ -216,9 +217,9 @@ class PrimitivesTest(unittest.TestCase):
         c = self.c
         g = c.acquire("multi/b", "alice", 30)
         with self.assertRaises(HeldError):
-            c.acquire_all(["multi/a", "multi/b", "multi/c"], "bob", 30)
+            c.acquire_all(["multi/a", "multi/b", "multi/c"], "bob", 30, wait=0)
         self.assertEqual([x.key for x in c.list("multi/")], ["multi/b"])  # no partial hold
-        bg = _Bg(lambda: c.acquire_all(["multi/a", "multi/b", "multi/c"], "bob", 30, retry_for=BOUND))
+        bg = _Bg(lambda: c.acquire_all(["multi/a", "multi/b", "multi/c"], "bob", 30, wait=BOUND))
         c.release("multi/b", "alice", g.token)
         got = bg.result()
         self.assertEqual([x.key for x in got], ["multi/a", "multi/b", "multi/c"])
@@ -234,14 +235,17 @@ class PrimitivesTest(unittest.TestCase):
         g = c.acquire("delay/k", "alice", 0.2, lock_delay=1.5)
         until(lambda: not c.check("delay/k", g.token), "alice's lease expired")
         with self.assertRaises(LockDelayError) as cm:
-            c.acquire("delay/k", "bob", 10)
-        self.assertIsNotNone(cm.exception.remaining_ms)
-        self.assertGreater(cm.exception.remaining_ms or 0, 0)
+            c.acquire("delay/k", "bob", 10, wait=0)
+        self.assertIsNotNone(cm.exception.remaining)
+        self.assertGreater(cm.exception.remaining or 0, 0)
+        self.assertLessEqual(cm.exception.remaining or 0, 1.5)  # seconds
+        self.assertIn("s more", str(cm.exception))
+        self.assertNotIn(" ms", str(cm.exception))
         got: List[int] = []
 
         def bob_gets_it() -> bool:
             try:
-                got.append(c.acquire("delay/k", "bob", 10).token)
+                got.append(c.acquire("delay/k", "bob", 10, wait=0).token)
                 return True
             except LockDelayError:
                 return False

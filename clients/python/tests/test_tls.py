@@ -14,7 +14,6 @@ from typing import Any, List
 from unittest import mock
 
 from fencelock import (
-    FOREVER,
     Client,
     Election,
     HeldError,
@@ -24,7 +23,6 @@ from fencelock import (
     Session,
     TLSMismatchError,
     UnauthenticatedError,
-    UnreachableError,
 )
 from fencelock.aio import AsyncClient, AsyncLease, AsyncSession
 
@@ -81,7 +79,7 @@ class SecureClusterTest(unittest.TestCase):
             self.assertTrue(lease.holder.startswith("ci/"), lease.holder)  # generated, under the principal
             self.assertTrue(c.check("jobs/nightly", lease.token))
             with self.assertRaises(HeldError):
-                c.acquire("jobs/nightly", "ci/other", 5)
+                c.acquire("jobs/nightly", "ci/other", 5, wait=0)
         with Session(c, ttl=5) as s:
             self.assertTrue(s.holder.startswith("ci/"))
             a = s.acquire("jobs/s/a")
@@ -129,19 +127,41 @@ class SecureClusterTest(unittest.TestCase):
         with self.assertRaises(UnauthenticatedError):
             mallory.get("jobs/cert")
 
-    def test_refusals_at_the_handshake(self) -> None:
+    def test_refusals_at_the_handshake_name_what_to_pass(self) -> None:
         p = self.certs.path
-        no_cert = Client(self.cluster.addrs, ca=self.certs.ca, cert="", key="", auth_token=self.ci, rounds=1)
-        with self.assertRaises(UnreachableError) as cm:
-            no_cert.get("jobs/x")
-        self.assertNotIsInstance(cm.exception, TLSMismatchError)
-        other_ca = Client(self.cluster.addrs[0], ca="", cert=p("alice.pem"), key=p("alice-key.pem"), auth_token="",
-                          rounds=1)
-        with self.assertRaises(UnreachableError) as cm2:
+        no_cert = Client(self.cluster.addrs, ca=self.certs.ca, cert="", key="", auth_token=self.ci)
+        with self.assertRaises(TLSMismatchError) as cm:
+            no_cert.get("jobs/x")  # at once: no retry cures a setting
+        self.assertIn("asks for a client certificate: pass cert= and key=", str(cm.exception))
+        other_ca = Client(self.cluster.addrs[0], ca="", cert=p("alice.pem"), key=p("alice-key.pem"), auth_token="")
+        with self.assertRaises(TLSMismatchError) as cm2:
             other_ca.get("jobs/x")
         self.assertIn("CERTIFICATE_VERIFY_FAILED", str(cm2.exception))
-        with self.assertRaises(InvalidError):
+        self.assertIn("pass ca=", str(cm2.exception))
+        with self.assertRaises(InvalidError) as cm3:
             Client(self.cluster.addrs, ca=self.certs.ca, cert=p("alice.pem"), key="")
+        self.assertEqual(cm3.exception.field, "cert")
+        self.assertIn(p("alice.pem"), str(cm3.exception))
+
+        async def aio() -> str:
+            try:
+                await AsyncClient(self.cluster.addrs, ca=self.certs.ca, cert="", key="", auth_token=self.ci).get("k")
+            except TLSMismatchError as e:
+                return str(e)
+            return ""
+
+        self.assertIn("pass cert= and key=", asyncio.run(aio()))
+
+    def test_connections_are_kept_and_tls_sessions_resumed(self) -> None:
+        with self.client(token=self.ci) as c:
+            for _ in range(20):
+                c.check("jobs/kept", 1)
+            self.assertLessEqual(c._pool.dialed, len(self.cluster.addrs))  # not one per call
+        with self.client(token=self.ci, max_idle=0) as c:  # a connection per call: each resumes a session
+            for _ in range(5):
+                c.check("jobs/kept", 1)
+            self.assertGreaterEqual(c._pool.dialed, 5)
+            self.assertGreaterEqual(c._pool.resumed, 4)
 
     def test_plain_http_client_is_told_the_server_speaks_tls(self) -> None:
         addr = self.cluster.addrs[1]
@@ -189,28 +209,28 @@ class SecureClusterTest(unittest.TestCase):
         seen: List[str] = []
 
         async def main() -> None:
-            c = AsyncClient(self.cluster.addrs, ca=self.certs.ca, cert=p("mallory.pem"), key=p("mallory-key.pem"),
-                            auth_token=self.ci)
-            _, rev = await c.watch_list("jobs/aio/")
-            async with AsyncLease(c, "jobs/aio/lease", ttl=0.9) as lease:
-                self.assertTrue(lease.holder.startswith("ci/"))
-                await asyncio.sleep(0)
-                until_ext = time.monotonic() + BOUND
-                while lease.extensions < 2 and time.monotonic() < until_ext:
-                    await asyncio.sleep(0.02)
-                lease.ensure()
-                self.assertGreaterEqual(lease.extensions, 2)
-            async with AsyncSession(c, ttl=5) as s:
-                a = await s.acquire("jobs/aio/a")
-                w = asyncio.ensure_future(c.acquire("jobs/aio/a", "ci/waiter", 5, wait=FOREVER))
-                await asyncio.sleep(0.3)
-                self.assertFalse(w.done())
-            got = await w  # the session's close handed the key on
-            self.assertGreater(got.token, a.token)
-            async for ev in c.watch("jobs/aio/", after=rev, wait=5):
-                seen.append("%s %s" % (ev.type, ev.key))
-                if ev.type == "granted" and ev.holder == "ci/waiter":
-                    break
+            async with AsyncClient(self.cluster.addrs, ca=self.certs.ca, cert=p("mallory.pem"),
+                                   key=p("mallory-key.pem"), auth_token=self.ci) as c:
+                _, rev = await c.watch_list("jobs/aio/")
+                async with AsyncLease(c, "jobs/aio/lease", ttl=0.9) as lease:
+                    self.assertTrue(lease.holder.startswith("ci/"))
+                    await asyncio.sleep(0)
+                    until_ext = time.monotonic() + BOUND
+                    while lease.extensions < 2 and time.monotonic() < until_ext:
+                        await asyncio.sleep(0.02)
+                    lease.ensure()
+                    self.assertGreaterEqual(lease.extensions, 2)
+                async with AsyncSession(c, ttl=5) as s:
+                    a = await s.acquire("jobs/aio/a")
+                    w = asyncio.ensure_future(c.acquire("jobs/aio/a", "ci/waiter", 5))  # waits its turn
+                    await asyncio.sleep(0.3)
+                    self.assertFalse(w.done())
+                got = await w  # the session's close handed the key on
+                self.assertGreater(got.token, a.token)
+                async for ev in c.watch("jobs/aio/", after=rev, wait=5):
+                    seen.append("%s %s" % (ev.type, ev.key))
+                    if ev.type == "granted" and ev.holder == "ci/waiter":
+                        break
 
         asyncio.run(main())
         self.assertEqual(seen[0], "granted jobs/aio/lease")

@@ -104,7 +104,8 @@
     $('auth').hidden = true;
     $('main').hidden = false;
     if (mem.status === 200) renderMembers(mem.body);
-    if (ov.status === 200) {
+    const noLeader = leaderless(ov, mem);
+    if (ov.status === 200 && !noLeader) {
       banner(null);
       state.lastOk = performance.now();
       setLive('live', 'live');
@@ -122,6 +123,12 @@
       setLive('auth', 'permission denied');
       banner('error', '403 — ' + (b.error || 'permission denied') + '. ', 'Use another token');
       showNothing('The token does not allow reading these locks.');
+    } else if (noLeader) {
+      // Never green without a leader: nothing can be granted, extended or
+      // released, whatever this node answers.
+      setLive('error', 'no leader');
+      banner('error', quorumText(mem.status === 200 ? mem.body : null), null, null, null, 'no-leader');
+      showNothing('No leader: the locks are read on the leader, and there is none. The cluster table shows this node’s own view.');
     } else if (b.code === 'not_leader') {
       setLive('live', 'follower');
       const href = b.leader ? location.protocol + '//' + b.leader + '/ui/' : '';
@@ -131,6 +138,32 @@
       setLive('error', 'HTTP ' + ov.status);
       banner('error', (b.error || 'HTTP ' + ov.status) + (b.code ? ' (' + b.code + ')' : '') + '. Retrying.');
     }
+  }
+
+  // leaderless says whether the answering node knows no leader: its
+  // members answer says so (no_leader), or names none (a server that
+  // does not say); without a members answer, a not_leader that names
+  // no leader.
+  function leaderless(ov, mem) {
+    if (mem.status === 200) return !mem.body.removed && (!!mem.body.no_leader || !mem.body.leader);
+    return ov.status !== 200 && ov.body.code === 'not_leader' && !ov.body.leader;
+  }
+
+  // quorumText is the banner of a node without a leader: how many voters
+  // it has heard from against the quorum, as its members answer says.
+  function quorumText(m) {
+    if (!m || !Array.isArray(m.members) || !m.unreachable_after_ms) {
+      return 'No leader is known: nothing can be granted, extended or released until one is elected. Retrying.';
+    }
+    const voters = m.members.filter((x) => String(x.suffrage).toLowerCase() === 'voter');
+    const heard = voters.filter((x) => x.state === 'healthy' || x.state === 'leader').length;
+    const quorum = Math.floor(voters.length / 2) + 1;
+    const seen = m.node + ' has heard from ' + heard + ' of ' + voters.length + (voters.length === 1 ? ' voter' : ' voters') +
+      ' in the last ' + fmtDuration(m.unreachable_after_ms) + ' (itself included); a quorum is ' + quorum + '. ';
+    if (heard < quorum) {
+      return 'No quorum, no leader: ' + seen + 'Nothing can be granted, extended or released until a majority of the voters is back. The cluster table shows ' + m.node + '’s own view.';
+    }
+    return 'No leader: ' + seen + 'An election may be under way; nothing can be granted, extended or released until it ends.';
   }
 
   function askToken(msg) {
@@ -159,6 +192,7 @@
     // follows: the page never shows more time left than there is.
     const t0 = state.askedAt || performance.now();
     const locks = o.locks || [];
+    const delayed = o.delayed || []; // keys in their lock-delay: no lease, a queue held back
     // A key has one lease, or several: the holders of a semaphore's
     // permits, the readers of a read/write lock.
     const byKey = new Map();
@@ -167,11 +201,12 @@
       byKey.get(l.key).push(l);
     }
     $('stat-locks').textContent = locks.length + (o.more ? '+' : '');
-    $('stat-locks-sub').textContent = state.prefix ? 'under ' + state.prefix : 'live leases';
+    $('stat-locks-sub').textContent = (state.prefix ? 'under ' + state.prefix : 'live leases') +
+      (delayed.length ? ' · ' + delayed.length + (o.delayed_more ? '+' : '') + (delayed.length === 1 ? ' key' : ' keys') + ' in lock-delay' : '');
     // Waiting counts the waiters the page lists, so the tile and the
     // chips agree; the server's count of all queues (other prefixes, keys
     // a token may not read, keys past the page) is said beside it.
-    const waits = queuedWaits(locks);
+    const waits = queuedWaits(locks.concat(delayed));
     $('stat-queued').textContent = String(waits.total);
     $('stat-queued-sub').textContent = o.queued === waits.total ? (waits.total ? 'queued on the keys below' : 'acquires queued, all keys')
       : o.queued + ' queued in all, ' + waits.total + ' listed below';
@@ -185,15 +220,27 @@
     const body = $('locks-body');
     const frag = document.createDocumentFragment();
     state.rows = [];
+    // The keys in their lock-delay (no lease, their queues held back)
+    // go in among the leases, in key order.
+    const items = locks.map((l) => ({ key: l.key, l })).concat(delayed.map((d) => ({ key: d.key, d })));
+    items.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     let group = null;
     let lastKey = null;
-    for (const l of locks) {
-      const g = topPrefix(l.key);
+    for (const it of items) {
+      const g = topPrefix(it.key);
       if (g !== group) {
         group = g;
         const n = locks.filter((x) => topPrefix(x.key) === g).length;
-        frag.appendChild(el('tr', { class: 'group' }, [el('td', { colspan: '5' }, [(g || 'keys without a prefix') + ' · ' + n + (n === 1 ? ' lock' : ' locks')])]));
+        const nd = delayed.filter((x) => topPrefix(x.key) === g).length;
+        const label = (g || 'keys without a prefix') + ' · ' + n + (n === 1 ? ' lock' : ' locks') + (nd ? ' · ' + nd + ' in lock-delay' : '');
+        frag.appendChild(el('tr', { class: 'group' }, [el('td', { colspan: '5' }, [label])]));
       }
+      if (it.d) {
+        frag.appendChild(delayedRow(it.d, t0));
+        lastKey = it.key;
+        continue;
+      }
+      const l = it.l;
       const p = prevKeys && prevKeys.get(l.key);
       const fresh = prevKeys && (!p || !p.some((x) => x.token === l.token));
       // A key's queue is one, whatever its holders: it is drawn on the
@@ -202,8 +249,8 @@
       lastKey = l.key;
     }
     body.replaceChildren(frag);
-    $('locks').hidden = locks.length === 0;
-    $('empty').hidden = locks.length !== 0;
+    $('locks').hidden = items.length === 0;
+    $('empty').hidden = items.length !== 0;
     $('empty-prefix').textContent = state.prefix ? ' under ' + state.prefix : '';
     $('more').hidden = !o.more;
     $('more').textContent = 'Showing the first ' + locks.length + ' locks' + (state.prefix ? ' under ' + state.prefix : '') + '; narrow the prefix to see the others.';
@@ -235,12 +282,7 @@
     } else if (sameKey) {
       queue = el('span', { class: 'nowait' }, ['—']);
     } else {
-      const ws = (l.waiters || []).map((w, i) => el('span', { class: 'waiter', 'data-holder': w.holder, title: waiterTitle(w) }, [
-        el('span', { class: 'pos' }, [String(i + 1)]), w.holder, ...waiterKind(w), el('span', { class: 'age' }, [fmtDuration(w.waited_ms)]),
-      ]));
-      const total = waitersOn(l);
-      if (total > ws.length) ws.push(el('span', { class: 'waiter more' }, ['+' + (total - ws.length) + ' more']));
-      queue = ws.length ? el('div', { class: 'waiters' }, ws) : el('span', { class: 'nowait' }, ['—']);
+      queue = queueOf(l);
     }
     return el('tr', { class: 'lock' + (fresh ? ' fresh' : ''), 'data-key': l.key, 'data-token': String(l.token) }, [
       el('td', { class: 'key' }, [l.key, ...leaseKind(l)]),
@@ -248,6 +290,32 @@
       el('td', { class: 'token' }, tokenCell),
       el('td', {}, [box]),
       el('td', { class: 'waiters-cell' }, [queue]),
+    ]);
+  }
+
+  // queueOf is the chips of a key's queue, head first.
+  function queueOf(l) {
+    const ws = (l.waiters || []).map((w, i) => el('span', { class: 'waiter', 'data-holder': w.holder, title: waiterTitle(w) }, [
+      el('span', { class: 'pos' }, [String(i + 1)]), w.holder, ...waiterKind(w), el('span', { class: 'age' }, [fmtDuration(w.waited_ms)]),
+    ]));
+    const total = waitersOn(l);
+    if (total > ws.length) ws.push(el('span', { class: 'waiter more' }, ['+' + (total - ws.length) + ' more']));
+    return ws.length ? el('div', { class: 'waiters' }, ws) : el('span', { class: 'nowait' }, ['—']);
+  }
+
+  // delayedRow is a key in its lock-delay: no holder, no token, the
+  // delay counting down, and the waiters it holds back.
+  function delayedRow(d, t0) {
+    const text = el('span', { class: 'ttl-text' });
+    const fill = el('div', { class: 'ttl-fill' });
+    const box = el('div', { class: 'ttl', title: 'lock-delay: its lease expired, and nobody, its waiters included, is granted the key before the delay ends' }, [el('div', { class: 'ttl-bar' }, [fill]), text]);
+    state.rows.push({ text, fill, box, r0: d.remaining_ms, ttl: 60000, t0, ended: 'ending' });
+    return el('tr', { class: 'lock delayed', 'data-key': d.key, 'data-delayed': 'true' }, [
+      el('td', { class: 'key' }, [d.key, el('span', { class: 'kind-tag delay-tag', title: 'granted to nobody until its lock-delay ends; then its first waiter is' }, ['lock-delay'])]),
+      el('td', { class: 'holder nobody' }, ['nobody']),
+      el('td', { class: 'token' }, ['–']),
+      el('td', {}, [box]),
+      el('td', { class: 'waiters-cell' }, [queueOf(d)]),
     ]);
   }
 
@@ -334,7 +402,7 @@
     const now = performance.now();
     for (const r of state.rows) {
       const left = Math.max(0, r.r0 - (now - r.t0));
-      r.text.textContent = left > 0 ? fmtRemaining(left) : 'expiring';
+      r.text.textContent = left > 0 ? fmtRemaining(left) : r.ended || 'expiring';
       r.text.dataset.ms = String(Math.round(left));
       r.fill.style.width = (r.ttl > 0 ? Math.min(100, (100 * left) / r.ttl) : 0).toFixed(1) + '%';
       r.box.dataset.level = left <= 0 ? 'out' : left < r.ttl / 4 ? 'low' : 'ok';
@@ -413,7 +481,32 @@
 
   const WATCH_WAIT_MS = 20000;
   const WATCH_OFF = params.get('watch') === 'off'; // events from the polls only
-  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map(), filled: undefined };
+  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map(), filled: undefined, wait: 1000, polling: 0 };
+
+  // How long the next long-poll waits on the server. A long-poll keeps a
+  // request out all the time, and a browser that runs the page on virtual
+  // time (headless Chromium's --virtual-time-budget, for a screenshot or
+  // a dump) pauses that time while a request is out: the budget would
+  // never run out. So the wait starts at a second and doubles, up to
+  // WATCH_WAIT_MS, only while the page's own clock sees the server's empty
+  // answers take about as long as they waited. One that comes back at
+  // once on that clock means the page does not run in real time: the
+  // watch then asks without waiting, once a poll period, and tries a wait
+  // again a minute (of the page's time) later.
+  function watchWait() {
+    if (!watch.rev) return 0;
+    if (watch.polling > 0) { watch.polling--; return 0; }
+    return watch.wait;
+  }
+  function judgeWait(waited, took, empty) {
+    if (!(waited > 0) || !empty) return;
+    if (took < waited / 2) {
+      watch.wait = 1000;
+      watch.polling = Math.ceil(60000 / POLL_MS);
+    } else {
+      watch.wait = Math.min(WATCH_WAIT_MS, watch.wait * 2);
+    }
+  }
 
   function delay(ms) { return new Promise((r) => setTimeout(r, ms)); }
 
@@ -436,14 +529,21 @@
     watch.rev = '';
     while (gen === watch.gen) {
       if (state.paused) { await delay(250); continue; }
-      let q = '?limit=500&wait_ms=' + (watch.rev ? WATCH_WAIT_MS : 0);
+      const waitMs = watchWait();
+      if (watch.rev && waitMs === 0) {
+        await delay(POLL_MS); // polling: once a period
+        if (gen !== watch.gen) return;
+      }
+      let q = '?limit=500&wait_ms=' + waitMs;
       if (state.prefix) q += '&prefix=' + encodeURIComponent(state.prefix);
       if (watch.rev) q += '&after=' + encodeURIComponent(watch.rev);
       watch.cancel = new AbortController();
       let r = null;
-      try { r = await call('/v1/watch' + q, WATCH_WAIT_MS + 10000, watch.cancel.signal); } catch (_) { r = null; }
+      const sent = performance.now();
+      try { r = await call('/v1/watch' + q, waitMs + 10000, watch.cancel.signal); } catch (_) { r = null; }
       if (gen !== watch.gen) return;
       if (r && r.status === 200 && r.body.revision) {
+        judgeWait(waitMs, performance.now() - sent, !(r.body.events || []).length);
         if (watch.rev) {
           for (const ev of r.body.events || []) watchEvent(ev, true);
         } else if (watch.filled !== state.prefix) {
@@ -772,10 +872,12 @@
     $('members-body').replaceChildren(...rows);
     $('cluster-id').textContent = mb.cluster_id ? 'cluster ' + mb.cluster_id.slice(0, 8) : '';
     $('cluster-id').title = mb.cluster_id || '';
-    $('stat-leader').textContent = mb.leader || 'none';
+    const noLeader = !mb.removed && (!!mb.no_leader || !mb.leader);
+    $('stat-leader').textContent = noLeader ? 'none' : mb.leader;
+    $('stat-leader').dataset.state = noLeader ? 'none' : 'known';
     const n = (mb.members || []).length;
     const down = (mb.members || []).filter((m) => m.state === 'unreachable').length;
-    const sub = mb.leader ? [mb.leader_addr, n + (n === 1 ? ' node' : ' nodes')] : ['no leader known: writes wait'];
+    const sub = !noLeader ? [mb.leader_addr, n + (n === 1 ? ' node' : ' nodes')] : ['no leader: nothing is granted'];
     if (down) sub.push(down + ' unreachable');
     $('stat-leader-sub').textContent = sub.filter(Boolean).join(' · ');
     if (mb.applied_time_ms) clusterTimeSeen(mb.applied_time_ms);
@@ -789,14 +891,19 @@
     const out = [];
     if (m.state !== 'leader') out.push(el('span', { class: 'health', 'data-state': m.state, title: healthTitle(m, mb) }, [m.state]));
     const facts = [];
-    if (m.last_contact_ms !== undefined && m.last_contact_ms !== null) facts.push('heard ' + fmtDuration(m.last_contact_ms) + ' ago');
+    const self = m.id === mb.node;
+    if (self && mb.role) facts.push([mb.role, mb.term ? 'term ' + mb.term : '', 'applied ' + mb.applied_index].filter(Boolean).join(' · '));
+    if (m.last_contact_ms !== undefined && m.last_contact_ms !== null) facts.push('heard ' + fmtDuration(m.last_contact_ms) + ' ago' + (mb.local ? ' by ' + mb.node : ''));
+    else if (mb.local && !self && m.state === 'unknown') facts.push('never heard from by ' + mb.node);
     if (m.lag_entries !== undefined && m.lag_entries !== null) facts.push(m.lag_entries === 0 ? 'up to date' : m.lag_entries + (m.lag_entries === 1 ? ' entry' : ' entries') + ' behind');
     if (facts.length) out.push(el('div', { class: 'health-facts' }, [facts.join(' · ')]));
     return out;
   }
 
   function healthTitle(m, mb) {
-    const from = mb.health_from ? 'as ' + mb.health_from + ' (the leader) sees it' : 'no leader’s view could be had';
+    let from = mb.health_from ? 'as ' + mb.health_from + ' (the leader) sees it' : 'no leader’s view could be had';
+    if (mb.local) from = 'as ' + mb.node + ' itself last heard from it: no leader’s view could be had';
+    if (mb.local && m.state === 'healthy') return 'heard from within ' + fmtDuration(mb.unreachable_after_ms) + ', ' + from;
     if (m.state === 'unreachable') return 'not heard from for over ' + fmtDuration(mb.unreachable_after_ms) + ', ' + from;
     if (m.state === 'unknown') return 'not known: ' + from;
     return 'answering the leader’s heartbeats, ' + from;
@@ -824,10 +931,11 @@
     $('live-text').textContent = text;
   }
 
-  function banner(kind, text, action, href, linkText) {
+  function banner(kind, text, action, href, linkText, reason) {
     const b = $('banner');
-    if (!kind) { b.hidden = true; b.replaceChildren(); return; }
+    if (!kind) { b.hidden = true; b.replaceChildren(); delete b.dataset.reason; return; }
     b.dataset.kind = kind;
+    if (reason) b.dataset.reason = reason; else delete b.dataset.reason;
     const kids = [text];
     if (href) kids.push(el('a', { href }, [linkText]), '.');
     if (action) {

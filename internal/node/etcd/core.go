@@ -942,6 +942,10 @@ func (c *core) watchReceived(m *raftpb.Message) {
 		if p, ok := c.name(m.GetFrom()); ok {
 			c.watch.Heard(p.ID, m.GetTerm())
 		}
+	case raftpb.MsgVoteResp, raftpb.MsgPreVoteResp: // a candidate hears from the voters only this way
+		if p, ok := c.name(m.GetFrom()); ok {
+			c.watch.Voted(p.ID)
+		}
 	}
 }
 

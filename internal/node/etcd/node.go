@@ -186,7 +186,7 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 			return fmt.Errorf("etcd: raft transport: %w", err)
 		}
 		n.port = port
-		t := newTransport(port, cfg.TLS, c, node.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
+		t := newTransport(port, c, node.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
 		n.tr = t
 		n.closers = append(n.closers, t)
 		c.setSend(t.send)
@@ -440,6 +440,23 @@ func (n *Node) Peers() (peers []replica.PeerStatus, ok bool) {
 		return nil, false
 	}
 	return c.watch.Status(ids, c.term.Load(), last, n.UnreachableAfter(), former), true
+}
+
+// Contacts is every other member as this node itself last heard from
+// it, whatever its role now, in the configuration's order: the answers
+// to its appends and votes, and the messages of the leader it follows or
+// last followed.
+func (n *Node) Contacts() []replica.PeerStatus {
+	c := n.core
+	servers, err := n.Configuration()
+	if err != nil {
+		return nil
+	}
+	var leader node.FormerLeader
+	if p, ok := c.name(c.otherLead.Load()); ok {
+		leader = node.FormerLeader{ID: p.ID, Heard: time.Unix(0, c.contact.Load())}
+	}
+	return c.watch.Contacts(node.OtherIDs(servers, n.cfg.NodeID), n.UnreachableAfter(), leader)
 }
 
 // UnreachableAfter is how long a leader waits for a peer's answer before

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/replica"
@@ -77,15 +78,18 @@ func (nw *etcdTestNet) detach(id uint64) {
 // etcdCluster is Nodes over one etcdTestNet, used through
 // Replicator, and what they acknowledged.
 type etcdCluster struct {
-	t     *testing.T
-	net   *etcdTestNet // nil: members talk over their raft ports (transport)
-	ca    *tlstest.CA  // with net nil: the raft ports run TLS with node certificates from it
-	addrs map[string]string
-	lns   map[string]net.Listener // each member's first listener, made before any starts
-	peers []node.Peer
-	names []string // in start order
-	ms    map[string]*etcdMember
-	acked []etcdAck
+	t   *testing.T
+	net *etcdTestNet // nil: members talk over their raft ports (transport)
+	ca  *tlstest.CA  // with net nil: the raft ports run TLS with node certificates from it
+	// secret, with net nil and no ca: the raft ports run TLS with the
+	// secret's certificates; with neither, plain TCP (InsecureRaft).
+	secret *clustersecret.Secret
+	addrs  map[string]string
+	lns    map[string]net.Listener // each member's first listener, made before any starts
+	peers  []node.Peer
+	names  []string // in start order
+	ms     map[string]*etcdMember
+	acked  []etcdAck
 	// edit, when set, changes each member's Config before its first
 	// start.
 	edit func(*node.Config)
@@ -109,6 +113,17 @@ func newEtcdCluster(t *testing.T, names ...string) *etcdCluster {
 	cl := &etcdCluster{t: t, net: &etcdTestNet{deliver: map[uint64]func(*raftpb.Message){}, cut: map[uint64]bool{},
 		snaps: map[uint64]int{}},
 		ms: map[string]*etcdMember{}}
+	return cl.boot(names)
+}
+
+// newEtcdSecretCluster is newEtcdCluster over raft ports on loopback
+// that run TLS with a cluster secret's certificates.
+func newEtcdSecretCluster(t *testing.T, names ...string) *etcdCluster {
+	s, err := clustersecret.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &etcdCluster{t: t, secret: &s, ms: map[string]*etcdMember{}}
 	return cl.boot(names)
 }
 
@@ -167,6 +182,16 @@ func (cl *etcdCluster) start(name string, join bool) *etcdMember {
 		cfg.Peers, cfg.Join = cl.peers, join
 		if join {
 			cfg.Peers = nil
+		}
+		switch {
+		case cl.secret != nil:
+			c, err := clustersecret.NewCredential(*cl.secret, nil, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.TLS = c
+		case cl.ca == nil:
+			cfg.InsecureRaft = true
 		}
 		if cl.ca != nil {
 			f := tlstest.Write(t, t.TempDir(), name, cl.ca, cl.ca.IssueNode(t, name))

@@ -15,7 +15,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/fencelock/fencelock/internal/node"
-	"github.com/fencelock/fencelock/internal/tlsconfig"
 )
 
 // transport carries the etcd engine's raft messages between members
@@ -41,7 +40,6 @@ type transport struct {
 	greet   []byte // this node's hello, sent after the preamble
 	log     *slog.Logger
 	core    *core
-	tls     *tlsconfig.Reloader
 	timeout time.Duration // a dial's, a flush's: an election timeout, at least etcdMinIOTimeout
 	hello   time.Duration // a dialer's time to say who it is: the port's handshake timeout
 
@@ -78,8 +76,8 @@ type etcdPeerOut struct {
 }
 
 // newTransport starts the transport over st for core.
-func newTransport(st *node.RaftPort, r *tlsconfig.Reloader, core *core, self node.Peer, timeout time.Duration, log *slog.Logger) *transport {
-	t := &transport{st: st, self: etcdID(self.ID), greet: etcdHello(self), log: log, core: core, tls: r,
+func newTransport(st *node.RaftPort, core *core, self node.Peer, timeout time.Duration, log *slog.Logger) *transport {
+	t := &transport{st: st, self: etcdID(self.ID), greet: etcdHello(self), log: log, core: core,
 		timeout: max(timeout, etcdMinIOTimeout), hello: st.Limits().HandshakeTimeout,
 		out: map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
 	t.wg.Add(1)

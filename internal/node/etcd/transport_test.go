@@ -27,9 +27,14 @@ func TestEtcdTransportFailover(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ca   *tlstest.CA
-	}{{"tcp", nil}, {"tls", tlstest.NewCA(t, "ca")}} {
+	}{{"tcp", nil}, {"tls", tlstest.NewCA(t, "ca")}, {"secret", nil}} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl := newEtcdTCPCluster(t, tc.ca, "a", "b", "c")
+			var cl *etcdCluster
+			if tc.name == "secret" {
+				cl = newEtcdSecretCluster(t, "a", "b", "c")
+			} else {
+				cl = newEtcdTCPCluster(t, tc.ca, "a", "b", "c")
+			}
 			for i := range 10 {
 				cl.grant(fmt.Sprint("k", i))
 			}
@@ -67,6 +72,7 @@ func TestEtcdTransportFailover(t *testing.T) {
 func TestEtcdTransportMembership(t *testing.T) {
 	t.Run("tcp", func(t *testing.T) { etcdMembership(t, newEtcdTCPCluster(t, nil, "a", "b", "c")) })
 	t.Run("tls", func(t *testing.T) { etcdMembership(t, newEtcdTCPCluster(t, tlstest.NewCA(t, "ca"), "a", "b", "c")) })
+	t.Run("secret", func(t *testing.T) { etcdMembership(t, newEtcdSecretCluster(t, "a", "b", "c")) })
 }
 
 // peerConn dials name's raft port as a node holding leaf (nil: plain
@@ -266,9 +272,12 @@ func TestEtcdTransportLetsARemovedMemberGo(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ca   *tlstest.CA
-	}{{"tcp", nil}, {"tls", tlstest.NewCA(t, "ca")}} {
+	}{{"tcp", nil}, {"tls", tlstest.NewCA(t, "ca")}, {"secret", nil}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := newEtcdTCPCluster(t, tc.ca, "a", "b", "c")
+			if tc.name == "secret" {
+				cl = newEtcdSecretCluster(t, "a", "b", "c")
+			}
 			cl.grant("k")
 			l := cl.leader()
 			gone := cl.follower()

@@ -47,10 +47,24 @@ func (t *watchedTransport) Close() error {
 	return nil
 }
 
+// RequestVote notes the voter's answer, granted or not: a candidate
+// hears from the others only that way.
+func (t *watchedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	err := t.Transport.RequestVote(id, target, args, resp)
+	if err == nil {
+		t.w.Voted(string(id))
+	}
+	return err
+}
+
 type watchedPreVoteTransport struct{ *watchedTransport }
 
 func (t *watchedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	return t.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
+	err := t.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
+	if err == nil {
+		t.w.Voted(string(id))
+	}
+	return err
 }
 
 var _ io.Closer = (*watchedTransport)(nil)
@@ -72,6 +86,19 @@ func (n *Node) Peers() (peers []replica.PeerStatus, ok bool) {
 	// stops moving once this node leads, so it dates the former leader.
 	former := node.FormerLeader{ID: n.otherLeader.Load().(string), Heard: n.raft.LastContact()}
 	return n.peers.Status(ids, n.raft.CurrentTerm(), n.raft.LastIndex(), n.UnreachableAfter(), former), true
+}
+
+// Contacts is every other member as this node itself last heard from
+// it, whatever its role now, in the configuration's order: the answers
+// to its appends and votes, and the appends of the leader it follows or
+// last followed (raft's LastContact dates them).
+func (n *Node) Contacts() []replica.PeerStatus {
+	servers, err := n.Configuration()
+	if err != nil {
+		return nil
+	}
+	leader := node.FormerLeader{ID: n.otherLeader.Load().(string), Heard: n.raft.LastContact()}
+	return n.peers.Contacts(node.OtherIDs(servers, n.cfg.NodeID), n.UnreachableAfter(), leader)
 }
 
 // UnreachableAfter is how long a leader waits for a peer's answer before

@@ -31,7 +31,9 @@ type Log struct {
 	failCovered error
 	pending     uint64
 	peers       []replica.PeerStatus
-	follows     replica.Status // what Status answers while it does not lead
+	contacts    []replica.PeerStatus // what Contacts answers; nil: every peer unknown
+	term        uint64               // what Status says the term is
+	follows     replica.Status       // what Status answers while it does not lead
 }
 
 var _ replica.Replicator = (*Log)(nil)
@@ -118,9 +120,18 @@ func (l *Log) Status() replica.Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.leading {
-		return replica.Status{State: replica.Leader, LeaderID: l.id}
+		return replica.Status{State: replica.Leader, LeaderID: l.id, Term: l.term}
 	}
-	return l.follows
+	st := l.follows
+	st.Term = l.term
+	return st
+}
+
+// SetTerm makes Status say the term is term.
+func (l *Log) SetTerm(term uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.term = term
 }
 
 // AppliedIndex is the last index applied.
@@ -230,6 +241,29 @@ func (l *Log) Peers() ([]replica.PeerStatus, bool) {
 		return nil, false
 	}
 	return append([]replica.PeerStatus(nil), l.peers...), true
+}
+
+// SetContacts makes Contacts answer ps, whatever the log's role: when
+// this node last heard from each peer itself.
+func (l *Log) SetContacts(ps []replica.PeerStatus) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.contacts = append([]replica.PeerStatus(nil), ps...)
+}
+
+// Contacts is what SetContacts gave; until then, every peer SetPeers
+// pretends is there, never heard from.
+func (l *Log) Contacts() []replica.PeerStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.contacts != nil {
+		return append([]replica.PeerStatus(nil), l.contacts...)
+	}
+	out := make([]replica.PeerStatus, 0, len(l.peers))
+	for _, p := range l.peers {
+		out = append(out, replica.PeerStatus{ID: p.ID, State: replica.PeerUnknown})
+	}
+	return out
 }
 
 // UnreachableAfter is a second: nothing here times out.

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package redisfence
+
+import "net"
+
+func peekOpen(net.Conn) bool { return true }
