@@ -15,17 +15,18 @@ import (
 // working under leases the way the safe-stop rule says a holder must: it
 // acts only while the lease is alive and before its Deadline.
 type actor struct {
-	w   *world
-	i   int
-	rnd *rand.Rand
-	clk *simClock
-	net *clientNet
-	c   *client.Client
-	seq int
+	w     *world
+	i     int
+	rnd   *rand.Rand
+	clk   *simClock
+	drift float64 // its clock's, when no fault changes it
+	net   *clientNet
+	c     *client.Client
+	seq   int
 }
 
 func newActor(w *world, i int, drift float64) *actor {
-	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: newSimClock(w.t0, drift)}
+	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: newSimClock(w.t0, drift, w.dues), drift: drift}
 	if w.debug {
 		a.clk.debug = func(format string, args ...any) { w.tracef(a.src(), format, args...) }
 	}

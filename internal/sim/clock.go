@@ -22,12 +22,40 @@ type simClock struct {
 	resumed  chan struct{}                    // closed when the current pause ends
 	deferred []*simTimer                      // due during the pause, in due order
 	debug    func(format string, args ...any) // traces every timer set (Config.Debug)
+	dues     *dues                            // the world's: the instants its pending timers fall due at
+}
+
+// dues are the instants at which the world's pending timers fall due,
+// every process's: no two fall due at one instant, so that synctest runs
+// what each starts before the next falls due, whatever the scheduler
+// would do with two goroutines ready at once.
+type dues struct {
+	mu sync.Mutex
+	at map[int64]bool
+}
+
+// take returns due, or the first free nanosecond after it, and holds it.
+func (d *dues) take(due time.Time) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.at[due.UnixNano()] {
+		due = due.Add(time.Nanosecond)
+	}
+	d.at[due.UnixNano()] = true
+	return due
+}
+
+// drop frees due.
+func (d *dues) drop(due time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.at, due.UnixNano())
 }
 
 var _ clock.Clock = (*simClock)(nil)
 
-func newSimClock(origin time.Time, drift float64) *simClock {
-	c := &simClock{v0: origin, l0: origin, rate: 1 + drift, resumed: make(chan struct{})}
+func newSimClock(origin time.Time, drift float64, d *dues) *simClock {
+	c := &simClock{v0: origin, l0: origin, rate: 1 + drift, resumed: make(chan struct{}), dues: d}
 	close(c.resumed)
 	return c
 }
@@ -77,9 +105,12 @@ func (c *simClock) virtual(d time.Duration) time.Duration {
 func (c *simClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	now := time.Now()
 	late := time.Duration(1 + splitmix(uint64(now.UnixNano())^uint64(d)*0x9e3779b97f4a7c15)%512)
-	v := c.virtual(d) + late
-	t := &simTimer{c: c, f: f, due: now.Add(v)}
-	t.t = time.AfterFunc(v, t.fire)
+	// Timers set from a chain of others (a hedge every third of an
+	// attempt's timeout), or by two processes, can still meet: one
+	// instant, one timer.
+	due := c.dues.take(now.Add(c.virtual(d) + late))
+	t := &simTimer{c: c, f: f, due: due}
+	t.t = time.AfterFunc(due.Sub(now), t.fire)
 	if c.debug != nil {
 		c.debug("timer %s due %s", d, time.Duration(t.due.UnixNano()-946684800000000000))
 	}
@@ -103,6 +134,7 @@ func (t *simTimer) fire() {
 		c.mu.Unlock()
 		return
 	}
+	c.dues.drop(t.due)
 	if c.paused {
 		c.deferred = append(c.deferred, t)
 		c.mu.Unlock()
@@ -123,6 +155,7 @@ func (t *simTimer) Stop() bool {
 	}
 	t.stopped = true
 	t.t.Stop()
+	c.dues.drop(t.due)
 	return true
 }
 

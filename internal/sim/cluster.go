@@ -125,7 +125,7 @@ func (c *cluster) addNode(join bool, addr string) *simNode {
 	id := fmt.Sprintf("n%d", len(c.nodes)+1)
 	n := &simNode{c: c, id: id, mid: etcd.MemberID(id), disk: disk.New(w.draw("disk:"+id, 0).Uint64()),
 		drift: clockDrift(w.draw("drift:"+id, 0)), down: true, join: join, addr: addr}
-	n.clk = newSimClock(time.Now(), n.drift)
+	n.clk = newSimClock(time.Now(), n.drift, w.dues)
 	c.nodes = append(c.nodes, n)
 	c.byID[n.mid] = n
 	if !join {
@@ -400,11 +400,21 @@ func (n *simNode) step(f func() error) {
 
 // auditCommit checks the entries the leader n committed in its last step
 // (after the audited ones, up to commit) against the voters' logs: each
-// must be held, of its term, by a majority of the voters of the
-// configuration the committed log gives as of what n had applied before
-// the step (a configuration change counts from when the leader applies
-// it). A down voter counts with the log its last process left.
+// must be held, of its term, by a majority of the voters of a
+// configuration the committed log gives as of an index from what n had
+// applied before the step to the entry before it. Raft takes a change up
+// once it is committed, before the state machine applies it, so one step
+// may commit a change and then the next entry under it. A down voter
+// counts with the log its last process left.
 func (c *cluster) auditCommit(n *simNode, applied, commit uint64) {
+	// The changes n committed after what it had applied.
+	var later []etcd.Entry
+	ents, _ := n.st.Committed(applied + 1)
+	for _, e := range ents {
+		if e.Index > applied && e.Conf && e.Member != 0 {
+			later = append(later, e)
+		}
+	}
 	for i := c.audited + 1; i <= commit; i++ {
 		term, ok := n.st.LogTerm(i)
 		if !ok {
@@ -414,24 +424,39 @@ func (c *cluster) auditCommit(n *simNode, applied, commit uint64) {
 		if term == 0 {
 			continue // compacted: a snapshot holds it
 		}
-		voters := c.w.hist.votersAt(min(i-1, applied))
-		have := 0
-		var holders []string
-		for _, v := range voters {
-			if v.st == nil {
-				continue
-			}
-			if t, ok := v.st.LogTerm(i); ok && (t == term || t == 0) {
-				have++
-				holders = append(holders, v.id)
+		var (
+			voters, holders []string
+			held            bool
+		)
+		at := min(i-1, applied)
+		for k := 0; k <= len(later) && (k == 0 || later[k-1].Index < i); k++ {
+			voters, holders = c.holders(c.w.hist.votersAt(at, later[:k]...), i, term)
+			if len(holders)*2 > len(voters) {
+				held = true
+				break
 			}
 		}
-		if have*2 <= len(voters) {
+		if !held {
 			c.w.violate("w", "%s committed entry %d (term %d) held by %d of the %d voters of its configuration (%v)",
-				n.id, i, term, have, len(voters), holders)
+				n.id, i, term, len(holders), len(voters), holders)
 		}
 	}
 	c.audited = max(c.audited, commit)
+}
+
+// holders are the voters (by id) and those of them that hold entry i of
+// term.
+func (c *cluster) holders(voters []*simNode, i, term uint64) (ids, have []string) {
+	for _, v := range voters {
+		ids = append(ids, v.id)
+		if v.st == nil {
+			continue
+		}
+		if t, ok := v.st.LogTerm(i); ok && (t == term || t == 0) {
+			have = append(have, v.id)
+		}
+	}
+	return ids, have
 }
 
 // runPending runs the first node (in the cluster's order) that another

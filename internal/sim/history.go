@@ -113,8 +113,9 @@ func (h *history) applied(n *simNode, inc int, restored uint64, ents []etcd.Entr
 }
 
 // votersAt are the voters the committed log's configuration changes
-// leave as of index (the world's nodes to start with).
-func (h *history) votersAt(index uint64) []*simNode {
+// leave as of index (the world's nodes to start with), then the changes
+// more, after index, in log order (committed, not yet applied anywhere).
+func (h *history) votersAt(index uint64, more ...etcd.Entry) []*simNode {
 	h.amu.Lock()
 	defer h.amu.Unlock()
 	c := h.w.cl
@@ -122,10 +123,18 @@ func (h *history) votersAt(index uint64) []*simNode {
 	for _, n := range c.nodes[:c.initial] {
 		in[n] = true
 	}
+	var confs []etcd.Entry
 	for _, e := range h.confs {
-		if e.Index > index {
-			break
+		if e.Index <= index {
+			confs = append(confs, e)
 		}
+	}
+	for _, e := range more {
+		if e.Index > index && e.Conf && e.Member != 0 {
+			confs = append(confs, e)
+		}
+	}
+	for _, e := range confs {
 		n := c.byID[e.Member]
 		switch {
 		case n == nil:

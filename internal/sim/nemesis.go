@@ -80,11 +80,12 @@ const (
 	kindMembership
 	kindClient
 	kindClientCutAll
+	kindClock
 )
 
 // weights are how often the nemesis picks each kind, by focus.
 var weights = map[string][]int{
-	"":              {kindCrash: 3, kindPower: 3, kindPowerRot: 1, kindFreeze: 3, kindIsolate: 2, kindOneWay: 2, kindSyncFail: 1, kindFull: 1, kindMembership: 1, kindClient: 5},
+	"":              {kindCrash: 3, kindPower: 3, kindPowerRot: 1, kindFreeze: 3, kindIsolate: 2, kindOneWay: 2, kindSyncFail: 1, kindFull: 1, kindMembership: 1, kindClient: 5, kindClock: 1},
 	focusRot:        {kindPowerRot: 1},
 	focusLeases:     {kindClientCutAll: 1},
 	focusMembership: {kindMembership: 2, kindFreeze: 1, kindOneWay: 1},
@@ -131,6 +132,9 @@ func (m *nemesis) next(end time.Time) {
 	f := fault{start: time.Now(), client: -1, leader: target == lead && lead != nil}
 	var heal func()
 	kind := pick(r, weights[w.cfg.Focus])
+	if kind == kindClock && w.cfg.FastLeader > 0 {
+		kind = kindFreeze // the leaders' clocks are the plant's
+	}
 	if kind == kindMembership && m.chain > 0 {
 		kind = kindFreeze // one operator at a time
 	}
@@ -187,6 +191,21 @@ func (m *nemesis) next(end time.Time) {
 		}
 		target.crash(true, rot, "power lost")
 		heal = func() { target.restartAfter("power back") }
+	case kindClock:
+		// A process's clock changes its rate (NTP slewing it, a VM's
+		// clock source): anywhere within the drift bound, a jump from
+		// one end to the other at worst.
+		w.counts.Clock++
+		p, what := target.clk, target.id
+		was := 1 + target.drift
+		if r.IntN(2) == 0 {
+			f.leader, f.client = false, a.i
+			p, what, was = a.clk, fmt.Sprintf("client %d", a.i), 1+a.drift
+		}
+		rate := 1 + clockDrift(r)
+		w.tracef("w", "%s's clock runs at %.4f for %s", what, rate, d)
+		p.setRate(rate)
+		heal = func() { p.setRate(was); w.tracef("w", "%s's clock runs at %.4f again", what, was) }
 	case kindFreeze:
 		w.counts.Freeze++
 		target.freeze()

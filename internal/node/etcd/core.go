@@ -571,7 +571,15 @@ func (c *core) ready() error {
 			a.at.term = rd.Snapshot.GetMetadata().GetTerm()
 		}
 		if c.stepped {
-			c.apply(a)
+			// Through post, as the driver orders wake-ups: applying wakes
+			// the goroutines that wait on the state machine.
+			c.wake(func() {
+				select {
+				case <-c.stop:
+				default:
+					c.apply(a)
+				}
+			})
 		} else {
 			select {
 			case c.applyc <- a:
