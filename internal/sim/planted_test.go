@@ -23,8 +23,8 @@ func plantFromFlag(t *testing.T) {
 // internal/plant hooks can be switched on: in this build, as in every
 // shipped one, they cannot.
 func TestPlantedBugsAreCaught(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the package with -tags simbugs and runs seeds until each planted bug is caught")
+	if !slow() {
+		t.Skip("the slow tier (-sim.slow or FENCELOCK_SIM_SLOW=1): builds the package with -tags simbugs and runs seeds until each planted bug is caught")
 	}
 	root, err := filepath.Abs("../..")
 	if err != nil {

@@ -24,10 +24,15 @@ var (
 	maxFail     = flag.Int("sim.maxfail", 5, "a -sim.seeds run stops after this many failing seeds")
 	fast        = flag.Float64("sim.fastleader", 0, "plant a clock this much fast (0.25: 25%) on every leader after the first")
 	debugTrace  = flag.Bool("sim.debug", false, "with -sim.seed: trace every request a client sends too")
-	replaySeeds = flag.Int("sim.replayseeds", 100, "TestReplayIsExact: how many seeds")
+	replaySeeds = flag.Int("sim.replayseeds", 0, "TestReplayIsExact: how many seeds (default: 20, 100 in the slow tier, 5 with -short)")
 	replayRuns  = flag.Int("sim.replayruns", 3, "TestReplayIsExact: how many runs of each")
+	slowFlag    = flag.Bool("sim.slow", false, "the slow tier: TestReplayIsExact over 100 seeds, TestPlantedBugsAreCaught (also FENCELOCK_SIM_SLOW=1)")
 	horizon     = flag.Duration("sim.horizon", 0, "the virtual time a world's actors and nemesis start work for (default: DefaultConfig's 20s); with -sim.seed, a prefix to replay")
 )
+
+// slow says whether the slow tier runs: -sim.slow, or FENCELOCK_SIM_SLOW=1
+// in the environment (for a `go test ./...` that cannot pass the flag).
+func slow() bool { return *slowFlag || os.Getenv("FENCELOCK_SIM_SLOW") == "1" }
 
 // TestMain runs the package on one processor: a world replays exactly
 // from its seed only so. With more, goroutines that are ready at one
@@ -189,8 +194,14 @@ func TestReplay(t *testing.T) {
 // traces must agree line for line.
 func TestReplayIsExact(t *testing.T) {
 	seeds, runs := uint64(*replaySeeds), *replayRuns
-	if testing.Short() {
-		seeds = min(seeds, 5)
+	switch {
+	case seeds > 0:
+	case testing.Short():
+		seeds = 5
+	case slow():
+		seeds = 100
+	default:
+		seeds = 20
 	}
 	for s := uint64(1); s <= seeds; s++ {
 		first := runSeed(t, s, DefaultConfig())
