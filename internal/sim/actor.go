@@ -135,6 +135,10 @@ func (a *actor) once() {
 		if a.w.cfg.Focus == focusLeases {
 			rec.key = "lock/0"
 		}
+		if a.rnd.IntN(3) == 0 {
+			// Should the lease expire, nobody gets the key for a while.
+			opts = append(opts, client.WithLockDelay(time.Duration(50+a.rnd.IntN(950))*time.Millisecond))
+		}
 		l, err := a.c.Acquire(ctx, rec.key, opts...)
 		if err != nil {
 			a.w.tracef(a.src(), "%s acquire %s: %v", holder, rec.key, err)

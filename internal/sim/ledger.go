@@ -25,6 +25,9 @@ import (
 //     its expiry at the grant's cluster time (an extension, a session's
 //     extension, counts from what the state machine answered, but only
 //     for the live grant it names);
+//   - an exclusive lease (not a session's) that asked for a lock-delay
+//     and was not released keeps its key from every other holder until
+//     its end plus the delay;
 //   - a release ends the live grant of the holder that asked (a session's
 //     close, its own locks), never another's, never an expired one;
 //   - an expiry ends a grant whose lease is over;
@@ -39,9 +42,10 @@ type ledger struct {
 	lastToken uint64
 	floor     uint64
 	keys      map[string]*ledgerLease
-	sessions  map[string]locktable.Time // a session holder's expiry
-	seen      map[string]bool           // holder|request id of every command applied
-	cmd       fsm.Command               // the entry being applied
+	sessions  map[string]locktable.Time     // a session holder's expiry
+	seen      map[string]bool               // holder|request id of every command applied
+	delays    map[string]locktable.Duration // key|holder: the lock-delay its last acquire asked for
+	cmd       fsm.Command                   // the entry being applied
 	index     uint64
 }
 
@@ -51,10 +55,12 @@ type ledgerLease struct {
 	expiry  locktable.Time
 	session bool // held under a session: its expiry is the session's
 	over    bool
+	delay   locktable.Duration // its lock-delay (0: none)
+	release bool               // over by a release (no lock-delay follows)
 }
 
 func newLedger(h *history) *ledger {
-	return &ledger{h: h, keys: map[string]*ledgerLease{}, sessions: map[string]locktable.Time{}, seen: map[string]bool{}}
+	return &ledger{h: h, keys: map[string]*ledgerLease{}, sessions: map[string]locktable.Time{}, seen: map[string]bool{}, delays: map[string]locktable.Duration{}}
 }
 
 // shared says whether key is a semaphore's or a read/write lock's.
@@ -74,8 +80,13 @@ func (l *ledger) fail(format string, args ...any) {
 // begin is told an entry's command before the state machine applies it.
 func (l *ledger) begin(index uint64, cmd fsm.Command) {
 	l.index, l.cmd = index, cmd
-	if cmd.Op == fsm.OpTokenFloor {
+	switch cmd.Op {
+	case fsm.OpTokenFloor:
 		l.floor = max(l.floor, cmd.Token)
+	case fsm.OpAcquire, fsm.OpWait:
+		if cmd.Session == 0 {
+			l.delays[cmd.Key+"|"+cmd.Holder] = cmd.LockDelay
+		}
 	}
 }
 
@@ -99,8 +110,14 @@ func (l *ledger) event(ev locktable.Event) {
 		if k := l.keys[ev.Key]; k != nil && !k.over && k.holder != ev.Holder && k.expiry > ev.At {
 			l.fail("granted %s to %s (token %d) while %s's lease (token %d) was alive until %d, at %d", ev.Key, ev.Holder, ev.Token, k.holder, k.token, k.expiry, ev.At)
 		}
+		if k := l.keys[ev.Key]; k != nil && k.delay > 0 && !k.release && !k.session && k.holder != ev.Holder && ev.At < k.expiry+locktable.Time(k.delay) {
+			l.fail("granted %s to %s (token %d) at %d, in the lock-delay of %s's lease (token %d), until %d", ev.Key, ev.Holder, ev.Token, ev.At, k.holder, k.token, k.expiry+locktable.Time(k.delay))
+		}
 		_, sess := l.sessions[ev.Holder]
 		k := &ledgerLease{holder: ev.Holder, token: ev.Token, expiry: ev.Expiry, session: sess}
+		if !sess {
+			k.delay = l.delays[ev.Key+"|"+ev.Holder]
+		}
 		if sess {
 			k.expiry = max(k.expiry, l.sessions[ev.Holder])
 		}
@@ -119,7 +136,7 @@ func (l *ledger) event(ev locktable.Event) {
 			l.fail("released %s of %s (token %d) at %d, after its lease ended at %d", ev.Key, ev.Holder, ev.Token, ev.At, k.expiry)
 		}
 		if k != nil {
-			k.over = true
+			k.over, k.release = true, true
 		}
 	case locktable.EventExpired:
 		if shared(ev.Key) {

@@ -29,6 +29,8 @@ var plants = []planted{
 		func(c *Config) { c.Focus = focusMembership }, 200},
 	{"session-renewal-refused", "a lock taken again under the session that holds it is refused, not renewed (internal/locktable, AcquireWith)", nil, 200},
 	{"handoff-skips-head", "a hand-off grants the last waiter, not the first (internal/locktable, handOff)", nil, 200},
+	{"lock-delay-ignored", "a key in its lock-delay is granted (internal/locktable, inDelay)",
+		func(c *Config) { c.Focus = focusLeases }, 400},
 	{"release-ignores-holder", "a release by another holder releases a live lock (internal/locktable, Release)", nil, 200},
 	{"keepalive-gives-up-late", "the keep-alive gives up a TTL/8 later than the safe-stop rule says (client, deadlineLocked)",
 		func(c *Config) { c.Focus = focusLeases }, 400},
