@@ -242,7 +242,7 @@ func (h *history) judgeLosses() {
 		}
 		own, leaders, others := false, 0, 0
 		for _, f := range faults {
-			if f.end.Before(from) || f.start.After(l.at) {
+			if !f.end.IsZero() && f.end.Before(from) || f.start.After(l.at) {
 				continue
 			}
 			switch {

@@ -254,11 +254,16 @@ func (m *nemesis) next(end time.Time) {
 			heal = func() { a.net.setLossy(0, 0) }
 		}
 	}
+	// Recorded now, open (no end), so that a fault the world ends in
+	// still explains what it caused.
+	w.mu.Lock()
+	i := len(w.faults)
+	w.faults = append(w.faults, f)
+	w.mu.Unlock()
 	w.at(d, func() {
 		heal()
-		f.end = time.Now()
 		w.mu.Lock()
-		w.faults = append(w.faults, f)
+		w.faults[i].end = time.Now()
 		w.mu.Unlock()
 		w.at(m.pause(m.k), func() { m.next(end) })
 	})
@@ -426,7 +431,7 @@ func (n *simNode) restartAfter(why string) {
 // fault is one fault the nemesis injected, for judging lost leases: on
 // the node that led when it began (leader), or on one client process.
 type fault struct {
-	start, end time.Time
+	start, end time.Time // end: zero while it lasts
 	leader     bool
 	client     int // -1: a node's fault
 }
