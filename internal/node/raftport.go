@@ -54,6 +54,19 @@ type RaftPortLimits struct {
 	// secret (proofTimeout at most) and TLS. Default
 	// DefaultRaftHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// MessageTimeout bounds the time from a message's first byte to its
+	// last, besides a second for every MinRate bytes it streams, and any
+	// wait for a byte in its middle (raftframes.go). Default
+	// DefaultRaftMessageTimeout.
+	MessageTimeout time.Duration
+	// MinRate is the least a message's streamed bytes (a snapshot's
+	// data) must arrive at, in bytes a second, unless the engine says
+	// (Frames.MinRate). Default DefaultRaftMinRate.
+	MinRate int64
+	// MessageBudget bounds the bytes the port's connections hold of
+	// their messages in progress, past the first 256 KiB of each.
+	// Default DefaultRaftMessageBudget.
+	MessageBudget int64
 }
 
 // Defaults of RaftPortLimits. A 7-node cluster holds about 5 connections
@@ -62,7 +75,20 @@ const (
 	DefaultRaftMaxConns         = 128
 	DefaultRaftMaxHandshakes    = 32
 	DefaultRaftHandshakeTimeout = 5 * time.Second
+	// hashicorp/raft's own network transport gives an RPC 10 s.
+	DefaultRaftMessageTimeout = 10 * time.Second
+	// 2 Mbit/s: ten times the least hashicorp/raft's sender of a
+	// snapshot waits for (256 KiB per 10 s), a fiftieth of a 100 Mbit/s
+	// link.
+	DefaultRaftMinRate = 256 << 10
+	// The largest message either engine takes (64 entries of 2 MiB), with
+	// room: many connections hold no more than one of them.
+	DefaultRaftMessageBudget = 160 << 20
 )
+
+// freeHeld is what a connection's message may hold before it draws on
+// the port's MessageBudget: more than any message but large appends.
+const freeHeld = 256 << 10
 
 func (l RaftPortLimits) withDefaults() RaftPortLimits {
 	if l.MaxConns <= 0 {
@@ -73,6 +99,15 @@ func (l RaftPortLimits) withDefaults() RaftPortLimits {
 	}
 	if l.HandshakeTimeout <= 0 {
 		l.HandshakeTimeout = DefaultRaftHandshakeTimeout
+	}
+	if l.MessageTimeout <= 0 {
+		l.MessageTimeout = DefaultRaftMessageTimeout
+	}
+	if l.MinRate <= 0 {
+		l.MinRate = DefaultRaftMinRate
+	}
+	if l.MessageBudget <= 0 {
+		l.MessageBudget = DefaultRaftMessageBudget
 	}
 	return l
 }
@@ -92,7 +127,16 @@ type RaftPortStats struct {
 	// certificate, a node of no member, a timeout, bytes that are not
 	// TLS.
 	HandshakesRefused int64
-	Limits            RaftPortLimits
+	// MessagesCut counts connections cut in the middle of a message:
+	// a declared length above the engine's bounds, a message holding
+	// too much, one not sent in time (raftframes.go).
+	MessagesCut int64
+	// MessagesRefused counts messages read whole and dropped before raft
+	// took them: a term past the TermGuard's bounds, a term inside a
+	// message above its own, a snapshot this node could not install.
+	// The engine fills it in: the port only frames messages.
+	MessagesRefused int64
+	Limits          RaftPortLimits
 }
 
 // refusalLogEvery spaces the raft port's log lines about refusals: one
@@ -106,6 +150,8 @@ type portGate struct {
 	now                                      func() time.Time // spaces the log lines
 	open, handshaking                        atomic.Int64
 	refusedConns, evicted, refusedHandshakes atomic.Int64
+	messagesCut                              atomic.Int64
+	held                                     atomic.Int64 // drawn from MessageBudget
 
 	mu       sync.Mutex
 	byAddr   map[string][]*pendingConn // handshakes in progress by remote IP, oldest first, proven ones aside
@@ -128,7 +174,7 @@ func newPortGate(lim RaftPortLimits, log *slog.Logger) *portGate {
 func (g *portGate) stats() RaftPortStats {
 	return RaftPortStats{Open: g.open.Load(), Handshaking: g.handshaking.Load(),
 		RefusedConns: g.refusedConns.Load(), Evicted: g.evicted.Load(),
-		HandshakesRefused: g.refusedHandshakes.Load(), Limits: g.lim}
+		HandshakesRefused: g.refusedHandshakes.Load(), MessagesCut: g.messagesCut.Load(), Limits: g.lim}
 }
 
 // beginHandshake takes a handshake slot for c, from ip. With the budget
@@ -246,7 +292,8 @@ func (g *portGate) refused(c *atomic.Int64, msg, remote string, err error) {
 		attrs = append(attrs, "err", err)
 	}
 	st := g.stats()
-	attrs = append(attrs, "total_handshakes_refused", st.HandshakesRefused, "total_evicted", st.Evicted, "total_refused_at_cap", st.RefusedConns)
+	attrs = append(attrs, "total_handshakes_refused", st.HandshakesRefused, "total_evicted", st.Evicted, "total_refused_at_cap", st.RefusedConns,
+		"total_messages_cut", st.MessagesCut)
 	g.log.Warn(msg, attrs...)
 }
 
@@ -260,6 +307,7 @@ type RaftPort struct {
 	tls     PeerTLS // nil: plain TCP
 	members tlsconfig.Members
 	gate    *portGate
+	frames  Frames // the engine's: how its connections' bytes are followed
 
 	conns  chan net.Conn
 	ctx    context.Context // ended by Close: handshakes in progress give up
@@ -273,12 +321,21 @@ type RaftPort struct {
 }
 
 // streamConn is a connection the stream made or handed to raft,
-// forgotten when closed; an accepted one gives its slot back then.
+// forgotten when closed; an accepted one gives its slot back then. Its
+// bytes go through the engine's FrameParser as raft reads them, when
+// the engine gave one for its side (meter), and each read is under the
+// deadline of the message in progress as well as raft's own.
 type streamConn struct {
 	net.Conn
 	st       *RaftPort
 	accepted bool
 	once     sync.Once
+
+	meter *frameMeter // nil: the bytes are not followed; used by the reader alone
+	mu    sync.Mutex
+	own   time.Time // the read deadline raft set
+	armed time.Time // the one set on Conn
+	cut   error     // set once the connection was cut: every read fails with it
 }
 
 func (c *streamConn) Close() error {
@@ -289,13 +346,123 @@ func (c *streamConn) Close() error {
 		if c.accepted {
 			c.st.gate.open.Add(-1)
 		}
+		if c.meter != nil {
+			c.mu.Lock()
+			c.meter.release()
+			c.mu.Unlock()
+		}
 	})
 	return c.Conn.Close()
+}
+
+// Read reads under the earlier of raft's deadline and the message's,
+// and hands what it read to the meter; a connection whose message
+// breaks its bounds is cut, counted and logged.
+func (c *streamConn) Read(p []byte) (int, error) {
+	if c.meter == nil {
+		return c.Conn.Read(p)
+	}
+	c.mu.Lock()
+	if c.cut != nil {
+		c.mu.Unlock()
+		return 0, c.cut
+	}
+	msg := c.meter.deadline(time.Now())
+	if err := c.arm(msg); err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
+	c.mu.Unlock()
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n > 0 {
+		if ferr := c.meter.feed(p[:n], time.Now()); ferr != nil {
+			c.cutFor(ferr)
+			return 0, ferr
+		}
+	}
+	if err != nil && !msg.IsZero() && isTimeout(err) && (c.own.IsZero() || msg.Before(c.own)) {
+		err = fmt.Errorf("%w: a message not sent within %v (and a second per %d bytes it streams): %w", ErrMessage,
+			c.meter.timeout, c.meter.minRate, err)
+		c.cutFor(err)
+	}
+	return n, err
+}
+
+// arm sets on Conn the earlier of raft's read deadline and msg; under
+// c.mu.
+func (c *streamConn) arm(msg time.Time) error {
+	d := c.own
+	if !msg.IsZero() && (d.IsZero() || msg.Before(d)) {
+		d = msg
+	}
+	if d.Equal(c.armed) {
+		return nil
+	}
+	c.armed = d
+	return c.Conn.SetReadDeadline(d)
+}
+
+// cutFor counts, logs and closes a connection whose message broke its
+// bounds; under c.mu.
+func (c *streamConn) cutFor(err error) {
+	if c.cut != nil {
+		return
+	}
+	c.cut = err
+	c.st.gate.refused(&c.st.gate.messagesCut, "raft port: connections cut in the middle of a message (above the engine's bounds, or not sent in time)",
+		c.RemoteAddr().String(), err)
+	// The connection under TLS, at once: TLS's close would wait to say
+	// goodbye to a peer that may not read. raft closes c once it sees
+	// the error.
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		tc.NetConn().Close()
+		return
+	}
+	c.Conn.Close()
+}
+
+// SetReadDeadline is raft's read deadline, kept with the message's.
+func (c *streamConn) SetReadDeadline(t time.Time) error {
+	if c.meter == nil {
+		return c.Conn.SetReadDeadline(t)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.own = t
+	return c.arm(c.meter.deadline(time.Now()))
+}
+
+// SetDeadline sets raft's read and write deadlines.
+func (c *streamConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // track registers c, or closes it when the stream is closed.
 func (st *RaftPort) track(c net.Conn, accepted bool) (net.Conn, bool) {
 	sc := &streamConn{Conn: c, st: st, accepted: accepted}
+	newParser := st.frames.Dialed
+	if accepted {
+		newParser = st.frames.Accepted
+	}
+	if newParser != nil {
+		lim := st.gate.lim
+		rate := st.frames.MinRate
+		if rate <= 0 {
+			rate = lim.MinRate
+		}
+		sc.meter = &frameMeter{p: newParser(), maxHeld: max(st.frames.MaxHeld, 1), free: freeHeld,
+			timeout: lim.MessageTimeout, minRate: rate, budget: &st.gate.held, limit: lim.MessageBudget}
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.open == nil {
@@ -316,7 +483,9 @@ var ErrNoCredential = errors.New("a raft port needs a credential (a cluster secr
 // ListenRaftPort listens on cfg.RaftAddr (or takes cfg.Listener) with
 // cfg.RaftPort's budgets; with cfg.TLS a peer must hold a node
 // certificate that members takes. Without TLS it needs cfg.InsecureRaft.
-func ListenRaftPort(cfg Config, members tlsconfig.Members) (*RaftPort, error) {
+// frames is how the engine frames its messages, for the port to hold
+// each to its bounds.
+func ListenRaftPort(cfg Config, members tlsconfig.Members, frames Frames) (*RaftPort, error) {
 	if cfg.TLS == nil && !cfg.InsecureRaft {
 		if cfg.Listener != nil {
 			cfg.Listener.Close()
@@ -327,7 +496,7 @@ func ListenRaftPort(cfg Config, members tlsconfig.Members) (*RaftPort, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newStream(ln, cfg.TLS, members, newPortGate(cfg.RaftPort, cfg.Logger.With("component", "raft-port"))), nil
+	return newStream(ln, cfg.TLS, members, newPortGate(cfg.RaftPort, cfg.Logger.With("component", "raft-port")), frames), nil
 }
 
 // Stats is the port's accounting.
@@ -344,8 +513,8 @@ func (st *RaftPort) RefusedPeer(msg, remote string, err error) {
 	st.gate.refused(&st.gate.refusedHandshakes, msg, remote, err)
 }
 
-func newStream(ln net.Listener, r PeerTLS, members tlsconfig.Members, gate *portGate) *RaftPort {
-	st := &RaftPort{ln: ln, tls: r, members: members, gate: gate, conns: make(chan net.Conn), closed: make(chan struct{}),
+func newStream(ln net.Listener, r PeerTLS, members tlsconfig.Members, gate *portGate, frames Frames) *RaftPort {
+	st := &RaftPort{ln: ln, tls: r, members: members, gate: gate, frames: frames, conns: make(chan net.Conn), closed: make(chan struct{}),
 		open: make(map[*streamConn]struct{})}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	st.wg.Add(1)
@@ -617,11 +786,12 @@ func CheckLoopback(insecure bool, what string, addr net.Addr) error {
 	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsLoopback() {
 		return nil
 	}
-	harm := "owns every lock"
 	if what == "raft" {
-		harm = "can forge the cluster's log"
+		// Only a raft port without a credential (--insecure-raft) is
+		// checked: what it lacks is the cluster's secret.
+		return fmt.Errorf("refusing to serve the raft port on %s without a credential (--insecure-raft): anyone who reaches it can forge the cluster's log; give every node the same --cluster-secret-file FILE ('fencelock cluster secret' makes one) or peer TLS, bind a loopback address, or pass --insecure as well", addr)
 	}
-	return fmt.Errorf("refusing to serve the %s port on %s without TLS: anyone who reaches it %s; bind a loopback address, configure TLS, or pass --insecure", what, addr, harm)
+	return fmt.Errorf("refusing to serve the %s port on %s without TLS: anyone who reaches it owns every lock; bind a loopback address, configure TLS, or pass --insecure", what, addr)
 }
 
 // ProbeRaft runs cfg.DialRaft when set, else dials addr: over TLS when

@@ -60,7 +60,7 @@ func startStream(t *testing.T, r *tlsconfig.Reloader, lim RaftPortLimits, h slog
 	if r != nil {
 		peer = r
 	}
-	ts := &testStream{RaftPort: newStream(ln, peer, func(string) bool { return true }, gate)}
+	ts := &testStream{RaftPort: newStream(ln, peer, func(string) bool { return true }, gate, Frames{})}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -203,11 +203,6 @@ func TestRaftPortEvictsFromTheBusiestAddress(t *testing.T) {
 	}
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 // secretStream is a stream whose credential is a cluster secret's.
 func secretStream(t *testing.T, lim RaftPortLimits) (*testStream, *clustersecret.Credential) {
 	t.Helper()
@@ -223,7 +218,7 @@ func secretStream(t *testing.T, lim RaftPortLimits) (*testStream, *clustersecret
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testStream{RaftPort: newStream(ln, cred, func(string) bool { return true }, newPortGate(lim, slog.New(&countingHandler{})))}
+	ts := &testStream{RaftPort: newStream(ln, cred, func(string) bool { return true }, newPortGate(lim, slog.New(&countingHandler{})), Frames{})}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -27,8 +27,10 @@ func TestWithoutTLSOnlyLoopbackIsServed(t *testing.T) {
 
 	cfg := fastConfig("")
 	cfg.RaftAddr, cfg.InsecureRaft = "0.0.0.0:0", true
-	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "raft port") {
-		t.Fatalf("New with raft on every interface without TLS: %v", err)
+	// Without a credential, what the raft port lacks is the cluster's
+	// secret: the refusal names it (issue 41).
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "raft port") || !strings.Contains(err.Error(), "--cluster-secret-file") {
+		t.Fatalf("New with raft on every interface without TLS: %v, want a refusal naming --cluster-secret-file", err)
 	}
 
 	all := &net.TCPAddr{IP: net.IPv4zero, Port: 7470}

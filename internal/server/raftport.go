@@ -16,7 +16,7 @@ func raftPortCollectors(n interface{ RaftPortStats() node.RaftPortStats }) []pro
 	refused := func(reason string, v func(node.RaftPortStats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "fencelock_raft_connections_refused_total",
-			Help:        "Raft port connections closed by reason: at the connection cap; with the handshake budget spent (the oldest handshake of the busiest address, to make room); or refused at the handshake (no proof of the cluster secret or another's, no certificate or another CA's or secret's, a client certificate, a node of no member, a timeout).",
+			Help:        "Raft port connections closed by reason: at the connection cap; with the handshake budget spent (the oldest handshake of the busiest address, to make room); refused at the handshake (no proof of the cluster secret or another's, no certificate or another CA's or secret's, a client certificate, a node of no member, a timeout); or cut in the middle of a message (a declared length above the engine's bounds, a message holding too much, one not sent in time).",
 			ConstLabels: prometheus.Labels{"reason": reason},
 		}, func() float64 { return float64(v(n.RaftPortStats())) })
 	}
@@ -32,5 +32,10 @@ func raftPortCollectors(n interface{ RaftPortStats() node.RaftPortStats }) []pro
 		refused("connection_cap", func(st node.RaftPortStats) int64 { return st.RefusedConns }),
 		refused("handshake_budget", func(st node.RaftPortStats) int64 { return st.Evicted }),
 		refused("handshake", func(st node.RaftPortStats) int64 { return st.HandshakesRefused }),
+		refused("message", func(st node.RaftPortStats) int64 { return st.MessagesCut }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencelock_raft_messages_refused_total",
+			Help: "Raft messages from peers read whole and dropped before raft took them: a term above 2^62 or more than a bounded step ahead of this node's, a term inside a message above its own, a snapshot this node could not install.",
+		}, func() float64 { return float64(n.RaftPortStats().MessagesRefused) }),
 	}
 }

@@ -181,7 +181,7 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 	case network != nil:
 		c.setSend(network.attach(n.self, c.deliver, c))
 	case cfg.RaftAddr != "":
-		port, err := node.ListenRaftPort(cfg, n.isMember)
+		port, err := node.ListenRaftPort(cfg, n.isMember, etcdFrames)
 		if err != nil {
 			return fmt.Errorf("etcd: raft transport: %w", err)
 		}
@@ -468,7 +468,11 @@ func (n *Node) RaftPortStats() node.RaftPortStats {
 	if n.port == nil {
 		return node.RaftPortStats{}
 	}
-	return n.port.Stats()
+	st := n.port.Stats()
+	if n.tr != nil {
+		st.MessagesRefused = n.tr.terms.Count()
+	}
+	return st
 }
 
 type closerFunc func() error

@@ -33,7 +33,9 @@ import (
 // connection from a member replaces its older one, so a peer that
 // redials after a partition holds one connection. A member removed from
 // the configuration loses its writer and its connections (prune), and
-// no writer is started for a node that is not a member.
+// no writer is started for a node that is not a member. A message read
+// reaches raft only once etcdCheckMsg (guard.go) took it: its terms,
+// and a snapshot's data.
 type transport struct {
 	st      *node.RaftPort
 	self    uint64
@@ -42,6 +44,7 @@ type transport struct {
 	core    *core
 	timeout time.Duration // a dial's, a flush's: an election timeout, at least etcdMinIOTimeout
 	hello   time.Duration // a dialer's time to say who it is: the port's handshake timeout
+	terms   *node.TermGuard
 
 	mu     sync.Mutex
 	out    map[uint64]*etcdPeerOut
@@ -79,7 +82,8 @@ type etcdPeerOut struct {
 func newTransport(st *node.RaftPort, core *core, self node.Peer, timeout time.Duration, log *slog.Logger) *transport {
 	t := &transport{st: st, self: etcdID(self.ID), greet: etcdHello(self), log: log, core: core,
 		timeout: max(timeout, etcdMinIOTimeout), hello: st.Limits().HandshakeTimeout,
-		out: map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
+		terms: node.NewTermGuard(log, nil),
+		out:   map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
 	t.wg.Add(1)
 	go t.acceptLoop()
 	core.setOnConf(t.prune)
@@ -332,10 +336,14 @@ func (t *transport) readLoop(c net.Conn) {
 	for {
 		m, err := etcdReadMsg(r, from)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) && !errors.Is(err, node.ErrMessage) {
 				t.log.Warn("raft port: closing a peer's connection", "remote", c.RemoteAddr().String(), "err", err)
 			}
 			return
+		}
+		if err := etcdCheckMsg(t.terms, m, t.core.term.Load(), *t.core.names.Load()); err != nil {
+			t.terms.Refused(m.GetType().String(), p.ID, err)
+			continue
 		}
 		t.core.deliver(m)
 	}

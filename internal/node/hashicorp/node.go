@@ -38,6 +38,8 @@ type Node struct {
 	port        *node.RaftPort            // nil on an in-memory or given transport
 	given       bool                      // Open was given its transport
 	running     atomic.Pointer[raft.Raft] // set once raft has started: the raft port's members
+	// terms refuses the terms raft must not take from a peer (guard.go).
+	terms *node.TermGuard
 	// startIndex is the last index of the log when the node opened it.
 	startIndex uint64
 	stop       chan struct{}
@@ -103,7 +105,10 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 		}
 	}
 	n.peers = node.NewPeerWatch(time.Now)
-	trans = watchTransport(trans, n.peers)
+	n.terms = node.NewTermGuard(cfg.Logger.With("component", "raft"), nil)
+	guarded := guardTransport(trans, n.terms, n.currentTerm)
+	n.closers = append(n.closers, guarded.(io.Closer))
+	trans = watchTransport(guarded, n.peers)
 	if err := bootstrap(cfg, rc, logs, stable, snaps, trans); err != nil {
 		n.close()
 		return nil, err
@@ -135,6 +140,14 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 	return n, nil
 }
 
+// currentTerm is raft's current term; 0 before raft runs.
+func (n *Node) currentTerm() uint64 {
+	if r := n.running.Load(); r != nil {
+		return r.CurrentTerm()
+	}
+	return 0
+}
+
 // transport is the raft transport cfg asks for: an in-memory one without
 // a raft address, else raft's network transport over the raft port (TLS
 // when configured, else TCP on a loopback address unless Insecure).
@@ -144,7 +157,7 @@ func (n *Node) transport(rc *raft.Config) (raft.Transport, error) {
 		_, mem := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		return mem, nil
 	}
-	port, err := node.ListenRaftPort(cfg, n.isMember)
+	port, err := node.ListenRaftPort(cfg, n.isMember, hcFrames)
 	if err != nil {
 		return nil, fmt.Errorf("hashicorp: raft transport: %w", err)
 	}
@@ -198,7 +211,9 @@ func (n *Node) RaftPortStats() node.RaftPortStats {
 	if n.port == nil {
 		return node.RaftPortStats{}
 	}
-	return n.port.Stats()
+	st := n.port.Stats()
+	st.MessagesRefused = n.terms.Count()
+	return st
 }
 
 // bootstrap writes the first configuration when the stores hold no raft
