@@ -93,13 +93,15 @@ func TestLockNotHadNeverStartsCMD(t *testing.T) {
 // CMD that ignores SIGTERM with SIGKILL and exits 4. The server refuses
 // extensions only once CMD ignores SIGTERM: refused from the start, the
 // first extension (TTL/8 in) could be refused before sh had set its trap,
-// and SIGTERM then killed it (seen in a CI run).
+// and SIGTERM then killed it (seen in a CI run). The TTL, 2 s, leaves lock
+// 1.5 s between the refused extension and the lease's deadline, past
+// which the watchdog speaks instead (lockLossTTL).
 func TestLockLostLeaseKillsCMD(t *testing.T) {
 	srv := clienttest.NewServer(client.SystemClock{})
 	defer srv.Close()
 	ready := filepath.Join(t.TempDir(), "trapped")
 	t.Setenv("READY", ready) // CMD inherits the test's environment
-	code, errs := lockThenRefuse(t, srv, ready, "--ttl", "300ms", "--",
+	code, errs := lockThenRefuse(t, srv, ready, "--ttl", lockLossTTL, "--",
 		"sh", "-c", `trap '' TERM; touch "$READY"; while :; do sleep 0.05; done`)
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)
@@ -108,6 +110,15 @@ func TestLockLostLeaseKillsCMD(t *testing.T) {
 		t.Fatalf("stderr %q", errs)
 	}
 }
+
+// lockLossTTL is the TTL of the tests in which the server refuses an
+// extension and lock must report the loss itself: at 300ms the deadline
+// came 267ms after the grant, and on a busy machine (four busy loops
+// beside the suite) lock was not scheduled in time to act on the refusal,
+// so its watchdog sent the signals first (TestLockJSONLoss: 1 of 2 loaded
+// runs). At 2 s an extension is due every 280ms and the deadline is
+// 1.78 s after the last confirmed send: 1.5 s for lock to run.
+const lockLossTTL = "2s"
 
 // lockThenRefuse runs `lock k args...` against srv, makes srv refuse
 // every extension once CMD has created ready (so that the loss comes
@@ -221,7 +232,7 @@ func TestLockJSONLoss(t *testing.T) {
 	srv := clienttest.NewServer(client.SystemClock{})
 	defer srv.Close()
 	srv.Fail("extend", "not_held")
-	code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", "300ms", "--json", "--",
+	code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": srv.Addr}, "lock", "k", "--ttl", lockLossTTL, "--json", "--",
 		"sh", "-c", `while :; do sleep 0.05; done`)
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d; stderr %q", code, exitLost, errs)

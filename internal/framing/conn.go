@@ -152,10 +152,16 @@ func handshake(c net.Conn, br *bufio.Reader) error {
 		}
 		return ErrNotFramed
 	}
-	if err == nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		// An HTTP server closes on a request it cannot parse, or answers
-		// 400: either way not a framed peer.
+	if err == nil {
 		return ErrNotFramed
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		// Closed before a word of HTTP (an HTTP server answers a request
+		// it cannot parse with 400, above), or halfway through the echo:
+		// a server going down, or a proxy whose node is down. Taken for
+		// an HTTP-only server, the address would be spoken to in HTTP
+		// for good (Pool); it is unreachable for now.
+		return fmt.Errorf("%w before answering the preface: %w", ErrConnClosed, err)
 	}
 	return err
 }

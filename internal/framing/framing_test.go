@@ -48,6 +48,21 @@ func serve(t *testing.T, h http.Handler, fs *Server) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, ln, h, fs)
+}
+
+// serveAt is serve on addr (a port given up a moment ago).
+func serveAt(t *testing.T, addr string, h http.Handler) *fixture {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveOn(t, ln, h, nil)
+}
+
+func serveOn(t *testing.T, ln net.Listener, h http.Handler, fs *Server) *fixture {
+	t.Helper()
 	if fs == nil {
 		fs = &Server{}
 	}
@@ -471,5 +486,41 @@ func TestAuthFrame(t *testing.T) {
 		if _, err := parseRequest(b[4:]); !errors.Is(err, ErrFrame) {
 			t.Errorf("%s: parse = %v, want ErrFrame", name, err)
 		}
+	}
+}
+
+// TestPoolDoesNotTakeAClosedConnectionForHTTP: a server (or a TCP proxy
+// in front of a node that is down) that closes the connection without a
+// word is unreachable for now, not an HTTP-only server: the pool says so
+// and dials frames again next time, when the node is back. Taken for
+// HTTP-only, every later call to the address went as HTTP for good (seen
+// in cmd/fencelock's worst-phase test, whose nodes sit behind proxies).
+func TestPoolDoesNotTakeAClosedConnectionForHTTP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+	}()
+	var p Pool
+	defer p.Close()
+	ctx := context.Background()
+	c, err := p.Get(ctx, addr)
+	if c != nil || err == nil || errors.Is(err, ErrNotFramed) {
+		t.Fatalf("Get from a server that closed at once = %v, %v; want an error, not ErrNotFramed", c, err)
+	}
+	<-closed
+	ln.Close()
+	f := serveAt(t, addr, echo)
+	c, err = p.Get(ctx, f.addr)
+	if err != nil || c == nil {
+		t.Fatalf("Get once the server is back = %v, %v; want a framed connection", c, err)
 	}
 }

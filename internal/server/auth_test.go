@@ -57,22 +57,28 @@ func (ts *testServer) bootstrap() string {
 // token creates a principal with one policy of rules ("prefix:verbs[:deny]").
 func (ts *testServer) token(admin, name string, rules ...string) string {
 	ts.t.Helper()
+	return makeToken(ts.t, ts.authDo, admin, name, rules...)
+}
+
+// makeToken creates, through send, a principal with one policy of rules.
+func makeToken(t *testing.T, send func(method, path, body, token string) answer, admin, name string, rules ...string) string {
+	t.Helper()
 	var rs []map[string]any
 	for _, r := range rules {
 		rule, err := acl.ParseRule(r)
 		if err != nil {
-			ts.t.Fatal(err)
+			t.Fatal(err)
 		}
 		rs = append(rs, map[string]any{"prefix": rule.Prefix, "verbs": strings.Split(rule.Verbs.String(), ","), "deny": rule.Deny})
 	}
 	body, _ := json.Marshal(map[string]any{"name": name + "-policy", "rules": rs})
-	if a := ts.authDo("POST", "/v1/acl/policy/set", string(body), admin); a.status != 200 {
-		ts.t.Fatalf("policy set: %d %v", a.status, a.body)
+	if a := send("POST", "/v1/acl/policy/set", string(body), admin); a.status != 200 {
+		t.Fatalf("policy set: %d %v", a.status, a.body)
 	}
-	a := ts.authDo("POST", "/v1/acl/token/create", `{"name":"`+name+`","policies":["`+name+`-policy"]}`, admin)
+	a := send("POST", "/v1/acl/token/create", `{"name":"`+name+`","policies":["`+name+`-policy"]}`, admin)
 	secret, _ := a.body["secret"].(string)
 	if a.status != 200 || secret == "" {
-		ts.t.Fatalf("token create: %d %v", a.status, a.body)
+		t.Fatalf("token create: %d %v", a.status, a.body)
 	}
 	return secret
 }

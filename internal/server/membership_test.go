@@ -72,6 +72,38 @@ func (c *testCluster) announced(l *clusterNode) {
 	eventually(c.t, "every member's client address", func() bool { return len(l.fsm.Members()) == len(c.nodes) })
 }
 
+// authSend sends a call with token to the current leader until it
+// answers something other than a 503 (a leader may change on a loaded
+// machine).
+func (c *testCluster) authSend(method, path, body, token string) answer {
+	c.t.Helper()
+	var a answer
+	eventually(c.t, "an answer to "+path, func() bool {
+		a = c.leader().authDo(method, path, body, token)
+		return a.status != 503
+	})
+	return a
+}
+
+// bootstrap bootstraps the ACLs on the current leader and returns the
+// admin token.
+func (c *testCluster) bootstrap() string {
+	c.t.Helper()
+	a := c.authSend("POST", "/v1/acl/bootstrap", "{}", "")
+	secret, _ := a.body["secret"].(string)
+	if a.status != 200 || secret == "" {
+		c.t.Fatalf("bootstrap: %d %v", a.status, a.body)
+	}
+	return secret
+}
+
+// token creates, on the current leader, a principal with one policy of
+// rules.
+func (c *testCluster) token(admin, name string, rules ...string) string {
+	c.t.Helper()
+	return makeToken(c.t, c.authSend, admin, name, rules...)
+}
+
 // post sends a call to the current leader until it answers something
 // other than a 503 (a leader may change on a loaded machine).
 func (c *testCluster) post(path, body string) answer {

@@ -78,7 +78,10 @@ func (p *peers) ACLRevision(ctx context.Context, clientAddr string) (api.ACLRevi
 	if resp.StatusCode != http.StatusOK {
 		var we api.Error
 		if json.Unmarshal(body, &we) == nil && we.Code != "" {
-			return rev, &Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("the leader at %s answered %s: %s", clientAddr, we.Code, we.Message)}
+			// Leader: the node asked no longer leads and names the one
+			// that does (the caller may ask it).
+			return rev, &Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("the leader at %s answered %s: %s", clientAddr, we.Code, we.Message),
+				Leader: we.Leader}
 		}
 		return rev, fmt.Errorf("GET %s at %s answered %d", api.PathACLRevision, clientAddr, resp.StatusCode)
 	}

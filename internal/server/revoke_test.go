@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,11 +215,10 @@ func TestRevokedTokenEndsLongPollsAndWaits(t *testing.T) {
 // it has caught up.
 func TestFollowerAnswersOnlyUnderTheLeadersACLs(t *testing.T) {
 	c := startCluster(t, 3, func(cfg *Config) { cfg.ApplyTimeout = 500 * time.Millisecond })
-	l := c.leader()
-	c.announced(l)
-	admin := l.bootstrap()
-	bob := l.token(admin, "bob", "b/:read")
-	f := c.others(l)[0]
+	c.announced(c.leader())
+	admin := c.bootstrap()
+	bob := c.token(admin, "bob", "b/:read")
+	f := c.others(c.leader())[0]
 	// (Before, the first whoami could be refused too: the follower had
 	// not yet applied the token's creation.)
 	eventually(t, "whoami on the follower", func() bool {
@@ -234,7 +234,8 @@ func TestFollowerAnswersOnlyUnderTheLeadersACLs(t *testing.T) {
 			f.trans.Disconnect(raft.ServerAddress(o.id))
 		}
 	}
-	if a := l.authDo("POST", api.PathACLTokenDelete, `{"name":"bob"}`, admin); a.status != 200 {
+	// On the leader (which may change meanwhile: never f, cut off).
+	if a := c.authSend("POST", api.PathACLTokenDelete, `{"name":"bob"}`, admin); a.status != 200 {
 		t.Fatalf("token delete: %d %v", a.status, a.body)
 	}
 	for _, path := range []string{api.PathACLWhoAmI, api.PathMembers, watchURL(q("prefix", "b/", "wait_ms", "0"))} {
@@ -253,9 +254,8 @@ func TestFollowerAnswersOnlyUnderTheLeadersACLs(t *testing.T) {
 // metrics); once joined and caught up it enforces them.
 func TestJoiningNodeServesNothingBeforeItHasTheACLs(t *testing.T) {
 	c := startCluster(t, 3, nil)
-	l := c.leader()
-	c.announced(l)
-	admin := l.bootstrap()
+	c.announced(c.leader())
+	admin := c.bootstrap()
 	var tr *raft.InmemTransport
 	if !etcdEngine() {
 		_, tr = raft.NewInmemTransport(raft.ServerAddress("n4"))
@@ -279,7 +279,7 @@ func TestJoiningNodeServesNothingBeforeItHasTheACLs(t *testing.T) {
 		}
 	}
 	body := fmt.Sprintf(`{"id":"n4","raft_addr":%q,"client_addr":%q}`, j.raft, j.addr)
-	if a := l.authDo("POST", api.PathJoin, body, admin); a.status != 200 {
+	if a := c.authSend("POST", api.PathJoin, body, admin); a.status != 200 {
 		t.Fatalf("join: %d %v", a.status, a.body)
 	}
 	eventually(t, "the joined node to ask for a token", func() bool {
@@ -287,5 +287,82 @@ func TestJoiningNodeServesNothingBeforeItHasTheACLs(t *testing.T) {
 	})
 	if a := j.authDo("GET", api.PathACLWhoAmI, "", admin); a.status != 200 || a.body["principal"] != "admin" {
 		t.Errorf("whoami on the joined node: %d %v", a.status, a.body)
+	}
+}
+
+// A follower whose leader froze (its raft silent, its client port taking
+// calls and never answering) answers a call as soon as it stops hearing
+// from that leader: not_leader, or the new leader's say once one is
+// elected. It used to hold every call on its question to the frozen
+// leader for the cluster's ACLs until the question timed out (2 s),
+// longer than a short lease's keep-alive could wait, and then answer 503
+// unavailable ("context deadline exceeded").
+func TestFollowerDoesNotWaitOnAFrozenLeader(t *testing.T) {
+	needLinks(t)
+	c := startCluster(t, 3, nil)
+	l := c.leader()
+	c.announced(l)
+	if a, _ := c.send(nil, "POST", api.PathAcquire, acquireBody("k", "a", 60000, "")); a.status != 200 {
+		t.Fatalf("acquire: %d %v", a.status, a.body)
+	}
+	l = c.isolateLeader()
+	l.frozen.Store(true)
+	// The survivor of the lower ID: the other one is elected first (slot
+	// 1, internal/node/hashicorp/failover.go), so this one answers as a
+	// follower.
+	f := c.others(l)[0]
+	a := f.post(api.PathExtend, `{"key":"k","holder":"a","token":1,"ttl_ms":60000}`)
+	if a.status == 503 && strings.Contains(fmt.Sprint(a.body["error"]), "deadline exceeded") {
+		t.Fatalf("the follower held the call on its question to the frozen leader: %d %v", a.status, a.body)
+	}
+	t.Logf("the follower answered %d %v", a.status, a.body)
+}
+
+// A node cut off from raft answers the members view (which must answer
+// without a leader) under the leader's ACLs as long as some leader can
+// be asked: when the leader it last knew has lost the leadership since and
+// names the new one, the new one is asked. It used to take that answer as
+// "no leader" and check the call against its own stale tables, so a
+// token deleted meanwhile was let in (seen under load in
+// TestFollowerAnswersOnlyUnderTheLeadersACLs).
+func TestCutOffNodeAsksTheLeaderItsFormerLeaderNames(t *testing.T) {
+	needLinks(t)
+	c := startCluster(t, 5, nil)
+	c.announced(c.leader())
+	admin := c.bootstrap()
+	bob := c.token(admin, "bob", "b/:read")
+	l := c.leader()
+	f := c.others(l)[0]
+	eventually(t, "whoami on "+f.id, func() bool {
+		a := f.authDo("GET", api.PathACLWhoAmI, "", bob)
+		return a.status == 200 && a.body["principal"] == "bob"
+	})
+	cut := func(n *clusterNode) {
+		for _, o := range c.others(n) {
+			o.trans.Disconnect(raft.ServerAddress(n.id))
+			n.trans.Disconnect(raft.ServerAddress(o.id))
+		}
+	}
+	cut(f) // raft only: its client port still reaches the others'
+	if a := c.authSend("POST", api.PathACLTokenDelete, `{"name":"bob"}`, admin); a.status != 200 {
+		t.Fatalf("token delete: %d %v", a.status, a.body)
+	}
+	// The leader f knew loses the leadership to one of the other three,
+	// and learns of it once it hears from them again.
+	old := c.isolateLeader()
+	others := slices.DeleteFunc(c.others(f), func(n *clusterNode) bool { return n == old })
+	nl := c.leader(others...)
+	for _, o := range others {
+		o.trans.Connect(old.trans.LocalAddr(), old.trans)
+		old.trans.Connect(o.trans.LocalAddr(), o.trans)
+	}
+	var last answer
+	eventually(t, old.id+" to name the new leader", func() bool {
+		last = old.authDo("GET", api.PathACLRevision, "", admin)
+		return last.status == 503 && last.body["code"] == api.CodeNotLeader && last.body["leader"] == nl.addr
+	})
+	eventually(t, f.id+" to give up on its leader", func() bool { return f.node.Status().LeaderID == "" })
+	if a := f.authDo("GET", api.PathMembers, "", bob); a.status == 200 {
+		t.Fatalf("members on the cut-off %s with the token deleted (leader now %s): %d %v", f.id, nl.id, a.status, a.body)
 	}
 }

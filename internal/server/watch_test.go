@@ -92,10 +92,25 @@ func lines(evs []api.WatchEvent) []string {
 // no wait, and answers them and the last revision.
 func (ts *testServer) readAll(after string, limit int, extra ...string) ([]api.WatchEvent, string) {
 	ts.t.Helper()
+	all, rev, ok := ts.tryReadAll(after, limit, extra...)
+	if !ok {
+		ts.t.Fatalf("watch after %s: not answered", after)
+	}
+	return all, rev
+}
+
+// tryReadAll is readAll on a node that may answer 503 (a follower in an
+// election): ok is false then.
+func (ts *testServer) tryReadAll(after string, limit int, extra ...string) ([]api.WatchEvent, string, bool) {
+	ts.t.Helper()
 	var all []api.WatchEvent
 	for range 10000 {
 		qs := q(append([]string{"after", after, "wait_ms", "0", "limit", fmt.Sprint(limit)}, extra...)...)
 		w := ts.watch(qs)
+		if w.status == 503 {
+			ts.t.Logf("watch after %s: %d %+v", after, w.status, w.err)
+			return nil, "", false
+		}
 		if w.status != 200 {
 			ts.t.Fatalf("watch after %s: %d %+v", after, w.status, w.err)
 		}
@@ -105,11 +120,11 @@ func (ts *testServer) readAll(after string, limit int, extra ...string) ([]api.W
 		}
 		after = w.resp.Revision.String()
 		if len(w.resp.Events) < limit {
-			return all, after
+			return all, after, true
 		}
 	}
 	ts.t.Fatal("too many pages")
-	return nil, ""
+	return nil, "", false
 }
 
 func mustRev(t *testing.T, s string) api.Revision {
@@ -502,23 +517,49 @@ func TestWatchEventStreamEndsCompacted(t *testing.T) {
 // resume on any of them; a follower answers from what it has applied.
 func TestWatchRevisionsAreTheSameOnEveryNode(t *testing.T) {
 	c := startCluster(t, 3, nil)
-	l := c.leader()
-	for i := range 4 {
-		l.post(api.PathAcquire, acquireBody(fmt.Sprintf("c/%d", i), "a", 200, "")) // they expire by ticks
+	must := func(a answer, what string) {
+		t.Helper()
+		if a.status != 200 {
+			t.Fatalf("%s: %d %v", what, a.status, a.body)
+		}
 	}
-	l.post(api.PathAcquire, acquireBody("c/h", "a", 60000, ""))
+	// Whichever node leads is asked (a loaded machine may elect again),
+	// and every write is checked.
+	for i := range 4 {
+		must(c.post(api.PathAcquire, acquireBody(fmt.Sprintf("c/%d", i), "a", 200, fmt.Sprint("c", i))), "acquire") // they expire by ticks
+	}
+	must(c.post(api.PathAcquire, acquireBody("c/h", "a", 60000, "ch")), "acquire c/h")
+	l := c.leader()
 	got := make(chan answer, 1)
 	go func() {
-		got <- l.do(context.Background(), "POST", api.PathAcquire, `{"key":"c/h","holder":"b","ttl_ms":60000,"wait_ms":60000}`)
+		got <- l.do(context.Background(), "POST", api.PathAcquire, `{"key":"c/h","holder":"b","ttl_ms":60000,"wait_ms":60000,"request_id":"b"}`)
 	}()
 	eventually(t, "b queued", func() bool { return l.queued("c/h", "b") })
-	l.post(api.PathRelease, `{"key":"c/h","holder":"a"}`)
-	<-got
-	eventually(t, "the expiries", func() bool { evs, _ := l.readAll("0", 100, "prefix", "c/"); return len(evs) == 12 })
-	want, end := l.readAll("0", 100)
+	must(c.post(api.PathRelease, `{"key":"c/h","holder":"a"}`), "release")
+	if a := <-got; a.status != 200 {
+		// Its leader changed while it waited: the same request to the
+		// new leader keeps its place, and its grant.
+		must(c.post(api.PathAcquire, `{"key":"c/h","holder":"b","ttl_ms":60000,"wait_ms":60000,"request_id":"b"}`), "b's wait, sent again")
+	}
+	// A node in an election answers 503 for a while: each read is made
+	// again until it is answered.
+	var (
+		want []api.WatchEvent
+		end  string
+	)
+	eventually(t, "the expiries", func() bool {
+		l = c.leader()
+		evs, _, ok := l.tryReadAll("0", 100, "prefix", "c/")
+		if ok && len(evs) == 12 {
+			want, end, ok = l.tryReadAll("0", 100)
+			return ok
+		}
+		return false
+	})
 	for _, n := range c.others(l) {
 		eventually(t, n.id+" to apply as far", func() bool { return n.Revision().Compare(mustRev(t, end)) >= 0 })
-		evs, _ := n.readAll("0", 3)
+		var evs []api.WatchEvent
+		eventually(t, n.id+"'s events", func() bool { e, _, ok := n.tryReadAll("0", 3); evs = e; return ok })
 		if len(evs) < len(want) || fmt.Sprint(lines(evs[:len(want)])) != fmt.Sprint(lines(want)) {
 			t.Fatalf("%s:\n%v\nleader %s:\n%v", n.id, lines(evs), l.id, lines(want))
 		}
@@ -526,7 +567,8 @@ func TestWatchRevisionsAreTheSameOnEveryNode(t *testing.T) {
 	// Resume on a follower from the middle of the leader's sequence.
 	f := c.others(l)[0]
 	mid := want[len(want)/2].Revision.String()
-	rest, _ := f.readAll(mid, 100)
+	var rest []api.WatchEvent
+	eventually(t, f.id+"'s events after "+mid, func() bool { e, _, ok := f.tryReadAll(mid, 100); rest = e; return ok })
 	if fmt.Sprint(lines(rest[:len(want)-len(want)/2-1])) != fmt.Sprint(lines(want[len(want)/2+1:])) {
 		t.Fatalf("resumed on %s after %s: %v", f.id, mid, lines(rest))
 	}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -65,8 +66,47 @@ func (s *Service) LeaderACLRevision(ctx context.Context) (uint64, error) {
 	if s.cfg.Peers == nil {
 		return 0, Unavailable("this node cannot call the leader to confirm the cluster's ACLs; ask the leader at " + addr)
 	}
+	if leader := s.node.Status().LeaderID; leader != "" {
+		// A leader that stops answering (frozen, cut off) would hold the
+		// question, and every call waiting on it, for as long as the
+		// question may take; once this node stops hearing from it (or
+		// hears of another), not_leader says so, as a write is answered.
+		qctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go s.whileLeading(qctx, leader, func() { cancel(errLeaderLost) })
+		ctx = qctx
+	}
 	r, err := s.cfg.Peers.ACLRevision(ctx, addr)
+	if errors.Is(context.Cause(ctx), errLeaderLost) {
+		return 0, s.notReady()
+	}
 	return r.Revision, err
+}
+
+// errLeaderLost ends a question to a leader this node no longer hears
+// from.
+var errLeaderLost = errors.New("the leader was lost")
+
+// leaderCheckEvery is how often whileLeading looks at the node's view.
+const leaderCheckEvery = 20 * time.Millisecond
+
+// whileLeading calls lost once this node no longer takes leader for its
+// leader (another leads, none does, or the one it has is silent past the
+// heartbeat timeout), unless ctx ends first.
+func (s *Service) whileLeading(ctx context.Context, leader string, lost func()) {
+	t := time.NewTicker(leaderCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if st := s.node.Status(); st.LeaderID != leader || st.LeaderSilent {
+			lost()
+			return
+		}
+	}
 }
 
 // WaitApplied reports whether this node has applied index, waiting for
@@ -122,7 +162,8 @@ func (b *broadcast) fire() {
 // them against, bounded by UnreachableAfter. The leader this node hears
 // from, else the last one it knew (which may lead still, with this node
 // cut off from it), is asked for its ACL revision; if one answers, this
-// node answers once it has applied that far (503 until then). Only when
+// node answers once it has applied that far (503 until then); a former
+// leader that names the new one sends the question there. Only when
 // none answers — a leader gone or not leading any more, or one silent
 // for ownACLAsk (frozen) —
 // does it take the tables it has applied, and only if it can vouch for
@@ -134,14 +175,24 @@ func (s *Service) OwnACL(ctx context.Context) (*acl.State, *Error) {
 	ctx, cancel := context.WithTimeout(ctx, max(s.node.UnreachableAfter(), ownACLAsk))
 	defer cancel()
 	asked := map[string]bool{"": true, s.cfg.ClientAddr: true}
-	for _, addr := range []string{s.leaderClientAddr(), s.lastLeaderClientAddr()} {
+	ask := []string{s.leaderClientAddr(), s.lastLeaderClientAddr()}
+	for i := 0; i < len(ask); i++ {
+		addr := ask[i]
 		if asked[addr] || s.cfg.Peers == nil {
 			continue
 		}
 		asked[addr] = true
 		r, err := s.cfg.Peers.ACLRevision(ctx, addr)
 		if err != nil {
-			continue // gone, frozen, or not the leader
+			// Gone, frozen, or not the leader. One that no longer leads
+			// may name the one that does (a leader elected while this
+			// node was cut off): that one is asked too, or this node
+			// would take its own tables with a leader there to ask.
+			var e *Error
+			if errors.As(err, &e) && e.Leader != "" {
+				ask = append(ask, e.Leader)
+			}
+			continue
 		}
 		if !s.WaitApplied(context.Background(), r.Revision) {
 			return nil, Unavailable("this node has not yet applied the cluster's ACLs (revision " + api.Revision{Index: r.Revision}.String() + ") of the leader at " + addr + "; retry, or ask the leader")

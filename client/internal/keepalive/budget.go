@@ -18,8 +18,9 @@ import "time"
 
 // FailoverAllowance is the time the keep-alive keeps free, between an
 // extension falling due and the lease being given up, for a failover: a
-// new leader elected (0.7–1.3 s with the server's default raft timing,
-// docs/OPERATIONS.md) and found by the retries. Extensions are sent
+// new leader elected (0.3–0.85 s with the server's default raft timing
+// on a busy 2-core machine, docs/RELIABILITY.md "On a busy machine") and
+// found by the retries. Extensions are sent
 // earlier than TTL/3 to keep it free, never more often than every TTL/8:
 // for a TTL under about 2 s it no longer fits, and a leader lost just
 // before an extension is due can cost the lease (a safe stop).

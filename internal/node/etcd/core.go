@@ -143,6 +143,9 @@ type core struct {
 	// plantTop: the last one another applies before it commits.
 	plantLate []*raftpb.Entry
 	plantTop  uint64
+	// quiet counts the ticks since a leader's last message (run's own;
+	// failover.go).
+	quiet int
 }
 
 type etcdProp struct {
@@ -303,7 +306,7 @@ func (c *core) run() {
 		case <-c.stop:
 			return
 		case <-t.C:
-			c.rn.Tick()
+			c.tickRaft()
 		case p := <-c.props:
 			c.proposeBatch(p)
 		case m := <-c.recv:
@@ -938,6 +941,7 @@ func (c *core) watchReceived(m *raftpb.Message) {
 	switch m.GetType() {
 	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap: // only a leader sends these
 		c.contact.Store(time.Now().UnixNano())
+		c.heardLeader(m.GetTerm())
 	case raftpb.MsgAppResp:
 		if p, ok := c.name(m.GetFrom()); ok {
 			if m.GetReject() {

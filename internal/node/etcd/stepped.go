@@ -91,7 +91,7 @@ func (m Message) Size() int { return proto.Size(m.m) }
 // Tick advances raft's clock by one tick (an election timeout is
 // etcdElectionTick of them) and handles what follows.
 func (s *Stepped) Tick() error {
-	return s.guard(func() { s.core.rn.Tick() })
+	return s.guard(func() { s.core.tickRaft() })
 }
 
 // Step hands raft a peer's message (a copy of it: members share

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -76,6 +77,9 @@ type etcdPeerOut struct {
 	q    chan *raftpb.Message
 	stop chan struct{} // closed when the peer is no longer a member
 	gone chan struct{} // closed when its writer has returned
+	// ended is closed once the peer has closed the connection last
+	// dialed to it (watchEnd).
+	ended atomic.Pointer[chan struct{}]
 }
 
 // newTransport starts the transport over st for core.
@@ -180,7 +184,14 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 		select {
 		case m = <-p.q:
 		case <-p.stop:
-			return
+			// What raft sent before the peer left the configuration
+			// still goes out: among it, the commit of the peer's own
+			// removal, without which it never learns it was removed.
+			select {
+			case m = <-p.q:
+			default:
+				return
+			}
 		case <-t.done:
 			return
 		}
@@ -193,6 +204,13 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 			default:
 				break drain
 			}
+		}
+		if conn != nil && p.peerClosed() {
+			// The peer closed it (it restarted, say): a write would
+			// still succeed into the socket's buffer and the batch be
+			// lost, the first answer of an election among them.
+			conn.Close()
+			conn = nil
 		}
 		if conn == nil {
 			if time.Now().Before(retryAt) {
@@ -207,6 +225,7 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 				continue
 			}
 			conn, w, backoff = c, bufio.NewWriterSize(c, 64<<10), 0
+			p.watchEnd(t, c)
 		}
 		if err := t.write(conn, w, batch); err != nil {
 			conn.Close()
@@ -219,6 +238,34 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 				t.core.reportSnapshot(p.id, true)
 			}
 		}
+	}
+}
+
+// watchEnd reads p's new outgoing connection c, on which a peer sends
+// nothing, until the peer closes it (or it is closed here): peerClosed
+// says so from then on.
+func (p *etcdPeerOut) watchEnd(t *transport, c net.Conn) {
+	ended := make(chan struct{})
+	p.ended.Store(&ended)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer close(ended)
+		_, _ = io.Copy(io.Discard, c)
+	}()
+}
+
+// peerClosed reports whether the last connection dialed to p has ended.
+func (p *etcdPeerOut) peerClosed() bool {
+	ended := p.ended.Load()
+	if ended == nil {
+		return false
+	}
+	select {
+	case <-*ended:
+		return true
+	default:
+		return false
 	}
 }
 

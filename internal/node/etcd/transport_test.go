@@ -341,3 +341,53 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// A member that restarted closed every connection it had; the next
+// message another member sends it goes out on a new connection, not into
+// the socket the restarted one closed (where it was lost: in an election
+// between followers, which talk to each other only then, the first
+// answer to a restarted member waited for raft's next timer).
+func TestEtcdTransportRedialsAPeerThatClosed(t *testing.T) {
+	cl := newEtcdTCPCluster(t, nil, "a", "b", "c")
+	cl.grant("k")
+	from := cl.follower()
+	to := cl.follower(from)
+	sendOne := func() {
+		term := cl.ms[to].n.Status().Term
+		cl.ms[from].n.tr.send([]*raftpb.Message{{Type: raftpb.MsgHeartbeatResp.Enum(),
+			From: proto.Uint64(etcdID(from)), To: proto.Uint64(etcdID(to)), Term: proto.Uint64(term)}})
+	}
+	holdsFrom := func() bool {
+		tr := cl.ms[to].n.tr
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return tr.in[etcdID(from)] != nil
+	}
+	sendOne()
+	waitFor(t, "a connection from "+from+" to "+to, holdsFrom)
+	cl.kill(to)
+	cl.start(to, false)
+	// The restarted member takes in its log again (closing whatever came
+	// from a member its replay has not added yet), and closes any
+	// connection from `from` that is left (an election's answer to it,
+	// say): then `from`'s last connection to it is closed at its end, and
+	// `from` has seen it.
+	cl.grant("after the restart")
+	cl.awaitApplied(to, cl.ms[cl.leader()].n.CommitIndex())
+	tr := cl.ms[to].n.tr
+	tr.mu.Lock()
+	if c := tr.in[etcdID(from)]; c != nil {
+		c.Close()
+	}
+	tr.mu.Unlock()
+	waitFor(t, from+" to see its connection to "+to+" closed", func() bool {
+		tr := cl.ms[from].n.tr
+		tr.mu.Lock()
+		p := tr.out[etcdID(to)]
+		tr.mu.Unlock()
+		return p != nil && p.peerClosed()
+	})
+	waitFor(t, to+" to let the closed connection go", func() bool { return !holdsFrom() })
+	sendOne() // one message only: a second would redial in any case
+	waitFor(t, "a new connection from "+from+" to the restarted "+to, holdsFrom)
+}

@@ -135,8 +135,9 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 	}))
 	n.running.Store(r)
 	n.startIndex = r.LastIndex()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.m.ReturnFreedMemory(n.stop) }()
+	go n.watchLeaderLoss()
 	return n, nil
 }
 

@@ -1,7 +1,9 @@
 package hashicorp
 
 import (
+	"errors"
 	"io"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -48,9 +50,10 @@ func (t *watchedTransport) Close() error {
 }
 
 // RequestVote notes the voter's answer, granted or not: a candidate
-// hears from the others only that way.
+// hears from the others only that way. A request that went out on a
+// pooled connection the voter had closed is sent once more (retryVote).
 func (t *watchedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	err := t.Transport.RequestVote(id, target, args, resp)
+	err := retryVote(func() error { return t.Transport.RequestVote(id, target, args, resp) })
 	if err == nil {
 		t.w.Voted(string(id))
 	}
@@ -60,7 +63,7 @@ func (t *watchedTransport) RequestVote(id raft.ServerID, target raft.ServerAddre
 type watchedPreVoteTransport struct{ *watchedTransport }
 
 func (t *watchedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	err := t.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
+	err := retryVote(func() error { return t.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp) })
 	if err == nil {
 		t.w.Voted(string(id))
 	}
@@ -68,6 +71,32 @@ func (t *watchedPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.S
 }
 
 var _ io.Closer = (*watchedTransport)(nil)
+
+// retryVote sends a (pre-)vote request, and once more if the connection
+// it went out on had been closed by the other end. raft's network
+// transport reuses a pooled connection without looking at it, and
+// survivors talk to each other only in an election: the first request to
+// a peer restarted since their last one went into a dead socket, and the
+// candidate waited a whole election timeout for a vote that was never
+// asked for (seen as a third election round after a leader's kill,
+// cmd/fencelock's TestFailoverProcessWorstPhase). The failed connection
+// is not pooled again, so the second try dials. Asking twice is safe: a
+// pre-vote changes nothing, and a voter asked again in the same term by
+// the candidate it voted for answers the same.
+func retryVote(send func() error) error {
+	err := send()
+	if closedByPeer(err) {
+		err = send()
+	}
+	return err
+}
+
+// closedByPeer reports whether err is a connection the other end had
+// closed or reset.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
 
 // Peers is every other member's health as this node sees it while it
 // leads, in the configuration's order; ok is false when it does not lead

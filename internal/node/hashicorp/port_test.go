@@ -37,9 +37,9 @@ func openPortNode(t *testing.T, lim node.RaftPortLimits) *Node {
 	return n
 }
 
-// closedByPeer waits until the other end closes c (a deadline: a
+// waitClosedByPeer waits until the other end closes c (a deadline: a
 // failure of the test, not a decision).
-func closedByPeer(t *testing.T, c net.Conn) {
+func waitClosedByPeer(t *testing.T, c net.Conn) {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err := io.Copy(io.Discard, c)
@@ -74,7 +74,7 @@ func TestHashicorpPortCutsHalfSentRPCs(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Write(attack.bytes)
-		closedByPeer(t, c)
+		waitClosedByPeer(t, c)
 		c.Close()
 		if got := n.RaftPortStats().MessagesCut; got != cut+1 {
 			t.Errorf("%s: messages cut %d, want %d", attack.name, got, cut+1)
