@@ -349,3 +349,36 @@ func TestLeaseExtendAsksSilentNodesAgainWhenNobodyKnowsALeader(t *testing.T) {
 	}
 	waitFor(t, "the preferred address to be b", func() bool { return c.Addrs()[0] == b.URL })
 }
+
+// A node that refuses connections (down) tells nothing about the nodes
+// that went silent, one of which may have been elected meanwhile: a round
+// whose only answers are refusals asks the silent nodes again, instead
+// of asking the dead one alone until the lease is given up. (Found by the
+// simulation: a leader frozen in a five-node cluster with a node down for
+// good cost a 3 s lease, RELIABILITY.md.)
+func TestLeaseExtendAsksSilentNodesAgainWhenTheOthersRefuse(t *testing.T) {
+	leakCheck(t)
+	clk := newFakeClock()
+	a, b, c3, _, l := threeNodes(t, clk, 6*time.Second, func(b, _ *clienttest.Server) *clienttest.Server { return b })
+	a.Fail("extend", "hang")
+	b.Fail("extend", "hang")
+	c3.Close() // down: every call is refused at once
+	waitFor(t, "a and b to be asked and left", func() bool {
+		if a.Count("extend") >= 1 && b.Count("extend") >= 1 {
+			return true
+		}
+		clk.Advance(10 * time.Millisecond)
+		return false
+	})
+	b.Fail("extend", "") // b won its election and answers
+	waitFor(t, "b to confirm", func() bool {
+		if l.Err() != nil || b.Count("extend") >= 2 {
+			return true
+		}
+		clk.Advance(10 * time.Millisecond)
+		return false
+	})
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost while b, elected, answered: %v", err)
+	}
+}

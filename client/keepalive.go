@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"syscall"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -42,7 +43,11 @@ func judgeExtension(addr string, err error) keepalive.Verdict {
 		}
 		return keepalive.Verdict{}
 	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal):
-		return keepalive.Verdict{NoLeader: errors.As(err, &ae) && ae.Code == api.CodeNotLeader}
+		// A node that knows no leader, or that is down (nothing listens:
+		// the connection was refused), tells nothing about the silent
+		// ones: a round of only such answers asks them again.
+		down := errors.Is(err, syscall.ECONNREFUSED)
+		return keepalive.Verdict{NoLeader: errors.As(err, &ae) && ae.Code == api.CodeNotLeader || down}
 	}
 	return keepalive.Verdict{Lost: true}
 }

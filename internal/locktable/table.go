@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/google/btree"
+
+	"github.com/fencelock/fencelock/internal/plant"
 )
 
 // Time is an instant on the caller's clock, in nanoseconds. The table never
@@ -255,6 +257,11 @@ func (t *Table) AcquireWith(key, holder string, now Time, ttl Duration, o Option
 	if err := t.grantable(key, holder, now); err != nil {
 		return Lease{}, err
 	}
+	if o.Session != 0 && plant.On("session-renewal-refused") {
+		if l, ok := t.Get(key, now); ok && l.Holder == holder {
+			return Lease{}, &HeldError{Lease: l}
+		}
+	}
 	if t.sessionFull(g, key) {
 		return Lease{}, &SessionLimitError{Scope: "session", Limit: MaxSessionLocks}
 	}
@@ -432,7 +439,7 @@ func (t *Table) Release(key, holder string, now Time) (bool, error) {
 		return t.releaseShared(e, holder, 0, now), nil
 	}
 	t.settle(e, now)
-	if !e.held() || !e.alive(now) || e.holder.name != holder {
+	if !e.held() || !e.alive(now) || e.holder.name != holder && !plant.On("release-ignores-holder") {
 		t.tidy(e) // settle may have emptied it
 		return false, nil
 	}
@@ -756,6 +763,9 @@ func (t *Table) handOff(e *entry, now Time) {
 		return
 	}
 	w := q.waiters[0]
+	if plant.On("handoff-skips-head") {
+		w = q.waiters[len(q.waiters)-1]
+	}
 	t.grant(e, w.holder, now, w.ttl, w.since, grantOpts{sess: w.sess, delay: w.delay})
 }
 

@@ -48,8 +48,8 @@ func (c *Cluster) join(ctx context.Context, req api.JoinRequest, add bool) (api.
 	if e := c.svc.Writable(); e != nil {
 		return none, e
 	}
-	c.change.Lock()
-	defer c.change.Unlock()
+	c.change <- struct{}{}
+	defer func() { <-c.change }()
 	servers, err := c.node.Configuration()
 	if err != nil {
 		return none, c.raftError(err)
@@ -152,8 +152,8 @@ func (c *Cluster) Remove(ctx context.Context, req api.RemoveRequest) (api.Remove
 	if e := firstErr(checkNodeField("id", req.ID, api.MaxNodeIDLen), c.svc.Writable()); e != nil {
 		return none, e
 	}
-	c.change.Lock()
-	defer c.change.Unlock()
+	c.change <- struct{}{}
+	defer func() { <-c.change }()
 	servers, err := c.node.Configuration()
 	if err != nil {
 		return none, c.raftError(err)

@@ -75,7 +75,11 @@ type Cluster struct {
 	svc  Service
 	node replica.Replicator
 
-	change  sync.Mutex  // serialises membership changes: each probes, then changes
+	// change serialises membership changes: each probes, then changes.
+	// A one-slot channel, not a mutex: a change waits on the network and
+	// raft while it holds it, and a goroutine waiting on a channel is one
+	// a testing/synctest bubble (the simulation) can tell is blocked.
+	change  chan struct{}
 	member  atomic.Bool // this node has been in the configuration, in this process
 	removed atomic.Bool // ... and has been taken out of it since
 	stop    chan struct{}
@@ -86,7 +90,7 @@ type Cluster struct {
 // New makes the membership of the node whose state machine is f, for the
 // service svc. Nothing runs until Start.
 func New(cfg Config, f *fsm.FSM, svc Service) *Cluster {
-	return &Cluster{cfg: cfg, log: cfg.Logger, fsm: f, svc: svc, stop: make(chan struct{})}
+	return &Cluster{cfg: cfg, log: cfg.Logger, fsm: f, svc: svc, stop: make(chan struct{}), change: make(chan struct{}, 1)}
 }
 
 // Start runs membership over n: the check that this node is still in the

@@ -57,7 +57,7 @@ func TestCheckedEntryRoundTripAndDamage(t *testing.T) {
 // The watermark follows appends, and a suffix deletion lowers it first.
 func TestCheckedLogWatermark(t *testing.T) {
 	dir := t.TempDir()
-	sf, err := openStateFile(dir, dirState{CRCFrom: 1})
+	sf, err := openStateFile(OSFS{}, dir, dirState{CRCFrom: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestCheckedLogWatermark(t *testing.T) {
 	if err := cl.DeleteRange(8, 10); err != nil || sf.get().Durable != 7 {
 		t.Fatalf("suffix deletion: %v watermark %d, want 7", err, sf.get().Durable)
 	}
-	if b, _ := readStateFile(dir); b.Durable != 7 {
+	if b, _ := readStateFile(OSFS{}, dir); b.Durable != 7 {
 		t.Fatalf("lowered watermark not on disk: %d", b.Durable)
 	}
 }

@@ -16,7 +16,10 @@ import (
 type Config struct {
 	// DataDir holds the raft log (wal/), snapshots (snapshots/), the
 	// state file and a LOCK file. Empty: in-memory stores.
-	DataDir  string
+	DataDir string
+	// FS is the file system DataDir is on; nil: the operating system's
+	// (the simulation gives its own disk).
+	FS       FS
 	NodeID   string
 	RaftAddr string // empty: a raft port nobody can dial (in-memory)
 	// Peers is the initial voter set when there is no raft state yet;

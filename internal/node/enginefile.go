@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,9 +25,9 @@ const engineFileName = "fencelock.engine"
 // and records engine when it records none. A directory without the file
 // that already holds a log was written before engines were recorded, by
 // the hashicorp node (hasLog says so).
-func checkEngine(dir, engine string, hasLog bool) error {
+func checkEngine(fsys FS, dir, engine string, hasLog bool) error {
 	path := filepath.Join(dir, engineFileName)
-	b, err := os.ReadFile(path)
+	b, err := fsys.ReadFile(path)
 	switch {
 	case err == nil:
 		got := strings.TrimSpace(string(b))
@@ -35,48 +36,52 @@ func checkEngine(dir, engine string, hasLog bool) error {
 				dir, got, engine, got)
 		}
 		return nil
-	case !errors.Is(err, os.ErrNotExist):
+	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("node: reading %s: %w", path, err)
 	case hasLog && engine != EngineHashicorp:
 		return fmt.Errorf("node: the data directory %s was written by the %s engine; this server runs the %s engine (start it with --engine %s, or use another data directory)",
 			dir, EngineHashicorp, engine, EngineHashicorp)
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(engine+"\n"), 0o600); err != nil {
+	if err := writeSynced(fsys, tmp, []byte(engine+"\n")); err != nil {
 		return fmt.Errorf("node: recording the engine: %w", err)
 	}
-	f, err := os.Open(tmp)
+	if err := fsys.Rename(tmp, path); err != nil {
+		return fmt.Errorf("node: recording the engine: %w", err)
+	}
+	return fsys.SyncDir(dir)
+}
+
+// writeSynced writes b as the whole of the file at path, fsynced.
+func writeSynced(fsys FS, path string, b []byte) error {
+	f, err := fsys.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("node: recording the engine: %w", err)
+		return err
 	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("node: recording the engine: %w", err)
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("node: recording the engine: %w", err)
-	}
-	return syncDir(dir)
+	return errors.Join(err, f.Close())
 }
 
 // dirHasLog says whether dir holds a raft log already (segments or
 // raft-wal's metadata), for checkEngine: read before the stores are
 // opened, which create both.
-func dirHasLog(dir string) (bool, error) {
+func dirHasLog(fsys FS, dir string) (bool, error) {
 	walDir := filepath.Join(dir, "wal")
-	segs, err := walFiles(walDir)
+	segs, err := walFiles(fsys, walDir)
 	if err != nil {
 		return false, fmt.Errorf("node: data dir: %w", err)
 	}
 	if len(segs) > 0 {
 		return true, nil
 	}
-	_, err = os.Stat(filepath.Join(walDir, walMetaFile))
+	_, err = fsys.Stat(filepath.Join(walDir, walMetaFile))
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
 	}
 	return false, fmt.Errorf("node: data dir: %w", err)
@@ -84,12 +89,12 @@ func dirHasLog(dir string) (bool, error) {
 
 // claimEngine refuses dir (locked) when another engine wrote it, and
 // records engine when none is recorded.
-func claimEngine(dir, engine string) error {
-	has, err := dirHasLog(dir)
+func claimEngine(fsys FS, dir, engine string) error {
+	has, err := dirHasLog(fsys, dir)
 	if err != nil {
 		return err
 	}
-	return checkEngine(dir, engine, has)
+	return checkEngine(fsys, dir, engine, has)
 }
 
 // dirEngine is the engine dir records; "" when it records none.

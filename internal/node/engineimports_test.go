@@ -27,7 +27,7 @@ func TestEngineImports(t *testing.T) {
 	)
 	storageOnly := []string{"Log", "LogCommand", "LogStore", "MonotonicLogStore", "StableStore", "SnapshotStore",
 		"SnapshotSink", "SnapshotMeta", "FileSnapshotStore", "NewFileSnapshotStoreWithLogger", "NewInmemStore",
-		"InmemStore", "NewInmemSnapshotStore", "SnapshotVersionMax", "Configuration", "Server", "ServerID",
+		"InmemStore", "NewInmemSnapshotStore", "SnapshotVersion", "SnapshotVersionMin", "SnapshotVersionMax", "Configuration", "Server", "ServerID",
 		"ServerAddress", "ServerSuffrage", "Voter", "Nonvoter",
 		"Transport", // the snapshot store's Create asks for one, to encode peers
 	}

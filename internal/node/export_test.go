@@ -18,7 +18,7 @@ const (
 
 type DirState = dirState
 
-var ReadStateFile = readStateFile
+func ReadStateFile(dir string) (dirState, error) { return readStateFile(OSFS{}, dir) }
 
 // SetState changes the state file of the stopped node in dir.
 var SetState = EditStateFile
@@ -26,7 +26,7 @@ var SetState = EditStateFile
 // RewriteWithoutChecksums rewrites the log of the stopped node in dir as
 // a server from before checksums wrote it, and answers its last index.
 func RewriteWithoutChecksums(dir string) (uint64, error) {
-	st, err := openStores(dir, EngineHashicorp, WALSegmentSize, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
+	st, err := openStores(OSFS{}, dir, EngineHashicorp, WALSegmentSize, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		return 0, err
 	}

@@ -13,7 +13,7 @@ import (
 // handed that grant from the queue is not answered with it (the service
 // asks Covered first), and neither is any later proposal (durableErr).
 func TestCoveredRefusesTokensPastAFailedReservation(t *testing.T) {
-	state, err := openStateFile(t.TempDir(), dirState{CRCFrom: 1})
+	state, err := openStateFile(OSFS{}, t.TempDir(), dirState{CRCFrom: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func acquireEntries(t *testing.T, first uint64, n int) []fsm.Entry {
 // (fsynced) by the time ApplyBatch returns, before the engine answers any
 // entry.
 func TestMachineAppliesBatches(t *testing.T) {
-	state, err := openStateFile(t.TempDir(), dirState{CRCFrom: 1})
+	state, err := openStateFile(OSFS{}, t.TempDir(), dirState{CRCFrom: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

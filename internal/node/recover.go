@@ -72,7 +72,7 @@ func Recover(dir string, opts RecoverOptions) ([]string, error) {
 		return os.Rename(filepath.Join(dir, rel), dst)
 	}
 
-	prev, stateErr := readStateFile(dir)
+	prev, stateErr := readStateFile(OSFS{}, dir)
 	if stateErr != nil {
 		if opts.MinToken == 0 {
 			return nil, fmt.Errorf("recover: the token floor in %s is unreadable (%v): pass --min-token N, "+
@@ -176,7 +176,7 @@ func Recover(dir string, opts RecoverOptions) ([]string, error) {
 // index the kept log and snapshot hold.
 func recoverLog(dir, walDir string, crcFrom, snapIndex uint64, state *fsm.FSM, logger hclog.Logger,
 	say func(string, ...any)) (keep bool, term, end uint64, why string) {
-	segs, err := walFiles(walDir)
+	segs, err := walFiles(OSFS{}, walDir)
 	if err != nil {
 		return false, 0, 0, err.Error()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -105,7 +106,7 @@ func parseState(b []byte) (s dirState, seq uint64, slot int, err error) {
 // use: the log, the state machine and a checkpoint timer all write it.
 type stateFile struct {
 	mu    sync.Mutex
-	f     *os.File
+	f     File
 	path  string
 	seq   uint64
 	slot  int // the slot of the last record written
@@ -116,8 +117,8 @@ type stateFile struct {
 
 // readStateFile reads dir's state file. A missing file is reported with
 // an error matching os.ErrNotExist.
-func readStateFile(dir string) (dirState, error) {
-	b, err := os.ReadFile(filepath.Join(dir, stateFileName))
+func readStateFile(fsys FS, dir string) (dirState, error) {
+	b, err := fsys.ReadFile(filepath.Join(dir, stateFileName))
 	if err != nil {
 		return dirState{}, err
 	}
@@ -127,27 +128,27 @@ func readStateFile(dir string) (dirState, error) {
 
 // openStateFile opens dir's state file, creating it with init if it does
 // not exist.
-func openStateFile(dir string, init dirState) (*stateFile, error) {
+func openStateFile(fsys FS, dir string, init dirState) (*stateFile, error) {
 	path := filepath.Join(dir, stateFileName)
-	b, err := os.ReadFile(path)
+	b, err := fsys.ReadFile(path)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	case errors.Is(err, fs.ErrNotExist):
+		f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return nil, err
 		}
 		sf := &stateFile{f: f, path: path, slot: 1}
 		if _, err := f.WriteAt(make([]byte, stateFileLen), 0); err != nil {
 			f.Close()
-			os.Remove(path)
+			fsys.Remove(path)
 			return nil, err
 		}
 		if err := sf.update(func(s *dirState) { *s = init }, true); err != nil {
 			f.Close()
-			os.Remove(path)
+			fsys.Remove(path)
 			return nil, err
 		}
-		if err := syncDir(dir); err != nil {
+		if err := fsys.SyncDir(dir); err != nil {
 			f.Close()
 			return nil, err
 		}
@@ -159,7 +160,7 @@ func openStateFile(dir string, init dirState) (*stateFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0o600)
+	f, err := fsys.OpenFile(path, os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -229,10 +230,18 @@ func syncDir(dir string) error {
 // and tools that mend a stopped node's directory by hand.
 type StateRecord = dirState
 
+// DurableIndex is the index the state file of the data directory dir
+// on fsys records as durably written (the watermark a log must reach at
+// start), for tools and the simulation's checks.
+func DurableIndex(fsys FS, dir string) (uint64, error) {
+	st, err := readStateFile(fsys, dir)
+	return st.Durable, err
+}
+
 // EditStateFile changes the state file of the stopped node in dir,
 // fsynced (tests that damage a directory on purpose).
 func EditStateFile(dir string, change func(*StateRecord)) error {
-	sf, err := openStateFile(dir, dirState{})
+	sf, err := openStateFile(OSFS{}, dir, dirState{})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 
 func TestStateFileRoundTripAndTornSlot(t *testing.T) {
 	dir := t.TempDir()
-	sf, err := openStateFile(dir, dirState{CRCFrom: 1})
+	sf, err := openStateFile(OSFS{}, dir, dirState{CRCFrom: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func TestStateFileRoundTripAndTornSlot(t *testing.T) {
 	if err := sf.close(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := readStateFile(dir); err != nil || got != want {
+	if got, err := readStateFile(OSFS{}, dir); err != nil || got != want {
 		t.Fatalf("read back %+v %v, want %+v", got, err, want)
 	}
 	// A torn write of the newest slot leaves the one before it.
@@ -34,17 +34,17 @@ func TestStateFileRoundTripAndTornSlot(t *testing.T) {
 	_, _, slot, _ := parseState(b)
 	b[slot*stateSlotLen+20] ^= 0xff
 	os.WriteFile(path, b, 0o600)
-	got, err := readStateFile(dir)
+	got, err := readStateFile(OSFS{}, dir)
 	if err != nil || got.Ceiling != 4*1024 || got.Durable != 30 {
 		t.Fatalf("after a torn slot: %+v %v", got, err)
 	}
 	// Both slots bad: an error, never a zero floor taken as real.
 	b[(1-slot)*stateSlotLen+20] ^= 0xff
 	os.WriteFile(path, b, 0o600)
-	if _, err := readStateFile(dir); err == nil {
+	if _, err := readStateFile(OSFS{}, dir); err == nil {
 		t.Fatal("a file with no valid slot was accepted")
 	}
-	if _, err := openStateFile(dir, dirState{}); err == nil {
+	if _, err := openStateFile(OSFS{}, dir, dirState{}); err == nil {
 		t.Fatal("openStateFile accepted a file with no valid slot")
 	}
 }

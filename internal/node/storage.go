@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -49,7 +48,8 @@ func OpenStorage(cfg Config, engine string) (*Storage, error) {
 		s.Logs, s.Stable, s.Snaps = mem, mem, raft.NewInmemSnapshotStore()
 		return s, nil
 	}
-	unlock, err := claimDataDir(cfg.DataDir, engine)
+	fsys := fsOf(cfg)
+	unlock, err := claimDataDir(fsys, cfg.DataDir, engine)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func OpenStorage(cfg Config, engine string) (*Storage, error) {
 	if segSize <= 0 {
 		segSize = WALSegmentSize
 	}
-	st, err := openStores(cfg.DataDir, engine, segSize, raftlog.New(cfg.Logger.With("component", "raft")), cfg.Logger)
+	st, err := openStores(fsys, cfg.DataDir, engine, segSize, raftlog.New(cfg.Logger.With("component", "raft")), cfg.Logger)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -75,15 +75,15 @@ func OpenStorage(cfg Config, engine string) (*Storage, error) {
 // directory: a second server fails at once instead of hanging on the
 // stores' own file locks) and claims it for engine: a dir the other
 // engine wrote holds entries this one would misread, and is refused.
-func claimDataDir(dir, engine string) (unlock func() error, err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+func claimDataDir(fsys FS, dir, engine string) (unlock func() error, err error) {
+	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
-	unlock, err = lockDir(dir)
+	unlock, err = fsys.Lock(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := claimEngine(dir, engine); err != nil {
+	if err := claimEngine(fsys, dir, engine); err != nil {
 		_ = unlock()
 		return nil, err
 	}
@@ -114,6 +114,16 @@ func (s *Storage) Ceiling() uint64 {
 		return 0
 	}
 	return s.state.get().Ceiling
+}
+
+// Durable is the state file's watermark as this node holds it now: the
+// last index its log holds durably, or, lowered, the last it keeps while
+// it deletes a suffix. 0 in memory.
+func (s *Storage) Durable() uint64 {
+	if s.state == nil {
+		return 0
+	}
+	return s.state.get().Durable
 }
 
 // Fault is the log's unresolved write failure; nil when it writes (and

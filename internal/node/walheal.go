@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/segment"
 )
 
 // healingWAL is the raft log and stable store: a raft-wal WAL that repairs
@@ -33,6 +34,7 @@ import (
 // crash recovery), once a probe shows descriptors and space are back.
 // Entries already appended were fsynced in the sealed segment and are kept.
 type healingWAL struct {
+	fsys    FS
 	dir     string
 	segSize int
 	open    func() (*wal.WAL, error)
@@ -50,10 +52,17 @@ type healingWAL struct {
 	closed bool
 }
 
-func openHealingWAL(dir string, segSize int, logger hclog.Logger, log *slog.Logger) (*healingWAL, error) {
-	h := &healingWAL{dir: dir, segSize: segSize, log: log}
+func openHealingWAL(fsys FS, dir string, segSize int, logger hclog.Logger, log *slog.Logger) (*healingWAL, error) {
+	h := &healingWAL{fsys: fsys, dir: dir, segSize: segSize, log: log}
 	h.open = func() (*wal.WAL, error) {
-		return wal.Open(dir, wal.WithLogger(&rotateWatch{Logger: logger, failed: &h.rotateFailed}), wal.WithSegmentSize(segSize))
+		watch := wal.WithLogger(&rotateWatch{Logger: logger, failed: &h.rotateFailed})
+		if isOS(fsys) {
+			return wal.Open(dir, watch, wal.WithSegmentSize(segSize))
+		}
+		// raft-wal's segments over fsys through its own VFS, and its
+		// metadata in a file of fsys instead of bolt (walmeta.go).
+		return wal.Open(dir, watch, wal.WithSegmentSize(segSize),
+			wal.WithSegmentFiler(segment.NewFiler(dir, walVFS{fsys})), wal.WithMetaStore(&walMeta{fsys: fsys}))
 	}
 	w, err := h.open()
 	if err != nil {
@@ -129,7 +138,7 @@ func (h *healingWAL) unseal() error {
 	if err := h.w.Close(); err != nil {
 		h.log.Warn("closing the log for repair", "err", err)
 	}
-	path, uerr := unsealTail(h.dir)
+	path, uerr := unsealTail(h.fsys, h.dir)
 	w, err := h.open()
 	if err != nil {
 		return fmt.Errorf("reopening the log after unsealing %s: %w", path, errors.Join(uerr, err))
@@ -231,27 +240,27 @@ func (h *healingWAL) repair() error {
 // probe checks that a new segment can be made now: a handful of free
 // descriptors and room for one segment (fallocate where it is supported).
 func (h *healingWAL) probe() error {
-	var files []*os.File
+	var files []File
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
 	for range 8 {
-		f, err := os.Open(h.dir)
+		f, err := h.fsys.OpenFile(h.dir, os.O_RDONLY, 0)
 		if err != nil {
 			return err
 		}
 		files = append(files, f)
 	}
 	path := filepath.Join(h.dir, "fencelock-probe.tmp")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	f, err := h.fsys.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(path)
+	defer h.fsys.Remove(path)
 	defer f.Close()
-	return reserveSpace(f, int64(h.segSize))
+	return f.Allocate(int64(h.segSize))
 }
 
 func (h *healingWAL) FirstIndex() (uint64, error) {

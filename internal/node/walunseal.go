@@ -33,12 +33,12 @@ const (
 // stays, committed as before; the next append seals the segment again and
 // rotates. The WAL must be closed. It changes nothing and says why when
 // the file is not in exactly that shape.
-func unsealTail(dir string) (string, error) {
-	path, err := lastSegment(dir)
+func unsealTail(fsys FS, dir string) (string, error) {
+	path, err := lastSegment(fsys, dir)
 	if err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(path)
+	b, err := fsys.ReadFile(path)
 	if err != nil {
 		return path, err
 	}
@@ -62,7 +62,7 @@ func unsealTail(dir string) (string, error) {
 			binary.LittleEndian.Uint32(b[commit+4:commit+8]) != crc32.Checksum(b[batchStart:commit], castagnoli) {
 			return path, fmt.Errorf("%s: the index frame at offset %d is not followed by its commit frame", path, off)
 		}
-		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		f, err := fsys.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
 			return path, err
 		}
@@ -79,14 +79,15 @@ func unsealTail(dir string) (string, error) {
 
 // lastSegment is the path of the segment file with the highest id
 // (names are BASEINDEX-ID.wal, the id in hex).
-func lastSegment(dir string) (string, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+func lastSegment(fsys FS, dir string) (string, error) {
+	names, err := walFiles(fsys, dir)
 	if err != nil {
 		return "", err
 	}
 	best, bestID := "", int64(-1)
-	for _, p := range names {
-		_, idHex, ok := strings.Cut(strings.TrimSuffix(filepath.Base(p), ".wal"), "-")
+	for _, name := range names {
+		p := filepath.Join(dir, name)
+		_, idHex, ok := strings.Cut(strings.TrimSuffix(name, ".wal"), "-")
 		if !ok {
 			continue
 		}

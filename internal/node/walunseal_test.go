@@ -66,7 +66,7 @@ func TestUnsealTailKeepsEveryEntry(t *testing.T) {
 		t.Fatal("the copied segment does not read back sealed: the test does not set up the broken state")
 	}
 
-	path, err := unsealTail(dir)
+	path, err := unsealTail(OSFS{}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestUnsealTailKeepsEveryEntry(t *testing.T) {
 		buf.Close()
 	}
 	// A second call finds nothing sealed and changes nothing.
-	if _, err := unsealTail(dir); err == nil {
+	if _, err := unsealTail(OSFS{}, dir); err == nil {
 		t.Error("unsealTail of an unsealed segment did not refuse")
 	}
 }

@@ -15,24 +15,28 @@ import (
 // working under leases the way the safe-stop rule says a holder must: it
 // acts only while the lease is alive and before its Deadline.
 type actor struct {
-	w   *world
-	i   int
-	rnd *rand.Rand
-	clk *simClock
-	net *clientNet
-	c   *client.Client
-	seq int
+	w     *world
+	i     int
+	rnd   *rand.Rand
+	clk   *simClock
+	drift float64 // its clock's, when no fault changes it
+	net   *clientNet
+	c     *client.Client
+	seq   int
 }
 
 func newActor(w *world, i int, drift float64) *actor {
-	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: newSimClock(w.t0, drift)}
-	a.net = &clientNet{w: w, a: a, rnd: w.stream(fmt.Sprintf("net%d", i)), cut: map[string]bool{}}
+	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: newSimClock(w.t0, drift, w.dues), drift: drift}
+	if w.debug {
+		a.clk.debug = func(format string, args ...any) { w.tracef(a.src(), format, args...) }
+	}
+	a.net = &clientNet{w: w, a: a, cut: map[string]bool{}}
 	var addrs []string
 	for _, n := range w.cl.nodes {
-		addrs = append(addrs, n.id+":7470")
+		addrs = append(addrs, n.addr)
 	}
 	c, err := client.New(addrs, client.WithHTTPClient(&http.Client{Transport: a.net}), client.WithFramed(false),
-		client.WithClock(a.clk), client.WithRandom(w.stream(fmt.Sprintf("client%d", i))))
+		client.WithClock(a.clk), client.WithRandom(w.instantSource(fmt.Sprintf("client%d", i))))
 	if err != nil {
 		panic(err) // the addresses are the world's own
 	}
@@ -89,7 +93,8 @@ func (h sessionAll) Release(ctx context.Context) error {
 	return first
 }
 
-var ttls = []time.Duration{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second}
+// src is the actor's name in the trace.
+func (a *actor) src() string { return fmt.Sprintf("c%d", a.i) }
 
 func (a *actor) sleep(d time.Duration) {
 	done := make(chan struct{})
@@ -111,7 +116,7 @@ func (a *actor) run(end time.Time) {
 func (a *actor) once() {
 	a.seq++
 	holder := fmt.Sprintf("c%d-%d", a.i, a.seq)
-	ttl := ttls[a.rnd.IntN(len(ttls))]
+	ttl := a.w.cfg.TTLs[a.rnd.IntN(len(a.w.cfg.TTLs))]
 	wait := time.Duration(a.rnd.Int64N(int64(3 * time.Second)))
 	opts := []client.LeaseOption{client.WithTTL(ttl), client.WithHolder(holder), client.WithWait(wait)}
 	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
@@ -120,12 +125,23 @@ func (a *actor) once() {
 	recs := []*grantRec{rec} // a multi-key acquire has one per key
 	var h held
 	var sess *client.Session
-	switch k := a.rnd.IntN(7); k {
+	k := a.rnd.IntN(7)
+	if a.w.cfg.Focus == focusLeases {
+		k = 0 // one key, many waiting on it
+	}
+	switch k {
 	case 0, 1:
 		rec.kind, rec.key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
+		if a.w.cfg.Focus == focusLeases {
+			rec.key = "lock/0"
+		}
+		if a.rnd.IntN(3) == 0 {
+			// Should the lease expire, nobody gets the key for a while.
+			opts = append(opts, client.WithLockDelay(time.Duration(50+a.rnd.IntN(950))*time.Millisecond))
+		}
 		l, err := a.c.Acquire(ctx, rec.key, opts...)
 		if err != nil {
-			a.w.tracef("%s acquire %s: %v", holder, rec.key, err)
+			a.w.tracef(a.src(), "%s acquire %s: %v", holder, rec.key, err)
 			return
 		}
 		rec.token, h = l.Token(), l
@@ -133,7 +149,7 @@ func (a *actor) once() {
 		rec.kind, rec.key, rec.permits = "sem", "sem/0", 2
 		l, err := a.c.AcquireSemaphore(ctx, rec.key, 2, opts...)
 		if err != nil {
-			a.w.tracef("%s acquire %s: %v", holder, rec.key, err)
+			a.w.tracef(a.src(), "%s acquire %s: %v", holder, rec.key, err)
 			return
 		}
 		rec.token, h = l.Token(), l
@@ -149,7 +165,7 @@ func (a *actor) once() {
 			l, err = a.c.AcquireWrite(ctx, rec.key, opts...)
 		}
 		if err != nil {
-			a.w.tracef("%s acquire %s %s: %v", holder, rec.kind, rec.key, err)
+			a.w.tracef(a.src(), "%s acquire %s %s: %v", holder, rec.kind, rec.key, err)
 			return
 		}
 		rec.token, h = l.Token(), l
@@ -157,13 +173,13 @@ func (a *actor) once() {
 		rec.kind, rec.key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
 		s, err := client.NewSession(ctx, a.c, client.WithSessionTTL(ttl), client.WithSessionHolder(holder))
 		if err != nil {
-			a.w.tracef("%s open session: %v", holder, err)
+			a.w.tracef(a.src(), "%s open session: %v", holder, err)
 			return
 		}
 		sess = s
 		l, err := s.Acquire(ctx, rec.key, client.WithWait(wait))
 		if err != nil {
-			a.w.tracef("%s session acquire %s: %v", holder, rec.key, err)
+			a.w.tracef(a.src(), "%s session acquire %s: %v", holder, rec.key, err)
 			a.closeSession(sess)
 			return
 		}
@@ -172,13 +188,13 @@ func (a *actor) once() {
 		// Both exclusive keys at once, under a session.
 		s, err := client.NewSession(ctx, a.c, client.WithSessionTTL(ttl), client.WithSessionHolder(holder))
 		if err != nil {
-			a.w.tracef("%s open session: %v", holder, err)
+			a.w.tracef(a.src(), "%s open session: %v", holder, err)
 			return
 		}
 		sess = s
 		ls, err := s.AcquireAll(ctx, []string{"lock/0", "lock/1"}, client.WithWait(wait))
 		if err != nil {
-			a.w.tracef("%s session acquire-all: %v", holder, err)
+			a.w.tracef(a.src(), "%s session acquire-all: %v", holder, err)
 			a.closeSession(sess)
 			return
 		}
@@ -196,14 +212,14 @@ func (a *actor) once() {
 	for _, r := range recs {
 		r.ack, r.last, r.acted = now, now, acting
 		a.w.hist.granted(r)
-		a.w.tracef("%s holds %s %s token %d ttl %s", holder, r.kind, r.key, r.token, ttl)
+		a.w.tracef(a.src(), "%s holds %s %s token %d ttl %s", holder, r.kind, r.key, r.token, ttl)
 	}
 	hold := time.Duration(a.rnd.Int64N(int64(2 * ttl)))
 	step := ttl / 5
 	for spent := time.Duration(0); spent < hold; spent += step {
 		a.sleep(step)
 		if h.Err() != nil || !a.clk.Now().Before(h.Deadline()) {
-			a.w.tracef("%s stops: %v", holder, h.Err())
+			a.w.tracef(a.src(), "%s stops: %v", holder, h.Err())
 			a.w.hist.lost(lostLease{rec: rec, ttl: ttl, at: time.Now(), err: fmt.Sprint(h.Err())})
 			break
 		}
@@ -215,7 +231,7 @@ func (a *actor) once() {
 	defer rcancel()
 	if h.Err() == nil {
 		err := h.Release(rctx)
-		a.w.tracef("%s releases %s: %v", holder, rec.key, err)
+		a.w.tracef(a.src(), "%s releases %s: %v", holder, rec.key, err)
 	}
 	a.closeSession(sess)
 	if sess == nil && a.rnd.IntN(3) == 0 {
@@ -225,7 +241,7 @@ func (a *actor) once() {
 		zctx, zcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer zcancel()
 		ok, err := a.c.Release(zctx, rec.key, holder, rec.token)
-		a.w.tracef("%s releases %s token %d again, late: %v %v", holder, rec.key, rec.token, ok, err)
+		a.w.tracef(a.src(), "%s releases %s token %d again, late: %v %v", holder, rec.key, rec.token, ok, err)
 	}
 }
 

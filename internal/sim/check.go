@@ -30,6 +30,10 @@ func (r *Result) checkModels() {
 		res, n := e2e.CheckMultiLinearizable(r.multi[epoch], modelTimeout)
 		verdict(r, fmt.Sprintf("multi-key acquires of epoch %d", epoch), res, n, r.multi[epoch])
 	}
+	for _, epoch := range slices.Sorted(maps.Keys(r.sess)) {
+		res, n := checkSessions(r.sess[epoch], modelTimeout)
+		verdict(r, fmt.Sprintf("sessions of epoch %d", epoch), res, n, r.sess[epoch])
+	}
 }
 
 // verdict counts a history's check; one that is not linearizable is a

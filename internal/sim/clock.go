@@ -19,14 +19,43 @@ type simClock struct {
 	v0, l0   time.Time // at virtual time v0 the clock read l0
 	rate     float64   // local seconds per virtual second (1 + drift)
 	paused   bool
-	resumed  chan struct{} // closed when the current pause ends
-	deferred []*simTimer   // due during the pause, in due order
+	resumed  chan struct{}                    // closed when the current pause ends
+	deferred []*simTimer                      // due during the pause, in due order
+	debug    func(format string, args ...any) // traces every timer set (Config.Debug)
+	dues     *dues                            // the world's: the instants its pending timers fall due at
+}
+
+// dues are the instants at which the world's pending timers fall due,
+// every process's: no two fall due at one instant, so that synctest runs
+// what each starts before the next falls due, whatever the scheduler
+// would do with two goroutines ready at once.
+type dues struct {
+	mu sync.Mutex
+	at map[int64]bool
+}
+
+// take returns due, or the first free nanosecond after it, and holds it.
+func (d *dues) take(due time.Time) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.at[due.UnixNano()] {
+		due = due.Add(time.Nanosecond)
+	}
+	d.at[due.UnixNano()] = true
+	return due
+}
+
+// drop frees due.
+func (d *dues) drop(due time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.at, due.UnixNano())
 }
 
 var _ clock.Clock = (*simClock)(nil)
 
-func newSimClock(origin time.Time, drift float64) *simClock {
-	c := &simClock{v0: origin, l0: origin, rate: 1 + drift, resumed: make(chan struct{})}
+func newSimClock(origin time.Time, drift float64, d *dues) *simClock {
+	c := &simClock{v0: origin, l0: origin, rate: 1 + drift, resumed: make(chan struct{}), dues: d}
 	close(c.resumed)
 	return c
 }
@@ -67,9 +96,24 @@ func (c *simClock) virtual(d time.Duration) time.Duration {
 
 // AfterFunc runs f once d has passed on the local clock (late, after a
 // pause).
+//
+// Timers a process sets for one moment from different instants (attempts
+// clamped to one deadline) would fall due together, and fire in whatever
+// order the scheduler runs their goroutines: each is late by up to half
+// a microsecond more, drawn from when it was set and for how long, so
+// that they fire one at a time.
 func (c *simClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	t := &simTimer{c: c, f: f, due: time.Now().Add(c.virtual(d))}
-	t.t = time.AfterFunc(c.virtual(d), t.fire)
+	now := time.Now()
+	late := time.Duration(1 + splitmix(uint64(now.UnixNano())^uint64(d)*0x9e3779b97f4a7c15)%512)
+	// Timers set from a chain of others (a hedge every third of an
+	// attempt's timeout), or by two processes, can still meet: one
+	// instant, one timer.
+	due := c.dues.take(now.Add(c.virtual(d) + late))
+	t := &simTimer{c: c, f: f, due: due}
+	t.t = time.AfterFunc(due.Sub(now), t.fire)
+	if c.debug != nil {
+		c.debug("timer %s due %s", d, time.Duration(t.due.UnixNano()-946684800000000000))
+	}
 	return t
 }
 
@@ -90,6 +134,7 @@ func (t *simTimer) fire() {
 		c.mu.Unlock()
 		return
 	}
+	c.dues.drop(t.due)
 	if c.paused {
 		c.deferred = append(c.deferred, t)
 		c.mu.Unlock()
@@ -110,6 +155,7 @@ func (t *simTimer) Stop() bool {
 	}
 	t.stopped = true
 	t.t.Stop()
+	c.dues.drop(t.due)
 	return true
 }
 

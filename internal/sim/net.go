@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,12 +19,12 @@ import (
 // clientNet carries one client process's requests to the nodes: each
 // message takes a seeded delay, and while the nemesis says so it is lost,
 // duplicated (served twice, the second answer discarded) or its link cut.
-// Delays that differ reorder the messages on a link.
+// Delays that differ reorder the messages on a link. Each request's draws
+// are keyed by the link and the request's number on it.
 type clientNet struct {
-	w   *world
-	a   *actor
-	mu  sync.Mutex
-	rnd *rand.Rand
+	w  *world
+	a  *actor
+	mu sync.Mutex
 	// faults, set by the nemesis
 	drop float64         // probability a request or an answer is lost
 	dup  float64         // probability a request is delivered twice
@@ -38,10 +37,10 @@ type draw struct {
 	twice            bool
 }
 
-func (cn *clientNet) draw() draw {
+func (cn *clientNet) draw(node, path string) draw {
+	r := cn.w.instantDraw(fmt.Sprintf("client%d>%s%s", cn.a.i, node, path))
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	r := cn.rnd
 	delay := func() time.Duration {
 		if r.IntN(40) == 0 {
 			return 5*time.Millisecond + time.Duration(r.Int64N(int64(45*time.Millisecond)))
@@ -58,7 +57,23 @@ func (cn *clientNet) isCut(id string) bool {
 	return cn.cut[id]
 }
 
-var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+var (
+	errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	// errAborted ends a request whose server process died under it. (A
+	// real one would see a reset, on which the client dials the address
+	// to ask whether it speaks TLS: no such dial reaches a world.)
+	errAborted = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNABORTED}
+)
+
+// incarnation is n's running incarnation; 0 when it is down.
+func (n *simNode) incarnation() int {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	if n.down {
+		return 0
+	}
+	return n.inc
+}
 
 // RoundTrip delivers req to the node its host names and brings back the
 // answer, through the world's faults.
@@ -73,11 +88,14 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 	}
-	n := cn.w.cl.node(strings.TrimSuffix(req.URL.Host, ":7470"))
+	n := cn.w.cl.reach(req.URL.Host)
 	if n == nil {
 		return nil, errors.New("sim: no such node " + req.URL.Host)
 	}
-	d := cn.draw()
+	d := cn.draw(n.id, req.URL.Path)
+	if cn.w.debug {
+		cn.w.tracef(cn.a.src(), "%s > %s %s %s (out %s)", cn.a.src(), n.id, req.Method, req.URL.Path, d.out)
+	}
 	// A paused client sends nothing until it runs again.
 	if !waitRunning(ctx, cn.a.clk.running()) || !sleepCtx(ctx, d.out) {
 		return nil, ctx.Err()
@@ -90,6 +108,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	if crashed {
 		return nil, errRefused
 	}
+	inc := n.incarnation()
 	if !waitRunning(ctx, running) {
 		return nil, ctx.Err()
 	}
@@ -108,7 +127,24 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 			serve(ctx)
 		})
 	}
-	rec := serve(ctx)
+	// The server works on its own goroutine: a caller that gives up is
+	// answered its context's error at once, as an HTTP client that
+	// drops the connection is, whatever the handler is waiting on.
+	served := make(chan *httptest.ResponseRecorder, 1)
+	go func() { served <- serve(ctx) }()
+	var rec *httptest.ResponseRecorder
+	select {
+	case rec = <-served:
+	case <-ctx.Done():
+		select {
+		case rec = <-served: // both at once: the answer came
+		default:
+			return nil, ctx.Err()
+		}
+	}
+	if n.incarnation() != inc {
+		return nil, errAborted // the process that took it is gone
+	}
 	if !sleepCtx(ctx, d.back) {
 		return nil, ctx.Err()
 	}
@@ -121,6 +157,9 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res := rec.Result()
 	res.Request = req
+	if cn.w.debug {
+		cn.w.tracef(cn.a.src(), "%s < %s %d %s", cn.a.src(), n.id, res.StatusCode, req.URL.Path)
+	}
 	return res, nil
 }
 
@@ -133,22 +172,12 @@ func waitRunning(ctx context.Context, running <-chan struct{}) bool {
 	}
 }
 
-// node is the node named id.
-func (c *cluster) node(id string) *simNode {
-	for _, n := range c.nodes {
-		if n.id == id {
-			return n
-		}
-	}
-	return nil
-}
-
 // endpoint is what a request arriving now reaches: the incarnation's API,
 // whether the node is down, and when it runs.
 func (n *simNode) endpoint() (http.Handler, bool, <-chan struct{}) {
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
-	return n.api, n.crashed, n.clk.running()
+	return n.api, n.down, n.clk.running()
 }
 
 // service is the incarnation's service a peer's call reaches now, whether
@@ -156,5 +185,5 @@ func (n *simNode) endpoint() (http.Handler, bool, <-chan struct{}) {
 func (n *simNode) service() (*service.Service, bool, <-chan struct{}) {
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
-	return n.svc, n.crashed, n.clk.running()
+	return n.svc, n.down, n.clk.running()
 }

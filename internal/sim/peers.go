@@ -4,61 +4,75 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/service"
 )
 
-// peers is how one node calls another's client port (service.Peers): over
-// the links between nodes, so a node cut off reaches nobody, a crashed one
-// refuses, and a frozen one answers once it runs again. Only the call a
-// follower makes on every guarded request (the leader's ACL revision) is
-// served; the membership calls have nothing to do in a fixed world.
+// peers is how one node calls another's client port (service.Peers):
+// over the links between nodes, so a node cut off reaches nobody, a
+// crashed one refuses, and a stopped one answers once it runs again. As
+// over HTTP, the caller sees an answer, not the callee's error.
 type peers struct{ from *simNode }
 
-var errNoPeerCall = errors.New("sim: the world's membership is fixed")
-
-func (p peers) Identity(context.Context, string) (api.Identity, error) {
-	return api.Identity{}, errNoPeerCall
+// call runs f on the service at addr as a call over the link from p's
+// node would, each way a delay of the link's.
+func call[T any](ctx context.Context, p peers, addr string, f func(*service.Service) (T, error)) (T, error) {
+	var zero T
+	c := p.from.c
+	to := c.reach(addr)
+	if to == nil {
+		return zero, errors.New("sim: no node at " + addr)
+	}
+	d := p.delay(to)
+	if !sleepCtx(ctx, d) {
+		return zero, ctx.Err()
+	}
+	if c.isCut(p.from, to) {
+		<-ctx.Done()
+		return zero, ctx.Err()
+	}
+	svc, down, running := to.service()
+	if down {
+		return zero, errRefused
+	}
+	if !waitRunning(ctx, running) {
+		return zero, ctx.Err()
+	}
+	r, err := f(svc)
+	if err != nil {
+		return zero, fmt.Errorf("sim: %s answered: %v", addr, err)
+	}
+	if !sleepCtx(ctx, d) {
+		return zero, ctx.Err()
+	}
+	if c.isCut(to, p.from) {
+		<-ctx.Done()
+		return zero, ctx.Err()
+	}
+	return r, nil
 }
-func (p peers) Announce(context.Context, string, api.JoinRequest) error { return errNoPeerCall }
-func (p peers) Members(context.Context, string) (api.MembersResponse, error) {
-	return api.MembersResponse{}, errNoPeerCall
+
+// delay is one call's delay each way to to.
+func (p peers) delay(to *simNode) time.Duration {
+	r := p.from.c.w.instantDraw("peer:" + p.from.id + ">" + to.id)
+	return 100*time.Microsecond + time.Duration(r.Int64N(int64(time.Millisecond)))
+}
+
+func (p peers) Identity(ctx context.Context, addr string) (api.Identity, error) {
+	return call(ctx, p, addr, func(s *service.Service) (api.Identity, error) { return s.Identity(ctx), nil })
+}
+
+func (p peers) Announce(ctx context.Context, addr string, req api.JoinRequest) error {
+	_, err := call(ctx, p, addr, func(s *service.Service) (api.JoinResponse, error) { return s.Announce(ctx, req) })
+	return err
+}
+
+func (p peers) Members(ctx context.Context, addr string) (api.MembersResponse, error) {
+	return call(ctx, p, addr, func(s *service.Service) (api.MembersResponse, error) { return s.Members(ctx) })
 }
 
 func (p peers) ACLRevision(ctx context.Context, addr string) (api.ACLRevision, error) {
-	c := p.from.c
-	to := c.node(strings.TrimSuffix(addr, ":7470"))
-	if to == nil {
-		return api.ACLRevision{}, errors.New("sim: no node at " + addr)
-	}
-	c.mu.Lock()
-	d := c.w.cfg.replDelay(c.rnd)
-	c.mu.Unlock()
-	if !sleepCtx(ctx, d) {
-		return api.ACLRevision{}, ctx.Err()
-	}
-	c.mu.Lock()
-	cut := p.from.isolated || to.isolated
-	c.mu.Unlock()
-	if cut {
-		<-ctx.Done()
-		return api.ACLRevision{}, ctx.Err()
-	}
-	svc, crashed, running := to.service()
-	if crashed {
-		return api.ACLRevision{}, errRefused
-	}
-	if !waitRunning(ctx, running) {
-		return api.ACLRevision{}, ctx.Err()
-	}
-	r, err := svc.ACLRevision(ctx)
-	if err != nil {
-		// As over HTTP: the caller sees an answer, not the callee's error.
-		return api.ACLRevision{}, fmt.Errorf("sim: %s answered: %v", addr, err)
-	}
-	if !sleepCtx(ctx, d) {
-		return api.ACLRevision{}, ctx.Err()
-	}
-	return r, nil
+	return call(ctx, p, addr, func(s *service.Service) (api.ACLRevision, error) { return s.ACLRevision(ctx) })
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/e2e"
 )
@@ -31,6 +32,7 @@ type probes struct {
 	lin    *e2e.Recorder
 	shared []e2e.SharedOp
 	multi  map[int][]e2e.MultiOp // by epoch: each one's keys are e2e.MultiKeys
+	sess   map[int][]sessOp      // by epoch
 }
 
 // probe runs a's calls until end; what it recorded is in w.probes.
@@ -39,6 +41,7 @@ func (a *actor) probe(end time.Time) {
 	start := a.w.t0
 	gen := 0
 	held := map[string]uint64{}
+	var sess proberSession
 	var seen []uint64
 	anyToken := func() uint64 {
 		if len(seen) == 0 || a.rnd.IntN(4) == 0 {
@@ -118,14 +121,16 @@ func (a *actor) probe(end time.Time) {
 			if res == e2e.OK {
 				seen = append(seen, lk.Token)
 			}
-		case r < 88:
+		case r < 84:
 			if !a.probeShared(ctx, epoch, holder) {
 				gen++
 			}
-		default:
+		case r < 94:
 			if !a.probeMulti(ctx, epoch, holder) {
 				gen++
 			}
+		default:
+			a.probeSession(ctx, epoch, &sess)
 		}
 		cancel()
 		if len(held) == 0 && a.rnd.IntN(4) == 0 {
@@ -144,10 +149,20 @@ func (a *actor) outcome(op string, err, refusal error) e2e.Result {
 		return e2e.OK
 	case refusal != nil && errors.Is(err, refusal):
 		return e2e.Refused
+	case noSpace(err):
+		// The log cannot write for lack of disk space: a fault of the
+		// world's, answered as the design says (507 no_space; the
+		// client makes it ErrInternal, RELIABILITY.md).
 	case errors.Is(err, client.ErrInvalid) || errors.Is(err, client.ErrInternal):
-		a.w.violate("prober: %s answered %v", op, err)
+		a.w.violate(a.src(), "prober: %s answered %v", op, err)
 	}
 	return e2e.Unknown
+}
+
+// noSpace says whether err is the answer of a node whose log has no room.
+func noSpace(err error) bool {
+	var ae *client.APIError
+	return errors.As(err, &ae) && ae.Code == api.CodeNoSpace
 }
 
 // probeShared takes one hold of the epoch's semaphore (2 permits) or

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 const watchDrain = 30 * time.Second
 
 // expect records ev, committed at index, as the watcher must see it
-// (under the cluster's lock, from the auditor).
+// (under amu, from the auditor).
 func (h *history) expect(index uint64, ev locktable.Event) {
 	rev := api.Revision{Index: index, Seq: 1}
 	if n := len(h.events); n > 0 && h.events[n-1].Revision.Index == index {
@@ -31,67 +32,136 @@ func (h *history) expect(index uint64, ev locktable.Event) {
 	h.events = append(h.events, eventlog.Wire(rev, ev))
 }
 
+// watchSeg is one watch of the watcher's: the revision it started
+// after, what it was told, and how it ended (a compaction starts the
+// next one after the oldest revision the server kept, as client.Watch's
+// doc says a watcher resyncs).
+type watchSeg struct {
+	after api.Revision
+	got   []client.Event
+	err   error
+}
+
 // watch runs a's watch until stop is closed and it has been told
 // everything the committed log holds, or watchDrain after stop.
 func (a *actor) watch(stop <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wt := a.c.Watch(ctx, "", client.WatchAfter(api.Revision{}), client.WatchBuffer(256), client.WatchWait(5*time.Second))
-	var got []client.Event
+	var segs []watchSeg
+	defer func() { a.w.hist.watched(a.src(), segs) }()
 	var drain <-chan time.Time
-	caughtUp := func() bool {
-		a.w.cl.mu.Lock()
-		defer a.w.cl.mu.Unlock()
-		return len(got) >= len(a.w.hist.events)
-	}
-	defer func() { a.w.hist.watched(got, wt.Err()) }()
-	for {
-		select {
-		case ev, ok := <-wt.Events():
-			if !ok {
-				return
+	var drainT *time.Timer
+	defer func() {
+		if drainT != nil {
+			drainT.Stop()
+		}
+	}()
+	stopped, drained := false, false
+	for after := (api.Revision{}); ; {
+		ctx, cancel := context.WithCancel(context.Background())
+		wt := a.c.Watch(ctx, "", client.WatchAfter(after), client.WatchBuffer(256), client.WatchWait(5*time.Second))
+		seg := watchSeg{after: after}
+		last := func() api.Revision {
+			if n := len(seg.got); n > 0 {
+				return seg.got[n-1].Revision
 			}
-			got = append(got, ev)
-			if drain != nil && caughtUp() {
-				return
+			return seg.after
+		}
+		closed := false
+		// take appends every event already waiting: whichever case a
+		// select below ran, the state it goes on from is the same.
+		take := func() {
+			for {
+				select {
+				case ev, ok := <-wt.Events():
+					if !ok {
+						closed = true
+						return
+					}
+					seg.got = append(seg.got, ev)
+				default:
+					return
+				}
 			}
-		case <-stop:
-			stop = nil
-			if caughtUp() {
-				return
+		}
+		for {
+			take()
+			if closed || drained || stopped && a.w.hist.caughtUp(last()) {
+				break
 			}
-			t := time.NewTimer(watchDrain)
-			defer t.Stop()
-			drain = t.C
-		case <-drain:
+			select {
+			case ev, ok := <-wt.Events():
+				if !ok {
+					closed = true
+				} else {
+					seg.got = append(seg.got, ev)
+				}
+			case <-stop:
+				stop, stopped = nil, true
+				drainT = time.NewTimer(watchDrain)
+				drain = drainT.C
+			case <-drain:
+				drained = true
+			}
+		}
+		cancel()
+		seg.err = wt.Err()
+		segs = append(segs, seg)
+		var ce *client.CompactedError
+		if !closed || !errors.As(seg.err, &ce) {
 			return
 		}
+		a.w.tracef(a.src(), "watch: compacted after %v; the oldest revision kept is %v", ce.After, ce.Oldest)
+		after = ce.Oldest
 	}
 }
 
+// caughtUp says whether rev is the committed log's last event.
+func (h *history) caughtUp(rev api.Revision) bool {
+	h.amu.Lock()
+	defer h.amu.Unlock()
+	n := len(h.events)
+	return n == 0 || !revBefore(rev, h.events[n-1].Revision)
+}
+
+// revBefore says whether a comes before b.
+func revBefore(a, b api.Revision) bool {
+	return a.Index < b.Index || a.Index == b.Index && a.Seq < b.Seq
+}
+
 // watched checks what the watcher was told against the committed log:
-// each event once, in order, the same as the log's, none missing.
-func (h *history) watched(got []client.Event, err error) {
-	h.w.cl.mu.Lock()
+// each watch told the log's events after the revision it started
+// after, once, in order, the same as the log's; only a compaction ended
+// one before the log's end, and the last told every event to the end.
+func (h *history) watched(src string, segs []watchSeg) {
+	h.amu.Lock()
 	want := h.events
-	h.w.cl.mu.Unlock()
-	h.w.tracef("watch: told %d events of the log's %d (%v)", len(got), len(want), err)
-	for i, ev := range got {
-		if i >= len(want) {
-			h.w.violate("watch: told event %d (%s %s %s at %v), beyond the committed log's %d", i, ev.Type, ev.Key, ev.Holder, ev.Revision, len(want))
-			return
+	h.amu.Unlock()
+	told := 0
+	for si, seg := range segs {
+		i := 0
+		for i < len(want) && !revBefore(seg.after, want[i].Revision) {
+			i++
 		}
-		if w := want[i]; ev.Revision != w.Revision || ev.Type != w.Type || ev.Key != w.Key || ev.Holder != w.Holder || ev.Token != w.Token || ev.Reason != w.Reason {
-			h.w.violate("watch: event %d told as %s", i, describeWatch(ev.Revision, ev.Type, ev.Key, ev.Holder, ev.Token, ev.Reason)+
-				", the committed log's is "+describeWatch(w.Revision, w.Type, w.Key, w.Holder, w.Token, w.Reason))
-			return
+		for k, ev := range seg.got {
+			if i+k >= len(want) {
+				h.w.violate(src, "watch: told event %d (%s %s %s at %v), beyond the committed log's %d", i+k, ev.Type, ev.Key, ev.Holder, ev.Revision, len(want))
+				return
+			}
+			if w := want[i+k]; ev.Revision != w.Revision || ev.Type != w.Type || ev.Key != w.Key || ev.Holder != w.Holder || ev.Token != w.Token || ev.Reason != w.Reason {
+				h.w.violate(src, "watch: event %d told as %s", i+k, describeWatch(ev.Revision, ev.Type, ev.Key, ev.Holder, ev.Token, ev.Reason)+
+					", the committed log's is "+describeWatch(w.Revision, w.Type, w.Key, w.Holder, w.Token, w.Reason))
+				return
+			}
 		}
+		told += len(seg.got)
+		end := i + len(seg.got)
+		if si < len(segs)-1 || end >= len(want) {
+			continue
+		}
+		w := want[end]
+		h.w.violate(src, "watch: told %d events of the committed log's %d, the first missing %s (the watch's error: %v)", end, len(want),
+			describeWatch(w.Revision, w.Type, w.Key, w.Holder, w.Token, w.Reason), seg.err)
 	}
-	if len(got) < len(want) {
-		w := want[len(got)]
-		h.w.violate("watch: told %d events of the committed log's %d, the first missing %s (the watch's error: %v)", len(got), len(want),
-			describeWatch(w.Revision, w.Type, w.Key, w.Holder, w.Token, w.Reason), err)
-	}
+	h.w.tracef(src, "watch: told %d events of the log's %d in %d watches", told, len(want), len(segs))
 }
 
 func describeWatch(rev api.Revision, typ, key, holder string, token uint64, reason string) string {

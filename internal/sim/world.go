@@ -1,18 +1,20 @@
 package sim
 
 import (
+	"cmp"
+	"container/heap"
 	"context"
 	"fmt"
 	"hash/fnv"
-	"log/slog"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"testing/synctest"
 	"time"
 
 	"github.com/fencelock/fencelock/internal/e2e"
-	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/service"
 )
 
 // Config is one world's shape.
@@ -20,90 +22,382 @@ type Config struct {
 	Nodes   int           // voters (3)
 	Clients int           // client processes, each running one actor
 	Horizon time.Duration // virtual time the actors start work for
-	Faults  bool          // run the nemesis
+	Faults  bool          // run the nemeses
+	// Nemeses is how many nemeses inject faults, each one at a time: with
+	// two, their faults overlap.
+	Nemeses int
 	// FastLeader plants a fault beyond the design's bound: every leader
 	// elected after the first runs its clock this much fast (0.25: 25%).
 	FastLeader float64
-	// Verbose traces every event of the committed log too.
-	Verbose bool
+	// Verbose traces every event of the committed log too; Debug,
+	// every request too.
+	Verbose, Debug bool
+
+	// SyncForget: a failed sync drops what it was to write, as Linux's
+	// does (disk.Faults.SyncForget); see RELIABILITY.md for what the
+	// node makes of it.
+	SyncForget bool
+
+	// Focus weighs the nemesis toward one kind of fault ("": the mix).
+	Focus string
+
+	// TTLs are the leases' the actors take, one drawn for each.
+	TTLs []time.Duration
+	// Shaped: each seed draws its own shape (shape): the nodes (1, 3 or
+	// 5), the clients, the TTLs, the snapshot threshold and interval, the
+	// log kept behind a snapshot, the log's segment size.
+	Shaped bool
+
+	// Flips: a third of the restarts read a flipped bit now and then
+	// (disk.Faults.Flip). Off by default: a node drops synced log entries
+	// that read back damaged at start (RELIABILITY.md).
+	Flips bool
+
+	// The engine's settings.
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotEvery     time.Duration // how often a node checks the threshold
+	SegmentSize       int           // raft-wal's segments
 }
 
 // DefaultConfig is the world `go test ./internal/sim` runs.
 func DefaultConfig() Config {
-	return Config{Nodes: 3, Clients: 4, Horizon: 20 * time.Second, Faults: true}
+	return Config{Nodes: 3, Clients: 4, Horizon: 20 * time.Second, Faults: true, Nemeses: 1, Shaped: true,
+		TTLs:              []time.Duration{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second},
+		SnapshotThreshold: 200, TrailingLogs: 50, SnapshotEvery: 2 * time.Second, SegmentSize: 64 << 10}
 }
 
-func (Config) replDelay(r *rand.Rand) time.Duration {
-	if r.IntN(50) == 0 {
-		return 5*time.Millisecond + time.Duration(r.Int64N(int64(30*time.Millisecond)))
+// shape is cfg with the shape seed draws for itself (Config.Shaped).
+func (cfg Config) shape(w *world) Config {
+	if !cfg.Shaped {
+		return cfg
 	}
-	return 50*time.Microsecond + time.Duration(r.Int64N(int64(2*time.Millisecond)))
+	r := w.draw("shape", 0)
+	pick := func(xs ...int) int { return xs[r.IntN(len(xs))] }
+	cfg.Nodes = pick(1, 3, 3, 3, 3, 5, 5)
+	cfg.Clients = pick(3, 4, 4, 5)
+	ttlSets := [][]time.Duration{
+		{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second},
+		{2 * time.Second, 4 * time.Second},
+		{3 * time.Second, 10 * time.Second},
+		{1500 * time.Millisecond},
+	}
+	cfg.TTLs = ttlSets[r.IntN(len(ttlSets))]
+	cfg.SnapshotThreshold = uint64(pick(20, 200, 200, 2000))
+	cfg.TrailingLogs = uint64(pick(5, 50))
+	cfg.SnapshotEvery = time.Duration(pick(1, 2, 5)) * time.Second
+	cfg.SegmentSize = pick(8<<10, 64<<10)
+	if cfg.Focus == "" {
+		cfg.Nemeses = pick(1, 2)
+	}
+	return cfg
 }
 
-func (Config) commitDelay(r *rand.Rand) time.Duration {
-	return 200*time.Microsecond + time.Duration(r.Int64N(int64(1300*time.Microsecond)))
-}
+// The raft timing of the server's defaults: an election timeout of
+// 500 ms is ten ticks of 50 ms; a follower calls a leader silent after a
+// heartbeat timeout of 500 ms.
+const (
+	electionTimeout  = 500 * time.Millisecond
+	heartbeatTimeout = 500 * time.Millisecond
+	tickEvery        = electionTimeout / 10
+)
 
-// electionDelay is a heartbeat timeout and a randomised election timeout
-// of the server's default raft timing (500 ms each): 0.6–1.3 s.
-func (Config) electionDelay(r *rand.Rand) time.Duration {
-	return 600*time.Millisecond + time.Duration(r.Int64N(int64(700*time.Millisecond)))
-}
-
-func (Config) leaseTimeout(r *rand.Rand) time.Duration {
-	return 500*time.Millisecond + time.Duration(r.Int64N(int64(500*time.Millisecond)))
-}
-
-// world is one seeded run.
+// world is one seeded run. Its nodes' raft, storage and disks move only
+// in its event loop (loop), one event at a time, each after everything
+// else in the world has settled: so no order in the world is decided by
+// which goroutine the scheduler runs first. The service, the API and the
+// clients are goroutines, as they are in production; they run between
+// events, one wake-up at a time (settle).
 type world struct {
 	seed    uint64
 	cfg     Config
 	t0      time.Time
-	verbose bool // trace every event of the committed log
+	verbose bool
+	debug   bool
+
+	// the event loop's own
+	q      eventQueue
+	nseq   uint64
+	wakes  []func()
+	dues   *dues          // the instants the processes' timers fall due at
+	kick   chan struct{}  // a goroutine asked a node something
+	done   chan struct{}  // closed when the world is over
+	ending bool           // the loop has stopped: wake-ups run at once
+	inbox  []func()       // what other goroutines hand the loop (under mu)
+	ops    sync.WaitGroup // operators' calls under way
 
 	mu         sync.Mutex
-	trace      []string
+	trace      []traceLine
+	tseq       map[string]int
+	instants   map[string]instantCount
 	violations []string
 	elections  int
 	elected    []time.Time // when each leader was elected
 	faults     []fault     // every fault, once healed
+	outages    []interval  // when no majority of the nodes worked together
+	counts     faultCounts
 	cl         *cluster
 	hist       *history
 	probes     *probes
 }
 
-func (w *world) tracef(format string, args ...any) {
-	line := fmt.Sprintf("%12s ", time.Since(w.t0)) + fmt.Sprintf(format, args...)
-	w.mu.Lock()
-	w.trace = append(w.trace, line)
-	w.mu.Unlock()
+// traceLine is one line of the trace: sorted by virtual time, then its
+// source, then its text, the trace is a function of the seed even where
+// two goroutines of one source write at one instant.
+type traceLine struct {
+	at   time.Duration
+	src  string
+	seq  int
+	text string
 }
 
-func (w *world) violate(format string, args ...any) {
+func (l traceLine) String() string { return fmt.Sprintf("%12s %s", l.at, l.text) }
+
+// tracef records a line from src: "w" for the world's loop, "cN" for
+// client process N, "z" for the checks after the world.
+func (w *world) tracef(src, format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tseq[src]++
+	w.trace = append(w.trace, traceLine{at: time.Since(w.t0), src: src, seq: w.tseq[src], text: fmt.Sprintf(format, args...)})
+}
+
+func (w *world) violate(src, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	w.tracef("VIOLATION: %s", msg)
+	w.tracef(src, "VIOLATION: %s", msg)
 	w.mu.Lock()
 	w.violations = append(w.violations, fmt.Sprintf("%s: %s", time.Since(w.t0), msg))
 	w.mu.Unlock()
 }
 
-// leaderElected runs as n becomes leader (under the cluster's lock).
-func (w *world) leaderElected(n *simNode) {
-	w.elections++
-	w.mu.Lock()
-	w.elected = append(w.elected, time.Now())
-	w.mu.Unlock()
-	if w.cfg.FastLeader > 0 && w.elections > 1 {
-		n.clk.setRate(1 + w.cfg.FastLeader)
-	}
+// draw is a random stream for one decision of the world, keyed by what
+// it is about, so that what one part draws depends on nothing another
+// does.
+func (w *world) draw(key string, n uint64) *rand.Rand {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s#%d", key, n)
+	return rand.New(rand.NewPCG(w.seed, h.Sum64()))
 }
 
-// stream is a seeded random source of its own for one part of the world,
-// so that what one part draws does not depend on when another draws.
+// stream is a seeded random source of its own for one part of the world
+// that draws in an order of its own (an actor, a client library).
 func (w *world) stream(name string) *rand.Rand {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(name))
 	return rand.New(rand.NewPCG(w.seed, h.Sum64()))
+}
+
+// interval is a span of virtual time; end zero: not over.
+type interval struct{ start, end time.Time }
+
+// instantDraw is a random stream for one decision of a process of the
+// world that several of its goroutines make: keyed by what it is about,
+// the virtual instant, and how many such decisions were made at that
+// instant before. Two goroutines that the scheduler runs in either order
+// at one instant may swap their draws there, but never shift the draws
+// of any later instant.
+func (w *world) instantDraw(key string) *rand.Rand {
+	now := time.Now()
+	w.mu.Lock()
+	c := w.instants[key]
+	if !c.at.Equal(now) {
+		c = instantCount{at: now}
+	}
+	c.n++
+	w.instants[key] = c
+	w.mu.Unlock()
+	return w.draw(fmt.Sprintf("%s@%d", key, now.UnixNano()), c.n)
+}
+
+type instantCount struct {
+	at time.Time
+	n  uint64
+}
+
+// instantSource is a rand.Source for a client library's jitter and
+// request ids, whose goroutines draw from it in whatever order the
+// scheduler runs them. Each draw is keyed by the virtual instant, the
+// code that draws (the functions on the caller's stack, by name: the
+// same in every build) and how many draws that code made at that
+// instant before: so a goroutine's draws do not move another's, at that
+// instant or any later one, unless the two run the same code at the
+// same instant.
+type instantSource struct {
+	seed, key uint64
+	mu        sync.Mutex
+	at        time.Time
+	n         map[uint64]uint64 // draws at this instant, by the caller's stack
+}
+
+func (w *world) instantSource(name string) *rand.Rand {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return rand.New(&instantSource{seed: w.seed, key: h.Sum64(), n: map[uint64]uint64{}})
+}
+
+func (s *instantSource) Uint64() uint64 {
+	var pcs [12]uintptr
+	stack := s.key
+	for _, pc := range pcs[:runtime.Callers(2, pcs[:])] {
+		stack = splitmix(stack ^ funcKey(pc))
+	}
+	now := time.Now()
+	s.mu.Lock()
+	if !now.Equal(s.at) {
+		s.at = now
+		clear(s.n)
+	}
+	s.n[stack]++
+	n := s.n[stack]
+	s.mu.Unlock()
+	return splitmix(splitmix(splitmix(s.seed^stack)^uint64(now.UnixNano())) ^ n)
+}
+
+// funcKeys caches funcKey.
+var funcKeys sync.Map // uintptr -> uint64
+
+// funcKey is a hash of the name of the function pc is in: the same in
+// every build, where pc itself moves with any change to the code.
+func funcKey(pc uintptr) uint64 {
+	if k, ok := funcKeys.Load(pc); ok {
+		return k.(uint64)
+	}
+	h := fnv.New64a()
+	if f := runtime.FuncForPC(pc); f != nil {
+		_, _ = h.Write([]byte(f.Name()))
+	}
+	k := h.Sum64()
+	funcKeys.Store(pc, k)
+	return k
+}
+
+// splitmix is SplitMix64's finaliser.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// event is something the loop does at a virtual instant; events of one
+// instant run in the order they were scheduled (the loop schedules them
+// all, so that order is the seed's).
+type event struct {
+	at  time.Time
+	seq uint64
+	run func()
+}
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if c := q[i].at.Compare(q[j].at); c != 0 {
+		return c < 0
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// at schedules f d from now (the loop's own).
+func (w *world) at(d time.Duration, f func()) {
+	w.nseq++
+	heap.Push(&w.q, &event{at: time.Now().Add(max(d, 0)), seq: w.nseq, run: f})
+}
+
+// post queues a wake-up of a goroutine waiting on a node: the loop runs
+// them one at a time, each after the world has settled.
+func (w *world) post(f func()) {
+	if w.ending {
+		f()
+		return
+	}
+	w.wakes = append(w.wakes, f)
+}
+
+// kickLoop wakes the loop: a goroutine is about to ask a node something
+// (the loop settles before it looks).
+func (w *world) kickLoop() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hand gives the loop f to run (from another goroutine: an operator's
+// call that changed the configuration).
+func (w *world) hand(f func()) {
+	w.mu.Lock()
+	w.inbox = append(w.inbox, f)
+	w.mu.Unlock()
+	w.kickLoop()
+}
+
+// runInbox runs what other goroutines handed the loop; false when
+// nothing was.
+func (w *world) runInbox() bool {
+	w.mu.Lock()
+	in := w.inbox
+	w.inbox = nil
+	w.mu.Unlock()
+	for _, f := range in {
+		f()
+	}
+	return len(in) > 0
+}
+
+// settle runs the queued wake-ups one at a time, letting the world
+// settle before and after each.
+func (w *world) settle() {
+	for {
+		synctest.Wait()
+		if len(w.wakes) == 0 {
+			return
+		}
+		f := w.wakes[0]
+		w.wakes = w.wakes[1:]
+		f()
+	}
+}
+
+// loop runs the world's events until done is closed.
+func (w *world) loop() {
+	for {
+		w.settle()
+		select {
+		case <-w.done:
+			return
+		default:
+		}
+		if w.runInbox() || w.cl.runPending() {
+			continue
+		}
+		if len(w.q) > 0 && !w.q[0].at.After(time.Now()) {
+			heap.Pop(&w.q).(*event).run()
+			continue
+		}
+		var t *time.Timer
+		var due <-chan time.Time
+		if len(w.q) > 0 {
+			t = time.NewTimer(time.Until(w.q[0].at))
+			due = t.C
+		}
+		select {
+		case <-due:
+		case <-w.kick:
+		case <-w.done:
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
 }
 
 // Result is what one run found.
@@ -115,11 +409,13 @@ type Result struct {
 	Elections  int
 	Checked    int // the prober's calls checked against the porcupine models
 	Unchecked  int // histories whose check ran out of time
+	Faults     faultCounts
 
 	// what the prober recorded, checked after the world (checkModels)
 	lin    []e2e.Op
 	shared []e2e.SharedOp
 	multi  map[int][]e2e.MultiOp
+	sess   map[int][]sessOp
 }
 
 // Digest is a hash of the trace: two runs of one seed must agree on it.
@@ -133,55 +429,28 @@ func (r Result) Digest() uint64 {
 }
 
 // run is the body of one world; it must run inside a synctest bubble
-// (RunSeed), whose clock is the world's virtual time.
+// (runSeed), whose clock is the world's virtual time.
 func run(seed uint64, cfg Config) Result {
-	w := &world{seed: seed, cfg: cfg, t0: time.Now(), verbose: cfg.Verbose}
+	w := &world{seed: seed, cfg: cfg, t0: time.Now(), verbose: cfg.Verbose, debug: cfg.Debug, kick: make(chan struct{}, 1),
+		done: make(chan struct{}), tseq: map[string]int{}, instants: map[string]instantCount{}, dues: &dues{at: map[int64]bool{}}}
+	w.cfg = cfg.shape(w)
+	cfg = w.cfg
 	w.hist = newHistory(w)
-	c := &cluster{w: w, rnd: w.stream("raft"), pending: map[uint64]*proposal{}}
-	c.audit = w.hist.audit
-	w.cl = c
-	drift := w.stream("drift")
-	scfg := service.Config{
-		Logger:       slog.New(slog.DiscardHandler),
-		ApplyTimeout: 5 * time.Second, MinTickInterval: 10 * time.Millisecond, ClockCheckpoint: time.Second,
-		JoinCatchUp: time.Second, AnnounceEvery: time.Second,
-		MaxWaitersPerKey: 1000, MaxWaiters: 100000,
-		WatchHistory: 10000, WatchMaxWatchers: 1000, WatchMaxPerCaller: 100,
-	}
-	for i := range cfg.Nodes {
-		n := &simNode{c: c, id: fmt.Sprintf("n%d", i+1), clk: newSimClock(w.t0, clockDrift(drift))}
-		c.nodes = append(c.nodes, n)
-	}
-	// The members table as a cluster's joins leave it: every node's
-	// client address known to all, so a follower names any leader.
-	for _, n := range c.nodes {
-		data, err := fsm.Encode(fsm.Command{Op: fsm.OpMember, NodeID: n.id, RaftAddr: n.id, ClientAddr: n.id + ":7470"})
-		if err != nil {
-			w.violate("members table: %v", err)
-			return w.result()
-		}
-		c.log = append(c.log, data)
-		c.audit(uint64(len(c.log)), data)
-	}
-	for _, n := range c.nodes {
-		if err := n.start(scfg); err != nil {
-			w.violate("starting %s: %v", n.id, err)
-			return w.result()
-		}
-	}
-	c.mu.Lock()
-	c.armLocked()
-	c.mu.Unlock()
+	w.cl = newCluster(w)
+	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses",
+		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses)
+	w.cl.boot()
 
 	var wg sync.WaitGroup
 	// The actors, then the prober and the watcher (the nemesis's faults
 	// reach them all).
 	actors := make([]*actor, cfg.Clients+2)
+	drift := w.stream("drift")
 	for i := range actors {
 		actors[i] = newActor(w, i, clockDrift(drift))
 	}
 	prober, watcher := actors[cfg.Clients], actors[cfg.Clients+1]
-	w.probes = &probes{lin: e2e.NewRecorder(), multi: map[int][]e2e.MultiOp{}}
+	w.probes = &probes{lin: e2e.NewRecorder(), multi: map[int][]e2e.MultiOp{}, sess: map[int][]sessOp{}}
 	end := w.t0.Add(cfg.Horizon)
 	for _, a := range actors[:cfg.Clients] {
 		wg.Add(1)
@@ -190,33 +459,26 @@ func run(seed uint64, cfg Config) Result {
 	wg.Add(1)
 	go func() { defer wg.Done(); prober.probe(end) }()
 	if cfg.Faults {
-		m := &nemesis{w: w, rnd: w.stream("nemesis"), actors: actors, scfg: scfg}
-		wg.Add(1)
-		go func() { defer wg.Done(); m.run(end) }()
+		for i := range cfg.Nemeses {
+			m := &nemesis{w: w, actors: actors, chain: i}
+			w.at(m.pause(0), func() { m.next(end) })
+		}
 	}
 	stop, watched := make(chan struct{}), make(chan struct{})
 	go func() { defer close(watched); watcher.watch(stop) }()
-	wg.Wait()
-	close(stop)
-	<-watched
+	go func() {
+		wg.Wait()
+		close(stop)
+		<-watched
+		w.ops.Wait() // (none starts after the horizon)
+		close(w.done)
+	}()
+	w.loop()
+	w.ending = true
 	for _, a := range actors {
 		a.c.Close()
 	}
-	for _, n := range c.nodes {
-		c.mu.Lock()
-		crashed := n.crashed
-		n.crashed = true
-		if n.frozen() {
-			n.clk.resume()
-		}
-		svc, guard := n.svc, n.guard
-		c.mu.Unlock()
-		if !crashed {
-			svc.BeginShutdown()
-			svc.Close()
-			guard.Close()
-		}
-	}
+	w.cl.shutdown()
 	w.hist.finish()
 	return w.result()
 }
@@ -224,10 +486,17 @@ func run(seed uint64, cfg Config) Result {
 func (w *world) result() Result {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	r := Result{Seed: w.seed, Violations: append([]string(nil), w.violations...), Trace: append([]string(nil), w.trace...),
-		Grants: w.hist.acked(), Elections: w.elections}
+	lines := slices.Clone(w.trace)
+	slices.SortStableFunc(lines, func(a, b traceLine) int {
+		return cmp.Or(cmp.Compare(a.at, b.at), strings.Compare(a.src, b.src), strings.Compare(a.text, b.text))
+	})
+	r := Result{Seed: w.seed, Violations: slices.Clone(w.violations), Grants: w.hist.acked(), Elections: w.elections,
+		Faults: w.counts}
+	for _, l := range lines {
+		r.Trace = append(r.Trace, l.String())
+	}
 	if p := w.probes; p != nil {
-		r.lin, r.shared, r.multi = p.lin.Ops(), p.shared, p.multi
+		r.lin, r.shared, r.multi, r.sess = p.lin.Ops(), p.shared, p.multi, p.sess
 	}
 	return r
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/clock"
+	"github.com/fencelock/fencelock/internal/plant"
 )
 
 // Addrs is the address book the keep-alive asks along.
@@ -22,7 +23,7 @@ type Addrs interface {
 type Verdict struct {
 	Lost     bool   // no retry can help: the lease is lost, with this failure as the reason
 	Leader   string // the base URL of the leader a node named: it is asked next, in this round too
-	NoLeader bool   // the node knows no leader (not_leader naming nobody)
+	NoLeader bool   // the node knows no leader (not_leader naming nobody), or is down (refused)
 }
 
 // Config is one keep-alive: what it keeps alive, and in whose words.
@@ -137,7 +138,12 @@ func (k *Keeper) Deadline() time.Time {
 	return k.deadlineLocked()
 }
 
-func (k *Keeper) deadlineLocked() time.Time { return k.lastSent.Add(BudgetFor(k.cfg.TTL).GiveUp) }
+func (k *Keeper) deadlineLocked() time.Time {
+	if plant.On("keepalive-gives-up-late") {
+		return k.lastSent.Add(BudgetFor(k.cfg.TTL).GiveUp + k.cfg.TTL/8)
+	}
+	return k.lastSent.Add(BudgetFor(k.cfg.TTL).GiveUp)
+}
 
 // StopBy is when everything under the lease must have stopped:
 // BudgetFor(TTL).StopBy after the send of the last confirmed extension.

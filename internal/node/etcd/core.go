@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/plant"
 	"github.com/fencelock/fencelock/internal/replica"
 )
 
@@ -124,6 +125,24 @@ type core struct {
 	mu      sync.Mutex
 	waiters map[uint64]chan etcdAnswer
 
+	// stepped: no goroutine of the core's own runs; whoever drives it
+	// (stepped.go) is raft's goroutine and the apply goroutine at once.
+	stepped bool
+	// post runs a wake-up of a goroutine waiting on the core (an
+	// answer, a change of leadership): at once (nil), or, stepped, when
+	// the driver chooses, so that it decides the order goroutines run in.
+	post func(func())
+	// The apply goroutine's own: the point applied, and what stopped
+	// applying for good.
+	at          etcdPoint
+	applyFailed error
+	// onApply, when set, is told what each apply did, after it
+	// (a stepped node's driver: SteppedConfig.Applied).
+	onApply func(etcdApply)
+	// plantLate: the entries a planted bug writes a Ready late;
+	// plantTop: the last one another applies before it commits.
+	plantLate []*raftpb.Entry
+	plantTop  uint64
 	// quiet counts the ticks since a leader's last message (run's own;
 	// failover.go).
 	quiet int
@@ -141,7 +160,16 @@ type etcdAnswer struct {
 
 const etcdIDLen = 8
 
+// start makes the core's channels and starts its goroutines.
 func (c *core) start(seed uint64) {
+	c.init(seed)
+	c.done.Add(3)
+	go func() { defer c.done.Done(); c.run() }()
+	go func() { defer c.done.Done(); c.applyLoop() }()
+	go func() { defer c.done.Done(); c.snapLoop() }()
+}
+
+func (c *core) init(seed uint64) {
 	c.props = make(chan etcdProp, 1024)
 	c.recv = make(chan *raftpb.Message, 4096)
 	c.reports = make(chan etcdReport, 256)
@@ -158,10 +186,16 @@ func (c *core) start(seed uint64) {
 	c.dead = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
 	c.seq.Store(seed)
-	c.done.Add(3)
-	go func() { defer c.done.Done(); c.run() }()
-	go func() { defer c.done.Done(); c.applyLoop() }()
-	go func() { defer c.done.Done(); c.snapLoop() }()
+	c.at = c.booted
+}
+
+// wake runs f, a wake-up of a waiting goroutine, through post.
+func (c *core) wake(f func()) {
+	if c.post == nil {
+		f()
+		return
+	}
+	c.post(f)
 }
 
 func (c *core) close() {
@@ -240,7 +274,7 @@ func (c *core) answer(id uint64, a etcdAnswer) {
 	delete(c.waiters, id)
 	c.mu.Unlock()
 	if ok {
-		ch <- a
+		c.wake(func() { ch <- a })
 	}
 }
 
@@ -250,7 +284,7 @@ func (c *core) failAll(err error) {
 	c.waiters = map[uint64]chan etcdAnswer{}
 	c.mu.Unlock()
 	for _, ch := range ws {
-		ch <- etcdAnswer{err: err}
+		c.wake(func() { ch <- etcdAnswer{err: err} })
 	}
 }
 
@@ -278,14 +312,7 @@ func (c *core) run() {
 		case m := <-c.recv:
 			c.step(m)
 		case r := <-c.reports:
-			switch {
-			case !r.snap:
-				c.rn.ReportUnreachable(r.to)
-			case r.done:
-				c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFinish)
-			default:
-				c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFailure)
-			}
+			c.report(r)
 		case id := <-c.reads:
 			c.readIndex(id)
 		case q := <-c.confs:
@@ -293,27 +320,58 @@ func (c *core) run() {
 		case id := <-c.transfers:
 			c.transferLeader(id)
 		case k := <-c.compacts:
-			err := c.compact(k)
+			err := c.compacted(k)
 			k.done <- err
 			if err != nil {
-				c.halt(fmt.Errorf("compacting the log failed: %w", err))
 				<-c.stop
 				return
 			}
 		}
-		c.drain()
-		c.proposeConf()
-		for c.rn.HasReady() {
-			if err := c.ready(); err != nil {
-				// The log cannot be written: nothing more may be
-				// acknowledged from this node.
-				c.halt(fmt.Errorf("persisting raft state failed: %w", err))
-				<-c.stop
-				return
-			}
-			c.proposeConf()
+		if err := c.settle(); err != nil {
+			<-c.stop
+			return
 		}
 	}
+}
+
+// report hands raft what the transport learned of a peer.
+func (c *core) report(r etcdReport) {
+	switch {
+	case !r.snap:
+		c.rn.ReportUnreachable(r.to)
+	case r.done:
+		c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFinish)
+	default:
+		c.rn.ReportSnapshot(r.to, etcdraft.SnapshotFailure)
+	}
+}
+
+// compacted compacts the log behind a snapshot written out; a failure
+// halts the node.
+func (c *core) compacted(k etcdCompact) error {
+	err := c.compact(k)
+	if err != nil {
+		c.halt(fmt.Errorf("compacting the log failed: %w", err))
+	}
+	return err
+}
+
+// settle takes what waits for raft (drain) and handles every Ready it
+// makes; an error halted the node.
+func (c *core) settle() error {
+	c.drain()
+	c.proposeConf()
+	for c.rn.HasReady() {
+		if err := c.ready(); err != nil {
+			// The log cannot be written: nothing more may be
+			// acknowledged from this node.
+			err = fmt.Errorf("persisting raft state failed: %w", err)
+			c.halt(err)
+			return err
+		}
+		c.proposeConf()
+	}
+	return nil
 }
 
 // step hands raft a peer's message. A message raft refuses (from a
@@ -332,6 +390,9 @@ const etcdDrainMax = 4096
 // without it a follower wrote (and synced) its log once per append the
 // leader sent, and fell behind a leader that sends one append per Ready.
 func (c *core) drain() {
+	if c.stepped {
+		return // its driver takes what waits, when it chooses (Stepped.Run)
+	}
 	for range etcdDrainMax {
 		select {
 		case m := <-c.recv:
@@ -450,7 +511,13 @@ func (c *core) ready() error {
 			return err
 		}
 	}
-	if err := etcdAppend(c.logs, rd.Entries); err != nil {
+	ents := rd.Entries
+	if plant.On("ack-before-fsync") {
+		// written a Ready late: what this one sends acknowledges
+		// entries not yet on disk
+		ents, c.plantLate = c.plantLate, ents
+	}
+	if err := etcdAppend(c.logs, ents); err != nil {
 		return err
 	}
 	if err := c.ms.Append(rd.Entries); err != nil {
@@ -467,8 +534,10 @@ func (c *core) ready() error {
 	}
 	if hs := rd.HardState; !etcdraft.IsEmptyHardState(hs) {
 		if hs.GetTerm() != c.hs.GetTerm() || hs.GetVote() != c.hs.GetVote() {
-			if err := etcdSaveHardState(c.stable, hs); err != nil {
-				return err
+			if !plant.On("vote-not-durable") {
+				if err := etcdSaveHardState(c.stable, hs); err != nil {
+					return err
+				}
 			}
 			c.hs = hs
 		}
@@ -492,22 +561,51 @@ func (c *core) ready() error {
 	if n := len(rd.CommittedEntries); n > 0 {
 		c.handed = rd.CommittedEntries[n-1].GetIndex()
 	}
-	if len(rd.CommittedEntries) > 0 || inst != nil {
-		a := etcdApply{snap: inst, ents: rd.CommittedEntries,
+	committed := rd.CommittedEntries
+	if plant.On("apply-uncommitted") {
+		committed = c.plantEarly(committed, rd.Entries)
+	}
+	if len(committed) > 0 || inst != nil {
+		a := etcdApply{snap: inst, ents: committed,
 			at: etcdPoint{index: c.handed, cs: c.conf.Load(), names: *c.names.Load()}}
 		if n := len(a.ents); n > 0 {
 			a.at.term = a.ents[n-1].GetTerm()
 		} else {
 			a.at.term = rd.Snapshot.GetMetadata().GetTerm()
 		}
-		select {
-		case c.applyc <- a:
-		case <-c.stop:
-			return errors.New("shutting down")
+		if c.stepped {
+			// Through post, as the driver orders wake-ups: applying wakes
+			// the goroutines that wait on the state machine.
+			c.wake(func() {
+				select {
+				case <-c.stop:
+				default:
+					c.apply(a)
+				}
+			})
+		} else {
+			select {
+			case c.applyc <- a:
+			case <-c.stop:
+				return errors.New("shutting down")
+			}
 		}
 	}
 	c.rn.Advance(rd)
 	return nil
+}
+
+// plantEarly is a planted bug's apply: the entries just appended with
+// the committed ones, each index once.
+func (c *core) plantEarly(committed, appended []*raftpb.Entry) []*raftpb.Entry {
+	var out []*raftpb.Entry
+	for _, e := range append(slices.Clone(committed), appended...) {
+		if e.GetIndex() > c.plantTop {
+			out = append(out, e)
+			c.plantTop = e.GetIndex()
+		}
+	}
+	return out
 }
 
 // applyConfChanges applies the configuration entries among ents (all
@@ -550,7 +648,13 @@ func (c *core) applyConfChanges(ents []*raftpb.Entry) error {
 				}
 			}
 		}
-		cs, err := etcdApplyConfChange(c.rn, cc)
+		var cs *raftpb.ConfState
+		var err error
+		if plant.On("removed-member-counted") && etcdRemoves(cc) {
+			cs = c.conf.Load() // raft goes on counting the member removed
+		} else {
+			cs, err = etcdApplyConfChange(c.rn, cc)
+		}
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 		}
@@ -563,6 +667,16 @@ func (c *core) applyConfChanges(ents []*raftpb.Entry) error {
 		}
 	}
 	return nil
+}
+
+// etcdRemoves says whether cc removes a member (a planted bug's test).
+func etcdRemoves(cc raftpb.ConfChangeI) bool {
+	for _, ch := range cc.AsV2().GetChanges() {
+		if ch.GetType() == raftpb.ConfChangeRemoveNode {
+			return true
+		}
+	}
+	return false
 }
 
 // etcdApplyConfChange is rn.ApplyConfChange, which panics on a change
@@ -860,11 +974,13 @@ func (c *core) lostLeadership() {
 
 // notifyLeader leaves lead as the latest change on leaderCh.
 func (c *core) notifyLeader(lead bool) {
-	select {
-	case <-c.leaderCh:
-	default:
-	}
-	c.leaderCh <- lead
+	c.wake(func() {
+		select {
+		case <-c.leaderCh:
+		default:
+		}
+		c.leaderCh <- lead
+	})
 }
 
 // waiting says whether anyone still waits for id.
@@ -903,34 +1019,45 @@ func (c *core) verify(timeout time.Duration) error {
 // snapLoop asks for one. A snapshot that cannot be restored halts the
 // node: nothing after it can be applied.
 func (c *core) applyLoop() {
-	at := c.booted
-	var failed error
 	for {
 		select {
 		case a, ok := <-c.applyc:
 			if !ok {
 				return
 			}
-			if failed != nil {
-				continue
-			}
-			if a.snap != nil {
-				if err := c.restore(a.snap); err != nil {
-					failed = err
-					c.halt(err)
-					continue
-				}
-			}
-			c.applyEntries(a.ents)
-			at = a.at
+			c.apply(a)
 		case req := <-c.snapTake:
-			if failed != nil {
-				req.reply <- etcdTaken{err: c.halted()}
-				continue
-			}
-			req.reply <- c.take(at, req)
+			req.reply <- c.takeAt(req)
 		}
 	}
+}
+
+// apply restores a's snapshot, if any, then applies its entries.
+func (c *core) apply(a etcdApply) {
+	if c.applyFailed != nil {
+		return
+	}
+	if a.snap != nil {
+		if err := c.restore(a.snap); err != nil {
+			c.applyFailed = err
+			c.halt(err)
+			return
+		}
+	}
+	c.applyEntries(a.ents)
+	c.at = a.at
+	if c.onApply != nil {
+		c.onApply(a)
+	}
+}
+
+// takeAt is the state machine's snapshot at the point applied, unless
+// applying stopped.
+func (c *core) takeAt(req etcdTake) etcdTaken {
+	if c.applyFailed != nil {
+		return etcdTaken{err: c.halted()}
+	}
+	return c.take(c.at, req)
 }
 
 // applyEntries applies one batch of committed entries and answers them.
@@ -1003,6 +1130,16 @@ func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*ra
 // The newest snapshot of the policy's store, if any, is restored into m
 // first, and the log replays after it.
 func openCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self uint64, voters []uint64, names map[uint64]node.Peer, tick time.Duration, log *slog.Logger, seed uint64, policy etcdSnapPolicy) (*core, error) {
+	c, err := newCore(logs, stable, m, self, voters, names, tick, log, policy)
+	if err != nil {
+		return nil, err
+	}
+	c.start(seed)
+	return c, nil
+}
+
+// newCore is openCore without starting anything.
+func newCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self uint64, voters []uint64, names map[uint64]node.Peer, tick time.Duration, log *slog.Logger, policy etcdSnapPolicy) (*core, error) {
 	if policy.store == nil {
 		policy.store = raft.NewInmemSnapshotStore()
 	}
@@ -1076,6 +1213,5 @@ func openCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self
 	}
 	c.names.Store(&known)
 	c.booted.names = known
-	c.start(seed)
 	return c, nil
 }

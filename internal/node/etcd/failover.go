@@ -63,7 +63,8 @@ func failoverStep(quiet int, led bool, slot int) (forget, campaign bool) {
 }
 
 // tickRaft advances raft's clock by one tick, then forgets a silent
-// leader or campaigns in turn (above). Only run calls it.
+// leader or campaigns in turn (above). Only run, or a stepped node's
+// driver (Stepped.Tick), calls it.
 func (c *core) tickRaft() {
 	c.rn.Tick()
 	if etcdraft.StateType(c.state.Load()) == etcdraft.StateLeader {

@@ -33,8 +33,15 @@ func etcdSaveHardState(stable raft.StableStore, hs *raftpb.HardState) error {
 // (after a snapshot at snapIndex, snapTerm, when snapIndex > 0). The
 // commit index recorded is clamped into what the log holds: it may lag
 // (see etcdHardStateKey) but must be at least the snapshot's.
-func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Snapshot) (*etcdraft.MemoryStorage, error) {
-	ms := etcdraft.NewMemoryStorage()
+func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Snapshot) (ms *etcdraft.MemoryStorage, err error) {
+	defer func() {
+		// MemoryStorage panics (through raft's logger) on entries that do
+		// not follow what it holds: a log it cannot take is refused.
+		if p := recover(); p != nil {
+			ms, err = nil, fmt.Errorf("raft refused the stored log: %v", p)
+		}
+	}()
+	ms = etcdraft.NewMemoryStorage()
 	snapIndex := snap.GetMetadata().GetIndex()
 	if snapIndex > 0 {
 		if err := ms.ApplySnapshot(snap); err != nil {

@@ -3,6 +3,7 @@ package etcd
 import (
 	"testing"
 
+	"github.com/hashicorp/raft"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -67,5 +68,23 @@ func TestEtcdLoadMemoryEmpty(t *testing.T) {
 	hs, _, _ := ms.InitialState()
 	if hs.GetTerm() != 0 || hs.GetCommit() != 0 {
 		t.Fatalf("hard state %v of an empty directory", hs)
+	}
+}
+
+// A log that does not follow the snapshot the engine loaded (the log
+// compacted behind a snapshot whose metadata then read back damaged, so
+// that the store lists none) is refused with an error: raft's
+// MemoryStorage panics on it, which used to end the process at start.
+func TestEtcdLoadMemoryRefusesALogAfterNoSnapshot(t *testing.T) {
+	logs := raft.NewInmemStore()
+	ents := []*raftpb.Entry{
+		etcdEntry(170, 4, raftpb.EntryNormal, []byte("a")),
+		etcdEntry(171, 4, raftpb.EntryNormal, []byte("b")),
+	}
+	if err := etcdAppend(logs, ents); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcdLoadMemory(logs, logs, nil); err == nil {
+		t.Fatal("a log starting at 170 with no snapshot was loaded")
 	}
 }

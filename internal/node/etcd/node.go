@@ -75,10 +75,10 @@ const etcdElectionTick = 10
 // stores in memory without one (tests), with a raft port when
 // cfg.RaftAddr or cfg.Listener is set. A hashicorp Transport is refused.
 func Open(cfg node.Config, f *fsm.FSM) (*Node, error) {
-	return openNode(cfg, f, nil)
+	return openNode(cfg, f, nil, nil)
 }
 
-func openNode(cfg node.Config, f *fsm.FSM, network etcdNet) (*Node, error) {
+func openNode(cfg node.Config, f *fsm.FSM, network etcdNet, stepped *SteppedConfig) (*Node, error) {
 	if cfg.NodeID == "" {
 		return nil, errors.New("etcd: the etcd engine needs a node ID")
 	}
@@ -93,7 +93,7 @@ func openNode(cfg node.Config, f *fsm.FSM, network etcdNet) (*Node, error) {
 		cfg.RaftAddr = cfg.Listener.Addr().String()
 	}
 	n := &Node{cfg: cfg, fsm: f, self: etcdID(cfg.NodeID), stop: make(chan struct{}),
-		verifyTimeout: 4 * etcdElectionTick * tick, dialable: network != nil || cfg.RaftAddr != ""}
+		verifyTimeout: 4 * etcdElectionTick * tick, dialable: network != nil || stepped != nil || cfg.RaftAddr != ""}
 	names := map[uint64]node.Peer{n.self: {ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}
 	voters := []uint64{n.self}
 	switch {
@@ -107,7 +107,7 @@ func openNode(cfg node.Config, f *fsm.FSM, network etcdNet) (*Node, error) {
 			if q, dup := names[id]; dup && q.ID != p.ID {
 				return nil, fmt.Errorf("etcd: the node IDs %s and %s map to the same etcd member id", q.ID, p.ID)
 			}
-			if p.ID == cfg.NodeID && network == nil && p.RaftAddr != cfg.RaftAddr {
+			if p.ID == cfg.NodeID && network == nil && stepped == nil && p.RaftAddr != cfg.RaftAddr {
 				return nil, fmt.Errorf("etcd: the peer list gives this node (%s) the raft address %q, but it listens on %q",
 					p.ID, p.RaftAddr, cfg.RaftAddr)
 			}
@@ -119,16 +119,19 @@ func openNode(cfg node.Config, f *fsm.FSM, network etcdNet) (*Node, error) {
 			return nil, fmt.Errorf("etcd: the peer list does not name this node (%s)", cfg.NodeID)
 		}
 	}
-	if err := n.open(cfg, voters, names, tick, network); err != nil {
+	if err := n.open(cfg, voters, names, tick, network, stepped); err != nil {
 		n.closeAll()
 		return nil, err
+	}
+	if stepped != nil {
+		return n, nil
 	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.core.m.ReturnFreedMemory(n.stop) }()
 	return n, nil
 }
 
-func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer, tick time.Duration, network etcdNet) error {
+func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer, tick time.Duration, network etcdNet, stepped *SteppedConfig) error {
 	st, err := node.OpenStorage(cfg, node.EngineEtcd)
 	if err != nil {
 		return err
@@ -138,18 +141,42 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 	if err := st.Boot(cfg.TokenFloor, func() (bool, error) { return etcdHasState(logs, stable, snaps) }); err != nil {
 		return err
 	}
-	var seed [8]byte
-	if _, err := rand.Read(seed[:]); err != nil {
-		return fmt.Errorf("etcd: seeding proposal ids: %w", err)
+	seed, err := etcdSeed(stepped)
+	if err != nil {
+		return err
 	}
 	m := st.Machine(n.fsm, cfg.Hooks)
-	c, err := openCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"),
-		binary.BigEndian.Uint64(seed[:])>>1, etcdPolicy(cfg, snaps))
+	c, err := newCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"), etcdPolicy(cfg, snaps))
 	if err != nil {
 		return fmt.Errorf("etcd: starting raft: %w", err)
 	}
 	n.core = c
+	if stepped != nil {
+		c.stepped, c.post = true, stepped.Post
+		if f := stepped.Applied; f != nil {
+			c.onApply = func(a etcdApply) {
+				var restored uint64
+				if a.snap != nil {
+					restored = a.snap.index
+				}
+				f(restored, entries(a.ents))
+			}
+		}
+		c.init(seed)
+		c.setSend(func(ms []*raftpb.Message) {
+			out := make([]Message, len(ms))
+			for i, m := range ms {
+				out[i] = Message{m}
+			}
+			stepped.Send(out)
+		})
+	} else {
+		c.start(seed)
+	}
 	n.closers = append(n.closers, closerFunc(func() error { c.close(); return nil }))
+	if stepped != nil {
+		return nil
+	}
 	switch {
 	case network != nil:
 		c.setSend(network.attach(n.self, c.deliver, c))
@@ -165,6 +192,20 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 		c.setSend(t.send)
 	}
 	return nil
+}
+
+// etcdSeed is where the core's proposal ids start: random, so that an
+// entry an earlier run proposed answers nobody now; a stepped node's is
+// its driver's.
+func etcdSeed(stepped *SteppedConfig) (uint64, error) {
+	if stepped != nil {
+		return stepped.Seed >> 1, nil
+	}
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return 0, fmt.Errorf("etcd: seeding proposal ids: %w", err)
+	}
+	return binary.BigEndian.Uint64(seed[:]) >> 1, nil
 }
 
 // isMember says whether the raft port takes the node named id: a member
@@ -216,8 +257,10 @@ func (n *Node) closeAll() error {
 	}
 	n.closers = nil
 	if n.Storage != nil {
+		// Kept, closed: a call the service makes after Close (Status,
+		// PendingFloor) answers from what it last knew instead of
+		// dereferencing nil.
 		errs = append(errs, n.Storage.Close())
-		n.Storage = nil
 	}
 	return errors.Join(errs...)
 }

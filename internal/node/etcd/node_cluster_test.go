@@ -218,7 +218,7 @@ func (cl *etcdCluster) start(name string, join bool) *etcdMember {
 	} else {
 		m.cfg.Listener = nil
 	}
-	n, err := openNode(m.cfg, m.f, network)
+	n, err := openNode(m.cfg, m.f, network, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
