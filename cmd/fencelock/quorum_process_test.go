@@ -18,7 +18,8 @@ import (
 // when the survivor last heard from each, its term and applied index —
 // and a line saying there is no quorum, and exits 3 (the server cannot
 // serve: no leader). Every run must print the view; the first ones may
-// still see the leader the survivor has not yet stopped hearing from.
+// still see the leader the survivor has not yet stopped hearing from, or
+// an election with the other follower before that one stops.
 // The time each run took is logged, not asserted.
 func TestClusterProcessMembersWithoutQuorum(t *testing.T) {
 	t.Parallel()
@@ -72,7 +73,11 @@ func TestClusterProcessMembersWithoutQuorum(t *testing.T) {
 			}
 			break
 		}
-		if code != 0 || time.Now().After(deadline) {
+		// Between the two stops the survivor may still hear from the
+		// other follower (an election between them, since the failover
+		// is quick): no leader, but no quorum lost yet. Asked again.
+		electing := code == exitUnreachable && strings.Contains(stderr.String(), "an election may be under way")
+		if (code != 0 && !electing) || time.Now().After(deadline) {
 			t.Fatalf("cluster members on the survivor: exit %d after %v\n%s%s", code, took.Round(time.Millisecond), out, stderr.String())
 		}
 	}
