@@ -111,12 +111,15 @@ func TestFenceResetRefusedWhileTheProxyRuns(t *testing.T) {
 	// The next proxy on the directory says so, once.
 	for i, want := range []int{1, 0} {
 		cmd, _, logs := startProxyProcessLogs(t, upstream.URL, state)
+		// The proxy logs the resets before it says it listens, but its
+		// standard error is copied by a goroutine of exec's, which may
+		// not have copied them yet: Wait waits for that copy.
+		cmd.Process.Kill()
+		cmd.Wait()
 		if n := strings.Count(logs.String(), "a mark was reset since the last proxy ran"); n != want ||
 			(want == 1 && !strings.Contains(logs.String(), `reason=\"a test token\" reset \"/v/a\": mark 999 -> 5`)) {
 			t.Fatalf("proxy start %d logged:\n%s", i+1, logs.String())
 		}
-		cmd.Process.Kill()
-		cmd.Wait()
 	}
 }
 
