@@ -51,8 +51,9 @@ const (
 // Error codes of watches.
 const (
 	// CodeCompacted (410): the revision asked for is older than the
-	// history this server keeps (it has moved on, restarted, or installed a
-	// snapshot), so events after it may be missing; Error.CompactRevision
+	// history this server keeps (it has moved on, or restarted from or
+	// installed a snapshot taken after it: a restart otherwise replays the
+	// same revisions), so events after it may be missing; Error.CompactRevision
 	// is the oldest one it accepts. A stream that falls that far behind is
 	// ended with it too. Resync: list=true, then watch after its revision.
 	CodeCompacted = "compacted"

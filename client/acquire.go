@@ -11,7 +11,10 @@ import (
 // or the WithWait bound elapses (ErrHeld), and returns the lease. A cancelled
 // wait leaves the queue: the server drops a waiter whose request goes away.
 // ctx bounds the wait only; the lease lives until Release or loss, and its
-// Context keeps ctx's values.
+// Context keeps ctx's values. The lease comes with at least the
+// keep-alive's failover allowance left before its Deadline: a grant that
+// came back late is extended (more than once if need be) before it is
+// returned, or reported lost (a *LostError).
 func (c *Client) Acquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
 	o := newLeaseOptions(opts)
 	o.key = key
@@ -45,13 +48,28 @@ func (c *Client) acquire(ctx context.Context, key string, o leaseOptions, wait t
 	return c.start(ctx, lk, o, sent)
 }
 
+// maxRedates bounds how many extensions start sends to date a grant
+// afresh before it gives the lease up as lost.
+const maxRedates = 3
+
 // start turns a grant into a Lease. sent is when the grant was asked for: the
 // server granted at or after it, so the lease lasts at least until sent+TTL.
+//
+// A lease is handed over only with at least what an extension on the
+// keep-alive's cadence leaves before the give-up point: the failover
+// allowance, from a TTL of about 2.3 s up (less below: BudgetFor). A grant
+// older than that cadence (it waited in the queue, or a node was slow to
+// answer) is extended, and dated from that extension's send. An extension
+// held up too (a frozen node, left for the next) can only be dated from
+// its first send, so it may leave as little again: it is extended once
+// more, a few times at most, and then the lease is reported lost.
 func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.Time) (*Lease, error) {
 	b := keepalive.BudgetFor(o.ttl)
-	if c.clock.Now().Sub(sent) >= b.Every {
-		// A grant that waited in the queue can only be dated from when we
-		// asked, which may be long ago; an extension dates it afresh.
+	for redates := 0; c.clock.Now().Sub(sent) >= b.Every; redates++ {
+		if redates == maxRedates {
+			c.releaseQuietly(lk.Key, lk.Holder, lk.Token)
+			return nil, &LostError{Key: lk.Key, Token: lk.Token, Reason: ErrExpired}
+		}
 		again := c.clock.Now()
 		ext, err := c.Extend(ctx, lk.Key, lk.Holder, lk.Token, o.ttl)
 		if err != nil {
@@ -59,10 +77,6 @@ func (c *Client) start(ctx context.Context, lk Lock, o leaseOptions, sent time.T
 			return nil, err
 		}
 		lk, sent = ext, again
-		if c.clock.Now().Sub(sent) >= b.GiveUp {
-			c.releaseQuietly(lk.Key, lk.Holder, lk.Token)
-			return nil, &LostError{Key: lk.Key, Token: lk.Token, Reason: ErrExpired}
-		}
 	}
 	l := &Lease{c: c, key: lk.Key, holder: lk.Holder, token: lk.Token, ttl: o.ttl, lock: lk}
 	if l.key == "" {

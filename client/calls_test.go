@@ -130,13 +130,19 @@ func TestUnreachable(t *testing.T) {
 }
 
 // A deadline that ends the retries keeps the reason for retrying: the
-// error matches both ErrUnreachable and the context's error.
+// error matches both ErrUnreachable and the context's error. (The node
+// answered once, so its refusals are worth retrying: a restart.)
 func TestUnreachableUntilDeadline(t *testing.T) {
-	c, err := client.New([]string{deadAddr(t)}, client.WithRetries(1000), client.WithBackoff(time.Millisecond, 2*time.Millisecond))
+	srv := clienttest.NewServer(client.SystemClock{})
+	c, err := client.New([]string{srv.Addr}, client.WithRetries(1000), client.WithBackoff(time.Millisecond, 2*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if _, err := c.Get(context.Background(), "k"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("Get before the node went away = %v, want ErrNotFound", err)
+	}
+	srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err = c.Get(ctx, "k")

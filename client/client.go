@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -37,6 +38,11 @@ type Client struct {
 
 	addrs *transport.Addrs // the nodes; the one that answered last (the leader, in a cluster) first
 	conns *transport.Conns
+	// answered is set once any node has answered this client: from then
+	// on a refused connection is a node restarting or a failover in
+	// progress, worth retrying; before, one refused by every address
+	// means no server is there (NoServerError).
+	answered atomic.Bool
 }
 
 // Option configures a Client.
@@ -66,7 +72,10 @@ func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
 // exponential delays, so the default rides out a leader election of about
 // two seconds (25ms..1s per wait, about 1.3 to 2.6 s in all). A write
 // carries the same request_id on every try, so the server applies it at
-// most once.
+// most once. A call is not retried where no retry can help: before any node
+// has answered this Client, a connection refused (or a host name unknown)
+// at every address fails it at once with a *NoServerError; a TLS handshake
+// refused over certificates, with a *TLSError.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(n, 0) } }
 
 // WithWaitCheck sets how long any call may go unanswered before the client
@@ -176,6 +185,14 @@ func (cl call) noteMaybe() {
 // (a SIGSTOPped or cut-off leader) is left after about two WithWaitCheck
 // intervals, and that node is passed over for the rest of the call while
 // another is left, unless a node names it as the leader.
+//
+// It retries only where there is hope: a node that timed out or went
+// silent, a cluster answering unavailable (an election), a node naming
+// the leader, a refusal once some node has answered this client. An
+// address whose TLS handshake failed over certificates is passed over for
+// the rest of the call; one that, before any node has answered, refused
+// the connection or named no host is without hope too; once every address
+// is, the call fails at once (a *TLSError, or a *NoServerError).
 func (c *Client) do(ctx context.Context, cl call) error {
 	req := cl.request()
 	if err := c.conns.Encode(&req); err != nil {
@@ -189,7 +206,9 @@ func (c *Client) do(ctx context.Context, cl call) error {
 	redirects := 0
 	backoffs := 0
 	tries := 0
-	var silent map[string]bool // addresses that went silent during this call
+	var silent map[string]bool   // addresses passed over: silent during this call, or without hope
+	var hopeless []error         // why each address without hope has none, in the order tried
+	var noHopeAt map[string]bool // the addresses in hopeless
 	for next, first := 0, true; ; first = false {
 		if !first && cl.resend != nil {
 			req.Body = cl.resend()
@@ -211,11 +230,22 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return m // no retry can help
 		}
 		var se *silentError
-		if errors.As(err, &se) {
+		var te *TLSError
+		if errors.As(err, &se) || errors.As(err, &te) {
 			if silent == nil {
 				silent = map[string]bool{}
 			}
 			silent[addr] = true
+		}
+		if c.noHope(err) && !noHopeAt[addr] {
+			if noHopeAt == nil {
+				noHopeAt = map[string]bool{}
+			}
+			noHopeAt[addr] = true
+			hopeless = append(hopeless, err)
+			if len(hopeless) >= c.addrs.Len() {
+				return hopelessErr(hopeless)
+			}
 		}
 		var ae *APIError
 		if errors.As(err, &ae) && ae.Code == api.CodeChangeUnknown {
@@ -255,6 +285,27 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			backoff = min(2*backoff, c.maxBackoff)
 		}
 	}
+}
+
+// noHope reports whether err, an attempt's failure, leaves no hope for
+// its address in this call: TLS set up wrong, or, before any node has
+// answered this client, no server there.
+func (c *Client) noHope(err error) bool {
+	var te *TLSError
+	return errors.As(err, &te) || !c.answered.Load() && errors.Is(err, ErrUnreachable) && noServerThere(err)
+}
+
+// hopelessErr is the error of a call whose every address is without hope
+// (errs, one each): the first TLS failure, which names the certificate to
+// mend, or else no server.
+func hopelessErr(errs []error) error {
+	for _, err := range errs {
+		var te *TLSError
+		if errors.As(err, &te) {
+			return te
+		}
+	}
+	return &NoServerError{Errs: errs}
 }
 
 // tlsMismatch is the error for an attempt at addr that failed with err
@@ -426,11 +477,16 @@ func (c *Client) once(ctx context.Context, addr string, cl call, req transport.R
 	var re *transport.RequestError
 	switch {
 	case err == nil:
+		c.answered.Store(true)
 		return answer(addr, cl, a)
 	case errors.As(err, &un) && ctx.Err() != nil:
 		return ctxErr(ctx)
 	case errors.As(err, &un):
-		return fmt.Errorf("%w: %s: %v", ErrUnreachable, un.Addr, un.Err)
+		if te := tlsProblem(un.Addr, un.Err); te != nil {
+			te.HadCert = c.tls != nil && (len(c.tls.Certificates) > 0 || c.tls.GetClientCertificate != nil)
+			return te
+		}
+		return &unreachedError{addr: un.Addr, err: un.Err}
 	case errors.As(err, &re):
 		return invalidf("addr", "bad request to %s: %v", re.Addr, re.Err)
 	}

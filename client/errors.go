@@ -1,8 +1,12 @@
 package client
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -189,3 +193,108 @@ func (e *TLSMismatchError) Error() string {
 }
 
 func (e *TLSMismatchError) Unwrap() error { return ErrUnreachable }
+
+// NoServerError is a call that found no server to ask: every address
+// refused the connection (nothing listens there: the server is down, or
+// the address is wrong) or names no host, and this Client had never had
+// an answer from any node. Such a call is not retried: retries are for a
+// node that timed out, a cluster in an election, a node that names the
+// leader, and for a refusal once a node has answered (a restart, a
+// failover in progress). It matches ErrUnreachable and each address's
+// error (syscall.ECONNREFUSED, a *net.DNSError).
+type NoServerError struct {
+	Errs []error // one per address, in the order tried; each matches ErrUnreachable
+}
+
+func (e *NoServerError) Error() string {
+	if len(e.Errs) == 0 {
+		return ErrUnreachable.Error()
+	}
+	var b strings.Builder
+	b.WriteString(e.Errs[0].Error())
+	for _, err := range e.Errs[1:] {
+		var ue *unreachedError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(&b, "; %s: %v", ue.addr, ue.err)
+		} else {
+			fmt.Fprintf(&b, "; %v", err)
+		}
+	}
+	return b.String()
+}
+
+func (e *NoServerError) Unwrap() []error { return append([]error{ErrUnreachable}, e.Errs...) }
+
+// TLSError is a TLS handshake with the node at Addr that failed over
+// certificates: this client did not trust the server's (signed by an
+// unknown authority, issued for another name, expired), or the server
+// refused this client's (none given where one is required, or one it
+// does not trust: ClientCert). No retry can mend it, so the call fails at
+// once. It matches ErrUnreachable and Err (errors.As finds an
+// *x509.UnknownAuthorityError, an x509.HostnameError, …).
+type TLSError struct {
+	Addr string // the base URL tried
+	Err  error  // the handshake's error
+	// ClientCert: the server refused the handshake over this client's
+	// certificate (Err is the alert it sent: "certificate required",
+	// "bad certificate", "unknown certificate authority", …).
+	ClientCert bool
+	// HadCert: this client has a certificate of its own to offer. When
+	// the server still says "certificate required", it asked for one
+	// signed by a CA that this one's is not.
+	HadCert bool
+}
+
+func (e *TLSError) Error() string {
+	return fmt.Sprintf("fencelock: TLS handshake with %s failed: %s", e.Addr, strings.TrimPrefix(e.Err.Error(), "TLS: "))
+}
+
+func (e *TLSError) Unwrap() []error { return []error{ErrUnreachable, e.Err} }
+
+// unreachedError is one attempt that got no answer from the node at addr:
+// it matches ErrUnreachable and what the attempt got (a refused
+// connection, a reset, a timeout).
+type unreachedError struct {
+	addr string
+	err  error
+}
+
+func (e *unreachedError) Error() string {
+	return fmt.Sprintf("%v: %s: %v", ErrUnreachable, e.addr, e.err)
+}
+
+func (e *unreachedError) Unwrap() []error { return []error{ErrUnreachable, e.err} }
+
+// tlsProblem is the *TLSError of an attempt at addr that failed with err
+// over certificates, or nil.
+func tlsProblem(addr string, err error) *TLSError {
+	var ve *tls.CertificateVerificationError
+	if errors.As(err, &ve) {
+		return &TLSError{Addr: addr, Err: err}
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" && op.Err != nil {
+		switch strings.TrimPrefix(op.Err.Error(), "tls: ") {
+		case "certificate required", "bad certificate", "unsupported certificate", "revoked certificate",
+			"expired certificate", "unknown certificate", "unknown certificate authority", "access denied":
+			return &TLSError{Addr: addr, Err: err, ClientCert: true}
+		}
+	}
+	return nil
+}
+
+// noServerThere reports whether err says that nothing can be at its
+// address: the connection was refused, or the name resolves to no host.
+func noServerThere(err error) bool {
+	var de *net.DNSError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &de) && de.IsNotFound
+}
+
+// final reports whether err is a call's failure that no retry can mend:
+// no server anywhere, or TLS set up wrong.
+func final(err error) bool {
+	var ns *NoServerError
+	var te *TLSError
+	var tm *TLSMismatchError
+	return errors.As(err, &ns) || errors.As(err, &te) || errors.As(err, &tm)
+}

@@ -175,8 +175,9 @@ func pick(all []round) Lock {
 	return best.lk
 }
 
-// outage reports whether err says no node could serve the call: none
-// answered, or none had a leader.
+// outage reports whether err says no node could serve the call for now:
+// none answered, or none had a leader. A failure no retry can mend (no
+// server anywhere, TLS set up wrong) is none.
 func outage(err error) bool {
-	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnreachable)
+	return (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnreachable)) && !final(err)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,15 +21,29 @@ import (
 // the server command does, and returns its host:port. A nil ca: no TLS.
 func tlsServer(t testing.TB, ca *tlstest.CA, requireClientCert bool) string {
 	t.Helper()
+	var leaf *tlstest.Leaf
+	if ca != nil {
+		leaf = ca.Issue(t, "node")
+	}
+	addr, _ := tlsServerLeaf(t, ca, leaf, requireClientCert)
+	return addr
+}
+
+// tlsServerLeaf is tlsServer serving leaf, signed by ca; it also returns
+// how many connections the server has accepted, so that a test can count
+// a client's attempts.
+func tlsServerLeaf(t testing.TB, ca *tlstest.CA, leaf *tlstest.Leaf, requireClientCert bool) (string, *atomic.Int64) {
+	t.Helper()
 	var files tlsconfig.Files
 	if ca != nil {
-		f := tlstest.Write(t, t.TempDir(), "node", ca, ca.Issue(t, "node"))
+		f := tlstest.Write(t, t.TempDir(), "node", ca, leaf)
 		files = tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA, RequireClientCert: requireClientCert}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := &countingListener{Listener: raw}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -46,7 +61,21 @@ func tlsServer(t testing.TB, ca *tlstest.CA, requireClientCert bool) string {
 			t.Errorf("server: %v", err)
 		}
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), &ln.accepted
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
 }
 
 // tryUntilReady acquires key until the server has elected itself.

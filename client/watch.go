@@ -184,7 +184,7 @@ func (w *Watch) run(ctx context.Context, c *Client, name string, o watchOptions)
 			}
 			w.end(ce)
 			return
-		case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable):
+		case (errors.Is(err, ErrUnreachable) || errors.Is(err, ErrUnavailable)) && !final(err):
 			// Every address failed for the client's whole retry budget:
 			// a watch has no deadline of its own, so it waits and
 			// goes on after the same revision.

@@ -91,8 +91,9 @@ func aclSubUsage(first string) string {
 	return b.String() + "\n" + aclText
 }
 
-const aclExit = `Exit status: 0 done; 1 refused (unauthenticated, permission denied,
-no such name); 2 bad usage; 3 the server cannot be reached or cannot serve.
+const aclExit = `Exit status: 0 done; 1 refused (no such name, a name taken); 2 bad
+usage; 3 the server cannot be reached or cannot serve; 7 refused by the
+ACLs (unauthenticated, permission denied, already bootstrapped).
 `
 
 func runACL(ctx context.Context, e *env, args []string) error {

@@ -131,8 +131,8 @@ func TestACLProcessCluster(t *testing.T) {
 		{"", []string{"acquire", "jobs/c", "--holder", "ci"}, "authentication required"},
 		{"", []string{"acl", "bootstrap"}, "already bootstrapped"},
 	} {
-		if out, errs, code := aclCLI(t, rest, tc.token, tc.args...); code != 1 || !strings.Contains(errs, tc.want) {
-			t.Errorf("%v on the new leader: exit %d %q %q, want 1 and %q", tc.args, code, out, errs, tc.want)
+		if out, errs, code := aclCLI(t, rest, tc.token, tc.args...); code != exitDenied || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v on the new leader: exit %d %q %q, want %d and %q", tc.args, code, out, errs, exitDenied, tc.want)
 		}
 	}
 	// The stopped node comes back with the tables in its data dir.

@@ -20,10 +20,10 @@ func TestACLCommands(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(admin, "flk_") || !strings.Contains(errs, "shown this once") {
 		t.Fatalf("acl bootstrap: %d %q %q", code, admin, errs)
 	}
-	if code, out, errs := runClientCLI(t, envs, "acl", "bootstrap"); code != 1 || out != "" || !strings.Contains(errs, "already bootstrapped") {
+	if code, out, errs := runClientCLI(t, envs, "acl", "bootstrap"); code != exitDenied || out != "" || !strings.Contains(errs, "already bootstrapped") {
 		t.Fatalf("second acl bootstrap: %d %q %q", code, out, errs)
 	}
-	if code, _, errs := runClientCLI(t, envs, "acquire", "jobs/a", "--holder", "ci"); code != 1 || !strings.Contains(errs, "authentication required") {
+	if code, _, errs := runClientCLI(t, envs, "acquire", "jobs/a", "--holder", "ci"); code != exitDenied || !strings.Contains(errs, "authentication required") {
 		t.Fatalf("acquire without a token: %d %q", code, errs)
 	}
 	if code, _, errs := runClientCLI(t, envs, "acl", "policy", "set", "jobs", "--rule", "jobs/:lock,read", "--rule", "jobs/secret/:read:deny", "--auth-token", admin); code != 0 {
@@ -52,10 +52,10 @@ func TestACLCommands(t *testing.T) {
 	}{
 		{[]string{"acl", "whoami"}, 0, ""},
 		{[]string{"acquire", "jobs/a", "--holder", "ci/w1", "--ttl", "30s"}, 0, ""},
-		{[]string{"acquire", "jobs/b", "--holder", "bob"}, 1, "may act only as holder"},
-		{[]string{"acquire", "other/x", "--holder", "ci"}, 1, "permission denied"},
+		{[]string{"acquire", "jobs/b", "--holder", "bob"}, exitDenied, "may act only as holder"},
+		{[]string{"acquire", "other/x", "--holder", "ci"}, exitDenied, "permission denied"},
 		{[]string{"get", "jobs/a"}, 0, ""},
-		{[]string{"acl", "token", "create", "--name", "x", "--policy", "admin"}, 1, "permission denied"},
+		{[]string{"acl", "token", "create", "--name", "x", "--policy", "admin"}, exitDenied, "permission denied"},
 	} {
 		code, out, errs := runClientCLI(t, withCI, tc.args...)
 		if code != tc.code || !strings.Contains(errs, tc.stderr) {
@@ -65,7 +65,7 @@ func TestACLCommands(t *testing.T) {
 	if code, _, errs := runClientCLI(t, envs, "acl", "token", "delete", "--name", "ci", "--auth-token", admin); code != 0 {
 		t.Fatalf("acl token delete: %d %q", code, errs)
 	}
-	if code, _, errs := runClientCLI(t, withCI, "get", "jobs/a"); code != 1 || !strings.Contains(errs, "unknown or deleted token") {
+	if code, _, errs := runClientCLI(t, withCI, "get", "jobs/a"); code != exitDenied || !strings.Contains(errs, "unknown or deleted token") {
 		t.Fatalf("get with a deleted token: %d %q", code, errs)
 	}
 }

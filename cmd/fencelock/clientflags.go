@@ -22,8 +22,10 @@ type clientFlags struct {
 
 // clientExit is the exit status text of the client commands.
 const clientExit = `Exit status: 0 yes; 1 no (held by another, not released, token not
-current, no such lock); 2 bad usage or input; 3 the server cannot be
-reached or cannot serve; 130, 143 interrupted by SIGINT or SIGTERM.
+current, no such lock); 2 bad usage or input (a bad --addr, TLS set up
+wrong); 3 the server cannot be reached or cannot serve; 7 refused by the
+ACLs; 8 over a quota; 130, 143 interrupted by SIGINT or SIGTERM. See
+'fencelock help exit-codes'.
 `
 
 // newClientFlags makes a client command's flags with the common ones

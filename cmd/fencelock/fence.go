@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/user"
@@ -87,7 +88,8 @@ a password there, REDISCLI_AUTH's is used, as redis-cli does. The mark is
 the hash fencelock:mark:{R} (redisfence's default key names).
 `
 
-const fenceExit = `Exit status: 0 done; 1 refused (DIR in use, no such mark, a raise without --raise); 2 bad usage.
+const fenceExit = `Exit status: 0 done; 1 refused (DIR in use, no such mark, a raise without --raise); 2 bad usage,
+or a DIR that is no fence (missing, a file, or holding no marks file).
 `
 
 var fenceSubcommands = []string{"marks", "reset"}
@@ -129,8 +131,8 @@ func runFenceMarks(e *env, args []string) error {
 	if *state == "" {
 		return usageError("--state is required")
 	}
-	if _, err := os.Stat(*state); err != nil {
-		return answerNo("%v", err)
+	if err := checkFenceDir(*state); err != nil {
+		return err
 	}
 	marks, err := filefence.ReadMarks(*state)
 	if err != nil {
@@ -160,6 +162,32 @@ func runFenceMarks(e *env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", quoteIfNeeded(m.Resource), m.Highest, m.LastWrite, quoteIfNeeded(key), raisedText(m.Raised, "-"))
 	}
 	return tw.Flush()
+}
+
+// fenceStateHint is what --state should be, under every refusal of one.
+const fenceStateHint = "Give the directory fence-proxy was given as --state (or a filefence directory)."
+
+// checkFenceDir refuses a --state that is not a file fence's directory,
+// naming the path and what is wrong with it, before anything reads or
+// writes there: a missing path, a file, or a directory holding neither
+// of the files every fence has from its first open (a typo that names
+// some other directory, where reset would otherwise make a fence).
+func checkFenceDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return (&usageErr{message: fmt.Sprintf("--state %s: no such directory", dir), hint: fenceStateHint}).exit()
+	case err != nil:
+		return answerNo("--state %s: %v", dir, errors.Unwrap(err))
+	case !fi.IsDir():
+		return (&usageErr{message: fmt.Sprintf("--state %s is a file, not a fence's directory", dir), hint: fenceStateHint}).exit()
+	}
+	for _, name := range []string{filefence.FileName, filefence.LogName} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	return (&usageErr{message: fmt.Sprintf("--state %s holds no fence (no %s, no %s)", dir, filefence.FileName, filefence.LogName), hint: fenceStateHint}).exit()
 }
 
 func raisedText(t time.Time, none string) string {
@@ -261,8 +289,8 @@ func refusedReset(err error, list string) error {
 }
 
 func resetFile(ctx context.Context, e *env, state string, req fence.ResetRequest) error {
-	if _, err := os.Stat(state); err != nil {
-		return answerNo("%v", err)
+	if err := checkFenceDir(state); err != nil {
+		return err
 	}
 	ff, err := filefence.Open(state)
 	if errors.Is(err, filefence.ErrLocked) {

@@ -306,3 +306,40 @@ func TestFenceResetStoreAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceStateThatIsNoFence (issue 44): a --state that is missing, a
+// file, or a directory holding no fence is bad input, said in one line
+// that names the path and what is wrong with it (exit 2), and reset
+// leaves nothing behind in it. Before, marks and reset printed a bare
+// "stat DIR: no such file or directory" (exit 1), marks listed an empty
+// directory as a fence without marks, and reset made a fence in it.
+func TestFenceStateThatIsNoFence(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope")
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ state, want string }{
+		{missing, "--state " + missing + ": no such directory"},
+		{file, "--state " + file + " is a file, not a fence's directory"},
+		{empty, "--state " + empty + " holds no fence (no marks, no marks.log)"},
+	} {
+		for _, args := range [][]string{
+			{"fence", "marks", "--state", tc.state},
+			{"fence", "reset", "--state", tc.state, "--resource", "r", "--to", "1", "--reason", "mend"},
+		} {
+			out, errs, code := runCLI(t, "", args...)
+			if code != exitUsage || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "fence-proxy") || out != "" {
+				t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q with what to give", args, code, out, errs, tc.want)
+			}
+		}
+	}
+	if left, err := os.ReadDir(empty); err != nil || len(left) != 0 {
+		t.Errorf("the empty directory after the refusals: %v %v; want it left empty", left, err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 const exitLost = 4
 
 const lockUsage = `Usage: fencelock lock KEY [--ttl D] [--try | --wait D] [--holder H] [--n N | --read | --write] -- CMD [ARGS...]
+       fencelock lock KEY [FLAGS] --c 'CMD ARGS...'
 
 Acquires KEY (waiting in the key's FIFO queue until it is granted, as
 flock does; --wait D bounds the wait, --try tries once), runs CMD with
@@ -47,6 +48,11 @@ before the lock is released or the loss reported: nothing started under
 the lock outlives it. Without "--", flags must come before KEY and
 everything after KEY is CMD.
 
+flock's habits work, each flag with one dash or two: --c 'CMD' runs CMD
+through /bin/sh (before KEY, or as KEY --c 'CMD'), and --w SECS waits at
+most SECS seconds. flock's no-wait option is --try here: --n N is a
+semaphore's permits.
+
 CMD inherits fencelock's stdin, stdout and stderr as they are. When one
 of them is fencelock's terminal and fencelock runs in its foreground,
 CMD's group gets the terminal's foreground, as a shell gives it to a job:
@@ -71,11 +77,13 @@ const lockExit = `Exit status:
   CMD's own status when it ran and the lease held (128+N if killed by signal N)
   1    the lock could not be had within --wait, or at once with --try
        (CMD never started)
-  2    bad usage
+  2    bad usage, or a client set up wrong (--addr, TLS)
   3    the server cannot be reached (CMD never started)
+  7, 8 refused by the ACLs, or over a quota (CMD never started)
   130, 143  interrupted by SIGINT or SIGTERM while waiting (CMD never started)
-  4    the lease was lost while CMD ran, or CMD was stopped by SIGSTOP,
-       SIGTTIN or SIGTTOU; CMD was ended
+  4    the lease was lost while CMD ran, CMD was stopped by SIGSTOP,
+       SIGTTIN or SIGTTOU, or the watchdog ended CMD (no extension
+       reached it in time); CMD was ended
   126  CMD could not be started (or lock does not run on this platform:
        it needs unix process groups); 127 CMD was not found
 `
@@ -86,6 +94,9 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	holder := holderFlag(f, "holder `NAME`; default: hostname-pid-random")
 	ttl := f.Duration("ttl", client.DefaultTTL, "lease TTL, 100ms to 24h")
 	waits := addWaitFlags(f)
+	var flockW flockWait
+	f.Var(&flockW, "w", "wait at most `SECS` seconds (5, 0.5), as flock does: --wait in flock's units")
+	shell := f.String("c", "", "run `CMD` through /bin/sh, as flock does; also after KEY: lock KEY --c 'CMD'")
 	lockDelay := f.Duration("lock-delay", 0, "grant KEY to nobody for D after the lease expires (not after a release), at most 60s")
 	shared := addSharedFlags(f)
 	cf.common(f, "write the granted lease, and a loss, as JSON lines on stderr (stdout belongs to CMD)")
@@ -108,8 +119,23 @@ func runLock(ctx context.Context, e *env, args []string) error {
 			pos, argv = all[:1], all[1:]
 		}
 	}
+	// flock's spelling, lock KEY -c 'CMD': without "--", everything
+	// after KEY is CMD, and a program named "-c" is surely not meant.
+	byShell := f.given("c")
+	if dash < 0 && len(argv) > 0 && (argv[0] == "-c" || argv[0] == "--c") {
+		if len(argv) != 2 {
+			return usageError("-c takes the command, one argument: lock KEY -c 'CMD ARGS...'")
+		}
+		*shell, argv, byShell = argv[1], nil, true
+	}
+	if byShell {
+		if len(argv) > 0 {
+			return usageError("-c CMD, or -- CMD, not both")
+		}
+		argv = []string{"/bin/sh", "-c", *shell}
+	}
 	if len(pos) != 1 || len(argv) == 0 {
-		return usageError("want KEY -- CMD [ARGS...]")
+		return usageError("want KEY -- CMD [ARGS...] (or KEY -c 'CMD')")
 	}
 	if err := checkDuration("ttl_ms", *ttl); err != nil {
 		return err
@@ -117,6 +143,15 @@ func runLock(ctx context.Context, e *env, args []string) error {
 	wait, err := waits.value()
 	if err != nil {
 		return err
+	}
+	if flockW.set {
+		switch {
+		case f.given("wait"):
+			return usageError("-w and --wait: give one")
+		case *waits.try:
+			return usageError("-w and --try: give one")
+		}
+		wait = flockW.d
 	}
 	if err := checkDuration("lock_delay_ms", *lockDelay); err != nil {
 		return err
@@ -267,6 +302,15 @@ func runUnderLease(ctx context.Context, e *env, cf *clientFlags, lease *client.L
 				if err := lease.Err(); err != nil && !errors.Is(err, client.ErrReleased) {
 					lost = err
 				}
+			}
+			// The watchdog, a member of the group, has been sent SIGKILL
+			// too; once it is gone, all it said has been read. If it
+			// signalled CMD itself, no extension reached it in time:
+			// CMD's status is not CMD's own (143, 137), and the hold
+			// ended as a loss does.
+			wd.settle()
+			if lost == nil && ended == nil && wd.stoppedCMD() {
+				ended = errors.New("the watchdog stopped CMD: no extension reached it by the lease's deadline")
 			}
 			if lost != nil {
 				_ = release() // harmless with our token; frees the key sooner if the server still has it

@@ -49,6 +49,8 @@ func (*lockWatchdog) pgid() int                               { return 0 }
 func (*lockWatchdog) arm(time.Time, time.Time, time.Duration) {}
 func (*lockWatchdog) end(time.Time)                           {}
 func (*lockWatchdog) unexpected() bool                        { return false }
+func (*lockWatchdog) settle()                                 {}
+func (*lockWatchdog) stoppedCMD() bool                        { return false }
 func (*lockWatchdog) quit()                                   {}
 func (*lockWatchdog) close()                                  {}
 

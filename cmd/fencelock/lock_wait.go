@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fencelock/fencelock/api"
 )
 
 // lock and acquire wait as flock, etcdctl lock and consul lock do: in the
@@ -68,4 +71,38 @@ func (w *waitFlags) value() (time.Duration, error) {
 		return 0, nil
 	}
 	return w.wait, nil
+}
+
+// flockWait is lock's -w SECS, flock's spelling of --wait: seconds, as
+// flock counts them ("5", "0.5"), where every duration flag of ours wants
+// a unit; one given with a unit ("500ms") is read as that. There is no
+// doubt to guard against here, unlike --ttl 30000: flock's -w has only
+// ever meant seconds.
+type flockWait struct {
+	d   time.Duration
+	set bool
+}
+
+func (w *flockWait) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if secs, err := strconv.ParseFloat(s, 64); err == nil {
+		if secs < 0 || secs > api.MaxWait.Seconds()*1e6 {
+			return fmt.Errorf("want seconds, at least 0")
+		}
+		w.d, w.set = time.Duration(secs*float64(time.Second)), true
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want seconds (5, 0.5) or a duration (500ms)")
+	}
+	w.d, w.set = d, true
+	return nil
+}
+
+func (w *flockWait) String() string {
+	if w == nil || !w.set {
+		return ""
+	}
+	return strconv.FormatFloat(w.d.Seconds(), 'f', -1, 64)
 }

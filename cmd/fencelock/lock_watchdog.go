@@ -44,8 +44,9 @@ import (
 //	quit            exit at once (CMD never started)
 //
 // The watchdog answers on its stdout: "ready" once its signals are
-// ignored, then "term" and "kill" as it sends them, so that lock knows its
-// end (by the group's SIGKILL) was its own doing.
+// ignored, then "term" and "kill" just before it sends them, so that lock
+// knows its end (by the group's SIGKILL) was its own doing, and that CMD
+// was stopped by it: lock then exits 4, whatever CMD's status.
 
 // watchdogCommand is the hidden command the watchdog runs as.
 const watchdogCommand = "lock-watchdog"
@@ -191,9 +192,9 @@ func (w *watchdog) orphaned() {
 		return
 	}
 	w.termed = true
+	w.tell("term") // before the signal: lock must know why CMD ended
 	if w.signal(sigTerm) {
 		w.signal(sigCont)
-		w.tell("term")
 		w.report(fmt.Sprintf("watchdog: fencelock (pid %d) went away while CMD ran; sending SIGTERM to CMD", w.parent),
 			w.killAt.Sub(w.clk.Now()))
 	}
@@ -203,9 +204,9 @@ func (w *watchdog) orphaned() {
 func (w *watchdog) fire(now time.Time) {
 	if !w.termed && !w.ending && !now.Before(w.termAt) {
 		w.termed = true
+		w.tell("term") // before the signal: lock must know why CMD ended
 		if w.signal(sigTerm) {
 			w.signal(sigCont) // a stopped CMD must be able to act on it
-			w.tell("term")
 			w.report(fmt.Sprintf("watchdog: fencelock (pid %d) confirmed no extension by the lease's deadline (is it stopped?); sending SIGTERM to CMD", w.parent),
 				w.killAt.Sub(now))
 		}

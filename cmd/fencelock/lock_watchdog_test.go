@@ -150,9 +150,9 @@ func killsOnTime(f *fakeWatchdog, term, kill time.Duration) error {
 		want []string
 	}{
 		{term - time.Nanosecond, "a tick before SIGTERM is due", nil},
-		{term, "when SIGTERM is due", []string{"SIGTERM", "SIGCONT", "tell:term"}},
-		{kill - time.Nanosecond, "a tick before SIGKILL is due", []string{"SIGTERM", "SIGCONT", "tell:term"}},
-		{kill, "when SIGKILL is due", []string{"SIGTERM", "SIGCONT", "tell:term", "tell:kill", "SIGKILL"}},
+		{term, "when SIGTERM is due", []string{"tell:term", "SIGTERM", "SIGCONT"}},
+		{kill - time.Nanosecond, "a tick before SIGKILL is due", []string{"tell:term", "SIGTERM", "SIGCONT"}},
+		{kill, "when SIGKILL is due", []string{"tell:term", "SIGTERM", "SIGCONT", "tell:kill", "SIGKILL"}},
 	}
 	for _, s := range steps {
 		f.at(s.at)
@@ -234,14 +234,14 @@ func TestWatchdogOrphaned(t *testing.T) {
 			} else {
 				f.say("arm soon")
 			}
-			f.want("at once", "SIGTERM", "SIGCONT", "tell:term")
+			f.want("at once", "tell:term", "SIGTERM", "SIGCONT")
 			if len(f.reports) != 1 || !strings.Contains(f.reports[0], "fencelock (pid 4242) went away while CMD ran") {
 				t.Fatalf("reports %q", f.reports)
 			}
 			f.at(3*time.Second - time.Nanosecond)
-			f.want("before the stop-by time", "SIGTERM", "SIGCONT", "tell:term")
+			f.want("before the stop-by time", "tell:term", "SIGTERM", "SIGCONT")
 			f.at(3 * time.Second)
-			f.want("at the stop-by time", "SIGTERM", "SIGCONT", "tell:term", "tell:kill", "SIGKILL")
+			f.want("at the stop-by time", "tell:term", "SIGTERM", "SIGCONT", "tell:kill", "SIGKILL")
 			if how == "eof" {
 				select {
 				case err := <-f.done:

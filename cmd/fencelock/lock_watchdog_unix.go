@@ -112,6 +112,8 @@ type lockWatchdog struct {
 	// fired is set when the watchdog said it sends SIGKILL, which ends it
 	// with the group: its end is then no surprise.
 	fired atomic.Bool
+	// termed is set when the watchdog said it sends SIGTERM.
+	termed atomic.Bool
 	// groupKilled is set when lock sends the group SIGKILL itself.
 	groupKilled bool
 }
@@ -165,6 +167,8 @@ func startWatchdog(e *env, cf *clientFlags, lease *client.Lease) (*lockWatchdog,
 				ready <- nil
 			case first:
 				ready <- fmt.Errorf("it said %q", line)
+			case line == "term":
+				w.termed.Store(true)
 			case line == "kill":
 				w.fired.Store(true)
 			}
@@ -214,6 +218,24 @@ func (w *lockWatchdog) end(kill time.Time) { w.send(fmt.Sprintf("end %d", monoOf
 // unexpected says whether the watchdog's end (gone closed) was neither
 // its own SIGKILL nor lock's.
 func (w *lockWatchdog) unexpected() bool { return !w.fired.Load() && !w.groupKilled }
+
+// stoppedCMD says whether the watchdog signalled CMD's group itself
+// (SIGTERM or SIGKILL): whatever status CMD then ended with, it was
+// stopped because no extension reached the watchdog in time. Call it
+// after settle, once CMD has exited.
+func (w *lockWatchdog) stoppedCMD() bool { return w.termed.Load() || w.fired.Load() }
+
+// settle waits for the watchdog's end once its group has been sent
+// SIGKILL (it is a member), so that every word it said before it died has
+// been read. The watchdog says what it sends before it sends it, so a CMD
+// ended by its signal is always known to have been. The wait is bounded:
+// a watchdog that outlived the group's SIGKILL would say nothing more.
+func (w *lockWatchdog) settle() {
+	select {
+	case <-w.gone:
+	case <-time.After(2 * time.Second):
+	}
+}
 
 // quit ends a watchdog whose CMD never started.
 func (w *lockWatchdog) quit() {

@@ -25,6 +25,9 @@ const (
 	exitNo          = 1 // the answer is no: held by another, not released, token not current
 	exitUsage       = 2 // bad usage or bad input
 	exitUnreachable = 3 // the server cannot be reached
+	// 4 is lock's (exitLost), 5 and 6 cluster's (cluster.go).
+	exitDenied = 7 // the ACLs refused the call: no credential, an unknown one, or a policy that does not allow it
+	exitQuota  = 8 // the caller's principal is at one of its quotas
 )
 
 // exitError carries an exit status up to main. A nil Err means "exit with

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/server"
 )
 
 func TestServerRaftTimingUsageErrors(t *testing.T) {
@@ -43,5 +48,32 @@ func TestServerProcessRaftTimingFlags(t *testing.T) {
 	want := "heartbeat_timeout=700ms election_timeout=900ms leader_lease_timeout=300ms"
 	if !strings.Contains(p.stderr.String(), want) {
 		t.Errorf("stderr does not log %q:\n%s", want, p.stderr.String())
+	}
+}
+
+// TestOperationsRaftTimingTable (issue 44): the defaults docs/OPERATIONS.md
+// gives for the three raft timing flags are the server's, which
+// `fencelock server -h` shows and the server logs (raft timing ...).
+// The table said 1s/1s/500ms, raft's own defaults, where the server runs
+// 500ms/500ms/500ms.
+func TestOperationsRaftTimingTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := server.DefaultConfig()
+	for flag, want := range map[string]time.Duration{
+		"--heartbeat-timeout":    d.HeartbeatTimeout,
+		"--election-timeout":     d.ElectionTimeout,
+		"--leader-lease-timeout": d.LeaderLeaseTimeout,
+	} {
+		m := regexp.MustCompile("(?m)^\\| `" + flag + "` \\| `[A-Z_]+` \\| ([^|]+) \\|").FindSubmatch(doc)
+		if m == nil {
+			t.Errorf("docs/OPERATIONS.md has no table row for %s", flag)
+			continue
+		}
+		if got := strings.TrimSpace(string(m[1])); got != want.String() {
+			t.Errorf("docs/OPERATIONS.md: %s defaults to %s; the server's default is %s", flag, got, want)
+		}
 	}
 }

@@ -256,10 +256,10 @@ func TestSecureProcessCluster(t *testing.T) {
 					c.method, c.path, c.body, r.status, raw, c.status)
 			}
 		}
-		if out, errs, code := secureCLI(t, addrs, caFile, bob, "get", "jobs/x"); code != 1 || !strings.Contains(errs, "permission denied") || strings.Contains(out+errs, "alice") {
+		if out, errs, code := secureCLI(t, addrs, caFile, bob, "get", "jobs/x"); code != exitDenied || !strings.Contains(errs, "permission denied") || strings.Contains(out+errs, "alice") {
 			t.Errorf("bob's get: exit %d %q %q", code, out, errs)
 		}
-		if out, errs, code := secureCLI(t, addrs, caFile, "", "get", "jobs/x"); code != 1 || !strings.Contains(errs, "authentication required") {
+		if out, errs, code := secureCLI(t, addrs, caFile, "", "get", "jobs/x"); code != exitDenied || !strings.Contains(errs, "authentication required") {
 			t.Errorf("get without a token: exit %d %q %q", code, out, errs)
 		}
 	}

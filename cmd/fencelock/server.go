@@ -40,9 +40,11 @@ start (an empty DIR) it bootstraps a cluster of itself, or of --peers
 (start every node with the same list), or with --join it bootstraps
 nothing and asks the nodes in ADDRS (client addresses) to add it. After
 the first start these flags are ignored: the membership is in DIR. See
-docs/OPERATIONS.md. --token-floor N, on first start, makes every token
-issued above N (give it to every node of a new cluster); also ignored
-after.
+docs/OPERATIONS.md. --token-floor N makes every token issued from now on
+above N: on first start (give it to every node of a new cluster), and
+on a DIR with state whose tokens are below N (a data dir restored from
+an old backup), committed when this node next leads; a floor at or
+below the tokens issued changes nothing, so the flag may stay.
 
 A node with --raft needs a credential for its raft port, the same on
 every node: a cluster secret ('fencelock cluster secret' makes one; give
@@ -94,7 +96,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
 	engine := f.String("engine", node.EngineHashicorp, "replication `ENGINE`: hashicorp, or etcd (experimental)")
-	tokenFloor := f.Uint64("token-floor", 0, "on first start (an empty DIR), every token issued is above `N`: rebuild a cluster above the tokens its fences have seen")
+	tokenFloor := f.Uint64("token-floor", 0, "every token issued from now on is above `N` (it only ever raises them): rebuild a cluster above the tokens its fences have seen")
 	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
 	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")
 	snapInterval := f.Duration("snapshot-interval", defaults.SnapshotInterval, "how often to check the snapshot threshold")

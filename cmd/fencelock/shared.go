@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
@@ -28,8 +30,10 @@ environment: a resource fences each slot, or its read and write paths.
 `
 
 func addSharedFlags(f *flags) *sharedFlags {
+	permits := new(int)
+	f.Var((*permitsValue)(permits), "n", "take one of `N` permits of the semaphore KEY (1 to 1000)")
 	return &sharedFlags{
-		permits: f.Int("n", 0, "take one of `N` permits of the semaphore KEY (1 to 1000)"),
+		permits: permits,
 		read:    f.Bool("read", false, "take a read hold of the read/write lock KEY"),
 		write:   f.Bool("write", false, "take the write hold of the read/write lock KEY"),
 	}
@@ -106,4 +110,25 @@ func kindColumn(l client.Lock) string {
 		return l.Kind + "/" + l.Mode
 	}
 	return api.KindExclusive
+}
+
+// permitsValue is --n: a number of permits. flock's users type -n for
+// "do not wait", and would see "invalid value" for their KEY: the error
+// names the flag they meant.
+type permitsValue int
+
+func (p *permitsValue) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("--n N is the number of a semaphore's permits; for flock's -n (do not wait), use --try")
+	}
+	*p = permitsValue(n)
+	return nil
+}
+
+func (p *permitsValue) String() string {
+	if p == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*p))
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"time"
@@ -113,7 +115,9 @@ func fmtDuration(d time.Duration) string {
 
 // clientFail turns a client error into the command's exit status, with
 // what as the start of the one-line message: 2 for a refused argument
-// (named as the user typed it), 3 when no server could answer, else 1.
+// (named as the user typed it) or a client set up wrong (an --addr that
+// names no host, TLS), 3 when no server could answer, 7 when the ACLs
+// refused the call, 8 over a quota, else 1.
 func clientFail(what string, err error) error {
 	cmd, _, _ := strings.Cut(what, " ")
 	if errors.Is(err, client.ErrInvalid) {
@@ -128,18 +132,73 @@ func clientFail(what string, err error) error {
 	}
 	var tm *client.TLSMismatchError
 	if errors.As(err, &tm) {
-		return &exitError{Code: exitUnreachable, Err: fmt.Errorf("%s: %s", what, tlsHint(tm))}
+		return (&usageErr{cmd: cmd, message: fmt.Sprintf("%s: %s", what, trimPrefix(err)), hint: tlsHint(tm)}).exit()
 	}
-	if msg := trimPrefix(err); strings.Contains(msg, "certificate signed by unknown authority") {
-		return &exitError{Code: exitUnreachable, Err: fmt.Errorf("%s: %s; pass --ca FILE (or set FENCELOCK_CLIENT_CA) with the CA that signed the server's certificate", what, msg)}
+	var te *client.TLSError
+	if errors.As(err, &te) {
+		return (&usageErr{cmd: cmd, message: fmt.Sprintf("%s: %s", what, trimPrefix(err)), hint: tlsErrorHint(te)}).exit()
+	}
+	var ns *client.NoServerError
+	if errors.As(err, &ns) {
+		if host := unknownHost(ns); host != "" {
+			return (&usageErr{cmd: cmd, message: fmt.Sprintf("%s: --addr: no host is named %q (%s)", what, host, trimPrefix(err)),
+				hint: "Give --addr (or FENCELOCK_ADDR) as HOST:PORT of a server, or several, comma-separated."}).exit()
+		}
+		return &exitError{Code: exitUnreachable, Err: fmt.Errorf("%s: %s; is a server running there? (--addr, FENCELOCK_ADDR)", what, trimPrefix(err))}
 	}
 	code := exitNo
 	switch {
 	case errors.Is(err, client.ErrUnreachable), errors.Is(err, client.ErrUnavailable),
 		errors.Is(err, context.DeadlineExceeded):
 		code = exitUnreachable
+	case errors.Is(err, client.ErrPermissionDenied), errors.Is(err, client.ErrUnauthenticated):
+		code = exitDenied
+	case errors.Is(err, client.ErrQuotaExceeded):
+		code = exitQuota
 	}
 	return &exitError{Code: code, Err: fmt.Errorf("%s: %s", what, trimPrefix(err))}
+}
+
+// unknownHost is the host name every address of ns failed to resolve, or
+// "" when any failed otherwise.
+func unknownHost(ns *client.NoServerError) string {
+	host := ""
+	for _, err := range ns.Errs {
+		var de *net.DNSError
+		if !errors.As(err, &de) || !de.IsNotFound {
+			return ""
+		}
+		host = de.Name
+	}
+	return host
+}
+
+// tlsErrorHint says which flag mends a TLS handshake refused over
+// certificates.
+func tlsErrorHint(te *client.TLSError) string {
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	switch {
+	case te.ClientCert && !te.HadCert:
+		return "The server requires a client certificate: pass --cert FILE and --key FILE (or set FENCELOCK_CLIENT_CERT and FENCELOCK_CLIENT_KEY), signed by a CA the server trusts."
+	case te.ClientCert:
+		return "The server refused the client certificate in --cert (or asked for one signed by another CA): pass --cert FILE and --key FILE with one signed by a CA the server trusts (its --client-ca, or --ca)."
+	case errors.As(te.Err, &ua):
+		return "Pass --ca FILE (or set FENCELOCK_CLIENT_CA) with the CA that signed the server's certificate."
+	case errors.As(te.Err, &he) && he.Certificate != nil:
+		names := append([]string(nil), he.Certificate.DNSNames...)
+		for _, ip := range he.Certificate.IPAddresses {
+			names = append(names, ip.String())
+		}
+		if len(names) == 0 {
+			return "The server's certificate names no host or address: it must be reissued with the names clients reach it by."
+		}
+		return fmt.Sprintf("The server's certificate is not for the address given: give --addr as a name the certificate holds (%s) with the port, or reissue it.", strings.Join(names, ", "))
+	case errors.As(te.Err, &ci):
+		return "The server's certificate is not valid (expired, not yet valid, or not for serving): it must be reissued."
+	}
+	return "Check --ca, --cert and --key against the server's certificates (docs/SECURITY.md)."
 }
 
 // trimPrefix drops the package prefix of client errors: main adds its own.
@@ -150,7 +209,7 @@ func trimPrefix(err error) string {
 // tlsHint says what to pass when one side spoke TLS and the other did not.
 func tlsHint(tm *client.TLSMismatchError) string {
 	if tm.ServerTLS {
-		return fmt.Sprintf("the server at %s speaks TLS, and was reached over plain HTTP: pass --ca FILE (or set FENCELOCK_CLIENT_CA) with the CA that signed its certificate, or give the address as https://%s if this machine trusts that CA", tm.Host, tm.Host)
+		return fmt.Sprintf("The server at %s speaks TLS, and was reached over plain HTTP: pass --ca FILE (or set FENCELOCK_CLIENT_CA) with the CA that signed its certificate, or give the address as https://%s if this machine trusts that CA.", tm.Host, tm.Host)
 	}
-	return fmt.Sprintf("the server at %s does not speak TLS, and was reached over TLS: give the address as http://%s (or host:port without --ca, --cert and --key)", tm.Host, tm.Host)
+	return fmt.Sprintf("The server at %s does not speak TLS, and was reached over TLS: give the address as http://%s (or host:port without --ca, --cert and --key).", tm.Host, tm.Host)
 }

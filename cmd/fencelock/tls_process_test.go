@@ -48,8 +48,9 @@ func TestServerProcessTLS(t *testing.T) {
 	if code, out, errs := runClientCLI(t, env, "cluster", "members"); code != 0 || !strings.Contains(out, addr) {
 		t.Fatalf("cluster members over TLS: exit %d, %q %q", code, out, errs)
 	}
-	if code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": addr}, "get", "k"); code != exitUnreachable {
-		t.Fatalf("get without the CA: exit %d (%s), want %d", code, errs, exitUnreachable)
+	// A client set up wrong, said at once (issue 44; it was exit 3).
+	if code, _, errs := runClientCLI(t, map[string]string{"FENCELOCK_ADDR": addr}, "get", "k"); code != exitUsage || !strings.Contains(errs, "--ca") {
+		t.Fatalf("get without the CA: exit %d (%s), want %d naming --ca", code, errs, exitUsage)
 	}
 
 	next := ca.Issue(t, "n1")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -17,21 +16,22 @@ import (
 // with TLS when files has it, and returns its host:port.
 func serveInProcess(t *testing.T, files tlsconfig.Files) string {
 	t.Helper()
+	cfg := testServerConfig()
+	cfg.TLS = files
+	return serveInProcessConfig(t, cfg)
+}
+
+// serveInProcessConfig runs an in-memory server of cfg on a loopback port
+// of its own and returns its host:port.
+func serveInProcessConfig(t *testing.T, cfg server.Config) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- server.Serve(ctx, ln, server.Config{
-			HeartbeatTimeout:   50 * time.Millisecond,
-			ElectionTimeout:    50 * time.Millisecond,
-			LeaderLeaseTimeout: 50 * time.Millisecond,
-			Logger:             slog.New(slog.DiscardHandler),
-			TLS:                files,
-		}, 5*time.Second)
-	}()
+	go func() { done <- server.Serve(ctx, ln, cfg, 5*time.Second) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -43,8 +43,9 @@ func serveInProcess(t *testing.T, files tlsconfig.Files) string {
 
 // TestTLSMismatchNamesTheFlag (issue 27 item 2): a TLS server reached
 // without --ca, or a plain one reached with it, is reported as such,
-// naming the address and what to pass, with exit status 3; so is a TLS
-// server whose certificate no CA given vouches for.
+// naming the address and what to pass; so is a TLS server whose
+// certificate no CA given vouches for. Each is a client set up wrong:
+// exit status 2 (issue 44; it was 3, as if no server were there).
 func TestTLSMismatchNamesTheFlag(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "cluster CA")
@@ -58,11 +59,11 @@ func TestTLSMismatchNamesTheFlag(t *testing.T) {
 		want string
 	}{
 		{map[string]string{"FENCELOCK_ADDR": secure},
-			"get k: the server at " + secure + " speaks TLS, and was reached over plain HTTP: pass --ca FILE (or set FENCELOCK_CLIENT_CA)"},
+			"The server at " + secure + " speaks TLS, and was reached over plain HTTP: pass --ca FILE (or set FENCELOCK_CLIENT_CA)"},
 		{map[string]string{"FENCELOCK_ADDR": plain, "FENCELOCK_CLIENT_CA": f.CA},
-			"get k: the server at " + plain + " does not speak TLS, and was reached over TLS: give the address as http://" + plain},
+			"The server at " + plain + " does not speak TLS, and was reached over TLS: give the address as http://" + plain},
 		{map[string]string{"FENCELOCK_ADDR": secure, "FENCELOCK_CLIENT_CA": other.CA},
-			"certificate signed by unknown authority; pass --ca FILE"},
+			"certificate signed by unknown authority\nPass --ca FILE"},
 	} {
 		var code int
 		var errs string
@@ -73,8 +74,8 @@ func TestTLSMismatchNamesTheFlag(t *testing.T) {
 				break
 			}
 		}
-		if code != exitUnreachable || !strings.Contains(errs, tc.want) {
-			t.Errorf("%v: exit %d, stderr %q; want 3 and %q", tc.env, code, errs, tc.want)
+		if code != exitUsage || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.env, code, errs, tc.want)
 		}
 	}
 }

@@ -30,7 +30,8 @@ oldest revision it still has: list the keys, then watch again --after it.
 // lock, so it has no "held".
 const watchExit = `Exit status: 0 stopped after --count changes, or interrupted; 1 the
 revision given to --after is older than the server's history; 2 bad usage
-or input; 3 the server cannot be reached or cannot serve.
+or input; 3 the server cannot be reached or cannot serve; 7 refused by the
+ACLs.
 `
 
 func runWatch(ctx context.Context, e *env, args []string) error {

@@ -51,9 +51,10 @@ type Config struct {
 	TrailingLogs       uint64
 	SnapshotInterval   time.Duration
 	WALSegmentSize     int
-	// TokenFloor, when this node has no raft state yet, is a floor the
-	// first leader commits before it serves a grant: every token it
-	// issues is above it. Ignored once there is state.
+	// TokenFloor is a floor this node commits, when it next leads,
+	// before it serves a grant: every token it issues is above it. A
+	// node with state takes it only when it is above the tokens its
+	// state file shows issued (Storage.Boot).
 	TokenFloor uint64
 
 	Hooks Hooks

@@ -126,12 +126,16 @@ func (s *Storage) Fault() *replica.StorageError {
 }
 
 // Boot records floor (Config.TokenFloor) as the floor the next leader
-// commits before it serves a grant (the one `fencelock recover` leaves),
-// when this node has no raft state yet — hasState is the engine's own
-// test of that: a new cluster, or a cluster rebuilt from scratch, starts
-// above every token the old one issued. A node that already has state
-// ignores it, so the flag can stay on a command line across restarts
-// without moving anything.
+// commits before it serves a grant (the one `fencelock recover` leaves):
+// a new cluster, or a cluster rebuilt from scratch, starts above every
+// token the old one issued. A node that already has raft state (hasState
+// is the engine's own test of that) records it too unless its state file
+// shows it at or below the tokens applied here, so that a data dir
+// restored from an old backup can be raised above the marks its fences
+// keep, and the flag can stay on a command line across restarts without
+// moving anything: committing a floor only ever raises the counter. A
+// floor recorded on a node with state is committed when this node next
+// leads (at once, alone).
 func (s *Storage) Boot(floor uint64, hasState func() (bool, error)) error {
 	if floor == 0 {
 		return nil
@@ -143,17 +147,27 @@ func (s *Storage) Boot(floor uint64, hasState func() (bool, error)) error {
 	if err != nil {
 		return fmt.Errorf("node: reading raft state: %w", err)
 	}
-	if has {
+	if s.state == nil {
+		if !has {
+			s.mem.set(floor)
+		}
 		return nil
 	}
-	if s.state == nil {
-		s.mem.set(floor)
+	if has && floor <= issuedAtLeast(s.state.get()) {
 		return nil
 	}
 	if err := s.state.update(func(st *dirState) { st.PendingFloor = max(st.PendingFloor, floor) }, true); err != nil {
 		return fmt.Errorf("node: recording the token floor: %w", err)
 	}
 	return nil
+}
+
+// issuedAtLeast is a token that st shows this node has applied (or will
+// have, once its pending floor is committed): the ceiling is reserved a
+// block ahead of the last token applied, and a pending floor is committed
+// before any grant.
+func issuedAtLeast(st dirState) uint64 {
+	return max(st.PendingFloor, st.Ceiling-min(st.Ceiling, tokenBlock))
 }
 
 // Covered is nil once token is covered by this node's token ceiling (see

@@ -52,11 +52,12 @@ type Config struct {
 	// Join: with no raft state yet, bootstrap nothing and wait for a
 	// leader to add this node (fencelock cluster join).
 	Join bool
-	// TokenFloor, when this node has no raft state yet, is a floor its
-	// first term as leader commits before any grant: every token the
-	// cluster issues is above it (a cluster rebuilt from scratch starts
-	// above the tokens its resources have seen). Ignored once there is
-	// state; at most node.MaxFloor.
+	// TokenFloor is a floor this node's next term as leader commits
+	// before any grant: every token the cluster issues from then on is
+	// above it (a cluster rebuilt from scratch, or a data dir restored
+	// from an old backup, goes above the tokens its resources have seen).
+	// A floor at or below the tokens this node's state shows issued
+	// changes nothing (node.Storage.Boot); at most node.MaxFloor.
 	TokenFloor uint64
 	// Joining, with Join, is how the join goes, as whoever asks the
 	// cluster to add this node tells it; /readyz answers it until the

@@ -371,22 +371,29 @@ func sleepClock(ctx context.Context, clk clock.Clock, d time.Duration) bool {
 	}
 }
 
-// raisePendingFloor commits the token floor that `fencelock recover` left
-// in the state file, before the new leader serves any grant, and clears
-// it once applied. It returns false when ctx ended first.
+// raisePendingFloor commits the token floor that `fencelock recover` or
+// the server's --token-floor left in the state file, before the new
+// leader serves any grant, and clears it once applied. It returns false
+// when ctx ended first.
 func (s *Service) raisePendingFloor(ctx context.Context) bool {
 	for {
 		floor := s.node.PendingFloor()
 		if floor == 0 {
 			return true
 		}
+		before := s.fsm.LastToken()
 		_, err := s.propose(fsm.Command{Op: fsm.OpTokenFloor, Token: floor})
 		if err == nil {
 			err = s.node.ClearPendingFloor(floor)
 		}
 		if err == nil {
-			s.log.Warn("raised the token counter to the floor recorded by fencelock recover",
-				"floor", floor, "last_token", s.fsm.LastToken())
+			if before < floor {
+				s.log.Warn("raised the token counter to the token floor (fencelock recover, or --token-floor)",
+					"floor", floor, "last_token_before", before, "last_token", s.fsm.LastToken())
+			} else {
+				s.log.Info("the token counter is already above the token floor: nothing raised",
+					"floor", floor, "last_token", before)
+			}
 			return true
 		}
 		s.log.Warn("raising the token floor failed", "floor", floor, "err", err)

@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -72,16 +75,48 @@ func (a *Addrs) Len() int {
 	return len(a.list)
 }
 
-// BaseURL is addr as a base URL; an address without a scheme gets scheme.
+// DefaultPort is the port of an address given without one: the one a
+// server listens on when nothing else is said (the Python client's too).
+const DefaultPort = "7470"
+
+// BaseURL is addr as a base URL; an address without a scheme gets scheme,
+// and one without a port gets DefaultPort. An address that is not
+// HOST[:PORT] or http(s)://HOST[:PORT][/PATH] is an error that says what
+// is wrong with it.
 func BaseURL(addr, scheme string) (string, error) {
+	raw := addr
 	if !strings.Contains(addr, "://") {
 		addr = scheme + "://" + addr
 	}
-	u, err := url.Parse(addr)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return "", fmt.Errorf("bad server address %q", addr)
+	bad := func(why string) error {
+		return fmt.Errorf("bad server address %q: %s; want HOST:PORT, HOST (port %s) or http(s)://HOST[:PORT]", raw, why, DefaultPort)
 	}
-	return strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"), nil
+	u, err := url.Parse(addr)
+	switch {
+	case err != nil:
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", bad(err.Error())
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", bad("the scheme must be http or https")
+	case u.User != nil:
+		return "", bad("no user name belongs in it")
+	case u.Hostname() == "":
+		return "", bad("no host")
+	case strings.HasSuffix(u.Host, ":"):
+		return "", bad("an empty port")
+	case u.RawQuery != "" || u.Fragment != "":
+		return "", bad("no query belongs in it")
+	}
+	host := u.Host
+	if p := u.Port(); p == "" {
+		host = net.JoinHostPort(u.Hostname(), DefaultPort)
+	} else if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return "", bad("port " + p + " is not 1 to 65535")
+	}
+	return strings.TrimRight(u.Scheme+"://"+host+u.Path, "/"), nil
 }
 
 // LeaderURL is the base URL of a leader a node at addr named: a bare

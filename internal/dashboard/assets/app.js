@@ -481,7 +481,32 @@
 
   const WATCH_WAIT_MS = 20000;
   const WATCH_OFF = params.get('watch') === 'off'; // events from the polls only
-  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map(), filled: undefined };
+  const watch = { on: false, gen: 0, rev: '', cancel: null, ended: new Map(), filled: undefined, wait: 1000, polling: 0 };
+
+  // How long the next long-poll waits on the server. A long-poll keeps a
+  // request out all the time, and a browser that runs the page on virtual
+  // time (headless Chromium's --virtual-time-budget, for a screenshot or
+  // a dump) pauses that time while a request is out: the budget would
+  // never run out. So the wait starts at a second and doubles, up to
+  // WATCH_WAIT_MS, only while the page's own clock sees the server's empty
+  // answers take about as long as they waited. One that comes back at
+  // once on that clock means the page does not run in real time: the
+  // watch then asks without waiting, once a poll period, and tries a wait
+  // again a minute (of the page's time) later.
+  function watchWait() {
+    if (!watch.rev) return 0;
+    if (watch.polling > 0) { watch.polling--; return 0; }
+    return watch.wait;
+  }
+  function judgeWait(waited, took, empty) {
+    if (!(waited > 0) || !empty) return;
+    if (took < waited / 2) {
+      watch.wait = 1000;
+      watch.polling = Math.ceil(60000 / POLL_MS);
+    } else {
+      watch.wait = Math.min(WATCH_WAIT_MS, watch.wait * 2);
+    }
+  }
 
   function delay(ms) { return new Promise((r) => setTimeout(r, ms)); }
 
@@ -504,14 +529,21 @@
     watch.rev = '';
     while (gen === watch.gen) {
       if (state.paused) { await delay(250); continue; }
-      let q = '?limit=500&wait_ms=' + (watch.rev ? WATCH_WAIT_MS : 0);
+      const waitMs = watchWait();
+      if (watch.rev && waitMs === 0) {
+        await delay(POLL_MS); // polling: once a period
+        if (gen !== watch.gen) return;
+      }
+      let q = '?limit=500&wait_ms=' + waitMs;
       if (state.prefix) q += '&prefix=' + encodeURIComponent(state.prefix);
       if (watch.rev) q += '&after=' + encodeURIComponent(watch.rev);
       watch.cancel = new AbortController();
       let r = null;
-      try { r = await call('/v1/watch' + q, WATCH_WAIT_MS + 10000, watch.cancel.signal); } catch (_) { r = null; }
+      const sent = performance.now();
+      try { r = await call('/v1/watch' + q, waitMs + 10000, watch.cancel.signal); } catch (_) { r = null; }
       if (gen !== watch.gen) return;
       if (r && r.status === 200 && r.body.revision) {
+        judgeWait(waitMs, performance.now() - sent, !(r.body.events || []).length);
         if (watch.rev) {
           for (const ev of r.body.events || []) watchEvent(ev, true);
         } else if (watch.filled !== state.prefix) {
