@@ -25,6 +25,15 @@ import (
 // offset, with ok false when there is none.
 func BadText(s string) (r rune, at int, ok bool) {
 	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			// ASCII, nearly every key and holder: of the classes below
+			// only the controls have characters here.
+			if b < 0x20 || b == 0x7f {
+				return rune(b), i, true
+			}
+			i++
+			continue
+		}
 		c, n := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case c == utf8.RuneError && n <= 1:

@@ -3,6 +3,7 @@ package api_test
 import (
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/fencelock/fencelock/api"
 )
@@ -32,6 +33,17 @@ func TestBadText(t *testing.T) {
 	for _, s := range []string{"", "jobs/a", "a b", "résumé", "日本語/キー", "🔒", "\ufffd", "a.b-c_d@e:f"} {
 		if r, at, bad := api.BadText(s); bad {
 			t.Errorf("BadText(%q) = %U at %d; want none", s, r, at)
+		}
+	}
+}
+
+// TestBadTextASCII: the ASCII shortcut agrees with the Unicode classes
+// for every ASCII character.
+func TestBadTextASCII(t *testing.T) {
+	for c := rune(0); c < 0x80; c++ {
+		want := unicode.In(c, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp)
+		if _, _, bad := api.BadText("k" + string(c)); bad != want {
+			t.Errorf("BadText(%U) = %v, want %v", c, bad, want)
 		}
 	}
 }

@@ -62,6 +62,9 @@ func (g *Guard) confirmedACL(ctx context.Context) (*acl.State, *service.Error) {
 		st, _ := g.tables.ACL()
 		return st, nil
 	}
+	if st, ok := neverBootstrapped(g.tables); ok {
+		return st, nil
+	}
 	rev, err := g.reads.next(ctx, became, g.tables.LeaderACLRevision)
 	if errors.Is(err, errBecameReady) {
 		// This node leads now, caught up: its tables are the leader's.
@@ -92,7 +95,34 @@ func (g *Guard) confirmedOrOwnACL(ctx context.Context) (*acl.State, *service.Err
 		st, _ := g.tables.ACL()
 		return st, nil
 	}
+	if st, ok := neverBootstrapped(g.tables); ok {
+		return st, nil
+	}
 	return g.tables.OwnACL(ctx)
+}
+
+// neverBootstrapped answers this node's tables, without asking the
+// leader, when its applied log has never turned ACLs on and it can vouch
+// for that (it has applied every entry its log held at start: Tables.ACL's
+// known). ACLs once on stay on (acl.State.On), so a node that has applied
+// the bootstrap asks from then on.
+//
+// A follower that has not yet applied a bootstrap the leader has already
+// answered lets calls in without a credential for as long as it lags
+// (a heartbeat or so; longer while cut off from the leader). That is not
+// a hole: its applied state is a prefix of the log that ends before the
+// bootstrap, written while anyone could read and change everything, so
+// what it shows is what any caller could have read just before the
+// bootstrap; and what a follower is asked to change it does not change
+// (a write on a follower answers not_leader, and the leader checks the
+// call again when it is retried there). Only its answer to "who am I"
+// (ACLs off) is stale, as any follower's read may be (Service.Watch).
+func neverBootstrapped(t Tables) (*acl.State, bool) {
+	st, known := t.ACL()
+	if st.On || !known {
+		return nil, false
+	}
+	return st, true
 }
 
 // aclReadTimeout bounds one question to the leader.

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/clock"
+	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/replica/replicatest"
@@ -125,6 +127,9 @@ func TestACLWaitEndsWhenThisNodeBecomesLeader(t *testing.T) {
 	s, log := newTestService(t, hung)
 	g := NewGuard(s, slog.New(slog.DiscardHandler))
 	defer g.Close()
+	if _, err := s.ACLBootstrap(context.Background()); err != nil {
+		t.Fatal(err) // with ACLs never on, a follower asks nobody
+	}
 	log.SetPeers([]replica.PeerStatus{{ID: "n2"}, {ID: "n3"}})
 	if _, err := s.ProposeForTest(fsm.Command{Op: fsm.OpMember, NodeID: "n2", RaftAddr: "n2:1", ClientAddr: "n2:7470"}); err != nil {
 		t.Fatal(err)
@@ -196,5 +201,92 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// countingPeers is a leader that answers every question about its ACL
+// revision at once with revision, and counts them.
+type countingPeers struct {
+	hungPeers
+	asked    *atomic.Int64
+	revision func() uint64
+}
+
+func (c countingPeers) ACLRevision(context.Context, string) (api.ACLRevision, error) {
+	c.asked.Add(1)
+	return api.ACLRevision{Node: "n2", Revision: c.revision()}, nil
+}
+
+// A follower whose applied log never turned ACLs on answers without
+// asking the leader; once it applies the bootstrap (from its own log, as
+// every follower does) it asks again for every call, and a call without
+// a credential is refused.
+func TestFollowerAsksNobodyWhileACLsWereNeverOn(t *testing.T) {
+	var asked atomic.Int64
+	var s *service.Service
+	s, log := newTestService(t, countingPeers{asked: &asked, revision: func() uint64 { return s.FSM().AppliedIndex() }})
+	g := NewGuard(s, slog.New(slog.DiscardHandler))
+	defer g.Close()
+	log.SetPeers([]replica.PeerStatus{{ID: "n2"}, {ID: "n3"}})
+	if _, err := s.ProposeForTest(fsm.Command{Op: fsm.OpMember, NodeID: "n2", RaftAddr: "n2:1", ClientAddr: "n2:7470"}); err != nil {
+		t.Fatal(err)
+	}
+	log.Follow("n2", false)
+	eventually(t, "the service to step down", func() bool { return !s.Ready() })
+
+	for _, n := range []Need{Read("key"), LockAs("key"), Admin("key"), Authenticated(), AuthenticatedHere()} {
+		if _, e := g.Authenticate(context.Background(), "", nil, n); e != nil {
+			t.Fatalf("%v with ACLs never on: %v", n, e)
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the follower asked the leader %d times with ACLs never on", n)
+	}
+
+	// The leader's bootstrap reaches this follower through its log.
+	data, err := fsm.Encode(fsm.Command{Op: fsm.OpACL, ACL: &fsm.ACLChange{Kind: fsm.ACLBootstrap,
+		Principal: acl.Principal{TokenHash: acl.HashToken("admin-secret")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.FSM().Apply(s.FSM().AppliedIndex()+1, 1, data); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if _, e := g.Authenticate(context.Background(), "", nil, Read("key")); e == nil || e.Code != api.CodeUnauthenticated {
+		t.Fatalf("a call without a credential after the bootstrap: %v", e)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("after the bootstrap the follower asked the leader %d times, want 1", n)
+	}
+	if _, e := g.Authenticate(context.Background(), "Bearer admin-secret", nil, LockAs("key")); e != nil {
+		t.Fatalf("the admin after the bootstrap: %v", e)
+	}
+}
+
+// unknownTables are a follower's tables that say ACLs are off before it
+// has applied its own log (a restarted node): the guard cannot believe
+// "off" and asks the leader.
+type unknownTables struct {
+	fixedTables
+	asked *atomic.Int64
+}
+
+func (u unknownTables) ACL() (*acl.State, bool)             { return u.st, false }
+func (u unknownTables) ReadyWatch() (bool, <-chan struct{}) { return false, nil }
+func (u unknownTables) Alone() bool                         { return false }
+func (u unknownTables) LeaderACLRevision(context.Context) (uint64, error) {
+	u.asked.Add(1)
+	return 1, nil
+}
+
+func TestFollowerAsksWhileItCannotVouchForOff(t *testing.T) {
+	var asked atomic.Int64
+	g := NewGuard(unknownTables{fixedTables: fixedTables{st: acl.Empty()}, asked: &asked}, slog.New(slog.DiscardHandler))
+	defer g.Close()
+	if _, e := g.Authenticate(context.Background(), "", nil, Read("key")); e != nil {
+		t.Fatal(e)
+	}
+	if asked.Load() != 1 {
+		t.Fatalf("asked the leader %d times, want 1", asked.Load())
 	}
 }

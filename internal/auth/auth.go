@@ -358,6 +358,13 @@ func (sub Subject) checkForm() *service.Error {
 	return nil
 }
 
+// NeedsSubject reports whether Check and Answer read the subject of a
+// call run with ctx under n: only when the call has a principal, or n
+// audits every outcome. Without ACLs a transport need not build it.
+func (g *Guard) NeedsSubject(ctx context.Context, n Need) bool {
+	return n.audit == auditAlways || callerFrom(ctx) != nil
+}
+
 // Check refuses, before the call runs, a caller that does not have what
 // n needs for sub; op names the call in audit lines. A call without a
 // principal (ACLs off, or an open route) is not checked. What it checked

@@ -122,16 +122,24 @@ func (r *reader) bool(field string) bool {
 // done is the decoder's error: its first failure, or trailing bytes, as an
 // *Error that names the field at fault.
 func (r *reader) done() error {
-	if r.Err() == nil && r.Len() > 0 {
+	if r.Err() == nil {
+		if r.Len() == 0 {
+			return nil
+		}
 		r.fail("body", "%d bytes after the last field", r.Len())
 	}
+	return r.failure()
+}
+
+// failure is done's error once a read failed. It is apart from done so
+// that the targets errors.As needs, which move to the heap, cost nothing
+// to a body that decodes.
+func (r *reader) failure() error {
 	var (
 		e  *Error
 		le *binread.LengthError
 	)
 	switch err := r.Err(); {
-	case err == nil:
-		return nil
 	case errors.As(err, &e):
 		return e
 	case errors.Is(err, binread.ErrUvarint), errors.Is(err, binread.ErrVarint):

@@ -103,7 +103,9 @@ func (h *Log) Append(index uint64, ev locktable.Event) {
 	seg.ev[n] = Wire(rev, ev)
 	seg.n.Store(n + 1)
 	h.last = rev
-	h.lastPub.Store(&rev)
+	// The event's own revision, which nothing writes again (a segment's
+	// slot is filled once): publishing it allocates nothing.
+	h.lastPub.Store(&seg.ev[n].Revision)
 	select {
 	case h.kick <- struct{}{}:
 	default:

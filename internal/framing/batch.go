@@ -34,13 +34,35 @@ type frameTag struct {
 	priority bool // it holds a priority slot
 }
 
+// outFrame is one frame for batchWriter: a request (a client's) or an
+// answer (the server's). It is a value, so that queueing one allocates
+// nothing.
+type outFrame struct {
+	answer       bool
+	id           uint32
+	kind, method byte   // a request's
+	target       string // a request's
+	status       int    // an answer's
+	body         []byte
+}
+
+// appendTo appends the frame to dst. A request has been checked
+// (checkRequest) before it is queued.
+func (f *outFrame) appendTo(dst []byte) []byte {
+	if f.answer {
+		return appendAnswer(dst, f.id, f.status, f.body)
+	}
+	dst, _ = appendRequest(dst, f.id, f.kind, f.method, f.target, f.body)
+	return dst
+}
+
 // maxSpare bounds the buffer kept for reuse.
 const maxSpare = 256 << 10
 
-// write appends a frame with add and makes sure it is written, by this
-// caller or by the one writing now. An error means the connection failed;
-// a nil error does not promise the peer received anything.
-func (b *batchWriter) write(tag frameTag, add func([]byte) []byte) error {
+// write queues f and makes sure it is written, by this caller or by the
+// one writing now. An error means the connection failed; a nil error
+// does not promise the peer received anything.
+func (b *batchWriter) write(tag frameTag, f outFrame) error {
 	b.mu.Lock()
 	if b.err != nil {
 		err := b.err
@@ -50,7 +72,7 @@ func (b *batchWriter) write(tag frameTag, add func([]byte) []byte) error {
 		}
 		return err
 	}
-	b.buf = add(b.buf)
+	b.buf = f.appendTo(b.buf)
 	b.tags = append(b.tags, tag)
 	if b.writing {
 		b.mu.Unlock()

@@ -289,10 +289,7 @@ func (c *Conn) write(id uint32, kind, method byte, target string, body []byte) e
 	if err := checkRequest(target, body); err != nil {
 		return err
 	}
-	err := c.bw.write(frameTag{}, func(dst []byte) []byte {
-		dst, _ = appendRequest(dst, id, kind, method, target, body)
-		return dst
-	})
+	err := c.bw.write(frameTag{}, outFrame{id: id, kind: kind, method: method, target: target, body: body})
 	if err != nil {
 		c.fail(fmt.Errorf("%w: %v", ErrConnClosed, err))
 		return c.Err()

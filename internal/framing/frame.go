@@ -277,12 +277,30 @@ func parseRequest(buf []byte) (request, error) {
 		return request{}, fmt.Errorf("%w: unknown method %d", ErrFrame, buf[5])
 	}
 	q.method = m
-	q.target = string(rest[:tl])
+	q.target = targetString(rest[:tl])
 	if len(q.target) == 0 || q.target[0] != '/' {
 		return request{}, fmt.Errorf("%w: target %q does not start with /", ErrFrame, q.target)
 	}
 	q.body = rest[tl:]
 	return q, nil
+}
+
+// hotTargets are the targets of the calls a busy client makes over and
+// over; a frame naming one takes the constant rather than a copy.
+var hotTargets = map[string]string{}
+
+func init() {
+	for _, p := range []string{api.PathAcquire, api.PathRelease, api.PathExtend, api.PathCheck,
+		api.PathExtendBatch, api.PathRenew, api.PathSessionExtend} {
+		hotTargets[p] = p
+	}
+}
+
+func targetString(b []byte) string {
+	if t, ok := hotTargets[string(b)]; ok {
+		return t
+	}
+	return string(b)
 }
 
 // answer is one decoded answer frame.

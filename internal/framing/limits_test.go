@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -181,6 +182,44 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 		t.Fatal("an idle connection stayed open")
 	}
 	eventually(t, "the idle close is counted", func() bool { return f.fs.Stats().IdleTimeouts == 1 })
+}
+
+// A request in flight is not idleness, however long it runs: the idle
+// deadlines that pass meanwhile are moved, not obeyed, and the
+// connection answers another request and then the long one.
+func TestLongRequestIsNotIdleness(t *testing.T) {
+	b := newBlocker()
+	const idle = 20 * time.Millisecond
+	f := serve(t, b, &Server{IdleTimeout: idle})
+	c := f.dial()
+	slow := make(chan error, 1)
+	go func() {
+		_, body, err := c.RoundTrip(context.Background(), http.MethodGet, "/slow?a", nil)
+		if err == nil && string(body) != "released a" {
+			err = fmt.Errorf("answer %q", body)
+		}
+		slow <- err
+	}()
+	<-b.entered
+	// Let several idle limits pass with the request in flight (time
+	// passing, not an event awaited: the server may run late, never
+	// early).
+	time.Sleep(10 * idle)
+	select {
+	case <-c.Done():
+		t.Fatalf("a connection with a request in flight was closed: %v", c.Err())
+	default:
+	}
+	if _, body, err := c.RoundTrip(context.Background(), http.MethodGet, "/next", nil); err != nil || !strings.HasPrefix(string(body), "GET /next") {
+		t.Fatalf("the next request: %q %v", body, err)
+	}
+	close(b.release)
+	if err := <-slow; err != nil {
+		t.Fatalf("the long request: %v", err)
+	}
+	if n := f.fs.Stats().IdleTimeouts; n != 0 {
+		t.Fatalf("%d idle closes counted", n)
+	}
 }
 
 // A peer that starts a frame and stalls is cut off after ReadTimeout.

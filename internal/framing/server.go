@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,6 +119,7 @@ type CallHandler interface {
 }
 
 // CallConn is what a CallHandler knows of the connection a call came on.
+// The calls of a connection share one: a handler must not change it.
 type CallConn struct {
 	Local, Remote string
 	TLS           *tls.ConnectionState // nil on a plain connection
@@ -268,6 +270,8 @@ func (s *Server) serve(c net.Conn, br *bufio.Reader) error {
 		work:       make(chan job),
 	}
 	sc.room.L = &sc.mu
+	sc.touch()
+	sc.from.Store(&CallConn{Local: sc.local, Remote: sc.remote, TLS: sc.tls})
 	if s.Authenticated == nil {
 		sc.authed.Store(true)
 	} else {
@@ -410,7 +414,27 @@ type serverConn struct {
 	heavy                 int   // lists running (handle)
 	midFrame              bool  // the reader has a frame's length and waits for the rest
 	failed                error // a write failed: the connection is done
+
+	// active is when a frame was last read or answers last written, in
+	// monotonic nanoseconds (sinceStart): the idle timeouts count from
+	// it. The reader keeps the read deadline it armed for them and only
+	// moves it when it passes (awaitFrame), not at every frame.
+	active atomic.Int64
+	// idleArmed (the reader's own): the read deadline armed is the idle
+	// one, not a frame's (next's slow path) or none.
+	idleArmed bool
+	// from is what a binary call's handler knows of the connection,
+	// replaced whole when an auth frame changes the credential.
+	from atomic.Pointer[CallConn]
 }
+
+// start is the origin of the monotonic times of a connection's activity.
+var start = time.Now()
+
+func sinceStart() int64 { return int64(time.Since(start)) }
+
+// touch notes activity: a frame read or answers written.
+func (sc *serverConn) touch() { sc.active.Store(sinceStart()) }
 
 func (sc *serverConn) stopReading() {
 	sc.mu.Lock()
@@ -427,18 +451,54 @@ func (sc *serverConn) close() {
 	sc.c.Close()
 }
 
-// armIdleLocked sets the read deadline for the wait before the next frame:
-// the idle timeout when nothing is in flight, none while requests are (a
-// long wait is not idleness). The caller holds sc.mu.
-func (sc *serverConn) armIdleLocked() {
-	if sc.stopping || sc.midFrame || sc.failed != nil {
-		return
+// awaitFrame waits for the length of the next frame and answers it,
+// leaving it unread. A connection with nothing in flight that reads no
+// frame and writes no answer for its idle limit is closed; the read
+// deadline that enforces it is armed once and moved only when it passes
+// while the connection was not idle that long (a long wait in flight is
+// not idleness), rather than at every frame.
+func (sc *serverConn) awaitFrame() (int, error) {
+	for {
+		if !sc.idleArmed {
+			sc.armIdle()
+		}
+		hdr, err := sc.br.Peek(4)
+		if err == nil {
+			return int(binary.BigEndian.Uint32(hdr)), nil
+		}
+		sc.mu.Lock()
+		stopping, busy := sc.stopping, sc.inFlight+sc.inFlightPri > 0
+		sc.mu.Unlock()
+		switch {
+		case stopping:
+			return 0, ErrServerClosed
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			return 0, err
+		case busy:
+			sc.touch()
+		case time.Duration(sinceStart()-sc.active.Load()) >= sc.idleLimit():
+			if !sc.authed.Load() {
+				sc.s.stats.unauthIdle.Add(1)
+				return 0, fmt.Errorf("framing: not authenticated and idle for %v: %w", sc.idleLimit(), err)
+			}
+			sc.s.stats.idleClosed.Add(1)
+			return 0, fmt.Errorf("framing: idle for %v: %w", sc.idle, err)
+		}
+		sc.idleArmed = false
 	}
-	if sc.inFlight+sc.inFlightPri == 0 {
-		sc.c.SetReadDeadline(time.Now().Add(sc.idleLimit()))
-	} else {
-		sc.c.SetReadDeadline(time.Time{})
+}
+
+// armIdle sets the read deadline to the end of the idle limit counted
+// from the last activity, unless the connection is stopping (whose
+// reader stopReading woke).
+func (sc *serverConn) armIdle() {
+	at := start.Add(time.Duration(sc.active.Load()) + sc.idleLimit())
+	sc.mu.Lock()
+	if !sc.stopping {
+		sc.c.SetReadDeadline(at)
 	}
+	sc.mu.Unlock()
+	sc.idleArmed = true
 }
 
 // awaitRoom blocks while ok is false, until the connection stops or fails.
@@ -536,24 +596,42 @@ func (s *Server) unreserve(ip string, n int) {
 
 // next reads the next frame once the connection's pending answers are
 // under their bound (backpressure on a peer that does not read). A frame
-// begun must keep arriving: each read that brings bytes extends its
-// deadline by the stall timeout, up to the read timeout from its start.
+// that has arrived whole with the last read is taken from the buffer at
+// once. One that has not must keep arriving: each read that brings bytes
+// extends its deadline by the stall timeout, up to the read timeout from
+// its start, and its bytes count against its address's budget until
+// read.
 func (sc *serverConn) next() (request, error) {
 	limit := sc.frameLimit() // first: an auth frame just read changes the idle limit
 	sc.mu.Lock()
 	err := sc.awaitRoomLocked(func() bool { return sc.pendingBytes <= sc.maxPending })
-	if err == nil {
-		sc.armIdleLocked()
-	}
 	sc.mu.Unlock()
 	if err != nil {
 		return request{}, err
 	}
+	n, err := sc.awaitFrame()
+	if err != nil {
+		return request{}, err
+	}
+	if n >= requestHeader-4 && n <= limit && sc.br.Buffered() >= 4+n {
+		b, _ := sc.br.Peek(4 + n)
+		buf := make([]byte, n)
+		copy(buf, b[4:])
+		_, _ = sc.br.Discard(4 + n)
+		sc.touch()
+		return parseRequest(buf)
+	}
+	return sc.nextSlow(limit)
+}
+
+// nextSlow reads a frame whose bytes are still to come.
+func (sc *serverConn) nextSlow(limit int) (request, error) {
 	var (
 		reserved      int
 		start, pushed time.Time
 		stalled       bool // the deadline armed is the stall's, not the frame's end
 	)
+	sc.idleArmed = false
 	arm := func(now time.Time) {
 		end := start.Add(sc.readLimit)
 		d := now.Add(sc.stall)
@@ -611,15 +689,10 @@ func (sc *serverConn) next() (request, error) {
 		case errors.Is(err, os.ErrDeadlineExceeded) && mid:
 			sc.s.stats.readTimeouts.Add(1)
 			return request{}, fmt.Errorf("framing: a frame took longer than %v: %w", sc.readLimit, err)
-		case errors.Is(err, os.ErrDeadlineExceeded) && !sc.authed.Load():
-			sc.s.stats.unauthIdle.Add(1)
-			return request{}, fmt.Errorf("framing: not authenticated and idle for %v: %w", sc.idleLimit(), err)
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			sc.s.stats.idleClosed.Add(1)
-			return request{}, fmt.Errorf("framing: idle for %v: %w", sc.idle, err)
 		}
 		return request{}, err
 	}
+	sc.touch()
 	return parseRequest(buf)
 }
 
@@ -632,6 +705,7 @@ func (sc *serverConn) readLoop() error {
 		if q.kind == KindAuth {
 			cred := string(q.body)
 			sc.auth.Store(&cred)
+			sc.from.Store(&CallConn{Local: sc.local, Remote: sc.remote, TLS: sc.tls, Credential: cred})
 			continue
 		}
 		if q.kind == KindCancel {
@@ -692,7 +766,7 @@ func (sc *serverConn) written(tags []frameTag, err error) {
 			sc.s.stats.writeTimeouts.Add(1)
 		}
 	}
-	sc.armIdleLocked()
+	sc.touch()
 	sc.room.Broadcast()
 	sc.mu.Unlock()
 	sc.s.stats.inFlight.Add(-int64(len(tags)))
@@ -756,7 +830,8 @@ func (sc *serverConn) handle(j job) {
 	// bound; the others' answers are small (the API's limits bound them).
 	// Once the connection failed nothing will be written: the handler is
 	// not run.
-	heavy := sc.s.Heavy != nil && sc.s.Heavy(j.q.target[:strings.IndexByte(j.q.target+"?", '?')])
+	// A binary call is never a list.
+	heavy := sc.s.Heavy != nil && j.q.method != MethodCall && sc.s.Heavy(j.q.target[:strings.IndexByte(j.q.target+"?", '?')])
 	failed := false
 	if heavy {
 		sc.mu.Lock()
@@ -793,7 +868,7 @@ func (sc *serverConn) handle(j job) {
 		}
 	}
 	// Errors are handled in written.
-	_ = sc.bw.write(frameTag{size: size, priority: j.priority}, func(dst []byte) []byte { return appendAnswer(dst, j.q.id, status, body) })
+	_ = sc.bw.write(frameTag{size: size, priority: j.priority}, outFrame{answer: true, id: j.q.id, status: status, body: body})
 }
 
 // deadlineWriter writes in chunks, each of which must go out within
@@ -837,12 +912,8 @@ func (sc *serverConn) serveOne(ctx context.Context, q request) (status int, body
 			if !sc.s.callPath(q.target) {
 				return errorAnswer(api.CodeNotFound, "no binary call on this path")
 			}
-			from := CallConn{Local: sc.local, Remote: sc.remote, TLS: sc.tls}
-			if cred := sc.auth.Load(); cred != nil {
-				from.Credential = *cred
-			}
 			sc.s.stats.calls.Add(1)
-			status, body = calls.ServeCall(ctx, &from, q.target, q.body)
+			status, body = calls.ServeCall(ctx, sc.from.Load(), q.target, q.body)
 			if len(body) > MaxFrame-answerHeader {
 				return errorAnswer(api.CodeInternal, "answer too large for a frame")
 			}

@@ -74,6 +74,10 @@ type FSM struct {
 	// applied, when not nil, is closed by the next apply or restore
 	// (WaitApplied).
 	applied chan struct{}
+	// byOwner mirrors mem.byOwner (set under mu) for RemembersByOwner,
+	// which every proposal asks: a read lock there waited for each
+	// batch being applied.
+	byOwner atomic.Bool
 }
 
 // New returns an FSM over an empty table. observe may be nil.
@@ -200,6 +204,7 @@ func (f *FSM) apply(c Command, r *Result) {
 	}
 	if c.ByOwner {
 		f.mem.byOwner = true
+		f.byOwner.Store(true)
 	}
 	now := f.now
 	id := rememberID(c)
@@ -280,11 +285,7 @@ func (f *FSM) Now() locktable.Time {
 
 // RemembersByOwner reports whether the log has reached its first entry
 // marked ByOwner: the request-id memory is kept by owner.
-func (f *FSM) RemembersByOwner() bool {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.mem.byOwner
-}
+func (f *FSM) RemembersByOwner() bool { return f.byOwner.Load() }
 
 // LastToken is the last fencing token issued.
 func (f *FSM) LastToken() uint64 {
@@ -511,6 +512,7 @@ func (f *FSM) UnmarshalBinary(data []byte) error {
 	t.SetObserver(f.emit)
 	f.table, f.now, f.index = t, now, index
 	f.mem = mem
+	f.byOwner.Store(mem.byOwner)
 	f.waits = map[string]*remembered{}
 	for m := mem.head; m != nil; m = m.next {
 		if m.res.Queued {

@@ -9,7 +9,10 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/framing"
@@ -27,8 +30,32 @@ import (
 // callHandler answers a server's binary calls (framing.CallHandler).
 type callHandler struct {
 	a      *API
-	routes map[string]*Route
+	routes map[string]*callRoute
 	paths  []string
+}
+
+// callRoute is a route answered in binary, with its counter of calls
+// answered 200 once there has been one: looking the series up by its
+// labels was a hash and an allocation per call.
+type callRoute struct {
+	*Route
+	ok atomic.Pointer[okCounter]
+}
+
+type okCounter struct{ prometheus.Counter }
+
+// count counts a call answered status.
+func (rt *callRoute) count(requests *prometheus.CounterVec, status int) {
+	if status != http.StatusOK {
+		requests.WithLabelValues(rt.Path, strconv.Itoa(status)).Inc()
+		return
+	}
+	c := rt.ok.Load()
+	if c == nil {
+		c = &okCounter{requests.WithLabelValues(rt.Path, strconv.Itoa(status))}
+		rt.ok.Store(c)
+	}
+	c.Inc()
 }
 
 // Calls is the framed connections' binary adapter: give it to
@@ -36,10 +63,10 @@ type callHandler struct {
 func (a *API) Calls() framing.CallHandler { return a.calls }
 
 func newCallHandler(a *API) *callHandler {
-	h := &callHandler{a: a, routes: map[string]*Route{}}
+	h := &callHandler{a: a, routes: map[string]*callRoute{}}
 	for i := range a.routes {
 		if rt := &a.routes[i]; rt.call != nil {
-			h.routes[rt.Path] = rt
+			h.routes[rt.Path] = &callRoute{Route: rt}
 		}
 	}
 	h.paths = slices.Sorted(maps.Keys(h.routes))
@@ -55,14 +82,18 @@ func (h *callHandler) ServeCall(ctx context.Context, from *framing.CallConn, pat
 	if !ok {
 		return errorAnswer(service.NewError(api.CodeNotFound, "no binary call on %s", path))
 	}
-	start := time.Now()
+	var start time.Time
+	logged := h.a.log.Enabled(ctx, slog.LevelDebug)
+	if logged {
+		start = time.Now()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			h.a.log.Error("handler panic", "path", path, "panic", p, "stack", string(debug.Stack()))
 			status, answer = errorAnswer(&service.Error{Code: api.CodeInternal, Message: "internal error"})
 		}
-		h.a.requests.WithLabelValues(path, strconv.Itoa(status)).Inc()
-		if h.a.log.Enabled(ctx, slog.LevelDebug) {
+		rte.count(h.a.requests, status)
+		if logged {
 			h.a.log.Debug("request", "method", framing.MethodCall, "path", path, "status", status,
 				"duration", time.Since(start), "remote", from.Remote)
 		}

@@ -177,7 +177,7 @@ type endpoint[Req, Resp any] struct {
 
 func (e endpoint[Req, Resp]) do(ctx context.Context, req Req) (Resp, error) {
 	var sub auth.Subject
-	if e.subject != nil {
+	if e.subject != nil && e.a.guard.NeedsSubject(ctx, e.need) {
 		sub = e.subject(req)
 	}
 	if ae := e.a.guard.Check(ctx, e.need, e.op, sub); ae != nil {

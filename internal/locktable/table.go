@@ -685,6 +685,10 @@ func (t *Table) see(now Time) {
 }
 
 func (t *Table) newEntry(key string) *entry {
+	// A copy of its own: the key a command decodes shares one allocation
+	// with the holder's name (fsm), which a held lock would otherwise
+	// keep as long as the key lives (24 B a lock of W4's million).
+	key = strings.Clone(key)
 	e := &entry{key: key, heapIdx: -1}
 	t.entries[key] = e
 	t.index.ReplaceOrInsert(e)

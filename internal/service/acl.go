@@ -170,9 +170,24 @@ func (s *Service) aclKnown() bool {
 
 // ACL is the cluster's ACL tables as this node has applied them, and
 // whether it can vouch for them: a node that has not yet applied the log
-// it had at start may hold tables older than its own log, so tables that
-// say ACLs are off cannot be believed until known is true.
+// it had at start may hold tables older than its own log, and a node
+// waiting to be joined holds none of its cluster's, so tables that say
+// ACLs are off cannot be believed until known is true.
 func (s *Service) ACL() (st *acl.State, known bool) {
 	st = s.fsm.ACL()
-	return st, st.On || s.aclKnown()
+	return st, st.On || s.aclKnown() && s.inCluster()
+}
+
+// inCluster reports whether this node has applied its cluster's identity
+// (chosen by the cluster's first leader, so among the first entries of
+// every cluster's log): a node waiting to be joined has not.
+func (s *Service) inCluster() bool {
+	if s.clusterKnown.Load() {
+		return true
+	}
+	if s.fsm.ClusterID() == "" {
+		return false
+	}
+	s.clusterKnown.Store(true)
+	return true
 }

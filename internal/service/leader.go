@@ -94,7 +94,7 @@ func (s *Service) apply(cmd fsm.Command) (*fsm.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.commit.WithLabelValues(cmd.Op.String()).Observe(time.Since(start).Seconds())
+	s.metrics.commitOf(cmd.Op).Observe(time.Since(start).Seconds())
 	if res.Duplicate {
 		s.metrics.retries.Inc()
 	}

@@ -2,10 +2,12 @@ package service
 
 import (
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
@@ -29,6 +31,38 @@ type metrics struct {
 	watchers  prometheus.Gauge
 	// quotaRefused counts calls refused at a principal's quota.
 	quotaRefused *prometheus.CounterVec // quota
+
+	// The series counted per proposal and per table event, each looked
+	// up once (series): a lookup by labels hashes and checks them every
+	// time, and the events are counted while the state machine applies.
+	commitBy                   sync.Map // fsm.Op → prometheus.Observer
+	grantedWaited, grantedNow  series[prometheus.Counter]
+	waitGranted, waitElapsed   series[prometheus.Counter]
+	waitGrantedS, waitElapsedS series[prometheus.Observer]
+	released, expired          series[prometheus.Counter]
+	heldReleased, heldExpired  series[prometheus.Observer]
+}
+
+// series is one series of a metric vector, looked up on its first use,
+// so that it shows in /metrics only once counted, as a lookup by labels
+// at each count would.
+type series[T any] struct {
+	once sync.Once
+	v    T
+}
+
+func (s *series[T]) get(lookup func() T) T {
+	s.once.Do(func() { s.v = lookup() })
+	return s.v
+}
+
+// commitOf is the commit histogram's series of op.
+func (m *metrics) commitOf(op fsm.Op) prometheus.Observer {
+	if o, ok := m.commitBy.Load(op); ok {
+		return o.(prometheus.Observer)
+	}
+	o, _ := m.commitBy.LoadOrStore(op, m.commit.WithLabelValues(op.String()))
+	return o.(prometheus.Observer)
 }
 
 // leaseSeconds are the buckets of the hold and wait histograms.
@@ -109,21 +143,25 @@ func (m *metrics) observe(ev locktable.Event) {
 	switch ev.Kind {
 	case locktable.EventGranted:
 		if ev.Since < ev.At {
-			m.grants.WithLabelValues("true").Inc()
-			m.waitEnds.WithLabelValues("granted").Inc()
-			m.wait.WithLabelValues("granted").Observe(dur(locktable.Duration(ev.At - ev.Since)))
+			m.grantedWaited.get(func() prometheus.Counter { return m.grants.WithLabelValues("true") }).Inc()
+			m.waitGranted.get(func() prometheus.Counter { return m.waitEnds.WithLabelValues("granted") }).Inc()
+			m.waitGrantedS.get(func() prometheus.Observer { return m.wait.WithLabelValues("granted") }).
+				Observe(dur(locktable.Duration(ev.At - ev.Since)))
 		} else {
-			m.grants.WithLabelValues("false").Inc()
+			m.grantedNow.get(func() prometheus.Counter { return m.grants.WithLabelValues("false") }).Inc()
 		}
 	case locktable.EventReleased:
-		m.leaseEnds.WithLabelValues("released").Inc()
-		m.hold.WithLabelValues("released").Observe(dur(locktable.Duration(ev.At - ev.Since)))
+		m.released.get(func() prometheus.Counter { return m.leaseEnds.WithLabelValues("released") }).Inc()
+		m.heldReleased.get(func() prometheus.Observer { return m.hold.WithLabelValues("released") }).
+			Observe(dur(locktable.Duration(ev.At - ev.Since)))
 	case locktable.EventExpired:
-		m.leaseEnds.WithLabelValues("expired").Inc()
-		m.hold.WithLabelValues("expired").Observe(dur(locktable.Duration(ev.Expiry - ev.Since)))
+		m.expired.get(func() prometheus.Counter { return m.leaseEnds.WithLabelValues("expired") }).Inc()
+		m.heldExpired.get(func() prometheus.Observer { return m.hold.WithLabelValues("expired") }).
+			Observe(dur(locktable.Duration(ev.Expiry - ev.Since)))
 	case locktable.EventWaitDropped:
-		m.waitEnds.WithLabelValues("elapsed").Inc()
-		m.wait.WithLabelValues("elapsed").Observe(dur(locktable.Duration(ev.At - ev.Since)))
+		m.waitElapsed.get(func() prometheus.Counter { return m.waitEnds.WithLabelValues("elapsed") }).Inc()
+		m.waitElapsedS.get(func() prometheus.Observer { return m.wait.WithLabelValues("elapsed") }).
+			Observe(dur(locktable.Duration(ev.At - ev.Since)))
 	}
 }
 

@@ -96,11 +96,13 @@ type Service struct {
 
 	ready       atomic.Bool // leader, caught up, orphans dropped
 	aclCaughtUp atomic.Bool
-	counting    atomic.Bool   // count table events in metrics
-	closing     chan struct{} // closed by BeginShutdown
-	stop        chan struct{} // closed by Close
-	once        sync.Once
-	wg          sync.WaitGroup
+	// clusterKnown: this node has applied its cluster's identity (inCluster).
+	clusterKnown atomic.Bool
+	counting     atomic.Bool   // count table events in metrics
+	closing      chan struct{} // closed by BeginShutdown
+	stop         chan struct{} // closed by Close
+	once         sync.Once
+	wg           sync.WaitGroup
 }
 
 // New makes a service and its state machine (FSM), which is empty until
