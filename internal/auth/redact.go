@@ -10,6 +10,7 @@ import (
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/service"
+	"github.com/fencelock/fencelock/internal/service/servicemetrics"
 )
 
 // Redaction: what an answer that spans many keys shows a caller who may
@@ -72,7 +73,7 @@ func RedactMetrics(ctx context.Context, g prometheus.Gatherer) (prometheus.Gathe
 	return metricsFilter{g: g,
 		family: func(name string) bool { return all || keyFree(name) },
 		prefix: func(prefix string) bool {
-			if prefix == service.OtherPrefix {
+			if prefix == servicemetrics.OtherPrefix {
 				return all
 			}
 			return reads(prefix)
@@ -218,7 +219,7 @@ func (f metricsFilter) Gather() ([]*dto.MetricFamily, error) {
 
 func (f metricsFilter) allowed(m *dto.Metric) bool {
 	for _, l := range m.GetLabel() {
-		if l.GetName() == service.PrefixLabel {
+		if l.GetName() == servicemetrics.PrefixLabel {
 			return f.prefix(l.GetValue())
 		}
 	}

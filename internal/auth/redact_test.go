@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/acl"
 	"github.com/fencelock/fencelock/internal/service"
+	"github.com/fencelock/fencelock/internal/service/servicemetrics"
 )
 
 // fixedTables are tables that are always the leader's: the guard never
@@ -104,8 +105,8 @@ func TestRedactionShowsOnlyWhatTheCallerMayRead(t *testing.T) {
 // read every key under it, "other" only to one that may read every key.
 func TestRedactMetricsByPrefix(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	byPrefix := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "by_prefix", Help: "h"}, []string{service.PrefixLabel})
-	for _, p := range []string{"b/", "c/", service.OtherPrefix} {
+	byPrefix := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "by_prefix", Help: "h"}, []string{servicemetrics.PrefixLabel})
+	for _, p := range []string{"b/", "c/", servicemetrics.OtherPrefix} {
 		byPrefix.WithLabelValues(p).Set(1)
 	}
 	reg.MustRegister(byPrefix, prometheus.NewGauge(prometheus.GaugeOpts{Name: "plain", Help: "h"}))

@@ -94,9 +94,9 @@ func (s *Service) apply(cmd fsm.Command) (*fsm.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.commitOf(cmd.Op).Observe(time.Since(start).Seconds())
+	s.metrics.Commit(cmd.Op).Observe(time.Since(start).Seconds())
 	if res.Duplicate {
-		s.metrics.retries.Inc()
+		s.metrics.Retries.Inc()
 	}
 	if errors.Is(res.Err, fsm.ErrClockStep) {
 		// Every node refused the stamp as too far ahead of the applied
@@ -184,7 +184,7 @@ func (s *Service) lead() (stop func()) {
 	notLeading := func() {
 		s.ready.Store(false)
 		s.counting.Store(false)
-		s.metrics.leader.Set(0)
+		s.metrics.Leader.Set(0)
 	}
 	return func() {
 		notLeading()
@@ -240,7 +240,7 @@ func (s *Service) takeOver(ctx context.Context) bool {
 	s.counting.Store(true)
 	s.ready.Store(true)
 	s.becameReady.fire()
-	s.metrics.leader.Set(1)
+	s.metrics.Leader.Set(1)
 	s.log.Info("ready", "cluster_time", time.Duration(now).String(),
 		"last_token", s.fsm.LastToken(), "applied_index", s.fsm.AppliedIndex())
 	return true

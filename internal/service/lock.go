@@ -38,9 +38,9 @@ func (s *Service) Extend(ctx context.Context, req api.ExtendRequest) (api.Lease,
 	l, refused, e := s.proposeLease(fsm.Command{Op: fsm.OpExtend, RequestID: req.RequestID, Key: req.Key, Holder: req.Holder, Token: req.Token, TTL: ttl}, "extend")
 	switch {
 	case refused:
-		s.metrics.extends.WithLabelValues("not_held").Inc()
+		s.metrics.Extends.WithLabelValues("not_held").Inc()
 	case e == nil:
-		s.metrics.extends.WithLabelValues("ok").Inc()
+		s.metrics.Extends.WithLabelValues("ok").Inc()
 	}
 	return l, s.fail(e)
 }
@@ -87,12 +87,12 @@ func (s *Service) extendBatch(req api.ExtendBatchRequest) (api.ExtendBatchRespon
 	for i, b := range res.Batch {
 		out[i] = api.BatchResult{Key: b.Key, Token: b.Token}
 		if b.Err != nil {
-			s.metrics.extends.WithLabelValues("not_held").Inc()
+			s.metrics.Extends.WithLabelValues("not_held").Inc()
 			ae := s.commandError(b.Err, res.Now)
 			out[i].Code, out[i].Error = ae.Code, ae.Message
 			continue
 		}
-		s.metrics.extends.WithLabelValues("ok").Inc()
+		s.metrics.Extends.WithLabelValues("ok").Inc()
 		l := wireLease(b.Lease, now)
 		out[i].OK, out[i].Lease = true, &l
 	}
@@ -200,7 +200,7 @@ func (s *Service) proposeLease(cmd fsm.Command, what string) (l api.Lease, refus
 		return l, false, proposalError(err)
 	}
 	if res.Err != nil {
-		s.metrics.refusals.WithLabelValues(what).Inc()
+		s.metrics.Refusals.WithLabelValues(what).Inc()
 		return l, true, s.commandError(res.Err, res.Now)
 	}
 	return wireLease(res.Lease, s.answerNow(res.Now)), false, nil

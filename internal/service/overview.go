@@ -2,10 +2,6 @@ package service
 
 import (
 	"context"
-	"math"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/locktable"
@@ -40,7 +36,7 @@ func (s *Service) Overview(ctx context.Context, prefix string, limit int) (api.O
 		More:        page.More,
 		DelayedMore: page.DelayedMore,
 		Queued:      page.Queued,
-		Stats:       s.metrics.stats(),
+		Stats:       s.metrics.Stats(),
 	}
 	for _, d := range page.Delayed {
 		dk := api.DelayedKey{Key: d.Key, RemainingMs: ms(locktable.Duration(d.Until - now)),
@@ -92,84 +88,4 @@ func (s *Service) overviewSessions(locks []api.LockOverview, now locktable.Time)
 		}
 	}
 	return out, open
-}
-
-// stats reads the lease counters and histograms without adding series
-// that were never observed.
-func (m *metrics) stats() api.Stats {
-	var st api.Stats
-	each(m.grants, func(d *dto.Metric) {
-		n := uint64(d.GetCounter().GetValue())
-		st.Grants += n
-		if label(d, "waited") == "true" {
-			st.Handoffs += n
-		}
-	})
-	each(m.leaseEnds, func(d *dto.Metric) {
-		n := uint64(d.GetCounter().GetValue())
-		switch label(d, "reason") {
-		case "released":
-			st.Releases += n
-		case "expired":
-			st.Expiries += n
-		}
-	})
-	st.Hold = histogram(m.hold, nil)
-	st.Wait = histogram(m.wait, func(d *dto.Metric) bool { return label(d, "outcome") == "granted" })
-	return st
-}
-
-// each calls fn with every series c has.
-func each(c prometheus.Collector, fn func(*dto.Metric)) {
-	ch := make(chan prometheus.Metric, 8)
-	go func() {
-		c.Collect(ch)
-		close(ch)
-	}()
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) == nil {
-			fn(&d)
-		}
-	}
-}
-
-func label(d *dto.Metric, name string) string {
-	for _, l := range d.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-// histogram sums the series of h that keep accepts (all when nil) into
-// one, with per-bucket (not cumulative) counts in milliseconds.
-func histogram(h *prometheus.HistogramVec, keep func(*dto.Metric) bool) api.Histogram {
-	out := api.Histogram{BoundsMs: make([]float64, len(leaseSeconds))}
-	for i, b := range leaseSeconds {
-		out.BoundsMs[i] = math.Round(b*1e6) / 1e3
-	}
-	cum := make([]uint64, len(leaseSeconds))
-	each(h, func(d *dto.Metric) {
-		if keep != nil && !keep(d) {
-			return
-		}
-		hd := d.GetHistogram()
-		for i, b := range hd.GetBucket() {
-			if i < len(cum) && !math.IsInf(b.GetUpperBound(), 1) {
-				cum[i] += b.GetCumulativeCount()
-			}
-		}
-		out.Count += hd.GetSampleCount()
-		out.SumMs += hd.GetSampleSum() * 1000
-	})
-	out.Counts = make([]uint64, len(cum)+1)
-	prev := uint64(0)
-	for i, c := range cum {
-		out.Counts[i] = c - prev
-		prev = c
-	}
-	out.Counts[len(cum)] = out.Count - prev
-	return out
 }

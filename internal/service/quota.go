@@ -56,7 +56,7 @@ func (s *Service) reserve(p, holder string, a ask) (release func(), e *Error) {
 		if limit <= 0 || more <= 0 || have+more <= limit {
 			return nil
 		}
-		s.metrics.quotaRefused.WithLabelValues(kind).Inc()
+		s.metrics.QuotaRefused.WithLabelValues(kind).Inc()
 		return &Error{Code: api.CodeQuotaExceeded, Quota: kind, Message: quotaMessage(p, kind, limit, have)}
 	}
 	if e := firstErr(
@@ -111,7 +111,7 @@ func (s *Service) joinWatch(caller string) *Error {
 	}
 	e := watchError(err)
 	if e.Quota != "" {
-		s.metrics.quotaRefused.WithLabelValues(e.Quota).Inc()
+		s.metrics.QuotaRefused.WithLabelValues(e.Quota).Inc()
 	}
 	return e
 }

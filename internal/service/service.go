@@ -15,6 +15,8 @@ import (
 	"github.com/fencelock/fencelock/internal/locktable"
 	"github.com/fencelock/fencelock/internal/membership"
 	"github.com/fencelock/fencelock/internal/replica"
+	"github.com/fencelock/fencelock/internal/service/servicemetrics"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config is what the service needs. It has no defaults of its own: the
@@ -83,7 +85,7 @@ type Service struct {
 	log     *slog.Logger
 	fsm     *fsm.FSM
 	node    replica.Replicator
-	metrics *metrics
+	metrics *servicemetrics.Set
 	cluster *membership.Cluster
 	waiters *waitRegistry
 	quotas  quotas
@@ -130,9 +132,15 @@ func New(cfg Config) (*Service, error) {
 		ApplyTimeout: cfg.ApplyTimeout, JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.AnnounceEvery, Join: cfg.Join,
 		Engine: cfg.Engine,
 	}, s.fsm, clusterSide{s})
-	s.metrics = newMetrics(s)
-	s.waiters = newWaitRegistry(func(n int) { s.metrics.waiters.Set(float64(n)) })
-	s.watches = eventlog.New(cfg.WatchHistory, cfg.WatchMaxWatchers, cfg.WatchMaxPerCaller, func(n int) { s.metrics.watchers.Set(float64(n)) })
+	s.metrics = servicemetrics.New(servicemetrics.Sources{
+		QueuedCount:   s.fsm.QueuedCount,
+		LastToken:     s.fsm.LastToken,
+		SessionStats:  s.fsm.SessionStats,
+		EachLiveLease: s.eachLiveLease,
+		Extra:         quotaCollectors(cfg),
+	})
+	s.waiters = newWaitRegistry(func(n int) { s.metrics.Waiters.Set(float64(n)) })
+	s.watches = eventlog.New(cfg.WatchHistory, cfg.WatchMaxWatchers, cfg.WatchMaxPerCaller, func(n int) { s.metrics.Watchers.Set(float64(n)) })
 	return s, nil
 }
 
@@ -197,7 +205,7 @@ func (s *Service) Close() {
 // observe runs inside the state machine's Apply.
 func (s *Service) observe(index uint64, ev locktable.Event) {
 	if s.counting.Load() {
-		s.metrics.observe(ev)
+		s.metrics.Observe(ev)
 	}
 	if ev.Kind == locktable.EventGranted || ev.Kind == locktable.EventWaitDropped {
 		s.waiters.deliver(index, ev)
@@ -215,3 +223,6 @@ func (s *Service) eachLiveLease(fn func(key string)) {
 	}
 	s.fsm.EachLive(now, fn)
 }
+
+// Collectors are the service's metrics, for the server's registry.
+func (s *Service) Collectors() []prometheus.Collector { return s.metrics.Collectors() }

@@ -60,7 +60,7 @@ func (s *Service) proposeSession(cmd fsm.Command) (api.Session, error) {
 		return api.Session{}, s.fail(proposalError(err))
 	}
 	if res.Err != nil {
-		s.metrics.refusals.WithLabelValues(cmd.Op.String()).Inc()
+		s.metrics.Refusals.WithLabelValues(cmd.Op.String()).Inc()
 		return api.Session{}, s.fail(s.commandError(res.Err, res.Now))
 	}
 	now := s.answerNow(res.Now)
@@ -130,7 +130,7 @@ func (s *Service) acquireAll(principal string, req api.AcquireAllRequest) (api.A
 		return none, proposalError(err), ""
 	}
 	if res.Err != nil {
-		s.metrics.refusals.WithLabelValues("acquire-all").Inc()
+		s.metrics.Refusals.WithLabelValues("acquire-all").Inc()
 		ae := s.commandError(res.Err, res.Now)
 		var held *locktable.HeldError
 		if errors.As(res.Err, &held) {

@@ -33,7 +33,7 @@ func (s *Service) acquireWait(ctx context.Context, g grant, release func()) (api
 		s.waiters.remove(sub)
 		if res.Err != nil {
 			if !s.countQueueFull(res.Err) {
-				s.metrics.refusals.WithLabelValues("acquire").Inc()
+				s.metrics.Refusals.WithLabelValues("acquire").Inc()
 			}
 			return none, s.commandError(res.Err, res.Now)
 		}
@@ -119,10 +119,10 @@ func (s *Service) countQueueFull(err error) bool {
 		return false
 	}
 	if full.Scope == "owner" {
-		s.metrics.quotaRefused.WithLabelValues(api.QuotaKeyWaiters).Inc()
+		s.metrics.QuotaRefused.WithLabelValues(api.QuotaKeyWaiters).Inc()
 		return true
 	}
-	s.metrics.queueFull.WithLabelValues(full.Scope).Inc()
+	s.metrics.QueueFull.WithLabelValues(full.Scope).Inc()
 	return true
 }
 
@@ -142,7 +142,7 @@ func (s *Service) giveUp(sub *sub, id string, after uint64, gone bool, cause *Er
 		return none, cause
 	}
 	if res.Cancelled > 0 {
-		s.metrics.waitEnds.WithLabelValues("cancelled").Inc()
+		s.metrics.WaitEnds.WithLabelValues("cancelled").Inc()
 		return none, cause
 	}
 	evs, _ := s.waiters.take(sub)

@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -152,23 +151,5 @@ func TestWaiterGrantNeedsTheCeiling(t *testing.T) {
 	var e *Error
 	if got.err == nil || !errors.As(got.err, &e) || e.Code != api.CodeUnavailable {
 		t.Fatalf("the waiter's grant past a failed reservation was answered: %+v %v", got.l, got.err)
-	}
-}
-
-func TestMetricsLeasePrefixesCapped(t *testing.T) {
-	var c prefixCounter
-	for i := range 25 {
-		c.add(fmt.Sprintf("p%02d/k", i), 20)
-		c.add(fmt.Sprintf("p%02d/l", i), 20)
-	}
-	got := c.counts()
-	if c.total != 50 {
-		t.Fatalf("total %d, want 50", c.total)
-	}
-	if len(got) != 21 {
-		t.Fatalf("%d series, want 20 prefixes and other: %v", len(got), got)
-	}
-	if got[0] != (prefixCount{"p00/", 2}) || got[19] != (prefixCount{"p19/", 2}) || got[20] != (prefixCount{"other", 10}) {
-		t.Fatalf("prefix counts %v", got)
 	}
 }

@@ -1,36 +1,55 @@
-package service
+// Package servicemetrics owns the service's Prometheus series: leases
+// granted, refused and ended, waits, proposals' commit times, the leader
+// gauge, quota refusals, and the leases held by key prefix; and the
+// overview's reading of them (Stats). The service counts into a Set; the
+// server registers its Collectors in a registry of its own, so that two
+// servers in one process (tests) do not collide.
+package servicemetrics
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 )
 
-// metrics are the service's: leases, waits, proposals. The server
-// registers them (Collectors) in a registry of its own, so that two
-// servers in one process (tests) do not collide.
-type metrics struct {
+// Sources are what the gauges read from the service's replicated table
+// at each scrape, and collectors of its own (the quotas' limits) to
+// register beside the Set's.
+type Sources struct {
+	QueuedCount   func() int
+	LastToken     func() uint64
+	SessionStats  func() (sessions, locks int)
+	EachLiveLease func(fn func(key string))
+	Extra         []prometheus.Collector
+}
+
+// Set is the service's series. The exported ones are counted by the
+// service directly; the others through Commit and Observe.
+type Set struct {
 	all       []prometheus.Collector
 	grants    *prometheus.CounterVec   // waited: "false" | "true"
-	refusals  *prometheus.CounterVec   // op
+	Refusals  *prometheus.CounterVec   // op
 	leaseEnds *prometheus.CounterVec   // reason: released | expired
-	extends   *prometheus.CounterVec   // result: ok | not_held
-	waitEnds  *prometheus.CounterVec   // outcome: granted | elapsed | cancelled
-	waiters   prometheus.Gauge         // requests waiting on this node
+	Extends   *prometheus.CounterVec   // result: ok | not_held
+	WaitEnds  *prometheus.CounterVec   // outcome: granted | elapsed | cancelled
+	Waiters   prometheus.Gauge         // requests waiting on this node
 	hold      *prometheus.HistogramVec // reason
 	wait      *prometheus.HistogramVec // outcome
 	commit    *prometheus.HistogramVec // op
-	leader    prometheus.Gauge
-	retries   prometheus.Counter
-	queueFull *prometheus.CounterVec // scope: key | total
-	watchers  prometheus.Gauge
+	Leader    prometheus.Gauge
+	Retries   prometheus.Counter
+	QueueFull *prometheus.CounterVec // scope: key | total
+	Watchers  prometheus.Gauge
 	// quotaRefused counts calls refused at a principal's quota.
-	quotaRefused *prometheus.CounterVec // quota
+	QuotaRefused *prometheus.CounterVec // quota
 
 	// The series counted per proposal and per table event, each looked
 	// up once (series): a lookup by labels hashes and checks them every
@@ -56,8 +75,8 @@ func (s *series[T]) get(lookup func() T) T {
 	return s.v
 }
 
-// commitOf is the commit histogram's series of op.
-func (m *metrics) commitOf(op fsm.Op) prometheus.Observer {
+// Commit is the commit histogram's series of op.
+func (m *Set) Commit(op fsm.Op) prometheus.Observer {
 	if o, ok := m.commitBy.Load(op); ok {
 		return o.(prometheus.Observer)
 	}
@@ -68,25 +87,25 @@ func (m *metrics) commitOf(op fsm.Op) prometheus.Observer {
 // leaseSeconds are the buckets of the hold and wait histograms.
 var leaseSeconds = prometheus.ExponentialBuckets(0.001, 4, 10) // 1ms .. ~4.4 min
 
-func newMetrics(s *Service) *metrics {
+func New(src Sources) *Set {
 	seconds := leaseSeconds
-	m := &metrics{
+	m := &Set{
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelock_grants_total", Help: "Leases granted (each with a new token); waited=true for grants from a queue.",
 		}, []string{"waited"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelock_refusals_total", Help: "Requests answered no: acquire/wait held by another, renew/extend not held.",
 		}, []string{"op"}),
 		leaseEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelock_lease_ends_total", Help: "Leases that ended, by reason: released by the holder or expired.",
 		}, []string{"reason"}),
-		extends: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Extends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelock_extends_total", Help: "Extend calls (single and batch items) by result.",
 		}, []string{"result"}),
-		waitEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+		WaitEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelock_waits_total", Help: "Queued waits that ended, by outcome: granted, elapsed, cancelled.",
 		}, []string{"outcome"}),
-		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+		Waiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencelock_waiters", Help: "Acquire requests currently waiting in a queue on this node.",
 		}),
 		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -99,52 +118,52 @@ func newMetrics(s *Service) *metrics {
 			Name: "fencelock_commit_seconds", Help: "Time from proposal to committed and applied, by command.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 100µs .. ~3.3s
 		}, []string{"op"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
+		Retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencelock_retried_requests_total", Help: "Writes whose request_id repeated an earlier one: answered from memory, not applied.",
 		}),
-		queueFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+		QueueFull: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelock_wait_queue_full_total", Help: "Waits refused (429 too_many_waiters) because the key's queue (scope=key) or all queues (scope=total) were at their limit.",
 		}, []string{"scope"}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencelock_is_leader", Help: "1 while this node is the leader and serving writes.",
 		}),
-		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
+		Watchers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencelock_watchers", Help: "Watches open on this node (long-polls waiting and event streams).",
 		}),
-		quotaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		QuotaRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencelock_quota_refusals_total", Help: "Calls refused 429 because the caller's principal was at a quota: sessions, locks, waiters, watches.",
 		}, []string{"quota"}),
 	}
-	m.all = []prometheus.Collector{m.grants, m.refusals, m.leaseEnds, m.extends, m.waitEnds, m.waiters,
-		m.hold, m.wait, m.commit, m.leader, m.retries, m.queueFull, m.watchers, m.quotaRefused,
+	m.all = []prometheus.Collector{m.grants, m.Refusals, m.leaseEnds, m.Extends, m.WaitEnds, m.Waiters,
+		m.hold, m.wait, m.commit, m.Leader, m.Retries, m.QueueFull, m.Watchers, m.QuotaRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_queued_waiters", Help: "Waiters in all wait queues of the replicated table (every node's view of the same queues).",
-		}, func() float64 { return float64(s.fsm.QueuedCount()) }),
+		}, func() float64 { return float64(src.QueuedCount()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_last_token", Help: "The last fencing token issued.",
-		}, func() float64 { return float64(s.fsm.LastToken()) }),
+		}, func() float64 { return float64(src.LastToken()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_sessions", Help: "Sessions not yet ended, in this node's replicated table.",
-		}, func() float64 { n, _ := s.fsm.SessionStats(); return float64(n) }),
+		}, func() float64 { n, _ := src.SessionStats(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencelock_session_locks", Help: "Locks held under sessions, in this node's replicated table.",
-		}, func() float64 { _, n := s.fsm.SessionStats(); return float64(n) }),
-		newLeaseCollector(s.eachLiveLease),
+		}, func() float64 { _, n := src.SessionStats(); return float64(n) }),
+		newLeaseCollector(src.EachLiveLease),
 	}
-	m.all = append(m.all, quotaCollectors(s.cfg)...)
+	m.all = append(m.all, src.Extra...)
 	return m
 }
 
 func dur(d locktable.Duration) float64 { return time.Duration(d).Seconds() }
 
-// observe counts one table event. Events are counted only while this node
+// Observe counts one table event. Events are counted only while this node
 // leads, so a log replayed at start-up is not counted twice.
-func (m *metrics) observe(ev locktable.Event) {
+func (m *Set) Observe(ev locktable.Event) {
 	switch ev.Kind {
 	case locktable.EventGranted:
 		if ev.Since < ev.At {
 			m.grantedWaited.get(func() prometheus.Counter { return m.grants.WithLabelValues("true") }).Inc()
-			m.waitGranted.get(func() prometheus.Counter { return m.waitEnds.WithLabelValues("granted") }).Inc()
+			m.waitGranted.get(func() prometheus.Counter { return m.WaitEnds.WithLabelValues("granted") }).Inc()
 			m.waitGrantedS.get(func() prometheus.Observer { return m.wait.WithLabelValues("granted") }).
 				Observe(dur(locktable.Duration(ev.At - ev.Since)))
 		} else {
@@ -159,7 +178,7 @@ func (m *metrics) observe(ev locktable.Event) {
 		m.heldExpired.get(func() prometheus.Observer { return m.hold.WithLabelValues("expired") }).
 			Observe(dur(locktable.Duration(ev.Expiry - ev.Since)))
 	case locktable.EventWaitDropped:
-		m.waitElapsed.get(func() prometheus.Counter { return m.waitEnds.WithLabelValues("elapsed") }).Inc()
+		m.waitElapsed.get(func() prometheus.Counter { return m.WaitEnds.WithLabelValues("elapsed") }).Inc()
 		m.waitElapsedS.get(func() prometheus.Observer { return m.wait.WithLabelValues("elapsed") }).
 			Observe(dur(locktable.Duration(ev.At - ev.Since)))
 	}
@@ -248,5 +267,86 @@ func (c *prefixCounter) counts() []prefixCount {
 	return c.out
 }
 
-// Collectors are the service's metrics, for the server's registry.
-func (s *Service) Collectors() []prometheus.Collector { return s.metrics.all }
+// Collectors are the Set's series and the Sources' extra collectors, for
+// the server's registry.
+func (m *Set) Collectors() []prometheus.Collector { return m.all }
+
+// stats reads the lease counters and histograms without adding series
+// that were never observed.
+func (m *Set) Stats() api.Stats {
+	var st api.Stats
+	each(m.grants, func(d *dto.Metric) {
+		n := uint64(d.GetCounter().GetValue())
+		st.Grants += n
+		if label(d, "waited") == "true" {
+			st.Handoffs += n
+		}
+	})
+	each(m.leaseEnds, func(d *dto.Metric) {
+		n := uint64(d.GetCounter().GetValue())
+		switch label(d, "reason") {
+		case "released":
+			st.Releases += n
+		case "expired":
+			st.Expiries += n
+		}
+	})
+	st.Hold = histogram(m.hold, nil)
+	st.Wait = histogram(m.wait, func(d *dto.Metric) bool { return label(d, "outcome") == "granted" })
+	return st
+}
+
+// each calls fn with every series c has.
+func each(c prometheus.Collector, fn func(*dto.Metric)) {
+	ch := make(chan prometheus.Metric, 8)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) == nil {
+			fn(&d)
+		}
+	}
+}
+
+func label(d *dto.Metric, name string) string {
+	for _, l := range d.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// histogram sums the series of h that keep accepts (all when nil) into
+// one, with per-bucket (not cumulative) counts in milliseconds.
+func histogram(h *prometheus.HistogramVec, keep func(*dto.Metric) bool) api.Histogram {
+	out := api.Histogram{BoundsMs: make([]float64, len(leaseSeconds))}
+	for i, b := range leaseSeconds {
+		out.BoundsMs[i] = math.Round(b*1e6) / 1e3
+	}
+	cum := make([]uint64, len(leaseSeconds))
+	each(h, func(d *dto.Metric) {
+		if keep != nil && !keep(d) {
+			return
+		}
+		hd := d.GetHistogram()
+		for i, b := range hd.GetBucket() {
+			if i < len(cum) && !math.IsInf(b.GetUpperBound(), 1) {
+				cum[i] += b.GetCumulativeCount()
+			}
+		}
+		out.Count += hd.GetSampleCount()
+		out.SumMs += hd.GetSampleSum() * 1000
+	})
+	out.Counts = make([]uint64, len(cum)+1)
+	prev := uint64(0)
+	for i, c := range cum {
+		out.Counts[i] = c - prev
+		prev = c
+	}
+	out.Counts[len(cum)] = out.Count - prev
+	return out
+}
