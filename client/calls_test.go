@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/client/clienttest"
 	"go.uber.org/goleak"
@@ -91,9 +92,9 @@ func TestPlainCalls(t *testing.T) {
 }
 
 func TestErrorsMatchOneSentinel(t *testing.T) {
-	sentinels := []error{client.ErrHeld, client.ErrNotHeld, client.ErrNotFound, client.ErrInvalid, client.ErrUnavailable, client.ErrInternal, client.ErrQuotaExceeded}
-	for _, code := range []string{"held", "not_held", "not_found", "invalid_argument", "unavailable", "internal", "quota_exceeded"} {
-		err := &client.APIError{Code: code}
+	sentinels := []error{client.ErrHeld, client.ErrNotHeld, client.ErrNotFound, client.ErrInvalid, client.ErrUnavailable, client.ErrInternal, client.ErrQuotaExceeded, client.ErrNoSpace}
+	for _, code := range []string{"held", "not_held", "not_found", "invalid_argument", "unavailable", "internal", "quota_exceeded", "no_space"} {
+		err := &client.APIError{Status: api.Status(code), Code: code}
 		n := 0
 		for _, s := range sentinels {
 			if errors.Is(err, s) {
@@ -103,6 +104,15 @@ func TestErrorsMatchOneSentinel(t *testing.T) {
 		if n != 1 {
 			t.Errorf("code %q matches %d sentinels, want 1", code, n)
 		}
+	}
+}
+
+// A full disk is not a bug of the server: 507 no_space is ErrNoSpace,
+// not ErrInternal (the simulation's prober met it as ErrInternal).
+func TestNoSpaceIsNotInternal(t *testing.T) {
+	err := error(&client.APIError{Status: 507, Code: api.CodeNoSpace, Message: "write log: no space left on device"})
+	if !errors.Is(err, client.ErrNoSpace) || errors.Is(err, client.ErrInternal) {
+		t.Fatalf("no_space matches ErrNoSpace %v, ErrInternal %v; want true, false", errors.Is(err, client.ErrNoSpace), errors.Is(err, client.ErrInternal))
 	}
 }
 

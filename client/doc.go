@@ -56,7 +56,7 @@
 //
 // Errors match sentinels with errors.Is whichever side of the wire refused:
 // the server's codes map to ErrHeld, ErrNotHeld, ErrNotFound, ErrInvalid,
-// ErrUnavailable and ErrInternal, and a server that cannot be reached is
+// ErrUnavailable, ErrInternal and ErrNoSpace, and a server that cannot be reached is
 // ErrUnreachable. *APIError carries the details (the holder in the way, the
 // field that was invalid).
 //

@@ -36,6 +36,11 @@ var (
 	ErrUnreachable = errors.New("fencelock: server unreachable")
 	// ErrInternal: the server reported a bug. Wire code "internal".
 	ErrInternal = errors.New("fencelock: server internal error")
+	// ErrNoSpace: the server could not write its log for lack of disk
+	// space. Wire code "no_space" (HTTP 507). Not a bug of the server, and
+	// nothing was written: the same call may succeed on another node once
+	// a leader with room is elected, or here once the operator frees space.
+	ErrNoSpace = errors.New("fencelock: server's disk is full")
 	// ErrUnauthenticated: the cluster's ACLs are on and the call carried
 	// no known credential (WithAuthToken). Wire code "unauthenticated".
 	ErrUnauthenticated = errors.New("fencelock: unauthenticated")
@@ -121,6 +126,8 @@ func (e *APIError) Unwrap() error {
 		return ErrUnavailable
 	case api.CodeInternal:
 		return ErrInternal
+	case api.CodeNoSpace:
+		return ErrNoSpace
 	case api.CodeUnauthenticated:
 		return ErrUnauthenticated
 	case api.CodePermissionDenied:

@@ -31,7 +31,8 @@ func (c *Client) keepAlive(ctx context.Context, ttl time.Duration, sent time.Tim
 
 // judgeExtension says what a failed extension sent to addr means: a node
 // that names the leader sends the next attempt there; a node unreachable,
-// unavailable (not_leader naming nobody among them) or failing inside is
+// unavailable (not_leader naming nobody among them), failing inside or
+// out of disk space is
 // tried again until the deadline; any other answer (ErrNotHeld: the lease
 // had ended on the server) loses the lease at once.
 func judgeExtension(addr string, err error) keepalive.Verdict {
@@ -42,7 +43,7 @@ func judgeExtension(addr string, err error) keepalive.Verdict {
 			return keepalive.Verdict{Leader: u}
 		}
 		return keepalive.Verdict{}
-	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal):
+	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, ErrInternal), errors.Is(err, ErrNoSpace):
 		// A node that knows no leader, or that is down (nothing listens:
 		// the connection was refused), tells nothing about the silent
 		// ones: a round of only such answers asks them again.

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/e2e"
 )
@@ -151,8 +150,8 @@ func (a *actor) outcome(op string, err, refusal error) e2e.Result {
 		return e2e.Refused
 	case noSpace(err):
 		// The log cannot write for lack of disk space: a fault of the
-		// world's, answered as the design says (507 no_space; the
-		// client makes it ErrInternal, RELIABILITY.md).
+		// world's, answered as the design says (507 no_space,
+		// client.ErrNoSpace).
 	case errors.Is(err, client.ErrInvalid) || errors.Is(err, client.ErrInternal):
 		a.w.violate(a.src(), "prober: %s answered %v", op, err)
 	}
@@ -161,8 +160,7 @@ func (a *actor) outcome(op string, err, refusal error) e2e.Result {
 
 // noSpace says whether err is the answer of a node whose log has no room.
 func noSpace(err error) bool {
-	var ae *client.APIError
-	return errors.As(err, &ae) && ae.Code == api.CodeNoSpace
+	return errors.Is(err, client.ErrNoSpace)
 }
 
 // probeShared takes one hold of the epoch's semaphore (2 permits) or

@@ -24,7 +24,7 @@ import random
 from typing import Callable, Dict, List, NamedTuple, Optional, Set
 
 from ._wire import Addrs, leader_url
-from .errors import FencelockError, InternalError, NoSessionError, NotHeldError, UnavailableError, UnreachableError
+from .errors import FencelockError, InternalError, NoSessionError, NoSpaceError, NotHeldError, UnavailableError, UnreachableError
 
 # The time kept free, between an extension falling due and the give-up
 # point, for a leader to be elected and found (the Go client's
@@ -98,7 +98,7 @@ class Attempt:
 
 # Failures after which an extension is tried again (elsewhere, or later):
 # the node could not be reached, was not the leader, or could not serve.
-TRANSIENT = (UnavailableError, InternalError)
+TRANSIENT = (UnavailableError, InternalError, NoSpaceError)
 
 
 class KeepAlive:

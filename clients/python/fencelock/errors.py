@@ -106,7 +106,17 @@ class TLSMismatchError(UnreachableError):
 
 
 class InternalError(FencelockError):
-    """500/507 and other server-side failures; not retried."""
+    """500 and other server-side failures; not retried."""
+
+
+class NoSpaceError(FencelockError):
+    """507 ``no_space``: the server could not write its log for lack of disk space.
+
+    Not a bug of the server, and nothing was written: the same call may
+    succeed once a leader with room is elected, or once the operator frees
+    space. A keep-alive goes on trying other nodes, as for
+    :class:`UnavailableError`.
+    """
 
 
 class UnauthenticatedError(FencelockError):
@@ -193,7 +203,7 @@ _BY_CODE = {
     "too_many_connections": UnavailableError,
     "removed": UnavailableError,
     "internal": InternalError,
-    "no_space": InternalError,
+    "no_space": NoSpaceError,
     "unauthenticated": UnauthenticatedError,
     "permission_denied": PermissionDeniedError,
     "too_many_waiters": TooManyWaitersError,

@@ -22,7 +22,15 @@ from fencelock._keepalive import (
     retry_delay_max,
 )
 from fencelock._wire import Addrs
-from fencelock.errors import FencelockError, NotHeldError, UnavailableError, UnreachableError
+from fencelock.errors import (
+    FencelockError,
+    InternalError,
+    NoSpaceError,
+    NotHeldError,
+    UnavailableError,
+    UnreachableError,
+    error_for,
+)
 
 A, B, C = "http://a:7470", "http://b:7470", "http://c:7470"
 
@@ -186,6 +194,16 @@ class GiveUpTest(unittest.TestCase):
         w = World(k, lambda addr, sent: (0.001, not_leader()))
         w.run(5)
         self.assertEqual(k.cause, "unavailable")
+
+    def test_a_full_disk_is_tried_elsewhere_not_a_refusal(self) -> None:
+        err = error_for(507, {"code": "no_space", "message": "write log: no space left on device"})
+        self.assertIsInstance(err, NoSpaceError)
+        self.assertNotIsInstance(err, InternalError)
+        k = keep(3)
+        [a] = k.step(1.0)
+        k.answered(a.id, 1.01, err)
+        self.assertFalse(k.ended, "a node out of disk space ended the lease at once: %s" % k.detail)
+        self.assertTrue(k.out_ids() or k.wake_at() is not None)
 
     def test_a_confirmation_after_the_deadline_is_too_late(self) -> None:
         k = keep(2)
