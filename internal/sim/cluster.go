@@ -195,7 +195,7 @@ func (n *simNode) start() (err error) {
 		Send:    func(ms []etcd.Message) { c.send(n, inc, ms) },
 		Post:    w.post,
 		Seed:    w.draw("ids:"+n.id, uint64(inc)).Uint64(),
-		Applied: func(restored uint64, ents []etcd.Entry) { w.hist.applied(n, inc, restored, ents) },
+		Applied: func(restored uint64, ents []etcd.Entry) { w.hist.Applied(n.id, inc, restored, ents) },
 	})
 	if err != nil {
 		svc.Close()
@@ -254,7 +254,7 @@ func (c *cluster) working(n *simNode) bool {
 // design keeps no lease.
 func (c *cluster) noteQuorum() {
 	up := 0
-	voters := c.w.hist.votersAt(^uint64(0))
+	voters := c.votersAt(^uint64(0))
 	for _, n := range voters {
 		if c.working(n) {
 			up++
@@ -432,7 +432,7 @@ func (c *cluster) auditCommit(n *simNode, applied, commit uint64) {
 		)
 		at := min(i-1, applied)
 		for k := 0; k <= len(later) && (k == 0 || later[k-1].Index < i); k++ {
-			voters, holders = c.holders(c.w.hist.votersAt(at, later[:k]...), i, term)
+			voters, holders = c.holders(c.votersAt(at, later[:k]...), i, term)
 			if len(holders)*2 > len(voters) {
 				held = true
 				break

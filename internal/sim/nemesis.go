@@ -274,7 +274,7 @@ func (m *nemesis) next(end time.Time) {
 func (m *nemesis) members() []*simNode {
 	var out []*simNode
 	for _, n := range m.w.cl.all() {
-		if !n.gone && (n.join && !n.down || slices.Contains(m.w.hist.votersAt(^uint64(0)), n)) {
+		if !n.gone && (n.join && !n.down || slices.Contains(m.w.cl.votersAt(^uint64(0)), n)) {
 			out = append(out, n)
 		}
 	}
@@ -291,7 +291,7 @@ func (m *nemesis) members() []*simNode {
 // hand it back; done runs when they are over.
 func (m *nemesis) replace(r *rand.Rand, done func()) {
 	w, c := m.w, m.w.cl
-	voters := w.hist.votersAt(^uint64(0))
+	voters := w.cl.votersAt(^uint64(0))
 	var victim *simNode
 	for _, v := range voters {
 		if v.dead {
@@ -356,7 +356,7 @@ func (m *nemesis) replace(r *rand.Rand, done func()) {
 
 // othersUp says whether every node but n runs.
 func (m *nemesis) othersUp(n *simNode) bool {
-	voters := m.w.hist.votersAt(^uint64(0))
+	voters := m.w.cl.votersAt(^uint64(0))
 	if len(voters) < 2 {
 		// A node alone refused on a damaged disk is repaired by
 		// fencelock recover, which does not read the etcd engine's log
