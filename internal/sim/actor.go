@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/sim/simcheck"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 )
 
 // actor is one client process: the real client library (its keep-alive,
@@ -19,7 +20,7 @@ type actor struct {
 	w     *world
 	i     int
 	rnd   *rand.Rand
-	clk   *simClock
+	clk   *simclock.Clock
 	drift float64 // its clock's, when no fault changes it
 	net   *clientNet
 	c     *client.Client
@@ -27,9 +28,9 @@ type actor struct {
 }
 
 func newActor(w *world, i int, drift float64) *actor {
-	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: newSimClock(w.t0, drift, w.dues), drift: drift}
+	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: simclock.New(w.t0, drift, w.dues), drift: drift}
 	if w.debug {
-		a.clk.debug = func(format string, args ...any) { w.tracef(a.src(), format, args...) }
+		a.clk.Debug = func(format string, args ...any) { w.tracef(a.src(), format, args...) }
 	}
 	a.net = &clientNet{w: w, a: a, cut: map[string]bool{}}
 	var addrs []string

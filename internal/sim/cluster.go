@@ -17,6 +17,7 @@ import (
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/sim/disk"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 )
 
 // cluster is the world's servers: each a real service and HTTP API over a
@@ -62,7 +63,7 @@ type simNode struct {
 	mid   uint64 // etcd member id
 	addr  string // its client port's address
 	disk  *disk.Disk
-	clk   *simClock
+	clk   *simclock.Clock
 	drift float64
 
 	// under c.mu
@@ -125,7 +126,7 @@ func (c *cluster) addNode(join bool, addr string) *simNode {
 	id := fmt.Sprintf("n%d", len(c.nodes)+1)
 	n := &simNode{c: c, id: id, mid: etcd.MemberID(id), disk: disk.New(w.draw("disk:"+id, 0).Uint64()),
 		drift: clockDrift(w.draw("drift:"+id, 0)), down: true, join: join, addr: addr}
-	n.clk = newSimClock(time.Now(), n.drift, w.dues)
+	n.clk = simclock.New(time.Now(), n.drift, w.dues)
 	c.nodes = append(c.nodes, n)
 	c.byID[n.mid] = n
 	if !join {
@@ -320,7 +321,7 @@ func (n *simNode) tick(inc int) {
 	if !n.current(inc) {
 		return
 	}
-	n.c.w.at(n.clk.virtual(tickEvery), func() { n.tick(inc) })
+	n.c.w.at(n.clk.Virtual(tickEvery), func() { n.tick(inc) })
 	if n.frozen {
 		n.tickOwed = true // a stopped process's ticker fires once when it runs again
 		return
@@ -481,7 +482,7 @@ func (w *world) leaderElected(n *simNode) {
 	elections := w.elections
 	w.mu.Unlock()
 	if w.cfg.FastLeader > 0 && elections > 1 {
-		n.clk.setRate(1 + w.cfg.FastLeader)
+		n.clk.SetRate(1 + w.cfg.FastLeader)
 	}
 }
 
@@ -595,7 +596,7 @@ func (n *simNode) crash(power bool, rot disk.Rot, why string) {
 	n.down, n.frozen, n.api = true, false, nil
 	c.mu.Unlock()
 	if frozen {
-		n.clk.resume()
+		n.clk.Resume()
 	}
 	n.held = nil
 	n.topToken = max(n.topToken, svc.FSM().LastToken())
@@ -621,7 +622,7 @@ func (n *simNode) freeze() {
 	}
 	n.frozen = true
 	c.mu.Unlock()
-	n.clk.pause()
+	n.clk.Pause()
 	c.w.tracef("w", "%s frozen", n.id)
 	c.noteQuorum()
 }
@@ -636,7 +637,7 @@ func (n *simNode) thaw() {
 	n.frozen = false
 	c.mu.Unlock()
 	c.w.tracef("w", "%s thawed", n.id)
-	n.clk.resume()
+	n.clk.Resume()
 	c.noteQuorum()
 	held := n.held
 	n.held = nil
@@ -704,7 +705,7 @@ func (c *cluster) shutdown() {
 		n.down = true
 		c.mu.Unlock()
 		if frozen {
-			n.clk.resume()
+			n.clk.Resume()
 		}
 		if down {
 			continue

@@ -204,8 +204,8 @@ func (m *nemesis) next(end time.Time) {
 		}
 		rate := 1 + clockDrift(r)
 		w.tracef("w", "%s's clock runs at %.4f for %s", what, rate, d)
-		p.setRate(rate)
-		heal = func() { p.setRate(was); w.tracef("w", "%s's clock runs at %.4f again", what, was) }
+		p.SetRate(rate)
+		heal = func() { p.SetRate(was); w.tracef("w", "%s's clock runs at %.4f again", what, was) }
 	case kindFreeze:
 		w.counts.Freeze++
 		target.freeze()
@@ -242,8 +242,8 @@ func (m *nemesis) next(end time.Time) {
 		switch r.IntN(3) {
 		case 0:
 			w.tracef("w", "client %d paused for %s", a.i, d)
-			a.clk.pause()
-			heal = func() { a.clk.resume(); w.tracef("w", "client %d resumed", a.i) }
+			a.clk.Pause()
+			heal = func() { a.clk.Resume(); w.tracef("w", "client %d resumed", a.i) }
 		case 1:
 			a.net.setCut(target.id, true)
 			w.tracef("w", "client %d cut off from %s for %s", a.i, target.id, d)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/e2e"
 	"github.com/fencelock/fencelock/internal/sim/simcheck"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 )
 
 // Config is one world's shape.
@@ -120,7 +121,7 @@ type world struct {
 	q      eventQueue
 	nseq   uint64
 	wakes  []func()
-	dues   *dues          // the instants the processes' timers fall due at
+	dues   *simclock.Dues // the instants the processes' timers fall due at
 	kick   chan struct{}  // a goroutine asked a node something
 	done   chan struct{}  // closed when the world is over
 	ending bool           // the loop has stopped: wake-ups run at once
@@ -446,7 +447,7 @@ func (r Result) Digest() uint64 {
 // (runSeed), whose clock is the world's virtual time.
 func run(seed uint64, cfg Config) Result {
 	w := &world{seed: seed, cfg: cfg, t0: time.Now(), verbose: cfg.Verbose, debug: cfg.Debug, kick: make(chan struct{}, 1),
-		done: make(chan struct{}), tseq: map[string]int{}, instants: map[string]instantCount{}, dues: &dues{at: map[int64]bool{}}}
+		done: make(chan struct{}), tseq: map[string]int{}, instants: map[string]instantCount{}, dues: simclock.NewDues()}
 	w.cfg = cfg.shape(w)
 	cfg = w.cfg
 	w.hist = simcheck.NewHistory(checks{w}, w.t0, w.verbose)
