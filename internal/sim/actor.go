@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/sim/simcheck"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 )
 
 // actor is one client process: the real client library (its keep-alive,
@@ -18,7 +20,7 @@ type actor struct {
 	w     *world
 	i     int
 	rnd   *rand.Rand
-	clk   *simClock
+	clk   *simclock.Clock
 	drift float64 // its clock's, when no fault changes it
 	net   *clientNet
 	c     *client.Client
@@ -26,9 +28,9 @@ type actor struct {
 }
 
 func newActor(w *world, i int, drift float64) *actor {
-	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: newSimClock(w.t0, drift, w.dues), drift: drift}
+	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: simclock.New(w.t0, drift, w.dues), drift: drift}
 	if w.debug {
-		a.clk.debug = func(format string, args ...any) { w.tracef(a.src(), format, args...) }
+		a.clk.Debug = func(format string, args ...any) { w.tracef(a.src(), format, args...) }
 	}
 	a.net = &clientNet{w: w, a: a, cut: map[string]bool{}}
 	var addrs []string
@@ -121,8 +123,8 @@ func (a *actor) once() {
 	opts := []client.LeaseOption{client.WithTTL(ttl), client.WithHolder(holder), client.WithWait(wait)}
 	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
 	defer cancel()
-	rec := &grantRec{client: a.i, holder: holder}
-	recs := []*grantRec{rec} // a multi-key acquire has one per key
+	rec := &simcheck.Grant{Client: a.i, Holder: holder}
+	recs := []*simcheck.Grant{rec} // a multi-key acquire has one per key
 	var h held
 	var sess *client.Session
 	k := a.rnd.IntN(7)
@@ -131,59 +133,59 @@ func (a *actor) once() {
 	}
 	switch k {
 	case 0, 1:
-		rec.kind, rec.key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
+		rec.Kind, rec.Key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
 		if a.w.cfg.Focus == focusLeases {
-			rec.key = "lock/0"
+			rec.Key = "lock/0"
 		}
 		if a.rnd.IntN(3) == 0 {
 			// Should the lease expire, nobody gets the key for a while.
 			opts = append(opts, client.WithLockDelay(time.Duration(50+a.rnd.IntN(950))*time.Millisecond))
 		}
-		l, err := a.c.Acquire(ctx, rec.key, opts...)
+		l, err := a.c.Acquire(ctx, rec.Key, opts...)
 		if err != nil {
-			a.w.tracef(a.src(), "%s acquire %s: %v", holder, rec.key, err)
+			a.w.tracef(a.src(), "%s acquire %s: %v", holder, rec.Key, err)
 			return
 		}
-		rec.token, h = l.Token(), l
+		rec.Token, h = l.Token(), l
 	case 2:
-		rec.kind, rec.key, rec.permits = "sem", "sem/0", 2
-		l, err := a.c.AcquireSemaphore(ctx, rec.key, 2, opts...)
+		rec.Kind, rec.Key, rec.Permits = "sem", "sem/0", 2
+		l, err := a.c.AcquireSemaphore(ctx, rec.Key, 2, opts...)
 		if err != nil {
-			a.w.tracef(a.src(), "%s acquire %s: %v", holder, rec.key, err)
+			a.w.tracef(a.src(), "%s acquire %s: %v", holder, rec.Key, err)
 			return
 		}
-		rec.token, h = l.Token(), l
+		rec.Token, h = l.Token(), l
 	case 3, 4:
-		rec.key = "rw/0"
+		rec.Key = "rw/0"
 		var l *client.Lease
 		var err error
 		if k == 3 {
-			rec.kind = "read"
-			l, err = a.c.AcquireRead(ctx, rec.key, opts...)
+			rec.Kind = "read"
+			l, err = a.c.AcquireRead(ctx, rec.Key, opts...)
 		} else {
-			rec.kind = "write"
-			l, err = a.c.AcquireWrite(ctx, rec.key, opts...)
+			rec.Kind = "write"
+			l, err = a.c.AcquireWrite(ctx, rec.Key, opts...)
 		}
 		if err != nil {
-			a.w.tracef(a.src(), "%s acquire %s %s: %v", holder, rec.kind, rec.key, err)
+			a.w.tracef(a.src(), "%s acquire %s %s: %v", holder, rec.Kind, rec.Key, err)
 			return
 		}
-		rec.token, h = l.Token(), l
+		rec.Token, h = l.Token(), l
 	case 5:
-		rec.kind, rec.key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
+		rec.Kind, rec.Key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
 		s, err := client.NewSession(ctx, a.c, client.WithSessionTTL(ttl), client.WithSessionHolder(holder))
 		if err != nil {
 			a.w.tracef(a.src(), "%s open session: %v", holder, err)
 			return
 		}
 		sess = s
-		l, err := s.Acquire(ctx, rec.key, client.WithWait(wait))
+		l, err := s.Acquire(ctx, rec.Key, client.WithWait(wait))
 		if err != nil {
-			a.w.tracef(a.src(), "%s session acquire %s: %v", holder, rec.key, err)
+			a.w.tracef(a.src(), "%s session acquire %s: %v", holder, rec.Key, err)
 			a.closeSession(sess)
 			return
 		}
-		rec.token, h = l.Token(), sessionHeld{s, l}
+		rec.Token, h = l.Token(), sessionHeld{s, l}
 	case 6:
 		// Both exclusive keys at once, under a session.
 		s, err := client.NewSession(ctx, a.c, client.WithSessionTTL(ttl), client.WithSessionHolder(holder))
@@ -200,7 +202,7 @@ func (a *actor) once() {
 		}
 		recs = recs[:0]
 		for _, l := range ls {
-			recs = append(recs, &grantRec{client: a.i, holder: holder, kind: "lock", key: l.Key(), token: l.Token()})
+			recs = append(recs, &simcheck.Grant{Client: a.i, Holder: holder, Kind: "lock", Key: l.Key(), Token: l.Token()})
 		}
 		rec, h = recs[0], sessionAll{s, ls}
 	}
@@ -210,9 +212,9 @@ func (a *actor) once() {
 	// as the answer came reads it late).
 	acting := h.Err() == nil && a.clk.Now().Before(h.Deadline())
 	for _, r := range recs {
-		r.ack, r.last, r.acted = now, now, acting
-		a.w.hist.granted(r)
-		a.w.tracef(a.src(), "%s holds %s %s token %d ttl %s", holder, r.kind, r.key, r.token, ttl)
+		r.Ack, r.Last, r.Acted = now, now, acting
+		a.w.hist.Granted(r)
+		a.w.tracef(a.src(), "%s holds %s %s token %d ttl %s", holder, r.Kind, r.Key, r.Token, ttl)
 	}
 	hold := time.Duration(a.rnd.Int64N(int64(2 * ttl)))
 	step := ttl / 5
@@ -220,18 +222,18 @@ func (a *actor) once() {
 		a.sleep(step)
 		if h.Err() != nil || !a.clk.Now().Before(h.Deadline()) {
 			a.w.tracef(a.src(), "%s stops: %v", holder, h.Err())
-			a.w.hist.lost(lostLease{rec: rec, ttl: ttl, at: time.Now(), err: fmt.Sprint(h.Err())})
+			a.w.lost(lostLease{rec: rec, ttl: ttl, at: time.Now(), err: fmt.Sprint(h.Err())})
 			break
 		}
 		for _, r := range recs {
-			a.w.hist.worked(r)
+			a.w.hist.Worked(r)
 		}
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer rcancel()
 	if h.Err() == nil {
 		err := h.Release(rctx)
-		a.w.tracef(a.src(), "%s releases %s: %v", holder, rec.key, err)
+		a.w.tracef(a.src(), "%s releases %s: %v", holder, rec.Key, err)
 	}
 	a.closeSession(sess)
 	if sess == nil && a.rnd.IntN(3) == 0 {
@@ -240,8 +242,8 @@ func (a *actor) once() {
 		a.sleep(time.Duration(a.rnd.Int64N(int64(2 * ttl))))
 		zctx, zcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer zcancel()
-		ok, err := a.c.Release(zctx, rec.key, holder, rec.token)
-		a.w.tracef(a.src(), "%s releases %s token %d again, late: %v %v", holder, rec.key, rec.token, ok, err)
+		ok, err := a.c.Release(zctx, rec.Key, holder, rec.Token)
+		a.w.tracef(a.src(), "%s releases %s token %d again, late: %v %v", holder, rec.Key, rec.Token, ok, err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/sim/disk"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 )
 
 // cluster is the world's servers: each a real service and HTTP API over a
@@ -62,7 +63,7 @@ type simNode struct {
 	mid   uint64 // etcd member id
 	addr  string // its client port's address
 	disk  *disk.Disk
-	clk   *simClock
+	clk   *simclock.Clock
 	drift float64
 
 	// under c.mu
@@ -125,7 +126,7 @@ func (c *cluster) addNode(join bool, addr string) *simNode {
 	id := fmt.Sprintf("n%d", len(c.nodes)+1)
 	n := &simNode{c: c, id: id, mid: etcd.MemberID(id), disk: disk.New(w.draw("disk:"+id, 0).Uint64()),
 		drift: clockDrift(w.draw("drift:"+id, 0)), down: true, join: join, addr: addr}
-	n.clk = newSimClock(time.Now(), n.drift, w.dues)
+	n.clk = simclock.New(time.Now(), n.drift, w.dues)
 	c.nodes = append(c.nodes, n)
 	c.byID[n.mid] = n
 	if !join {
@@ -195,7 +196,7 @@ func (n *simNode) start() (err error) {
 		Send:    func(ms []etcd.Message) { c.send(n, inc, ms) },
 		Post:    w.post,
 		Seed:    w.draw("ids:"+n.id, uint64(inc)).Uint64(),
-		Applied: func(restored uint64, ents []etcd.Entry) { w.hist.applied(n, inc, restored, ents) },
+		Applied: func(restored uint64, ents []etcd.Entry) { w.hist.Applied(n.id, inc, restored, ents) },
 	})
 	if err != nil {
 		svc.Close()
@@ -254,7 +255,7 @@ func (c *cluster) working(n *simNode) bool {
 // design keeps no lease.
 func (c *cluster) noteQuorum() {
 	up := 0
-	voters := c.w.hist.votersAt(^uint64(0))
+	voters := c.votersAt(^uint64(0))
 	for _, n := range voters {
 		if c.working(n) {
 			up++
@@ -320,7 +321,7 @@ func (n *simNode) tick(inc int) {
 	if !n.current(inc) {
 		return
 	}
-	n.c.w.at(n.clk.virtual(tickEvery), func() { n.tick(inc) })
+	n.c.w.at(n.clk.Virtual(tickEvery), func() { n.tick(inc) })
 	if n.frozen {
 		n.tickOwed = true // a stopped process's ticker fires once when it runs again
 		return
@@ -432,7 +433,7 @@ func (c *cluster) auditCommit(n *simNode, applied, commit uint64) {
 		)
 		at := min(i-1, applied)
 		for k := 0; k <= len(later) && (k == 0 || later[k-1].Index < i); k++ {
-			voters, holders = c.holders(c.w.hist.votersAt(at, later[:k]...), i, term)
+			voters, holders = c.holders(c.votersAt(at, later[:k]...), i, term)
 			if len(holders)*2 > len(voters) {
 				held = true
 				break
@@ -481,7 +482,7 @@ func (w *world) leaderElected(n *simNode) {
 	elections := w.elections
 	w.mu.Unlock()
 	if w.cfg.FastLeader > 0 && elections > 1 {
-		n.clk.setRate(1 + w.cfg.FastLeader)
+		n.clk.SetRate(1 + w.cfg.FastLeader)
 	}
 }
 
@@ -595,7 +596,7 @@ func (n *simNode) crash(power bool, rot disk.Rot, why string) {
 	n.down, n.frozen, n.api = true, false, nil
 	c.mu.Unlock()
 	if frozen {
-		n.clk.resume()
+		n.clk.Resume()
 	}
 	n.held = nil
 	n.topToken = max(n.topToken, svc.FSM().LastToken())
@@ -621,7 +622,7 @@ func (n *simNode) freeze() {
 	}
 	n.frozen = true
 	c.mu.Unlock()
-	n.clk.pause()
+	n.clk.Pause()
 	c.w.tracef("w", "%s frozen", n.id)
 	c.noteQuorum()
 }
@@ -636,7 +637,7 @@ func (n *simNode) thaw() {
 	n.frozen = false
 	c.mu.Unlock()
 	c.w.tracef("w", "%s thawed", n.id)
-	n.clk.resume()
+	n.clk.Resume()
 	c.noteQuorum()
 	held := n.held
 	n.held = nil
@@ -704,7 +705,7 @@ func (c *cluster) shutdown() {
 		n.down = true
 		c.mu.Unlock()
 		if frozen {
-			n.clk.resume()
+			n.clk.Resume()
 		}
 		if down {
 			continue

@@ -204,8 +204,8 @@ func (m *nemesis) next(end time.Time) {
 		}
 		rate := 1 + clockDrift(r)
 		w.tracef("w", "%s's clock runs at %.4f for %s", what, rate, d)
-		p.setRate(rate)
-		heal = func() { p.setRate(was); w.tracef("w", "%s's clock runs at %.4f again", what, was) }
+		p.SetRate(rate)
+		heal = func() { p.SetRate(was); w.tracef("w", "%s's clock runs at %.4f again", what, was) }
 	case kindFreeze:
 		w.counts.Freeze++
 		target.freeze()
@@ -242,8 +242,8 @@ func (m *nemesis) next(end time.Time) {
 		switch r.IntN(3) {
 		case 0:
 			w.tracef("w", "client %d paused for %s", a.i, d)
-			a.clk.pause()
-			heal = func() { a.clk.resume(); w.tracef("w", "client %d resumed", a.i) }
+			a.clk.Pause()
+			heal = func() { a.clk.Resume(); w.tracef("w", "client %d resumed", a.i) }
 		case 1:
 			a.net.setCut(target.id, true)
 			w.tracef("w", "client %d cut off from %s for %s", a.i, target.id, d)
@@ -274,7 +274,7 @@ func (m *nemesis) next(end time.Time) {
 func (m *nemesis) members() []*simNode {
 	var out []*simNode
 	for _, n := range m.w.cl.all() {
-		if !n.gone && (n.join && !n.down || slices.Contains(m.w.hist.votersAt(^uint64(0)), n)) {
+		if !n.gone && (n.join && !n.down || slices.Contains(m.w.cl.votersAt(^uint64(0)), n)) {
 			out = append(out, n)
 		}
 	}
@@ -291,7 +291,7 @@ func (m *nemesis) members() []*simNode {
 // hand it back; done runs when they are over.
 func (m *nemesis) replace(r *rand.Rand, done func()) {
 	w, c := m.w, m.w.cl
-	voters := w.hist.votersAt(^uint64(0))
+	voters := w.cl.votersAt(^uint64(0))
 	var victim *simNode
 	for _, v := range voters {
 		if v.dead {
@@ -356,7 +356,7 @@ func (m *nemesis) replace(r *rand.Rand, done func()) {
 
 // othersUp says whether every node but n runs.
 func (m *nemesis) othersUp(n *simNode) bool {
-	voters := m.w.hist.votersAt(^uint64(0))
+	voters := m.w.cl.votersAt(^uint64(0))
 	if len(voters) < 2 {
 		// A node alone refused on a damaged disk is repaired by
 		// fencelock recover, which does not read the etcd engine's log

@@ -97,7 +97,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 		cn.w.tracef(cn.a.src(), "%s > %s %s %s (out %s)", cn.a.src(), n.id, req.Method, req.URL.Path, d.out)
 	}
 	// A paused client sends nothing until it runs again.
-	if !waitRunning(ctx, cn.a.clk.running()) || !sleepCtx(ctx, d.out) {
+	if !waitRunning(ctx, cn.a.clk.Running()) || !sleepCtx(ctx, d.out) {
 		return nil, ctx.Err()
 	}
 	if d.lose || cn.isCut(n.id) {
@@ -152,7 +152,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	if !waitRunning(ctx, cn.a.clk.running()) {
+	if !waitRunning(ctx, cn.a.clk.Running()) {
 		return nil, ctx.Err()
 	}
 	res := rec.Result()
@@ -177,7 +177,7 @@ func waitRunning(ctx context.Context, running <-chan struct{}) bool {
 func (n *simNode) endpoint() (http.Handler, bool, <-chan struct{}) {
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
-	return n.api, n.down, n.clk.running()
+	return n.api, n.down, n.clk.Running()
 }
 
 // service is the incarnation's service a peer's call reaches now, whether
@@ -185,5 +185,5 @@ func (n *simNode) endpoint() (http.Handler, bool, <-chan struct{}) {
 func (n *simNode) service() (*service.Service, bool, <-chan struct{}) {
 	n.c.mu.Lock()
 	defer n.c.mu.Unlock()
-	return n.svc, n.down, n.clk.running()
+	return n.svc, n.down, n.clk.Running()
 }

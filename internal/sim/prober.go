@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/e2e"
+	"github.com/fencelock/fencelock/internal/sim/simcheck"
 )
 
 // The prober is one more client process, recording every call it makes
@@ -30,8 +31,8 @@ const (
 type probes struct {
 	lin    *e2e.Recorder
 	shared []e2e.SharedOp
-	multi  map[int][]e2e.MultiOp // by epoch: each one's keys are e2e.MultiKeys
-	sess   map[int][]sessOp      // by epoch
+	multi  map[int][]e2e.MultiOp        // by epoch: each one's keys are e2e.MultiKeys
+	sess   map[int][]simcheck.SessionOp // by epoch
 }
 
 // probe runs a's calls until end; what it recorded is in w.probes.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/internal/e2e"
+	"github.com/fencelock/fencelock/internal/sim/simcheck"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 )
 
 // Config is one world's shape.
@@ -119,7 +121,7 @@ type world struct {
 	q      eventQueue
 	nseq   uint64
 	wakes  []func()
-	dues   *dues          // the instants the processes' timers fall due at
+	dues   *simclock.Dues // the instants the processes' timers fall due at
 	kick   chan struct{}  // a goroutine asked a node something
 	done   chan struct{}  // closed when the world is over
 	ending bool           // the loop has stopped: wake-ups run at once
@@ -137,7 +139,8 @@ type world struct {
 	outages    []interval  // when no majority of the nodes worked together
 	counts     faultCounts
 	cl         *cluster
-	hist       *history
+	hist       *simcheck.History
+	losses     []lostLease // leases their holders found lost, judged at the end (judgeLosses)
 	probes     *probes
 }
 
@@ -161,6 +164,12 @@ func (w *world) tracef(src, format string, args ...any) {
 	w.tseq[src]++
 	w.trace = append(w.trace, traceLine{at: time.Since(w.t0), src: src, seq: w.tseq[src], text: fmt.Sprintf(format, args...)})
 }
+
+// checks is the world as the checks report to it.
+type checks struct{ w *world }
+
+func (c checks) Tracef(src, format string, args ...any)  { c.w.tracef(src, format, args...) }
+func (c checks) Violate(src, format string, args ...any) { c.w.violate(src, format, args...) }
 
 func (w *world) violate(src, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
@@ -412,10 +421,16 @@ type Result struct {
 	Faults     faultCounts
 
 	// what the prober recorded, checked after the world (checkModels)
-	lin    []e2e.Op
-	shared []e2e.SharedOp
-	multi  map[int][]e2e.MultiOp
-	sess   map[int][]sessOp
+	calls simcheck.Calls
+}
+
+// checkModels checks what the prober recorded against the porcupine
+// models (simcheck.Models).
+func (r *Result) checkModels() {
+	v := simcheck.Models(r.calls)
+	r.Violations = append(r.Violations, v.Violations...)
+	r.Checked += v.Checked
+	r.Unchecked += v.Unchecked
 }
 
 // Digest is a hash of the trace: two runs of one seed must agree on it.
@@ -432,10 +447,10 @@ func (r Result) Digest() uint64 {
 // (runSeed), whose clock is the world's virtual time.
 func run(seed uint64, cfg Config) Result {
 	w := &world{seed: seed, cfg: cfg, t0: time.Now(), verbose: cfg.Verbose, debug: cfg.Debug, kick: make(chan struct{}, 1),
-		done: make(chan struct{}), tseq: map[string]int{}, instants: map[string]instantCount{}, dues: &dues{at: map[int64]bool{}}}
+		done: make(chan struct{}), tseq: map[string]int{}, instants: map[string]instantCount{}, dues: simclock.NewDues()}
 	w.cfg = cfg.shape(w)
 	cfg = w.cfg
-	w.hist = newHistory(w)
+	w.hist = simcheck.NewHistory(checks{w}, w.t0, w.verbose)
 	w.cl = newCluster(w)
 	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses",
 		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses)
@@ -450,7 +465,7 @@ func run(seed uint64, cfg Config) Result {
 		actors[i] = newActor(w, i, clockDrift(drift))
 	}
 	prober, watcher := actors[cfg.Clients], actors[cfg.Clients+1]
-	w.probes = &probes{lin: e2e.NewRecorder(), multi: map[int][]e2e.MultiOp{}, sess: map[int][]sessOp{}}
+	w.probes = &probes{lin: e2e.NewRecorder(), multi: map[int][]e2e.MultiOp{}, sess: map[int][]simcheck.SessionOp{}}
 	end := w.t0.Add(cfg.Horizon)
 	for _, a := range actors[:cfg.Clients] {
 		wg.Add(1)
@@ -479,7 +494,8 @@ func run(seed uint64, cfg Config) Result {
 		a.c.Close()
 	}
 	w.cl.shutdown()
-	w.hist.finish()
+	w.judgeLosses()
+	w.hist.Finish()
 	return w.result()
 }
 
@@ -490,13 +506,13 @@ func (w *world) result() Result {
 	slices.SortStableFunc(lines, func(a, b traceLine) int {
 		return cmp.Or(cmp.Compare(a.at, b.at), strings.Compare(a.src, b.src), strings.Compare(a.text, b.text))
 	})
-	r := Result{Seed: w.seed, Violations: slices.Clone(w.violations), Grants: w.hist.acked(), Elections: w.elections,
+	r := Result{Seed: w.seed, Violations: slices.Clone(w.violations), Grants: w.hist.Acked(), Elections: w.elections,
 		Faults: w.counts}
 	for _, l := range lines {
 		r.Trace = append(r.Trace, l.String())
 	}
 	if p := w.probes; p != nil {
-		r.lin, r.shared, r.multi, r.sess = p.lin.Ops(), p.shared, p.multi, p.sess
+		r.calls = simcheck.Calls{Lin: p.lin.Ops(), Shared: p.shared, Multi: p.multi, Sessions: p.sess}
 	}
 	return r
 }

@@ -1,4 +1,4 @@
-package sim
+package simcheck
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ import (
 // Semaphores and read/write locks are held to the token rule only; the
 // clients' own check (no more holders acting than permits) covers them.
 type ledger struct {
-	h         *history
+	h         *History
 	lastNow   locktable.Time
 	lastToken uint64
 	floor     uint64
@@ -59,7 +59,7 @@ type ledgerLease struct {
 	release bool               // over by a release (no lock-delay follows)
 }
 
-func newLedger(h *history) *ledger {
+func newLedger(h *History) *ledger {
 	return &ledger{h: h, keys: map[string]*ledgerLease{}, sessions: map[string]locktable.Time{}, seen: map[string]bool{}, delays: map[string]locktable.Duration{}}
 }
 
@@ -74,7 +74,7 @@ func shared(key string) bool {
 }
 
 func (l *ledger) fail(format string, args ...any) {
-	l.h.w.violate("w", "ledger, entry %d (%s): %s", l.index, l.cmd.Op, fmt.Sprintf(format, args...))
+	l.h.r.Violate("w", "ledger, entry %d (%s): %s", l.index, l.cmd.Op, fmt.Sprintf(format, args...))
 }
 
 // begin is told an entry's command before the state machine applies it.
