@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // What the transport refuses before raft sees it (issue 41): a message
@@ -34,7 +35,7 @@ var errBadSnap = errors.New("a snapshot this node could not install")
 // or a snapshot this node could not install. Messages of term 0 (a
 // proposal, a read index forwarded to the leader) carry no term raft
 // takes.
-func etcdCheckMsg(g *node.TermGuard, m *raftpb.Message, current uint64, names map[uint64]node.Peer) error {
+func etcdCheckMsg(g *raftport.TermGuard, m *raftpb.Message, current uint64, names map[uint64]node.Peer) error {
 	term := m.GetTerm()
 	if term == 0 {
 		return nil
@@ -44,7 +45,7 @@ func etcdCheckMsg(g *node.TermGuard, m *raftpb.Message, current uint64, names ma
 	}
 	inner := func(what string, t uint64) error {
 		if t > term {
-			return fmt.Errorf("%w: the %s term %d inside a message of term %d", node.ErrTerm, what, t, term)
+			return fmt.Errorf("%w: the %s term %d inside a message of term %d", raftport.ErrTerm, what, t, term)
 		}
 		return nil
 	}

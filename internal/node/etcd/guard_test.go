@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // What a member-looking process sends the etcd engine (issue 41):
@@ -183,7 +184,7 @@ func TestEtcdTransportCutsAHalfSentFrame(t *testing.T) {
 // terms inside a message above its own, and messages of term 0, which
 // raft takes no term from.
 func TestEtcdCheckMsg(t *testing.T) {
-	g := node.NewTermGuard(slog.New(slog.DiscardHandler), nil)
+	g := raftport.NewTermGuard(slog.New(slog.DiscardHandler), nil)
 	msg := func(typ raftpb.MessageType, term, logTerm uint64, ents ...uint64) *raftpb.Message {
 		m := &raftpb.Message{Type: typ.Enum(), From: proto.Uint64(1), To: proto.Uint64(2), Term: proto.Uint64(term), LogTerm: proto.Uint64(logTerm)}
 		for i, et := range ents {
@@ -197,10 +198,10 @@ func TestEtcdCheckMsg(t *testing.T) {
 		ok   bool
 	}{
 		{"a heartbeat of 2^64-1", msg(raftpb.MsgHeartbeat, math.MaxUint64, 0), false},
-		{"a vote of 2^62+1", msg(raftpb.MsgVote, node.MaxTerm+1, 5), false},
-		{"a pre-vote far ahead", msg(raftpb.MsgPreVote, 5+node.TermStep+1, 5), false},
-		{"a timeout-now far ahead", msg(raftpb.MsgTimeoutNow, 5+node.TermStep+1, 0), false},
-		{"an append's answer far ahead", msg(raftpb.MsgAppResp, 5+node.TermStep+1, 0), false},
+		{"a vote of 2^62+1", msg(raftpb.MsgVote, raftport.MaxTerm+1, 5), false},
+		{"a pre-vote far ahead", msg(raftpb.MsgPreVote, 5+raftport.TermStep+1, 5), false},
+		{"a timeout-now far ahead", msg(raftpb.MsgTimeoutNow, 5+raftport.TermStep+1, 0), false},
+		{"an append's answer far ahead", msg(raftpb.MsgAppResp, 5+raftport.TermStep+1, 0), false},
 		{"a pre-vote one ahead", msg(raftpb.MsgPreVote, 6, 5), true},
 		{"an append", msg(raftpb.MsgApp, 5, 4, 4, 5), true},
 		{"an append with an entry of a later term", msg(raftpb.MsgApp, 5, 4, 5, math.MaxUint64), false},

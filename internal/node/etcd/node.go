@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 	"github.com/fencelock/fencelock/internal/replica"
 )
 
@@ -41,7 +42,7 @@ type Node struct {
 	// which fails the wait sooner; the bound is for a loop that is stuck.
 	verifyTimeout time.Duration
 	dialable      bool
-	port          *node.RaftPort // nil without a raft port
+	port          *raftport.Port // nil without a raft port
 	tr            *transport     // the raft port's messages; nil without one
 	closeOnce     sync.Once
 	closeErr      error
@@ -181,7 +182,7 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 	case network != nil:
 		c.setSend(network.attach(n.self, c.deliver, c))
 	case cfg.RaftAddr != "":
-		port, err := node.ListenRaftPort(cfg, n.isMember, etcdFrames)
+		port, err := raftport.Listen(cfg.RaftPortConfig(), n.isMember, etcdFrames)
 		if err != nil {
 			return fmt.Errorf("etcd: raft transport: %w", err)
 		}
@@ -414,7 +415,7 @@ func (n *Node) ProbeRaft(ctx context.Context, id, addr string, timeout time.Dura
 	if n.cfg.DialRaft == nil && n.port == nil && n.dialable {
 		return nil
 	}
-	return node.ProbeRaft(ctx, n.cfg, id, addr, timeout)
+	return raftport.Probe(ctx, n.cfg.RaftPortConfig(), id, addr, timeout)
 }
 
 // Peers is every other member's health as this node sees it while it
@@ -464,9 +465,9 @@ func (n *Node) Contacts() []replica.PeerStatus {
 func (n *Node) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
 
 // RaftPortStats is the raft port's accounting; zero without a raft port.
-func (n *Node) RaftPortStats() node.RaftPortStats {
+func (n *Node) RaftPortStats() raftport.Stats {
 	if n.port == nil {
-		return node.RaftPortStats{}
+		return raftport.Stats{}
 	}
 	st := n.port.Stats()
 	if n.tr != nil {

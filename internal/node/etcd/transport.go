@@ -16,10 +16,11 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // transport carries the etcd engine's raft messages between members
-// over the raft port (node.RaftPort): the same listener budgets,
+// over the raft port (raftport.Port): the same listener budgets,
 // and with TLS the same rule that a peer holds a node certificate of the
 // CA naming a member. Each peer has one outgoing connection, written by
 // a goroutine of its own from a bounded queue, so raft's goroutine never
@@ -38,14 +39,14 @@ import (
 // reaches raft only once etcdCheckMsg (guard.go) took it: its terms,
 // and a snapshot's data.
 type transport struct {
-	st      *node.RaftPort
+	st      *raftport.Port
 	self    uint64
 	greet   []byte // this node's hello, sent after the preamble
 	log     *slog.Logger
 	core    *core
 	timeout time.Duration // a dial's, a flush's: an election timeout, at least etcdMinIOTimeout
 	hello   time.Duration // a dialer's time to say who it is: the port's handshake timeout
-	terms   *node.TermGuard
+	terms   *raftport.TermGuard
 
 	mu     sync.Mutex
 	out    map[uint64]*etcdPeerOut
@@ -83,10 +84,10 @@ type etcdPeerOut struct {
 }
 
 // newTransport starts the transport over st for core.
-func newTransport(st *node.RaftPort, core *core, self node.Peer, timeout time.Duration, log *slog.Logger) *transport {
+func newTransport(st *raftport.Port, core *core, self node.Peer, timeout time.Duration, log *slog.Logger) *transport {
 	t := &transport{st: st, self: etcdID(self.ID), greet: etcdHello(self), log: log, core: core,
 		timeout: max(timeout, etcdMinIOTimeout), hello: st.Limits().HandshakeTimeout,
-		terms: node.NewTermGuard(log, nil),
+		terms: raftport.NewTermGuard(log, nil),
 		out:   map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -357,7 +358,7 @@ func (t *transport) readLoop(c net.Conn) {
 	if from == t.self {
 		return
 	}
-	if !node.CertNames(c, p.ID) {
+	if !raftport.CertNames(c, p.ID) {
 		t.log.Warn("raft port: a peer whose certificate does not name the node it says it is",
 			"remote", c.RemoteAddr().String(), "node", p.ID)
 		return
@@ -383,7 +384,7 @@ func (t *transport) readLoop(c net.Conn) {
 	for {
 		m, err := etcdReadMsg(r, from)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) && !errors.Is(err, node.ErrMessage) {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) && !errors.Is(err, raftport.ErrMessage) {
 				t.log.Warn("raft port: closing a peer's connection", "remote", c.RemoteAddr().String(), "err", err)
 			}
 			return

@@ -13,28 +13,28 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // The etcd engine's raft port carries raftpb messages, each a frame:
 // a u32 length (big-endian) and the message's protobuf encoding. The
-// connection is the raft port (node.RaftPort): mutual TLS whose peer
+// connection is the raft port (raftport.Port): mutual TLS whose peer
 // holds the cluster's credential, or plain TCP with InsecureRaft.
 // etcdReadMsg refuses a message whose sender is not the one the
 // connection belongs to (its from).
 //
 // A frame holds etcdMaxFrame bytes at most, near the largest message
 // raft sends but a snapshot: an append of MaxSizePerMsg (1 MiB) of
-// entries, or one entry of node.MaxEntry when it is larger. A snapshot
+// entries, or one entry of raftport.MaxEntry when it is larger. A snapshot
 // too large for a frame travels as its data first, in chunk frames of
 // etcdSnapChunk bytes (the top bit of the length set), then its MsgSnap
 // without data, which takes the data of the chunks before it; a smaller
 // one travels whole, as it did before chunks, so that a node of an
 // earlier version still takes it. A reader holds a frame's bytes as
 // they arrive, never its declared length up front, and a snapshot's
-// chunks up to node.MaxSnapshot.
+// chunks up to raftport.MaxSnapshot.
 //
-// etcdParser follows the same frames for the raft port (node.Frames),
+// etcdParser follows the same frames for the raft port (raftport.Frames),
 // from the preamble and the hello on: the port refuses a declared
 // length above the bounds before the reader reads a byte of it, and
 // holds each message to the port's deadline.
@@ -119,8 +119,8 @@ func etcdReadMsg(r *bufio.Reader, from uint64) (*raftpb.Message, error) {
 			return nil, fmt.Errorf("a raft frame of %d bytes is above the limit of %d", n, etcdMaxFrame)
 		}
 		if head&etcdChunkBit != 0 {
-			if len(data)+n > node.MaxSnapshot {
-				return nil, fmt.Errorf("a snapshot of more than %d bytes", node.MaxSnapshot)
+			if len(data)+n > raftport.MaxSnapshot {
+				return nil, fmt.Errorf("a snapshot of more than %d bytes", raftport.MaxSnapshot)
 			}
 			var err error
 			if data, err = etcdReadFull(r, data, n); err != nil {
@@ -166,8 +166,8 @@ func etcdReadFull(r io.Reader, b []byte, n int) ([]byte, error) {
 
 // etcdFrames are the etcd engine's frames for the raft port: those of
 // the connections it accepts (it reads nothing from those it dials).
-var etcdFrames = node.Frames{
-	Accepted: func() node.FrameParser { return &etcdParser{} },
+var etcdFrames = raftport.Frames{
+	Accepted: func() raftport.FrameParser { return &etcdParser{} },
 	MaxHeld:  etcdMaxFrame + 4,
 	// A snapshot's chunks are streamed past the port's budget, but the
 	// reader holds them until the MsgSnap (raft takes a snapshot whole):
@@ -262,8 +262,8 @@ func (p *etcdParser) Parse(b []byte) (took, streamed int, end bool, err error) {
 			return 0, 0, false, fmt.Errorf("a raft frame of %d bytes is above the limit of %d", n, etcdMaxFrame)
 		}
 		if p.chunk {
-			if p.snap += n; p.snap > node.MaxSnapshot {
-				return 0, 0, false, fmt.Errorf("a snapshot of more than %d bytes", node.MaxSnapshot)
+			if p.snap += n; p.snap > raftport.MaxSnapshot {
+				return 0, 0, false, fmt.Errorf("a snapshot of more than %d bytes", raftport.MaxSnapshot)
 			}
 		}
 		if p.left = n; n == 0 && !p.chunk {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 func TestEtcdWireRoundTrip(t *testing.T) {
@@ -131,9 +132,9 @@ func TestEtcdWireRefusesWhatNoMemberSends(t *testing.T) {
 			t.Errorf("%s: %v, want a refusal", name, err)
 		}
 	}
-	// A chunk that takes a snapshot past node.MaxSnapshot: refused at
+	// A chunk that takes a snapshot past raftport.MaxSnapshot: refused at
 	// its header, nothing of it read.
-	p := &etcdParser{stage: 3, snap: node.MaxSnapshot - 10}
+	p := &etcdParser{stage: 3, snap: raftport.MaxSnapshot - 10}
 	if _, _, _, err := p.Parse(binary.BigEndian.AppendUint32(nil, etcdChunkBit|11)); err == nil {
 		t.Error("the parser took a chunk past a snapshot's bound")
 	}
