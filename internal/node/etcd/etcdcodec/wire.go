@@ -1,4 +1,4 @@
-package etcd
+package etcdcodec
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ import (
 // a u32 length (big-endian) and the message's protobuf encoding. The
 // connection is the raft port (raftport.Port): mutual TLS whose peer
 // holds the cluster's credential, or plain TCP with InsecureRaft.
-// etcdReadMsg refuses a message whose sender is not the one the
+// ReadMsg refuses a message whose sender is not the one the
 // connection belongs to (its from).
 //
 // A frame holds etcdMaxFrame bytes at most, near the largest message
@@ -51,9 +51,9 @@ const etcdChunkBit = 1 << 31
 // etcdReadStep bounds what a reader adds to a frame's buffer at once.
 const etcdReadStep = 64 << 10
 
-// etcdWriteMsg writes m to w (buffered: the caller flushes): one frame,
+// WriteMsg writes m to w (buffered: the caller flushes): one frame,
 // or a snapshot's chunks and then its MsgSnap.
-func etcdWriteMsg(w *bufio.Writer, m *raftpb.Message) error {
+func WriteMsg(w *bufio.Writer, m *raftpb.Message) error {
 	data := m.GetSnapshot().GetData()
 	if m.GetType() == raftpb.MsgSnap && proto.Size(m) > etcdMaxFrame {
 		for off := 0; off < len(data); off += etcdSnapChunk {
@@ -99,10 +99,10 @@ func etcdWithoutData(m *raftpb.Message) *raftpb.Message {
 	return out
 }
 
-// etcdReadMsg reads one message from r: a frame, or a snapshot's chunks
+// ReadMsg reads one message from r: a frame, or a snapshot's chunks
 // and its MsgSnap. from, when not 0, is the only sender the connection
 // may carry.
-func etcdReadMsg(r *bufio.Reader, from uint64) (*raftpb.Message, error) {
+func ReadMsg(r *bufio.Reader, from uint64) (*raftpb.Message, error) {
 	var data []byte
 	chunks := false
 	for {
@@ -164,9 +164,9 @@ func etcdReadFull(r io.Reader, b []byte, n int) ([]byte, error) {
 	return b, nil
 }
 
-// etcdFrames are the etcd engine's frames for the raft port: those of
+// Frames are the etcd engine's frames for the raft port: those of
 // the connections it accepts (it reads nothing from those it dials).
-var etcdFrames = raftport.Frames{
+var Frames = raftport.Frames{
 	Accepted: func() raftport.FrameParser { return &etcdParser{} },
 	MaxHeld:  etcdMaxFrame + 4,
 	// A snapshot's chunks are streamed past the port's budget, but the
@@ -197,14 +197,14 @@ func (p *etcdParser) Parse(b []byte) (took, streamed int, end bool, err error) {
 			// the transport refuses them at the preamble, and says so.
 			return len(b), 0, false, nil
 		case 0:
-			k := min(len(etcdPreamble)-p.pre, len(b)-took)
-			if !bytes.Equal(b[took:took+k], etcdPreamble[p.pre:p.pre+k]) {
+			k := min(len(Preamble)-p.pre, len(b)-took)
+			if !bytes.Equal(b[took:took+k], Preamble[p.pre:p.pre+k]) {
 				p.stage = 4
 				continue
 			}
 			p.pre += k
 			took += k
-			if p.pre == len(etcdPreamble) {
+			if p.pre == len(Preamble) {
 				p.stage = 1
 			}
 			continue
