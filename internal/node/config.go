@@ -2,12 +2,11 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
 	"log/slog"
 	"net"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/tlsconfig"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // Config is what an engine's Open needs; both engines take the same one.
@@ -31,7 +30,7 @@ type Config struct {
 	// certificates of a CA (a tlsconfig.Reloader) or of the cluster
 	// secret's authority (a clustersecret.Credential). nil: plain TCP,
 	// which needs InsecureRaft.
-	TLS PeerTLS
+	TLS raftport.PeerTLS
 	// InsecureRaft allows a raft port without TLS, where any process
 	// that reaches it is taken for a member.
 	InsecureRaft bool
@@ -41,9 +40,9 @@ type Config struct {
 	// listener on RaftAddr (tests: ports chosen first).
 	Listener net.Listener
 	// RaftPort bounds the raft port's connections and handshakes.
-	RaftPort RaftPortLimits
+	RaftPort raftport.Limits
 	// DialRaft checks that a raft address accepts connections before a
-	// join; nil: a TCP (or TLS) dial (ProbeRaft).
+	// join; nil: a TCP (or TLS) dial (raftport.Probe).
 	DialRaft func(ctx context.Context, addr string) error
 	Logger   *slog.Logger
 
@@ -63,23 +62,6 @@ type Config struct {
 	Hooks Hooks
 }
 
-// PeerTLS is what the raft port runs mutual TLS with: the configs of its
-// listener and of its dialer, each taking only a node members accepts.
-type PeerTLS interface {
-	PeerServer(members tlsconfig.Members) *tls.Config
-	PeerClient(addr string, members tlsconfig.Members) *tls.Config
-}
-
-// PeerProof is a credential its dialer proves in its first bytes, before
-// the TLS handshake (clustersecret.Credential): the raft port reads and
-// checks them first, so that the handshakes it spends its budget on are
-// only those of holders of the credential.
-type PeerProof interface {
-	Proof() ([]byte, error)
-	ProofLen() int
-	CheckProof([]byte) bool
-}
-
 // Hooks are told what the state machine did; each may be nil.
 type Hooks struct {
 	// Applied is how long each log entry took to apply.
@@ -92,6 +74,12 @@ type Hooks struct {
 type Peer struct {
 	ID       string
 	RaftAddr string
+}
+
+// RaftPortConfig is what the raft port is opened and probed with.
+func (c Config) RaftPortConfig() raftport.Config {
+	return raftport.Config{Addr: c.RaftAddr, Listener: c.Listener, TLS: c.TLS, InsecureRaft: c.InsecureRaft,
+		Insecure: c.Insecure, Limits: c.RaftPort, Dial: c.DialRaft, Logger: c.Logger}
 }
 
 // WALSegmentSize is the default size of each preallocated log segment

@@ -1,6 +1,6 @@
 // Package node is what both raft engines share: the durable stores a
-// node runs on and the raft port it listens on. Each engine is a package
-// of its own that builds on it — internal/node/hashicorp (hashicorp/raft,
+// node runs on, its Config and its view of its peers. Each engine is a
+// package of its own that builds on it — internal/node/hashicorp (hashicorp/raft,
 // the default) and internal/node/etcd (etcd-io/raft, --engine etcd) — and
 // the service sees either through internal/replica.
 //
@@ -17,9 +17,12 @@
 //     token ceiling past every token a batch issued before any of the
 //     batch is answered.
 //   - Recover: the offline repair of a single node's data directory.
-//   - RaftPort: the raft port's listener, its budgets and, with TLS, its
-//     handshake (a peer must hold a node certificate naming a member).
 //   - PeerWatch: a leader's view of its peers' answers.
+//
+// The raft port both engines listen on (its listener, budgets, TLS
+// handshake, message framing and term guard) is a package of its own
+// below this one, internal/node/raftport; Config carries its settings
+// (Config.RaftPortConfig).
 //
 // The data directory's format is raft-wal's log and hashicorp/raft's file
 // snapshot store, so this package names their types (raft.Log,

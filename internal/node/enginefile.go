@@ -10,9 +10,9 @@ import (
 )
 
 // The replication engines a data directory can be written by. Their logs
-// share a format on disk (etcd_entry.go) but not a meaning: a node of one
-// engine must never read the other's, so the directory records its engine
-// at the first start.
+// share a format on disk (internal/node/etcd/etcdcodec) but not a
+// meaning: a node of one engine must never read the other's, so the
+// directory records its engine at the first start.
 const (
 	EngineHashicorp = "hashicorp"
 	EngineEtcd      = "etcd"

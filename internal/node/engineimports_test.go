@@ -17,8 +17,10 @@ import (
 // other, and the shared node package (and the etcd engine, over the same
 // stores) names hashicorp/raft only for the types of the data
 // directory's format — raft-wal's log store and the file snapshot store —
-// never its engine. Test files may speak raw raft (they play attackers
-// and peers).
+// never its engine. An engine's subpackages are part of its room. The
+// raft port (internal/node/raftport) sits below both engines and the
+// node package: it imports neither of them nor any raft. Test files may
+// speak raw raft (they play attackers and peers).
 func TestEngineImports(t *testing.T) {
 	const (
 		mod       = "github.com/fencelock/fencelock/"
@@ -56,6 +58,13 @@ func TestEngineImports(t *testing.T) {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		room := rel // an engine's subpackage is in the engine's room
+		for _, e := range []string{"internal/node/hashicorp", "internal/node/etcd"} {
+			if strings.HasPrefix(rel, e+"/") {
+				room = e
+			}
+		}
 		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
 		if err != nil {
 			return err
@@ -66,13 +75,16 @@ func TestEngineImports(t *testing.T) {
 			p, _ := strconv.Unquote(imp.Path.Value)
 			isEngine := p == hashicorp || p == etcd || strings.HasPrefix(p, etcd+"/")
 			switch {
-			case p == mod+"internal/node/hashicorp" && rel == "internal/node/etcd",
-				p == mod+"internal/node/etcd" && rel == "internal/node/hashicorp":
+			case strings.HasPrefix(p+"/", mod+"internal/node/hashicorp/") && room == "internal/node/etcd",
+				strings.HasPrefix(p+"/", mod+"internal/node/etcd/") && room == "internal/node/hashicorp":
 				t.Errorf("%s imports the other engine, %s", path, p)
+			case strings.HasPrefix(p+"/", mod+"internal/node/") && rel == "internal/node/raftport":
+				t.Errorf("%s imports %s; the raft port sits below the node packages", path, p)
+				continue
 			case !isEngine:
 				continue
 			}
-			idents, ok := allowed[filepath.ToSlash(rel)][p]
+			idents, ok := allowed[room][p]
 			if !ok {
 				t.Errorf("%s imports %s; only the engines may", path, p)
 				continue
@@ -94,7 +106,7 @@ func TestEngineImports(t *testing.T) {
 			if !ok || names[x.Name] == "" {
 				return true
 			}
-			if !slices.Contains(allowed[filepath.ToSlash(rel)][names[x.Name]], sel.Sel.Name) {
+			if !slices.Contains(allowed[room][names[x.Name]], sel.Sel.Name) {
 				t.Errorf("%s uses %s.%s: only the storage types of the data directory's format may be named here", path, x.Name, sel.Sel.Name)
 			}
 			return true

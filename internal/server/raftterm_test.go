@@ -23,7 +23,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // Nothing a peer sends can wrap a term (issue 41, item 2): a member-
@@ -141,7 +141,7 @@ func TestRaftPortATermOfTwoToTheSixtyFourCannotWrap(t *testing.T) {
 	// 2^64-1 wraps; 2^62 is the highest term a peer may send at all;
 	// 2^40 is below it but far more than a step ahead of the cluster's
 	// (a node's term would have to stand still for 2^16 s).
-	for _, term := range []uint64{math.MaxUint64, node.MaxTerm, 1 << 40} {
+	for _, term := range []uint64{math.MaxUint64, raftport.MaxTerm, 1 << 40} {
 		for _, n := range nodes {
 			from := l
 			if n == l {
@@ -167,9 +167,9 @@ func TestRaftPortATermOfTwoToTheSixtyFourCannotWrap(t *testing.T) {
 	// holder of the secret can disturb elections, never end them.
 	l = tlsLeader(t, nodes)
 	f := followerOf(nodes, l)
-	step := f.node.Status().Term + node.TermStep
+	step := f.node.Status().Term + raftport.TermStep
 	sendTermAttack(t, f, l, step, secretDial(t, *testSecret, l.id, true))
-	if term := f.node.Status().Term; term < step || term >= step+node.TermStep {
+	if term := f.node.Status().Term; term < step || term >= step+raftport.TermStep {
 		t.Errorf("%s, sent a term a step ahead (%d): now at %d", f.id, step, term)
 	}
 

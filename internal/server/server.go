@@ -23,6 +23,7 @@ import (
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/node/etcd"
 	"github.com/fencelock/fencelock/internal/node/hashicorp"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
@@ -102,7 +103,7 @@ func New(cfg Config) (*Server, error) {
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, Peers: nodePeers(cfg.Peers), Join: cfg.Join,
 		TLS: peerTLS, InsecureRaft: cfg.InsecureRaft, Insecure: cfg.Insecure, Listener: cfg.raftListener, DialRaft: cfg.dialRaft,
 		Logger: cfg.Logger,
-		RaftPort: node.RaftPortLimits{MaxConns: cfg.MaxRaftConnections, MaxHandshakes: cfg.MaxRaftHandshakes,
+		RaftPort: raftport.Limits{MaxConns: cfg.MaxRaftConnections, MaxHandshakes: cfg.MaxRaftHandshakes,
 			HandshakeTimeout: cfg.RaftHandshakeTimeout},
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
@@ -147,7 +148,7 @@ func New(cfg Config) (*Server, error) {
 // secret's authority when there is a secret, else the TLS files' CA when
 // there are TLS files; nil for none. A raft port with none runs only
 // with InsecureRaft (Validate), and says so.
-func (s *Server) raftCredential() (node.PeerTLS, error) {
+func (s *Server) raftCredential() (raftport.PeerTLS, error) {
 	cfg := s.cfg
 	port := cfg.RaftAddr != "" && cfg.Transport == nil
 	switch {
@@ -178,7 +179,7 @@ func (s *Server) raftCredential() (node.PeerTLS, error) {
 // to a cluster, which it can reach only over a raft port, and that
 // needs a credential. (A node given a raft port without one is refused
 // before: Validate.)
-func (s *Server) checkClusterData(peerTLS node.PeerTLS) error {
+func (s *Server) checkClusterData(peerTLS raftport.PeerTLS) error {
 	cfg := s.cfg
 	if peerTLS != nil || cfg.InsecureRaft || cfg.Transport != nil || cfg.RaftAddr != "" {
 		return nil
@@ -203,7 +204,7 @@ func (s *Server) checkClusterData(peerTLS node.PeerTLS) error {
 // it: the service's Replicator, the raft port's accounting, and Close.
 type engineNode interface {
 	replica.Replicator
-	RaftPortStats() node.RaftPortStats
+	RaftPortStats() raftport.Stats
 	Close() error
 }
 
@@ -348,12 +349,12 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config, grace time.Duration
 const maxHeaderBytes = 64 << 10
 
 // loopbackCheck refuses to serve what on addr without TLS, unless it is
-// a loopback address or cfg.Insecure is set (node.CheckLoopback).
+// a loopback address or cfg.Insecure is set (raftport.CheckLoopback).
 func loopbackCheck(cfg Config, what string, addr net.Addr) error {
 	if cfg.TLS.Enabled() {
 		return nil
 	}
-	return node.CheckLoopback(cfg.Insecure, what, addr)
+	return raftport.CheckLoopback(cfg.Insecure, what, addr)
 }
 
 // serviceConfig is what the service takes of cfg (with its defaults).

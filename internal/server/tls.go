@@ -8,10 +8,10 @@ import (
 
 // TLS. With Config.TLS set, the client port serves TLS (the handshake
 // comes first, then HTTP and framed connections are told apart as
-// without TLS), the raft port runs mutual TLS (internal/node), and this
-// node's own calls to other nodes (join probes, announcements) use https
-// with its certificate (newPeers). ReloadTLS rereads the files: new
-// handshakes use them.
+// without TLS), the raft port runs mutual TLS (internal/node/raftport),
+// and this node's own calls to other nodes (join probes, announcements)
+// use https with its certificate (newPeers). ReloadTLS rereads the
+// files: new handshakes use them.
 
 // ReloadTLS rereads the certificate, key and CA files (on SIGHUP, say).
 // On an error the certificates in use stay. Without TLS it does nothing.

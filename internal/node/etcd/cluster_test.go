@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"github.com/fencelock/fencelock/internal/replica"
 )
 
@@ -41,7 +42,7 @@ func TestEtcdCoreThreeNodes(t *testing.T) {
 	names := []string{"a", "b", "c"}
 	var voters []uint64
 	for _, n := range names {
-		voters = append(voters, etcdID(n))
+		voters = append(voters, etcdcodec.ID(n))
 	}
 	r := &etcdRouter{cores: map[uint64]*core{}}
 	type member struct {
@@ -56,14 +57,14 @@ func TestEtcdCoreThreeNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := fsm.New(nil)
-		c, err := openCore(st.Logs, st.Stable, st.Machine(f, node.Hooks{}), etcdID(n), voters, nil,
+		c, err := openCore(st.Logs, st.Stable, st.Machine(f, node.Hooks{}), etcdcodec.ID(n), voters, nil,
 			5*time.Millisecond, slog.New(slog.DiscardHandler), uint64(i+1)<<40, etcdSnapPolicy{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms[etcdID(n)] = &member{st, c, f}
+		ms[etcdcodec.ID(n)] = &member{st, c, f}
 		r.mu.Lock()
-		r.cores[etcdID(n)] = c
+		r.cores[etcdcodec.ID(n)] = c
 		r.mu.Unlock()
 	}
 	for _, m := range ms {

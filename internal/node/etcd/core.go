@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"github.com/fencelock/fencelock/internal/plant"
 	"github.com/fencelock/fencelock/internal/replica"
 )
@@ -517,7 +518,7 @@ func (c *core) ready() error {
 		// entries not yet on disk
 		ents, c.plantLate = c.plantLate, ents
 	}
-	if err := etcdAppend(c.logs, ents); err != nil {
+	if err := etcdcodec.Append(c.logs, ents); err != nil {
 		return err
 	}
 	if err := c.ms.Append(rd.Entries); err != nil {
@@ -535,7 +536,7 @@ func (c *core) ready() error {
 	if hs := rd.HardState; !etcdraft.IsEmptyHardState(hs) {
 		if hs.GetTerm() != c.hs.GetTerm() || hs.GetVote() != c.hs.GetVote() {
 			if !plant.On("vote-not-durable") {
-				if err := etcdSaveHardState(c.stable, hs); err != nil {
+				if err := etcdcodec.SaveHardState(c.stable, hs); err != nil {
 					return err
 				}
 			}
@@ -635,7 +636,7 @@ func (c *core) applyConfChanges(ents []*raftpb.Entry) error {
 			continue
 		}
 		if !saved && c.cur != nil && c.cur.GetCommit() > c.hs.GetCommit() {
-			if err := etcdSaveHardState(c.stable, c.cur); err != nil {
+			if err := etcdcodec.SaveHardState(c.stable, c.cur); err != nil {
 				return err
 			}
 			c.hs, saved = c.cur, true
@@ -643,7 +644,7 @@ func (c *core) applyConfChanges(ents []*raftpb.Entry) error {
 		wid, peer, named := etcdParseConfContext(ctx)
 		if named {
 			for _, ch := range cc.AsV2().GetChanges() {
-				if ch.GetType() != raftpb.ConfChangeRemoveNode && ch.GetNodeId() == etcdID(peer.ID) {
+				if ch.GetType() != raftpb.ConfChangeRemoveNode && ch.GetNodeId() == etcdcodec.ID(peer.ID) {
 					c.setName(ch.GetNodeId(), peer)
 				}
 			}
@@ -862,7 +863,7 @@ func (c *core) proposeConf() {
 }
 
 func (c *core) proposeConfNow(q etcdConfReq) {
-	target := etcdID(q.peer.ID)
+	target := etcdcodec.ID(q.peer.ID)
 	if err := etcdCheckChange(c.conf.Load(), q.typ, target); err != nil {
 		c.answer(q.id, etcdAnswer{err: err})
 		return
@@ -1143,7 +1144,7 @@ func newCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self 
 	if policy.store == nil {
 		policy.store = raft.NewInmemSnapshotStore()
 	}
-	snap, snapNames, fsmData, err := etcdLoadSnap(policy.store)
+	snap, snapNames, fsmData, err := etcdcodec.LoadSnap(policy.store)
 	if err != nil {
 		return nil, err
 	}
@@ -1158,7 +1159,7 @@ func newCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self 
 	if err := etcdDropStaleLog(logs, booted.index); err != nil {
 		return nil, err
 	}
-	ms, err := etcdLoadMemory(logs, stable, snap)
+	ms, err := etcdcodec.LoadMemory(logs, stable, snap)
 	if err != nil {
 		return nil, err
 	}
@@ -1215,3 +1216,5 @@ func newCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self 
 	c.booted.names = known
 	return c, nil
 }
+
+func protoUnmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }

@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/locktable"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"github.com/fencelock/fencelock/internal/replica"
 )
 
@@ -28,7 +29,7 @@ func TestEtcdCoreSingleNode(t *testing.T) {
 		}
 		f := fsm.New(nil)
 		m := st.Machine(f, node.Hooks{})
-		c, err := openCore(st.Logs, st.Stable, m, etcdID("a"), []uint64{etcdID("a")}, nil, time.Millisecond, slog.New(slog.DiscardHandler), 1000, etcdSnapPolicy{})
+		c, err := openCore(st.Logs, st.Stable, m, etcdcodec.ID("a"), []uint64{etcdcodec.ID("a")}, nil, time.Millisecond, slog.New(slog.DiscardHandler), 1000, etcdSnapPolicy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +100,7 @@ func TestEtcdCoreHaltsOnAWriteFailure(t *testing.T) {
 	mem := raft.NewInmemStore()
 	logs := &failingLogs{InmemStore: mem}
 	f := fsm.New(nil)
-	c, err := openCore(logs, mem, (&node.Storage{}).Machine(f, node.Hooks{}), etcdID("a"), []uint64{etcdID("a")}, nil,
+	c, err := openCore(logs, mem, (&node.Storage{}).Machine(f, node.Hooks{}), etcdcodec.ID("a"), []uint64{etcdcodec.ID("a")}, nil,
 		time.Millisecond, slog.New(slog.DiscardHandler), 1, etcdSnapPolicy{})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -27,17 +28,17 @@ func TestEtcdEntriesRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	ents := []*raftpb.Entry{
-		etcdEntry(1, 1, raftpb.EntryConfChangeV2, []byte("cc")),
-		etcdEntry(2, 1, raftpb.EntryNormal, nil),
-		etcdEntry(3, 1, raftpb.EntryNormal, []byte("three")),
-		etcdEntry(4, 1, raftpb.EntryNormal, []byte("four")),
+		etcdcodec.Entry(1, 1, raftpb.EntryConfChangeV2, []byte("cc")),
+		etcdcodec.Entry(2, 1, raftpb.EntryNormal, nil),
+		etcdcodec.Entry(3, 1, raftpb.EntryNormal, []byte("three")),
+		etcdcodec.Entry(4, 1, raftpb.EntryNormal, []byte("four")),
 	}
-	if err := etcdAppend(st.Logs, ents); err != nil {
+	if err := etcdcodec.Append(st.Logs, ents); err != nil {
 		t.Fatal(err)
 	}
 	// A new leader's entries replace 3..4.
-	repl := []*raftpb.Entry{etcdEntry(3, 2, raftpb.EntryNormal, []byte("new three"))}
-	if err := etcdAppend(st.Logs, repl); err != nil {
+	repl := []*raftpb.Entry{etcdcodec.Entry(3, 2, raftpb.EntryNormal, []byte("new three"))}
+	if err := etcdcodec.Append(st.Logs, repl); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
@@ -48,7 +49,7 @@ func TestEtcdEntriesRoundTrip(t *testing.T) {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer st.Close()
-	got, err := etcdEntries(st.Logs, 1, 3)
+	got, err := etcdcodec.Entries(st.Logs, 1, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +78,9 @@ func TestEtcdEntriesDamageRefused(t *testing.T) {
 	payload := []byte("a payload that is easy to find in the segment")
 	var ents []*raftpb.Entry
 	for i := uint64(1); i <= 5; i++ {
-		ents = append(ents, etcdEntry(i, 1, raftpb.EntryNormal, payload))
+		ents = append(ents, etcdcodec.Entry(i, 1, raftpb.EntryNormal, payload))
 	}
-	if err := etcdAppend(st.Logs, ents); err != nil {
+	if err := etcdcodec.Append(st.Logs, ents); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {

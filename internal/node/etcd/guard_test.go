@@ -17,6 +17,8 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // What a member-looking process sends the etcd engine (issue 41):
@@ -34,7 +36,7 @@ func (cl *etcdCluster) sendAs(name, as string, msgs ...*raftpb.Message) net.Conn
 	cl.t.Cleanup(func() { c.Close() })
 	w := bufio.NewWriter(c)
 	for _, m := range msgs {
-		if err := etcdWriteMsg(w, m); err != nil {
+		if err := etcdcodec.WriteMsg(w, m); err != nil {
 			cl.t.Fatal(err)
 		}
 	}
@@ -94,12 +96,12 @@ func TestEtcdTransportRefusesADamagedSnapshot(t *testing.T) {
 		as = "b"
 	}
 
-	cs := &raftpb.ConfState{Voters: []uint64{etcdID("a"), etcdID("b"), etcdID("c")}}
+	cs := &raftpb.ConfState{Voters: []uint64{etcdcodec.ID("a"), etcdcodec.ID("b"), etcdcodec.ID("c")}}
 	names := map[uint64]node.Peer{}
 	for _, n := range []string{"a", "b", "c"} {
-		names[etcdID(n)] = node.Peer{ID: n, RaftAddr: cl.addr(n)}
+		names[etcdcodec.ID(n)] = node.Peer{ID: n, RaftAddr: cl.addr(n)}
 	}
-	head, err := etcdSnapHeader(cs, names)
+	head, err := etcdcodec.SnapHeader(cs, names)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,16 +113,16 @@ func TestEtcdTransportRefusesADamagedSnapshot(t *testing.T) {
 	bad[len(bad)/2] ^= 0xff
 	term := cl.ms[l].r.Status().Term
 	snap := func(cs *raftpb.ConfState, snapTerm uint64, data []byte) *raftpb.Message {
-		return &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: proto.Uint64(etcdID(as)), To: proto.Uint64(etcdID("c")),
+		return &raftpb.Message{Type: raftpb.MsgSnap.Enum(), From: proto.Uint64(etcdcodec.ID(as)), To: proto.Uint64(etcdcodec.ID("c")),
 			Term: proto.Uint64(term), Snapshot: &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{
 				Index: proto.Uint64(1 << 40), Term: proto.Uint64(snapTerm), ConfState: cs}}}
 	}
 	damaged := []*raftpb.Message{
 		snap(cs, term, []byte("not a snapshot")),
-		snap(cs, term, append(append([]byte{}, head...), bad...)),                                                       // the state machine's bytes
-		snap(cs, term, append(append([]byte{}, head[:len(head)-1]...), good...)),                                        // the names' checksum
-		snap(&raftpb.ConfState{Voters: []uint64{etcdID("c"), 12345}}, term, append(append([]byte{}, head...), good...)), // a member with no name
-		snap(&raftpb.ConfState{Voters: []uint64{etcdID("c")}, Learners: []uint64{etcdID("c")}}, term, append(append([]byte{}, head...), good...)),
+		snap(cs, term, append(append([]byte{}, head...), bad...)),                                                             // the state machine's bytes
+		snap(cs, term, append(append([]byte{}, head[:len(head)-1]...), good...)),                                              // the names' checksum
+		snap(&raftpb.ConfState{Voters: []uint64{etcdcodec.ID("c"), 12345}}, term, append(append([]byte{}, head...), good...)), // a member with no name
+		snap(&raftpb.ConfState{Voters: []uint64{etcdcodec.ID("c")}, Learners: []uint64{etcdcodec.ID("c")}}, term, append(append([]byte{}, head...), good...)),
 		snap(cs, term+1, append(append([]byte{}, head...), good...)), // a snapshot's term above its message's
 	}
 	cl.sendAs("c", as, damaged...)
@@ -179,15 +181,15 @@ func TestEtcdTransportCutsAHalfSentFrame(t *testing.T) {
 	cl.checkAcked()
 }
 
-// etcdCheckMsg's refusals, message by message: terms the guard refuses,
-// terms inside a message above its own, and messages of term 0, which
-// raft takes no term from.
+// etcdcodec.CheckMsg's refusals, message by message: terms the guard
+// refuses, terms inside a message above its own, and messages of term 0,
+// which raft takes no term from.
 func TestEtcdCheckMsg(t *testing.T) {
-	g := node.NewTermGuard(slog.New(slog.DiscardHandler), nil)
+	g := raftport.NewTermGuard(slog.New(slog.DiscardHandler), nil)
 	msg := func(typ raftpb.MessageType, term, logTerm uint64, ents ...uint64) *raftpb.Message {
 		m := &raftpb.Message{Type: typ.Enum(), From: proto.Uint64(1), To: proto.Uint64(2), Term: proto.Uint64(term), LogTerm: proto.Uint64(logTerm)}
 		for i, et := range ents {
-			m.Entries = append(m.Entries, etcdEntry(uint64(10+i), et, raftpb.EntryNormal, []byte("x")))
+			m.Entries = append(m.Entries, etcdcodec.Entry(uint64(10+i), et, raftpb.EntryNormal, []byte("x")))
 		}
 		return m
 	}
@@ -197,10 +199,10 @@ func TestEtcdCheckMsg(t *testing.T) {
 		ok   bool
 	}{
 		{"a heartbeat of 2^64-1", msg(raftpb.MsgHeartbeat, math.MaxUint64, 0), false},
-		{"a vote of 2^62+1", msg(raftpb.MsgVote, node.MaxTerm+1, 5), false},
-		{"a pre-vote far ahead", msg(raftpb.MsgPreVote, 5+node.TermStep+1, 5), false},
-		{"a timeout-now far ahead", msg(raftpb.MsgTimeoutNow, 5+node.TermStep+1, 0), false},
-		{"an append's answer far ahead", msg(raftpb.MsgAppResp, 5+node.TermStep+1, 0), false},
+		{"a vote of 2^62+1", msg(raftpb.MsgVote, raftport.MaxTerm+1, 5), false},
+		{"a pre-vote far ahead", msg(raftpb.MsgPreVote, 5+raftport.TermStep+1, 5), false},
+		{"a timeout-now far ahead", msg(raftpb.MsgTimeoutNow, 5+raftport.TermStep+1, 0), false},
+		{"an append's answer far ahead", msg(raftpb.MsgAppResp, 5+raftport.TermStep+1, 0), false},
 		{"a pre-vote one ahead", msg(raftpb.MsgPreVote, 6, 5), true},
 		{"an append", msg(raftpb.MsgApp, 5, 4, 4, 5), true},
 		{"an append with an entry of a later term", msg(raftpb.MsgApp, 5, 4, 5, math.MaxUint64), false},
@@ -208,7 +210,7 @@ func TestEtcdCheckMsg(t *testing.T) {
 		{"a vote whose last log term is later", msg(raftpb.MsgVote, 6, 7), false},
 		{"a proposal (term 0)", msg(raftpb.MsgProp, 0, 0, 0), true},
 	} {
-		err := etcdCheckMsg(g, c.m, 5, nil)
+		err := etcdcodec.CheckMsg(g, c.m, 5, nil)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: %v, want taken %v", c.name, err, c.ok)
 		}

@@ -3,6 +3,7 @@ package etcd
 import (
 	"testing"
 
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"github.com/hashicorp/raft"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -17,14 +18,14 @@ func TestEtcdLoadMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ents := []*raftpb.Entry{
-		etcdEntry(1, 1, raftpb.EntryNormal, []byte("a")),
-		etcdEntry(2, 2, raftpb.EntryNormal, []byte("b")),
+		etcdcodec.Entry(1, 1, raftpb.EntryNormal, []byte("a")),
+		etcdcodec.Entry(2, 2, raftpb.EntryNormal, []byte("b")),
 	}
-	if err := etcdAppend(st.Logs, ents); err != nil {
+	if err := etcdcodec.Append(st.Logs, ents); err != nil {
 		t.Fatal(err)
 	}
 	hs := &raftpb.HardState{Term: proto.Uint64(2), Vote: proto.Uint64(7), Commit: proto.Uint64(9)}
-	if err := etcdSaveHardState(st.Stable, hs); err != nil {
+	if err := etcdcodec.SaveHardState(st.Stable, hs); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
@@ -35,7 +36,7 @@ func TestEtcdLoadMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ms, err := etcdLoadMemory(st.Logs, st.Stable, nil)
+	ms, err := etcdcodec.LoadMemory(st.Logs, st.Stable, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestEtcdLoadMemoryEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ms, err := etcdLoadMemory(st.Logs, st.Stable, nil)
+	ms, err := etcdcodec.LoadMemory(st.Logs, st.Stable, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,13 +79,13 @@ func TestEtcdLoadMemoryEmpty(t *testing.T) {
 func TestEtcdLoadMemoryRefusesALogAfterNoSnapshot(t *testing.T) {
 	logs := raft.NewInmemStore()
 	ents := []*raftpb.Entry{
-		etcdEntry(170, 4, raftpb.EntryNormal, []byte("a")),
-		etcdEntry(171, 4, raftpb.EntryNormal, []byte("b")),
+		etcdcodec.Entry(170, 4, raftpb.EntryNormal, []byte("a")),
+		etcdcodec.Entry(171, 4, raftpb.EntryNormal, []byte("b")),
 	}
-	if err := etcdAppend(logs, ents); err != nil {
+	if err := etcdcodec.Append(logs, ents); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := etcdLoadMemory(logs, logs, nil); err == nil {
+	if _, err := etcdcodec.LoadMemory(logs, logs, nil); err == nil {
 		t.Fatal("a log starting at 170 with no snapshot was loaded")
 	}
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 	"github.com/fencelock/fencelock/internal/replica"
 )
 
@@ -41,7 +43,7 @@ type Node struct {
 	// which fails the wait sooner; the bound is for a loop that is stuck.
 	verifyTimeout time.Duration
 	dialable      bool
-	port          *node.RaftPort // nil without a raft port
+	port          *raftport.Port // nil without a raft port
 	tr            *transport     // the raft port's messages; nil without one
 	closeOnce     sync.Once
 	closeErr      error
@@ -92,7 +94,7 @@ func openNode(cfg node.Config, f *fsm.FSM, network etcdNet, stepped *SteppedConf
 	if cfg.RaftAddr == "" && cfg.Listener != nil {
 		cfg.RaftAddr = cfg.Listener.Addr().String()
 	}
-	n := &Node{cfg: cfg, fsm: f, self: etcdID(cfg.NodeID), stop: make(chan struct{}),
+	n := &Node{cfg: cfg, fsm: f, self: etcdcodec.ID(cfg.NodeID), stop: make(chan struct{}),
 		verifyTimeout: 4 * etcdElectionTick * tick, dialable: network != nil || stepped != nil || cfg.RaftAddr != ""}
 	names := map[uint64]node.Peer{n.self: {ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}
 	voters := []uint64{n.self}
@@ -103,7 +105,7 @@ func openNode(cfg node.Config, f *fsm.FSM, network etcdNet, stepped *SteppedConf
 		voters = voters[:0]
 		self := false
 		for _, p := range cfg.Peers {
-			id := etcdID(p.ID)
+			id := etcdcodec.ID(p.ID)
 			if q, dup := names[id]; dup && q.ID != p.ID {
 				return nil, fmt.Errorf("etcd: the node IDs %s and %s map to the same etcd member id", q.ID, p.ID)
 			}
@@ -181,7 +183,7 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 	case network != nil:
 		c.setSend(network.attach(n.self, c.deliver, c))
 	case cfg.RaftAddr != "":
-		port, err := node.ListenRaftPort(cfg, n.isMember, etcdFrames)
+		port, err := raftport.Listen(cfg.RaftPortConfig(), n.isMember, etcdcodec.Frames)
 		if err != nil {
 			return fmt.Errorf("etcd: raft transport: %w", err)
 		}
@@ -215,7 +217,7 @@ func etcdSeed(stepped *SteppedConfig) (uint64, error) {
 // leader reaches it.
 func (n *Node) isMember(id string) bool {
 	c := n.core
-	eid := etcdID(id)
+	eid := etcdcodec.ID(id)
 	member, empty := etcdInConf(c.conf.Load(), eid)
 	if empty {
 		return true
@@ -234,7 +236,7 @@ func etcdHasState(logs raft.LogStore, stable raft.StableStore, snaps raft.Snapsh
 	if list, err := snaps.List(); err != nil || len(list) > 0 {
 		return len(list) > 0, err
 	}
-	b, err := etcdGetHardState(stable)
+	b, err := etcdcodec.GetHardState(stable)
 	return len(b) > 0, err
 }
 
@@ -338,7 +340,7 @@ func (n *Node) StartIndex() uint64 { return n.core.first }
 
 // Configuration is the members as this node has applied them.
 func (n *Node) Configuration() ([]replica.Server, error) {
-	c, err := etcdConfiguration(n.core.conf.Load(), *n.core.names.Load())
+	c, err := etcdcodec.Configuration(n.core.conf.Load(), *n.core.names.Load())
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +356,7 @@ func (n *Node) Configuration() ([]replica.Server, error) {
 // learner); a voter stays a voter, as on Node.
 func (n *Node) AddNonvoter(id, addr string, timeout time.Duration) error {
 	for _, v := range n.core.conf.Load().GetVoters() {
-		if v == etcdID(id) {
+		if v == etcdcodec.ID(id) {
 			return nil
 		}
 	}
@@ -379,11 +381,11 @@ func (n *Node) change(typ raftpb.ConfChangeType, id, addr string, timeout time.D
 	if id == "" {
 		return errors.New("etcd: a member needs a node ID")
 	}
-	if p, ok := n.core.name(etcdID(id)); ok && p.ID != id {
+	if p, ok := n.core.name(etcdcodec.ID(id)); ok && p.ID != id {
 		return fmt.Errorf("etcd: the node IDs %s and %s map to the same etcd member id", p.ID, id)
 	}
 	if typ == raftpb.ConfChangeRemoveNode {
-		if p, ok := n.core.name(etcdID(id)); ok {
+		if p, ok := n.core.name(etcdcodec.ID(id)); ok {
 			addr = p.RaftAddr
 		}
 	}
@@ -414,7 +416,7 @@ func (n *Node) ProbeRaft(ctx context.Context, id, addr string, timeout time.Dura
 	if n.cfg.DialRaft == nil && n.port == nil && n.dialable {
 		return nil
 	}
-	return node.ProbeRaft(ctx, n.cfg, id, addr, timeout)
+	return raftport.Probe(ctx, n.cfg.RaftPortConfig(), id, addr, timeout)
 }
 
 // Peers is every other member's health as this node sees it while it
@@ -464,9 +466,9 @@ func (n *Node) Contacts() []replica.PeerStatus {
 func (n *Node) UnreachableAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
 
 // RaftPortStats is the raft port's accounting; zero without a raft port.
-func (n *Node) RaftPortStats() node.RaftPortStats {
+func (n *Node) RaftPortStats() raftport.Stats {
 	if n.port == nil {
-		return node.RaftPortStats{}
+		return raftport.Stats{}
 	}
 	st := n.port.Stats()
 	if n.tr != nil {

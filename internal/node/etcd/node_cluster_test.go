@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fencelock/internal/clustersecret"
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/tlsconfig"
 	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
@@ -232,7 +233,7 @@ func (cl *etcdCluster) kill(name string) {
 	cl.t.Helper()
 	m := cl.ms[name]
 	if cl.net != nil {
-		cl.net.detach(etcdID(name))
+		cl.net.detach(etcdcodec.ID(name))
 	}
 	if err := m.n.Close(); err != nil {
 		cl.t.Fatal(err)
@@ -393,7 +394,7 @@ func TestEtcdNodeCluster(t *testing.T) {
 
 	// Cut the leader off: it cannot confirm its leadership, and the
 	// others elect one of themselves.
-	cl.net.setCut(etcdID(l1), true)
+	cl.net.setCut(etcdcodec.ID(l1), true)
 	if err := cl.ms[l1].r.VerifyLeader(); !errors.Is(err, replica.ErrNotLeader) {
 		t.Fatalf("verify on the cut-off leader %s: %v, want replica.ErrNotLeader", l1, err)
 	}
@@ -409,7 +410,7 @@ func TestEtcdNodeCluster(t *testing.T) {
 	}
 
 	// It rejoins, and the second leader dies.
-	cl.net.setCut(etcdID(l1), false)
+	cl.net.setCut(etcdcodec.ID(l1), false)
 	cl.kill(l2)
 	l3 := cl.leader(l2)
 	want := map[string]replica.PeerState{l2: replica.PeerUnreachable}
@@ -563,7 +564,7 @@ func TestEtcdNodeRecordsCommitOfConfChanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ents, err := etcdEntries(st.Logs, 1, last)
+		ents, err := etcdcodec.Entries(st.Logs, 1, last)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -573,7 +574,7 @@ func TestEtcdNodeRecordsCommitOfConfChanges(t *testing.T) {
 				conf = e.GetIndex()
 			}
 		}
-		ms, err := etcdLoadMemory(st.Logs, st.Stable, nil)
+		ms, err := etcdcodec.LoadMemory(st.Logs, st.Stable, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,21 +2,18 @@ package etcd
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"math/rand/v2"
 	"time"
 
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"github.com/fencelock/fencelock/internal/plant"
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/hashicorp/raft"
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // The etcd engine's snapshots (issue 28). A snapshot is the state
@@ -40,11 +37,6 @@ import (
 // goroutine records it in raft's storage and compacts the log, in memory
 // and in the wal, keeping TrailingLogs entries for followers a little
 // behind.
-
-// etcdSnapMagic starts the data of a snapshot as raft carries it.
-const etcdSnapMagic = "FLE1"
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // errNothingNew answers a snapshot asked for when nothing was applied
 // since the last one, as raft.ErrNothingNewToSnapshot does on Node.
@@ -124,73 +116,6 @@ type etcdCompact struct {
 	done chan error
 }
 
-// etcdSnapHeader is the start of a snapshot's data as raft carries it:
-// the magic, the number of members, for each its node ID and raft
-// address (uvarint-length-prefixed), and a CRC-32C of all before. The
-// state machine's snapshot follows, with its own checksum.
-func etcdSnapHeader(cs *raftpb.ConfState, names map[uint64]node.Peer) ([]byte, error) {
-	conf, err := etcdConfiguration(cs, names)
-	if err != nil {
-		return nil, err
-	}
-	b := []byte(etcdSnapMagic)
-	b = binary.AppendUvarint(b, uint64(len(conf.Servers)))
-	for _, s := range conf.Servers {
-		b = binary.AppendUvarint(b, uint64(len(s.ID)))
-		b = append(b, s.ID...)
-		b = binary.AppendUvarint(b, uint64(len(s.Address)))
-		b = append(b, s.Address...)
-	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
-}
-
-// etcdDecodeSnap splits a snapshot's data into the members' names and
-// the state machine's snapshot (a part of data, not a copy).
-func etcdDecodeSnap(data []byte) (map[uint64]node.Peer, []byte, error) {
-	bad := func(why string) (map[uint64]node.Peer, []byte, error) {
-		return nil, nil, fmt.Errorf("the snapshot's data is damaged: %s", why)
-	}
-	if !bytes.HasPrefix(data, []byte(etcdSnapMagic)) {
-		return bad("no magic")
-	}
-	rest := data[len(etcdSnapMagic):]
-	next := func() (uint64, bool) {
-		v, n := binary.Uvarint(rest)
-		if n <= 0 {
-			return 0, false
-		}
-		rest = rest[n:]
-		return v, true
-	}
-	str := func() (string, bool) {
-		n, ok := next()
-		if !ok || n > uint64(len(rest)) {
-			return "", false
-		}
-		s := string(rest[:n])
-		rest = rest[n:]
-		return s, true
-	}
-	count, ok := next()
-	if !ok || count > uint64(len(rest)) {
-		return bad("the member count")
-	}
-	names := make(map[uint64]node.Peer, count)
-	for range count {
-		id, ok1 := str()
-		addr, ok2 := str()
-		if !ok1 || !ok2 || id == "" {
-			return bad("a member's name")
-		}
-		names[etcdID(id)] = node.Peer{ID: id, RaftAddr: addr}
-	}
-	head := len(data) - len(rest)
-	if len(rest) < 4 || binary.LittleEndian.Uint32(rest) != crc32.Checksum(data[:head], castagnoli) {
-		return bad("the names' checksum")
-	}
-	return names, rest[4:], nil
-}
-
 // etcdPeerCodec is the one thing of a transport a snapshot store asks
 // for: how to record a voter in the metadata's legacy peer list.
 type etcdPeerCodec struct{ raft.Transport }
@@ -201,40 +126,11 @@ func (etcdPeerCodec) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte
 // names in the metadata; the state machine's bytes are written to the
 // sink, whose Close makes it durable (FileSnapshotStore fsyncs).
 func etcdCreateSnap(store raft.SnapshotStore, at etcdPoint) (raft.SnapshotSink, error) {
-	conf, err := etcdConfiguration(at.cs, at.names)
+	conf, err := etcdcodec.Configuration(at.cs, at.names)
 	if err != nil {
 		return nil, fmt.Errorf("the configuration at %d: %w", at.index, err)
 	}
 	return store.Create(raft.SnapshotVersionMax, at.index, at.term, conf, at.index, etcdPeerCodec{})
-}
-
-// etcdLoadSnap reads the newest snapshot of store, through its checksum
-// (openStores has already refused a data dir whose newest one is
-// damaged): nil when there is none. names are the members' names, and
-// fsmData the state machine's snapshot, a part of the snapshot's data.
-func etcdLoadSnap(store raft.SnapshotStore) (snap *raftpb.Snapshot, names map[uint64]node.Peer, fsmData []byte, err error) {
-	list, err := store.List()
-	if err != nil || len(list) == 0 {
-		return nil, nil, nil, err
-	}
-	meta, rc, err := store.Open(list[0].ID)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("opening the snapshot %s: %w", list[0].ID, err)
-	}
-	defer rc.Close()
-	cs, names := etcdConfState(meta.Configuration)
-	head, err := etcdSnapHeader(cs, names)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("the snapshot %s: %w", meta.ID, err)
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, len(head)+int(max(meta.Size, 0))))
-	buf.Write(head)
-	if _, err := io.Copy(buf, rc); err != nil {
-		return nil, nil, nil, fmt.Errorf("reading the snapshot %s: %w", meta.ID, err)
-	}
-	snap = &raftpb.Snapshot{Data: buf.Bytes(), Metadata: &raftpb.SnapshotMetadata{
-		ConfState: cs, Index: proto.Uint64(meta.Index), Term: proto.Uint64(meta.Term)}}
-	return snap, names, buf.Bytes()[len(head):], nil
 }
 
 // etcdTeeSink writes the state machine's snapshot to the store and to
@@ -360,7 +256,7 @@ func (c *core) takeSnapshot(force bool) error {
 // and answers what raft's goroutine is to record and compact behind.
 func (c *core) writeSnap(tk etcdTaken) (etcdCompact, error) {
 	defer tk.fs.Release()
-	head, err := etcdSnapHeader(tk.at.cs, tk.at.names)
+	head, err := etcdcodec.SnapHeader(tk.at.cs, tk.at.names)
 	if err != nil {
 		return etcdCompact{}, fmt.Errorf("the snapshot at %d: %w", tk.at.index, err)
 	}
@@ -442,7 +338,7 @@ func (c *core) compact(k etcdCompact) error {
 func (c *core) install(s *raftpb.Snapshot) (*etcdInstall, error) {
 	md := s.GetMetadata()
 	at := etcdPoint{index: md.GetIndex(), term: md.GetTerm(), cs: md.GetConfState()}
-	names, fsmData, err := etcdDecodeSnap(s.GetData())
+	names, fsmData, err := etcdcodec.DecodeSnap(s.GetData())
 	if err != nil {
 		return nil, fmt.Errorf("the leader's snapshot at %d: %w", at.index, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
 )
 
@@ -22,17 +23,17 @@ import (
 // machine bytes it was made of; a flipped byte in the names, or names
 // cut short, is refused.
 func TestEtcdSnapDataRoundTrip(t *testing.T) {
-	cs := &raftpb.ConfState{Voters: []uint64{etcdID("a"), etcdID("b")}, Learners: []uint64{etcdID("c")}}
+	cs := &raftpb.ConfState{Voters: []uint64{etcdcodec.ID("a"), etcdcodec.ID("b")}, Learners: []uint64{etcdcodec.ID("c")}}
 	names := map[uint64]node.Peer{}
 	for _, n := range []string{"a", "b", "c"} {
-		names[etcdID(n)] = node.Peer{ID: n, RaftAddr: n + ":7000"}
+		names[etcdcodec.ID(n)] = node.Peer{ID: n, RaftAddr: n + ":7000"}
 	}
-	head, err := etcdSnapHeader(cs, names)
+	head, err := etcdcodec.SnapHeader(cs, names)
 	if err != nil {
 		t.Fatal(err)
 	}
 	data := append(head, "the state machine"...)
-	got, fsmData, err := etcdDecodeSnap(data)
+	got, fsmData, err := etcdcodec.DecodeSnap(data)
 	if err != nil || string(fsmData) != "the state machine" || len(got) != 3 {
 		t.Fatalf("decoded %v %q %v", got, fsmData, err)
 	}
@@ -44,14 +45,14 @@ func TestEtcdSnapDataRoundTrip(t *testing.T) {
 	for i := range head {
 		bad := bytes.Clone(data)
 		bad[i] ^= 0x01
-		if _, _, err := etcdDecodeSnap(bad); err == nil {
+		if _, _, err := etcdcodec.DecodeSnap(bad); err == nil {
 			t.Fatalf("a flipped byte at %d of the names was taken", i)
 		}
 	}
-	if _, _, err := etcdDecodeSnap(head[:len(head)-1]); err == nil {
+	if _, _, err := etcdcodec.DecodeSnap(head[:len(head)-1]); err == nil {
 		t.Fatal("names cut short were taken")
 	}
-	if _, err := etcdSnapHeader(&raftpb.ConfState{Voters: []uint64{etcdID("x")}}, names); err == nil {
+	if _, err := etcdcodec.SnapHeader(&raftpb.ConfState{Voters: []uint64{etcdcodec.ID("x")}}, names); err == nil {
 		t.Fatal("a member without a name was encoded")
 	}
 }
@@ -222,7 +223,7 @@ func etcdLeaderSnapNames(t *testing.T, n *Node) map[uint64]node.Peer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names, fsmData, err := etcdDecodeSnap(s.GetData())
+	names, fsmData, err := etcdcodec.DecodeSnap(s.GetData())
 	if err != nil {
 		t.Fatalf("the leader's snapshot data: %v", err)
 	}
@@ -262,7 +263,7 @@ func TestEtcdNodeNewMemberCatchesUpFromASnapshot(t *testing.T) {
 	if !compacted(t, cl.ms[l].n) {
 		t.Fatal("the leader's log was not compacted")
 	}
-	if names := etcdLeaderSnapNames(t, cl.ms[l].n); len(names) != 3 || names[etcdID("b")].RaftAddr != "b:7000" {
+	if names := etcdLeaderSnapNames(t, cl.ms[l].n); len(names) != 3 || names[etcdcodec.ID("b")].RaftAddr != "b:7000" {
 		t.Fatalf("the leader's snapshot names %v", names)
 	}
 	cl.start("d", true)
@@ -271,7 +272,7 @@ func TestEtcdNodeNewMemberCatchesUpFromASnapshot(t *testing.T) {
 	}
 	cl.grant("after d joined")
 	cl.checkAcked()
-	if cl.net.snapsTo(etcdID("d")) == 0 {
+	if cl.net.snapsTo(etcdcodec.ID("d")) == 0 {
 		t.Fatal("d caught up without a snapshot")
 	}
 	if err := cl.ms[l].r.AddVoter("d", "d:7000", 10*time.Second); err != nil {
@@ -298,7 +299,7 @@ func TestEtcdNodeCutOffFollowerCatchesUpFromASnapshot(t *testing.T) {
 		cl.grant(fmt.Sprint("k", i))
 	}
 	f := cl.follower()
-	cl.net.setCut(etcdID(f), true)
+	cl.net.setCut(etcdcodec.ID(f), true)
 	for i := range 10 {
 		cl.grant(fmt.Sprint("j", i), f)
 	}
@@ -306,11 +307,11 @@ func TestEtcdNodeCutOffFollowerCatchesUpFromASnapshot(t *testing.T) {
 	if err := cl.ms[l].n.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	before := cl.net.snapsTo(etcdID(f))
-	cl.net.setCut(etcdID(f), false)
+	before := cl.net.snapsTo(etcdcodec.ID(f))
+	cl.net.setCut(etcdcodec.ID(f), false)
 	cl.grant("after the reconnect", f)
 	cl.awaitApplied(f, cl.acked[len(cl.acked)-1].index)
-	if cl.net.snapsTo(etcdID(f)) == before {
+	if cl.net.snapsTo(etcdcodec.ID(f)) == before {
 		t.Fatalf("%s caught up without a snapshot", f)
 	}
 	cl.checkAcked()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 )
 
 // A stepped node is the engine with no goroutine of its own: whoever
@@ -66,7 +67,7 @@ func OpenStepped(cfg node.Config, f *fsm.FSM, sc SteppedConfig) (*Stepped, error
 }
 
 // MemberID is the etcd member id of the node named id.
-func MemberID(id string) uint64 { return etcdID(id) }
+func MemberID(id string) uint64 { return etcdcodec.ID(id) }
 
 // Message is a raft message between two members, opaque to the driver
 // but for what a network needs to know of it.

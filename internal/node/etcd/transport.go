@@ -3,7 +3,6 @@ package etcd
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -16,36 +15,38 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // transport carries the etcd engine's raft messages between members
-// over the raft port (node.RaftPort): the same listener budgets,
+// over the raft port (raftport.Port): the same listener budgets,
 // and with TLS the same rule that a peer holds a node certificate of the
 // CA naming a member. Each peer has one outgoing connection, written by
 // a goroutine of its own from a bounded queue, so raft's goroutine never
 // waits on the network: a message that finds the queue full, or a peer
 // that cannot be reached, is dropped and reported to raft, which treats
-// it as a lost packet. Each connection starts with etcdPreamble, which
-// tells a node of the other engine (or anything else) apart from a peer
-// at once, then the dialer's hello: its node ID and raft address, from
-// which a node just started to be joined learns where to answer the
-// leader before the log has told it. Then come etcd_wire frames from
+// it as a lost packet. Each connection starts with etcdcodec.Preamble,
+// which tells a node of the other engine (or anything else) apart from a
+// peer at once, then the dialer's hello: its node ID and raft address,
+// from which a node just started to be joined learns where to answer the
+// leader before the log has told it. Then come etcdcodec's frames from
 // that node only; with TLS the certificate must name it. A newer
 // connection from a member replaces its older one, so a peer that
 // redials after a partition holds one connection. A member removed from
 // the configuration loses its writer and its connections (prune), and
 // no writer is started for a node that is not a member. A message read
-// reaches raft only once etcdCheckMsg (guard.go) took it: its terms,
-// and a snapshot's data.
+// reaches raft only once etcdcodec.CheckMsg took it: its terms, and a
+// snapshot's data.
 type transport struct {
-	st      *node.RaftPort
+	st      *raftport.Port
 	self    uint64
 	greet   []byte // this node's hello, sent after the preamble
 	log     *slog.Logger
 	core    *core
 	timeout time.Duration // a dial's, a flush's: an election timeout, at least etcdMinIOTimeout
 	hello   time.Duration // a dialer's time to say who it is: the port's handshake timeout
-	terms   *node.TermGuard
+	terms   *raftport.TermGuard
 
 	mu     sync.Mutex
 	out    map[uint64]*etcdPeerOut
@@ -62,9 +63,6 @@ const etcdMinIOTimeout = 500 * time.Millisecond
 
 // etcdSnapTimeout is a flush's time when it carries a snapshot.
 const etcdSnapTimeout = time.Minute
-
-// etcdPreamble opens every connection of the etcd engine's raft port.
-var etcdPreamble = []byte("fencelock-etcd-raft/1\n")
 
 // etcdPeerQueue bounds the messages waiting for one peer. raft keeps at
 // most MaxInflightMsgs appends of MaxSizePerMsg unanswered per follower;
@@ -83,10 +81,10 @@ type etcdPeerOut struct {
 }
 
 // newTransport starts the transport over st for core.
-func newTransport(st *node.RaftPort, core *core, self node.Peer, timeout time.Duration, log *slog.Logger) *transport {
-	t := &transport{st: st, self: etcdID(self.ID), greet: etcdHello(self), log: log, core: core,
+func newTransport(st *raftport.Port, core *core, self node.Peer, timeout time.Duration, log *slog.Logger) *transport {
+	t := &transport{st: st, self: etcdcodec.ID(self.ID), greet: etcdcodec.Hello(self), log: log, core: core,
 		timeout: max(timeout, etcdMinIOTimeout), hello: st.Limits().HandshakeTimeout,
-		terms: node.NewTermGuard(log, nil),
+		terms: raftport.NewTermGuard(log, nil),
 		out:   map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -291,7 +289,7 @@ func (t *transport) write(conn net.Conn, w *bufio.Writer, batch []*raftpb.Messag
 		return err
 	}
 	for _, m := range batch {
-		if err := etcdWriteMsg(w, m); err != nil {
+		if err := etcdcodec.WriteMsg(w, m); err != nil {
 			return err
 		}
 	}
@@ -311,7 +309,7 @@ func (t *transport) dial(id uint64) (net.Conn, error) {
 		return nil, err
 	}
 	if err = c.SetWriteDeadline(time.Now().Add(t.timeout)); err == nil {
-		if _, err = c.Write(append(append([]byte{}, etcdPreamble...), t.greet...)); err == nil {
+		if _, err = c.Write(append(append([]byte{}, etcdcodec.Preamble...), t.greet...)); err == nil {
 			return c, nil
 		}
 	}
@@ -336,11 +334,11 @@ func (t *transport) readLoop(c net.Conn) {
 	defer t.wg.Done()
 	defer c.Close()
 	r := bufio.NewReaderSize(c, 64<<10)
-	pre := make([]byte, len(etcdPreamble))
+	pre := make([]byte, len(etcdcodec.Preamble))
 	if err := c.SetReadDeadline(time.Now().Add(t.hello)); err != nil {
 		return
 	}
-	if _, err := io.ReadFull(r, pre); err != nil || !bytes.Equal(pre, etcdPreamble) {
+	if _, err := io.ReadFull(r, pre); err != nil || !bytes.Equal(pre, etcdcodec.Preamble) {
 		if err == nil {
 			t.st.RefusedPeer(
 				"raft port: a connection that does not speak the etcd engine's raft protocol (a node of the other engine?)",
@@ -348,16 +346,16 @@ func (t *transport) readLoop(c net.Conn) {
 		}
 		return
 	}
-	p, err := etcdReadHello(r)
+	p, err := etcdcodec.ReadHello(r)
 	if err != nil {
 		t.log.Warn("raft port: a peer's hello", "remote", c.RemoteAddr().String(), "err", err)
 		return
 	}
-	from := etcdID(p.ID)
+	from := etcdcodec.ID(p.ID)
 	if from == t.self {
 		return
 	}
-	if !node.CertNames(c, p.ID) {
+	if !raftport.CertNames(c, p.ID) {
 		t.log.Warn("raft port: a peer whose certificate does not name the node it says it is",
 			"remote", c.RemoteAddr().String(), "node", p.ID)
 		return
@@ -381,55 +379,19 @@ func (t *transport) readLoop(c net.Conn) {
 	t.replaceIn(from, c)
 	defer t.forgetIn(from, c)
 	for {
-		m, err := etcdReadMsg(r, from)
+		m, err := etcdcodec.ReadMsg(r, from)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) && !errors.Is(err, node.ErrMessage) {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) && !errors.Is(err, raftport.ErrMessage) {
 				t.log.Warn("raft port: closing a peer's connection", "remote", c.RemoteAddr().String(), "err", err)
 			}
 			return
 		}
-		if err := etcdCheckMsg(t.terms, m, t.core.term.Load(), *t.core.names.Load()); err != nil {
+		if err := etcdcodec.CheckMsg(t.terms, m, t.core.term.Load(), *t.core.names.Load()); err != nil {
 			t.terms.Refused(m.GetType().String(), p.ID, err)
 			continue
 		}
 		t.core.deliver(m)
 	}
-}
-
-// etcdHello is what a dialer says after the preamble: its node ID and
-// raft address, each a u16 length (big-endian) and its bytes.
-func etcdHello(p node.Peer) []byte {
-	b := make([]byte, 0, 4+len(p.ID)+len(p.RaftAddr))
-	b = binary.BigEndian.AppendUint16(b, uint16(len(p.ID)))
-	b = append(b, p.ID...)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(p.RaftAddr)))
-	return append(b, p.RaftAddr...)
-}
-
-// etcdMaxHelloField bounds a hello's node ID and address.
-const etcdMaxHelloField = 1024
-
-func etcdReadHello(r *bufio.Reader) (node.Peer, error) {
-	var f [2]string
-	for i := range f {
-		var h [2]byte
-		if _, err := io.ReadFull(r, h[:]); err != nil {
-			return node.Peer{}, err
-		}
-		n := binary.BigEndian.Uint16(h[:])
-		if n > etcdMaxHelloField {
-			return node.Peer{}, fmt.Errorf("a hello field of %d bytes is above the limit of %d", n, etcdMaxHelloField)
-		}
-		b := make([]byte, n)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return node.Peer{}, err
-		}
-		f[i] = string(b)
-	}
-	if f[0] == "" {
-		return node.Peer{}, errors.New("a hello without a node ID")
-	}
-	return node.Peer{ID: f[0], RaftAddr: f[1]}, nil
 }
 
 // replaceIn makes c the incoming connection of from, closing the one

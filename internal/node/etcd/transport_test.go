@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/tlsconfig/tlstest"
 )
@@ -97,7 +98,7 @@ func (cl *etcdCluster) peerConn(name string, leaf *tlstest.Leaf, as string) (net
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.Write(append(append([]byte{}, etcdPreamble...), etcdHello(node.Peer{ID: as, RaftAddr: "127.0.0.1:1"})...)); err != nil {
+	if _, err := c.Write(append(append([]byte{}, etcdcodec.Preamble...), etcdcodec.Hello(node.Peer{ID: as, RaftAddr: "127.0.0.1:1"})...)); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -167,9 +168,9 @@ func TestEtcdTransportRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := bufio.NewWriter(c)
-	forged := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(etcdID(l)), To: proto.Uint64(etcdID(victim)),
+	forged := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(etcdcodec.ID(l)), To: proto.Uint64(etcdcodec.ID(victim)),
 		Term: proto.Uint64(term + 100)}
-	if err := etcdWriteMsg(w, forged); err != nil || w.Flush() != nil {
+	if err := etcdcodec.WriteMsg(w, forged); err != nil || w.Flush() != nil {
 		t.Fatal(err)
 	}
 	closedByPeer(t, c)
@@ -213,10 +214,10 @@ func TestEtcdTransportOneSenderPerConnection(t *testing.T) {
 	for _, m := range []*raftpb.Message{
 		// An answer from other (harmless), then a heartbeat claiming
 		// the leader's name in a later term.
-		{Type: raftpb.MsgHeartbeatResp.Enum(), From: proto.Uint64(etcdID(other)), To: proto.Uint64(etcdID(victim)), Term: proto.Uint64(term)},
-		{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(etcdID(l)), To: proto.Uint64(etcdID(victim)), Term: proto.Uint64(term + 100)},
+		{Type: raftpb.MsgHeartbeatResp.Enum(), From: proto.Uint64(etcdcodec.ID(other)), To: proto.Uint64(etcdcodec.ID(victim)), Term: proto.Uint64(term)},
+		{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(etcdcodec.ID(l)), To: proto.Uint64(etcdcodec.ID(victim)), Term: proto.Uint64(term + 100)},
 	} {
-		if err := etcdWriteMsg(w, m); err != nil {
+		if err := etcdcodec.WriteMsg(w, m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -236,28 +237,28 @@ func TestEtcdTransportOneSenderPerConnection(t *testing.T) {
 // configuration gave is kept, a stranger is not learned, and a node
 // with no configuration learns at most etcdMaxLearned names.
 func TestEtcdLearnNameIsBounded(t *testing.T) {
-	a, b := etcdID("a"), etcdID("b")
+	a, b := etcdcodec.ID("a"), etcdcodec.ID("b")
 	c := &core{}
 	names := map[uint64]node.Peer{a: {ID: "a", RaftAddr: "127.0.0.1:1"}}
 	c.names.Store(&names)
 	c.conf.Store(&raftpb.ConfState{Voters: []uint64{a}, Learners: []uint64{b}})
 	c.learnName(a, node.Peer{ID: "a", RaftAddr: "127.0.0.1:666"})
 	c.learnName(b, node.Peer{ID: "b", RaftAddr: "127.0.0.1:2"})
-	c.learnName(etcdID("z"), node.Peer{ID: "z", RaftAddr: "127.0.0.1:3"})
+	c.learnName(etcdcodec.ID("z"), node.Peer{ID: "z", RaftAddr: "127.0.0.1:3"})
 	if p, _ := c.name(a); p.RaftAddr != "127.0.0.1:1" {
 		t.Errorf("a hello replaced the configuration's address of a: %+v", p)
 	}
 	if p, ok := c.name(b); !ok || p.RaftAddr != "127.0.0.1:2" {
 		t.Errorf("the learner b was not learned: %+v %v", p, ok)
 	}
-	if _, ok := c.name(etcdID("z")); ok {
+	if _, ok := c.name(etcdcodec.ID("z")); ok {
 		t.Error("a stranger's hello was learned")
 	}
 
 	c.conf.Store(&raftpb.ConfState{})
 	for i := range 10 * etcdMaxLearned {
 		id := fmt.Sprint("x", i)
-		c.learnName(etcdID(id), node.Peer{ID: id, RaftAddr: "127.0.0.1:4"})
+		c.learnName(etcdcodec.ID(id), node.Peer{ID: id, RaftAddr: "127.0.0.1:4"})
 	}
 	if n := len(*c.names.Load()); n != etcdMaxLearned {
 		t.Errorf("a node with no configuration learned %d names, want at most %d", n, etcdMaxLearned)
@@ -282,7 +283,7 @@ func TestEtcdTransportLetsARemovedMemberGo(t *testing.T) {
 			l := cl.leader()
 			gone := cl.follower()
 			stay := cl.follower(gone)
-			id := etcdID(gone)
+			id := etcdcodec.ID(gone)
 			outOf := func(name string) (*etcdPeerOut, bool) {
 				tr := cl.ms[name].n.tr
 				tr.mu.Lock()
@@ -355,13 +356,13 @@ func TestEtcdTransportRedialsAPeerThatClosed(t *testing.T) {
 	sendOne := func() {
 		term := cl.ms[to].n.Status().Term
 		cl.ms[from].n.tr.send([]*raftpb.Message{{Type: raftpb.MsgHeartbeatResp.Enum(),
-			From: proto.Uint64(etcdID(from)), To: proto.Uint64(etcdID(to)), Term: proto.Uint64(term)}})
+			From: proto.Uint64(etcdcodec.ID(from)), To: proto.Uint64(etcdcodec.ID(to)), Term: proto.Uint64(term)}})
 	}
 	holdsFrom := func() bool {
 		tr := cl.ms[to].n.tr
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
-		return tr.in[etcdID(from)] != nil
+		return tr.in[etcdcodec.ID(from)] != nil
 	}
 	sendOne()
 	waitFor(t, "a connection from "+from+" to "+to, holdsFrom)
@@ -376,14 +377,14 @@ func TestEtcdTransportRedialsAPeerThatClosed(t *testing.T) {
 	cl.awaitApplied(to, cl.ms[cl.leader()].n.CommitIndex())
 	tr := cl.ms[to].n.tr
 	tr.mu.Lock()
-	if c := tr.in[etcdID(from)]; c != nil {
+	if c := tr.in[etcdcodec.ID(from)]; c != nil {
 		c.Close()
 	}
 	tr.mu.Unlock()
 	waitFor(t, from+" to see its connection to "+to+" closed", func() bool {
 		tr := cl.ms[from].n.tr
 		tr.mu.Lock()
-		p := tr.out[etcdID(to)]
+		p := tr.out[etcdcodec.ID(to)]
 		tr.mu.Unlock()
 		return p != nil && p.peerClosed()
 	})

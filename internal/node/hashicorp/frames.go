@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // How hashicorp/raft's network transport frames its RPCs, for the raft
-// port to follow them as they are read (node.Frames). A request is a
+// port to follow them as they are read (raftport.Frames). A request is a
 // byte naming the RPC, then the request as a msgpack value; an
 // InstallSnapshot's is followed by the snapshot's bytes, as many as its
 // Size field says. An answer is two msgpack values: an error string and
@@ -29,19 +29,19 @@ const (
 
 // Bounds of what a hashicorp RPC holds.
 const (
-	hcMaxField = node.MaxEntry // a string, byte array or extension: an entry's data at most
-	hcMaxItems = 1024          // an array's or map's: raft sends 64 entries at most (MaxAppendEntries)
-	hcMaxDepth = 16            // an entry in an append is at depth 3
+	hcMaxField = raftport.MaxEntry // a string, byte array or extension: an entry's data at most
+	hcMaxItems = 1024              // an array's or map's: raft sends 64 entries at most (MaxAppendEntries)
+	hcMaxDepth = 16                // an entry in an append is at depth 3
 	// hcMaxHeld: the largest append, MaxAppendEntries entries of
 	// MaxEntry, with room.
-	hcMaxHeld = 64*node.MaxEntry + 1<<20
+	hcMaxHeld = 64*raftport.MaxEntry + 1<<20
 )
 
 // hcFrames are the hashicorp engine's frames: requests on the
 // connections the port accepts, answers on those it dials.
-var hcFrames = node.Frames{
-	Accepted: func() node.FrameParser { return &hcRequests{} },
-	Dialed:   func() node.FrameParser { return &hcAnswers{} },
+var hcFrames = raftport.Frames{
+	Accepted: func() raftport.FrameParser { return &hcRequests{} },
+	Dialed:   func() raftport.FrameParser { return &hcAnswers{} },
 	MaxHeld:  hcMaxHeld,
 }
 
@@ -83,8 +83,8 @@ func (r *hcRequests) Parse(p []byte) (took, streamed int, end bool, err error) {
 			}
 			if r.typ == hcRPCInstallSnapshot {
 				size := r.scan.size
-				if !r.scan.sized || size < 0 || size > node.MaxSnapshot {
-					return 0, 0, false, fmt.Errorf("an InstallSnapshot of size %d (sized %v), above %d", size, r.scan.sized, node.MaxSnapshot)
+				if !r.scan.sized || size < 0 || size > raftport.MaxSnapshot {
+					return 0, 0, false, fmt.Errorf("an InstallSnapshot of size %d (sized %v), above %d", size, r.scan.sized, raftport.MaxSnapshot)
 				}
 				if size > 0 {
 					r.stream = size

@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // hcEncode is what hashicorp/raft's network transport writes for a
@@ -53,7 +53,7 @@ func hcEncodeAnswer(t testing.TB, errStr string, resp any) []byte {
 
 // parseAll feeds b to p in pieces of random sizes and answers where
 // each message ended and the bytes streamed.
-func parseAll(t *testing.T, p node.FrameParser, b []byte, rnd *rand.Rand) (ends []int, streamed int, err error) {
+func parseAll(t *testing.T, p raftport.FrameParser, b []byte, rnd *rand.Rand) (ends []int, streamed int, err error) {
 	t.Helper()
 	off := 0
 	for off < len(b) {

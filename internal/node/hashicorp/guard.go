@@ -9,10 +9,10 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
-// Terms from peers (node.TermGuard). hashicorp/raft takes a newer term
+// Terms from peers (raftport.TermGuard). hashicorp/raft takes a newer term
 // from an RPC it is sent (AppendEntries, heartbeats among them, votes,
 // pre-votes, InstallSnapshot) and from the answer to a vote or pre-vote
 // it asked for. The node wraps its transport so that every one of these
@@ -27,7 +27,7 @@ import (
 // guardTransport wraps t so that g sees every term raft would take,
 // against term, this node's current term. The optional interfaces raft
 // looks for (WithClose, WithPreVote) are kept when t has them.
-func guardTransport(t raft.Transport, g *node.TermGuard, term func() uint64) raft.Transport {
+func guardTransport(t raft.Transport, g *raftport.TermGuard, term func() uint64) raft.Transport {
 	gt := &guardedTransport{Transport: t, g: g, term: term, in: make(chan raft.RPC), stop: make(chan struct{})}
 	gt.wg.Add(1)
 	go gt.filter()
@@ -39,7 +39,7 @@ func guardTransport(t raft.Transport, g *node.TermGuard, term func() uint64) raf
 
 type guardedTransport struct {
 	raft.Transport
-	g    *node.TermGuard
+	g    *raftport.TermGuard
 	term func() uint64
 	in   chan raft.RPC // what raft consumes: the RPCs the guard let through
 	stop chan struct{}
@@ -146,7 +146,7 @@ func (t *guardedTransport) check(cmd any) error {
 	err := t.g.Check(term, t.term())
 	for _, it := range inner {
 		if err == nil && it > term {
-			err = fmt.Errorf("%w: a term %d inside a message of term %d", node.ErrTerm, it, term)
+			err = fmt.Errorf("%w: a term %d inside a message of term %d", raftport.ErrTerm, it, term)
 		}
 	}
 	if err != nil {
@@ -216,7 +216,7 @@ var errBadSnap = errors.New("a snapshot this node could not install")
 // that does not decode ends its copy with an error instead, and raft
 // cancels the snapshot it was writing. raft installs one snapshot at a
 // time, so one copy at most is held, no larger than the
-// InstallSnapshot's declared size (node.MaxSnapshot at most, which the
+// InstallSnapshot's declared size (raftport.MaxSnapshot at most, which the
 // raft port enforces); restoring it reads as much again.
 type checkedSnapshot struct {
 	r       io.Reader

@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock/internal/fsm"
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // An InstallSnapshot's data reaches raft's store only if it restores:
@@ -63,7 +63,7 @@ func TestGuardAnswersAPipelinedRefusal(t *testing.T) {
 	_, b := raft.NewInmemTransport("b")
 	a.Connect("b", b)
 	b.Connect("a", a)
-	g := node.NewTermGuard(slog.New(slog.DiscardHandler), nil)
+	g := raftport.NewTermGuard(slog.New(slog.DiscardHandler), nil)
 	gb := guardTransport(b, g, func() uint64 { return 1 })
 	defer gb.(io.Closer).Close()
 	p, err := a.AppendEntriesPipeline("b", "b")
@@ -75,7 +75,7 @@ func TestGuardAnswersAPipelinedRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Error(); !errors.Is(err, node.ErrTerm) {
+	if err := f.Error(); !errors.Is(err, raftport.ErrTerm) {
 		t.Fatalf("a pipelined append of term 2^64-1: %v, want ErrTerm", err)
 	}
 	if g.Count() != 1 {

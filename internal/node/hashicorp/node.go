@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 	"github.com/fencelock/fencelock/internal/raftlog"
 	"github.com/fencelock/fencelock/internal/replica"
 )
@@ -35,11 +36,11 @@ type Node struct {
 	lastLeader atomic.Value // string
 	// otherLeader is the last leader raft named that is not this node.
 	otherLeader atomic.Value              // string
-	port        *node.RaftPort            // nil on an in-memory or given transport
+	port        *raftport.Port            // nil on an in-memory or given transport
 	given       bool                      // Open was given its transport
 	running     atomic.Pointer[raft.Raft] // set once raft has started: the raft port's members
 	// terms refuses the terms raft must not take from a peer (guard.go).
-	terms *node.TermGuard
+	terms *raftport.TermGuard
 	// startIndex is the last index of the log when the node opened it.
 	startIndex uint64
 	stop       chan struct{}
@@ -105,7 +106,7 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 		}
 	}
 	n.peers = node.NewPeerWatch(time.Now)
-	n.terms = node.NewTermGuard(cfg.Logger.With("component", "raft"), nil)
+	n.terms = raftport.NewTermGuard(cfg.Logger.With("component", "raft"), nil)
 	guarded := guardTransport(trans, n.terms, n.currentTerm)
 	n.closers = append(n.closers, guarded.(io.Closer))
 	trans = watchTransport(guarded, n.peers)
@@ -158,7 +159,7 @@ func (n *Node) transport(rc *raft.Config) (raft.Transport, error) {
 		_, mem := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 		return mem, nil
 	}
-	port, err := node.ListenRaftPort(cfg, n.isMember, hcFrames)
+	port, err := raftport.Listen(cfg.RaftPortConfig(), n.isMember, hcFrames)
 	if err != nil {
 		return nil, fmt.Errorf("hashicorp: raft transport: %w", err)
 	}
@@ -174,10 +175,10 @@ func (n *Node) transport(rc *raft.Config) (raft.Transport, error) {
 }
 
 // streamLayer is the raft port as raft's network transport takes it.
-type streamLayer struct{ *node.RaftPort }
+type streamLayer struct{ *raftport.Port }
 
 func (s streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return s.RaftPort.Dial(string(addr), timeout)
+	return s.Port.Dial(string(addr), timeout)
 }
 
 // isMember says whether the raft port takes a peer named id: a member of
@@ -208,9 +209,9 @@ func (n *Node) isMember(id string) bool {
 
 // RaftPortStats is the raft port's accounting; zero without a raft port
 // (an in-memory or given transport).
-func (n *Node) RaftPortStats() node.RaftPortStats {
+func (n *Node) RaftPortStats() raftport.Stats {
 	if n.port == nil {
-		return node.RaftPortStats{}
+		return raftport.Stats{}
 	}
 	st := n.port.Stats()
 	st.MessagesRefused = n.terms.Count()
@@ -414,5 +415,5 @@ func (n *Node) ProbeRaft(ctx context.Context, id, addr string, timeout time.Dura
 	if n.cfg.DialRaft == nil && n.given {
 		return nil // an in-process transport: nothing to dial
 	}
-	return node.ProbeRaft(ctx, n.cfg, id, addr, timeout)
+	return raftport.Probe(ctx, n.cfg.RaftPortConfig(), id, addr, timeout)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // What a member-looking process sends the hashicorp engine's raft port
@@ -19,7 +20,7 @@ import (
 
 // openPortNode opens a node alone with a raft port on loopback, lim its
 // budgets.
-func openPortNode(t *testing.T, lim node.RaftPortLimits) *Node {
+func openPortNode(t *testing.T, lim raftport.Limits) *Node {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -55,7 +56,7 @@ func waitClosedByPeer(t *testing.T, c net.Conn) {
 // its first byte; an InstallSnapshot declaring more than a snapshot may
 // be is refused at its header; each counted.
 func TestHashicorpPortCutsHalfSentRPCs(t *testing.T) {
-	n := openPortNode(t, node.RaftPortLimits{MessageTimeout: 100 * time.Millisecond})
+	n := openPortNode(t, raftport.Limits{MessageTimeout: 100 * time.Millisecond})
 	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n2"), Addr: []byte("127.0.0.1:1")}
 	snapHead := hcEncode(t, hcRPCInstallSnapshot, &raft.InstallSnapshotRequest{RPCHeader: hdr, Term: 1, Size: 4 << 30})
 	for _, attack := range []struct {

@@ -1,4 +1,4 @@
-package node
+package raftport
 
 import (
 	"context"
@@ -39,81 +39,81 @@ import (
 // refusalLogEvery. The connections raft is handed are streamConns, the
 // one place every byte raft reads from a peer goes through.
 
-// RaftPortLimits bound the raft port.
-type RaftPortLimits struct {
+// Limits bound the raft port.
+type Limits struct {
 	// MaxConns caps the accepted connections raft holds (each an open
 	// file): with TLS, those of peers that completed the handshake.
-	// Default DefaultRaftMaxConns.
+	// Default DefaultMaxConns.
 	MaxConns int
 	// MaxHandshakes caps the handshakes in progress; past it the
 	// oldest handshake of the address holding the most, among those
 	// that have not proved the credential, is closed to make room.
-	// Default DefaultRaftMaxHandshakes.
+	// Default DefaultMaxHandshakes.
 	MaxHandshakes int
 	// HandshakeTimeout bounds one peer's handshake, the proof of the
 	// secret (proofTimeout at most) and TLS. Default
-	// DefaultRaftHandshakeTimeout.
+	// DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// MessageTimeout bounds the time from a message's first byte to its
 	// last, besides a second for every MinRate bytes it streams, and any
 	// wait for a byte in its middle (raftframes.go). Default
-	// DefaultRaftMessageTimeout.
+	// DefaultMessageTimeout.
 	MessageTimeout time.Duration
 	// MinRate is the least a message's streamed bytes (a snapshot's
 	// data) must arrive at, in bytes a second, unless the engine says
-	// (Frames.MinRate). Default DefaultRaftMinRate.
+	// (Frames.MinRate). Default DefaultMinRate.
 	MinRate int64
 	// MessageBudget bounds the bytes the port's connections hold of
 	// their messages in progress, past the first 256 KiB of each.
-	// Default DefaultRaftMessageBudget.
+	// Default DefaultMessageBudget.
 	MessageBudget int64
 }
 
-// Defaults of RaftPortLimits. A 7-node cluster holds about 5 connections
+// Defaults of Limits. A 7-node cluster holds about 5 connections
 // from each peer (raft's pool of 3, a pipeline, a snapshot).
 const (
-	DefaultRaftMaxConns         = 128
-	DefaultRaftMaxHandshakes    = 32
-	DefaultRaftHandshakeTimeout = 5 * time.Second
+	DefaultMaxConns         = 128
+	DefaultMaxHandshakes    = 32
+	DefaultHandshakeTimeout = 5 * time.Second
 	// hashicorp/raft's own network transport gives an RPC 10 s.
-	DefaultRaftMessageTimeout = 10 * time.Second
+	DefaultMessageTimeout = 10 * time.Second
 	// 2 Mbit/s: ten times the least hashicorp/raft's sender of a
 	// snapshot waits for (256 KiB per 10 s), a fiftieth of a 100 Mbit/s
 	// link.
-	DefaultRaftMinRate = 256 << 10
+	DefaultMinRate = 256 << 10
 	// The largest message either engine takes (64 entries of 2 MiB), with
 	// room: many connections hold no more than one of them.
-	DefaultRaftMessageBudget = 160 << 20
+	DefaultMessageBudget = 160 << 20
 )
 
 // freeHeld is what a connection's message may hold before it draws on
 // the port's MessageBudget: more than any message but large appends.
 const freeHeld = 256 << 10
 
-func (l RaftPortLimits) withDefaults() RaftPortLimits {
+func (l Limits) withDefaults() Limits {
 	if l.MaxConns <= 0 {
-		l.MaxConns = DefaultRaftMaxConns
+		l.MaxConns = DefaultMaxConns
 	}
 	if l.MaxHandshakes <= 0 {
-		l.MaxHandshakes = DefaultRaftMaxHandshakes
+		l.MaxHandshakes = DefaultMaxHandshakes
 	}
 	if l.HandshakeTimeout <= 0 {
-		l.HandshakeTimeout = DefaultRaftHandshakeTimeout
+		l.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if l.MessageTimeout <= 0 {
-		l.MessageTimeout = DefaultRaftMessageTimeout
+		l.MessageTimeout = DefaultMessageTimeout
 	}
 	if l.MinRate <= 0 {
-		l.MinRate = DefaultRaftMinRate
+		l.MinRate = DefaultMinRate
 	}
 	if l.MessageBudget <= 0 {
-		l.MessageBudget = DefaultRaftMessageBudget
+		l.MessageBudget = DefaultMessageBudget
 	}
 	return l
 }
 
-// RaftPortStats is the raft port's accounting.
-type RaftPortStats struct {
+// Stats is the raft port's accounting.
+type Stats struct {
 	// Open: accepted connections raft holds now; Handshaking: TLS
 	// handshakes in progress.
 	Open, Handshaking int64
@@ -136,7 +136,7 @@ type RaftPortStats struct {
 	// message above its own, a snapshot this node could not install.
 	// The engine fills it in: the port only frames messages.
 	MessagesRefused int64
-	Limits          RaftPortLimits
+	Limits          Limits
 }
 
 // refusalLogEvery spaces the raft port's log lines about refusals: one
@@ -145,7 +145,7 @@ const refusalLogEvery = 10 * time.Second
 
 // portGate is the raft port's budgets and accounting.
 type portGate struct {
-	lim                                      RaftPortLimits
+	lim                                      Limits
 	log                                      *slog.Logger
 	now                                      func() time.Time // spaces the log lines
 	open, handshaking                        atomic.Int64
@@ -167,12 +167,12 @@ type pendingConn struct {
 	proven  bool // its dialer proved the credential: not evicted; under portGate.mu
 }
 
-func newPortGate(lim RaftPortLimits, log *slog.Logger) *portGate {
+func newPortGate(lim Limits, log *slog.Logger) *portGate {
 	return &portGate{lim: lim.withDefaults(), log: log, now: time.Now, byAddr: make(map[string][]*pendingConn)}
 }
 
-func (g *portGate) stats() RaftPortStats {
-	return RaftPortStats{Open: g.open.Load(), Handshaking: g.handshaking.Load(),
+func (g *portGate) stats() Stats {
+	return Stats{Open: g.open.Load(), Handshaking: g.handshaking.Load(),
 		RefusedConns: g.refusedConns.Load(), Evicted: g.evicted.Load(),
 		HandshakesRefused: g.refusedHandshakes.Load(), MessagesCut: g.messagesCut.Load(), Limits: g.lim}
 }
@@ -297,12 +297,12 @@ func (g *portGate) refused(c *atomic.Int64, msg, remote string, err error) {
 	g.log.Warn(msg, attrs...)
 }
 
-// RaftPort is a node's raft port, for either engine's transport: TLS when
+// Port is a node's raft port, for either engine's transport: TLS when
 // tls is set, else plain TCP. Dial connects to a peer; Accept hands the
 // engine only the connections the gate admits (and, with TLS, whose peer
 // is a node of the configuration), each TLS one handshaken in its own
 // goroutine so a silent dialer holds up nobody.
-type RaftPort struct {
+type Port struct {
 	ln      net.Listener
 	tls     PeerTLS // nil: plain TCP
 	members tlsconfig.Members
@@ -327,7 +327,7 @@ type RaftPort struct {
 // deadline of the message in progress as well as raft's own.
 type streamConn struct {
 	net.Conn
-	st       *RaftPort
+	st       *Port
 	accepted bool
 	once     sync.Once
 
@@ -448,7 +448,7 @@ func isTimeout(err error) bool {
 }
 
 // track registers c, or closes it when the stream is closed.
-func (st *RaftPort) track(c net.Conn, accepted bool) (net.Conn, bool) {
+func (st *Port) track(c net.Conn, accepted bool) (net.Conn, bool) {
 	sc := &streamConn{Conn: c, st: st, accepted: accepted}
 	newParser := st.frames.Dialed
 	if accepted {
@@ -480,12 +480,11 @@ func (st *RaftPort) track(c net.Conn, accepted bool) (net.Conn, bool) {
 // InsecureRaft.
 var ErrNoCredential = errors.New("a raft port needs a credential (a cluster secret, or peer TLS): without one, any process that reaches it can forge the cluster's log")
 
-// ListenRaftPort listens on cfg.RaftAddr (or takes cfg.Listener) with
-// cfg.RaftPort's budgets; with cfg.TLS a peer must hold a node
-// certificate that members takes. Without TLS it needs cfg.InsecureRaft.
-// frames is how the engine frames its messages, for the port to hold
-// each to its bounds.
-func ListenRaftPort(cfg Config, members tlsconfig.Members, frames Frames) (*RaftPort, error) {
+// Listen listens on cfg.Addr (or takes cfg.Listener) with cfg.Limits;
+// with cfg.TLS a peer must hold a node certificate that members takes.
+// Without TLS it needs cfg.InsecureRaft. frames is how the engine frames
+// its messages, for the port to hold each to its bounds.
+func Listen(cfg Config, members tlsconfig.Members, frames Frames) (*Port, error) {
 	if cfg.TLS == nil && !cfg.InsecureRaft {
 		if cfg.Listener != nil {
 			cfg.Listener.Close()
@@ -496,25 +495,25 @@ func ListenRaftPort(cfg Config, members tlsconfig.Members, frames Frames) (*Raft
 	if err != nil {
 		return nil, err
 	}
-	return newStream(ln, cfg.TLS, members, newPortGate(cfg.RaftPort, cfg.Logger.With("component", "raft-port")), frames), nil
+	return newStream(ln, cfg.TLS, members, newPortGate(cfg.Limits, cfg.Logger.With("component", "raft-port")), frames), nil
 }
 
 // Stats is the port's accounting.
-func (st *RaftPort) Stats() RaftPortStats { return st.gate.stats() }
+func (st *Port) Stats() Stats { return st.gate.stats() }
 
 // Limits are the port's budgets, defaults filled in.
-func (st *RaftPort) Limits() RaftPortLimits { return st.gate.lim }
+func (st *Port) Limits() Limits { return st.gate.lim }
 
 // RefusedPeer counts a connection the engine's transport refused after
 // the port admitted it (bytes of another protocol, a node that is no
 // member) with the handshakes refused, and logs msg, summed up as the
 // port's own refusals are.
-func (st *RaftPort) RefusedPeer(msg, remote string, err error) {
+func (st *Port) RefusedPeer(msg, remote string, err error) {
 	st.gate.refused(&st.gate.refusedHandshakes, msg, remote, err)
 }
 
-func newStream(ln net.Listener, r PeerTLS, members tlsconfig.Members, gate *portGate, frames Frames) *RaftPort {
-	st := &RaftPort{ln: ln, tls: r, members: members, gate: gate, frames: frames, conns: make(chan net.Conn), closed: make(chan struct{}),
+func newStream(ln net.Listener, r PeerTLS, members tlsconfig.Members, gate *portGate, frames Frames) *Port {
+	st := &Port{ln: ln, tls: r, members: members, gate: gate, frames: frames, conns: make(chan net.Conn), closed: make(chan struct{}),
 		open: make(map[*streamConn]struct{})}
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	st.wg.Add(1)
@@ -530,7 +529,7 @@ func remoteIP(c net.Conn) string {
 	return a
 }
 
-func (st *RaftPort) acceptLoop() {
+func (st *Port) acceptLoop() {
 	defer st.wg.Done()
 	var delay time.Duration
 	for {
@@ -571,7 +570,7 @@ func (st *RaftPort) acceptLoop() {
 }
 
 // admit hands c to raft if the gate has room for it.
-func (st *RaftPort) admit(c net.Conn) {
+func (st *Port) admit(c net.Conn) {
 	if !st.gate.admit() {
 		st.gate.refused(&st.gate.refusedConns, "raft port: connections closed at accept, at the connection cap", c.RemoteAddr().String(), nil)
 		c.Close()
@@ -592,7 +591,7 @@ func (st *RaftPort) admit(c net.Conn) {
 // (PeerProof): it sends it as soon as it is connected.
 const proofTimeout = time.Second
 
-func (st *RaftPort) handshake(p *pendingConn) {
+func (st *Port) handshake(p *pendingConn) {
 	defer st.wg.Done()
 	ctx, cancel := context.WithTimeout(st.ctx, st.gate.lim.HandshakeTimeout)
 	defer cancel()
@@ -626,7 +625,7 @@ func (st *RaftPort) handshake(p *pendingConn) {
 
 // readProof reads and checks the dialer's proof of the credential,
 // within proofTimeout or ctx.
-func (st *RaftPort) readProof(ctx context.Context, p *pendingConn, pr PeerProof) error {
+func (st *Port) readProof(ctx context.Context, p *pendingConn, pr PeerProof) error {
 	stop := context.AfterFunc(ctx, func() { p.SetReadDeadline(time.Now()) })
 	defer stop()
 	if err := p.SetReadDeadline(time.Now().Add(min(proofTimeout, st.gate.lim.HandshakeTimeout))); err != nil {
@@ -643,7 +642,7 @@ func (st *RaftPort) readProof(ctx context.Context, p *pendingConn, pr PeerProof)
 }
 
 // Accept returns the next admitted peer connection.
-func (st *RaftPort) Accept() (net.Conn, error) {
+func (st *Port) Accept() (net.Conn, error) {
 	select {
 	case c := <-st.conns:
 		return c, nil
@@ -655,7 +654,7 @@ func (st *RaftPort) Accept() (net.Conn, error) {
 // Close stops accepting, waits for handshakes in progress to end and
 // closes every connection made, in and out: raft's transport closes
 // neither its accepted connections nor its pool when it closes.
-func (st *RaftPort) Close() error {
+func (st *Port) Close() error {
 	var err error
 	st.once.Do(func() {
 		close(st.closed)
@@ -674,21 +673,21 @@ func (st *RaftPort) Close() error {
 }
 
 // Addr is the listening address.
-func (st *RaftPort) Addr() net.Addr { return st.ln.Addr() }
+func (st *Port) Addr() net.Addr { return st.ln.Addr() }
 
 // Dial connects to a peer, over TLS when the port runs it; the node
 // answering must be a member.
-func (st *RaftPort) Dial(addr string, timeout time.Duration) (net.Conn, error) {
+func (st *Port) Dial(addr string, timeout time.Duration) (net.Conn, error) {
 	return st.dial(addr, st.members, timeout)
 }
 
 // DialPeer connects to the member id at addr; with TLS the answering
 // node's certificate must name id.
-func (st *RaftPort) DialPeer(id, addr string, timeout time.Duration) (net.Conn, error) {
+func (st *Port) DialPeer(id, addr string, timeout time.Duration) (net.Conn, error) {
 	return st.dial(addr, func(name string) bool { return name == id }, timeout)
 }
 
-func (st *RaftPort) dial(addr string, members tlsconfig.Members, timeout time.Duration) (net.Conn, error) {
+func (st *Port) dial(addr string, members tlsconfig.Members, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c, err := dialPeer(ctx, st.tls, addr, members)
@@ -733,13 +732,13 @@ func dialPeer(ctx context.Context, peer PeerTLS, addr string, members tlsconfig.
 }
 
 // listenRaft is the raft port's listener: cfg.Listener, or one on
-// cfg.RaftAddr, which must be an address peers can dial and, without
+// cfg.Addr, which must be an address peers can dial and, without
 // TLS, a loopback one unless cfg.Insecure.
 func listenRaft(cfg Config) (net.Listener, error) {
 	ln := cfg.Listener
 	if ln == nil {
 		var err error
-		if ln, err = net.Listen("tcp", cfg.RaftAddr); err != nil {
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
 			return nil, err
 		}
 	}
@@ -756,7 +755,7 @@ func listenRaft(cfg Config) (net.Listener, error) {
 	return ln, nil
 }
 
-// CertNames says whether the peer of c, a connection of a RaftPort,
+// CertNames says whether the peer of c, a connection of a Port,
 // holds a TLS certificate that names the node id; always true without
 // TLS, where nobody is authenticated.
 func CertNames(c net.Conn, id string) bool {
@@ -794,12 +793,12 @@ func CheckLoopback(insecure bool, what string, addr net.Addr) error {
 	return fmt.Errorf("refusing to serve the %s port on %s without TLS: anyone who reaches it owns every lock; bind a loopback address, configure TLS, or pass --insecure", what, addr)
 }
 
-// ProbeRaft runs cfg.DialRaft when set, else dials addr: over TLS when
-// cfg.TLS is set, where the node must hold a node certificate of the CA
-// that names id.
-func ProbeRaft(ctx context.Context, cfg Config, id, addr string, timeout time.Duration) error {
-	if cfg.DialRaft != nil {
-		return cfg.DialRaft(ctx, addr)
+// Probe runs cfg.Dial when set, else dials addr: over TLS when cfg.TLS
+// is set, where the node must hold a node certificate of the CA that
+// names id.
+func Probe(ctx context.Context, cfg Config, id, addr string, timeout time.Duration) error {
+	if cfg.Dial != nil {
+		return cfg.Dial(ctx, addr)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -1,4 +1,4 @@
-package node
+package raftport
 
 import (
 	"encoding/binary"
@@ -69,14 +69,14 @@ func frame(n int, streamed bool) []byte {
 
 // framedStream is a raft port whose engine frames as lenFrames and
 // holds maxHeld bytes of a message at most.
-func framedStream(t *testing.T, lim RaftPortLimits, maxHeld int64) *testStream {
+func framedStream(t *testing.T, lim Limits, maxHeld int64) *testStream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	frames := Frames{Accepted: func() FrameParser { return &lenFrames{} }, MaxHeld: maxHeld}
-	ts := &testStream{RaftPort: newStream(ln, nil, func(string) bool { return true }, newPortGate(lim, slog.New(&countingHandler{})), frames)}
+	ts := &testStream{Port: newStream(ln, nil, func(string) bool { return true }, newPortGate(lim, slog.New(&countingHandler{})), frames)}
 	t.Cleanup(func() { ts.Close() })
 	return ts
 }
@@ -103,7 +103,7 @@ func readAll(c net.Conn) error {
 }
 
 func TestRaftPortCutsMessagesPastTheirBounds(t *testing.T) {
-	lim := RaftPortLimits{MessageTimeout: time.Hour, MinRate: 1 << 40}
+	lim := Limits{MessageTimeout: time.Hour, MinRate: 1 << 40}
 
 	// Declared past the framing's bound: cut at the declaration, before
 	// a byte of it is read, and counted.
@@ -146,14 +146,14 @@ func TestRaftPortCutsMessagesPastTheirBounds(t *testing.T) {
 func TestRaftPortCutsAHalfSentMessage(t *testing.T) {
 	// Streamed bytes at 1 byte/s may take days; a wait of 50 ms for the
 	// next one may not.
-	ts := framedStream(t, RaftPortLimits{MessageTimeout: 50 * time.Millisecond, MinRate: 1}, 1<<20)
+	ts := framedStream(t, Limits{MessageTimeout: 50 * time.Millisecond, MinRate: 1}, 1<<20)
 	d, r := ts.pair(t)
 	d.Write(frame(1<<20, true)[:100<<10])
 	if err := readAll(r); !errors.Is(err, ErrMessage) || !isTimeout(err) {
 		t.Fatalf("a streamed message stalled: %v, want a cut for its time", err)
 	}
 
-	ts = framedStream(t, RaftPortLimits{MessageTimeout: 50 * time.Millisecond, MinRate: 1 << 40}, 1<<20)
+	ts = framedStream(t, Limits{MessageTimeout: 50 * time.Millisecond, MinRate: 1 << 40}, 1<<20)
 	d, r = ts.pair(t)
 	// A whole message, then silence: raft's deadline ends its wait, a
 	// plain timeout; the connection is not cut.
@@ -187,7 +187,7 @@ func TestRaftPortCutsAHalfSentMessage(t *testing.T) {
 // 512 KiB fit a budget of 1 MiB, a third does not; a connection closed
 // gives back what its message drew.
 func TestRaftPortMessageBudget(t *testing.T) {
-	ts := framedStream(t, RaftPortLimits{MessageTimeout: time.Hour, MinRate: 1 << 40, MessageBudget: 1 << 20}, 8<<20)
+	ts := framedStream(t, Limits{MessageTimeout: time.Hour, MinRate: 1 << 40, MessageBudget: 1 << 20}, 8<<20)
 	half := frame(2<<20, false)[:freeHeld+512<<10]
 	var readers []net.Conn
 	for range 2 {

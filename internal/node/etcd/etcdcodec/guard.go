@@ -1,4 +1,4 @@
-package etcd
+package etcdcodec
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // What the transport refuses before raft sees it (issue 41): a message
@@ -18,7 +19,7 @@ import (
 // panics at the next pre-vote ("term should be set when sending
 // MsgPreVote"); and a MsgSnap raft takes is installed before anything
 // else, so one whose data cannot be restored halts the node (install,
-// restore). Each message from a peer goes through etcdCheckMsg first,
+// restore). Each message from a peer goes through CheckMsg first,
 // against this node's term and names; one it refuses is dropped, as a
 // lost packet would be, and raft recovers the same way: a leader whose
 // snapshot was dropped finds the follower still behind its log and
@@ -28,13 +29,13 @@ import (
 // errBadSnap: a MsgSnap whose snapshot this node could not install.
 var errBadSnap = errors.New("a snapshot this node could not install")
 
-// etcdCheckMsg says why m, from a peer, must not reach raft on a node
+// CheckMsg says why m, from a peer, must not reach raft on a node
 // whose term is current and who knows the members names: a term the
 // guard refuses, a term inside m above m's own (no member sends one),
 // or a snapshot this node could not install. Messages of term 0 (a
 // proposal, a read index forwarded to the leader) carry no term raft
 // takes.
-func etcdCheckMsg(g *node.TermGuard, m *raftpb.Message, current uint64, names map[uint64]node.Peer) error {
+func CheckMsg(g *raftport.TermGuard, m *raftpb.Message, current uint64, names map[uint64]node.Peer) error {
 	term := m.GetTerm()
 	if term == 0 {
 		return nil
@@ -44,7 +45,7 @@ func etcdCheckMsg(g *node.TermGuard, m *raftpb.Message, current uint64, names ma
 	}
 	inner := func(what string, t uint64) error {
 		if t > term {
-			return fmt.Errorf("%w: the %s term %d inside a message of term %d", node.ErrTerm, what, t, term)
+			return fmt.Errorf("%w: the %s term %d inside a message of term %d", raftport.ErrTerm, what, t, term)
 		}
 		return nil
 	}
@@ -83,7 +84,7 @@ func etcdCheckSnap(s *raftpb.Snapshot, names map[uint64]node.Peer) error {
 	}, raftpb.EnsureConfState(cs)); err != nil {
 		return fmt.Errorf("its configuration %v: %w", cs, err)
 	}
-	snapNames, fsmData, err := etcdDecodeSnap(s.GetData())
+	snapNames, fsmData, err := DecodeSnap(s.GetData())
 	if err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func etcdCheckSnap(s *raftpb.Snapshot, names map[uint64]node.Peer) error {
 	for id, p := range snapNames {
 		known[id] = p
 	}
-	if _, err := etcdConfiguration(cs, known); err != nil {
+	if _, err := Configuration(cs, known); err != nil {
 		return fmt.Errorf("its configuration: %w", err)
 	}
 	if err := fsm.New(nil).UnmarshalBinary(fsmData); err != nil {

@@ -1,4 +1,4 @@
-package etcd
+package etcdcodec
 
 import (
 	"slices"
@@ -14,24 +14,24 @@ func TestEtcdConfigurationRoundTrip(t *testing.T) {
 		{Suffrage: raft.Voter, ID: "b", Address: "127.0.0.1:2"},
 		{Suffrage: raft.Nonvoter, ID: "c", Address: "127.0.0.1:3"},
 	}}
-	cs, names := etcdConfState(c)
-	if !slices.Equal(cs.GetVoters(), []uint64{etcdID("a"), etcdID("b")}) || !slices.Equal(cs.GetLearners(), []uint64{etcdID("c")}) {
+	cs, names := ConfState(c)
+	if !slices.Equal(cs.GetVoters(), []uint64{ID("a"), ID("b")}) || !slices.Equal(cs.GetLearners(), []uint64{ID("c")}) {
 		t.Fatalf("conf state %v", cs)
 	}
-	back, err := etcdConfiguration(cs, names)
+	back, err := Configuration(cs, names)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(back.Servers, c.Servers) {
 		t.Fatalf("configuration %v, want %v", back.Servers, c.Servers)
 	}
-	if _, err := etcdConfiguration(&raftpb.ConfState{Voters: []uint64{42}}, names); err == nil {
+	if _, err := Configuration(&raftpb.ConfState{Voters: []uint64{42}}, names); err == nil {
 		t.Fatal("a member without a name was accepted")
 	}
-	if _, err := etcdConfiguration(&raftpb.ConfState{Voters: []uint64{etcdID("a")}, VotersOutgoing: []uint64{etcdID("b")}}, names); err == nil {
+	if _, err := Configuration(&raftpb.ConfState{Voters: []uint64{ID("a")}, VotersOutgoing: []uint64{ID("b")}}, names); err == nil {
 		t.Fatal("a joint configuration was accepted")
 	}
-	if etcdID("a") == etcdID("b") || etcdID("a") == 0 {
+	if ID("a") == ID("b") || ID("a") == 0 {
 		t.Fatal("ids collide or are zero")
 	}
 }

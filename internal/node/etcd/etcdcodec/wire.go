@@ -1,4 +1,4 @@
-package etcd
+package etcdcodec
 
 import (
 	"bufio"
@@ -13,28 +13,28 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 // The etcd engine's raft port carries raftpb messages, each a frame:
 // a u32 length (big-endian) and the message's protobuf encoding. The
-// connection is the raft port (node.RaftPort): mutual TLS whose peer
+// connection is the raft port (raftport.Port): mutual TLS whose peer
 // holds the cluster's credential, or plain TCP with InsecureRaft.
-// etcdReadMsg refuses a message whose sender is not the one the
+// ReadMsg refuses a message whose sender is not the one the
 // connection belongs to (its from).
 //
 // A frame holds etcdMaxFrame bytes at most, near the largest message
 // raft sends but a snapshot: an append of MaxSizePerMsg (1 MiB) of
-// entries, or one entry of node.MaxEntry when it is larger. A snapshot
+// entries, or one entry of raftport.MaxEntry when it is larger. A snapshot
 // too large for a frame travels as its data first, in chunk frames of
 // etcdSnapChunk bytes (the top bit of the length set), then its MsgSnap
 // without data, which takes the data of the chunks before it; a smaller
 // one travels whole, as it did before chunks, so that a node of an
 // earlier version still takes it. A reader holds a frame's bytes as
 // they arrive, never its declared length up front, and a snapshot's
-// chunks up to node.MaxSnapshot.
+// chunks up to raftport.MaxSnapshot.
 //
-// etcdParser follows the same frames for the raft port (node.Frames),
+// etcdParser follows the same frames for the raft port (raftport.Frames),
 // from the preamble and the hello on: the port refuses a declared
 // length above the bounds before the reader reads a byte of it, and
 // holds each message to the port's deadline.
@@ -51,9 +51,9 @@ const etcdChunkBit = 1 << 31
 // etcdReadStep bounds what a reader adds to a frame's buffer at once.
 const etcdReadStep = 64 << 10
 
-// etcdWriteMsg writes m to w (buffered: the caller flushes): one frame,
+// WriteMsg writes m to w (buffered: the caller flushes): one frame,
 // or a snapshot's chunks and then its MsgSnap.
-func etcdWriteMsg(w *bufio.Writer, m *raftpb.Message) error {
+func WriteMsg(w *bufio.Writer, m *raftpb.Message) error {
 	data := m.GetSnapshot().GetData()
 	if m.GetType() == raftpb.MsgSnap && proto.Size(m) > etcdMaxFrame {
 		for off := 0; off < len(data); off += etcdSnapChunk {
@@ -99,10 +99,10 @@ func etcdWithoutData(m *raftpb.Message) *raftpb.Message {
 	return out
 }
 
-// etcdReadMsg reads one message from r: a frame, or a snapshot's chunks
+// ReadMsg reads one message from r: a frame, or a snapshot's chunks
 // and its MsgSnap. from, when not 0, is the only sender the connection
 // may carry.
-func etcdReadMsg(r *bufio.Reader, from uint64) (*raftpb.Message, error) {
+func ReadMsg(r *bufio.Reader, from uint64) (*raftpb.Message, error) {
 	var data []byte
 	chunks := false
 	for {
@@ -119,8 +119,8 @@ func etcdReadMsg(r *bufio.Reader, from uint64) (*raftpb.Message, error) {
 			return nil, fmt.Errorf("a raft frame of %d bytes is above the limit of %d", n, etcdMaxFrame)
 		}
 		if head&etcdChunkBit != 0 {
-			if len(data)+n > node.MaxSnapshot {
-				return nil, fmt.Errorf("a snapshot of more than %d bytes", node.MaxSnapshot)
+			if len(data)+n > raftport.MaxSnapshot {
+				return nil, fmt.Errorf("a snapshot of more than %d bytes", raftport.MaxSnapshot)
 			}
 			var err error
 			if data, err = etcdReadFull(r, data, n); err != nil {
@@ -164,10 +164,10 @@ func etcdReadFull(r io.Reader, b []byte, n int) ([]byte, error) {
 	return b, nil
 }
 
-// etcdFrames are the etcd engine's frames for the raft port: those of
+// Frames are the etcd engine's frames for the raft port: those of
 // the connections it accepts (it reads nothing from those it dials).
-var etcdFrames = node.Frames{
-	Accepted: func() node.FrameParser { return &etcdParser{} },
+var Frames = raftport.Frames{
+	Accepted: func() raftport.FrameParser { return &etcdParser{} },
 	MaxHeld:  etcdMaxFrame + 4,
 	// A snapshot's chunks are streamed past the port's budget, but the
 	// reader holds them until the MsgSnap (raft takes a snapshot whole):
@@ -197,14 +197,14 @@ func (p *etcdParser) Parse(b []byte) (took, streamed int, end bool, err error) {
 			// the transport refuses them at the preamble, and says so.
 			return len(b), 0, false, nil
 		case 0:
-			k := min(len(etcdPreamble)-p.pre, len(b)-took)
-			if !bytes.Equal(b[took:took+k], etcdPreamble[p.pre:p.pre+k]) {
+			k := min(len(Preamble)-p.pre, len(b)-took)
+			if !bytes.Equal(b[took:took+k], Preamble[p.pre:p.pre+k]) {
 				p.stage = 4
 				continue
 			}
 			p.pre += k
 			took += k
-			if p.pre == len(etcdPreamble) {
+			if p.pre == len(Preamble) {
 				p.stage = 1
 			}
 			continue
@@ -262,8 +262,8 @@ func (p *etcdParser) Parse(b []byte) (took, streamed int, end bool, err error) {
 			return 0, 0, false, fmt.Errorf("a raft frame of %d bytes is above the limit of %d", n, etcdMaxFrame)
 		}
 		if p.chunk {
-			if p.snap += n; p.snap > node.MaxSnapshot {
-				return 0, 0, false, fmt.Errorf("a snapshot of more than %d bytes", node.MaxSnapshot)
+			if p.snap += n; p.snap > raftport.MaxSnapshot {
+				return 0, 0, false, fmt.Errorf("a snapshot of more than %d bytes", raftport.MaxSnapshot)
 			}
 		}
 		if p.left = n; n == 0 && !p.chunk {

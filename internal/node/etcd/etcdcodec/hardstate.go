@@ -1,4 +1,4 @@
-package etcd
+package etcdcodec
 
 import (
 	"fmt"
@@ -16,8 +16,8 @@ import (
 // along and may be behind, which raft allows (it learns the commit again).
 var etcdHardStateKey = []byte("EtcdHardState")
 
-// etcdSaveHardState records hs durably.
-func etcdSaveHardState(stable raft.StableStore, hs *raftpb.HardState) error {
+// SaveHardState records hs durably.
+func SaveHardState(stable raft.StableStore, hs *raftpb.HardState) error {
 	b, err := proto.Marshal(hs)
 	if err != nil {
 		return fmt.Errorf("encoding the hard state: %w", err)
@@ -28,12 +28,12 @@ func etcdSaveHardState(stable raft.StableStore, hs *raftpb.HardState) error {
 	return nil
 }
 
-// etcdLoadMemory fills a MemoryStorage, the log etcd reads, from the
+// LoadMemory fills a MemoryStorage, the log etcd reads, from the
 // verified stores: the HardState and the entries first..last of logs
 // (after a snapshot at snapIndex, snapTerm, when snapIndex > 0). The
 // commit index recorded is clamped into what the log holds: it may lag
 // (see etcdHardStateKey) but must be at least the snapshot's.
-func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Snapshot) (ms *etcdraft.MemoryStorage, err error) {
+func LoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Snapshot) (ms *etcdraft.MemoryStorage, err error) {
 	defer func() {
 		// MemoryStorage panics (through raft's logger) on entries that do
 		// not follow what it holds: a log it cannot take is refused.
@@ -60,7 +60,7 @@ func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Sn
 		// Entries the snapshot covers are kept for slow followers; etcd
 		// wants only those after it.
 		lo := max(first, snapIndex+1)
-		ents, err := etcdEntries(logs, lo, last)
+		ents, err := Entries(logs, lo, last)
 		if err != nil {
 			return nil, err
 		}
@@ -71,7 +71,7 @@ func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Sn
 			return nil, fmt.Errorf("loading entries %d..%d: %w", lo, last, err)
 		}
 	}
-	b, err := etcdGetHardState(stable)
+	b, err := GetHardState(stable)
 	if err != nil {
 		return nil, err
 	}
@@ -89,15 +89,13 @@ func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Sn
 	return ms, nil
 }
 
-// etcdGetHardState reads the recorded hard state; nil: none. raft-wal
+// GetHardState reads the recorded hard state; nil: none. raft-wal
 // answers a missing key nil, nil; raft's in-memory store answers an
 // error saying "not found", as raft itself tests for.
-func etcdGetHardState(stable raft.StableStore) ([]byte, error) {
+func GetHardState(stable raft.StableStore) ([]byte, error) {
 	b, err := stable.Get(etcdHardStateKey)
 	if err != nil && err.Error() != "not found" {
 		return nil, fmt.Errorf("reading the hard state: %w", err)
 	}
 	return b, nil
 }
-
-func protoUnmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }

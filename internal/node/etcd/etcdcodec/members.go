@@ -1,4 +1,4 @@
-package etcd
+package etcdcodec
 
 import (
 	"fmt"
@@ -9,12 +9,12 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// etcd names nodes by uint64, fencelock by string. etcdID derives one
+// etcd names nodes by uint64, fencelock by string. ID derives one
 // from the other the same way on every node (FNV-64a, never 0, which etcd
 // reserves for "none"), so no table must be agreed on before two nodes
 // can talk; the string and address of each id travel in the membership
-// entries and in snapshots (etcdConfiguration).
-func etcdID(nodeID string) uint64 {
+// entries and in snapshots (Configuration).
+func ID(nodeID string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(nodeID))
 	if id := h.Sum64(); id != 0 {
@@ -23,11 +23,11 @@ func etcdID(nodeID string) uint64 {
 	return 1
 }
 
-// etcdConfiguration is cs as a raft.Configuration (what the snapshot
+// Configuration is cs as a raft.Configuration (what the snapshot
 // store records and Configuration answers), naming each id from names
 // (id → node ID and address). A joint configuration is refused: the
 // engine changes one member at a time, so it never makes one.
-func etcdConfiguration(cs *raftpb.ConfState, names map[uint64]node.Peer) (raft.Configuration, error) {
+func Configuration(cs *raftpb.ConfState, names map[uint64]node.Peer) (raft.Configuration, error) {
 	if len(cs.GetVotersOutgoing()) > 0 || len(cs.GetLearnersNext()) > 0 {
 		return raft.Configuration{}, fmt.Errorf("a joint configuration (%v)", cs)
 	}
@@ -53,13 +53,13 @@ func etcdConfiguration(cs *raftpb.ConfState, names map[uint64]node.Peer) (raft.C
 	return c, nil
 }
 
-// etcdConfState is the inverse of etcdConfiguration, with the names it
+// ConfState is the inverse of Configuration, with the names it
 // carries.
-func etcdConfState(c raft.Configuration) (*raftpb.ConfState, map[uint64]node.Peer) {
+func ConfState(c raft.Configuration) (*raftpb.ConfState, map[uint64]node.Peer) {
 	cs := &raftpb.ConfState{}
 	names := make(map[uint64]node.Peer, len(c.Servers))
 	for _, s := range c.Servers {
-		id := etcdID(string(s.ID))
+		id := ID(string(s.ID))
 		names[id] = node.Peer{ID: string(s.ID), RaftAddr: string(s.Address)}
 		if s.Suffrage == raft.Voter {
 			cs.Voters = append(cs.Voters, id)

@@ -1,4 +1,4 @@
-package etcd
+package etcdcodec
 
 import (
 	"errors"
@@ -37,8 +37,8 @@ func etcdToLog(e *raftpb.Entry) *raft.Log {
 		Extensions: []byte{byte(e.GetType())}}
 }
 
-// etcdEntry builds an entry.
-func etcdEntry(index, term uint64, t raftpb.EntryType, data []byte) *raftpb.Entry {
+// Entry builds an entry.
+func Entry(index, term uint64, t raftpb.EntryType, data []byte) *raftpb.Entry {
 	return &raftpb.Entry{Index: proto.Uint64(index), Term: proto.Uint64(term), Type: t.Enum(), Data: data}
 }
 
@@ -53,14 +53,14 @@ func etcdFromLog(l *raft.Log) (*raftpb.Entry, error) {
 	default:
 		return nil, fmt.Errorf("%w: entry %d has the unknown etcd type %d", errNotEtcdEntry, l.Index, t)
 	}
-	return etcdEntry(l.Index, l.Term, t, l.Data), nil
+	return Entry(l.Index, l.Term, t, l.Data), nil
 }
 
-// etcdAppend stores ents, which follow or overwrite the log's tail as
+// Append stores ents, which follow or overwrite the log's tail as
 // etcd's Ready hands them: a suffix they replace is deleted first
 // (checkedLog lowers the watermark before it deletes). The log's append
 // fsyncs before it returns.
-func etcdAppend(logs raft.LogStore, ents []*raftpb.Entry) error {
+func Append(logs raft.LogStore, ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
@@ -80,8 +80,8 @@ func etcdAppend(logs raft.LogStore, ents []*raftpb.Entry) error {
 	return logs.StoreLogs(out)
 }
 
-// etcdEntries reads lo..hi (inclusive) back as etcd entries.
-func etcdEntries(logs raft.LogStore, lo, hi uint64) ([]*raftpb.Entry, error) {
+// Entries reads lo..hi (inclusive) back as etcd entries.
+func Entries(logs raft.LogStore, lo, hi uint64) ([]*raftpb.Entry, error) {
 	if hi < lo {
 		return nil, nil
 	}

@@ -1,4 +1,4 @@
-package node
+package raftport
 
 import (
 	"context"
@@ -44,12 +44,12 @@ func (h *countingHandler) count() int {
 // accepted connections are held by a stand-in for raft until the test
 // closes them.
 type testStream struct {
-	*RaftPort
+	*Port
 	mu       sync.Mutex
 	accepted []net.Conn
 }
 
-func startStream(t *testing.T, r *tlsconfig.Reloader, lim RaftPortLimits, h slog.Handler) *testStream {
+func startStream(t *testing.T, r *tlsconfig.Reloader, lim Limits, h slog.Handler) *testStream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,7 +60,7 @@ func startStream(t *testing.T, r *tlsconfig.Reloader, lim RaftPortLimits, h slog
 	if r != nil {
 		peer = r
 	}
-	ts := &testStream{RaftPort: newStream(ln, peer, func(string) bool { return true }, gate, Frames{})}
+	ts := &testStream{Port: newStream(ln, peer, func(string) bool { return true }, gate, Frames{})}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -129,7 +129,7 @@ func nodeReloader(t *testing.T) (*tlsconfig.Reloader, *tlstest.CA) {
 func TestRaftPortHandshakeBudget(t *testing.T) {
 	r, ca := nodeReloader(t)
 	h := &countingHandler{}
-	ts := startStream(t, r, RaftPortLimits{MaxConns: 8, MaxHandshakes: 3, HandshakeTimeout: time.Hour}, h)
+	ts := startStream(t, r, Limits{MaxConns: 8, MaxHandshakes: 3, HandshakeTimeout: time.Hour}, h)
 	silent := []net.Conn{ts.dial(t), ts.dial(t), ts.dial(t)}
 	waitFor(t, "three handshakes in progress", func() bool { return ts.gate.stats().Handshaking == 3 })
 	for i := range 20 {
@@ -172,7 +172,7 @@ func (ts *testStream) dialFrom(t *testing.T, ip string) net.Conn {
 // dialer's connections close each other, not another address's.
 func TestRaftPortEvictsFromTheBusiestAddress(t *testing.T) {
 	r, _ := nodeReloader(t)
-	ts := startStream(t, r, RaftPortLimits{MaxHandshakes: 4, HandshakeTimeout: time.Hour}, &countingHandler{})
+	ts := startStream(t, r, Limits{MaxHandshakes: 4, HandshakeTimeout: time.Hour}, &countingHandler{})
 	peer := ts.dialFrom(t, "127.0.0.1")
 	for range 3 {
 		ts.dialFrom(t, "127.0.0.2")
@@ -204,7 +204,7 @@ func TestRaftPortEvictsFromTheBusiestAddress(t *testing.T) {
 }
 
 // secretStream is a stream whose credential is a cluster secret's.
-func secretStream(t *testing.T, lim RaftPortLimits) (*testStream, *clustersecret.Credential) {
+func secretStream(t *testing.T, lim Limits) (*testStream, *clustersecret.Credential) {
 	t.Helper()
 	s, err := clustersecret.New()
 	if err != nil {
@@ -218,7 +218,7 @@ func secretStream(t *testing.T, lim RaftPortLimits) (*testStream, *clustersecret
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testStream{RaftPort: newStream(ln, cred, func(string) bool { return true }, newPortGate(lim, slog.New(&countingHandler{})), Frames{})}
+	ts := &testStream{Port: newStream(ln, cred, func(string) bool { return true }, newPortGate(lim, slog.New(&countingHandler{})), Frames{})}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -244,7 +244,7 @@ func secretStream(t *testing.T, lim RaftPortLimits) (*testStream, *clustersecret
 // cannot evict, and cuts one that sends none within proofTimeout (or
 // another secret's) before any TLS.
 func TestRaftPortProofOfTheSecret(t *testing.T) {
-	ts, cred := secretStream(t, RaftPortLimits{MaxHandshakes: 4, HandshakeTimeout: time.Hour})
+	ts, cred := secretStream(t, Limits{MaxHandshakes: 4, HandshakeTimeout: time.Hour})
 	// A holder of the secret whose TLS handshake stalls after its proof.
 	member, err := net.Dial("tcp", ts.Addr().String())
 	if err != nil {
@@ -307,7 +307,7 @@ func TestRaftPortProofOfTheSecret(t *testing.T) {
 // A silent TLS dialer is cut at the handshake timeout and counted.
 func TestRaftPortHandshakeTimeout(t *testing.T) {
 	r, _ := nodeReloader(t)
-	ts := startStream(t, r, RaftPortLimits{HandshakeTimeout: 50 * time.Millisecond}, &countingHandler{})
+	ts := startStream(t, r, Limits{HandshakeTimeout: 50 * time.Millisecond}, &countingHandler{})
 	if c := ts.dial(t); !closedByServer(t, c) {
 		t.Fatal("a silent dialer was kept past the handshake timeout")
 	}
@@ -317,7 +317,7 @@ func TestRaftPortHandshakeTimeout(t *testing.T) {
 // Without TLS the port caps the connections raft holds; one closed
 // gives its slot back.
 func TestRaftPortConnectionCap(t *testing.T) {
-	ts := startStream(t, nil, RaftPortLimits{MaxConns: 2}, &countingHandler{})
+	ts := startStream(t, nil, Limits{MaxConns: 2}, &countingHandler{})
 	ts.dial(t)
 	ts.dial(t)
 	waitFor(t, "two connections held", func() bool { return ts.gate.stats().Open == 2 })
@@ -343,7 +343,7 @@ func TestRaftPortConnectionCap(t *testing.T) {
 // too.
 func TestRaftPortConnectionCapWithTLS(t *testing.T) {
 	r, ca := nodeReloader(t)
-	ts := startStream(t, r, RaftPortLimits{MaxConns: 1}, &countingHandler{})
+	ts := startStream(t, r, Limits{MaxConns: 1}, &countingHandler{})
 	cfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Issue(t, "n2").TLS(t)}}
 	first, err := tls.Dial("tcp", ts.Addr().String(), cfg)
 	if err != nil {
@@ -368,7 +368,7 @@ func TestRaftPortConnectionCapWithTLS(t *testing.T) {
 // each saying how many it sums up.
 func TestRaftPortRefusalLogIsASummary(t *testing.T) {
 	h := &countingHandler{}
-	g := newPortGate(RaftPortLimits{}, slog.New(h))
+	g := newPortGate(Limits{}, slog.New(h))
 	now := time.Unix(1000, 0)
 	g.now = func() time.Time { return now }
 	for range 1000 {
@@ -401,7 +401,7 @@ func TestRaftPortRefusalLogIsASummary(t *testing.T) {
 // it, or replays of their proofs, get there), there is no room to make:
 // a newcomer is closed, counted, and the proven ones are left alone.
 func TestRaftPortProvenHandshakesAreNotEvicted(t *testing.T) {
-	ts, cred := secretStream(t, RaftPortLimits{MaxHandshakes: 2, HandshakeTimeout: time.Hour})
+	ts, cred := secretStream(t, Limits{MaxHandshakes: 2, HandshakeTimeout: time.Hour})
 	var proven []net.Conn
 	for range 2 {
 		c := ts.dial(t)

@@ -1,4 +1,4 @@
-package etcd
+package etcdcodec
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
 func TestEtcdWireRoundTrip(t *testing.T) {
@@ -21,11 +22,11 @@ func TestEtcdWireRoundTrip(t *testing.T) {
 	w := bufio.NewWriter(&buf)
 	msgs := []*raftpb.Message{
 		{Type: raftpb.MsgApp.Enum(), From: proto.Uint64(1), To: proto.Uint64(2), Term: proto.Uint64(3),
-			Entries: []*raftpb.Entry{etcdEntry(4, 3, raftpb.EntryNormal, []byte("x"))}},
+			Entries: []*raftpb.Entry{Entry(4, 3, raftpb.EntryNormal, []byte("x"))}},
 		{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(1), To: proto.Uint64(2)},
 	}
 	for _, m := range msgs {
-		if err := etcdWriteMsg(w, m); err != nil {
+		if err := WriteMsg(w, m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -34,7 +35,7 @@ func TestEtcdWireRoundTrip(t *testing.T) {
 	}
 	r := bufio.NewReader(bytes.NewReader(buf.Bytes()))
 	for i, want := range msgs {
-		got, err := etcdReadMsg(r, 1)
+		got, err := ReadMsg(r, 1)
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
@@ -42,7 +43,7 @@ func TestEtcdWireRoundTrip(t *testing.T) {
 			t.Fatalf("message %d: got %v, want %v", i, got, want)
 		}
 	}
-	if _, err := etcdReadMsg(r, 1); !errors.Is(err, io.EOF) {
+	if _, err := ReadMsg(r, 1); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the last frame: %v, want EOF", err)
 	}
 }
@@ -52,18 +53,18 @@ func TestEtcdWireRoundTrip(t *testing.T) {
 func TestEtcdWireRefusals(t *testing.T) {
 	var buf bytes.Buffer
 	w := bufio.NewWriter(&buf)
-	if err := etcdWriteMsg(w, &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(9)}); err != nil {
+	if err := WriteMsg(w, &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(9)}); err != nil {
 		t.Fatal(err)
 	}
 	w.Flush()
 	frame := buf.Bytes()
-	if _, err := etcdReadMsg(bufio.NewReader(bytes.NewReader(frame)), 1); err == nil {
+	if _, err := ReadMsg(bufio.NewReader(bytes.NewReader(frame)), 1); err == nil {
 		t.Fatal("a message from another node was accepted")
 	}
-	if _, err := etcdReadMsg(bufio.NewReader(bytes.NewReader(frame[:len(frame)-1])), 9); err == nil {
+	if _, err := ReadMsg(bufio.NewReader(bytes.NewReader(frame[:len(frame)-1])), 9); err == nil {
 		t.Fatal("a torn frame was accepted")
 	}
-	if _, err := etcdReadMsg(bufio.NewReader(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff})), 0); err == nil {
+	if _, err := ReadMsg(bufio.NewReader(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff})), 0); err == nil {
 		t.Fatal("an oversized frame was accepted")
 	}
 }
@@ -87,7 +88,7 @@ func TestEtcdWireChunksASnapshot(t *testing.T) {
 		want := proto.Clone(m).(*raftpb.Message)
 		hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(1), To: proto.Uint64(2), Term: proto.Uint64(3)}
 		for _, msg := range []*raftpb.Message{m, hb} {
-			if err := etcdWriteMsg(w, msg); err != nil {
+			if err := WriteMsg(w, msg); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -100,7 +101,7 @@ func TestEtcdWireChunksASnapshot(t *testing.T) {
 		}
 		r := bufio.NewReader(bytes.NewReader(buf.Bytes()))
 		for _, w := range []*raftpb.Message{want, hb} {
-			got, err := etcdReadMsg(r, 1)
+			got, err := ReadMsg(r, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,13 +128,13 @@ func TestEtcdWireRefusesWhatNoMemberSends(t *testing.T) {
 		"a chunk declaring 1 GiB":           binary.BigEndian.AppendUint32(nil, etcdChunkBit|1<<30),
 		"chunks, then a heartbeat":          append(frame(etcdChunkBit|3, []byte("abc")), frame(uint32(len(hb)), hb)...),
 	} {
-		if _, err := etcdReadMsg(bufio.NewReader(bytes.NewReader(b)), 0); err == nil || errors.Is(err, io.EOF) {
+		if _, err := ReadMsg(bufio.NewReader(bytes.NewReader(b)), 0); err == nil || errors.Is(err, io.EOF) {
 			t.Errorf("%s: %v, want a refusal", name, err)
 		}
 	}
-	// A chunk that takes a snapshot past node.MaxSnapshot: refused at
+	// A chunk that takes a snapshot past raftport.MaxSnapshot: refused at
 	// its header, nothing of it read.
-	p := &etcdParser{stage: 3, snap: node.MaxSnapshot - 10}
+	p := &etcdParser{stage: 3, snap: raftport.MaxSnapshot - 10}
 	if _, _, _, err := p.Parse(binary.BigEndian.AppendUint32(nil, etcdChunkBit|11)); err == nil {
 		t.Error("the parser took a chunk past a snapshot's bound")
 	}
@@ -145,18 +146,18 @@ func TestEtcdWireRefusesWhatNoMemberSends(t *testing.T) {
 // bytes arrive in.
 func TestEtcdParserFollowsTheWire(t *testing.T) {
 	var buf bytes.Buffer
-	buf.Write(etcdPreamble)
-	buf.Write(etcdHello(node.Peer{ID: "n1", RaftAddr: "127.0.0.1:7000"}))
+	buf.Write(Preamble)
+	buf.Write(Hello(node.Peer{ID: "n1", RaftAddr: "127.0.0.1:7000"}))
 	ends := []int{buf.Len()}
 	w := bufio.NewWriter(&buf)
 	data := bytes.Repeat([]byte("s"), etcdMaxFrame+etcdSnapChunk/3)
 	for _, m := range []*raftpb.Message{
 		{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(1), Term: proto.Uint64(3)},
 		etcdSnapMsg(data),
-		{Type: raftpb.MsgApp.Enum(), From: proto.Uint64(1), Term: proto.Uint64(3), Entries: []*raftpb.Entry{etcdEntry(4, 3, raftpb.EntryNormal, []byte("x"))}},
+		{Type: raftpb.MsgApp.Enum(), From: proto.Uint64(1), Term: proto.Uint64(3), Entries: []*raftpb.Entry{Entry(4, 3, raftpb.EntryNormal, []byte("x"))}},
 		etcdSnapMsg([]byte("small")),
 	} {
-		if err := etcdWriteMsg(w, m); err != nil {
+		if err := WriteMsg(w, m); err != nil {
 			t.Fatal(err)
 		}
 		w.Flush()

@@ -1,4 +1,4 @@
-package node
+package raftport
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ import (
 // streamConn): a declared length above the engine's bounds ends the
 // connection before a byte of it is read; a message may hold MaxHeld
 // bytes, those past the first 256 KiB drawn from a budget the port's
-// connections share (RaftPortLimits.MessageBudget), so that many
+// connections share (Limits.MessageBudget), so that many
 // connections do not add up to many messages' worth; and from its first
 // byte a message must end within MessageTimeout (what both engines'
 // senders give a message), plus a second for every MinRate bytes it
@@ -58,7 +58,7 @@ type Frames struct {
 	// reads it: its largest legitimate message, with room.
 	MaxHeld int64
 	// MinRate is the least the bytes a message streams must arrive at,
-	// in bytes a second; 0: the port's (RaftPortLimits.MinRate).
+	// in bytes a second; 0: the port's (Limits.MinRate).
 	MinRate int64
 }
 
