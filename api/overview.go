@@ -57,7 +57,8 @@ type Overview struct {
 	// Stats are this node's counters, counted while it leads.
 	Stats Stats `json:"stats"`
 	// StatsHidden: with ACLs on, the caller may not read every key, so
-	// the figures of the whole table (LastToken, Queued, Stats' counts)
+	// the figures of the whole table (LastToken, Queued, SessionsOpen,
+	// Stats' counts)
 	// are left out as zeros (docs/SECURITY.md, "Least information").
 	StatsHidden bool `json:"stats_hidden,omitempty"`
 }

@@ -42,7 +42,7 @@ func RedactList(ctx context.Context, l api.ListResponse) api.ListResponse {
 // RedactOverview is o as ctx's caller may see it: the leases on keys it
 // may read, the sessions they are held under with only those keys (and
 // counting only them), and the whole table's figures (last token, queued,
-// counters and histograms) only if it may read every key; else those are
+// sessions open, counters and histograms) only if it may read every key; else those are
 // zeros and StatsHidden is set.
 func RedactOverview(ctx context.Context, o api.Overview) api.Overview {
 	if vis := visible(ctx); vis != nil {
@@ -151,7 +151,7 @@ func readsAll(ctx context.Context) func(prefix string) bool {
 // hideTableFigures zeroes the figures of an overview that count the whole
 // table, keeping the histograms' bounds (the dashboard draws them).
 func hideTableFigures(o *api.Overview) {
-	o.LastToken, o.Queued, o.StatsHidden = 0, 0, true
+	o.LastToken, o.Queued, o.SessionsOpen, o.StatsHidden = 0, 0, 0, true
 	zero := func(h api.Histogram) api.Histogram {
 		return api.Histogram{BoundsMs: h.BoundsMs, Counts: make([]uint64, len(h.Counts))}
 	}

@@ -73,7 +73,7 @@ func TestRedactionShowsOnlyWhatTheCallerMayRead(t *testing.T) {
 	}
 
 	overview := func() api.Overview {
-		return api.Overview{LastToken: 9, Queued: 2,
+		return api.Overview{LastToken: 9, Queued: 2, SessionsOpen: 3,
 			Locks:    []api.LockOverview{{Lease: api.Lease{Key: "b/1", Session: 1}}, {Lease: api.Lease{Key: "b/secret/x", Session: 2}}},
 			Sessions: []api.SessionOverview{{Session: api.Session{ID: 1, Locks: 2, Waiting: 1}, Keys: []string{"b/1", "b/secret/y"}}, {Session: api.Session{ID: 2, Locks: 1}, Keys: []string{"b/secret/x"}}},
 			Stats:    api.Stats{Hold: api.Histogram{BoundsMs: []float64{1}, Counts: []uint64{4, 5}}}}
@@ -85,10 +85,10 @@ func TestRedactionShowsOnlyWhatTheCallerMayRead(t *testing.T) {
 	if len(o.Sessions) != 1 || !slices.Equal(o.Sessions[0].Keys, []string{"b/1"}) || o.Sessions[0].Locks != 1 || o.Sessions[0].Waiting != 0 {
 		t.Errorf("bob's overview sessions: %+v", o.Sessions)
 	}
-	if o.LastToken != 0 || o.Queued != 0 || !o.StatsHidden || !slices.Equal(o.Stats.Hold.Counts, []uint64{0, 0}) || !slices.Equal(o.Stats.Hold.BoundsMs, []float64{1}) {
+	if o.LastToken != 0 || o.Queued != 0 || o.SessionsOpen != 0 || !o.StatsHidden || !slices.Equal(o.Stats.Hold.Counts, []uint64{0, 0}) || !slices.Equal(o.Stats.Hold.BoundsMs, []float64{1}) {
 		t.Errorf("bob's overview figures: %+v", o)
 	}
-	if o := RedactOverview(context.Background(), overview()); o.StatsHidden || o.LastToken != 9 || len(o.Locks) != 2 || len(o.Sessions) != 2 {
+	if o := RedactOverview(context.Background(), overview()); o.StatsHidden || o.LastToken != 9 || o.SessionsOpen != 3 || len(o.Locks) != 2 || len(o.Sessions) != 2 {
 		t.Errorf("an overview without a principal: %+v", o)
 	}
 

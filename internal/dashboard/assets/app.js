@@ -364,7 +364,9 @@
       return;
     }
     const open = o.sessions_open || 0;
-    $('sessions-sum').textContent = open + ' open' + (o.sessions.length < open ? ' · ' + o.sessions.length + ' with listed locks' : '');
+    $('sessions-sum').textContent = o.stats_hidden
+      ? o.sessions.length + ' with listed locks (the count of all open sessions needs read on every key)'
+      : open + ' open' + (o.sessions.length < open ? ' · ' + o.sessions.length + ' with listed locks' : '');
     const rows = o.sessions.map((ss) => {
       const text = el('span', { class: 'ttl-text' });
       const fill = el('div', { class: 'ttl-fill' });
