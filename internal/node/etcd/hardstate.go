@@ -31,8 +31,9 @@ func etcdSaveHardState(stable raft.StableStore, hs *raftpb.HardState) error {
 // etcdLoadMemory fills a MemoryStorage, the log etcd reads, from the
 // verified stores: the HardState and the entries first..last of logs
 // (after a snapshot at snapIndex, snapTerm, when snapIndex > 0). The
-// commit index recorded is clamped into what the log holds: it may lag
-// (see etcdHardStateKey) but must be at least the snapshot's.
+// commit index recorded may lag (see etcdHardStateKey) and is raised to
+// the snapshot's; a log that ends before it is refused
+// (*commitBeyondLogError).
 func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Snapshot) (ms *etcdraft.MemoryStorage, err error) {
 	defer func() {
 		// MemoryStorage panics (through raft's logger) on entries that do
@@ -80,8 +81,13 @@ func etcdLoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Sn
 		if err := proto.Unmarshal(b, hs); err != nil {
 			return nil, fmt.Errorf("decoding the hard state: %w", err)
 		}
-		end := max(last, snapIndex)
-		hs.Commit = proto.Uint64(min(max(hs.GetCommit(), snapIndex), end))
+		// The commit index was recorded after the entries it covers
+		// had been appended and synced, and raft never drops a
+		// committed entry: a log that ends before it lost some.
+		if end := max(last, snapIndex); hs.GetCommit() > end {
+			return nil, &commitBeyondLogError{commit: hs.GetCommit(), end: end}
+		}
+		hs.Commit = proto.Uint64(max(hs.GetCommit(), snapIndex))
 		if err := ms.SetHardState(hs); err != nil {
 			return nil, err
 		}
@@ -101,3 +107,13 @@ func etcdGetHardState(stable raft.StableStore) ([]byte, error) {
 }
 
 func protoUnmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
+
+// commitBeyondLogError: the hard state records entries up to commit as
+// committed, but the log and snapshot end at end. Entries raft had
+// committed, and so synced, were lost or read back damaged.
+type commitBeyondLogError struct{ commit, end uint64 }
+
+func (e *commitBeyondLogError) Error() string {
+	return fmt.Sprintf("the log ends at index %d but raft's hard state says entries up to %d were committed: "+
+		"entries %d..%d were written and synced and are lost or damaged", e.end, e.commit, e.end+1, e.commit)
+}
