@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -156,6 +157,111 @@ func TestLastBatchDamagedIsATornTailUnlessTheWatermarkCoversIt(t *testing.T) {
 			defer st.close()
 			if last, _ := st.logs.LastIndex(); last != 7 {
 				t.Fatalf("last index %d, want 7", last)
+			}
+		})
+	}
+}
+
+// plainFS is the operating system's files, but not OSFS: raft-wal runs
+// over walVFS and keeps its metadata in walMeta's file, which a test can
+// edit.
+type plainFS struct{ OSFS }
+
+// The write that sealed the last segment was torn by a power loss before
+// it was synced (its commit frame does not match), and raft-wal's
+// rotation had not recorded the seal: raft-wal's recovery drops the
+// batch but still takes the segment for sealed, so every append fails,
+// and the node halted at every restart. Now the torn write is cut off
+// when nothing says it was synced, and refused when the watermark does.
+func TestTornSealingWriteCutOrRefused(t *testing.T) {
+	for _, watermark := range []uint64{1, 0} { // 0: the sealing batch's last entry
+		t.Run(fmt.Sprint(watermark), func(t *testing.T) {
+			dir := t.TempDir()
+			open := func() (*stores, error) {
+				return openStores(plainFS{}, dir, EngineHashicorp, 8<<10, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
+			}
+			st, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			walDir := filepath.Join(dir, "wal")
+			var n uint64
+			for n = 1; ; n++ {
+				if err := st.logs.StoreLogs([]*raft.Log{{Index: n, Term: 1, Data: fmt.Appendf(nil, "grant %d", n)}}); err != nil {
+					t.Fatal(err)
+				}
+				if segs, _ := walFiles(OSFS{}, walDir); len(segs) == 2 {
+					break
+				}
+				if n > 10000 {
+					t.Fatal("no rotation")
+				}
+			}
+			if err := st.close(); err != nil {
+				t.Fatal(err)
+			}
+			if watermark == 0 {
+				watermark = n
+			}
+			if err := EditStateFile(dir, func(s *StateRecord) { s.Durable = watermark }); err != nil {
+				t.Fatal(err)
+			}
+			// The power loss came before the rotation's metadata: the
+			// sealed segment is the last one, recorded as open.
+			m := &walMeta{fsys: OSFS{}}
+			if _, err := m.Load(walDir); err != nil {
+				t.Fatal(err)
+			}
+			rec := m.rec
+			rec.State.Segments = rec.State.Segments[:1]
+			rec.State.Segments[0].SealTime, rec.State.Segments[0].MaxIndex, rec.State.Segments[0].IndexStart = time.Time{}, 0, 0
+			if err := m.writeLocked(rec); err != nil {
+				t.Fatal(err)
+			}
+			segs, _ := walFiles(OSFS{}, walDir)
+			seg := filepath.Join(walDir, segs[0])
+			b, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The last commit frame: the one after the index frame.
+			idx := 0
+			for off := segFileHeaderLen; off+segFrameHeaderLen <= len(b) && b[off] != 0; {
+				n := 0
+				if b[off] != segFrameCommit {
+					n = int(binary.LittleEndian.Uint32(b[off+4:]))
+				}
+				if b[off] == segFrameIndex {
+					idx = off
+				}
+				off += frameSize(n)
+			}
+			if idx == 0 {
+				t.Fatal("no index frame: the segment was not sealed")
+			}
+			flipBit(t, seg, idx+frameSize(int(binary.LittleEndian.Uint32(b[idx+4:])))+5, 3)
+
+			st, err = open()
+			if watermark == n {
+				var de *DataDirError
+				if !errors.As(err, &de) {
+					if st != nil {
+						st.close()
+					}
+					t.Fatalf("err %v, want a refusal: the watermark covers the sealing write", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.close()
+			last, _ := st.logs.LastIndex()
+			if last >= n {
+				t.Fatalf("last index %d: the torn batch (ending at %d) was kept", last, n)
+			}
+			if err := st.logs.StoreLogs([]*raft.Log{{Index: last + 1, Term: 1, Data: []byte("again")}}); err != nil {
+				t.Fatalf("appending after the torn sealing write: %v", err)
 			}
 		})
 	}
