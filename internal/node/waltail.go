@@ -207,3 +207,24 @@ func (h *healingWAL) rewrite(fix func() error) error {
 	h.w = w
 	return ferr
 }
+
+// cutTail zeros the last segment from s.cut to the end of its data, so
+// that nothing after what raft-wal's recovery keeps is read again: what
+// `fencelock recover` does to a tail it found damaged.
+func cutTail(fsys FS, s *tailScan) error {
+	b, err := fsys.ReadFile(s.path)
+	if err != nil {
+		return err
+	}
+	end := len(bytes.TrimRight(b, "\x00"))
+	if end <= s.cut {
+		return nil
+	}
+	f, err := fsys.OpenFile(s.path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteAt(make([]byte, end-s.cut), int64(s.cut))
+	serr := f.Sync()
+	return errors.Join(werr, serr, f.Close())
+}

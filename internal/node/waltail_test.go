@@ -266,3 +266,31 @@ func TestTornSealingWriteCutOrRefused(t *testing.T) {
 		})
 	}
 }
+
+// `fencelock recover` cuts the damaged writes off the last segment (the
+// start refused them), keeps a copy, and the node starts again without
+// them.
+func TestRecoverCutsADamagedTail(t *testing.T) {
+	dir := t.TempDir()
+	writeBatches(t, dir, 8, 2)
+	seg := tailSegment(t, dir)
+	flipBit(t, seg, entryFrame(t, seg, 5), 2)
+	if _, err := openTailTestStores(dir); err == nil {
+		t.Fatal("started on the damaged log")
+	}
+	did, err := Recover(dir, RecoverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(did, "\n"), "entries 5 to 8") {
+		t.Errorf("recover said %q, want entries 5 to 8 named", did)
+	}
+	st, err := openTailTestStores(dir)
+	if err != nil {
+		t.Fatalf("after recover: %v", err)
+	}
+	defer st.close()
+	if last, _ := st.logs.LastIndex(); last != 4 {
+		t.Fatalf("last index %d after recover, want 4", last)
+	}
+}
