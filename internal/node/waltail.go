@@ -110,13 +110,17 @@ func (s *tailScan) scan(b []byte) {
 	// anywhere, even in a batch it then dropped.
 	s.cutSealed = index >= s.cut
 	// Whole batches after the cut: try each frame boundary from it on;
-	// the batches after the first one found follow it directly.
+	// the batches after the first one found follow it directly. A
+	// commit frame whose CRC did not match from one start is not tried
+	// from the later ones (every frame boundary of a damaged batch
+	// leads to it).
 	end := len(bytes.TrimRight(b, "\x00"))
+	failed := map[int]bool{}
 	for at := s.cut; at < end; at += 8 {
-		last, next, ok := wholeBatch(b, at)
+		last, next, ok := wholeBatch(b, at, failed)
 		for ok && last > s.lastKept() {
 			s.later = last
-			last, next, ok = wholeBatch(b, next)
+			last, next, ok = wholeBatch(b, next, failed)
 		}
 		if s.later > 0 {
 			return
@@ -126,8 +130,9 @@ func (s *tailScan) scan(b []byte) {
 
 // wholeBatch reads the batch starting at offset at: entry frames (and an
 // index frame) up to a commit frame whose CRC matches. It returns the
-// index of its last entry and the offset after it.
-func wholeBatch(b []byte, at int) (last uint64, next int, ok bool) {
+// index of its last entry and the offset after it. A commit frame whose
+// CRC does not match is noted in failed.
+func wholeBatch(b []byte, at int, failed map[int]bool) (last uint64, next int, ok bool) {
 	start := at
 	if at == segFileHeaderLen {
 		start = 0
@@ -155,7 +160,11 @@ func wholeBatch(b []byte, at int) (last uint64, next int, ok bool) {
 			}
 			off += frameSize(n)
 		case segFrameCommit:
-			if entries == 0 || uint32(n) != crc32.Checksum(b[start:off], castagnoli) {
+			if entries == 0 || failed[off] {
+				return 0, 0, false
+			}
+			if uint32(n) != crc32.Checksum(b[start:off], castagnoli) {
+				failed[off] = true
 				return 0, 0, false
 			}
 			// raft-wal's binary codec starts an entry with its index.

@@ -294,3 +294,53 @@ func TestRecoverCutsADamagedTail(t *testing.T) {
 		t.Fatalf("last index %d after recover, want 4", last)
 	}
 }
+
+// flipFS flips a bit of the last segment each time it is read whole.
+type flipFS struct {
+	plainFS
+	at int
+}
+
+func (f flipFS) ReadFile(path string) ([]byte, error) {
+	b, err := f.plainFS.ReadFile(path)
+	if err == nil && strings.HasSuffix(path, ".wal") && f.at < len(b) {
+		b[f.at] ^= 1
+	}
+	return b, err
+}
+
+// A last segment that reads back differently on two reads (one of them
+// flipped a bit of the last batch) is refused rather than cut short: what
+// is on the disk read back whole once.
+func TestTailReadBackDifferentlyRefused(t *testing.T) {
+	dir := t.TempDir()
+	open := func(fsys FS) (*stores, error) {
+		return openStores(fsys, dir, EngineHashicorp, tailTestSegSize, hclog.NewNullLogger(), slog.New(slog.DiscardHandler))
+	}
+	st, err := open(plainFS{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 3; i++ {
+		if err := st.logs.StoreLogs([]*raft.Log{{Index: i, Term: 1, Data: []byte("grant")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := tailSegment(t, dir)
+	_, err = open(flipFS{at: entryFrame(t, seg, 3) + segFrameHeaderLen + 1})
+	var de *DataDirError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "read back differently") {
+		t.Fatalf("err %v, want a refusal: the segment read back differently", err)
+	}
+	st, err = open(plainFS{})
+	if err != nil {
+		t.Fatalf("read back whole: %v", err)
+	}
+	defer st.close()
+	if last, _ := st.logs.LastIndex(); last != 3 {
+		t.Fatalf("last index %d, want 3", last)
+	}
+}
