@@ -283,11 +283,27 @@ func openStores(fsys FS, dir, engine string, segSize int, logger hclog.Logger, l
 			return nil, damage(dir, segmentFor(segs, i), "entry %d of %d..%d: %v", i, first, last, err)
 		}
 	}
+	// What raft-wal dropped at the end of its last segment as a torn
+	// write, read again (waltail.go).
+	tail, err := scanWALTail(fsys, walDir)
+	if err != nil {
+		return nil, fmt.Errorf("node: reading the log's last segment: %w", err)
+	}
 	end := max(last, snapIndex)
 	switch {
+	case tail != nil && (tail.kept > 0 && tail.lastKept() != last || tail.kept == 0 && last >= tail.base):
+		// A flipped bit as one of the two read it: what is on the disk
+		// read back whole once, so nothing may be dropped.
+		return nil, damage(dir, filepath.Join("wal", filepath.Base(tail.path)),
+			"read back differently twice (entries up to %d, then up to %d): a failing disk or a flipped read; "+
+				"start it again, and if this persists rebuild the node", last, tail.lastKept())
+	case tail != nil && tail.later > last && !plant.On("torn-tail-accepted"):
+		return nil, damage(dir, filepath.Join("wal", filepath.Base(tail.path)),
+			"entries %d..%d were written and synced but the log reads back damaged after entry %d "+
+				"(a whole later write follows the damage, so it is no torn write)", last+1, tail.later, last)
 	case end < prev.Durable && !plant.On("torn-tail-accepted"):
 		return nil, damage(dir, segmentFor(segs, end+1),
-			"the log ends at index %d but entries up to %d had been written (a lost or torn tail)", end, prev.Durable)
+			"the log ends at index %d but entries up to %d had been written (a lost, torn or damaged tail)", end, prev.Durable)
 	case last > 0 && first > 1 && snapIndex < first-1:
 		file := "snapshots"
 		if snap != nil {
@@ -299,6 +315,20 @@ func openStores(fsys FS, dir, engine string, segSize int, logger hclog.Logger, l
 		// deletes the log the snapshot replaces, and drops that log at
 		// open when it stopped in between (etcdDropStaleLog).
 		return nil, damage(dir, segmentFor(segs, last), "the log ends at index %d, before the snapshot at %d", last, snapIndex)
+	}
+	if tail != nil && tail.cutSealed {
+		// The write that sealed the last segment never completed, and
+		// nothing says it had been synced: a torn tail, but one raft-wal
+		// takes for a sealed segment that nothing can be appended to.
+		if err := w.rewrite(func() error { return cutTornSeal(fsys, tail) }); err != nil {
+			return nil, fmt.Errorf("node: cutting the torn sealing write off %s: %w", tail.path, err)
+		}
+		if again, err := w.LastIndex(); err != nil || again != last {
+			return nil, damage(dir, filepath.Join("wal", filepath.Base(tail.path)),
+				"ends at index %d after its torn sealing write was cut, not at %d (%v)", again, last, err)
+		}
+		log.Warn("the log's last segment ended in a sealing write that never completed; it was cut off",
+			"file", tail.path, "last", last)
 	}
 	return st, nil
 }

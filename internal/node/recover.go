@@ -151,6 +151,25 @@ func Recover(dir string, opts RecoverOptions) ([]string, error) {
 			say("no snapshot and no log: every lease is lost; the node starts empty and bootstraps again")
 		}
 	}
+	if keep {
+		// Whole writes after damage at the end of the last segment:
+		// raft-wal's recovery reads only up to the damage, and the
+		// start refuses the log while they follow it.
+		tail, err := scanWALTail(OSFS{}, walDir)
+		if err != nil {
+			return nil, fmt.Errorf("recover: reading the log's last segment: %w", err)
+		}
+		if tail != nil && tail.later > end {
+			if err := copyAside(tail.path, filepath.Join(aside, "wal", filepath.Base(tail.path))); err != nil {
+				return nil, fmt.Errorf("recover: copying the log's last segment aside: %w", err)
+			}
+			if err := cutTail(OSFS{}, tail); err != nil {
+				return nil, fmt.Errorf("recover: cutting the log's damaged tail: %w", err)
+			}
+			say("entries %d to %d in %s read back damaged: cut off (a copy is in %s)", end+1, tail.later, tail.path, aside)
+			prev.Durable = min(prev.Durable, end)
+		}
+	}
 	if keep && prev.Durable > end {
 		say("entries %d to %d had been written and are lost (a lost or torn tail); their leases are gone, their tokens are covered by the floor",
 			end+1, prev.Durable)
@@ -264,4 +283,16 @@ func writeStateFile(dir string, s dirState) error {
 		err = syncDir(dir)
 	}
 	return err
+}
+
+// copyAside copies the file src to dst, making dst's directory.
+func copyAside(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o600)
 }

@@ -283,10 +283,12 @@ func (c *cluster) noteQuorum() {
 // engine wrote and synced): anything missing may have been acknowledged,
 // and a node that lost it must refuse to start. (An entry a snapshot
 // covers counts as held.) On a disk whose synced data rotted, or that
-// returned a flipped bit as the node read its log at start, the node can
-// tell only what its state file's watermark covers: damage in entries
-// written after the last checkpoint reads as a torn write, which raft-wal
-// drops (RELIABILITY.md); that is counted, not a violation.
+// returned a flipped bit as the node read its log at start, the node
+// refuses damage it can prove was synced (a whole batch after it, the
+// watermark, raft's hard state); rot in the last synced batch after the
+// watermark reads exactly as a torn write, which raft-wal drops
+// (RELIABILITY.md, "Damage after the watermark"): that is counted, not
+// a violation.
 func (n *simNode) checkLog(prev *etcd.Stepped) {
 	w := n.c.w
 	last := prev.LastIndex()
@@ -365,8 +367,7 @@ func (n *simNode) step(f func() error) {
 		w.counts.Halted++
 		n.c.noteQuorum()
 		if !n.disk.Faulty() && !n.disk.Damaged() {
-			// (Rot after the state file's watermark halts a node too:
-			// RELIABILITY.md's open finding, counted as RotUnseen.)
+			// (A disk the last power loss rotted counts as damaged.)
 			w.violate("w", "%s halted on a disk that had no fault: %v", n.id, err)
 		}
 		// What a supervisor does: restart the process a while later.

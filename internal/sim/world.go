@@ -51,8 +51,7 @@ type Config struct {
 	Shaped bool
 
 	// Flips: a third of the restarts read a flipped bit now and then
-	// (disk.Faults.Flip). Off by default: a node drops synced log entries
-	// that read back damaged at start (RELIABILITY.md).
+	// (disk.Faults.Flip).
 	Flips bool
 
 	// The engine's settings.
@@ -64,7 +63,7 @@ type Config struct {
 
 // DefaultConfig is the world `go test ./internal/sim` runs.
 func DefaultConfig() Config {
-	return Config{Nodes: 3, Clients: 4, Horizon: 20 * time.Second, Faults: true, Nemeses: 1, Shaped: true,
+	return Config{Nodes: 3, Clients: 4, Horizon: 20 * time.Second, Faults: true, Nemeses: 1, Shaped: true, Flips: true,
 		TTLs:              []time.Duration{1500 * time.Millisecond, 3 * time.Second, 6 * time.Second},
 		SnapshotThreshold: 200, TrailingLogs: 50, SnapshotEvery: 2 * time.Second, SegmentSize: 64 << 10}
 }

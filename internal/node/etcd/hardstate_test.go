@@ -1,17 +1,21 @@
 package etcd
 
 import (
+	"errors"
 	"testing"
 
-	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 	"github.com/hashicorp/raft"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fencelock/fencelock/internal/node"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
 )
 
-// The hard state and the log come back after a restart as etcd's
-// MemoryStorage; a commit index beyond the log is clamped to its end.
-func TestEtcdLoadMemory(t *testing.T) {
+// storeHardState writes entries 1 (term 1) and 2 (term 2) and a hard
+// state with commit, and opens the directory again.
+func storeHardState(t *testing.T, commit uint64) *node.Storage {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := openTestStores(t, dir)
 	if err != nil {
@@ -24,7 +28,7 @@ func TestEtcdLoadMemory(t *testing.T) {
 	if err := etcdcodec.Append(st.Logs, ents); err != nil {
 		t.Fatal(err)
 	}
-	hs := &raftpb.HardState{Term: proto.Uint64(2), Vote: proto.Uint64(7), Commit: proto.Uint64(9)}
+	hs := &raftpb.HardState{Term: proto.Uint64(2), Vote: proto.Uint64(7), Commit: proto.Uint64(commit)}
 	if err := etcdcodec.SaveHardState(st.Stable, hs); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +39,14 @@ func TestEtcdLoadMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// The hard state and the log come back after a restart as etcd's
+// MemoryStorage.
+func TestEtcdLoadMemory(t *testing.T) {
+	st := storeHardState(t, 1)
 	ms, err := etcdcodec.LoadMemory(st.Logs, st.Stable, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -44,14 +55,27 @@ func TestEtcdLoadMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.GetTerm() != 2 || got.GetVote() != 7 || got.GetCommit() != 2 {
-		t.Fatalf("hard state %v, want term 2 vote 7 commit 2 (clamped)", got)
+	if got.GetTerm() != 2 || got.GetVote() != 7 || got.GetCommit() != 1 {
+		t.Fatalf("hard state %v, want term 2 vote 7 commit 1", got)
 	}
 	if last, _ := ms.LastIndex(); last != 2 {
 		t.Fatalf("last index %d, want 2", last)
 	}
 	if term, _ := ms.Term(2); term != 2 {
 		t.Fatalf("term of 2 is %d, want 2", term)
+	}
+}
+
+// A hard state that says entries beyond the log's end were committed is
+// refused: those entries had been synced, and were lost or damaged (it
+// used to be clamped to the log's end, and the node started without
+// them).
+func TestEtcdLoadMemoryRefusesACommitBeyondTheLog(t *testing.T) {
+	st := storeHardState(t, 9)
+	_, err := etcdcodec.LoadMemory(st.Logs, st.Stable, nil)
+	var cb *etcdcodec.CommitBeyondLogError
+	if !errors.As(err, &cb) || cb.Commit != 9 || cb.End != 2 {
+		t.Fatalf("err %v, want the commit 9 beyond the log's end 2 refused", err)
 	}
 }
 

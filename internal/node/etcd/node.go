@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -149,6 +150,9 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 	}
 	m := st.Machine(n.fsm, cfg.Hooks)
 	c, err := newCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"), etcdPolicy(cfg, snaps))
+	if cb := (*etcdcodec.CommitBeyondLogError)(nil); errors.As(err, &cb) && cfg.DataDir != "" {
+		return &node.DataDirError{Dir: cfg.DataDir, File: filepath.Join(cfg.DataDir, "wal"), Problem: cb.Error()}
+	}
 	if err != nil {
 		return fmt.Errorf("etcd: starting raft: %w", err)
 	}

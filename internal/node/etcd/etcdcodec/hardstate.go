@@ -31,8 +31,9 @@ func SaveHardState(stable raft.StableStore, hs *raftpb.HardState) error {
 // LoadMemory fills a MemoryStorage, the log etcd reads, from the
 // verified stores: the HardState and the entries first..last of logs
 // (after a snapshot at snapIndex, snapTerm, when snapIndex > 0). The
-// commit index recorded is clamped into what the log holds: it may lag
-// (see etcdHardStateKey) but must be at least the snapshot's.
+// commit index recorded may lag (see the engine's hard state key) and is
+// raised to the snapshot's; a log that ends before it is refused
+// (*CommitBeyondLogError).
 func LoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Snapshot) (ms *etcdraft.MemoryStorage, err error) {
 	defer func() {
 		// MemoryStorage panics (through raft's logger) on entries that do
@@ -80,8 +81,13 @@ func LoadMemory(logs raft.LogStore, stable raft.StableStore, snap *raftpb.Snapsh
 		if err := proto.Unmarshal(b, hs); err != nil {
 			return nil, fmt.Errorf("decoding the hard state: %w", err)
 		}
-		end := max(last, snapIndex)
-		hs.Commit = proto.Uint64(min(max(hs.GetCommit(), snapIndex), end))
+		// The commit index was recorded after the entries it covers
+		// had been appended and synced, and raft never drops a
+		// committed entry: a log that ends before it lost some.
+		if end := max(last, snapIndex); hs.GetCommit() > end {
+			return nil, &CommitBeyondLogError{Commit: hs.GetCommit(), End: end}
+		}
+		hs.Commit = proto.Uint64(max(hs.GetCommit(), snapIndex))
 		if err := ms.SetHardState(hs); err != nil {
 			return nil, err
 		}
@@ -98,4 +104,14 @@ func GetHardState(stable raft.StableStore) ([]byte, error) {
 		return nil, fmt.Errorf("reading the hard state: %w", err)
 	}
 	return b, nil
+}
+
+// CommitBeyondLogError: the hard state records entries up to Commit as
+// committed, but the log and snapshot end at End. Entries raft had
+// committed, and so synced, were lost or read back damaged.
+type CommitBeyondLogError struct{ Commit, End uint64 }
+
+func (e *CommitBeyondLogError) Error() string {
+	return fmt.Sprintf("the log ends at index %d but raft's hard state says entries up to %d were committed: "+
+		"entries %d..%d were written and synced and are lost or damaged", e.End, e.Commit, e.End+1, e.Commit)
 }
