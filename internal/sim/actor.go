@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/client"
@@ -25,6 +26,9 @@ type actor struct {
 	net   *clientNet
 	c     *client.Client
 	seq   int
+	// holding: between a grant's answer and the end of the work under it
+	// (the failover focus's nemesis cuts a holder off)
+	holding atomic.Bool
 }
 
 func newActor(w *world, i int, drift float64) *actor {
@@ -128,13 +132,13 @@ func (a *actor) once() {
 	var h held
 	var sess *client.Session
 	k := a.rnd.IntN(7)
-	if a.w.cfg.Focus == focusLeases {
+	if oneKey(a.w.cfg.Focus) {
 		k = 0 // one key, many waiting on it
 	}
 	switch k {
 	case 0, 1:
 		rec.Kind, rec.Key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
-		if a.w.cfg.Focus == focusLeases {
+		if oneKey(a.w.cfg.Focus) {
 			rec.Key = "lock/0"
 		}
 		if a.rnd.IntN(3) == 0 {
@@ -216,8 +220,13 @@ func (a *actor) once() {
 		a.w.hist.Granted(r)
 		a.w.tracef(a.src(), "%s holds %s %s token %d ttl %s", holder, r.Kind, r.Key, r.Token, ttl)
 	}
+	a.holding.Store(true)
+	defer a.holding.Store(false)
 	hold := time.Duration(a.rnd.Int64N(int64(2 * ttl)))
 	step := ttl / 5
+	if a.w.cfg.Focus == focusFailover {
+		step = ttl / 20 // it acts up to its Deadline's edge
+	}
 	for spent := time.Duration(0); spent < hold; spent += step {
 		a.sleep(step)
 		if h.Err() != nil || !a.clk.Now().Before(h.Deadline()) {

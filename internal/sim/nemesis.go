@@ -65,7 +65,14 @@ const (
 	focusLeases = "leases" // one key waited on by every actor; a client cut off from every node for about a TTL
 	// focusMembership: members replaced, while nodes are frozen or cut off
 	focusMembership = "membership"
+	// focusFailover: the leases' world (one key waited on by every actor,
+	// clients cut off from every node for about a TTL) with leaders
+	// frozen or cut off between, so that leases outlive failovers
+	focusFailover = "failover"
 )
+
+// oneKey says whether the focus has every actor wait on one key.
+func oneKey(focus string) bool { return focus == focusLeases || focus == focusFailover }
 
 // The kinds of fault.
 const (
@@ -89,6 +96,7 @@ var weights = map[string][]int{
 	focusRot:        {kindPowerRot: 1},
 	focusLeases:     {kindClientCutAll: 1},
 	focusMembership: {kindMembership: 2, kindFreeze: 1, kindOneWay: 1},
+	focusFailover:   {kindFreeze: 1, kindIsolate: 1, kindClientCutAll: 2},
 }
 
 // pick draws a kind by its weight.
@@ -128,6 +136,16 @@ func (m *nemesis) next(end time.Time) {
 		target = members[r.IntN(len(members))]
 	}
 	a := m.actors[r.IntN(len(m.actors))]
+	if w.cfg.Focus == focusFailover {
+		// the first actor from a that holds something: its lease must
+		// outlive the cut on its keep-alive alone
+		for i := range m.actors {
+			if b := m.actors[(a.i+i)%len(m.actors)]; b.holding.Load() {
+				a = b
+				break
+			}
+		}
+	}
 	d := between(r, 100*time.Millisecond, 3*time.Second)
 	f := fault{start: time.Now(), client: -1, leader: target == lead && lead != nil}
 	var heal func()
@@ -138,7 +156,7 @@ func (m *nemesis) next(end time.Time) {
 	if kind == kindMembership && m.chain > 0 {
 		kind = kindFreeze // one operator at a time
 	}
-	if w.cfg.Focus == focusLeases {
+	if oneKey(w.cfg.Focus) {
 		d = between(r, time.Second, 4*time.Second) // about a lease's length
 	}
 	if kind == kindMembership {
@@ -164,7 +182,12 @@ func (m *nemesis) next(end time.Time) {
 		}
 	case kindCrash:
 		w.counts.Crash++
-		target.crash(false, disk.NoRot, "killed")
+		if n := m.follower(r); n != nil && r.IntN(2) == 0 {
+			target, f.leader = n, false
+			m.crashAtAck(target, d, false)
+		} else {
+			target.crash(false, disk.NoRot, "killed")
+		}
 		heal = func() { target.restartAfter("killed") }
 	case kindPower, kindPowerRot:
 		if !m.othersUp(target) && target.disk.Doomed() {
@@ -267,6 +290,35 @@ func (m *nemesis) next(end time.Time) {
 		w.mu.Unlock()
 		w.at(m.pause(m.k), func() { m.next(end) })
 	})
+}
+
+// follower is a running member that does not lead, drawn from r; nil
+// when there is none.
+func (m *nemesis) follower(r *rand.Rand) *simNode {
+	var fs []*simNode
+	for _, n := range m.members() {
+		if !n.down && !n.frozen && !n.halted && !n.leading {
+			fs = append(fs, n)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	return fs[r.IntN(len(fs))]
+}
+
+// crashAtAck kills n's process (power: its machine loses power) just
+// after it next acknowledges entries it appended: the instant a node that
+// answered for entries it had not yet made durable loses them. If it
+// sends no such answer within half the fault's length d, it is killed
+// then.
+func (m *nemesis) crashAtAck(n *simNode, d time.Duration, power bool) {
+	why := "killed just after it acknowledged entries"
+	if power {
+		why = "power lost just after it acknowledged entries"
+	}
+	n.atAck = func() { n.crash(power, disk.NoRot, why) }
+	m.w.at(d/2, n.fireAtAck)
 }
 
 // members are the voters of the configuration, and the nodes being
