@@ -145,6 +145,7 @@ func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.Con
 		}
 	}
 	p, ok := resolve(st, credential, cs)
+	p, ok = g.plantTokenCache(credential, p, ok)
 	switch {
 	case ok:
 	case credential != "":
