@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +28,12 @@ type actor struct {
 	// holding: between a grant's answer and the end of the work under it
 	// (the failover focus's nemesis cuts a holder off)
 	holding atomic.Bool
+	addrs   []string // the nodes its client is given
+	// With ACLs: its token's secret (under w.mu), and a new one the
+	// nemesis gave it, taken up before its next acquire.
+	secret string
+	renew  atomic.Pointer[string]
+	tokens int // new tokens taken up
 }
 
 func newActor(w *world, i int, drift float64) *actor {
@@ -37,16 +42,12 @@ func newActor(w *world, i int, drift float64) *actor {
 		a.clk.Debug = func(format string, args ...any) { w.tracef(a.src(), format, args...) }
 	}
 	a.net = &clientNet{w: w, a: a, cut: map[string]bool{}}
-	var addrs []string
 	for _, n := range w.cl.nodes {
-		addrs = append(addrs, n.addr)
+		a.addrs = append(a.addrs, n.addr)
 	}
-	c, err := client.New(addrs, client.WithHTTPClient(&http.Client{Transport: a.net}), client.WithFramed(false),
-		client.WithClock(a.clk), client.WithRandom(w.instantSource(fmt.Sprintf("client%d", i))))
-	if err != nil {
-		panic(err) // the addresses are the world's own
-	}
-	a.c = c
+	if !w.cfg.ACL {
+		a.c = a.newClient("")
+	} // else the operator makes it, with a token (bootACL)
 	return a
 }
 
@@ -120,8 +121,18 @@ func (a *actor) run(end time.Time) {
 
 // once acquires one thing, works under it and lets it go.
 func (a *actor) once() {
+	if sec := a.renew.Swap(nil); sec != nil {
+		// A new token after the old one was deleted: a process restarted
+		// with it.
+		a.c.Close()
+		a.tokens++
+		a.c = a.newClientNamed(*sec, fmt.Sprintf("client%d-t%d", a.i, a.tokens))
+		a.w.mu.Lock()
+		a.secret = *sec
+		a.w.mu.Unlock()
+	}
 	a.seq++
-	holder := fmt.Sprintf("c%d-%d", a.i, a.seq)
+	holder := a.own(fmt.Sprintf("c%d-%d", a.i, a.seq))
 	ttl := a.w.cfg.TTLs[a.rnd.IntN(len(a.w.cfg.TTLs))]
 	wait := time.Duration(a.rnd.Int64N(int64(3 * time.Second)))
 	opts := []client.LeaseOption{client.WithTTL(ttl), client.WithHolder(holder), client.WithWait(wait)}

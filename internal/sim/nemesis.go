@@ -88,6 +88,7 @@ const (
 	kindClient
 	kindClientCutAll
 	kindClock
+	kindACL // drawn apart, with ACLs on (acl.go)
 )
 
 // weights are how often the nemesis picks each kind, by focus.
@@ -150,6 +151,13 @@ func (m *nemesis) next(end time.Time) {
 	f := fault{start: time.Now(), client: -1, leader: target == lead && lead != nil}
 	var heal func()
 	kind := pick(r, weights[w.cfg.Focus])
+	var ra *rand.Rand
+	if w.cfg.ACL && m.chain == 0 {
+		// (a draw of its own: the other faults stay what they were)
+		if ra = w.draw("nemesis-acl", m.k); ra.IntN(5) == 0 {
+			kind = kindACL
+		}
+	}
 	if kind == kindClock && w.cfg.FastLeader > 0 {
 		kind = kindFreeze // the leaders' clocks are the plant's
 	}
@@ -168,6 +176,12 @@ func (m *nemesis) next(end time.Time) {
 		return
 	}
 	switch kind {
+	case kindACL:
+		// an actor's, never the prober's or the watcher's
+		a = m.actors[ra.IntN(len(m.actors)-2)]
+		f.leader, f.client = false, a.i
+		w.counts.ACL++
+		heal = m.aclFault(ra, a, d)
 	case kindClientCutAll:
 		f.leader, f.client = false, a.i
 		w.counts.Client++

@@ -34,6 +34,8 @@ var plants = []planted{
 	{"release-ignores-holder", "a release by another holder releases a live lock (internal/locktable, Release)", nil, 200},
 	{"keepalive-gives-up-late", "the keep-alive gives up a TTL/8 later than the safe-stop rule says (client, deadlineLocked)",
 		func(c *Config) { c.Focus = focusLeases }, 400},
+	{"acl-deleted-token-cached", "a guard remembers the principals of tokens it resolved, and a deleted token still names its principal (internal/auth, Authenticate)",
+		func(c *Config) { c.ACL = true }, 200},
 }
 
 // plantFromFlag plants -sim.plant for a TestSeeds or TestReplay run.

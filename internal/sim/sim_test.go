@@ -17,6 +17,7 @@ var (
 	seeds       = flag.Int("sim.seeds", 0, "run this many seeds (default: 200, 10 with -short)")
 	plantName   = flag.String("sim.plant", "", "with -tags simbugs: the planted bug to run the seeds with (planted_simbugs_test.go)")
 	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases, membership, failover")
+	aclOn       = flag.Bool("sim.acl", false, "ACLs on in every world (else a quarter of them draw it)")
 	flips       = flag.Bool("sim.flips", false, "a third of the restarts read a flipped bit now and then (see RELIABILITY.md)")
 	syncForget  = flag.Bool("sim.syncforget", false, "a failed sync drops what it was to write, as Linux's does (see RELIABILITY.md)")
 	oneSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: print its trace)")
@@ -123,6 +124,7 @@ func flagConfig() Config {
 	cfg.FastLeader = *fast
 	cfg.SyncForget = *syncForget
 	cfg.Flips = *flips
+	cfg.ACL = *aclOn
 	cfg.Focus = *focus
 	return cfg
 }
@@ -166,6 +168,9 @@ func replayCommand(t *testing.T, seed uint64, cfg Config) string {
 	}
 	if cfg.Flips {
 		cmd += " -sim.flips"
+	}
+	if cfg.ACL && *aclOn {
+		cmd += " -sim.acl"
 	}
 	if cfg.Focus != "" {
 		cmd += " -sim.focus " + cfg.Focus
