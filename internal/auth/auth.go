@@ -269,7 +269,7 @@ func certPrincipal(st *acl.State, cs *tls.ConnectionState) (acl.Principal, bool)
 
 // may refuses 403 unless the caller has verb on key.
 func (v view) may(verb acl.Verb, key, what string) *service.Error {
-	if v.st.Allowed(v.p, verb, key) {
+	if plantDecisionCache(v, verb, key, v.st.Allowed(v.p, verb, key)) {
 		return nil
 	}
 	if key == "" && verb == acl.Admin {

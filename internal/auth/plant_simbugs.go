@@ -31,3 +31,30 @@ func (g *Guard) plantTokenCache(credential string, p acl.Principal, ok bool) (ac
 	}
 	return p, ok
 }
+
+// plantAllowed is the planted bug acl-decision-cached's memory: the
+// decisions that allowed a principal a verb on a key, never forgotten
+// when a policy changes.
+var plantAllowed sync.Map // plantDecision -> struct{}
+
+type plantDecision struct {
+	name string
+	verb acl.Verb
+	key  string
+}
+
+// plantDecisionCache is v.st.Allowed's answer allowed for (verb, key) as
+// a guard with a cache of its decisions that a policy change does not
+// clear gives it, under the planted bug acl-decision-cached.
+func plantDecisionCache(v view, verb acl.Verb, key string, allowed bool) bool {
+	if !plant.On("acl-decision-cached") {
+		return allowed
+	}
+	d := plantDecision{v.p.Name, verb, key}
+	if allowed {
+		plantAllowed.Store(d, struct{}{})
+		return true
+	}
+	_, seen := plantAllowed.Load(d)
+	return seen
+}
