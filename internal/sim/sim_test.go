@@ -196,16 +196,18 @@ func TestReplay(t *testing.T) {
 }
 
 // TestReplayIsExact runs each of replaySeeds seeds replayRuns times: the
-// traces must agree line for line. It is in the slow tier: on a loaded
-// machine a seed now and then still parts (RELIABILITY.md), and the
-// default tier must not fail for it.
+// traces must agree line for line. The default tier replays 10 seeds
+// twice (with -short, 3); the slow tier 100 seeds three times.
 func TestReplayIsExact(t *testing.T) {
 	seeds, runs := uint64(*replaySeeds), *replayRuns
 	if seeds == 0 {
-		if !slow() {
-			t.Skip("the slow tier (-sim.slow or FENCELOCK_SIM_SLOW=1), or -sim.replayseeds N")
+		seeds, runs = 10, 2
+		if testing.Short() {
+			seeds = 3
 		}
-		seeds = 100
+		if slow() {
+			seeds, runs = 100, *replayRuns
+		}
 	}
 	for s := uint64(1); s <= seeds; s++ {
 		first := runSeed(t, s, DefaultConfig())
