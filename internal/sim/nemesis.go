@@ -69,6 +69,7 @@ const (
 	// clients cut off from every node for about a TTL) with leaders
 	// frozen or cut off between, so that leases outlive failovers
 	focusFailover = "failover"
+	focusClock    = "clock" // clocks changing rate and stepping only
 )
 
 // oneKey says whether the focus has every actor wait on one key.
@@ -98,6 +99,7 @@ var weights = map[string][]int{
 	focusLeases:     {kindClientCutAll: 1},
 	focusMembership: {kindMembership: 2, kindFreeze: 1, kindOneWay: 1},
 	focusFailover:   {kindFreeze: 1, kindIsolate: 1, kindClientCutAll: 2},
+	focusClock:      {kindClock: 1},
 }
 
 // pick draws a kind by its weight.
@@ -235,9 +237,29 @@ func (m *nemesis) next(end time.Time) {
 		w.counts.Clock++
 		p, what := target.clk, target.id
 		was := 1 + target.drift
-		if r.IntN(2) == 0 {
+		client := r.IntN(2) == 0
+		if client {
 			f.leader, f.client = false, a.i
 			p, what, was = a.clk, fmt.Sprintf("client %d", a.i), 1+a.drift
+		}
+		if rs := w.draw(fmt.Sprintf("nemesis%d-step", m.chain), m.k); rs.IntN(2) == 0 {
+			// Or it steps, the way DESIGN.md's time section tolerates: a
+			// client's forward (its deadlines come sooner: it stops
+			// early), a node's back (cluster time never goes back: the
+			// state machine keeps the later time, and leases last the
+			// longer).
+			step := between(rs, 10*time.Millisecond, 2*time.Second)
+			dir := "back"
+			if client {
+				step = between(rs, 10*time.Millisecond, time.Second)
+				dir = "forward"
+			} else {
+				step = -step
+			}
+			w.tracef("w", "%s's clock steps %s %s", what, dir, step.Abs())
+			p.Step(step)
+			heal = func() {}
+			break
 		}
 		rate := 1 + clockDrift(r)
 		w.tracef("w", "%s's clock runs at %.4f for %s", what, rate, d)

@@ -16,7 +16,7 @@ import (
 var (
 	seeds       = flag.Int("sim.seeds", 0, "run this many seeds (default: 200, 10 with -short)")
 	plantName   = flag.String("sim.plant", "", "with -tags simbugs: the planted bug to run the seeds with (planted_simbugs_test.go)")
-	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases, membership, failover")
+	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases, membership, failover, clock")
 	aclOn       = flag.Bool("sim.acl", false, "ACLs on in every world (else a quarter of them draw it)")
 	flips       = flag.Bool("sim.flips", false, "a third of the restarts read a flipped bit now and then (see RELIABILITY.md)")
 	syncForget  = flag.Bool("sim.syncforget", false, "a failed sync drops what it was to write, as Linux's does (see RELIABILITY.md)")
