@@ -145,6 +145,7 @@ func (g *Guard) Authenticate(ctx context.Context, credential string, cs *tls.Con
 		}
 	}
 	p, ok := resolve(st, credential, cs)
+	p, ok = g.plantTokenCache(credential, p, ok)
 	switch {
 	case ok:
 	case credential != "":
@@ -268,7 +269,7 @@ func certPrincipal(st *acl.State, cs *tls.ConnectionState) (acl.Principal, bool)
 
 // may refuses 403 unless the caller has verb on key.
 func (v view) may(verb acl.Verb, key, what string) *service.Error {
-	if v.st.Allowed(v.p, verb, key) {
+	if plantDecisionCache(v, verb, key, v.st.Allowed(v.p, verb, key)) {
 		return nil
 	}
 	if key == "" && verb == acl.Admin {

@@ -23,6 +23,7 @@ func TestReadAfterAnyRevisionAndCompaction(t *testing.T) {
 	for i := uint64(1); i <= 100; i++ {
 		l.Append(i, granted(fmt.Sprint("k", i), i))
 		l.Append(i, granted(fmt.Sprint("j", i), i))
+		l.Publish()
 	}
 	if now := l.Now(); now != (api.Revision{Index: 100, Seq: 2}) {
 		t.Fatalf("now %s", now)
@@ -52,6 +53,7 @@ func TestRestoredStartsOver(t *testing.T) {
 		t.Fatal("a revision before the restore was served")
 	}
 	l.Append(51, granted("b", 2))
+	l.Publish()
 	evs, _, _, err := l.Read(api.Revision{Index: 50, Seq: api.EndOfEntry}, all, 10)
 	if err != nil || len(evs) != 1 || evs[0].Key != "b" {
 		t.Fatalf("after the restore: %v %v", evs, err)
@@ -80,5 +82,35 @@ func TestJoinIsCapped(t *testing.T) {
 	l.Leave("a")
 	if n != 2 || l.Join("c") != nil {
 		t.Fatalf("after a left: gauge %d", n)
+	}
+}
+
+// A batch's events are seen together or not at all: appended, they wait
+// for Publish, which wakes the watchers once.
+func TestEventsAreSeenOnlyOncePublished(t *testing.T) {
+	l := New(64, 0, 0, func(int) {})
+	l.Append(1, granted("a", 1))
+	l.Publish()
+	_, _, wake, err := l.Read(api.Revision{Index: 1, Seq: 1}, all, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Append(2, granted("b", 2))
+	l.Append(3, granted("c", 3))
+	if now := l.Now(); now != (api.Revision{Index: 1, Seq: 1}) {
+		t.Fatalf("now %s before the batch is published", now)
+	}
+	evs, next, _, err := l.Read(api.Revision{Index: 1, Seq: 1}, all, 10)
+	if err != nil || len(evs) != 0 || next != (api.Revision{Index: 1, Seq: 1}) {
+		t.Fatalf("a read of an unpublished batch: %v %s %v", evs, next, err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go l.Broadcast(stop)
+	l.Publish()
+	<-wake
+	evs, next, _, err = l.Read(api.Revision{Index: 1, Seq: 1}, all, 10)
+	if err != nil || len(evs) != 2 || next != (api.Revision{Index: 3, Seq: 1}) {
+		t.Fatalf("after Publish: %v %s %v", evs, next, err)
 	}
 }

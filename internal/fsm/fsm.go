@@ -74,6 +74,9 @@ type FSM struct {
 	// applied, when not nil, is closed by the next apply or restore
 	// (WaitApplied).
 	applied chan struct{}
+	// onApplied, when not nil, runs after each Apply and ApplyBatch
+	// (OnApplied).
+	onApplied func()
 	// byOwner mirrors mem.byOwner (set under mu) for RemembersByOwner,
 	// which every proposal asks: a read lock there waited for each
 	// batch being applied.
@@ -88,6 +91,13 @@ func New(observe Observer) *FSM {
 	f.table.SetObserver(f.emit)
 	return f
 }
+
+// OnApplied sets fn to run after each Apply and ApplyBatch, once every
+// event of the entries applied has reached the observer: the observer's
+// batch is complete (the service publishes its watch events then). fn
+// runs under the state machine's lock, on the applying goroutine: it must
+// not block or call back into f. Set it before the first apply.
+func (f *FSM) OnApplied(fn func()) { f.onApplied = fn }
 
 func (f *FSM) emit(ev locktable.Event) {
 	if ev.Kind == locktable.EventGranted || ev.Kind == locktable.EventWaitDropped {
@@ -136,6 +146,9 @@ func (f *FSM) Apply(index, term uint64, data []byte) *Result {
 		f.poke()
 	}
 	f.wakeApplied()
+	if f.onApplied != nil {
+		f.onApplied()
+	}
 	return r
 }
 
@@ -166,6 +179,9 @@ func (f *FSM) ApplyBatch(ents []Entry, each func()) []Result {
 		f.poke()
 	}
 	f.wakeApplied()
+	if f.onApplied != nil {
+		f.onApplied()
+	}
 	return res
 }
 

@@ -127,6 +127,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.clock.clk = cfg.Clock
 	s.fsm = fsm.New(s.observe)
+	s.fsm.OnApplied(s.applied)
 	s.cluster = membership.New(membership.Config{
 		NodeID: cfg.NodeID, ClientAddr: cfg.ClientAddr, Logger: cfg.Logger, Peers: cfg.Peers,
 		ApplyTimeout: cfg.ApplyTimeout, JoinCatchUp: cfg.JoinCatchUp, AnnounceEvery: cfg.AnnounceEvery, Join: cfg.Join,
@@ -211,6 +212,14 @@ func (s *Service) observe(index uint64, ev locktable.Event) {
 		s.waiters.deliver(index, ev)
 	}
 	s.watches.Append(index, ev)
+}
+
+// applied runs inside the state machine's Apply and ApplyBatch, after
+// the batch's last event: the waiting requests and the watchers learn
+// the batch's events together, once.
+func (s *Service) applied() {
+	s.waiters.flush()
+	s.watches.Publish()
 }
 
 // eachLiveLease calls fn with the key of every lease held now, for

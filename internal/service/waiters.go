@@ -1,6 +1,8 @@
 package service
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 
 	"github.com/fencelock/fencelock/internal/locktable"
@@ -18,10 +20,14 @@ type waitEvent struct {
 }
 
 // sub is one waiting request's mailbox. Events are appended under the
-// registry lock and signalled on a 1-buffered channel, so the state
-// machine never blocks on a slow handler and no event is lost.
+// registry lock and signalled on a 1-buffered channel once the batch of
+// entries that made them is applied (flush), so the state machine never
+// blocks on a slow handler, no event is lost, and a request never wakes
+// to part of a batch's events.
 type sub struct {
 	wk      waitKey
+	seq     uint64 // joined after every sub of a lower seq
+	queued  bool   // in the registry's pending: to be signalled
 	signal  chan struct{}
 	events  []waitEvent
 	leaving bool
@@ -42,6 +48,9 @@ type waitRegistry struct {
 	// Try-once acquires being proposed: their grants answer their own
 	// requests, so none is a waiter's that went away.
 	direct map[waitKey]int
+	// subs given events since the last flush, and the last sub's seq
+	pending []*sub
+	seq     uint64
 }
 
 func newWaitRegistry(gauge func(n int)) *waitRegistry {
@@ -74,6 +83,8 @@ func (r *waitRegistry) join(key, holder string) *sub {
 	s := &sub{wk: waitKey{key, holder}, signal: make(chan struct{}, 1)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.seq++
+	s.seq = r.seq
 	set := r.subs[s.wk]
 	if set == nil {
 		set = map[*sub]struct{}{}
@@ -127,8 +138,29 @@ func (r *waitRegistry) deliver(index uint64, ev locktable.Event) {
 	}
 	for s := range r.subs[wk] {
 		s.events = append(s.events, waitEvent{index, ev})
-		notify(s.signal)
+		if !s.queued {
+			s.queued = true
+			r.pending = append(r.pending, s)
+		}
 	}
+}
+
+// flush signals the requests given events since the last flush, in the
+// order they joined: called once the state machine has applied a batch
+// (fsm.OnApplied).
+func (r *waitRegistry) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) == 0 {
+		return
+	}
+	slices.SortFunc(r.pending, func(a, b *sub) int { return cmp.Compare(a.seq, b.seq) })
+	for i, s := range r.pending {
+		s.queued = false
+		notify(s.signal)
+		r.pending[i] = nil
+	}
+	r.pending = r.pending[:0]
 }
 
 // requeue tells the requests still waiting on wk that their queue place

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/client"
@@ -25,6 +25,15 @@ type actor struct {
 	net   *clientNet
 	c     *client.Client
 	seq   int
+	// holding: between a grant's answer and the end of the work under it
+	// (the failover focus's nemesis cuts a holder off)
+	holding atomic.Bool
+	addrs   []string // the nodes its client is given
+	// With ACLs: its token's secret (under w.mu), and a new one the
+	// nemesis gave it, taken up before its next acquire.
+	secret string
+	renew  atomic.Pointer[string]
+	tokens int // new tokens taken up
 }
 
 func newActor(w *world, i int, drift float64) *actor {
@@ -33,16 +42,12 @@ func newActor(w *world, i int, drift float64) *actor {
 		a.clk.Debug = func(format string, args ...any) { w.tracef(a.src(), format, args...) }
 	}
 	a.net = &clientNet{w: w, a: a, cut: map[string]bool{}}
-	var addrs []string
 	for _, n := range w.cl.nodes {
-		addrs = append(addrs, n.addr)
+		a.addrs = append(a.addrs, n.addr)
 	}
-	c, err := client.New(addrs, client.WithHTTPClient(&http.Client{Transport: a.net}), client.WithFramed(false),
-		client.WithClock(a.clk), client.WithRandom(w.instantSource(fmt.Sprintf("client%d", i))))
-	if err != nil {
-		panic(err) // the addresses are the world's own
-	}
-	a.c = c
+	if !w.cfg.ACL {
+		a.c = a.newClient("")
+	} // else the operator makes it, with a token (bootACL)
 	return a
 }
 
@@ -116,8 +121,18 @@ func (a *actor) run(end time.Time) {
 
 // once acquires one thing, works under it and lets it go.
 func (a *actor) once() {
+	if sec := a.renew.Swap(nil); sec != nil {
+		// A new token after the old one was deleted: a process restarted
+		// with it.
+		a.c.Close()
+		a.tokens++
+		a.c = a.newClientNamed(*sec, fmt.Sprintf("client%d-t%d", a.i, a.tokens))
+		a.w.mu.Lock()
+		a.secret = *sec
+		a.w.mu.Unlock()
+	}
 	a.seq++
-	holder := fmt.Sprintf("c%d-%d", a.i, a.seq)
+	holder := a.own(fmt.Sprintf("c%d-%d", a.i, a.seq))
 	ttl := a.w.cfg.TTLs[a.rnd.IntN(len(a.w.cfg.TTLs))]
 	wait := time.Duration(a.rnd.Int64N(int64(3 * time.Second)))
 	opts := []client.LeaseOption{client.WithTTL(ttl), client.WithHolder(holder), client.WithWait(wait)}
@@ -128,13 +143,13 @@ func (a *actor) once() {
 	var h held
 	var sess *client.Session
 	k := a.rnd.IntN(7)
-	if a.w.cfg.Focus == focusLeases {
+	if oneKey(a.w.cfg.Focus) {
 		k = 0 // one key, many waiting on it
 	}
 	switch k {
 	case 0, 1:
 		rec.Kind, rec.Key = "lock", fmt.Sprintf("lock/%d", a.rnd.IntN(2))
-		if a.w.cfg.Focus == focusLeases {
+		if oneKey(a.w.cfg.Focus) {
 			rec.Key = "lock/0"
 		}
 		if a.rnd.IntN(3) == 0 {
@@ -216,8 +231,13 @@ func (a *actor) once() {
 		a.w.hist.Granted(r)
 		a.w.tracef(a.src(), "%s holds %s %s token %d ttl %s", holder, r.Kind, r.Key, r.Token, ttl)
 	}
+	a.holding.Store(true)
+	defer a.holding.Store(false)
 	hold := time.Duration(a.rnd.Int64N(int64(2 * ttl)))
 	step := ttl / 5
+	if a.w.cfg.Focus == focusFailover {
+		step = ttl / 20 // it acts up to its Deadline's edge
+	}
 	for spent := time.Duration(0); spent < hold; spent += step {
 		a.sleep(step)
 		if h.Err() != nil || !a.clk.Now().Before(h.Deadline()) {

@@ -96,6 +96,11 @@ type simNode struct {
 	// the watermark the last process held when it crashed: entries after
 	// it were being deleted (a suffix raft replaced), not lost
 	disowned uint64
+	// atAck, when set, kills the process just after it next acknowledges
+	// entries it appended (nemesis.crashAtAck); sentAck: the step under
+	// way sent an append's answer
+	atAck   func()
+	sentAck bool
 }
 
 func newCluster(w *world) *cluster {
@@ -359,6 +364,10 @@ func (n *simNode) step(f func() error) {
 		return
 	}
 	applied := n.st.Applied()
+	last := uint64(0)
+	if n.atAck != nil {
+		last, n.sentAck = n.st.LastIndex(), false
+	}
 	err := f()
 	w := n.c.w
 	if err != nil && n.st.Halted() != nil {
@@ -399,6 +408,17 @@ func (n *simNode) step(f func() error) {
 	}
 	if leading && commit > n.c.audited {
 		n.c.auditCommit(n, applied, commit)
+	}
+	if n.atAck != nil && n.sentAck && n.st.LastIndex() > last {
+		w.at(0, n.fireAtAck)
+	}
+}
+
+// fireAtAck kills the process crashAtAck armed, if it still is.
+func (n *simNode) fireAtAck() {
+	if f := n.atAck; f != nil {
+		n.atAck = nil
+		f()
 	}
 }
 
@@ -500,6 +520,9 @@ func (c *cluster) send(from *simNode, inc int, msgs []etcd.Message) {
 		}
 		l := link{from.id, to.id}
 		c.sent[l]++
+		if from.atAck != nil && m.Kind() == "MsgAppResp" {
+			from.sentAck = true
+		}
 		c.mu.Lock()
 		cut, down, toInc := c.cut[l], to.down, to.inc
 		c.mu.Unlock()

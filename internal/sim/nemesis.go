@@ -65,7 +65,15 @@ const (
 	focusLeases = "leases" // one key waited on by every actor; a client cut off from every node for about a TTL
 	// focusMembership: members replaced, while nodes are frozen or cut off
 	focusMembership = "membership"
+	// focusFailover: the leases' world (one key waited on by every actor,
+	// clients cut off from every node for about a TTL) with leaders
+	// frozen or cut off between, so that leases outlive failovers
+	focusFailover = "failover"
+	focusClock    = "clock" // clocks changing rate and stepping only
 )
+
+// oneKey says whether the focus has every actor wait on one key.
+func oneKey(focus string) bool { return focus == focusLeases || focus == focusFailover }
 
 // The kinds of fault.
 const (
@@ -81,6 +89,7 @@ const (
 	kindClient
 	kindClientCutAll
 	kindClock
+	kindACL // drawn apart, with ACLs on (acl.go)
 )
 
 // weights are how often the nemesis picks each kind, by focus.
@@ -89,6 +98,8 @@ var weights = map[string][]int{
 	focusRot:        {kindPowerRot: 1},
 	focusLeases:     {kindClientCutAll: 1},
 	focusMembership: {kindMembership: 2, kindFreeze: 1, kindOneWay: 1},
+	focusFailover:   {kindFreeze: 1, kindIsolate: 1, kindClientCutAll: 2},
+	focusClock:      {kindClock: 1},
 }
 
 // pick draws a kind by its weight.
@@ -128,17 +139,34 @@ func (m *nemesis) next(end time.Time) {
 		target = members[r.IntN(len(members))]
 	}
 	a := m.actors[r.IntN(len(m.actors))]
+	if w.cfg.Focus == focusFailover {
+		// the first actor from a that holds something: its lease must
+		// outlive the cut on its keep-alive alone
+		for i := range m.actors {
+			if b := m.actors[(a.i+i)%len(m.actors)]; b.holding.Load() {
+				a = b
+				break
+			}
+		}
+	}
 	d := between(r, 100*time.Millisecond, 3*time.Second)
 	f := fault{start: time.Now(), client: -1, leader: target == lead && lead != nil}
 	var heal func()
 	kind := pick(r, weights[w.cfg.Focus])
+	var ra *rand.Rand
+	if w.cfg.ACL && m.chain == 0 {
+		// (a draw of its own: the other faults stay what they were)
+		if ra = w.draw("nemesis-acl", m.k); ra.IntN(5) == 0 {
+			kind = kindACL
+		}
+	}
 	if kind == kindClock && w.cfg.FastLeader > 0 {
 		kind = kindFreeze // the leaders' clocks are the plant's
 	}
 	if kind == kindMembership && m.chain > 0 {
 		kind = kindFreeze // one operator at a time
 	}
-	if w.cfg.Focus == focusLeases {
+	if oneKey(w.cfg.Focus) {
 		d = between(r, time.Second, 4*time.Second) // about a lease's length
 	}
 	if kind == kindMembership {
@@ -150,6 +178,12 @@ func (m *nemesis) next(end time.Time) {
 		return
 	}
 	switch kind {
+	case kindACL:
+		// an actor's, never the prober's or the watcher's
+		a = m.actors[ra.IntN(len(m.actors)-2)]
+		f.leader, f.client = false, a.i
+		w.counts.ACL++
+		heal = m.aclFault(ra, a, d)
 	case kindClientCutAll:
 		f.leader, f.client = false, a.i
 		w.counts.Client++
@@ -164,7 +198,12 @@ func (m *nemesis) next(end time.Time) {
 		}
 	case kindCrash:
 		w.counts.Crash++
-		target.crash(false, disk.NoRot, "killed")
+		if n := m.follower(r); n != nil && r.IntN(2) == 0 {
+			target, f.leader = n, false
+			m.crashAtAck(target, d, false)
+		} else {
+			target.crash(false, disk.NoRot, "killed")
+		}
 		heal = func() { target.restartAfter("killed") }
 	case kindPower, kindPowerRot:
 		if !m.othersUp(target) && target.disk.Doomed() {
@@ -198,9 +237,29 @@ func (m *nemesis) next(end time.Time) {
 		w.counts.Clock++
 		p, what := target.clk, target.id
 		was := 1 + target.drift
-		if r.IntN(2) == 0 {
+		client := r.IntN(2) == 0
+		if client {
 			f.leader, f.client = false, a.i
 			p, what, was = a.clk, fmt.Sprintf("client %d", a.i), 1+a.drift
+		}
+		if rs := w.draw(fmt.Sprintf("nemesis%d-step", m.chain), m.k); rs.IntN(2) == 0 {
+			// Or it steps, the way DESIGN.md's time section tolerates: a
+			// client's forward (its deadlines come sooner: it stops
+			// early), a node's back (cluster time never goes back: the
+			// state machine keeps the later time, and leases last the
+			// longer).
+			step := between(rs, 10*time.Millisecond, 2*time.Second)
+			dir := "back"
+			if client {
+				step = between(rs, 10*time.Millisecond, time.Second)
+				dir = "forward"
+			} else {
+				step = -step
+			}
+			w.tracef("w", "%s's clock steps %s %s", what, dir, step.Abs())
+			p.Step(step)
+			heal = func() {}
+			break
 		}
 		rate := 1 + clockDrift(r)
 		w.tracef("w", "%s's clock runs at %.4f for %s", what, rate, d)
@@ -267,6 +326,35 @@ func (m *nemesis) next(end time.Time) {
 		w.mu.Unlock()
 		w.at(m.pause(m.k), func() { m.next(end) })
 	})
+}
+
+// follower is a running member that does not lead, drawn from r; nil
+// when there is none.
+func (m *nemesis) follower(r *rand.Rand) *simNode {
+	var fs []*simNode
+	for _, n := range m.members() {
+		if !n.down && !n.frozen && !n.halted && !n.leading {
+			fs = append(fs, n)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	return fs[r.IntN(len(fs))]
+}
+
+// crashAtAck kills n's process (power: its machine loses power) just
+// after it next acknowledges entries it appended: the instant a node that
+// answered for entries it had not yet made durable loses them. If it
+// sends no such answer within half the fault's length d, it is killed
+// then.
+func (m *nemesis) crashAtAck(n *simNode, d time.Duration, power bool) {
+	why := "killed just after it acknowledged entries"
+	if power {
+		why = "power lost just after it acknowledged entries"
+	}
+	n.atAck = func() { n.crash(power, disk.NoRot, why) }
+	m.w.at(d/2, n.fireAtAck)
 }
 
 // members are the voters of the configuration, and the nodes being

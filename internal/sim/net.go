@@ -88,6 +88,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 	}
+	sent := time.Now()
 	n := cn.w.cl.reach(req.URL.Host)
 	if n == nil {
 		return nil, errors.New("sim: no such node " + req.URL.Host)
@@ -144,6 +145,9 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if n.incarnation() != inc {
 		return nil, errAborted // the process that took it is gone
+	}
+	if cn.w.cfg.ACL && cn.a.i < cn.w.cfg.Clients {
+		cn.w.checkAnswer(cn.a.i, bearer(req), req.URL.Path, sent, rec.Code)
 	}
 	if !sleepCtx(ctx, d.back) {
 		return nil, ctx.Err()

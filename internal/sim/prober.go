@@ -52,7 +52,7 @@ func (a *actor) probe(end time.Time) {
 	for time.Now().Before(end) {
 		a.sleep(time.Duration(40+a.rnd.IntN(200)) * time.Millisecond)
 		epoch := int(time.Since(start) / proberEpoch)
-		holder := fmt.Sprintf("p-%d", gen)
+		holder := a.own(fmt.Sprintf("p-%d", gen))
 		key := fmt.Sprintf("lin/%d/%d", epoch, a.rnd.IntN(2))
 		ctx, cancel := context.WithTimeout(context.Background(), proberOp)
 		switch r := a.rnd.IntN(100); {

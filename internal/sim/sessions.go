@@ -39,7 +39,7 @@ func (a *actor) probeSession(ctx context.Context, epoch int, ps *proberSession) 
 	}
 	if ps.id == 0 {
 		ps.gen++
-		holder := fmt.Sprintf("ps-%d-%d", epoch, ps.gen)
+		holder := a.own(fmt.Sprintf("ps-%d-%d", epoch, ps.gen))
 		in := simcheck.SessionInput{Kind: simcheck.SessionOpen, Holder: holder}
 		call := since()
 		info, err := a.c.OpenSession(ctx, holder, proberTTL)

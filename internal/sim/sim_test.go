@@ -16,7 +16,8 @@ import (
 var (
 	seeds       = flag.Int("sim.seeds", 0, "run this many seeds (default: 200, 10 with -short)")
 	plantName   = flag.String("sim.plant", "", "with -tags simbugs: the planted bug to run the seeds with (planted_simbugs_test.go)")
-	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases")
+	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases, membership, failover, clock")
+	aclOn       = flag.Bool("sim.acl", false, "ACLs on in every world (else a quarter of them draw it)")
 	flips       = flag.Bool("sim.flips", true, "a third of the restarts read a flipped bit now and then (-sim.flips=false: none; see RELIABILITY.md)")
 	syncForget  = flag.Bool("sim.syncforget", false, "a failed sync drops what it was to write, as Linux's does (see RELIABILITY.md)")
 	oneSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: print its trace)")
@@ -126,6 +127,7 @@ func flagConfig() Config {
 	cfg.FastLeader = *fast
 	cfg.SyncForget = *syncForget
 	cfg.Flips = *flips
+	cfg.ACL = *aclOn
 	cfg.Focus = *focus
 	return cfg
 }
@@ -170,6 +172,9 @@ func replayCommand(t *testing.T, seed uint64, cfg Config) string {
 	if !cfg.Flips {
 		cmd += " -sim.flips=false"
 	}
+	if cfg.ACL && *aclOn {
+		cmd += " -sim.acl"
+	}
 	if cfg.Focus != "" {
 		cmd += " -sim.focus " + cfg.Focus
 	}
@@ -194,16 +199,18 @@ func TestReplay(t *testing.T) {
 }
 
 // TestReplayIsExact runs each of replaySeeds seeds replayRuns times: the
-// traces must agree line for line. It is in the slow tier: on a loaded
-// machine a seed now and then still parts (RELIABILITY.md), and the
-// default tier must not fail for it.
+// traces must agree line for line. The default tier replays 10 seeds
+// twice (with -short, 3); the slow tier 100 seeds three times.
 func TestReplayIsExact(t *testing.T) {
 	seeds, runs := uint64(*replaySeeds), *replayRuns
 	if seeds == 0 {
-		if !slow() {
-			t.Skip("the slow tier (-sim.slow or FENCELOCK_SIM_SLOW=1), or -sim.replayseeds N")
+		seeds, runs = 10, 2
+		if testing.Short() {
+			seeds = 3
 		}
-		seeds = 100
+		if slow() {
+			seeds, runs = 100, *replayRuns
+		}
 	}
 	for s := uint64(1); s <= seeds; s++ {
 		first := runSeed(t, s, DefaultConfig())

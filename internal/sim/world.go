@@ -50,6 +50,11 @@ type Config struct {
 	// log kept behind a snapshot, the log's segment size.
 	Shaped bool
 
+	// ACL: the cluster's ACLs are on, each client process with a token
+	// and a policy of its own, which the nemesis deletes and takes away
+	// (acl.go). A quarter of the shaped worlds draw it.
+	ACL bool
+
 	// Flips: a third of the restarts read a flipped bit now and then
 	// (disk.Faults.Flip).
 	Flips bool
@@ -91,6 +96,8 @@ func (cfg Config) shape(w *world) Config {
 	if cfg.Focus == "" {
 		cfg.Nemeses = pick(1, 2)
 	}
+	// A draw of its own, so that the other draws stay what they were.
+	cfg.ACL = cfg.ACL || w.draw("acl", 0).IntN(4) == 0
 	return cfg
 }
 
@@ -141,6 +148,9 @@ type world struct {
 	hist       *simcheck.History
 	losses     []lostLease // leases their holders found lost, judged at the end (judgeLosses)
 	probes     *probes
+	revoked    []*revocation // ACL changes acknowledged (acl.go)
+
+	aclReady chan struct{} // with ACLs: closed once every client has its token
 }
 
 // traceLine is one line of the trace: sorted by virtual time, then its
@@ -451,8 +461,8 @@ func run(seed uint64, cfg Config) Result {
 	cfg = w.cfg
 	w.hist = simcheck.NewHistory(checks{w}, w.t0, w.verbose)
 	w.cl = newCluster(w)
-	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses",
-		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses)
+	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses%s",
+		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses, map[bool]string{true: ", ACLs on"}[cfg.ACL])
 	w.cl.boot()
 
 	var wg sync.WaitGroup
@@ -466,12 +476,17 @@ func run(seed uint64, cfg Config) Result {
 	prober, watcher := actors[cfg.Clients], actors[cfg.Clients+1]
 	w.probes = &probes{lin: e2e.NewRecorder(), multi: map[int][]e2e.MultiOp{}, sess: map[int][]simcheck.SessionOp{}}
 	end := w.t0.Add(cfg.Horizon)
+	if cfg.ACL {
+		w.aclReady = make(chan struct{})
+		w.ops.Add(1)
+		go w.bootACL(actors, cfg.Clients)
+	}
 	for _, a := range actors[:cfg.Clients] {
 		wg.Add(1)
-		go func() { defer wg.Done(); a.run(end) }()
+		go func() { defer wg.Done(); w.aclWait(); a.run(end) }()
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); prober.probe(end) }()
+	go func() { defer wg.Done(); w.aclWait(); prober.probe(end) }()
 	if cfg.Faults {
 		for i := range cfg.Nemeses {
 			m := &nemesis{w: w, actors: actors, chain: i}
@@ -479,7 +494,7 @@ func run(seed uint64, cfg Config) Result {
 		}
 	}
 	stop, watched := make(chan struct{}), make(chan struct{})
-	go func() { defer close(watched); watcher.watch(stop) }()
+	go func() { defer close(watched); w.aclWait(); watcher.watch(stop) }()
 	go func() {
 		wg.Wait()
 		close(stop)

@@ -86,6 +86,15 @@ func (c *Clock) SetRate(rate float64) {
 	c.l0, c.v0, c.rate = c.nowLocked(v), v, rate
 }
 
+// Step moves the clock's reading by d at once (back, if negative), as
+// a clock stepped by an operator or a time daemon is; its rate is kept.
+// Timers already set fall due when they would have.
+func (c *Clock) Step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.l0 = c.l0.Add(d)
+}
+
 // Virtual converts a local duration into the virtual time it takes.
 func (c *Clock) Virtual(d time.Duration) time.Duration {
 	if d <= 0 {
