@@ -303,9 +303,18 @@ func TestEtcdNodeCutOffFollowerCatchesUpFromASnapshot(t *testing.T) {
 	for i := range 10 {
 		cl.grant(fmt.Sprint("j", i), f)
 	}
-	l := cl.leader(f)
-	if err := cl.ms[l].n.Snapshot(); err != nil {
-		t.Fatal(err)
+	// Every node but f compacts its log past what f has: whichever of
+	// them leads once f is back (a loaded machine may elect the other
+	// while f reconnects) can bring f up to date only by a snapshot.
+	last := cl.acked[len(cl.acked)-1].index
+	for name := range cl.ms {
+		if name == f {
+			continue
+		}
+		cl.awaitApplied(name, last)
+		if err := cl.ms[name].n.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	before := cl.net.snapsTo(etcdcodec.ID(f))
 	cl.net.setCut(etcdcodec.ID(f), false)
