@@ -1,0 +1,241 @@
+package node
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync/atomic"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/types"
+)
+
+// fillWAL writes n entries to a WAL in dir, in batches of batch, with
+// small segments so that most of them are sealed; entry i's data is
+// dataOf(i).
+func fillWAL(t testing.TB, dir string, n, batch int) {
+	t.Helper()
+	w, err := wal.Open(dir, wal.WithSegmentSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []*raft.Log
+	for i := 1; i <= n; i++ {
+		logs = append(logs, &raft.Log{Index: uint64(i), Term: 1, Type: raft.LogCommand, Data: dataOf(i)})
+		if len(logs) == batch || i == n {
+			if err := w.StoreLogs(logs); err != nil {
+				t.Fatal(err)
+			}
+			logs = logs[:0]
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dataOf is entry i's data: sizes from 1 byte to past a frame's padding
+// and, every 97th, past a window.
+func dataOf(i int) []byte {
+	n := 1 + i%200
+	if i%97 == 0 {
+		n = sealedWindow + i%13
+	}
+	return bytes.Repeat([]byte{byte(i)}, n)
+}
+
+func openWithFiler(t testing.TB, dir string, sf types.SegmentFiler) *wal.WAL {
+	t.Helper()
+	var w *wal.WAL
+	var err error
+	if sf == nil {
+		w, err = wal.Open(dir, wal.WithSegmentSize(64<<10))
+	} else {
+		w, err = wal.Open(dir, wal.WithSegmentSize(64<<10), wal.WithSegmentFiler(sf))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// The sealed reader answers every entry as raft-wal's own reader does,
+// read in order, backwards and after the log's head and tail were cut.
+func TestSealedReaderAnswersAsRaftWAL(t *testing.T) {
+	dir := t.TempDir()
+	const n = 3000
+	fillWAL(t, dir, n, 7)
+	if segs, _ := filepath.Glob(filepath.Join(dir, "*.wal")); len(segs) < 4 {
+		t.Fatalf("%d segments: want several sealed ones", len(segs))
+	}
+	vfs := &countingVFS{VFS: walfs.New()}
+	ours := openWithFiler(t, dir, newSealedFiler(dir, vfs))
+	check := func(what string, order []uint64) {
+		t.Helper()
+		for _, i := range order {
+			var got raft.Log
+			if err := ours.GetLog(i, &got); err != nil {
+				t.Fatalf("%s: entry %d: %v", what, i, err)
+			}
+			if got.Index != i || !bytes.Equal(got.Data, dataOf(int(i))) {
+				t.Fatalf("%s: entry %d read as index %d, %d bytes", what, i, got.Index, len(got.Data))
+			}
+		}
+	}
+	var order []uint64
+	for i := uint64(1); i <= n; i++ {
+		order = append(order, i)
+	}
+	check("forward", order)
+	// raft-wal's reader makes two reads an entry; the windows, a few a
+	// segment (and one for each entry bigger than a window).
+	if reads := vfs.reads.Load(); reads > n/10 {
+		t.Errorf("%d reads for %d entries: not read through the windows", reads, n)
+	}
+	sort.Slice(order, func(a, b int) bool { return order[a] > order[b] })
+	check("backward", order)
+
+	// Cut the head (MinIndex rises in a sealed segment) and the tail (the
+	// segment holding it is force-sealed short).
+	if err := ours.DeleteRange(1, 1500); err != nil {
+		t.Fatal(err)
+	}
+	if err := ours.DeleteRange(2500, n); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []uint64{1, 1500, 2500, n} {
+		var l raft.Log
+		if err := ours.GetLog(i, &l); !errors.Is(err, wal.ErrNotFound) {
+			t.Errorf("entry %d after the cuts: %v, want ErrNotFound", i, err)
+		}
+	}
+	check("after the cuts", order[n-2499+1:n-1500])
+}
+
+// A damaged frame in a sealed segment is left to raft-wal's reader,
+// whose error is the answer.
+func TestSealedReaderLeavesDamageToRaftWAL(t *testing.T) {
+	dir := t.TempDir()
+	fillWAL(t, dir, 400, 1)
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
+	sort.Strings(segs)
+	raw, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Walk the frames to entry 2's (commit frames carry a CRC, not a
+	// length).
+	at, entries := walFileHeaderLen, 0
+	for {
+		typ, n := raw[at], int(binary.LittleEndian.Uint32(raw[at+4:]))
+		if typ == walFrameEntry {
+			if entries++; entries == 2 {
+				break
+			}
+			at += walFrameHeaderLen + (n+7)&^7
+		} else {
+			at += walFrameHeaderLen
+		}
+	}
+	raw[at] = 9
+	if err := os.WriteFile(segs[0], raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	theirs := openWithFiler(t, dir, nil)
+	var l raft.Log
+	want := theirs.GetLog(2, &l)
+	if want == nil {
+		t.Fatal("raft-wal read the damaged entry")
+	}
+	theirs.Close()
+	ours := openWithFiler(t, dir, newSealedFiler(dir, walfs.New()))
+	got := ours.GetLog(2, &l)
+	if got == nil || got.Error() != want.Error() {
+		t.Fatalf("damaged entry: %v, want raft-wal's %v", got, want)
+	}
+	if err := ours.GetLog(3, &l); err != nil || !bytes.Equal(l.Data, dataOf(3)) {
+		t.Fatalf("entry 3 after the damaged one: %v", err)
+	}
+}
+
+// BenchmarkReplayRead reads a sealed log of 100,000 entries of W4's size
+// (~90 bytes) from end to end, as a restart's check and replay do, through
+// raft-wal's reader and through sealedReader.
+func BenchmarkReplayRead(b *testing.B) {
+	dir := b.TempDir()
+	const n = 100_000
+	w, err := wal.Open(dir, wal.WithSegmentSize(1<<20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var logs []*raft.Log
+	for i := 1; i <= n; i++ {
+		logs = append(logs, &raft.Log{Index: uint64(i), Term: 1, Data: fmt.Appendf(nil, "%090d", i)})
+		if len(logs) == 64 {
+			if err := w.StoreLogs(logs); err != nil {
+				b.Fatal(err)
+			}
+			logs = logs[:0]
+		}
+	}
+	if err := w.StoreLogs(logs); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		sf   func() types.SegmentFiler
+	}{
+		{"raftwal", func() types.SegmentFiler { return nil }},
+		{"sealed", func() types.SegmentFiler { return newSealedFiler(dir, walfs.New()) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				w := openWithFiler(b, dir, c.sf())
+				last, _ := w.LastIndex()
+				var l raft.Log
+				for i := uint64(1); i <= last; i++ {
+					if err := w.GetLog(i, &l); err != nil {
+						b.Fatal(err)
+					}
+				}
+				w.Close()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/entry")
+		})
+	}
+}
+
+// countingVFS counts the reads of the files it opens for reading.
+type countingVFS struct {
+	types.VFS
+	reads atomic.Int64
+}
+
+func (v *countingVFS) OpenReader(dir, name string) (types.ReadableFile, error) {
+	f, err := v.VFS.OpenReader(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return countingFile{f, &v.reads}, nil
+}
+
+type countingFile struct {
+	types.ReadableFile
+	reads *atomic.Int64
+}
+
+func (f countingFile) ReadAt(p []byte, off int64) (int, error) {
+	f.reads.Add(1)
+	return f.ReadableFile.ReadAt(p, off)
+}
