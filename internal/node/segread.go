@@ -2,30 +2,34 @@ package node
 
 import (
 	"encoding/binary"
+	"errors"
+	"io"
+	"math"
 	"sync"
 
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
 )
 
-// sealedFiler is raft-wal's segment filer with a reader of its own for
-// sealed segments, which a restart reads from end to end: the start-up
+// sealedFiler is raft-wal's segment filer with readers of its own, which
+// a restart reads from end to end with: the start-up
 // check of every entry's checksum and then hashicorp/raft's replay each
 // read every entry once (GetLog per entry). raft-wal's reader answers
 // each one with a 4-byte read of the segment's index and a 64 KiB read
 // of the frame, whatever the entry's size: for a million entries of
 // ~110 bytes that is 4 million system calls copying 128 GB out of the
 // page cache, most of a restart's CPU (docs/BENCHMARKS.md, issue 45 item
-// 5). sealedReader reads the index once and the frames in windows of
-// sealedWindow bytes, and answers an entry as a slice of its window.
+// 5). sealedReader (a sealed segment) and tailWriter (the segment being
+// written) read the frames in windows of sealedWindow bytes, and answer
+// an entry as a slice of its window.
 //
-// Everything else is raft-wal's: which segments the log holds, the tail
-// being written, creation and deletion. A sealed segment is never written
-// again (raft-wal deletes it whole), so a window read once stays true.
-// Whatever sealedReader does not find as expected, in range and well
-// formed, or cannot read, it leaves to raft-wal's own reader, whose
-// answer (the entry, ErrNotFound, ErrCorrupt, the I/O error) is the one
-// raft-wal would have given.
+// Everything else is raft-wal's: which segments the log holds, appends,
+// sealing, creation and deletion. A sealed segment is never written
+// again (raft-wal deletes it whole), nor is a committed frame of the
+// tail, so a window read once stays true for them. Whatever the readers
+// do not find as expected, in range and well formed, or cannot read, they
+// leave to raft-wal's own reader, whose answer (the entry, ErrNotFound,
+// ErrCorrupt, the I/O error) is the one raft-wal would have given.
 type sealedFiler struct {
 	*segment.Filer
 	dir string
@@ -85,15 +89,7 @@ type sealedReader struct {
 	loaded  bool
 	offsets []byte // the index frame's payload; nil: answer through inner
 	end     uint64 // where the frames end: the index frame's header
-	windows [sealedWindows]window
-	next    int // the window the next read replaces
-}
-
-// window is a part of the segment as read: never written once read, so
-// an answer may be a slice of it after the reader has moved on.
-type window struct {
-	off uint64
-	buf []byte
+	windows windows
 }
 
 func (r *sealedReader) Close() error {
@@ -122,53 +118,25 @@ func (r *sealedReader) fromWindow(idx uint64) ([]byte, bool) {
 	if !r.loaded {
 		r.loadIndex()
 	}
-	i := idx - r.info.BaseIndex
-	if r.offsets == nil || i >= uint64(len(r.offsets)/4) {
-		r.mu.Unlock()
-		return nil, false
-	}
-	off := uint64(binary.LittleEndian.Uint32(r.offsets[4*i:]))
-	limit := r.end // the frame ends before the next one starts
-	if n := i + 1; n < uint64(len(r.offsets)/4) {
-		limit = uint64(binary.LittleEndian.Uint32(r.offsets[4*n:]))
-	}
-	if off < walFileHeaderLen || limit > r.end || limit < off+walFrameHeaderLen {
-		r.mu.Unlock()
-		return nil, false
-	}
-	var w window
-	for _, c := range r.windows {
-		if c.buf != nil && c.off <= off && limit <= c.off+uint64(len(c.buf)) {
-			w = c
-			break
-		}
-	}
+	offsets, end := r.offsets, r.end
 	r.mu.Unlock()
-	if w.buf == nil {
-		// Read outside the lock: other parts may read other windows.
-		size := min(max(sealedWindow, limit-off), r.end-off)
-		buf := make([]byte, size)
-		if _, err := r.rf.ReadAt(buf, int64(off)); err != nil {
-			return nil, false
-		}
-		w = window{off: off, buf: buf}
-		r.mu.Lock()
-		r.windows[r.next] = w
-		r.next = (r.next + 1) % sealedWindows
-		r.mu.Unlock()
-	}
-	frame := w.buf[off-w.off : limit-w.off]
-	n := uint64(binary.LittleEndian.Uint32(frame[4:8]))
-	if frame[0] != walFrameEntry || walFrameHeaderLen+n > uint64(len(frame)) {
+	i := idx - r.info.BaseIndex
+	if offsets == nil || i >= uint64(len(offsets)/4) {
 		return nil, false
 	}
-	if idx == r.info.MaxIndex {
-		// The segment's last entry: a replay is done with it.
-		r.mu.Lock()
-		r.windows = [sealedWindows]window{}
-		r.mu.Unlock()
+	off := uint64(binary.LittleEndian.Uint32(offsets[4*i:]))
+	limit := end // the frame ends before the next one starts
+	if n := i + 1; n < uint64(len(offsets)/4) {
+		limit = uint64(binary.LittleEndian.Uint32(offsets[4*n:]))
 	}
-	return frame[walFrameHeaderLen : walFrameHeaderLen+n], true
+	if off < walFileHeaderLen || limit > end || limit < off+walFrameHeaderLen {
+		return nil, false
+	}
+	b, ok := r.windows.frame(r.rf, idx, off, limit, end, func() uint64 { return math.MaxUint64 })
+	if ok && idx == r.info.MaxIndex {
+		r.windows.drop() // the segment's last entry: a replay is done with it
+	}
+	return b, ok
 }
 
 // loadIndex reads the index frame once; a frame that is not one leaves
@@ -189,4 +157,141 @@ func (r *sealedReader) loadIndex() {
 		return
 	}
 	r.offsets, r.end = offsets, hdrAt
+}
+
+// tailWriter is raft-wal's writer of the segment being appended to, whose
+// committed entries it reads through windows like sealedReader. It stays
+// the segment's reader once sealed. A committed frame is never written
+// again, but the file goes on past it: a window serves only entries
+// whose next one was committed before the window was read, so both
+// frames were whole in the file when it was.
+type tailWriter struct {
+	types.SegmentWriter
+	offsets interface {
+		OffsetForFrame(idx uint64) (uint32, error)
+	}
+	rf      types.ReadableFile
+	windows windows
+}
+
+func (f *sealedFiler) tail(info types.SegmentInfo, sw types.SegmentWriter) types.SegmentWriter {
+	offsets, ok := sw.(interface {
+		OffsetForFrame(idx uint64) (uint32, error)
+	})
+	if !ok {
+		return sw
+	}
+	rf, err := f.vfs.OpenReader(f.dir, segment.FileName(info))
+	if err != nil {
+		return sw
+	}
+	return &tailWriter{SegmentWriter: sw, offsets: offsets, rf: rf}
+}
+
+// Create creates a segment: raft-wal's writer, read through windows.
+func (f *sealedFiler) Create(info types.SegmentInfo) (types.SegmentWriter, error) {
+	sw, err := f.Filer.Create(info)
+	if err != nil {
+		return nil, err
+	}
+	return f.tail(info, sw), nil
+}
+
+// RecoverTail reopens the segment being written: raft-wal's writer, read
+// through windows.
+func (f *sealedFiler) RecoverTail(info types.SegmentInfo) (types.SegmentWriter, error) {
+	sw, err := f.Filer.RecoverTail(info)
+	if err != nil {
+		return nil, err
+	}
+	return f.tail(info, sw), nil
+}
+
+func (t *tailWriter) Close() error {
+	err := t.rf.Close()
+	if werr := t.SegmentWriter.Close(); werr != nil {
+		err = werr
+	}
+	return err
+}
+
+// GetLog answers committed entry idx's payload, from a window when it
+// can.
+func (t *tailWriter) GetLog(idx uint64) (*types.PooledBuffer, error) {
+	if idx+1 <= t.LastIndex() {
+		off, err1 := t.offsets.OffsetForFrame(idx)
+		limit, err2 := t.offsets.OffsetForFrame(idx + 1)
+		if err1 == nil && err2 == nil && uint64(off) >= walFileHeaderLen && limit >= off+walFrameHeaderLen {
+			if b, ok := t.windows.frame(t.rf, idx, uint64(off), uint64(limit), math.MaxUint64, t.LastIndex); ok {
+				return &types.PooledBuffer{Bs: b}, nil
+			}
+		}
+	}
+	return t.SegmentWriter.GetLog(idx)
+}
+
+// windows are the parts of a segment a reader keeps, up to
+// sealedWindows, the oldest replaced first.
+type windows struct {
+	mu   sync.Mutex
+	ws   [sealedWindows]window
+	next int
+}
+
+// window is a part of the segment as read: never written once read, so
+// an answer may be a slice of it after the reader has moved on. Entries
+// below upto were whole in the file when it was read.
+type window struct {
+	off  uint64
+	buf  []byte
+	upto uint64
+}
+
+// frame is the payload of entry idx, whose frame starts at off and ends
+// at or before limit, out of a window that holds it, or one read from
+// rf up to end at most (committed is read before, and says up to which
+// entry the file then held whole frames); false: not found as expected.
+func (w *windows) frame(rf types.ReadableFile, idx, off, limit, end uint64, committed func() uint64) ([]byte, bool) {
+	var win window
+	w.mu.Lock()
+	for _, c := range w.ws {
+		if c.buf != nil && c.off <= off && limit <= c.off+uint64(len(c.buf)) && idx < c.upto {
+			win = c
+			break
+		}
+	}
+	w.mu.Unlock()
+	if win.buf == nil {
+		// Read outside the lock: other parts may read other windows.
+		upto := committed()
+		if idx >= upto {
+			return nil, false
+		}
+		buf := make([]byte, min(max(sealedWindow, limit-off), end-off))
+		n, err := rf.ReadAt(buf, int64(off))
+		if errors.Is(err, io.EOF) && uint64(n) >= limit-off {
+			err, buf = nil, buf[:n] // a tail's file may end before the window
+		}
+		if err != nil {
+			return nil, false
+		}
+		win = window{off: off, buf: buf, upto: upto}
+		w.mu.Lock()
+		w.ws[w.next] = win
+		w.next = (w.next + 1) % sealedWindows
+		w.mu.Unlock()
+	}
+	frame := win.buf[off-win.off : limit-win.off]
+	n := uint64(binary.LittleEndian.Uint32(frame[4:8]))
+	if frame[0] != walFrameEntry || walFrameHeaderLen+n > uint64(len(frame)) {
+		return nil, false
+	}
+	return frame[walFrameHeaderLen : walFrameHeaderLen+n], true
+}
+
+// drop lets the windows go.
+func (w *windows) drop() {
+	w.mu.Lock()
+	w.ws = [sealedWindows]window{}
+	w.mu.Unlock()
 }

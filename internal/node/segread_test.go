@@ -120,6 +120,67 @@ func TestSealedReaderAnswersAsRaftWAL(t *testing.T) {
 	check("after the cuts", order[n-2499+1:n-1500])
 }
 
+// The tail is read while it grows: a window read before entries were
+// appended does not answer them.
+func TestTailReaderReadsWhatWasAppendedAfterAWindow(t *testing.T) {
+	dir := t.TempDir()
+	w := openWithFiler(t, dir, newSealedFiler(dir, walfs.New()))
+	appendRange := func(from, to int) {
+		t.Helper()
+		var logs []*raft.Log
+		for i := from; i <= to; i++ {
+			logs = append(logs, &raft.Log{Index: uint64(i), Term: 1, Data: dataOf(i)})
+		}
+		if err := w.StoreLogs(logs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			var l raft.Log
+			if err := w.GetLog(uint64(i), &l); err != nil || !bytes.Equal(l.Data, dataOf(i)) {
+				t.Fatalf("entry %d: %v, %d bytes", i, err, len(l.Data))
+			}
+		}
+	}
+	appendRange(1, 10)
+	// What a torn write may leave past the last commit: a frame as entry
+	// 11's, with other data, where entry 11 will be written.
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
+	f, err := os.OpenFile(segs[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	at := int64(walFileHeaderLen)
+	for {
+		var h [walFrameHeaderLen]byte
+		if _, err := f.ReadAt(h[:], at); err != nil {
+			t.Fatal(err)
+		}
+		if h[0] == 0 {
+			break
+		}
+		at += walFrameHeaderLen
+		if h[0] == walFrameEntry {
+			at += int64(binary.LittleEndian.Uint32(h[4:])+7) &^ 7
+		}
+	}
+	stale := make([]byte, walFrameHeaderLen+len(dataOf(11)))
+	stale[0] = walFrameEntry
+	binary.LittleEndian.PutUint32(stale[4:], uint32(len(dataOf(11))))
+	copy(stale[walFrameHeaderLen:], bytes.Repeat([]byte{'X'}, len(dataOf(11))))
+	if _, err := f.WriteAt(stale, at); err != nil {
+		t.Fatal(err)
+	}
+	read(1, 10) // reads a window past entry 10, over the stale frame
+	appendRange(11, 20)
+	read(1, 20)
+	appendRange(21, 40)
+	read(15, 40)
+}
+
 // A damaged frame in a sealed segment is left to raft-wal's reader,
 // whose error is the answer.
 func TestSealedReaderLeavesDamageToRaftWAL(t *testing.T) {
@@ -168,7 +229,7 @@ func TestSealedReaderLeavesDamageToRaftWAL(t *testing.T) {
 
 // BenchmarkReplayRead reads a sealed log of 100,000 entries of W4's size
 // (~90 bytes) from end to end, as a restart's check and replay do, through
-// raft-wal's reader and through sealedReader.
+// raft-wal's readers and through sealedFiler's windows.
 func BenchmarkReplayRead(b *testing.B) {
 	dir := b.TempDir()
 	const n = 100_000
@@ -197,7 +258,7 @@ func BenchmarkReplayRead(b *testing.B) {
 		sf   func() types.SegmentFiler
 	}{
 		{"raftwal", func() types.SegmentFiler { return nil }},
-		{"sealed", func() types.SegmentFiler { return newSealedFiler(dir, walfs.New()) }},
+		{"windows", func() types.SegmentFiler { return newSealedFiler(dir, walfs.New()) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
