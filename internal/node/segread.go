@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
@@ -231,11 +232,17 @@ func (t *tailWriter) GetLog(idx uint64) (*types.PooledBuffer, error) {
 }
 
 // windows are the parts of a segment a reader keeps, up to
-// sealedWindows, the oldest replaced first.
+// sealedWindows, the oldest replaced first. An entry asked for again
+// straight after it was answered (a caller trying again after a bad
+// read: the checked log's checksum did not match, say) is left to
+// raft-wal's reader, which reads it afresh, and the windows are let go:
+// a read that returned a flipped bit that time only must not be answered
+// again from memory.
 type windows struct {
 	mu   sync.Mutex
 	ws   [sealedWindows]window
 	next int
+	last atomic.Uint64 // the entry last asked for, plus one
 }
 
 // window is a part of the segment as read: never written once read, so
@@ -252,6 +259,10 @@ type window struct {
 // rf up to end at most (committed is read before, and says up to which
 // entry the file then held whole frames); false: not found as expected.
 func (w *windows) frame(rf types.ReadableFile, idx, off, limit, end uint64, committed func() uint64) ([]byte, bool) {
+	if w.last.Swap(idx+1) == idx+1 {
+		w.drop()
+		return nil, false
+	}
 	var win window
 	w.mu.Lock()
 	for _, c := range w.ws {
