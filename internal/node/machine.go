@@ -92,6 +92,14 @@ func (m *Machine) Replaying(last uint64) {
 	m.replayed()
 }
 
+// EndReplay ends a replay that will not finish: the engine stops, or
+// failed to start.
+func (m *Machine) EndReplay() {
+	if r := m.replay.Swap(nil); r != nil {
+		r.release()
+	}
+}
+
 func (m *Machine) replayed() {
 	r := m.replay.Load()
 	if r == nil || m.fsm.AppliedIndex() < r.to {
@@ -172,9 +180,7 @@ func (m *Machine) ReturnFreedMemory(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
-			if r := m.replay.Swap(nil); r != nil {
-				r.release()
-			}
+			m.EndReplay()
 			return
 		case <-m.freed:
 			debug.FreeOSMemory()

@@ -80,3 +80,15 @@ func TestReplayEndsAtItsLastEntry(t *testing.T) {
 		t.Fatal("the replay did not end at its last entry")
 	}
 }
+
+// A replay that will not finish (the engine stops) ends without asking
+// to return memory.
+func TestEndReplay(t *testing.T) {
+	m := newMachine(fsm.New(nil), nil, Hooks{})
+	m.Replaying(5)
+	m.EndReplay()
+	m.EndReplay()
+	if m.replay.Load() != nil || len(m.freed) != 0 {
+		t.Fatal("EndReplay left the replay on, or asked to return memory")
+	}
+}

@@ -120,6 +120,7 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 	// raft reads back every entry it replicates (recentLogs).
 	r, err := raft.NewRaft(rc, raftFSM{n.m}, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
 	if err != nil {
+		n.m.EndReplay()
 		n.close()
 		return nil, fmt.Errorf("hashicorp: starting raft: %w", err)
 	}
