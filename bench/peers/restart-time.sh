@@ -7,6 +7,7 @@
 #
 #   bash bench/peers/restart-time.sh redis
 #   bash bench/peers/restart-time.sh fencelock BIN DATA_DIR [ADDR]
+#   bash bench/peers/restart-time.sh fencelock-copy BIN DATA_DIR [ADDR]
 #
 # Redis must have been started by setup.sh (its config and pid file are
 # reused). For fencelock the server listening on ADDR (default
@@ -14,6 +15,13 @@
 # started in its place, logging to DATA_DIR/../fencelock-restart.log; its pid
 # is printed for the caller to stop it. FENCELOCK_ARGS is added to the server's
 # arguments (FENCELOCK_ARGS="--engine etcd" for a data dir of the etcd engine).
+#
+# fencelock-copy restarts from the same state every time: DATA_DIR (left
+# by a server killed with -9) is copied to a fresh directory beside it,
+# BIN is started on the copy (nothing need listen on ADDR), and besides
+# the time it prints the process's CPU time up to the first write (user +
+# sys), which says more than the wall time on a loaded machine, and its
+# RSS then and 5 s later; the server is then killed and the copy removed.
 set -euo pipefail
 
 PEERS_DIR=${PEERS_DIR:-/tmp/fencelock-peers}
@@ -60,8 +68,37 @@ fencelock)
 	t1=$(now)
 	echo "fencelock restart: $(elapsed "$t0" "$t1") s to the first write; rss $(awk '/VmRSS/ {print $2, $3}' "/proc/$newpid/status"); pid $newpid"
 	;;
+fencelock-copy)
+	bin=${2:?usage: $0 fencelock-copy BIN DATA_DIR [ADDR]}
+	src=${3:?usage: $0 fencelock-copy BIN DATA_DIR [ADDR]}
+	addr=${4:-127.0.0.1:7470}
+	copy="$(dirname "$src")/restart-copy"
+	rm -rf "$copy"
+	cp -a "$src" "$copy"
+	sync
+	load=$(cut -d' ' -f1 /proc/loadavg)
+	t0=$(now)
+	# shellcheck disable=SC2086 # FENCELOCK_ARGS is a list of words
+	"$bin" server --listen "$addr" --data "$copy" --log-level warn ${FENCELOCK_ARGS:-} >>"$(dirname "$src")/fencelock-restart.log" 2>&1 </dev/null &
+	newpid=$!
+	probe='{"key":"flbench/restart-probe","holder":"restart-probe","ttl_ms":1000}'
+	until curl -sf -o /dev/null -H 'Content-Type: application/json' -d "$probe" "http://$addr/v1/acquire"; do
+		kill -0 "$newpid" 2>/dev/null || { echo "server exited; see $(dirname "$src")/fencelock-restart.log" >&2; exit 1; }
+		sleep 0.01
+	done
+	t1=$(now)
+	read -r ut st < <(awk '{print $14, $15}' "/proc/$newpid/stat")
+	tick=$(getconf CLK_TCK)
+	rss=$(awk '/VmRSS/ {print $2, $3}' "/proc/$newpid/status")
+	sleep 5
+	rss5=$(awk '/VmRSS/ {print $2, $3}' "/proc/$newpid/status")
+	kill -9 "$newpid"
+	wait "$newpid" 2>/dev/null || true
+	rm -rf "$copy"
+	echo "fencelock restart: $(elapsed "$t0" "$t1") s to the first write; cpu $(awk -v u="$ut" -v s="$st" -v t="$tick" 'BEGIN { printf "%.2f s (user %.2f, sys %.2f)", (u + s) / t, u / t, s / t }'); load $load; rss $rss, $rss5 5 s later"
+	;;
 *)
-	echo "usage: $0 redis | fencelock BIN DATA_DIR [ADDR]" >&2
+	echo "usage: $0 redis | fencelock BIN DATA_DIR [ADDR] | fencelock-copy BIN DATA_DIR [ADDR]" >&2
 	exit 2
 	;;
 esac

@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"sync"
+	"sync/atomic"
 )
 
 const (
@@ -53,18 +54,52 @@ func Start() (stop func()) {
 	return start(nil)
 }
 
+// running is the policy Start started and has not stopped; nil: none.
+var running atomic.Pointer[memoryPolicy]
+
 // start is Start that also calls onSet (from the
 // cleanup goroutine) with each percent it sets.
 func start(onSet func(int)) (stop func()) {
 	p := &memoryPolicy{percent: 100, onSet: onSet}
+	running.Store(p)
 	p.arm()
 	return func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if !p.stopped {
 			p.stopped = true
+			running.CompareAndSwap(p, nil)
 			debug.SetGCPercent(100)
 		}
+	}
+}
+
+// Relax leaves the collector at GC percent 100 until release is called,
+// when a policy runs; without one it does nothing. It is for a phase
+// that builds a large heap in one go, a restart's replay of its log: the
+// table grows from nothing to its full size, and a collection every
+// quarter of the live heap marks it over and over (a million locks: 13.1
+// against 9.6 CPU seconds, docs/BENCHMARKS.md, issue 45 item 5). Once
+// released, the policy applies again at once; the heap grown meanwhile
+// is given back by the next collection that returns memory. Relaxes may
+// overlap; release may be called more than once.
+func Relax() (release func()) {
+	p := running.Load()
+	if p == nil {
+		return func() {}
+	}
+	p.mu.Lock()
+	p.relaxed++
+	p.setLocked(100)
+	p.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.relaxed--
+			p.applyLocked()
+		})
 	}
 }
 
@@ -72,6 +107,7 @@ type memoryPolicy struct {
 	mu      sync.Mutex
 	stopped bool
 	percent int // the percent last set
+	relaxed int // Relax calls not yet released
 	onSet   func(int)
 }
 
@@ -91,16 +127,34 @@ func (p *memoryPolicy) afterGC() {
 	if p.stopped {
 		return
 	}
+	p.applyLocked()
+	p.arm()
+}
+
+// applyLocked sets the percent the live heap of the last collection asks
+// for, or 100 while relaxed. p.mu is held.
+func (p *memoryPolicy) applyLocked() {
+	if p.stopped {
+		return
+	}
+	if p.relaxed > 0 {
+		p.setLocked(100)
+		return
+	}
 	s := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	rtmetrics.Read(s)
 	if s[0].Value.Kind() == rtmetrics.KindUint64 {
-		if want := gcPercentFor(s[0].Value.Uint64()); want != p.percent {
-			p.percent = want
-			debug.SetGCPercent(want)
-			if p.onSet != nil {
-				p.onSet(want)
-			}
-		}
+		p.setLocked(gcPercentFor(s[0].Value.Uint64()))
 	}
-	p.arm()
+}
+
+func (p *memoryPolicy) setLocked(want int) {
+	if p.stopped || want == p.percent {
+		return
+	}
+	p.percent = want
+	debug.SetGCPercent(want)
+	if p.onSet != nil {
+		p.onSet(want)
+	}
 }

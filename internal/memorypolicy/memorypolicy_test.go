@@ -70,3 +70,42 @@ func TestFollowsTheLiveHeap(t *testing.T) {
 		t.Errorf("after stop the GC percent is %d, want 100", old)
 	}
 }
+
+// TestRelaxHoldsTheDefault: while relaxed the policy keeps GC percent
+// 100 however much is live; released, it applies again at once.
+func TestRelaxHoldsTheDefault(t *testing.T) {
+	set := make(chan int, 16)
+	stop := start(func(p int) { set <- p })
+	defer stop()
+	ballast := make([]byte, 2*HeadroomFloor)
+	for i := range ballast {
+		ballast[i] = byte(i)
+	}
+	release := Relax()
+	runtime.GC()
+	runtime.GC()
+	if p := debug.SetGCPercent(100); p != 100 {
+		t.Fatalf("relaxed, %d bytes live: GC percent %d, want 100", len(ballast), p)
+	}
+	for len(set) > 0 { // what it set before Relax
+		<-set
+	}
+	release()
+	release() // a second call changes nothing
+	if len(set) != 1 {
+		t.Fatalf("released: the policy set %d GC percents, want 1", len(set))
+	}
+	if p := <-set; p >= 100 || p < minGCPercent {
+		t.Errorf("released: set GC percent %d with %d bytes live", p, len(ballast))
+	}
+	runtime.KeepAlive(ballast)
+}
+
+func TestRelaxWithoutAPolicyDoesNothing(t *testing.T) {
+	debug.SetGCPercent(70)
+	defer debug.SetGCPercent(100)
+	Relax()()
+	if p := debug.SetGCPercent(100); p != 70 {
+		t.Errorf("GC percent %d after a Relax with no policy, want 70", p)
+	}
+}

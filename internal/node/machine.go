@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock/internal/fsm"
+	"github.com/fencelock/fencelock/internal/memorypolicy"
 	"github.com/fencelock/fencelock/internal/plant"
 )
 
@@ -29,11 +31,18 @@ import (
 //     freed pages only slowly, and an idle server that no longer
 //     allocates starts no collection that would let it.
 type Machine struct {
-	fsm   *fsm.FSM
-	floor *tokenFloor // nil without a data dir
-	hooks Hooks
-	freed chan struct{} // 1-buffered; a pending signal covers later ones
-	big   int64         // bigSnapshot, or less in tests
+	fsm    *fsm.FSM
+	floor  *tokenFloor // nil without a data dir
+	hooks  Hooks
+	freed  chan struct{} // 1-buffered; a pending signal covers later ones
+	big    int64         // bigSnapshot, or less in tests
+	replay atomic.Pointer[replay]
+}
+
+// replay is a start-up replay under way (Replaying).
+type replay struct {
+	to      uint64
+	release func()
 }
 
 // bigSnapshot is the size from which writing a snapshot is followed by
@@ -69,7 +78,37 @@ func (m *Machine) ApplyBatch(ents []fsm.Entry) []fsm.Result {
 	if !plant.On("floor-not-raised") {
 		m.reserve()
 	}
+	m.replayed()
 	return out
+}
+
+// Replaying says the engine is about to replay its log up to entry last
+// (its last command when the node started): until the state machine has
+// applied it, the process's GC policy is relaxed (memorypolicy.Relax),
+// since the replay builds the whole table at once; then the memory grown
+// meanwhile is returned (ReturnFreedMemory).
+func (m *Machine) Replaying(last uint64) {
+	m.replay.Store(&replay{to: last, release: memorypolicy.Relax()})
+	m.replayed()
+}
+
+// EndReplay ends a replay that will not finish: the engine stops, or
+// failed to start.
+func (m *Machine) EndReplay() {
+	if r := m.replay.Swap(nil); r != nil {
+		r.release()
+	}
+}
+
+func (m *Machine) replayed() {
+	r := m.replay.Load()
+	if r == nil || m.fsm.AppliedIndex() < r.to {
+		return
+	}
+	if m.replay.CompareAndSwap(r, nil) {
+		r.release()
+		m.signal()
+	}
 }
 
 // FloorErr is non-nil once this node could not record its token
@@ -97,6 +136,7 @@ func (m *Machine) Restore(r io.Reader) error {
 	defer m.signal()
 	err := m.fsm.Restore(r)
 	m.reserve()
+	m.replayed()
 	if err == nil && m.hooks.Restored != nil {
 		m.hooks.Restored()
 	}
@@ -140,6 +180,7 @@ func (m *Machine) ReturnFreedMemory(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
+			m.EndReplay()
 			return
 		case <-m.freed:
 			debug.FreeOSMemory()

@@ -55,3 +55,40 @@ func TestRestoresAndBigSnapshotsSignalFreedMemory(t *testing.T) {
 		t.Errorf("after the restore k7 is %+v, %v", l, ok)
 	}
 }
+
+// A replay ends when the state machine has applied the entry it was
+// given, and asks then for the memory it grew to be returned.
+func TestReplayEndsAtItsLastEntry(t *testing.T) {
+	f := fsm.New(nil)
+	m := newMachine(f, nil, Hooks{})
+	m.Replaying(3)
+	apply := func(i uint64) {
+		t.Helper()
+		data, err := fsm.Encode(fsm.Command{Op: fsm.OpAcquire, Key: fmt.Sprint("k", i), Holder: "h", TTL: locktable.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.ApplyBatch([]fsm.Entry{{Index: i, Term: 1, Data: data}})
+	}
+	apply(1)
+	apply(2)
+	if m.replay.Load() == nil || len(m.freed) != 0 {
+		t.Fatal("the replay ended before its last entry")
+	}
+	apply(3)
+	if m.replay.Load() != nil || len(m.freed) != 1 {
+		t.Fatal("the replay did not end at its last entry")
+	}
+}
+
+// A replay that will not finish (the engine stops) ends without asking
+// to return memory.
+func TestEndReplay(t *testing.T) {
+	m := newMachine(fsm.New(nil), nil, Hooks{})
+	m.Replaying(5)
+	m.EndReplay()
+	m.EndReplay()
+	if m.replay.Load() != nil || len(m.freed) != 0 {
+		t.Fatal("EndReplay left the replay on, or asked to return memory")
+	}
+}

@@ -16,7 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/segment"
+	walfs "github.com/hashicorp/raft-wal/fs"
 )
 
 // healingWAL is the raft log and stable store: a raft-wal WAL that repairs
@@ -56,13 +56,14 @@ func openHealingWAL(fsys FS, dir string, segSize int, logger hclog.Logger, log *
 	h := &healingWAL{fsys: fsys, dir: dir, segSize: segSize, log: log}
 	h.open = func() (*wal.WAL, error) {
 		watch := wal.WithLogger(&rotateWatch{Logger: logger, failed: &h.rotateFailed})
+		// Sealed segments are read through sealedFiler (segread.go).
 		if isOS(fsys) {
-			return wal.Open(dir, watch, wal.WithSegmentSize(segSize))
+			return wal.Open(dir, watch, wal.WithSegmentSize(segSize), wal.WithSegmentFiler(newSealedFiler(dir, walfs.New())))
 		}
 		// raft-wal's segments over fsys through its own VFS, and its
 		// metadata in a file of fsys instead of bolt (walmeta.go).
 		return wal.Open(dir, watch, wal.WithSegmentSize(segSize),
-			wal.WithSegmentFiler(segment.NewFiler(dir, walVFS{fsys})), wal.WithMetaStore(&walMeta{fsys: fsys}))
+			wal.WithSegmentFiler(newSealedFiler(dir, walVFS{fsys})), wal.WithMetaStore(&walMeta{fsys: fsys}))
 	}
 	w, err := h.open()
 	if err != nil {

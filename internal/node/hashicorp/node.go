@@ -114,9 +114,13 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 		n.close()
 		return nil, err
 	}
+	if last := lastCommand(logs); last > 0 {
+		n.m.Replaying(last)
+	}
 	// raft reads back every entry it replicates (recentLogs).
 	r, err := raft.NewRaft(rc, raftFSM{n.m}, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
 	if err != nil {
+		n.m.EndReplay()
 		n.close()
 		return nil, fmt.Errorf("hashicorp: starting raft: %w", err)
 	}
@@ -140,6 +144,28 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 	go func() { defer n.wg.Done(); n.m.ReturnFreedMemory(n.stop) }()
 	go n.watchLeaderLoss()
 	return n, nil
+}
+
+// lastCommand is the index of the last command in logs, which a restart
+// replays up to: what follows it (a new leader's no-op, a configuration)
+// never reaches the state machine. 0: none among the last entries, or
+// the log could not be read (raft will say so).
+func lastCommand(logs raft.LogStore) uint64 {
+	first, err1 := logs.FirstIndex()
+	last, err2 := logs.LastIndex()
+	if err1 != nil || err2 != nil || last == 0 {
+		return 0
+	}
+	for i := last; i >= first && i+64 > last; i-- {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			return 0
+		}
+		if l.Type == raft.LogCommand && len(l.Data) > 0 {
+			return i
+		}
+	}
+	return 0
 }
 
 // currentTerm is raft's current term; 0 before raft runs.
