@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/node/walseg"
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -56,14 +57,14 @@ func openHealingWAL(fsys FS, dir string, segSize int, logger hclog.Logger, log *
 	h := &healingWAL{fsys: fsys, dir: dir, segSize: segSize, log: log}
 	h.open = func() (*wal.WAL, error) {
 		watch := wal.WithLogger(&rotateWatch{Logger: logger, failed: &h.rotateFailed})
-		// Sealed segments are read through sealedFiler (segread.go).
+		// Sealed segments are read through walseg's filer (windows).
 		if isOS(fsys) {
-			return wal.Open(dir, watch, wal.WithSegmentSize(segSize), wal.WithSegmentFiler(newSealedFiler(dir, walfs.New())))
+			return wal.Open(dir, watch, wal.WithSegmentSize(segSize), wal.WithSegmentFiler(walseg.NewFiler(dir, walfs.New())))
 		}
 		// raft-wal's segments over fsys through its own VFS, and its
 		// metadata in a file of fsys instead of bolt (walmeta.go).
 		return wal.Open(dir, watch, wal.WithSegmentSize(segSize),
-			wal.WithSegmentFiler(newSealedFiler(dir, walVFS{fsys})), wal.WithMetaStore(&walMeta{fsys: fsys}))
+			wal.WithSegmentFiler(walseg.NewFiler(dir, walVFS{fsys})), wal.WithMetaStore(&walMeta{fsys: fsys}))
 	}
 	w, err := h.open()
 	if err != nil {

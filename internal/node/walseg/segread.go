@@ -1,4 +1,4 @@
-package node
+package walseg
 
 import (
 	"encoding/binary"

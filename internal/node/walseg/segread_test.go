@@ -1,4 +1,4 @@
-package node
+package walseg
 
 import (
 	"bytes"
@@ -192,7 +192,7 @@ func TestSealedReaderLeavesDamageToRaftWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw[entryFrame(raw, 2)] = 9
+	raw[walFrameBytes(raw, 2)] = 9
 	if err := os.WriteFile(segs[0], raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -213,9 +213,9 @@ func TestSealedReaderLeavesDamageToRaftWAL(t *testing.T) {
 	}
 }
 
-// entryFrame is the offset of the k-th entry frame (from 1) in a segment
+// walFrameBytes is the offset of the k-th entry frame (from 1) in a segment
 // file's bytes (commit frames carry a CRC, not a length).
-func entryFrame(raw []byte, k int) int {
+func walFrameBytes(raw []byte, k int) int {
 	at, entries := walFileHeaderLen, 0
 	for {
 		typ, n := raw[at], int(binary.LittleEndian.Uint32(raw[at+4:]))
@@ -247,7 +247,7 @@ func TestSealedReaderReadsAnEntryAskedAgainAfresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := entryFrame(raw, 5) + walFrameHeaderLen
+	at := walFrameBytes(raw, 5) + walFrameHeaderLen
 	payload := raw[at : at+int(binary.LittleEndian.Uint32(raw[at-4:]))]
 	i := bytes.Index(payload, dataOf(5))
 	if i < 0 {
