@@ -19,7 +19,7 @@ func steppedOn(t *testing.T, d *disk.Disk, f *fsm.FSM) (*Stepped, error) {
 	t.Helper()
 	return OpenStepped(node.Config{DataDir: "/data", FS: d.FS(), NodeID: "a", ElectionTimeout: 500 * time.Millisecond,
 		HeartbeatTimeout: 500 * time.Millisecond, WALSegmentSize: 4 << 10, SnapshotThreshold: 8, TrailingLogs: 4,
-		Logger: slog.New(slog.DiscardHandler)}, f, SteppedConfig{Send: func([]Message) {}, Seed: 1 << 40})
+		Logger: slog.New(slog.DiscardHandler), AsyncLogWrites: testAsync()}, f, SteppedConfig{Send: func([]Message) {}, Seed: 1 << 40})
 }
 
 // lead ticks s until it leads.
@@ -29,11 +29,23 @@ func lead(t *testing.T, s *Stepped) {
 		if err := s.Tick(); err != nil {
 			t.Fatal(err)
 		}
+		written(t, s)
 		if _, _, leading, _ := s.Raft(); leading {
 			return
 		}
 	}
 	t.Fatal("a node alone did not lead after 100 ticks")
+}
+
+// written has s write what waits to be written (with asynchronous
+// writes), as a driver does after its disk's delay.
+func written(t *testing.T, s *Stepped) {
+	t.Helper()
+	for s.Unwritten() {
+		if err := s.Write(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // grant proposes an acquire of key from another goroutine, as the
@@ -54,6 +66,7 @@ func grant(t *testing.T, s *Stepped, key string) uint64 {
 	if err := s.Run(); err != nil {
 		t.Fatal(err)
 	}
+	written(t, s)
 	<-done
 	if err != nil || res.Err != nil {
 		t.Fatalf("acquire %s: %v %v", key, err, res)
