@@ -51,6 +51,7 @@ func TestPlantedBugsAreCaught(t *testing.T) {
 			defer plant.Set("")
 			cfg := DefaultConfig()
 			cfg.Shaped = false // three nodes, the default TTLs and snapshots
+			cfg.Writes = *writes
 			if p.cfg != nil {
 				p.cfg(&cfg)
 			}
@@ -68,6 +69,7 @@ func TestPlantedBugsAreCaught(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Shaped = false
 		cfg.FastLeader = 0.25
+		cfg.Writes = *writes
 		start := time.Now()
 		for s := uint64(1); s <= 1500; s++ {
 			if r := runSeed(t, s, cfg); len(r.Violations) > 0 {

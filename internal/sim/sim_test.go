@@ -27,6 +27,7 @@ var (
 	replaySeeds = flag.Int("sim.replayseeds", 0, "TestReplayIsExact: how many seeds (default: 100, in the slow tier only)")
 	replayRuns  = flag.Int("sim.replayruns", 3, "TestReplayIsExact: how many runs of each")
 	slowFlag    = flag.Bool("sim.slow", false, "the slow tier: TestReplayIsExact over 100 seeds, TestPlantedBugsAreCaught (also FENCELOCK_SIM_SLOW=1)")
+	writes      = flag.String("sim.writes", "", "how the engine writes its log: async, sync, or empty for each seed to draw one")
 	horizon     = flag.Duration("sim.horizon", 0, "the virtual time a world's actors and nemesis start work for (default: DefaultConfig's 20s); with -sim.seed, a prefix to replay")
 )
 
@@ -124,6 +125,7 @@ func flagConfig() Config {
 	cfg.SyncForget = *syncForget
 	cfg.Flips = *flips
 	cfg.Focus = *focus
+	cfg.Writes = *writes
 	return cfg
 }
 
@@ -169,6 +171,9 @@ func replayCommand(t *testing.T, seed uint64, cfg Config) string {
 	}
 	if cfg.Focus != "" {
 		cmd += " -sim.focus " + cfg.Focus
+	}
+	if cfg.Writes != "" {
+		cmd += " -sim.writes " + cfg.Writes
 	}
 	return "replay: " + cmd
 }
