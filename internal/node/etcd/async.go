@@ -334,12 +334,19 @@ func (c *core) readyAsync() error {
 		app = nil
 	}
 	committed := apply.GetEntries()
-	// Configuration changes are applied before this node sends, as
-	// without asynchronous writes (core.ready).
+	// As without asynchronous writes (core.ready): a leader sends before
+	// it applies the configuration changes committed (a member it
+	// removes is still sent the commit of its removal), a follower after
+	// (a node just joined knows where the members named in them listen).
+	send := c.send.Load()
+	if send != nil && len(out) > 0 && c.leader {
+		c.watchSent(out)
+		(*send)(out)
+	}
 	if err := c.applyConfChanges(committed); err != nil {
 		return err
 	}
-	if send := c.send.Load(); send != nil && len(out) > 0 {
+	if send != nil && len(out) > 0 && !c.leader {
 		c.watchSent(out)
 		(*send)(out)
 	}
