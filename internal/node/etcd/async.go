@@ -47,6 +47,9 @@ type etcdWrites struct {
 	mu   sync.Mutex
 	q    []etcdWrite
 	wake chan struct{} // 1-buffered: q has work
+	// busy: the writer holds items it took (or its last write failed);
+	// the writer alone sets it, as it takes.
+	busy bool
 	// local are the answers for raft itself, in order; localc is
 	// signalled (1-buffered) when some wait.
 	local  []*raftpb.Message
@@ -80,12 +83,24 @@ func (w *etcdWrites) push(it etcdWrite) {
 	signal(w.wake)
 }
 
+// take is the writer's: what is queued, in order; busy until it takes
+// nothing.
 func (w *etcdWrites) take() []etcdWrite {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.q
 	w.q = nil
+	w.busy = len(q) > 0
 	return q
+}
+
+// idle says whether everything queued so far is written: nothing
+// queued, nothing held by the writer. Only raft's goroutine queues, so
+// it stays so until that goroutine queues more.
+func (w *etcdWrites) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.q) == 0 && !w.busy
 }
 
 // pending says whether writes or answers for raft wait.
@@ -108,7 +123,7 @@ func (c *core) writeLoop() {
 		for q := c.writes.take(); len(q) > 0; q = c.writes.take() {
 			if err := c.writeAll(q); err != nil {
 				c.halt(fmt.Errorf("persisting raft state failed: %w", err))
-				return
+				return // busy for good: nothing is taken for written
 			}
 		}
 	}
@@ -173,6 +188,16 @@ func (c *core) writeAppends(msgs []*raftpb.Message) error {
 		c.hs = hs
 	}
 	return c.ms.SetHardState(hs)
+}
+
+// nothingToWrite says whether the append m carries nothing the disk
+// lacks once everything queued before it is written: no entries, no
+// snapshot, and no term or vote other than those written (the commit
+// index alone may lag on disk). Only with the writer idle: c.hs is the
+// writer's.
+func (c *core) nothingToWrite(m *raftpb.Message) bool {
+	return len(m.GetEntries()) == 0 && etcdraft.IsEmptySnap(m.GetSnapshot()) &&
+		(m.Term == nil || m.GetTerm() == c.hs.GetTerm() && m.GetVote() == c.hs.GetVote())
 }
 
 // etcdJoinEntries appends next to ents, next replacing the entries of
@@ -243,11 +268,7 @@ func (c *core) flush() error {
 		return nil
 	}
 	if c.stepped {
-		q := c.writes.take()
-		if len(q) == 0 {
-			return nil
-		}
-		return c.writeAll(q)
+		return c.writeStepped()
 	}
 	done := make(chan struct{})
 	c.writes.push(etcdWrite{done: done})
@@ -259,6 +280,20 @@ func (c *core) flush() error {
 	case <-c.stop:
 		return errors.New("shutting down")
 	}
+}
+
+// writeStepped is a stepped core's turn of the writer: everything
+// queued, written at once.
+func (c *core) writeStepped() error {
+	q := c.writes.take()
+	if len(q) == 0 {
+		return nil
+	}
+	if err := c.writeAll(q); err != nil {
+		return err // busy for good, as the writer goroutine stays
+	}
+	c.writes.take() // nothing: not busy
+	return nil
 }
 
 // saveCommit records the commit index raft last gave, when it is ahead
@@ -350,7 +385,18 @@ func (c *core) readyAsync() error {
 		c.watchSent(out)
 		(*send)(out)
 	}
-	if app != nil {
+	switch {
+	case app == nil:
+	case c.writes.idle() && c.nothingToWrite(app):
+		// Everything before it is on disk and it adds nothing: its
+		// answers go now, without a turn of the writer.
+		if app.Term != nil {
+			if err := c.ms.SetHardState(&raftpb.HardState{Term: app.Term, Vote: app.Vote, Commit: app.Commit}); err != nil {
+				return err
+			}
+		}
+		c.answerWritten([]*raftpb.Message{app})
+	default:
 		c.writes.push(etcdWrite{m: app})
 	}
 	if n := len(committed); n > 0 {

@@ -250,10 +250,8 @@ func (s *Stepped) Unwritten() bool { return s.core.async && s.core.writes.pendin
 func (s *Stepped) Write() error {
 	c := s.core
 	return s.guard(func() {
-		if q := c.writes.take(); len(q) > 0 {
-			if err := c.writeAll(q); err != nil {
-				c.halt(fmt.Errorf("persisting raft state failed: %w", err))
-			}
+		if err := c.writeStepped(); err != nil {
+			c.halt(fmt.Errorf("persisting raft state failed: %w", err))
 		}
 	})
 }
