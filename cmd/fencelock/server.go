@@ -96,6 +96,8 @@ func runServer(ctx context.Context, e *env, args []string) error {
 	peersFlag := f.String("peers", "", "initial voters `ID=HOST:PORT,...` (raft addresses, this node included)")
 	join := f.String("join", "", "client `ADDRS` of running nodes to ask to add this one")
 	engine := f.String("engine", node.EngineHashicorp, "replication `ENGINE`: hashicorp, or etcd (experimental)")
+	asyncWrites := f.Bool("etcd-async-writes", false, "with --engine etcd: write the raft log off raft's goroutine (experimental)")
+	f.Env("etcd-async-writes", "FENCELOCK_ETCD_ASYNC_WRITES")
 	tokenFloor := f.Uint64("token-floor", 0, "every token issued from now on is above `N` (it only ever raises them): rebuild a cluster above the tokens its fences have seen")
 	snapThreshold := f.Uint64("snapshot-threshold", defaults.SnapshotThreshold, "take a snapshot once `N` log entries follow the last one")
 	trailing := f.Uint64("trailing-logs", defaults.TrailingLogs, "keep `N` log entries after a snapshot; a peer further behind is sent the snapshot")
@@ -297,7 +299,7 @@ func runServer(ctx context.Context, e *env, args []string) error {
 		client = ln.Addr().String()
 	}
 	bv := readVersion()
-	cfg := server.Config{DataDir: *data, Engine: *engine, Logger: log, BuildVersion: bv.Version, BuildCommit: bv.Commit, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
+	cfg := server.Config{DataDir: *data, Engine: *engine, AsyncLogWrites: *asyncWrites, Logger: log, BuildVersion: bv.Version, BuildCommit: bv.Commit, NodeID: *id, RaftAddr: *raftAddr, ClientAddr: client,
 		Peers: peers, Join: *join != "", TokenFloor: *tokenFloor, SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
 		SnapshotInterval: *snapInterval, HeartbeatTimeout: timing.heartbeat, ElectionTimeout: timing.election,
 		LeaderLeaseTimeout: timing.leaderLease, WALSegmentSize: testWALSegmentSize(e), MaxConnections: *maxConns,

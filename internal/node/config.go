@@ -58,6 +58,12 @@ type Config struct {
 	// node with state takes it only when it is above the tokens its
 	// state file shows issued (Storage.Boot).
 	TokenFloor uint64
+	// AsyncLogWrites has the etcd engine write its log and hard state
+	// off raft's goroutine (etcd-io/raft's AsyncStorageWrites): raft
+	// steps, sends and takes proposals while the last write syncs, and
+	// the writes that queued meanwhile go to disk in one. The hashicorp
+	// engine ignores it.
+	AsyncLogWrites bool
 
 	Hooks Hooks
 }

@@ -38,6 +38,10 @@ type Config struct {
 	// experimental). A data dir belongs to the engine
 	// that first started on it; the other refuses it.
 	Engine string
+	// AsyncLogWrites has the etcd engine write its log off raft's
+	// goroutine (node.Config.AsyncLogWrites); the hashicorp engine
+	// ignores it.
+	AsyncLogWrites bool
 	// RaftAddr is the address raft peers dial. Empty means an in-memory
 	// transport: a single node that talks to no one.
 	RaftAddr string

@@ -107,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 			HandshakeTimeout: cfg.RaftHandshakeTimeout},
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout, LeaderLeaseTimeout: cfg.LeaderLeaseTimeout,
 		SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval,
-		WALSegmentSize: cfg.WALSegmentSize, TokenFloor: cfg.TokenFloor,
+		WALSegmentSize: cfg.WALSegmentSize, TokenFloor: cfg.TokenFloor, AsyncLogWrites: cfg.AsyncLogWrites,
 		Hooks: node.Hooks{Applied: func(d time.Duration) { apply.Observe(d.Seconds()) }, Restored: svc.Restored},
 	}, s.fsm)
 	if err != nil {

@@ -21,7 +21,9 @@ func TestMain(m *testing.M) {
 }
 
 // fastConfig elects a single node quickly, on the engine
-// FENCELOCK_TEST_ENGINE names (empty: the default, hashicorp).
+// FENCELOCK_TEST_ENGINE names (empty: the default, hashicorp), writing
+// the etcd engine's log asynchronously when FENCELOCK_ETCD_ASYNC_WRITES
+// is 1 (as the server's flag reads it).
 func fastConfig(dir string) Config {
 	level := slog.LevelError
 	if os.Getenv("FENCELOCK_TEST_LOG") != "" {
@@ -30,6 +32,7 @@ func fastConfig(dir string) Config {
 	return Config{
 		DataDir:            dir,
 		Engine:             os.Getenv("FENCELOCK_TEST_ENGINE"),
+		AsyncLogWrites:     os.Getenv("FENCELOCK_ETCD_ASYNC_WRITES") == "1",
 		HeartbeatTimeout:   50 * time.Millisecond,
 		ElectionTimeout:    50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond,

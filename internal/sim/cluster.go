@@ -78,6 +78,10 @@ type simNode struct {
 	// the loop's own
 	held     []func() // what arrived while the process was stopped
 	tickOwed bool
+	// writeDue: a Write of the node's queued log writes is scheduled;
+	// writes counts this incarnation's
+	writeDue bool
+	writes   uint64
 	halted   bool
 	leading  bool
 	term     uint64
@@ -196,7 +200,7 @@ func (n *simNode) start() (err error) {
 		DataDir: "/" + n.id, FS: n.disk.FS(), NodeID: n.id, RaftAddr: n.id, Peers: boot, Join: n.join, Logger: c.log,
 		ElectionTimeout: electionTimeout, HeartbeatTimeout: heartbeatTimeout, LeaderLeaseTimeout: heartbeatTimeout,
 		SnapshotThreshold: w.cfg.SnapshotThreshold, TrailingLogs: w.cfg.TrailingLogs, WALSegmentSize: w.cfg.SegmentSize,
-		Hooks: node.Hooks{Restored: svc.Restored},
+		Hooks: node.Hooks{Restored: svc.Restored}, AsyncLogWrites: w.async,
 	}, svc.FSM(), etcd.SteppedConfig{
 		Send:    func(ms []etcd.Message) { c.send(n, inc, ms) },
 		Post:    w.post,
@@ -213,6 +217,7 @@ func (n *simNode) start() (err error) {
 	n.inc, n.st, n.svc, n.guard, n.api, n.down, n.frozen = inc, st, svc, guard, api, false, false
 	c.mu.Unlock()
 	n.held, n.tickOwed, n.halted, n.leading, n.term = nil, false, false, false, 0
+	n.writeDue, n.writes = false, 0
 	svc.Start(view{Stepped: st, w: w})
 	phase := time.Duration(w.draw("tick:"+n.id, uint64(inc)).Int64N(int64(tickEvery)))
 	w.at(phase, func() { n.tick(inc) })
@@ -389,6 +394,9 @@ func (n *simNode) step(f func() error) {
 		})
 		return
 	}
+	if !n.writeDue && n.st.Unwritten() {
+		n.scheduleWrite()
+	}
 	_, term, leading, commit := n.st.Raft()
 	if w.debug {
 		if st := n.st.RaftState(); st != n.state || term != n.term {
@@ -420,6 +428,36 @@ func (n *simNode) fireAtAck() {
 		n.atAck = nil
 		f()
 	}
+}
+
+// scheduleWrite has n's process write what its engine queued for its
+// disk (asynchronous writes) after a delay drawn for it, as its writer
+// goroutine does while raft runs on; a stopped process writes once it
+// runs again.
+func (n *simNode) scheduleWrite() {
+	w := n.c.w
+	inc := n.inc
+	n.writeDue = true
+	n.writes++
+	r := w.draw(fmt.Sprintf("write:%s:%d", n.id, inc), n.writes)
+	d := 20*time.Microsecond + time.Duration(r.Int64N(int64(time.Millisecond)))
+	if r.IntN(50) == 0 {
+		d = 2*time.Millisecond + time.Duration(r.Int64N(int64(20*time.Millisecond))) // a slow sync
+	}
+	run := func() {
+		if !n.current(inc) {
+			return
+		}
+		n.writeDue = false
+		n.step(n.st.Write)
+	}
+	w.at(d, func() {
+		if n.frozen && n.current(inc) {
+			n.held = append(n.held, run)
+			return
+		}
+		run()
+	})
 }
 
 // auditCommit checks the entries the leader n committed in its last step

@@ -55,6 +55,7 @@ func TestPlantedBugsAreCaught(t *testing.T) {
 			defer plant.Set("")
 			cfg := DefaultConfig()
 			cfg.Shaped = false // three nodes, the default TTLs and snapshots
+			cfg.Writes = *writes
 			if p.cfg != nil {
 				p.cfg(&cfg)
 			}
@@ -76,6 +77,7 @@ func TestPlantedBugsAreCaught(t *testing.T) {
 		// TTL between leaders frozen or cut off, on TTLs a cut outlasts.
 		cfg.Focus = focusFailover
 		cfg.TTLs = []time.Duration{1500 * time.Millisecond, 3 * time.Second}
+		cfg.Writes = *writes
 		start := time.Now()
 		for s := uint64(1); s <= 200; s++ {
 			if r := runSeed(t, s, cfg); len(r.Violations) > 0 {

@@ -28,6 +28,7 @@ var (
 	replaySeeds = flag.Int("sim.replayseeds", 0, "TestReplayIsExact: how many seeds (default: 100, in the slow tier only)")
 	replayRuns  = flag.Int("sim.replayruns", 3, "TestReplayIsExact: how many runs of each")
 	slowFlag    = flag.Bool("sim.slow", false, "the slow tier: TestReplayIsExact over 100 seeds, TestPlantedBugsAreCaught (also FENCELOCK_SIM_SLOW=1)")
+	writes      = flag.String("sim.writes", "sync", "how the engine writes its log: sync (the default, as the product), async (--etcd-async-writes), or draw (each seed draws one)")
 	horizon     = flag.Duration("sim.horizon", 0, "the virtual time a world's actors and nemesis start work for (default: DefaultConfig's 20s); with -sim.seed, a prefix to replay")
 )
 
@@ -129,6 +130,7 @@ func flagConfig() Config {
 	cfg.Flips = *flips
 	cfg.ACL = *aclOn
 	cfg.Focus = *focus
+	cfg.Writes = *writes
 	return cfg
 }
 
@@ -177,6 +179,9 @@ func replayCommand(t *testing.T, seed uint64, cfg Config) string {
 	}
 	if cfg.Focus != "" {
 		cmd += " -sim.focus " + cfg.Focus
+	}
+	if cfg.Writes != "" && cfg.Writes != "sync" {
+		cmd += " -sim.writes " + cfg.Writes
 	}
 	return "replay: " + cmd
 }

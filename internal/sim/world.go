@@ -59,6 +59,12 @@ type Config struct {
 	// (disk.Faults.Flip).
 	Flips bool
 
+	// Writes is how the engine writes its log: "async" (with
+	// node.Config.AsyncLogWrites: the world's disk takes each write
+	// after a delay of its own while raft runs on), "draw" for each seed
+	// to draw one, else sync, as the product runs by default.
+	Writes string
+
 	// The engine's settings.
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
@@ -101,6 +107,19 @@ func (cfg Config) shape(w *world) Config {
 	return cfg
 }
 
+// async says whether the engine writes its log asynchronously
+// (Config.Writes; a draw of its own, so that the shape's stay as they
+// were).
+func (cfg Config) async(w *world) bool {
+	switch cfg.Writes {
+	case "async":
+		return true
+	case "draw":
+		return w.draw("writes", 0).IntN(2) == 1
+	}
+	return false // what the product runs unless told
+}
+
 // The raft timing of the server's defaults: an election timeout of
 // 500 ms is ten ticks of 50 ms; a follower calls a leader silent after a
 // heartbeat timeout of 500 ms.
@@ -122,6 +141,7 @@ type world struct {
 	t0      time.Time
 	verbose bool
 	debug   bool
+	async   bool // the engine writes its log asynchronously (Config.Writes)
 
 	// the event loop's own
 	q      eventQueue
@@ -461,8 +481,9 @@ func run(seed uint64, cfg Config) Result {
 	cfg = w.cfg
 	w.hist = simcheck.NewHistory(checks{w}, w.t0, w.verbose)
 	w.cl = newCluster(w)
-	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses%s",
-		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses, map[bool]string{true: ", ACLs on"}[cfg.ACL])
+	w.async = cfg.async(w)
+	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses, async writes %v%s",
+		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses, w.async, map[bool]string{true: ", ACLs on"}[cfg.ACL])
 	w.cl.boot()
 
 	var wg sync.WaitGroup

@@ -147,6 +147,13 @@ type core struct {
 	// quiet counts the ticks since a leader's last message (run's own;
 	// failover.go).
 	quiet int
+
+	// async: raft's local writes leave its goroutine (async.go), to the
+	// writer's queue (writes); lastGiven is the index of the last entry
+	// raft handed over to be written (its log's last index).
+	async     bool
+	writes    etcdWrites
+	lastGiven uint64
 }
 
 type etcdProp struct {
@@ -168,6 +175,10 @@ func (c *core) start(seed uint64) {
 	go func() { defer c.done.Done(); c.run() }()
 	go func() { defer c.done.Done(); c.applyLoop() }()
 	go func() { defer c.done.Done(); c.snapLoop() }()
+	if c.async {
+		c.done.Add(1)
+		go func() { defer c.done.Done(); c.writeLoop() }()
+	}
 }
 
 func (c *core) init(seed uint64) {
@@ -186,6 +197,7 @@ func (c *core) init(seed uint64) {
 	c.stop = make(chan struct{})
 	c.dead = make(chan struct{})
 	c.waiters = map[uint64]chan etcdAnswer{}
+	c.writes.init()
 	c.seq.Store(seed)
 	c.at = c.booted
 }
@@ -292,6 +304,12 @@ func (c *core) failAll(err error) {
 func (c *core) run() {
 	t := time.NewTicker(c.tick)
 	defer t.Stop()
+	// With asynchronous writes the writer may halt the node: raft's
+	// goroutine then stops too, as when its own write fails.
+	var dead <-chan struct{}
+	if c.async {
+		dead = c.dead
+	}
 	defer close(c.applyc)
 	defer func() {
 		// raft panics on a broken invariant (and etcd's logger on
@@ -306,6 +324,11 @@ func (c *core) run() {
 		select {
 		case <-c.stop:
 			return
+		case <-dead:
+			<-c.stop
+			return
+		case <-c.writes.localc:
+			c.stepLocal()
 		case <-t.C:
 			c.tickRaft()
 		case p := <-c.props:
@@ -350,7 +373,10 @@ func (c *core) report(r etcdReport) {
 // compacted compacts the log behind a snapshot written out; a failure
 // halts the node.
 func (c *core) compacted(k etcdCompact) error {
-	err := c.compact(k)
+	err := c.flush() // the log is not compacted under the writer
+	if err == nil {
+		err = c.compact(k)
+	}
 	if err != nil {
 		c.halt(fmt.Errorf("compacting the log failed: %w", err))
 	}
@@ -362,8 +388,16 @@ func (c *core) compacted(k etcdCompact) error {
 func (c *core) settle() error {
 	c.drain()
 	c.proposeConf()
-	for c.rn.HasReady() {
-		if err := c.ready(); err != nil {
+	for {
+		c.stepLocal()
+		if !c.rn.HasReady() {
+			break
+		}
+		ready := c.ready
+		if c.async {
+			ready = c.readyAsync
+		}
+		if err := ready(); err != nil {
 			// The log cannot be written: nothing more may be
 			// acknowledged from this node.
 			err = fmt.Errorf("persisting raft state failed: %w", err)
@@ -455,44 +489,7 @@ func (c *core) proposeOne(p etcdProp) {
 
 func (c *core) ready() error {
 	rd := c.rn.Ready()
-	became := false
-	// A leader whose term moved lost leadership in between, even when
-	// it leads again: what it had proposed may be gone.
-	if hs := rd.HardState; c.leader && !etcdraft.IsEmptyHardState(hs) && hs.GetTerm() != c.hs.GetTerm() {
-		c.lostLeadership()
-		if rd.SoftState == nil {
-			// It leads again, in a new term, and raft reports no
-			// change: a true again restarts the service's duties
-			// of a new leader.
-			c.notifyLeader(true)
-			became = true
-		}
-	}
-	if ss := rd.SoftState; ss != nil {
-		lead := ss.RaftState == etcdraft.StateLeader
-		if c.leader && !lead {
-			c.lostLeadership()
-		}
-		became = became || lead && !c.leader
-		c.state.Store(uint64(ss.RaftState))
-		c.leadID.Store(ss.Lead)
-		if ss.Lead != 0 {
-			c.lastLead.Store(ss.Lead)
-		}
-		if ss.Lead != 0 && ss.Lead != c.self {
-			c.otherLead.Store(ss.Lead)
-		}
-		if lead != c.leader {
-			c.notifyLeader(lead)
-		}
-		c.leader = lead
-		c.lead.Store(lead)
-	}
-	for _, rs := range rd.ReadStates {
-		if len(rs.RequestCtx) == etcdIDLen {
-			c.answer(binary.BigEndian.Uint64(rs.RequestCtx), etcdAnswer{})
-		}
-	}
+	became := c.roles(rd, c.hs)
 	// The leader may send while its own entries are written (thesis
 	// §10.2.1, allowed by etcd's Ready.Messages) as long as its term and
 	// vote are already durable.
@@ -566,34 +563,88 @@ func (c *core) ready() error {
 	if plant.On("apply-uncommitted") {
 		committed = c.plantEarly(committed, rd.Entries)
 	}
-	if len(committed) > 0 || inst != nil {
-		a := etcdApply{snap: inst, ents: committed,
-			at: etcdPoint{index: c.handed, cs: c.conf.Load(), names: *c.names.Load()}}
-		if n := len(a.ents); n > 0 {
-			a.at.term = a.ents[n-1].GetTerm()
-		} else {
-			a.at.term = rd.Snapshot.GetMetadata().GetTerm()
-		}
-		if c.stepped {
-			// Through post, as the driver orders wake-ups: applying wakes
-			// the goroutines that wait on the state machine.
-			c.wake(func() {
-				select {
-				case <-c.stop:
-				default:
-					c.apply(a)
-				}
-			})
-		} else {
-			select {
-			case c.applyc <- a:
-			case <-c.stop:
-				return errors.New("shutting down")
-			}
-		}
+	if err := c.handApply(committed, inst, rd.Snapshot.GetMetadata().GetTerm()); err != nil {
+		return err
 	}
 	c.rn.Advance(rd)
 	return nil
+}
+
+// roles notes what rd says of this node's role (was: the hard state
+// before it) and answers the reads it confirms; became says it became
+// leader, or leads again in a new term.
+func (c *core) roles(rd etcdraft.Ready, was *raftpb.HardState) (became bool) {
+	// A leader whose term moved lost leadership in between, even when
+	// it leads again: what it had proposed may be gone.
+	if hs := rd.HardState; c.leader && !etcdraft.IsEmptyHardState(hs) && hs.GetTerm() != was.GetTerm() {
+		c.lostLeadership()
+		if rd.SoftState == nil {
+			// It leads again, in a new term, and raft reports no
+			// change: a true again restarts the service's duties
+			// of a new leader.
+			c.notifyLeader(true)
+			became = true
+		}
+	}
+	if ss := rd.SoftState; ss != nil {
+		lead := ss.RaftState == etcdraft.StateLeader
+		if c.leader && !lead {
+			c.lostLeadership()
+		}
+		became = became || lead && !c.leader
+		c.state.Store(uint64(ss.RaftState))
+		c.leadID.Store(ss.Lead)
+		if ss.Lead != 0 {
+			c.lastLead.Store(ss.Lead)
+		}
+		if ss.Lead != 0 && ss.Lead != c.self {
+			c.otherLead.Store(ss.Lead)
+		}
+		if lead != c.leader {
+			c.notifyLeader(lead)
+		}
+		c.leader = lead
+		c.lead.Store(lead)
+	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) == etcdIDLen {
+			c.answer(binary.BigEndian.Uint64(rs.RequestCtx), etcdAnswer{})
+		}
+	}
+	return became
+}
+
+// handApply hands the apply goroutine a snapshot installed (inst, of
+// term snapTerm) and the committed entries after it, if any.
+func (c *core) handApply(committed []*raftpb.Entry, inst *etcdInstall, snapTerm uint64) error {
+	if len(committed) == 0 && inst == nil {
+		return nil
+	}
+	a := etcdApply{snap: inst, ents: committed,
+		at: etcdPoint{index: c.handed, cs: c.conf.Load(), names: *c.names.Load()}}
+	if n := len(a.ents); n > 0 {
+		a.at.term = a.ents[n-1].GetTerm()
+	} else {
+		a.at.term = snapTerm
+	}
+	if c.stepped {
+		// Through post, as the driver orders wake-ups: applying wakes
+		// the goroutines that wait on the state machine.
+		c.wake(func() {
+			select {
+			case <-c.stop:
+			default:
+				c.apply(a)
+			}
+		})
+		return nil
+	}
+	select {
+	case c.applyc <- a:
+		return nil
+	case <-c.stop:
+		return errors.New("shutting down")
+	}
 }
 
 // plantEarly is a planted bug's apply: the entries just appended with
@@ -635,11 +686,11 @@ func (c *core) applyConfChanges(ents []*raftpb.Entry) error {
 		default:
 			continue
 		}
-		if !saved && c.cur != nil && c.cur.GetCommit() > c.hs.GetCommit() {
-			if err := etcdcodec.SaveHardState(c.stable, c.cur); err != nil {
+		if !saved {
+			if err := c.saveCommit(); err != nil {
 				return err
 			}
-			c.hs, saved = c.cur, true
+			saved = true
 		}
 		wid, peer, named := etcdParseConfContext(ctx)
 		if named {
@@ -1131,7 +1182,7 @@ func etcdBootConf(ms *etcdraft.MemoryStorage, last uint64, voters []uint64) (*ra
 // The newest snapshot of the policy's store, if any, is restored into m
 // first, and the log replays after it.
 func openCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self uint64, voters []uint64, names map[uint64]node.Peer, tick time.Duration, log *slog.Logger, seed uint64, policy etcdSnapPolicy) (*core, error) {
-	c, err := newCore(logs, stable, m, self, voters, names, tick, log, policy)
+	c, err := newCore(logs, stable, m, self, voters, names, tick, log, policy, false)
 	if err != nil {
 		return nil, err
 	}
@@ -1139,8 +1190,9 @@ func openCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self
 	return c, nil
 }
 
-// newCore is openCore without starting anything.
-func newCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self uint64, voters []uint64, names map[uint64]node.Peer, tick time.Duration, log *slog.Logger, policy etcdSnapPolicy) (*core, error) {
+// newCore is openCore without starting anything; async: raft's log
+// writes leave its goroutine (async.go).
+func newCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self uint64, voters []uint64, names map[uint64]node.Peer, tick time.Duration, log *slog.Logger, policy etcdSnapPolicy, async bool) (*core, error) {
 	if policy.store == nil {
 		policy.store = raft.NewInmemSnapshotStore()
 	}
@@ -1172,6 +1224,7 @@ func newCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self 
 		ID: self, ElectionTick: 10, HeartbeatTick: 1, Storage: storage,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, CheckQuorum: true, PreVote: true,
 		DisableProposalForwarding: true, StepDownOnRemoval: true, Logger: etcdLogger{log},
+		AsyncStorageWrites: async,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting raft: %w", err)
@@ -1192,8 +1245,9 @@ func newCore(logs raft.LogStore, stable raft.StableStore, m *node.Machine, self 
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	c := &core{rn: rn, logs: logs, stable: stable, ms: ms, m: m, log: log, tick: tick, hs: hs, first: last,
-		self: self, watch: node.NewPeerWatch(time.Now), policy: policy, booted: booted, handed: booted.index}
+	c := &core{rn: rn, logs: logs, stable: stable, ms: ms, m: m, log: log, tick: tick, hs: hs, cur: hs, first: last,
+		self: self, watch: node.NewPeerWatch(time.Now), policy: policy, booted: booted, handed: booted.index,
+		async: async, lastGiven: last}
 	storage.c = c
 	c.snapIndex.Store(booted.index)
 	c.applied.Store(booted.index)

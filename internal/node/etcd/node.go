@@ -149,7 +149,7 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 		return err
 	}
 	m := st.Machine(n.fsm, cfg.Hooks)
-	c, err := newCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"), etcdPolicy(cfg, snaps))
+	c, err := newCore(logs, stable, m, n.self, voters, names, tick, cfg.Logger.With("component", "raft"), etcdPolicy(cfg, snaps), cfg.AsyncLogWrites)
 	if cb := (*etcdcodec.CommitBeyondLogError)(nil); errors.As(err, &cb) && cfg.DataDir != "" {
 		return &node.DataDirError{Dir: cfg.DataDir, File: filepath.Join(cfg.DataDir, "wal"), Problem: cb.Error()}
 	}

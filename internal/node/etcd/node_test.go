@@ -21,9 +21,13 @@ func etcdTestConfig(dir, id string) node.Config {
 	return node.Config{
 		DataDir: dir, NodeID: id,
 		HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), AsyncLogWrites: testAsync(),
 	}
 }
+
+// testAsync says whether the package's tests run the engine with
+// asynchronous log writes: FENCELOCK_ETCD_ASYNC=1 runs them all so.
+func testAsync() bool { return os.Getenv("FENCELOCK_ETCD_ASYNC") == "1" }
 
 func openTestEtcd(t *testing.T, cfg node.Config) (*Node, *fsm.FSM) {
 	t.Helper()

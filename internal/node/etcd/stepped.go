@@ -233,7 +233,27 @@ func (s *Stepped) guard(f func()) (err error) {
 		}
 	}()
 	f()
+	if c.fault.Load() != nil {
+		return c.halted()
+	}
 	return c.settle()
+}
+
+// Unwritten says whether writes raft handed over wait for Write (with
+// node.Config.AsyncLogWrites; async.go), or answers to them for raft.
+func (s *Stepped) Unwritten() bool { return s.core.async && s.core.writes.pending() }
+
+// Write does what the production node's writer goroutine does each
+// time it wakes: it writes every append queued, in one write and one
+// sync, delivers the answers that waited for it (Send is given those
+// to peers), and hands raft its own. A failed write halts the node.
+func (s *Stepped) Write() error {
+	c := s.core
+	return s.guard(func() {
+		if err := c.writeStepped(); err != nil {
+			c.halt(fmt.Errorf("persisting raft state failed: %w", err))
+		}
+	})
 }
 
 // Halted says whether the node stopped for good (Fault: why).
@@ -245,10 +265,18 @@ func (s *Stepped) Halted() error {
 }
 
 // Raft is what raft's status says of this node now: the leader it names
-// (0: none), its term, whether it leads, and its commit index.
+// (0: none), its term, whether it leads, and its commit index (see
+// below for asynchronous writes).
 func (s *Stepped) Raft() (lead, term uint64, leading bool, commit uint64) {
 	st := s.core.rn.BasicStatus()
-	return st.Lead, st.HardState.GetTerm(), st.RaftState == etcdraft.StateLeader, st.HardState.GetCommit()
+	commit = st.HardState.GetCommit()
+	if s.core.async {
+		// A leader writing asynchronously may count a quorum of its
+		// followers before its own log holds the entries; the commit
+		// index told is that of entries its log holds (LogTerm).
+		commit = min(commit, s.LastIndex())
+	}
+	return st.Lead, st.HardState.GetTerm(), st.RaftState == etcdraft.StateLeader, commit
 }
 
 // RaftState is raft's name for the node's state (StateFollower,
