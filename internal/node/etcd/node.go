@@ -222,7 +222,7 @@ func etcdSeed(stepped *SteppedConfig) (uint64, error) {
 func (n *Node) isMember(id string) bool {
 	c := n.core
 	eid := etcdcodec.ID(id)
-	member, empty := etcdInConf(c.conf.Load(), eid)
+	member, empty := etcdcodec.InConf(c.conf.Load(), eid)
 	if empty {
 		return true
 	}

@@ -126,7 +126,7 @@ func (t *transport) peer(id uint64) (p *etcdPeerOut, closed bool) {
 	}
 	p, ok := t.out[id]
 	if !ok {
-		if member, empty := etcdInConf(t.core.conf.Load(), id); !member && !empty {
+		if member, empty := etcdcodec.InConf(t.core.conf.Load(), id); !member && !empty {
 			return nil, false
 		}
 		p = &etcdPeerOut{id: id, q: make(chan *raftpb.Message, etcdPeerQueue), stop: make(chan struct{}), gone: make(chan struct{})}
@@ -141,19 +141,19 @@ func (t *transport) peer(id uint64) (p *etcdPeerOut, closed bool) {
 // no longer names. A configuration that names nobody (a node not yet
 // joined) prunes nothing.
 func (t *transport) prune(cs *raftpb.ConfState) {
-	if _, empty := etcdInConf(cs, 0); empty {
+	if _, empty := etcdcodec.InConf(cs, 0); empty {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for id, p := range t.out {
-		if member, _ := etcdInConf(cs, id); !member {
+		if member, _ := etcdcodec.InConf(cs, id); !member {
 			delete(t.out, id)
 			close(p.stop)
 		}
 	}
 	for id, c := range t.in {
-		if member, _ := etcdInConf(cs, id); !member {
+		if member, _ := etcdcodec.InConf(cs, id); !member {
 			c.Close() // its readLoop forgets it
 		}
 	}
@@ -360,7 +360,7 @@ func (t *transport) readLoop(c net.Conn) {
 			"remote", c.RemoteAddr().String(), "node", p.ID)
 		return
 	}
-	if member, empty := etcdInConf(t.core.conf.Load(), from); !member && !empty {
+	if member, empty := etcdcodec.InConf(t.core.conf.Load(), from); !member && !empty {
 		// A removed member, or one not added yet: the rule TLS keeps
 		// at the handshake (Node.isMember), kept without it too.
 		t.st.RefusedPeer("raft port: a node that is not a member of the configuration",
