@@ -17,7 +17,9 @@ import (
 // other, and the shared node package (and the etcd engine, over the same
 // stores) names hashicorp/raft only for the types of the data
 // directory's format — raft-wal's log store and the file snapshot store —
-// never its engine. An engine's subpackages are part of its room. The
+// never its engine. An engine's subpackages are part of its room (the
+// etcd engine's encodings, etcdcodec, and its raft-port transport,
+// etcdport, import etcd-io/raft as the engine does). The
 // raft port (internal/node/raftport) sits below both engines and the
 // node package: it imports neither of them nor any raft. Test files may
 // speak raw raft (they play attackers and peers).
@@ -44,6 +46,7 @@ func TestEngineImports(t *testing.T) {
 		t.Fatal(err)
 	}
 	checked := 0
+	subRooms := map[string]bool{} // engine subpackages walked, as rooms of their engine
 	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -63,6 +66,7 @@ func TestEngineImports(t *testing.T) {
 		for _, e := range []string{"internal/node/hashicorp", "internal/node/etcd"} {
 			if strings.HasPrefix(rel, e+"/") {
 				room = e
+				subRooms[rel] = true
 			}
 		}
 		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
@@ -118,5 +122,10 @@ func TestEngineImports(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Fatalf("checked %d files; the walk missed the tree", checked)
+	}
+	for _, sub := range []string{"internal/node/etcd/etcdcodec", "internal/node/etcd/etcdport"} {
+		if !subRooms[sub] {
+			t.Errorf("the walk did not check %s in the etcd engine's room", sub)
+		}
 	}
 }

@@ -772,7 +772,7 @@ func (c *core) learnName(id uint64, p node.Peer) {
 	if _, ok := names[id]; ok {
 		return
 	}
-	member, empty := etcdInConf(c.conf.Load(), id)
+	member, empty := etcdcodec.InConf(c.conf.Load(), id)
 	if member || empty && len(names) < etcdMaxLearned {
 		c.storeName(id, p)
 	}
@@ -781,17 +781,6 @@ func (c *core) learnName(id uint64, p node.Peer) {
 // etcdMaxLearned bounds the names a node with no configuration learns
 // from hellos.
 const etcdMaxLearned = 64
-
-// etcdInConf says whether id is a voter or learner of cs (either side of
-// a joint configuration), and whether cs names nobody.
-func etcdInConf(cs *raftpb.ConfState, id uint64) (member, empty bool) {
-	empty = true
-	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
-		empty = empty && len(ids) == 0
-		member = member || slices.Contains(ids, id)
-	}
-	return member, empty
-}
 
 // name is the member id's node ID and address, when known.
 func (c *core) name(id uint64) (node.Peer, bool) {

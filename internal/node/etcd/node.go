@@ -19,6 +19,7 @@ import (
 	"github.com/fencelock/fencelock/internal/fsm"
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/node/etcd/etcdcodec"
+	"github.com/fencelock/fencelock/internal/node/etcd/etcdport"
 	"github.com/fencelock/fencelock/internal/node/raftport"
 	"github.com/fencelock/fencelock/internal/replica"
 )
@@ -44,8 +45,8 @@ type Node struct {
 	// which fails the wait sooner; the bound is for a loop that is stuck.
 	verifyTimeout time.Duration
 	dialable      bool
-	port          *raftport.Port // nil without a raft port
-	tr            *transport     // the raft port's messages; nil without one
+	port          *raftport.Port      // nil without a raft port
+	tr            *etcdport.Transport // the raft port's messages; nil without one
 	closeOnce     sync.Once
 	closeErr      error
 	stop          chan struct{}
@@ -69,6 +70,19 @@ type etcdReporter interface {
 	reportSnapshot(to uint64, done bool)
 	reportUnreachable(to uint64)
 }
+
+// portCore is the core as the raft-port transport sees it.
+type portCore struct{ c *core }
+
+func (p portCore) SetOnConf(f func(*raftpb.ConfState)) { p.c.setOnConf(f) }
+func (p portCore) Conf() *raftpb.ConfState             { return p.c.conf.Load() }
+func (p portCore) Term() uint64                        { return p.c.term.Load() }
+func (p portCore) Names() map[uint64]node.Peer         { return *p.c.names.Load() }
+func (p portCore) Name(id uint64) (node.Peer, bool)    { return p.c.name(id) }
+func (p portCore) LearnName(id uint64, peer node.Peer) { p.c.learnName(id, peer) }
+func (p portCore) Deliver(m *raftpb.Message)           { p.c.deliver(m) }
+func (p portCore) ReportUnreachable(to uint64)         { p.c.reportUnreachable(to) }
+func (p portCore) ReportSnapshot(to uint64, done bool) { p.c.reportSnapshot(to, done) }
 
 // etcdElectionTick is the election timeout in ticks (core's config);
 // the heartbeat is one tick.
@@ -192,10 +206,10 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 			return fmt.Errorf("etcd: raft transport: %w", err)
 		}
 		n.port = port
-		t := newTransport(port, c, node.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
+		t := etcdport.New(port, portCore{c}, node.Peer{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}, etcdElectionTick*tick, cfg.Logger.With("component", "raft-port"))
 		n.tr = t
 		n.closers = append(n.closers, t)
-		c.setSend(t.send)
+		c.setSend(t.Send)
 	}
 	return nil
 }
@@ -222,7 +236,7 @@ func etcdSeed(stepped *SteppedConfig) (uint64, error) {
 func (n *Node) isMember(id string) bool {
 	c := n.core
 	eid := etcdcodec.ID(id)
-	member, empty := etcdInConf(c.conf.Load(), eid)
+	member, empty := etcdcodec.InConf(c.conf.Load(), eid)
 	if empty {
 		return true
 	}
@@ -476,7 +490,7 @@ func (n *Node) RaftPortStats() raftport.Stats {
 	}
 	st := n.port.Stats()
 	if n.tr != nil {
-		st.MessagesRefused = n.tr.terms.Count()
+		st.MessagesRefused = n.tr.Refused()
 	}
 	return st
 }

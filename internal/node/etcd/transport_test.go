@@ -3,6 +3,7 @@ package etcd
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -284,13 +285,9 @@ func TestEtcdTransportLetsARemovedMemberGo(t *testing.T) {
 			gone := cl.follower()
 			stay := cl.follower(gone)
 			id := etcdcodec.ID(gone)
-			outOf := func(name string) (*etcdPeerOut, bool) {
+			outOf := func(name string) (<-chan struct{}, bool) {
 				tr := cl.ms[name].n.tr
-				tr.mu.Lock()
-				defer tr.mu.Unlock()
-				p := tr.out[id]
-				_, in := tr.in[id]
-				return p, in
+				return tr.Writer(id), tr.Incoming(id) != nil
 			}
 			waitFor(t, "the leader's writer to "+gone, func() bool { p, _ := outOf(l); return p != nil })
 			writer, _ := outOf(l)
@@ -306,7 +303,7 @@ func TestEtcdTransportLetsARemovedMemberGo(t *testing.T) {
 				waitFor(t, name+" to let "+gone+" go", func() bool { p, in := outOf(name); return p == nil && !in })
 			}
 			select {
-			case <-writer.gone:
+			case <-writer:
 			case <-time.After(10 * time.Second):
 				t.Fatal("the leader's writer to the removed member still runs")
 			}
@@ -329,6 +326,12 @@ func TestEtcdTransportLetsARemovedMemberGo(t *testing.T) {
 			cl.checkAcked()
 		})
 	}
+}
+
+// isTimeout says whether err is a deadline that passed.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // waitFor polls cond, bounded, for what a test waits on.
@@ -355,14 +358,11 @@ func TestEtcdTransportRedialsAPeerThatClosed(t *testing.T) {
 	to := cl.follower(from)
 	sendOne := func() {
 		term := cl.ms[to].n.Status().Term
-		cl.ms[from].n.tr.send([]*raftpb.Message{{Type: raftpb.MsgHeartbeatResp.Enum(),
+		cl.ms[from].n.tr.Send([]*raftpb.Message{{Type: raftpb.MsgHeartbeatResp.Enum(),
 			From: proto.Uint64(etcdcodec.ID(from)), To: proto.Uint64(etcdcodec.ID(to)), Term: proto.Uint64(term)}})
 	}
 	holdsFrom := func() bool {
-		tr := cl.ms[to].n.tr
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		return tr.in[etcdcodec.ID(from)] != nil
+		return cl.ms[to].n.tr.Incoming(etcdcodec.ID(from)) != nil
 	}
 	sendOne()
 	waitFor(t, "a connection from "+from+" to "+to, holdsFrom)
@@ -375,18 +375,11 @@ func TestEtcdTransportRedialsAPeerThatClosed(t *testing.T) {
 	// `from` has seen it.
 	cl.grant("after the restart")
 	cl.awaitApplied(to, cl.ms[cl.leader()].n.CommitIndex())
-	tr := cl.ms[to].n.tr
-	tr.mu.Lock()
-	if c := tr.in[etcdcodec.ID(from)]; c != nil {
+	if c := cl.ms[to].n.tr.Incoming(etcdcodec.ID(from)); c != nil {
 		c.Close()
 	}
-	tr.mu.Unlock()
 	waitFor(t, from+" to see its connection to "+to+" closed", func() bool {
-		tr := cl.ms[from].n.tr
-		tr.mu.Lock()
-		p := tr.out[etcdcodec.ID(to)]
-		tr.mu.Unlock()
-		return p != nil && p.peerClosed()
+		return cl.ms[from].n.tr.PeerClosed(etcdcodec.ID(to))
 	})
 	waitFor(t, to+" to let the closed connection go", func() bool { return !holdsFrom() })
 	sendOne() // one message only: a second would redial in any case

@@ -3,6 +3,7 @@ package etcdcodec
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/hashicorp/raft"
@@ -68,4 +69,15 @@ func ConfState(c raft.Configuration) (*raftpb.ConfState, map[uint64]node.Peer) {
 		}
 	}
 	return cs, names
+}
+
+// InConf says whether id is a voter or learner of cs (either side of a
+// joint configuration), and whether cs names nobody.
+func InConf(cs *raftpb.ConfState, id uint64) (member, empty bool) {
+	empty = true
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+		empty = empty && len(ids) == 0
+		member = member || slices.Contains(ids, id)
+	}
+	return member, empty
 }

@@ -1,4 +1,9 @@
-package etcd
+// Package etcdport is the etcd engine's raft-port transport: it carries
+// raft's messages between members over the shared raft port
+// (raftport.Port), one writer per peer and one reader per incoming
+// connection, and hands the engine's core what it reads and learns
+// through Core.
+package etcdport
 
 import (
 	"bufio"
@@ -19,7 +24,7 @@ import (
 	"github.com/fencelock/fencelock/internal/node/raftport"
 )
 
-// transport carries the etcd engine's raft messages between members
+// Transport carries the etcd engine's raft messages between members
 // over the raft port (raftport.Port): the same listener budgets,
 // and with TLS the same rule that a peer holds a node certificate of the
 // CA naming a member. Each peer has one outgoing connection, written by
@@ -38,39 +43,39 @@ import (
 // no writer is started for a node that is not a member. A message read
 // reaches raft only once etcdcodec.CheckMsg took it: its terms, and a
 // snapshot's data.
-type transport struct {
+type Transport struct {
 	st      *raftport.Port
 	self    uint64
 	greet   []byte // this node's hello, sent after the preamble
 	log     *slog.Logger
-	core    *core
-	timeout time.Duration // a dial's, a flush's: an election timeout, at least etcdMinIOTimeout
+	core    Core
+	timeout time.Duration // a dial's, a flush's: an election timeout, at least minIOTimeout
 	hello   time.Duration // a dialer's time to say who it is: the port's handshake timeout
 	terms   *raftport.TermGuard
 
 	mu     sync.Mutex
-	out    map[uint64]*etcdPeerOut
+	out    map[uint64]*peerOut
 	in     map[uint64]net.Conn // the latest incoming connection of each sender
 	closed bool
 	wg     sync.WaitGroup
 	done   chan struct{}
 }
 
-// etcdMinIOTimeout is the least time a dial or a flush is given: an
+// minIOTimeout is the least time a dial or a flush is given: an
 // election timeout of tests (tens of milliseconds) is shorter than a TLS
 // handshake on a busy machine.
-const etcdMinIOTimeout = 500 * time.Millisecond
+const minIOTimeout = 500 * time.Millisecond
 
-// etcdSnapTimeout is a flush's time when it carries a snapshot.
-const etcdSnapTimeout = time.Minute
+// snapTimeout is a flush's time when it carries a snapshot.
+const snapTimeout = time.Minute
 
-// etcdPeerQueue bounds the messages waiting for one peer. raft keeps at
+// peerQueue bounds the messages waiting for one peer. raft keeps at
 // most MaxInflightMsgs appends of MaxSizePerMsg unanswered per follower;
 // the rest are heartbeats, votes and their answers.
-const etcdPeerQueue = 1024
+const peerQueue = 1024
 
-// etcdPeerOut is the outgoing side of one peer.
-type etcdPeerOut struct {
+// peerOut is the outgoing side of one peer.
+type peerOut struct {
 	id   uint64
 	q    chan *raftpb.Message
 	stop chan struct{} // closed when the peer is no longer a member
@@ -80,20 +85,42 @@ type etcdPeerOut struct {
 	ended atomic.Pointer[chan struct{}]
 }
 
-// newTransport starts the transport over st for core.
-func newTransport(st *raftport.Port, core *core, self node.Peer, timeout time.Duration, log *slog.Logger) *transport {
-	t := &transport{st: st, self: etcdcodec.ID(self.ID), greet: etcdcodec.Hello(self), log: log, core: core,
-		timeout: max(timeout, etcdMinIOTimeout), hello: st.Limits().HandshakeTimeout,
+// Core is what the transport asks of the engine's core and tells it.
+type Core interface {
+	// SetOnConf sets who is told of each configuration applied.
+	SetOnConf(func(*raftpb.ConfState))
+	// Conf is the configuration applied last.
+	Conf() *raftpb.ConfState
+	// Term is raft's current term.
+	Term() uint64
+	// Names gives each member id its node ID and address (read only).
+	Names() map[uint64]node.Peer
+	// Name is the member id's node ID and address, when known.
+	Name(id uint64) (node.Peer, bool)
+	// LearnName records where a member listens, as its hello says.
+	LearnName(id uint64, p node.Peer)
+	// Deliver hands raft a message from a peer; it never blocks.
+	Deliver(m *raftpb.Message)
+	// ReportUnreachable tells raft a message to peer to was lost.
+	ReportUnreachable(to uint64)
+	// ReportSnapshot tells raft whether the snapshot sent to to arrived.
+	ReportSnapshot(to uint64, done bool)
+}
+
+// New starts the transport over st for core.
+func New(st *raftport.Port, core Core, self node.Peer, timeout time.Duration, log *slog.Logger) *Transport {
+	t := &Transport{st: st, self: etcdcodec.ID(self.ID), greet: etcdcodec.Hello(self), log: log, core: core,
+		timeout: max(timeout, minIOTimeout), hello: st.Limits().HandshakeTimeout,
 		terms: raftport.NewTermGuard(log, nil),
-		out:   map[uint64]*etcdPeerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
+		out:   map[uint64]*peerOut{}, in: map[uint64]net.Conn{}, done: make(chan struct{})}
 	t.wg.Add(1)
 	go t.acceptLoop()
-	core.setOnConf(t.prune)
+	core.SetOnConf(t.prune)
 	return t
 }
 
-// send queues msgs for their peers; it never blocks.
-func (t *transport) send(msgs []*raftpb.Message) {
+// Send queues msgs for their peers; it never blocks.
+func (t *Transport) Send(msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		to := m.GetTo()
 		if to == t.self || to == 0 {
@@ -118,7 +145,7 @@ func (t *transport) send(msgs []*raftpb.Message) {
 // peer is the outgoing side of id, started on first use; nil for a node
 // that is not a member of a configuration that names somebody (raft
 // answering a removed node's vote, say), whose message is lost.
-func (t *transport) peer(id uint64) (p *etcdPeerOut, closed bool) {
+func (t *Transport) peer(id uint64) (p *peerOut, closed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -126,10 +153,10 @@ func (t *transport) peer(id uint64) (p *etcdPeerOut, closed bool) {
 	}
 	p, ok := t.out[id]
 	if !ok {
-		if member, empty := etcdInConf(t.core.conf.Load(), id); !member && !empty {
+		if member, empty := etcdcodec.InConf(t.core.Conf(), id); !member && !empty {
 			return nil, false
 		}
-		p = &etcdPeerOut{id: id, q: make(chan *raftpb.Message, etcdPeerQueue), stop: make(chan struct{}), gone: make(chan struct{})}
+		p = &peerOut{id: id, q: make(chan *raftpb.Message, peerQueue), stop: make(chan struct{}), gone: make(chan struct{})}
 		t.out[id] = p
 		t.wg.Add(1)
 		go t.writeLoop(p)
@@ -140,20 +167,20 @@ func (t *transport) peer(id uint64) (p *etcdPeerOut, closed bool) {
 // prune stops the writer and closes the connections of every peer cs
 // no longer names. A configuration that names nobody (a node not yet
 // joined) prunes nothing.
-func (t *transport) prune(cs *raftpb.ConfState) {
-	if _, empty := etcdInConf(cs, 0); empty {
+func (t *Transport) prune(cs *raftpb.ConfState) {
+	if _, empty := etcdcodec.InConf(cs, 0); empty {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for id, p := range t.out {
-		if member, _ := etcdInConf(cs, id); !member {
+		if member, _ := etcdcodec.InConf(cs, id); !member {
 			delete(t.out, id)
 			close(p.stop)
 		}
 	}
 	for id, c := range t.in {
-		if member, _ := etcdInConf(cs, id); !member {
+		if member, _ := etcdcodec.InConf(cs, id); !member {
 			c.Close() // its readLoop forgets it
 		}
 	}
@@ -163,7 +190,7 @@ func (t *transport) prune(cs *raftpb.ConfState) {
 // flush. A connection that fails is closed and the batch is lost; the
 // next message dials again, at most once per backoff, and messages in
 // between are dropped as lost.
-func (t *transport) writeLoop(p *etcdPeerOut) {
+func (t *Transport) writeLoop(p *peerOut) {
 	defer t.wg.Done()
 	defer close(p.gone)
 	var (
@@ -195,7 +222,7 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 		}
 		batch := []*raftpb.Message{m}
 	drain:
-		for len(batch) < etcdPeerQueue {
+		for len(batch) < peerQueue {
 			select {
 			case m = <-p.q:
 				batch = append(batch, m)
@@ -233,7 +260,7 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 		}
 		for _, m := range batch {
 			if m.GetType() == raftpb.MsgSnap {
-				t.core.reportSnapshot(p.id, true)
+				t.core.ReportSnapshot(p.id, true)
 			}
 		}
 	}
@@ -242,7 +269,7 @@ func (t *transport) writeLoop(p *etcdPeerOut) {
 // watchEnd reads p's new outgoing connection c, on which a peer sends
 // nothing, until the peer closes it (or it is closed here): peerClosed
 // says so from then on.
-func (p *etcdPeerOut) watchEnd(t *transport, c net.Conn) {
+func (p *peerOut) watchEnd(t *Transport, c net.Conn) {
 	ended := make(chan struct{})
 	p.ended.Store(&ended)
 	t.wg.Add(1)
@@ -254,7 +281,7 @@ func (p *etcdPeerOut) watchEnd(t *transport, c net.Conn) {
 }
 
 // peerClosed reports whether the last connection dialed to p has ended.
-func (p *etcdPeerOut) peerClosed() bool {
+func (p *peerOut) peerClosed() bool {
 	ended := p.ended.Load()
 	if ended == nil {
 		return false
@@ -269,20 +296,20 @@ func (p *etcdPeerOut) peerClosed() bool {
 
 // lostAll tells raft that batch, messages to one peer, did not reach it:
 // a snapshot among them failed, and the peer is unreachable.
-func (t *transport) lostAll(batch []*raftpb.Message) {
+func (t *Transport) lostAll(batch []*raftpb.Message) {
 	for _, m := range batch {
 		if m.GetType() == raftpb.MsgSnap {
-			t.core.reportSnapshot(m.GetTo(), false)
+			t.core.ReportSnapshot(m.GetTo(), false)
 		}
 	}
-	t.core.reportUnreachable(batch[0].GetTo())
+	t.core.ReportUnreachable(batch[0].GetTo())
 }
 
-func (t *transport) write(conn net.Conn, w *bufio.Writer, batch []*raftpb.Message) error {
+func (t *Transport) write(conn net.Conn, w *bufio.Writer, batch []*raftpb.Message) error {
 	timeout := t.timeout
 	for _, m := range batch {
 		if m.GetType() == raftpb.MsgSnap {
-			timeout = max(timeout, etcdSnapTimeout)
+			timeout = max(timeout, snapTimeout)
 		}
 	}
 	if err := conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
@@ -299,8 +326,8 @@ func (t *transport) write(conn net.Conn, w *bufio.Writer, batch []*raftpb.Messag
 // dial connects to member id at the address the configuration gives it,
 // over TLS when the port runs it, where the answering node's certificate
 // must name id itself.
-func (t *transport) dial(id uint64) (net.Conn, error) {
-	p, ok := t.core.name(id)
+func (t *Transport) dial(id uint64) (net.Conn, error) {
+	p, ok := t.core.Name(id)
 	if !ok || p.RaftAddr == "" {
 		return nil, fmt.Errorf("no raft address known for member %x", id)
 	}
@@ -317,7 +344,7 @@ func (t *transport) dial(id uint64) (net.Conn, error) {
 	return nil, err
 }
 
-func (t *transport) acceptLoop() {
+func (t *Transport) acceptLoop() {
 	defer t.wg.Done()
 	for {
 		c, err := t.st.Accept()
@@ -330,7 +357,7 @@ func (t *transport) acceptLoop() {
 }
 
 // readLoop hands raft the messages of one incoming connection.
-func (t *transport) readLoop(c net.Conn) {
+func (t *Transport) readLoop(c net.Conn) {
 	defer t.wg.Done()
 	defer c.Close()
 	r := bufio.NewReaderSize(c, 64<<10)
@@ -360,15 +387,15 @@ func (t *transport) readLoop(c net.Conn) {
 			"remote", c.RemoteAddr().String(), "node", p.ID)
 		return
 	}
-	if member, empty := etcdInConf(t.core.conf.Load(), from); !member && !empty {
+	if member, empty := etcdcodec.InConf(t.core.Conf(), from); !member && !empty {
 		// A removed member, or one not added yet: the rule TLS keeps
-		// at the handshake (Node.isMember), kept without it too.
+		// at the handshake (the etcd Node's isMember), kept without it too.
 		t.st.RefusedPeer("raft port: a node that is not a member of the configuration",
 			c.RemoteAddr().String(), fmt.Errorf("node %q", p.ID))
 		return
 	}
 	if p.RaftAddr != "" {
-		t.core.learnName(from, p)
+		t.core.LearnName(from, p)
 	}
 	// No deadline from here on: a connection between two followers is
 	// silent until an election, and TCP's keep-alive (on by default)
@@ -386,17 +413,17 @@ func (t *transport) readLoop(c net.Conn) {
 			}
 			return
 		}
-		if err := etcdcodec.CheckMsg(t.terms, m, t.core.term.Load(), *t.core.names.Load()); err != nil {
+		if err := etcdcodec.CheckMsg(t.terms, m, t.core.Term(), t.core.Names()); err != nil {
 			t.terms.Refused(m.GetType().String(), p.ID, err)
 			continue
 		}
-		t.core.deliver(m)
+		t.core.Deliver(m)
 	}
 }
 
 // replaceIn makes c the incoming connection of from, closing the one
 // before it.
-func (t *transport) replaceIn(from uint64, c net.Conn) {
+func (t *Transport) replaceIn(from uint64, c net.Conn) {
 	t.mu.Lock()
 	old := t.in[from]
 	t.in[from] = c
@@ -406,7 +433,7 @@ func (t *transport) replaceIn(from uint64, c net.Conn) {
 	}
 }
 
-func (t *transport) forgetIn(from uint64, c net.Conn) {
+func (t *Transport) forgetIn(from uint64, c net.Conn) {
 	t.mu.Lock()
 	if t.in[from] == c {
 		delete(t.in, from)
@@ -420,7 +447,7 @@ func isTimeout(err error) bool {
 }
 
 // Close stops the writers and closes every connection, in and out.
-func (t *transport) Close() error {
+func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -432,4 +459,36 @@ func (t *transport) Close() error {
 	err := t.st.Close()
 	t.wg.Wait()
 	return err
+}
+
+// Refused counts the messages refused since the transport started
+// (Status's MessagesRefused).
+func (t *Transport) Refused() int64 { return t.terms.Count() }
+
+// Writer is the channel closed when the writer to peer id returns; nil
+// when there is none (tests).
+func (t *Transport) Writer(id uint64) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.out[id]; p != nil {
+		return p.gone
+	}
+	return nil
+}
+
+// PeerClosed reports whether there is a writer to peer id and the peer
+// closed the connection it last dialed (tests).
+func (t *Transport) PeerClosed(id uint64) bool {
+	t.mu.Lock()
+	p := t.out[id]
+	t.mu.Unlock()
+	return p != nil && p.peerClosed()
+}
+
+// Incoming is the latest incoming connection from peer id, nil when
+// there is none (tests).
+func (t *Transport) Incoming(id uint64) net.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.in[id]
 }
