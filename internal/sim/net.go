@@ -109,6 +109,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	if crashed {
 		return nil, errRefused
 	}
+	svc, _, _ := n.service()
 	inc := n.incarnation()
 	if !waitRunning(ctx, running) {
 		return nil, ctx.Err()
@@ -118,7 +119,14 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.RequestURI = req.URL.RequestURI()
 		rec := httptest.NewRecorder()
+		q, p := cn.w.quota, principal(cn.a.i)
+		if q == nil || svc == nil {
+			api.ServeHTTP(rec, r2)
+			return rec
+		}
+		qc, key := q.begin(n, inc, p, req.URL.Path, svc)
 		api.ServeHTTP(rec, r2)
+		q.end(cn.w, qc, key, p, svc, rec)
 		return rec
 	}
 	if d.twice {

@@ -18,6 +18,7 @@ var (
 	plantName   = flag.String("sim.plant", "", "with -tags simbugs: the planted bug to run the seeds with (planted_simbugs_test.go)")
 	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases, membership, failover, clock")
 	aclOn       = flag.Bool("sim.acl", false, "ACLs on in every world (else a quarter of them draw it)")
+	quotasOn    = flag.Bool("sim.quotas", false, "quotas on in every world with ACLs (else half of them draw them)")
 	flips       = flag.Bool("sim.flips", true, "a third of the restarts read a flipped bit now and then (-sim.flips=false: none; see RELIABILITY.md)")
 	syncForget  = flag.Bool("sim.syncforget", false, "a failed sync drops what it was to write, as Linux's does (see RELIABILITY.md)")
 	oneSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: print its trace)")
@@ -128,6 +129,7 @@ func flagConfig() Config {
 	cfg.SyncForget = *syncForget
 	cfg.Flips = *flips
 	cfg.ACL = *aclOn
+	cfg.Quotas = *quotasOn
 	cfg.Focus = *focus
 	return cfg
 }
@@ -154,8 +156,8 @@ func (s *summary) add(r Result) {
 // kind of fault injected.
 func (s summary) line() string {
 	f := s.faults
-	return fmt.Sprintf("sim: %d worlds, failed=%d, engine=etcd, faults: crash=%d freeze=%d partition=%d disk=%d membership=%d acl=%d clock=%d power=%d rot=%d client=%d (starts refused on a damaged disk=%d, halts on a disk fault=%d)",
-		s.worlds, s.failed, f.Crash, f.Freeze, f.Partition, f.Disk, f.Membership, f.ACL, f.Clock, f.Power, f.Rot, f.Client, f.Refused, f.Halted)
+	return fmt.Sprintf("sim: %d worlds, failed=%d, engine=etcd, faults: crash=%d freeze=%d partition=%d disk=%d membership=%d acl=%d clock=%d power=%d rot=%d client=%d (starts refused on a damaged disk=%d, halts on a disk fault=%d, calls refused by a quota=%d)",
+		s.worlds, s.failed, f.Crash, f.Freeze, f.Partition, f.Disk, f.Membership, f.ACL, f.Clock, f.Power, f.Rot, f.Client, f.Refused, f.Halted, f.Quota)
 }
 
 // replayCommand is the one command that replays seed's failure with its
@@ -174,6 +176,9 @@ func replayCommand(t *testing.T, seed uint64, cfg Config) string {
 	}
 	if cfg.ACL && *aclOn {
 		cmd += " -sim.acl"
+	}
+	if cfg.Quotas && *quotasOn {
+		cmd += " -sim.quotas"
 	}
 	if cfg.Focus != "" {
 		cmd += " -sim.focus " + cfg.Focus
