@@ -114,6 +114,9 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !waitRunning(ctx, running) {
 		return nil, ctx.Err()
 	}
+	if wantsStream(req) {
+		return cn.stream(ctx, req, n, api, inc, d)
+	}
 	serve := func(ctx context.Context) *httptest.ResponseRecorder {
 		r2 := req.Clone(ctx)
 		r2.Body = io.NopCloser(bytes.NewReader(body))
@@ -126,7 +129,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		qc, key := q.begin(n, inc, p, req.URL.Path, svc)
 		api.ServeHTTP(rec, r2)
-		q.end(cn.w, qc, key, p, svc, rec)
+		q.end(cn.w, qc, key, p, svc, rec.Code, rec.Body.Bytes())
 		return rec
 	}
 	if d.twice {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -107,7 +106,7 @@ func (q *quotaBook) begin(n *simNode, inc int, p, path string, svc *service.Serv
 }
 
 // end notes the call's answer, a refusal by a quota among them.
-func (q *quotaBook) end(w *world, qc *quotaCall, key, p string, svc *service.Service, rec *httptest.ResponseRecorder) {
+func (q *quotaBook) end(w *world, qc *quotaCall, key, p string, svc *service.Service, code int, body []byte) {
 	hi := svc.FSM().AppliedIndex()
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -115,11 +114,11 @@ func (q *quotaBook) end(w *world, qc *quotaCall, key, p string, svc *service.Ser
 	if len(q.active[key]) == 0 {
 		delete(q.active, key)
 	}
-	if rec.Code != 429 {
+	if code != 429 {
 		return
 	}
 	var e api.Error
-	if json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Code != api.CodeQuotaExceeded {
+	if json.Unmarshal(body, &e) != nil || e.Code != api.CodeQuotaExceeded {
 		return
 	}
 	q.kinds[e.Quota]++

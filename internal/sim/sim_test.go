@@ -18,6 +18,7 @@ var (
 	plantName   = flag.String("sim.plant", "", "with -tags simbugs: the planted bug to run the seeds with (planted_simbugs_test.go)")
 	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases, membership, failover, clock")
 	aclOn       = flag.Bool("sim.acl", false, "ACLs on in every world (else a quarter of them draw it)")
+	streamOn    = flag.Bool("sim.stream", false, "the watcher watches over the event stream in every world (else half of them draw it)")
 	quotasOn    = flag.Bool("sim.quotas", false, "quotas on in every world with ACLs (else half of them draw them)")
 	flips       = flag.Bool("sim.flips", true, "a third of the restarts read a flipped bit now and then (-sim.flips=false: none; see RELIABILITY.md)")
 	syncForget  = flag.Bool("sim.syncforget", false, "a failed sync drops what it was to write, as Linux's does (see RELIABILITY.md)")
@@ -130,6 +131,7 @@ func flagConfig() Config {
 	cfg.Flips = *flips
 	cfg.ACL = *aclOn
 	cfg.Quotas = *quotasOn
+	cfg.Stream = *streamOn
 	cfg.Focus = *focus
 	return cfg
 }
@@ -176,6 +178,9 @@ func replayCommand(t *testing.T, seed uint64, cfg Config) string {
 	}
 	if cfg.ACL && *aclOn {
 		cmd += " -sim.acl"
+	}
+	if cfg.Stream && *streamOn {
+		cmd += " -sim.stream"
 	}
 	if cfg.Quotas && *quotasOn {
 		cmd += " -sim.quotas"

@@ -60,6 +60,11 @@ type Config struct {
 	// ACLs draw them (quotas count principals).
 	Quotas bool
 
+	// Stream: the watcher watches over the event stream (server-sent
+	// events, stream.go), not client.Watch's long-polls. Half of the
+	// shaped worlds draw it.
+	Stream bool
+
 	// Flips: a third of the restarts read a flipped bit now and then
 	// (disk.Faults.Flip).
 	Flips bool
@@ -104,6 +109,7 @@ func (cfg Config) shape(w *world) Config {
 	// A draw of its own, so that the other draws stay what they were.
 	cfg.ACL = cfg.ACL || w.draw("acl", 0).IntN(4) == 0
 	cfg.Quotas = cfg.Quotas || cfg.ACL && w.draw("quota", 0).IntN(2) == 0
+	cfg.Stream = cfg.Stream || w.draw("stream", 0).IntN(2) == 0
 	return cfg
 }
 
@@ -471,8 +477,8 @@ func run(seed uint64, cfg Config) Result {
 	if cfg.Quotas && cfg.ACL {
 		w.setQuotas()
 	}
-	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses%s",
-		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses, map[bool]string{true: ", ACLs on"}[cfg.ACL])
+	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses%s%s",
+		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses, map[bool]string{true: ", ACLs on"}[cfg.ACL], map[bool]string{true: ", watched over the event stream"}[cfg.Stream])
 	w.cl.boot()
 
 	var wg sync.WaitGroup
