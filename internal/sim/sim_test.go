@@ -251,18 +251,33 @@ var found = []struct {
 	bug     string
 	focus   string // with Shaped off: three nodes, the default TTLs
 	shaped  bool   // with a focus, Shaped kept on: the seed draws its world
+	every   bool   // ACLs, quotas and the event stream on (-sim.acl -sim.quotas -sim.stream)
 }{
-	{226, 14843750 * time.Microsecond, "with a node down for good, a keep-alive whose round met only refusals and silence asked the dead node alone until a 3 s lease was given up (client/keepalive.go judgeExtension, TestLeaseExtendAsksSilentNodesAgainWhenTheOthersRefuse)", "", false},
+	{226, 14843750 * time.Microsecond, "with a node down for good, a keep-alive whose round met only refusals and silence asked the dead node alone until a 3 s lease was given up (client/keepalive.go judgeExtension, TestLeaseExtendAsksSilentNodesAgainWhenTheOthersRefuse)", "", false, false},
 	// The world's own check: a client's fault still going on when the
 	// world ended was never recorded, so the lease it cost was judged
 	// lost for no cause (nemesis.go: faults are recorded open).
-	{220, 0, "a lease lost in a client's fault that outlasted the world was judged lost for no cause (the check, nemesis.go)", focusLeases, false},
+	{220, 0, "a lease lost in a client's fault that outlasted the world was judged lost for no cause (the check, nemesis.go)", focusLeases, false, false},
 	// Rot in synced log entries after the state file's watermark, which
 	// raft-wal dropped as a torn tail: the node applied another entry at
 	// an index it had applied (internal/node waltail.go; the unit tests
 	// beside it: TestSyncedEntriesDamagedAfterTheWatermarkRefused).
-	{264, 0, "a node dropped synced entries that rotted after its watermark as a torn tail, then applied others at their indexes (internal/node waltail.go)", focusRot, true},
-	{275, 0, "a node dropped synced entries that rotted after its watermark as a torn tail, then applied others at their indexes (internal/node waltail.go)", focusRot, true},
+	{264, 0, "a node dropped synced entries that rotted after its watermark as a torn tail, then applied others at their indexes (internal/node waltail.go)", focusRot, true, false},
+	{275, 0, "a node dropped synced entries that rotted after its watermark as a torn tail, then applied others at their indexes (internal/node waltail.go)", focusRot, true, false},
+	// The world's own check: an ACL fault that began before the
+	// operator had given the clients their tokens recorded a token
+	// deletion with no secret, which the check took for rules taken
+	// away and never given back (acl.go: the fault waits for the
+	// tokens).
+	// The world's own check: a giving back of the rules from one fault
+	// that was still under way when the next fault took them away again
+	// may have been applied after it (acl.go, rulesGoneBy).
+	{240, 5156250 * time.Microsecond, "an answer under rules a slow giving back had restored after the next fault took them away was judged (the check, acl.go)", "", false, true},
+	// The world's own operator: a bootstrap applied but not answered
+	// was tried again, refused as already done, and taken for a failure
+	// (acl.go, bootACL).
+	{456, 3750 * time.Millisecond, "the ACLs' bootstrap, applied but not answered, was tried again and its refusal taken for a failure (the world's operator, acl.go)", "", false, true},
+	{276, 2500 * time.Millisecond, "a token deleted before the ACLs' setup was over was judged as lock rules taken away for good (the check, acl.go)", "", false, true},
 }
 
 func TestFoundSeeds(t *testing.T) {
@@ -274,6 +289,7 @@ func TestFoundSeeds(t *testing.T) {
 		if f.focus != "" {
 			cfg.Shaped, cfg.Focus = f.shaped, f.focus
 		}
+		cfg.ACL, cfg.Quotas, cfg.Stream = f.every, f.every, f.every
 		if r := runSeed(t, f.seed, cfg); len(r.Violations) > 0 {
 			t.Errorf("%s\n(regression of: %s)", r, f.bug)
 		}
