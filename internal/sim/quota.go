@@ -32,8 +32,13 @@ import (
 //     the principal had enough that the call's ask would pass the quota.
 //     A call that overlapped another call of its principal on that node
 //     (which may have held a reservation) is not judged;
-//   - a watch refused quota_exceeded was refused while at least the quota
-//     of its principal's other watches were being served by that node.
+//   - a watch refused quota_exceeded overlapped at least the quota of its
+//     principal's other watches served by that node.
+//
+// Overlaps are judged on the calls' instants of virtual time, ends
+// included, once the world is over: never on the order in which the
+// scheduler ran two goroutines of one instant, so that the count of
+// calls judged is the seed's.
 
 // quotaLimits are the quotas one world draws.
 type quotaLimits struct {
@@ -44,27 +49,26 @@ type quotaLimits struct {
 type quotaBook struct {
 	lim      quotaLimits
 	mu       sync.Mutex
-	active   map[string][]*quotaCall // node|incarnation|principal -> calls being served
+	spans    map[string][]*quotaCall // node|incarnation|principal -> every call served there
 	refusals []quotaRefusal
 	kinds    map[string]int // refusals by quota
 }
 
-// quotaCall is one call being served.
+// quotaCall is one call served: from when it reached the node to its
+// answer, on virtual time (an instant of the world's, not the order the
+// scheduler ran two goroutines of one instant in).
 type quotaCall struct {
-	path   string
-	lo     uint64 // the node's applied index when the call reached it
-	others int    // other calls of the principal on that node at the start or since
-	watchs int    // of which watches
+	path       string
+	start, end time.Time // end zero: still served
+	lo         uint64    // the node's applied index when the call reached it
 }
 
 type quotaRefusal struct {
-	at        time.Duration
+	key       string
+	call      *quotaCall
 	principal string
 	kind      string
-	path      string
-	lo, hi    uint64
-	others    int
-	watchs    int
+	hi        uint64
 }
 
 // setQuotas draws the world's quotas and gives them to its nodes.
@@ -72,7 +76,7 @@ func (w *world) setQuotas() {
 	r := w.draw("quotas", 0)
 	pick := func(xs ...int) int { return xs[r.IntN(len(xs))] }
 	lim := quotaLimits{sessions: pick(1, 2), locks: pick(2, 3, 4), waiters: pick(1, 2), watches: pick(1, 2)}
-	w.quota = &quotaBook{lim: lim, active: map[string][]*quotaCall{}, kinds: map[string]int{}}
+	w.quota = &quotaBook{lim: lim, spans: map[string][]*quotaCall{}, kinds: map[string]int{}}
 	c := &w.cl.scfg
 	c.QuotaSessions, c.QuotaLocks, c.QuotaWaiters, c.WatchMaxPerCaller = lim.sessions, lim.locks, lim.waiters, lim.watches
 	owners := make([]string, w.cfg.Clients+2)
@@ -88,20 +92,10 @@ func (w *world) setQuotas() {
 // whose service is svc.
 func (q *quotaBook) begin(n *simNode, inc int, p, path string, svc *service.Service) (*quotaCall, string) {
 	key := fmt.Sprintf("%s|%d|%s", n.id, inc, p)
-	qc := &quotaCall{path: path, lo: svc.FSM().AppliedIndex()}
+	qc := &quotaCall{path: path, start: time.Now(), lo: svc.FSM().AppliedIndex()}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for _, o := range q.active[key] {
-		o.others++
-		qc.others++
-		if path == api.PathWatch {
-			o.watchs++
-		}
-		if o.path == api.PathWatch {
-			qc.watchs++
-		}
-	}
-	q.active[key] = append(q.active[key], qc)
+	q.spans[key] = append(q.spans[key], qc)
 	return qc, key
 }
 
@@ -110,10 +104,7 @@ func (q *quotaBook) end(w *world, qc *quotaCall, key, p string, svc *service.Ser
 	hi := svc.FSM().AppliedIndex()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.active[key] = slices.DeleteFunc(q.active[key], func(o *quotaCall) bool { return o == qc })
-	if len(q.active[key]) == 0 {
-		delete(q.active, key)
-	}
+	qc.end = time.Now()
 	if code != 429 {
 		return
 	}
@@ -122,8 +113,22 @@ func (q *quotaBook) end(w *world, qc *quotaCall, key, p string, svc *service.Ser
 		return
 	}
 	q.kinds[e.Quota]++
-	q.refusals = append(q.refusals, quotaRefusal{at: time.Since(w.t0), principal: p, kind: e.Quota, path: qc.path,
-		lo: qc.lo, hi: hi, others: qc.others, watchs: qc.watchs})
+	q.refusals = append(q.refusals, quotaRefusal{key: key, call: qc, principal: p, kind: e.Quota, hi: hi})
+}
+
+// overlaps counts the other calls served on r's node for its principal
+// at some instant of r's (ends included), and of those the watches.
+func (q *quotaBook) overlaps(r quotaRefusal) (others, watches int) {
+	for _, o := range q.spans[r.key] {
+		if o == r.call || o.start.After(r.call.end) || !o.end.IsZero() && o.end.Before(r.call.start) {
+			continue
+		}
+		others++
+		if o.path == api.PathWatch {
+			watches++
+		}
+	}
+	return others, watches
 }
 
 // askMost is the most a call on path can ask of a count: an acquire-all
@@ -146,24 +151,25 @@ func (w *world) judgeQuotas() {
 	defer q.mu.Unlock()
 	rs := q.refusals
 	slices.SortFunc(rs, func(a, b quotaRefusal) int {
-		return cmp.Or(cmp.Compare(a.at, b.at), strings.Compare(a.principal, b.principal), strings.Compare(a.path, b.path),
-			strings.Compare(a.kind, b.kind), cmp.Compare(a.others, b.others), cmp.Compare(a.lo, b.lo), cmp.Compare(a.hi, b.hi))
+		return cmp.Or(a.call.start.Compare(b.call.start), a.call.end.Compare(b.call.end), strings.Compare(a.key, b.key),
+			strings.Compare(a.call.path, b.call.path), strings.Compare(a.kind, b.kind), cmp.Compare(a.call.lo, b.call.lo), cmp.Compare(a.hi, b.hi))
 	})
 	judged := 0
 	for _, r := range rs {
 		bad := ""
+		others, watches := q.overlaps(r)
 		switch r.kind {
 		case api.QuotaWatches:
 			judged++
-			if r.watchs < q.lim.watches {
-				bad = fmt.Sprintf("with %d other watches of its principal on the node, under its quota of %d", r.watchs, q.lim.watches)
+			if watches < q.lim.watches {
+				bad = fmt.Sprintf("with %d other watches of its principal on the node, under its quota of %d", watches, q.lim.watches)
 			}
 		case api.QuotaSessions, api.QuotaLocks, api.QuotaWaiters:
-			if r.others > 0 {
+			if others > 0 {
 				continue
 			}
 			judged++
-			most := w.hist.OwnerMost(r.principal, r.lo, r.hi)
+			most := w.hist.OwnerMost(r.principal, r.call.lo, r.hi)
 			have, limit := most.Sessions, q.lim.sessions
 			switch r.kind {
 			case api.QuotaLocks:
@@ -171,17 +177,17 @@ func (w *world) judgeQuotas() {
 			case api.QuotaWaiters:
 				have, limit = most.Waits, q.lim.waiters
 			}
-			ask := askMost(r.path)
+			ask := askMost(r.call.path)
 			if r.kind == api.QuotaSessions {
 				ask = 1
 			}
 			if have+ask <= limit {
 				bad = fmt.Sprintf("while the committed log gave its principal at most %d from entry %d to %d, so %d more was within its quota of %d",
-					have, r.lo, r.hi, ask, limit)
+					have, r.call.lo, r.hi, ask, limit)
 			}
 		}
 		if bad != "" {
-			w.violate("z", "quota: %s's %s at %s refused (quota %s) %s", r.principal, r.path, r.at, r.kind, bad)
+			w.violate("z", "quota: %s's %s at %s refused (quota %s) %s", r.principal, r.call.path, r.call.end.Sub(w.t0), r.kind, bad)
 		}
 	}
 	kinds := make([]string, 0, len(q.kinds))
