@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
@@ -49,8 +50,10 @@ func (a *actor) own(h string) string {
 type revocation struct {
 	client   int
 	secret   string    // the token deleted; "" for rules taken away
+	began    time.Time // when the operator's call began
 	acked    time.Time // when the operator's call was answered
 	restored time.Time // rules: when the call giving them back began (zero: not yet)
+	back     time.Time // rules: when that call was answered (zero: not yet)
 }
 
 // lockPaths are the calls that need the lock verb on their keys.
@@ -84,8 +87,15 @@ func (w *world) bootACL(actors []*actor, clients int) {
 	defer w.ops.Done()
 	defer close(w.aclReady)
 	c := w.cl
+	tried := false
 	err := c.operate(func(ctx context.Context, s *service.Service) error {
 		_, err := s.ACLBootstrap(ctx)
+		if err != nil && tried && strings.Contains(err.Error(), "already bootstrapped") {
+			// Only this operator bootstraps: an earlier try of its own
+			// was applied, though not answered.
+			return nil
+		}
+		tried = true
 		return err
 	})
 	for _, a := range actors {
@@ -163,7 +173,10 @@ func (m *nemesis) aclFault(r *rand.Rand, a *actor, d time.Duration) (heal func()
 	w.ops.Add(1)
 	go func() {
 		defer w.ops.Done()
-		rev := &revocation{client: a.i}
+		// A fault may begin before the operator has given the clients
+		// their tokens: it takes the token it was given.
+		w.aclWait()
+		rev := &revocation{client: a.i, began: time.Now()}
 		var err error
 		if token {
 			w.mu.Lock()
@@ -213,6 +226,9 @@ func (m *nemesis) aclFault(r *rand.Rand, a *actor, d time.Duration) (heal func()
 				_, err := s.ACLSetPolicy(ctx, aclPolicy(a.i, false))
 				return err
 			})
+			w.mu.Lock()
+			rev.back = time.Now()
+			w.mu.Unlock()
 			w.hand(func() { w.tracef("w", "acl: client %d: its policy's rules back: %v", a.i, err) })
 		}()
 	}
@@ -235,7 +251,7 @@ func (w *world) checkAnswer(client int, secret, path string, sent time.Time, cod
 		case rev.secret != "" && rev.secret == secret:
 			found = append(found, fmt.Sprintf("acl: client %d's %s sent at %s answered %d under a token deleted at %s",
 				client, path, sent.Sub(w.t0), code, rev.acked.Sub(w.t0)))
-		case rev.secret == "" && lockPaths[path] && (rev.restored.IsZero() || now.Before(rev.restored)):
+		case rev.secret == "" && lockPaths[path] && (rev.restored.IsZero() || now.Before(rev.restored)) && w.rulesGoneBy(rev, sent):
 			found = append(found, fmt.Sprintf("acl: client %d's %s sent at %s answered %d after its lock rules were taken away at %s",
 				client, path, sent.Sub(w.t0), code, rev.acked.Sub(w.t0)))
 		}
@@ -244,6 +260,23 @@ func (w *world) checkAnswer(client int, secret, path string, sent time.Time, cod
 	for _, v := range found {
 		w.violate(principal(client), "%s", v)
 	}
+}
+
+// rulesGoneBy says whether rev's taking away of the rules is sure to
+// have been in force for a call sent at sent (under w.mu): not if an
+// earlier fault's giving back of the rules overlapped rev's call (began
+// before rev was acknowledged, answered after rev's call began, or not
+// yet), for the two may have been applied in either order.
+func (w *world) rulesGoneBy(rev *revocation, sent time.Time) bool {
+	for _, o := range w.revoked {
+		if o == rev || o.client != rev.client || o.secret != "" || o.restored.IsZero() || !o.restored.Before(rev.acked) {
+			continue
+		}
+		if o.back.IsZero() || o.back.After(rev.began) {
+			return false
+		}
+	}
+	return sent.After(rev.acked)
 }
 
 // bearer is the token a request carries.

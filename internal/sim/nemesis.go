@@ -36,6 +36,7 @@ type faultCounts struct {
 	Refused, RefusedOther                                                 int // starts refused on a damaged disk (RefusedOther: not as a DataDirError)
 	Halted                                                                int // nodes that stopped on a disk fault
 	RotUnseen                                                             int // restarts that lost entries to rot after the watermark
+	Quota                                                                 int // calls refused quota_exceeded (not a fault: a count)
 }
 
 func (f *faultCounts) add(o faultCounts) {
@@ -53,6 +54,7 @@ func (f *faultCounts) add(o faultCounts) {
 	f.RefusedOther += o.RefusedOther
 	f.Halted += o.Halted
 	f.RotUnseen += o.RotUnseen
+	f.Quota += o.Quota
 }
 
 func between(r *rand.Rand, lo, hi time.Duration) time.Duration {

@@ -109,16 +109,27 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	if crashed {
 		return nil, errRefused
 	}
+	svc, _, _ := n.service()
 	inc := n.incarnation()
 	if !waitRunning(ctx, running) {
 		return nil, ctx.Err()
+	}
+	if wantsStream(req) {
+		return cn.stream(ctx, req, n, api, inc, d)
 	}
 	serve := func(ctx context.Context) *httptest.ResponseRecorder {
 		r2 := req.Clone(ctx)
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.RequestURI = req.URL.RequestURI()
 		rec := httptest.NewRecorder()
+		q, p := cn.w.quota, principal(cn.a.i)
+		if q == nil || svc == nil {
+			api.ServeHTTP(rec, r2)
+			return rec
+		}
+		qc, key := q.begin(n, inc, p, req.URL.Path, svc)
 		api.ServeHTTP(rec, r2)
+		q.end(cn.w, qc, key, p, svc, rec.Code, rec.Body.Bytes())
 		return rec
 	}
 	if d.twice {

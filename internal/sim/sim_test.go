@@ -18,6 +18,8 @@ var (
 	plantName   = flag.String("sim.plant", "", "with -tags simbugs: the planted bug to run the seeds with (planted_simbugs_test.go)")
 	focus       = flag.String("sim.focus", "", "weigh the nemesis toward one kind of fault: rot, leases, membership, failover, clock")
 	aclOn       = flag.Bool("sim.acl", false, "ACLs on in every world (else a quarter of them draw it)")
+	streamOn    = flag.Bool("sim.stream", false, "the watcher watches over the event stream in every world (else half of them draw it)")
+	quotasOn    = flag.Bool("sim.quotas", false, "quotas on in every world with ACLs (else half of them draw them)")
 	flips       = flag.Bool("sim.flips", true, "a third of the restarts read a flipped bit now and then (-sim.flips=false: none; see RELIABILITY.md)")
 	syncForget  = flag.Bool("sim.syncforget", false, "a failed sync drops what it was to write, as Linux's does (see RELIABILITY.md)")
 	oneSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: print its trace)")
@@ -129,6 +131,8 @@ func flagConfig() Config {
 	cfg.SyncForget = *syncForget
 	cfg.Flips = *flips
 	cfg.ACL = *aclOn
+	cfg.Quotas = *quotasOn
+	cfg.Stream = *streamOn
 	cfg.Focus = *focus
 	cfg.Writes = *writes
 	return cfg
@@ -156,8 +160,8 @@ func (s *summary) add(r Result) {
 // kind of fault injected.
 func (s summary) line() string {
 	f := s.faults
-	return fmt.Sprintf("sim: %d worlds, failed=%d, engine=etcd, faults: crash=%d freeze=%d partition=%d disk=%d membership=%d acl=%d clock=%d power=%d rot=%d client=%d (starts refused on a damaged disk=%d, halts on a disk fault=%d)",
-		s.worlds, s.failed, f.Crash, f.Freeze, f.Partition, f.Disk, f.Membership, f.ACL, f.Clock, f.Power, f.Rot, f.Client, f.Refused, f.Halted)
+	return fmt.Sprintf("sim: %d worlds, failed=%d, engine=etcd, faults: crash=%d freeze=%d partition=%d disk=%d membership=%d acl=%d clock=%d power=%d rot=%d client=%d (starts refused on a damaged disk=%d, halts on a disk fault=%d, calls refused by a quota=%d)",
+		s.worlds, s.failed, f.Crash, f.Freeze, f.Partition, f.Disk, f.Membership, f.ACL, f.Clock, f.Power, f.Rot, f.Client, f.Refused, f.Halted, f.Quota)
 }
 
 // replayCommand is the one command that replays seed's failure with its
@@ -176,6 +180,12 @@ func replayCommand(t *testing.T, seed uint64, cfg Config) string {
 	}
 	if cfg.ACL && *aclOn {
 		cmd += " -sim.acl"
+	}
+	if cfg.Stream && *streamOn {
+		cmd += " -sim.stream"
+	}
+	if cfg.Quotas && *quotasOn {
+		cmd += " -sim.quotas"
 	}
 	if cfg.Focus != "" {
 		cmd += " -sim.focus " + cfg.Focus
@@ -246,18 +256,33 @@ var found = []struct {
 	bug     string
 	focus   string // with Shaped off: three nodes, the default TTLs
 	shaped  bool   // with a focus, Shaped kept on: the seed draws its world
+	every   bool   // ACLs, quotas and the event stream on (-sim.acl -sim.quotas -sim.stream)
 }{
-	{226, 14843750 * time.Microsecond, "with a node down for good, a keep-alive whose round met only refusals and silence asked the dead node alone until a 3 s lease was given up (client/keepalive.go judgeExtension, TestLeaseExtendAsksSilentNodesAgainWhenTheOthersRefuse)", "", false},
+	{226, 14843750 * time.Microsecond, "with a node down for good, a keep-alive whose round met only refusals and silence asked the dead node alone until a 3 s lease was given up (client/keepalive.go judgeExtension, TestLeaseExtendAsksSilentNodesAgainWhenTheOthersRefuse)", "", false, false},
 	// The world's own check: a client's fault still going on when the
 	// world ended was never recorded, so the lease it cost was judged
 	// lost for no cause (nemesis.go: faults are recorded open).
-	{220, 0, "a lease lost in a client's fault that outlasted the world was judged lost for no cause (the check, nemesis.go)", focusLeases, false},
+	{220, 0, "a lease lost in a client's fault that outlasted the world was judged lost for no cause (the check, nemesis.go)", focusLeases, false, false},
 	// Rot in synced log entries after the state file's watermark, which
 	// raft-wal dropped as a torn tail: the node applied another entry at
 	// an index it had applied (internal/node waltail.go; the unit tests
 	// beside it: TestSyncedEntriesDamagedAfterTheWatermarkRefused).
-	{264, 0, "a node dropped synced entries that rotted after its watermark as a torn tail, then applied others at their indexes (internal/node waltail.go)", focusRot, true},
-	{275, 0, "a node dropped synced entries that rotted after its watermark as a torn tail, then applied others at their indexes (internal/node waltail.go)", focusRot, true},
+	{264, 0, "a node dropped synced entries that rotted after its watermark as a torn tail, then applied others at their indexes (internal/node waltail.go)", focusRot, true, false},
+	{275, 0, "a node dropped synced entries that rotted after its watermark as a torn tail, then applied others at their indexes (internal/node waltail.go)", focusRot, true, false},
+	// The world's own check: an ACL fault that began before the
+	// operator had given the clients their tokens recorded a token
+	// deletion with no secret, which the check took for rules taken
+	// away and never given back (acl.go: the fault waits for the
+	// tokens).
+	// The world's own check: a giving back of the rules from one fault
+	// that was still under way when the next fault took them away again
+	// may have been applied after it (acl.go, rulesGoneBy).
+	{240, 5156250 * time.Microsecond, "an answer under rules a slow giving back had restored after the next fault took them away was judged (the check, acl.go)", "", false, true},
+	// The world's own operator: a bootstrap applied but not answered
+	// was tried again, refused as already done, and taken for a failure
+	// (acl.go, bootACL).
+	{456, 3750 * time.Millisecond, "the ACLs' bootstrap, applied but not answered, was tried again and its refusal taken for a failure (the world's operator, acl.go)", "", false, true},
+	{276, 2500 * time.Millisecond, "a token deleted before the ACLs' setup was over was judged as lock rules taken away for good (the check, acl.go)", "", false, true},
 }
 
 func TestFoundSeeds(t *testing.T) {
@@ -269,6 +294,7 @@ func TestFoundSeeds(t *testing.T) {
 		if f.focus != "" {
 			cfg.Shaped, cfg.Focus = f.shaped, f.focus
 		}
+		cfg.ACL, cfg.Quotas, cfg.Stream = f.every, f.every, f.every
 		if r := runSeed(t, f.seed, cfg); len(r.Violations) > 0 {
 			t.Errorf("%s\n(regression of: %s)", r, f.bug)
 		}

@@ -36,7 +36,15 @@ func (a *actor) watch(stop <-chan struct{}) {
 	stopped, drained := false, false
 	for after := (api.Revision{}); ; {
 		ctx, cancel := context.WithCancel(context.Background())
-		wt := a.c.Watch(ctx, "", client.WatchAfter(after), client.WatchBuffer(256), client.WatchWait(5*time.Second))
+		var wt interface {
+			Events() <-chan client.Event
+			Err() error
+		}
+		if a.w.cfg.Stream {
+			wt = a.watchStream(ctx, after)
+		} else {
+			wt = a.c.Watch(ctx, "", client.WatchAfter(after), client.WatchBuffer(256), client.WatchWait(5*time.Second))
+		}
 		seg := simcheck.WatchSeg{After: after}
 		last := func() api.Revision {
 			if n := len(seg.Got); n > 0 {

@@ -55,6 +55,16 @@ type Config struct {
 	// (acl.go). A quarter of the shaped worlds draw it.
 	ACL bool
 
+	// Quotas: the nodes run with small per-principal quotas, held to
+	// them by checks of their own (quota.go). Half of the worlds with
+	// ACLs draw them (quotas count principals).
+	Quotas bool
+
+	// Stream: the watcher watches over the event stream (server-sent
+	// events, stream.go), not client.Watch's long-polls. Half of the
+	// shaped worlds draw it.
+	Stream bool
+
 	// Flips: a third of the restarts read a flipped bit now and then
 	// (disk.Faults.Flip).
 	Flips bool
@@ -104,6 +114,8 @@ func (cfg Config) shape(w *world) Config {
 	}
 	// A draw of its own, so that the other draws stay what they were.
 	cfg.ACL = cfg.ACL || w.draw("acl", 0).IntN(4) == 0
+	cfg.Quotas = cfg.Quotas || cfg.ACL && w.draw("quota", 0).IntN(2) == 0
+	cfg.Stream = cfg.Stream || w.draw("stream", 0).IntN(2) == 0
 	return cfg
 }
 
@@ -171,6 +183,7 @@ type world struct {
 	revoked    []*revocation // ACL changes acknowledged (acl.go)
 
 	aclReady chan struct{} // with ACLs: closed once every client has its token
+	quota    *quotaBook    // with quotas: the calls they are judged on (quota.go)
 }
 
 // traceLine is one line of the trace: sorted by virtual time, then its
@@ -482,8 +495,12 @@ func run(seed uint64, cfg Config) Result {
 	w.hist = simcheck.NewHistory(checks{w}, w.t0, w.verbose)
 	w.cl = newCluster(w)
 	w.async = cfg.async(w)
-	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses, async writes %v%s",
-		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses, w.async, map[bool]string{true: ", ACLs on"}[cfg.ACL])
+	if cfg.Quotas && cfg.ACL {
+		w.setQuotas()
+	}
+	w.tracef("w", "world: %d nodes, %d clients, TTLs %v, snapshots every %d entries (checked every %s, %d kept behind), segments of %d bytes, %d nemeses, async writes %v%s%s",
+		cfg.Nodes, cfg.Clients, cfg.TTLs, cfg.SnapshotThreshold, cfg.SnapshotEvery, cfg.TrailingLogs, cfg.SegmentSize, cfg.Nemeses, w.async,
+		map[bool]string{true: ", ACLs on"}[cfg.ACL], map[bool]string{true: ", watched over the event stream"}[cfg.Stream])
 	w.cl.boot()
 
 	var wg sync.WaitGroup
@@ -531,6 +548,7 @@ func run(seed uint64, cfg Config) Result {
 	w.cl.shutdown()
 	w.judgeLosses()
 	w.hist.Finish()
+	w.judgeQuotas()
 	return w.result()
 }
 

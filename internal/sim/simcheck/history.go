@@ -55,11 +55,13 @@ type History struct {
 	amu       sync.Mutex
 	log       []auditEntry // the committed log, index i+1
 	lastToken map[string]uint64
-	queue     map[string][]string // exclusive keys: the waiters, head first
-	committed map[string]bool     // key|holder|token of every committed grant
-	events    []api.WatchEvent    // every event, as a watch must tell it
-	confs     []etcd.Entry        // the configuration changes, in log order
-	ledger    *ledger             // the audit by a model of its own
+	queue     map[string][]string  // exclusive keys: the waiters, head first
+	committed map[string]bool      // key|holder|token of every committed grant
+	events    []api.WatchEvent     // every event, as a watch must tell it
+	confs     []etcd.Entry         // the configuration changes, in log order
+	ledger    *ledger              // the audit by a model of its own
+	quotas    *Quotas              // the quotas the log is held to (nil: none)
+	owners    map[string][]ownerAt // each followed owner's counts, as they changed
 }
 
 // auditEntry is one committed entry as the first node to apply it did.
@@ -111,6 +113,7 @@ func (h *History) Applied(n string, inc int, restored uint64, ents []etcd.Entry)
 				}
 				h.ledger.begin(e.Index, cmd)
 				h.ledger.end(h.f.Apply(e.Index, e.Term, e.Data))
+				h.countOwners(e.Index)
 			}
 			if e.Conf && e.Member != 0 {
 				h.confs = append(h.confs, e)
