@@ -205,13 +205,18 @@ func (g *Guard) Revoked() int64 { return g.revoked.Load() }
 // Run checks the running calls again each time the tables change, until
 // stop is closed.
 func (g *Guard) Run(stop <-chan struct{}) {
+	_, changed := g.tables.ACLWatch()
 	for {
-		_, changed := g.tables.ACLWatch()
 		select {
 		case <-stop:
 			return
 		case <-changed:
 		}
+		// The next change's channel first, then the check: a change
+		// applied while the check reads the tables closes that channel,
+		// and is checked again. (Taken after the check, a change that
+		// landed during it went unchecked: the calls it revoked ran on.)
+		_, changed = g.tables.ACLWatch()
 		g.Recheck()
 	}
 }
