@@ -90,9 +90,9 @@ func fsOf(cfg Config) FS {
 	return cfg.FS
 }
 
-// isOS says whether fsys is the operating system's: raft-wal and the
-// snapshot store then run as they ship (bolt's metadata, hashicorp's
-// file snapshot store) rather than over FS.
+// isOS says whether fsys is the operating system's: raft-wal then runs
+// as it ships (its bolt metadata) rather than over FS. (The snapshot
+// store is the same over every FS: openSnapStore.)
 func isOS(fsys FS) bool {
 	_, ok := fsys.(OSFS)
 	return ok
