@@ -11,6 +11,8 @@ import (
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/service"
+	"github.com/fencelock/fencelock/internal/sim/simcheck"
+	"github.com/fencelock/fencelock/internal/sim/simrand"
 )
 
 // ACLs in the world (Config.ACL): once the first leader is up, an
@@ -20,11 +22,11 @@ import (
 // the prober and the watcher, never changed, every key. The nemesis's
 // acl fault deletes an actor's token or takes its policy's rules away,
 // and gives them back when it heals (a new token: the old secret is
-// never good again). The check, on every answer the world's network
-// carries: no call sent after a token's deletion was acknowledged is
-// answered OK under that token, and none sent after a policy's rules
-// were taken away (acknowledged) and answered before they were given
-// back is answered OK where it needed them.
+// never good again). The check (simcheck.ACL), on every answer the
+// world's network carries: no call sent after a token's deletion was
+// acknowledged is answered OK under that token, and none sent after a
+// policy's rules were taken away (acknowledged) and answered before they
+// were given back is answered OK where it needed them.
 
 // actorPrefixes are the keys an actor's policy lets it lock and read.
 var actorPrefixes = []string{"lock/", "sem/", "rw/"}
@@ -43,28 +45,6 @@ func (a *actor) own(h string) string {
 	}
 	return principal(a.i) + "/" + h
 }
-
-// revocation is one acknowledged change that took something from a
-// principal: its token (secret), or its policy's rules (until restored,
-// when given back).
-type revocation struct {
-	client   int
-	secret   string    // the token deleted; "" for rules taken away
-	began    time.Time // when the operator's call began
-	acked    time.Time // when the operator's call was answered
-	restored time.Time // rules: when the call giving them back began (zero: not yet)
-	back     time.Time // rules: when that call was answered (zero: not yet)
-}
-
-// lockPaths are the calls that need the lock verb on their keys.
-var lockPaths = map[string]bool{api.PathAcquire: true, api.PathRenew: true, api.PathExtend: true,
-	api.PathExtendBatch: true, api.PathAcquireAll: true, api.PathRelease: true}
-
-// openPaths need no token; the members view is answered by a node cut
-// off from every leader under the tables it has applied (DESIGN.md,
-// Service.OwnACL), so it is not judged here either.
-var openPaths = map[string]bool{api.PathHealth: true, api.PathReady: true, api.PathIdentity: true, api.PathACLRevision: true,
-	api.PathMembers: true}
 
 // aclPolicy is the rules of actor i's policy: lock and read on its
 // prefixes; revoked, read on a prefix nothing uses.
@@ -169,18 +149,19 @@ func (m *nemesis) aclFault(r *rand.Rand, a *actor, d time.Duration) (heal func()
 		what = "its token deleted"
 	}
 	w.tracef("w", "acl: client %d: %s for %s", a.i, what, d)
-	took := make(chan *revocation, 1)
+	took := make(chan *simcheck.Revocation, 1)
 	w.ops.Add(1)
 	go func() {
 		defer w.ops.Done()
 		// A fault may begin before the operator has given the clients
 		// their tokens: it takes the token it was given.
 		w.aclWait()
-		rev := &revocation{client: a.i, began: time.Now()}
+		began := time.Now()
+		var secret string
 		var err error
 		if token {
 			w.mu.Lock()
-			rev.secret = a.secret
+			secret = a.secret
 			w.mu.Unlock()
 			err = w.cl.operate(func(ctx context.Context, s *service.Service) error {
 				_, err := s.ACLDeleteToken(ctx, api.ACLDeleteRequest{Name: principal(a.i)})
@@ -192,16 +173,13 @@ func (m *nemesis) aclFault(r *rand.Rand, a *actor, d time.Duration) (heal func()
 				return err
 			})
 		}
-		rev.acked = time.Now()
+		acked := time.Now()
 		w.hand(func() { w.tracef("w", "acl: client %d: %s: %v", a.i, what, err) })
 		if err != nil {
 			took <- nil
 			return
 		}
-		w.mu.Lock()
-		w.revoked = append(w.revoked, rev)
-		w.mu.Unlock()
-		took <- rev
+		took <- w.acl.Revoked(a.i, secret, began, acked)
 	}()
 	return func() {
 		w.ops.Add(1)
@@ -219,74 +197,15 @@ func (m *nemesis) aclFault(r *rand.Rand, a *actor, d time.Duration) (heal func()
 				}
 				return
 			}
-			w.mu.Lock()
-			rev.restored = time.Now()
-			w.mu.Unlock()
+			w.acl.Restoring(rev)
 			err := w.cl.operate(func(ctx context.Context, s *service.Service) error {
 				_, err := s.ACLSetPolicy(ctx, aclPolicy(a.i, false))
 				return err
 			})
-			w.mu.Lock()
-			rev.back = time.Now()
-			w.mu.Unlock()
+			w.acl.Restored(rev)
 			w.hand(func() { w.tracef("w", "acl: client %d: its policy's rules back: %v", a.i, err) })
 		}()
 	}
-}
-
-// checkAnswer judges an answer the world's network carries to actor
-// client: sent at sent under secret, for path, served with status code.
-func (w *world) checkAnswer(client int, secret, path string, sent time.Time, code int) {
-	if code < 200 || code > 299 || openPaths[path] {
-		return
-	}
-	now := time.Now()
-	var found []string
-	w.mu.Lock()
-	for _, rev := range w.revoked {
-		if rev.client != client || !sent.After(rev.acked) {
-			continue
-		}
-		switch {
-		case rev.secret != "" && rev.secret == secret:
-			found = append(found, fmt.Sprintf("acl: client %d's %s sent at %s answered %d under a token deleted at %s",
-				client, path, sent.Sub(w.t0), code, rev.acked.Sub(w.t0)))
-		case rev.secret == "" && lockPaths[path] && (rev.restored.IsZero() || now.Before(rev.restored)) && w.rulesGoneBy(rev, sent):
-			found = append(found, fmt.Sprintf("acl: client %d's %s sent at %s answered %d after its lock rules were taken away at %s",
-				client, path, sent.Sub(w.t0), code, rev.acked.Sub(w.t0)))
-		}
-	}
-	w.mu.Unlock()
-	for _, v := range found {
-		w.violate(principal(client), "%s", v)
-	}
-}
-
-// rulesGoneBy says whether rev's taking away of the rules is sure to
-// have been in force for a call sent at sent (under w.mu): not if an
-// earlier fault's giving back of the rules overlapped rev's call (began
-// before rev was acknowledged, answered after rev's call began, or not
-// yet), for the two may have been applied in either order.
-func (w *world) rulesGoneBy(rev *revocation, sent time.Time) bool {
-	for _, o := range w.revoked {
-		if o == rev || o.client != rev.client || o.secret != "" || o.restored.IsZero() || !o.restored.Before(rev.acked) {
-			continue
-		}
-		if o.back.IsZero() || o.back.After(rev.began) {
-			return false
-		}
-	}
-	return sent.After(rev.acked)
-}
-
-// bearer is the token a request carries.
-func bearer(req *http.Request) string {
-	const p = "Bearer "
-	h := req.Header.Get("Authorization")
-	if len(h) > len(p) && h[:len(p)] == p {
-		return h[len(p):]
-	}
-	return ""
 }
 
 // newClient is a's client of the world's nodes, with secret as its token
@@ -298,7 +217,7 @@ func (a *actor) newClient(secret string) *client.Client {
 // newClientNamed is newClient drawing from the random source name.
 func (a *actor) newClientNamed(secret, name string) *client.Client {
 	opts := []client.Option{client.WithHTTPClient(&http.Client{Transport: a.net}), client.WithFramed(false),
-		client.WithClock(a.clk), client.WithRandom(a.w.instantSource(name))}
+		client.WithClock(a.clk), client.WithRandom(simrand.Source(a.w.seed, name))}
 	if secret != "" {
 		opts = append(opts, client.WithAuthToken(secret))
 	}

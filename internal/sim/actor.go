@@ -242,7 +242,7 @@ func (a *actor) once() {
 		a.sleep(step)
 		if h.Err() != nil || !a.clk.Now().Before(h.Deadline()) {
 			a.w.tracef(a.src(), "%s stops: %v", holder, h.Err())
-			a.w.lost(lostLease{rec: rec, ttl: ttl, at: time.Now(), err: fmt.Sprint(h.Err())})
+			a.w.lost(simcheck.Loss{Grant: rec, TTL: ttl, At: time.Now(), Err: fmt.Sprint(h.Err())})
 			break
 		}
 		for _, r := range recs {

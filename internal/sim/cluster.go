@@ -17,6 +17,7 @@ import (
 	"github.com/fencelock/fencelock/internal/replica"
 	"github.com/fencelock/fencelock/internal/service"
 	"github.com/fencelock/fencelock/internal/sim/disk"
+	"github.com/fencelock/fencelock/internal/sim/simcheck"
 	"github.com/fencelock/fencelock/internal/sim/simclock"
 )
 
@@ -276,13 +277,13 @@ func (c *cluster) noteQuorum() {
 	case out && !c.outage:
 		c.outage = true
 		w.mu.Lock()
-		w.outages = append(w.outages, interval{start: time.Now()})
+		w.outages = append(w.outages, simcheck.Interval{Start: time.Now()})
 		w.mu.Unlock()
 		w.tracef("w", "no majority of the nodes works together")
 	case !out && c.outage:
 		c.outage = false
 		w.mu.Lock()
-		w.outages[len(w.outages)-1].end = time.Now()
+		w.outages[len(w.outages)-1].End = time.Now()
 		w.mu.Unlock()
 		w.tracef("w", "a majority of the nodes works together again")
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/fencelock/fencelock/internal/node"
 	"github.com/fencelock/fencelock/internal/sim/disk"
+	"github.com/fencelock/fencelock/internal/sim/simcheck"
+	"github.com/fencelock/fencelock/internal/sim/simrand"
 )
 
 // nemesis injects one fault at a time, each healed before the next, as
@@ -55,10 +57,6 @@ func (f *faultCounts) add(o faultCounts) {
 	f.Halted += o.Halted
 	f.RotUnseen += o.RotUnseen
 	f.Quota += o.Quota
-}
-
-func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(r.Int64N(int64(hi-lo)))
 }
 
 // The nemesis's focuses (Config.Focus).
@@ -104,25 +102,9 @@ var weights = map[string][]int{
 	focusClock:      {kindClock: 1},
 }
 
-// pick draws a kind by its weight.
-func pick(r *rand.Rand, w []int) int {
-	total := 0
-	for _, x := range w {
-		total += x
-	}
-	x := r.IntN(total)
-	for k, n := range w {
-		if x < n {
-			return k
-		}
-		x -= n
-	}
-	return len(w) - 1
-}
-
 // pause is the quiet before fault k.
 func (m *nemesis) pause(k uint64) time.Duration {
-	return between(m.w.draw(fmt.Sprintf("nemesis%d-pause", m.chain), k), 500*time.Millisecond, 4*time.Second)
+	return simrand.Between(m.w.draw(fmt.Sprintf("nemesis%d-pause", m.chain), k), 500*time.Millisecond, 4*time.Second)
 }
 
 // next injects the next fault and schedules its healing, then the one
@@ -151,10 +133,10 @@ func (m *nemesis) next(end time.Time) {
 			}
 		}
 	}
-	d := between(r, 100*time.Millisecond, 3*time.Second)
-	f := fault{start: time.Now(), client: -1, leader: target == lead && lead != nil}
+	d := simrand.Between(r, 100*time.Millisecond, 3*time.Second)
+	f := simcheck.Fault{Start: time.Now(), Client: -1, Leader: target == lead && lead != nil}
 	var heal func()
-	kind := pick(r, weights[w.cfg.Focus])
+	kind := simrand.Pick(r, weights[w.cfg.Focus])
 	var ra *rand.Rand
 	if w.cfg.ACL && m.chain == 0 {
 		// (a draw of its own: the other faults stay what they were)
@@ -169,7 +151,7 @@ func (m *nemesis) next(end time.Time) {
 		kind = kindFreeze // one operator at a time
 	}
 	if oneKey(w.cfg.Focus) {
-		d = between(r, time.Second, 4*time.Second) // about a lease's length
+		d = simrand.Between(r, time.Second, 4*time.Second) // about a lease's length
 	}
 	if kind == kindMembership {
 		// an operator's replacement of a member, which heals when its
@@ -183,11 +165,11 @@ func (m *nemesis) next(end time.Time) {
 	case kindACL:
 		// an actor's, never the prober's or the watcher's
 		a = m.actors[ra.IntN(len(m.actors)-2)]
-		f.leader, f.client = false, a.i
+		f.Leader, f.Client = false, a.i
 		w.counts.ACL++
 		heal = m.aclFault(ra, a, d)
 	case kindClientCutAll:
-		f.leader, f.client = false, a.i
+		f.Leader, f.Client = false, a.i
 		w.counts.Client++
 		w.tracef("w", "client %d cut off from every node for %s", a.i, d)
 		for _, n := range c.all() {
@@ -201,7 +183,7 @@ func (m *nemesis) next(end time.Time) {
 	case kindCrash:
 		w.counts.Crash++
 		if n := m.follower(r); n != nil && r.IntN(2) == 0 {
-			target, f.leader = n, false
+			target, f.Leader = n, false
 			m.crashAtAck(target, d, false)
 		} else {
 			target.crash(false, disk.NoRot, "killed")
@@ -241,7 +223,7 @@ func (m *nemesis) next(end time.Time) {
 		was := 1 + target.drift
 		client := r.IntN(2) == 0
 		if client {
-			f.leader, f.client = false, a.i
+			f.Leader, f.Client = false, a.i
 			p, what, was = a.clk, fmt.Sprintf("client %d", a.i), 1+a.drift
 		}
 		if rs := w.draw(fmt.Sprintf("nemesis%d-step", m.chain), m.k); rs.IntN(2) == 0 {
@@ -250,10 +232,10 @@ func (m *nemesis) next(end time.Time) {
 			// early), a node's back (cluster time never goes back: the
 			// state machine keeps the later time, and leases last the
 			// longer).
-			step := between(rs, 10*time.Millisecond, 2*time.Second)
+			step := simrand.Between(rs, 10*time.Millisecond, 2*time.Second)
 			dir := "back"
 			if client {
-				step = between(rs, 10*time.Millisecond, time.Second)
+				step = simrand.Between(rs, 10*time.Millisecond, time.Second)
 				dir = "forward"
 			} else {
 				step = -step
@@ -298,7 +280,7 @@ func (m *nemesis) next(end time.Time) {
 		target.disk.SetFaults(disk.Faults{Capacity: target.disk.Used() + room})
 		heal = func() { target.disk.SetFaults(disk.Faults{}); w.tracef("w", "%s's disk has room again", target.id) }
 	default:
-		f.leader, f.client = false, a.i
+		f.Leader, f.Client = false, a.i
 		w.counts.Client++
 		switch r.IntN(3) {
 		case 0:
@@ -324,7 +306,7 @@ func (m *nemesis) next(end time.Time) {
 	w.at(d, func() {
 		heal()
 		w.mu.Lock()
-		w.faults[i].end = time.Now()
+		w.faults[i].End = time.Now()
 		w.mu.Unlock()
 		w.at(m.pause(m.k), func() { m.next(end) })
 	})
@@ -406,7 +388,7 @@ func (m *nemesis) replace(r *rand.Rand, done func()) {
 	if downFirst {
 		victim.crash(false, disk.NoRot, "stopped, to be removed while down")
 	}
-	linger := between(r, 500*time.Millisecond, 3*time.Second)
+	linger := simrand.Between(r, 500*time.Millisecond, 3*time.Second)
 	fresh := c.addNode(true, victim.addr)
 	w.tracef("w", "membership: removing %s (down: %v), then joining %s", victim.id, victim.down, fresh.id)
 	w.ops.Add(1)
@@ -516,14 +498,6 @@ func (n *simNode) restartAfter(why string) {
 	default:
 		w.violate("w", "%s refused to start on a disk the world did not damage: %v", n.id, err)
 	}
-}
-
-// fault is one fault the nemesis injected, for judging lost leases: on
-// the node that led when it began (leader), or on one client process.
-type fault struct {
-	start, end time.Time // end: zero while it lasts
-	leader     bool
-	client     int // -1: a node's fault
 }
 
 func (cn *clientNet) setCut(node string, cut bool) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/internal/service"
+	"github.com/fencelock/fencelock/internal/sim/simhttp"
 )
 
 // clientNet carries one client process's requests to the nodes: each
@@ -38,7 +39,7 @@ type draw struct {
 }
 
 func (cn *clientNet) draw(node, path string) draw {
-	r := cn.w.instantDraw(fmt.Sprintf("client%d>%s%s", cn.a.i, node, path))
+	r := cn.w.instants.Draw(fmt.Sprintf("client%d>%s%s", cn.a.i, node, path))
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	delay := func() time.Duration {
@@ -114,7 +115,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !waitRunning(ctx, running) {
 		return nil, ctx.Err()
 	}
-	if wantsStream(req) {
+	if simhttp.WantsStream(req) {
 		return cn.stream(ctx, req, n, api, inc, d)
 	}
 	serve := func(ctx context.Context) *httptest.ResponseRecorder {
@@ -127,9 +128,9 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 			api.ServeHTTP(rec, r2)
 			return rec
 		}
-		qc, key := q.begin(n, inc, p, req.URL.Path, svc)
+		qc := q.Begin(n.id, inc, p, req.URL.Path, svc.FSM().AppliedIndex())
 		api.ServeHTTP(rec, r2)
-		q.end(cn.w, qc, key, p, svc, rec.Code, rec.Body.Bytes())
+		q.End(qc, svc.FSM().AppliedIndex(), rec.Code, rec.Body.Bytes())
 		return rec
 	}
 	if d.twice {
@@ -158,7 +159,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errAborted // the process that took it is gone
 	}
 	if cn.w.cfg.ACL && cn.a.i < cn.w.cfg.Clients {
-		cn.w.checkAnswer(cn.a.i, bearer(req), req.URL.Path, sent, rec.Code)
+		cn.w.acl.Check(cn.a.src(), cn.a.i, simhttp.Bearer(req), req.URL.Path, sent, rec.Code)
 	}
 	if !sleepCtx(ctx, d.back) {
 		return nil, ctx.Err()

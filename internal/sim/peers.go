@@ -56,7 +56,7 @@ func call[T any](ctx context.Context, p peers, addr string, f func(*service.Serv
 
 // delay is one call's delay each way to to.
 func (p peers) delay(to *simNode) time.Duration {
-	r := p.from.c.w.instantDraw("peer:" + p.from.id + ">" + to.id)
+	r := p.from.c.w.instants.Draw("peer:" + p.from.id + ">" + to.id)
 	return 100*time.Microsecond + time.Duration(r.Int64N(int64(time.Millisecond)))
 }
 

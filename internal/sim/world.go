@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/internal/e2e"
 	"github.com/fencelock/fencelock/internal/sim/simcheck"
 	"github.com/fencelock/fencelock/internal/sim/simclock"
+	"github.com/fencelock/fencelock/internal/sim/simrand"
 )
 
 // Config is one world's shape.
@@ -169,21 +169,21 @@ type world struct {
 	mu         sync.Mutex
 	trace      []traceLine
 	tseq       map[string]int
-	instants   map[string]instantCount
+	instants   *simrand.Instants // draws keyed by the virtual instant too
 	violations []string
 	elections  int
-	elected    []time.Time // when each leader was elected
-	faults     []fault     // every fault, once healed
-	outages    []interval  // when no majority of the nodes worked together
+	elected    []time.Time         // when each leader was elected
+	faults     []simcheck.Fault    // every fault, once healed
+	outages    []simcheck.Interval // when no majority of the nodes worked together
 	counts     faultCounts
 	cl         *cluster
 	hist       *simcheck.History
-	losses     []lostLease // leases their holders found lost, judged at the end (judgeLosses)
+	losses     []simcheck.Loss // leases their holders found lost, judged at the end (judgeLosses)
 	probes     *probes
-	revoked    []*revocation // ACL changes acknowledged (acl.go)
 
-	aclReady chan struct{} // with ACLs: closed once every client has its token
-	quota    *quotaBook    // with quotas: the calls they are judged on (quota.go)
+	aclReady chan struct{}       // with ACLs: closed once every client has its token
+	acl      *simcheck.ACL       // with ACLs: the changes that took something from a client (acl.go)
+	quota    *simcheck.QuotaBook // with quotas: the calls they are judged on (quota.go)
 }
 
 // traceLine is one line of the trace: sorted by virtual time, then its
@@ -221,114 +221,12 @@ func (w *world) violate(src, format string, args ...any) {
 	w.mu.Unlock()
 }
 
-// draw is a random stream for one decision of the world, keyed by what
-// it is about, so that what one part draws depends on nothing another
-// does.
-func (w *world) draw(key string, n uint64) *rand.Rand {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%s#%d", key, n)
-	return rand.New(rand.NewPCG(w.seed, h.Sum64()))
-}
+// draw is a random stream for one decision of the world (simrand.Draw).
+func (w *world) draw(key string, n uint64) *rand.Rand { return simrand.Draw(w.seed, key, n) }
 
 // stream is a seeded random source of its own for one part of the world
-// that draws in an order of its own (an actor, a client library).
-func (w *world) stream(name string) *rand.Rand {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(name))
-	return rand.New(rand.NewPCG(w.seed, h.Sum64()))
-}
-
-// interval is a span of virtual time; end zero: not over.
-type interval struct{ start, end time.Time }
-
-// instantDraw is a random stream for one decision of a process of the
-// world that several of its goroutines make: keyed by what it is about,
-// the virtual instant, and how many such decisions were made at that
-// instant before. Two goroutines that the scheduler runs in either order
-// at one instant may swap their draws there, but never shift the draws
-// of any later instant.
-func (w *world) instantDraw(key string) *rand.Rand {
-	now := time.Now()
-	w.mu.Lock()
-	c := w.instants[key]
-	if !c.at.Equal(now) {
-		c = instantCount{at: now}
-	}
-	c.n++
-	w.instants[key] = c
-	w.mu.Unlock()
-	return w.draw(fmt.Sprintf("%s@%d", key, now.UnixNano()), c.n)
-}
-
-type instantCount struct {
-	at time.Time
-	n  uint64
-}
-
-// instantSource is a rand.Source for a client library's jitter and
-// request ids, whose goroutines draw from it in whatever order the
-// scheduler runs them. Each draw is keyed by the virtual instant, the
-// code that draws (the functions on the caller's stack, by name: the
-// same in every build) and how many draws that code made at that
-// instant before: so a goroutine's draws do not move another's, at that
-// instant or any later one, unless the two run the same code at the
-// same instant.
-type instantSource struct {
-	seed, key uint64
-	mu        sync.Mutex
-	at        time.Time
-	n         map[uint64]uint64 // draws at this instant, by the caller's stack
-}
-
-func (w *world) instantSource(name string) *rand.Rand {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(name))
-	return rand.New(&instantSource{seed: w.seed, key: h.Sum64(), n: map[uint64]uint64{}})
-}
-
-func (s *instantSource) Uint64() uint64 {
-	var pcs [12]uintptr
-	stack := s.key
-	for _, pc := range pcs[:runtime.Callers(2, pcs[:])] {
-		stack = splitmix(stack ^ funcKey(pc))
-	}
-	now := time.Now()
-	s.mu.Lock()
-	if !now.Equal(s.at) {
-		s.at = now
-		clear(s.n)
-	}
-	s.n[stack]++
-	n := s.n[stack]
-	s.mu.Unlock()
-	return splitmix(splitmix(splitmix(s.seed^stack)^uint64(now.UnixNano())) ^ n)
-}
-
-// funcKeys caches funcKey.
-var funcKeys sync.Map // uintptr -> uint64
-
-// funcKey is a hash of the name of the function pc is in: the same in
-// every build, where pc itself moves with any change to the code.
-func funcKey(pc uintptr) uint64 {
-	if k, ok := funcKeys.Load(pc); ok {
-		return k.(uint64)
-	}
-	h := fnv.New64a()
-	if f := runtime.FuncForPC(pc); f != nil {
-		_, _ = h.Write([]byte(f.Name()))
-	}
-	k := h.Sum64()
-	funcKeys.Store(pc, k)
-	return k
-}
-
-// splitmix is SplitMix64's finaliser.
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
-}
+// that draws in an order of its own (simrand.Stream).
+func (w *world) stream(name string) *rand.Rand { return simrand.Stream(w.seed, name) }
 
 // event is something the loop does at a virtual instant; events of one
 // instant run in the order they were scheduled (the loop schedules them
@@ -489,7 +387,7 @@ func (r Result) Digest() uint64 {
 // (runSeed), whose clock is the world's virtual time.
 func run(seed uint64, cfg Config) Result {
 	w := &world{seed: seed, cfg: cfg, t0: time.Now(), verbose: cfg.Verbose, debug: cfg.Debug, kick: make(chan struct{}, 1),
-		done: make(chan struct{}), tseq: map[string]int{}, instants: map[string]instantCount{}, dues: simclock.NewDues()}
+		done: make(chan struct{}), tseq: map[string]int{}, instants: simrand.NewInstants(seed), dues: simclock.NewDues()}
 	w.cfg = cfg.shape(w)
 	cfg = w.cfg
 	w.hist = simcheck.NewHistory(checks{w}, w.t0, w.verbose)
@@ -516,6 +414,7 @@ func run(seed uint64, cfg Config) Result {
 	end := w.t0.Add(cfg.Horizon)
 	if cfg.ACL {
 		w.aclReady = make(chan struct{})
+		w.acl = simcheck.NewACL(checks{w}, w.t0)
 		w.ops.Add(1)
 		go w.bootACL(actors, cfg.Clients)
 	}
