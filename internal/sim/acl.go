@@ -68,7 +68,7 @@ func (w *world) bootACL(actors []*actor, clients int) {
 	defer close(w.aclReady)
 	c := w.cl
 	tried := false
-	err := c.operate(func(ctx context.Context, s *service.Service) error {
+	bootstrap := func(ctx context.Context, s *service.Service) error {
 		_, err := s.ACLBootstrap(ctx)
 		if err != nil && tried && strings.Contains(err.Error(), "already bootstrapped") {
 			// Only this operator bootstraps: an earlier try of its own
@@ -77,7 +77,17 @@ func (w *world) bootACL(actors []*actor, clients int) {
 		}
 		tried = true
 		return err
-	})
+	}
+	// An operator goes on trying while the cluster elects a leader that
+	// is ready (seed 3008524: three elections at the start outlasted one
+	// round of operate's tries).
+	err := c.operate(bootstrap)
+	for range 4 {
+		if err == nil {
+			break
+		}
+		err = c.operate(bootstrap)
+	}
 	for _, a := range actors {
 		if err != nil {
 			break
