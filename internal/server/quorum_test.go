@@ -90,6 +90,15 @@ func TestClusterMembersWithoutQuorum(t *testing.T) {
 					t.Logf("%s led after %s, while the others stopped, and the survivor never heard from it", former, l.id)
 					continue
 				}
+				// The same the other way round: the survivor itself was
+				// elected after l while the others were being stopped
+				// (it names no former leader, it led), and a peer
+				// stopped before it sent the new leader anything is
+				// unknown to it (seen once in a full run at load 3).
+				if led && s.id != l.id && x.State == api.MemberUnknown {
+					t.Logf("%s led after %s, while the others stopped, and never heard from %s", s.id, l.id, x.ID)
+					continue
+				}
 				if (led || x.ID == former) && (x.State != api.MemberUnreachable || x.LastContactMs == nil) {
 					t.Errorf("stopped %s: %s, last contact %s ms; want unreachable, with when it was last heard from (the leader first seen %s, the survivor's former leader %q)", x.ID, x.State, fmtMs(x.LastContactMs), l.id, former)
 				}
