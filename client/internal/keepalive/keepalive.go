@@ -232,7 +232,7 @@ func (k *Keeper) run() {
 		k.mu.Lock()
 		next := k.lastSent.Add(k.interval())
 		k.mu.Unlock()
-		if !k.sleep(next.Sub(k.cfg.Clock.Now())) {
+		if !k.sleep(next) {
 			return
 		}
 		if !k.extend() {
@@ -241,14 +241,24 @@ func (k *Keeper) run() {
 	}
 }
 
-// sleep waits d on the clock, or until the keep-alive ends; it reports
-// whether the whole d passed.
-func (k *Keeper) sleep(d time.Duration) bool {
-	if d <= 0 {
+// sleep waits until the clock reads until, or the keep-alive ends; it
+// reports whether until came. A clock that can schedule a call for an
+// instant (clock.AtClock) is asked for until itself: a delay read from
+// the clock before the timer is armed fires late if the clock moved in
+// between, which a test advancing a fake clock does (the session's
+// keep-alive then slept through the advance that was to wake it).
+func (k *Keeper) sleep(until time.Time) bool {
+	if !until.After(k.cfg.Clock.Now()) {
 		return true
 	}
 	ch := make(chan struct{})
-	t := k.cfg.Clock.AfterFunc(d, func() { k.wake(func() { close(ch) }) })
+	fire := func() { k.wake(func() { close(ch) }) }
+	var t clock.Timer
+	if at, ok := k.cfg.Clock.(clock.AtClock); ok {
+		t = at.AtFunc(until, fire)
+	} else {
+		t = k.cfg.Clock.AfterFunc(until.Sub(k.cfg.Clock.Now()), fire)
+	}
 	k.mu.Lock()
 	k.waiting = true // only now that the timer is armed
 	k.mu.Unlock()
