@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/internal/service"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 	"github.com/fencelock/fencelock/internal/sim/simhttp"
 )
 
@@ -99,7 +100,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 		cn.w.tracef(cn.a.src(), "%s > %s %s %s (out %s)", cn.a.src(), n.id, req.Method, req.URL.Path, d.out)
 	}
 	// A paused client sends nothing until it runs again.
-	if !waitRunning(ctx, cn.a.clk.Running()) || !sleepCtx(ctx, d.out) {
+	if !waitRunning(ctx, cn.a.clk.Running()) || !simclock.Sleep(ctx, d.out) {
 		return nil, ctx.Err()
 	}
 	if d.lose || cn.isCut(n.id) {
@@ -161,7 +162,7 @@ func (cn *clientNet) RoundTrip(req *http.Request) (*http.Response, error) {
 	if cn.w.cfg.ACL && cn.a.i < cn.w.cfg.Clients {
 		cn.w.acl.Check(cn.a.src(), cn.a.i, simhttp.Bearer(req), req.URL.Path, sent, rec.Code)
 	}
-	if !sleepCtx(ctx, d.back) {
+	if !simclock.Sleep(ctx, d.back) {
 		return nil, ctx.Err()
 	}
 	if d.loseAnswer || cn.isCut(n.id) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/service"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 )
 
 // peers is how one node calls another's client port (service.Peers):
@@ -26,7 +27,7 @@ func call[T any](ctx context.Context, p peers, addr string, f func(*service.Serv
 		return zero, errors.New("sim: no node at " + addr)
 	}
 	d := p.delay(to)
-	if !sleepCtx(ctx, d) {
+	if !simclock.Sleep(ctx, d) {
 		return zero, ctx.Err()
 	}
 	if c.isCut(p.from, to) {
@@ -44,7 +45,7 @@ func call[T any](ctx context.Context, p peers, addr string, f func(*service.Serv
 	if err != nil {
 		return zero, fmt.Errorf("sim: %s answered: %v", addr, err)
 	}
-	if !sleepCtx(ctx, d) {
+	if !simclock.Sleep(ctx, d) {
 		return zero, ctx.Err()
 	}
 	if c.isCut(to, p.from) {

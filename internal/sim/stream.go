@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 	"github.com/fencelock/fencelock/internal/sim/simhttp"
 )
 
@@ -62,7 +63,7 @@ func (cn *clientNet) stream(ctx context.Context, req *http.Request, n *simNode, 
 	if n.incarnation() != inc {
 		return fail(errAborted)
 	}
-	if !sleepCtx(ctx, d.back) {
+	if !simclock.Sleep(ctx, d.back) {
 		return fail(ctx.Err())
 	}
 	if d.loseAnswer || cn.isCut(n.id) {
@@ -112,7 +113,7 @@ func (cn *clientNet) deliver(ctx context.Context, hcancel context.CancelFunc, sw
 		}
 		r := cn.w.instants.Draw(fmt.Sprintf("stream%d>%s", cn.a.i, n.id))
 		delay := 50*time.Microsecond + time.Duration(r.Int64N(int64(time.Millisecond)))
-		if !sleepCtx(ctx, delay) || !waitRunning(ctx, cn.a.clk.Running()) {
+		if !simclock.Sleep(ctx, delay) || !waitRunning(ctx, cn.a.clk.Running()) {
 			_ = pw.CloseWithError(ctx.Err())
 			return
 		}

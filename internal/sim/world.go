@@ -3,7 +3,6 @@ package sim
 import (
 	"cmp"
 	"container/heap"
-	"context"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -473,21 +472,6 @@ func (w *world) result() Result {
 // off by at most 0.4%, so two differ by at most 0.8%, inside the TTL/100
 // the keep-alive keeps for it.
 func clockDrift(r *rand.Rand) float64 { return (r.Float64()*2 - 1) * 0.004 }
-
-// sleepCtx waits d of virtual time or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
 
 // String is a short summary of a result.
 func (r Result) String() string {

@@ -1,6 +1,7 @@
 package simclock
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -226,4 +227,21 @@ func splitmix(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
+}
+
+// Sleep waits d of the bubble's virtual time, or until ctx ends; it
+// reports whether the whole d passed (at once for d ≤ 0, if ctx has not
+// ended).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/sim/simclock"
 )
 
 // Watcher watches every key over the nodes' event streams (server-sent
@@ -73,7 +74,7 @@ func (wr *Watcher) Watch(ctx context.Context, after api.Revision) *Watch {
 				s.end(cmpErr(ctx.Err(), err))
 				return
 			}
-			if !sleepCtx(ctx, 200*time.Millisecond) {
+			if !simclock.Sleep(ctx, 200*time.Millisecond) {
 				s.end(ctx.Err())
 				return
 			}
@@ -87,18 +88,6 @@ func cmpErr(a, b error) error {
 		return a
 	}
 	return b
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // once streams from the node at addr until the stream ends.
