@@ -228,7 +228,7 @@ func openStores(fsys FS, dir, engine string, segSize int, logger hclog.Logger, l
 	}
 	st.closers = append(st.closers, w)
 	st.stable, st.wal = w, w
-	fss, err := openSnapStore(fsys, dir, logger)
+	fss, err := openSnapStore(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("node: snapshot store: %w", err)
 	}

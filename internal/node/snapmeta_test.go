@@ -17,7 +17,7 @@ import (
 // simulation's; a meta.json written without one is read as before.
 func TestSnapshotMetaChecksum(t *testing.T) {
 	dir := t.TempDir()
-	store, err := openSnapStore(OSFS{}, dir, nil)
+	store, err := openSnapStore(OSFS{}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

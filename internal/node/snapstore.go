@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -28,7 +27,7 @@ const snapRetain = 2
 // carries a checksum of its own (MetaCRC), which hashicorp's store does
 // not write: a bit flipped in a snapshot's index or term would pass there.
 // The files stay readable by hashicorp's store (it ignores the field).
-func openSnapStore(fsys FS, dir string, _ hclog.Logger) (raft.SnapshotStore, error) {
+func openSnapStore(fsys FS, dir string) (raft.SnapshotStore, error) {
 	return newFSSnapStore(fsys, dir, snapRetain)
 }
 
@@ -79,7 +78,7 @@ type fsSnapMeta struct {
 	MetaCRC []byte `json:",omitempty"`
 }
 
-var snapMetaTable = crc64.MakeTable(crc64.ECMA)
+var snapCRCTable = crc64.MakeTable(crc64.ECMA)
 
 // selfCRC is the checksum MetaCRC holds.
 func (m *fsSnapMeta) selfCRC() ([]byte, error) {
@@ -89,7 +88,7 @@ func (m *fsSnapMeta) selfCRC() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := crc64.New(snapMetaTable)
+	h := crc64.New(snapCRCTable)
 	_, _ = h.Write(b)
 	return h.Sum(nil), nil
 }
@@ -114,7 +113,7 @@ func (s *fsSnapStore) Create(version raft.SnapshotVersion, index, term uint64, c
 		return nil, err
 	}
 	sink.state = fh
-	sink.hash = crc64.New(crc64.MakeTable(crc64.ECMA))
+	sink.hash = crc64.New(snapCRCTable)
 	sink.buf = bufio.NewWriter(io.MultiWriter(fh, sink.hash))
 	return sink, nil
 }
