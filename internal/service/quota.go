@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/locktable"
+	"github.com/fencelock/fencelock/internal/plant"
 )
 
 // Quotas per principal. With ACLs on a holder belongs to the principal
@@ -59,10 +60,14 @@ func (s *Service) reserve(p, holder string, a ask) (release func(), e *Error) {
 		s.metrics.QuotaRefused.WithLabelValues(kind).Inc()
 		return &Error{Code: api.CodeQuotaExceeded, Quota: kind, Message: quotaMessage(p, kind, limit, have)}
 	}
+	inflight := *pend
+	if plant.On("quota-in-flight-ignored") {
+		inflight = locktable.OwnerCount{} // planted: only what the table has applied counts
+	}
 	if e := firstErr(
-		over(api.QuotaSessions, s.cfg.QuotaSessions, cur.Sessions+pend.Sessions, a.sessions),
-		over(api.QuotaWaiters, s.cfg.QuotaWaiters, cur.Waits+pend.Waits, a.waits),
-		over(api.QuotaLocks, s.cfg.QuotaLocks, cur.Locks+cur.Waits+pend.Locks+pend.Waits, a.locks+a.waits),
+		over(api.QuotaSessions, s.cfg.QuotaSessions, cur.Sessions+inflight.Sessions, a.sessions),
+		over(api.QuotaWaiters, s.cfg.QuotaWaiters, cur.Waits+inflight.Waits, a.waits),
+		over(api.QuotaLocks, s.cfg.QuotaLocks, cur.Locks+cur.Waits+inflight.Locks+inflight.Waits, a.locks+a.waits),
 	); e != nil {
 		return nil, e
 	}

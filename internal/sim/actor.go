@@ -34,12 +34,18 @@ type actor struct {
 	secret string
 	renew  atomic.Pointer[string]
 	tokens int // new tokens taken up
+	// With quotas: the draws of its bursts (burst.go), and how many it made.
+	brnd   *rand.Rand
+	bursts int
 }
 
 func newActor(w *world, i int, drift float64) *actor {
 	a := &actor{w: w, i: i, rnd: w.stream(fmt.Sprintf("actor%d", i)), clk: simclock.New(w.t0, drift, w.dues), drift: drift}
 	if w.debug {
 		a.clk.Debug = func(format string, args ...any) { w.tracef(a.src(), format, args...) }
+	}
+	if w.cfg.Quotas {
+		a.brnd = w.stream(fmt.Sprintf("burst%d", i))
 	}
 	a.net = &clientNet{w: w, a: a, cut: map[string]bool{}}
 	for _, n := range w.cl.nodes {
@@ -130,6 +136,10 @@ func (a *actor) once() {
 		a.w.mu.Lock()
 		a.secret = *sec
 		a.w.mu.Unlock()
+	}
+	if a.burstMove() {
+		a.burst()
+		return
 	}
 	a.seq++
 	holder := a.own(fmt.Sprintf("c%d-%d", a.i, a.seq))

@@ -36,6 +36,8 @@ var plants = []planted{
 		func(c *Config) { c.Focus = focusLeases }, 400},
 	{"acl-deleted-token-cached", "a guard remembers the principals of tokens it resolved, and a deleted token still names its principal (internal/auth, Authenticate)",
 		func(c *Config) { c.ACL = true }, 200},
+	{"quota-in-flight-ignored", "a leader counts a principal's applied leases and sessions against its quotas but not its own proposals in flight (internal/service, reserve)",
+		func(c *Config) { c.ACL, c.Quotas = true, true }, 200},
 	{"acl-decision-cached", "a guard remembers what it allowed a principal, and a policy change does not take it back (internal/auth, view.may)",
 		func(c *Config) { c.ACL = true }, 200},
 }
