@@ -26,12 +26,18 @@ type DataDirError struct {
 	Dir     string // the data directory
 	File    string // the damaged file or directory
 	Problem string
+	// Repair says what mends it; empty: recover it (a single node) or
+	// wipe and rejoin it (a cluster node).
+	Repair string
 }
 
 func (e *DataDirError) Error() string {
-	return fmt.Sprintf("data directory %s is damaged: %s: %s; refusing to start. "+
-		"Single node: run `fencelock recover --data %s`. Cluster node: stop it, wipe %s and rejoin it "+
-		"from its peers (docs/OPERATIONS.md)", e.Dir, e.File, e.Problem, e.Dir, e.Dir)
+	repair := e.Repair
+	if repair == "" {
+		repair = fmt.Sprintf("Single node: run `fencelock recover --data %s`. Cluster node: stop it, wipe %s and rejoin it "+
+			"from its peers (docs/OPERATIONS.md)", e.Dir, e.Dir)
+	}
+	return fmt.Sprintf("data directory %s is damaged: %s: %s; refusing to start. %s", e.Dir, e.File, e.Problem, repair)
 }
 
 // walMetaFile is raft-wal's metadata (segment list, term and vote); it
