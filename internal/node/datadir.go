@@ -40,6 +40,20 @@ func (e *DataDirError) Error() string {
 	return fmt.Sprintf("data directory %s is damaged: %s: %s; refusing to start. %s", e.Dir, e.File, e.Problem, repair)
 }
 
+// RereadDamage is the refusal for entry index of cfg's log failing to
+// read back (err) when the engine reads it after the start's checks had
+// read it whole: the two reads differ, so the disk is failing or one of
+// them flipped a bit. nil when err is no damage.
+func RereadDamage(cfg Config, index uint64, err error) *DataDirError {
+	if cfg.DataDir == "" || !errors.Is(err, wal.ErrCorrupt) && !errors.Is(err, errEntryCorrupt) {
+		return nil
+	}
+	segs, _ := walFiles(fsOf(cfg), filepath.Join(cfg.DataDir, "wal")) // without them the message names wal/
+	return damage(cfg.DataDir, segmentFor(segs, index),
+		"entry %d read back differently twice (whole, then %v): a failing disk or a flipped read; "+
+			"start it again, and if this persists rebuild the node", index, err)
+}
+
 // walMetaFile is raft-wal's metadata (segment list, term and vote); it
 // deletes every segment it does not list, so its loss must be caught
 // before the log is opened.

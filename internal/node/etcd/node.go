@@ -167,6 +167,12 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 	if cb := (*etcdcodec.CommitBeyondLogError)(nil); errors.As(err, &cb) && cfg.DataDir != "" {
 		return &node.DataDirError{Dir: cfg.DataDir, File: filepath.Join(cfg.DataDir, "wal"), Problem: cb.Error()}
 	}
+	if re := (*etcdcodec.ReadError)(nil); errors.As(err, &re) {
+		// OpenStorage read every entry whole a moment ago.
+		if d := node.RereadDamage(cfg, re.Index, re.Err); d != nil {
+			return d
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("etcd: starting raft: %w", err)
 	}

@@ -80,6 +80,15 @@ func Append(logs raft.LogStore, ents []*raftpb.Entry) error {
 	return logs.StoreLogs(out)
 }
 
+// ReadError is an entry the log store could not give back.
+type ReadError struct {
+	Index uint64
+	Err   error
+}
+
+func (e *ReadError) Error() string { return fmt.Sprintf("reading entry %d: %v", e.Index, e.Err) }
+func (e *ReadError) Unwrap() error { return e.Err }
+
 // Entries reads lo..hi (inclusive) back as etcd entries.
 func Entries(logs raft.LogStore, lo, hi uint64) ([]*raftpb.Entry, error) {
 	if hi < lo {
@@ -89,7 +98,7 @@ func Entries(logs raft.LogStore, lo, hi uint64) ([]*raftpb.Entry, error) {
 	var l raft.Log
 	for i := lo; i <= hi; i++ {
 		if err := logs.GetLog(i, &l); err != nil {
-			return nil, fmt.Errorf("reading entry %d: %w", i, err)
+			return nil, &ReadError{Index: i, Err: err}
 		}
 		e, err := etcdFromLog(&l)
 		if err != nil {
