@@ -114,9 +114,6 @@ func TestEtcdNodeRefusesTheOtherEngine(t *testing.T) {
 		}
 		_, err = hashicorp.Open(hashicorpTestConfig(dir), fsm.New(nil), nil)
 		wantRefusal(t, err, dir, node.EngineEtcd)
-		if _, err := node.Recover(dir, node.RecoverOptions{}); err == nil || !strings.Contains(err.Error(), "etcd engine") {
-			t.Fatalf("recover on an etcd data dir: %v", err)
-		}
 		// and the etcd engine still starts on it
 		openEtcdLeader(t, dir).Close()
 	})
@@ -175,6 +172,10 @@ func TestEngineFileDamagedRefused(t *testing.T) {
 		if got, _ := os.ReadFile(file); string(got) != string(b) {
 			t.Fatalf("%s: the refusal changed the engine file to %q", engine, got)
 		}
+	}
+	if _, err := node.Recover(dir, node.RecoverOptions{}); err == nil || !strings.Contains(err.Error(), file) ||
+		!strings.Contains(err.Error(), "names no engine") {
+		t.Fatalf("recover on a damaged engine file: %v", err)
 	}
 	// The repair it names.
 	if err := os.WriteFile(file, []byte("etcd\n"), 0o600); err != nil {
