@@ -9,11 +9,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The etcd-io/raft engine (issue 28, in progress) keeps its log in the
-// same verified stores as the hashicorp node (openStores: raft-wal under
+// The etcd-io/raft engine (--engine etcd) keeps its log in the same
+// verified stores as the hashicorp node (openStores: raft-wal under
 // checkedLog's CRC-32C per entry, the state file's Durable watermark), so
-// that a damaged log is refused at start by the same checks and repaired
-// by the same rules. An etcd entry is stored as a raft.Log of the same
+// that a damaged log is refused at start by the same checks (`fencelock
+// recover`, which does not read this log, sets it aside whole and keeps
+// the token floor). An etcd entry is stored as a raft.Log of the same
 // index and term, its data as the log's data, and its etcd type in one
 // byte of Extensions (checkedLog seals Extensions with the rest).
 //
