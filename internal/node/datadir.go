@@ -49,9 +49,21 @@ func RereadDamage(cfg Config, index uint64, err error) *DataDirError {
 		return nil
 	}
 	segs, _ := walFiles(fsOf(cfg), filepath.Join(cfg.DataDir, "wal")) // without them the message names wal/
-	return damage(cfg.DataDir, segmentFor(segs, index),
-		"entry %d read back differently twice (whole, then %v): a failing disk or a flipped read; "+
-			"start it again, and if this persists rebuild the node", index, err)
+	return rereadDamage(cfg.DataDir, segmentFor(segs, index), fmt.Sprintf("entry %d", index), err)
+}
+
+// SnapshotRereadDamage is RereadDamage for the snapshot id, which the
+// start's checks had read back whole.
+func SnapshotRereadDamage(cfg Config, id string, err error) *DataDirError {
+	if cfg.DataDir == "" || !errors.Is(err, errSnapCorrupt) {
+		return nil
+	}
+	return rereadDamage(cfg.DataDir, filepath.Join("snapshots", id), "the snapshot", err)
+}
+
+func rereadDamage(dir, file, what string, err error) *DataDirError {
+	return damage(dir, file, "%s read back differently twice (whole, then %v): a failing disk or a flipped read; "+
+		"start it again, and if this persists rebuild the node", what, err)
 }
 
 // walMetaFile is raft-wal's metadata (segment list, term and vote); it

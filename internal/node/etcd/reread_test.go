@@ -18,87 +18,118 @@ import (
 	"github.com/fencelock/fencelock/internal/sim/disk"
 )
 
-// A read that comes back with a flipped bit after the start's checks
-// read the log whole (a failing disk, or one bad read) is refused as
-// damage: one line naming the data directory, the segment and what to
-// do, not an engine error without a file (a checksum mismatch, or
-// raft-wal's bare "WAL is corrupt"). The disk itself is whole, so the next start, as the line says,
-// serves again.
+// A read that comes back with a flipped bit when the engine loads what
+// the start's checks read whole a moment before (a failing disk, or one
+// bad read) is refused as damage: one line naming the data directory,
+// the file and what to do, not an engine error without a file (a
+// checksum mismatch, or raft-wal's bare "WAL is corrupt"). The disk
+// itself is whole, so the next start, as the line says, serves again.
 func TestSteppedNodeRefusesAFlippedSecondRead(t *testing.T) {
 	const key = "a key that is easy to find in the segment"
-	synctest.Test(t, func(t *testing.T) {
-		d := disk.New(1)
-		s, err := rereadNode(d.FS(), fsm.New(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lead(t, s)
-		var token uint64
-		for i := range 40 { // past the first 4 KiB segment
-			token = grant(t, s, fmt.Sprint(key, i))
-		}
-		s.Close()
+	for _, part := range []string{"log entry", "snapshot"} {
+		t.Run(part, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := disk.New(1)
+				s, err := rereadNode(d.FS(), fsm.New(nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				lead(t, s)
+				var token uint64
+				for i := range 40 { // past the first 4 KiB segment
+					token = grant(t, s, fmt.Sprint(key, i))
+				}
+				if part == "snapshot" {
+					if err := s.SnapshotNow(true); err != nil {
+						t.Fatal(err)
+					}
+				}
+				s.Close()
 
-		ents, err := d.FS().ReadDir("/data/wal")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var seg string
-		for _, e := range ents {
-			if strings.HasSuffix(e.Name(), ".wal") {
-				seg = path.Join("/data/wal", e.Name())
-				break
-			}
-		}
-		b, err := d.FS().ReadFile(seg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at := int64(bytes.Index(b, []byte(key)))
-		if seg == "" || at < 0 {
-			t.Fatalf("segment %q, key at %d", seg, at)
-		}
-		fl := &flipFS{FS: d.FS(), path: seg, at: at}
-		n, err := rereadNode(fl, fsm.New(nil))
-		if err == nil {
-			n.Close()
-		}
-		if !fl.flipped {
-			t.Fatalf("no read of %s after the checks covered byte %d (start: %v)", seg, at, err)
-		}
-		var de *node.DataDirError
-		if !errors.As(err, &de) || de.File != seg {
-			t.Fatalf("start on a flipped second read: %v, want a *node.DataDirError naming %s", err, seg)
-		}
-		msg := err.Error()
-		for _, want := range []string{"data directory /data is damaged", seg, "read back differently", "start it again"} {
-			if !strings.Contains(msg, want) {
-				t.Fatalf("refusal %q does not say %q", msg, want)
-			}
-		}
-		if strings.Contains(msg, "\n") {
-			t.Fatalf("refusal %q is not one line", msg)
-		}
+				var file string
+				var at int64
+				if part == "log entry" {
+					file = firstFile(t, d, "/data/wal", ".wal")
+					b, err := d.FS().ReadFile(file)
+					if err != nil {
+						t.Fatal(err)
+					}
+					at = int64(bytes.Index(b, []byte(key)))
+				} else {
+					file = path.Join(firstFile(t, d, "/data/snapshots", ""), "state.bin")
+					b, err := d.FS().ReadFile(file)
+					if err != nil {
+						t.Fatal(err)
+					}
+					at = int64(len(b) / 2)
+				}
+				if at < 0 {
+					t.Fatalf("%s: nothing to flip", file)
+				}
+				fl := &flipFS{FS: d.FS(), path: file, at: at}
+				n, err := rereadNode(fl, fsm.New(nil))
+				if err == nil {
+					n.Close()
+				}
+				if !fl.flipped {
+					t.Fatalf("no read of %s after the checks covered byte %d (start: %v)", file, at, err)
+				}
+				want := file
+				if part == "snapshot" {
+					want = path.Dir(file)
+				}
+				var de *node.DataDirError
+				if !errors.As(err, &de) || de.File != want {
+					t.Fatalf("start on a flipped second read: %v, want a *node.DataDirError naming %s", err, want)
+				}
+				msg := err.Error()
+				for _, w := range []string{"data directory /data is damaged", want, "read back differently", "start it again"} {
+					if !strings.Contains(msg, w) {
+						t.Fatalf("refusal %q does not say %q", msg, w)
+					}
+				}
+				if strings.Contains(msg, "\n") {
+					t.Fatalf("refusal %q is not one line", msg)
+				}
 
-		f := fsm.New(nil)
-		s, err = rereadNode(d.FS(), f)
-		if err != nil {
-			t.Fatalf("the start after a flipped read: %v", err)
+				f := fsm.New(nil)
+				s, err = rereadNode(d.FS(), f)
+				if err != nil {
+					t.Fatalf("the start after a flipped read: %v", err)
+				}
+				defer s.Close()
+				lead(t, s)
+				if got := f.LastToken(); got != token {
+					t.Fatalf("started again with tokens up to %d, want %d", got, token)
+				}
+			})
+		})
+	}
+}
+
+// firstFile is the path of the first entry of dir on d whose name ends
+// in suffix.
+func firstFile(t *testing.T, d *disk.Disk, dir, suffix string) string {
+	t.Helper()
+	ents, err := d.FS().ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), suffix) {
+			return path.Join(dir, e.Name())
 		}
-		defer s.Close()
-		lead(t, s)
-		if got := f.LastToken(); got != token {
-			t.Fatalf("started again with tokens up to %d, want %d", got, token)
-		}
-	})
+	}
+	t.Fatalf("nothing ending in %q in %s", suffix, dir)
+	return ""
 }
 
 // rereadNode opens a stepped node alone over fsys, with a log of several
-// segments and no snapshot, so that the engine reads a sealed segment
-// again after the start's checks did.
+// segments and no snapshot unless asked, so that the engine reads a
+// sealed segment again after the start's checks did.
 func rereadNode(fsys node.FS, f *fsm.FSM) (*Stepped, error) {
 	return OpenStepped(node.Config{DataDir: "/data", FS: fsys, NodeID: "a", ElectionTimeout: 500 * time.Millisecond,
-		HeartbeatTimeout: 500 * time.Millisecond, WALSegmentSize: 4 << 10, SnapshotThreshold: 1 << 20,
+		HeartbeatTimeout: 500 * time.Millisecond, WALSegmentSize: 4 << 10, SnapshotThreshold: 1 << 20, TrailingLogs: 1 << 20,
 		Logger: slog.New(slog.DiscardHandler), AsyncLogWrites: testAsync()}, f, SteppedConfig{Send: func([]Message) {}, Seed: 1 << 40})
 }
 
@@ -117,10 +148,14 @@ type flipFS struct {
 
 func (f *flipFS) ReadFile(name string) ([]byte, error) {
 	b, err := f.FS.ReadFile(name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if name == f.path && f.armed && !f.flipped && f.at < int64(len(b)) {
+		b[f.at] ^= 0xff
+		f.flipped = true
+	}
 	if strings.HasSuffix(name, ".wal") {
-		f.mu.Lock()
 		f.armed = true
-		f.mu.Unlock()
 	}
 	return b, err
 }
