@@ -17,7 +17,11 @@ left cannot follow the snapshot), moves everything it drops into
 DIR/damaged-TIME/, and records a token floor at or above every token the
 server ever issued. The next start commits that floor before it serves a
 grant: the next token is above every token issued before the damage.
-Leases granted in the dropped entries are lost. It prints what it did.
+Leases granted in the dropped entries are lost. A data directory of the
+etcd engine (--engine etcd) loses more: recover does not read that
+engine's log, so it moves the log and the snapshots aside and keeps only
+the token floor; the node starts empty, every lease lost, no token issued
+twice. It prints what it did.
 
 A node of a cluster is better wiped and rejoined from its peers (see
 docs/OPERATIONS.md).

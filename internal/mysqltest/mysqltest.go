@@ -22,7 +22,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -137,19 +136,13 @@ func DB(t testing.TB) string {
 // test (nobody's own server is killed).
 func Kill(t testing.TB) {
 	t.Helper()
-	s := owned(t)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.proc.Kill()
+	owned(t).Kill()
 }
 
 // Stop freezes the throwaway server with SIGSTOP; Restart or Kill end it.
 func Stop(t testing.TB) {
 	t.Helper()
-	s := owned(t)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.proc.Signal(syscall.SIGSTOP); err != nil {
+	if err := owned(t).Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -159,13 +152,7 @@ func Stop(t testing.TB) {
 // crash recovery included).
 func Restart(t testing.TB) {
 	t.Helper()
-	s := owned(t)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.proc.Exited() {
-		s.proc.Kill()
-	}
-	if err := s.run(); err != nil {
+	if err := owned(t).Restart(); err != nil {
 		t.Fatalf("mysqltest: restart: %v", err)
 	}
 }
@@ -180,11 +167,10 @@ func owned(t testing.TB) *server {
 }
 
 type server struct {
-	mu   sync.Mutex
+	testproc.Server
 	dir  string
 	port int
 	who  *testproc.User
-	proc *testproc.Proc
 }
 
 func (s *server) dsn() string {
@@ -219,6 +205,7 @@ func start() (*server, error) {
 		return nil, err
 	}
 	s := &server{dir: dir, who: who}
+	s.Run = s.run
 	install, _ := lookPath("mariadb-install-db")
 	cmd := who.Command(install, "--no-defaults", "--datadir="+filepath.Join(dir, "data"),
 		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve")
@@ -231,7 +218,7 @@ func start() (*server, error) {
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		if err = s.run(); err == nil {
+		if err = s.Start(); err == nil {
 			break
 		}
 		if attempt == 2 {
@@ -261,7 +248,7 @@ func start() (*server, error) {
 }
 
 // run starts mariadbd and waits until it accepts a connection.
-func (s *server) run() error {
+func (s *server) run() (*testproc.Proc, error) {
 	bin, _ := lookPath("mariadbd")
 	cmd := s.who.Command(bin, "--no-defaults",
 		"--datadir="+filepath.Join(s.dir, "data"),
@@ -276,40 +263,37 @@ func (s *server) run() error {
 		"--log-error="+filepath.Join(s.dir, "error.log"))
 	p, err := testproc.Start(cmd)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.proc = p
 	root := mysql.NewConfig()
 	root.User, root.Net, root.Addr = "root", "unix", s.socket()
 	root.Timeout = time.Second
 	db, err := sql.Open("mysql", root.FormatDSN())
 	if err != nil {
 		p.Kill()
-		return err
+		return nil, err
 	}
 	defer db.Close()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		err = db.Ping()
 		if err == nil {
-			return nil
+			return p, nil
 		}
 		if p.Exited() {
 			log, _ := os.ReadFile(filepath.Join(s.dir, "error.log"))
-			return fmt.Errorf("%w: mariadbd on port %d: %s\n%s", testproc.ErrExited, s.port, p.Output(), tail(log))
+			return nil, fmt.Errorf("%w: mariadbd on port %d: %s\n%s", testproc.ErrExited, s.port, p.Output(), tail(log))
 		}
 		if time.Now().After(deadline) {
 			p.Kill()
-			return fmt.Errorf("mariadbd not ready on port %d: %v", s.port, err)
+			return nil, fmt.Errorf("mariadbd not ready on port %d: %v", s.port, err)
 		}
 		time.Sleep(20 * time.Millisecond) // polling for readiness, not deciding correctness
 	}
 }
 
 func (s *server) stop() {
-	if s.proc != nil && !s.proc.Exited() {
-		s.proc.Kill()
-	}
+	s.Close()
 	os.RemoveAll(s.dir)
 }
 

@@ -26,12 +26,44 @@ type DataDirError struct {
 	Dir     string // the data directory
 	File    string // the damaged file or directory
 	Problem string
+	// Repair says what mends it; empty: recover it (a single node) or
+	// wipe and rejoin it (a cluster node).
+	Repair string
 }
 
 func (e *DataDirError) Error() string {
-	return fmt.Sprintf("data directory %s is damaged: %s: %s; refusing to start. "+
-		"Single node: run `fencelock recover --data %s`. Cluster node: stop it, wipe %s and rejoin it "+
-		"from its peers (docs/OPERATIONS.md)", e.Dir, e.File, e.Problem, e.Dir, e.Dir)
+	repair := e.Repair
+	if repair == "" {
+		repair = fmt.Sprintf("Single node: run `fencelock recover --data %s`. Cluster node: stop it, wipe %s and rejoin it "+
+			"from its peers (docs/OPERATIONS.md)", e.Dir, e.Dir)
+	}
+	return fmt.Sprintf("data directory %s is damaged: %s: %s; refusing to start. %s", e.Dir, e.File, e.Problem, repair)
+}
+
+// RereadDamage is the refusal for entry index of cfg's log failing to
+// read back (err) when the engine reads it after the start's checks had
+// read it whole: the two reads differ, so the disk is failing or one of
+// them flipped a bit. nil when err is no damage.
+func RereadDamage(cfg Config, index uint64, err error) *DataDirError {
+	if cfg.DataDir == "" || !errors.Is(err, wal.ErrCorrupt) && !errors.Is(err, errEntryCorrupt) {
+		return nil
+	}
+	segs, _ := walFiles(fsOf(cfg), filepath.Join(cfg.DataDir, "wal")) // without them the message names wal/
+	return rereadDamage(cfg.DataDir, segmentFor(segs, index), fmt.Sprintf("entry %d", index), err)
+}
+
+// SnapshotRereadDamage is RereadDamage for the snapshot id, which the
+// start's checks had read back whole.
+func SnapshotRereadDamage(cfg Config, id string, err error) *DataDirError {
+	if cfg.DataDir == "" || !errors.Is(err, errSnapCorrupt) {
+		return nil
+	}
+	return rereadDamage(cfg.DataDir, filepath.Join("snapshots", id), "the snapshot", err)
+}
+
+func rereadDamage(dir, file, what string, err error) *DataDirError {
+	return damage(dir, file, "%s read back differently twice (whole, then %v): a failing disk or a flipped read; "+
+		"start it again, and if this persists rebuild the node", what, err)
 }
 
 // walMetaFile is raft-wal's metadata (segment list, term and vote); it

@@ -286,3 +286,54 @@ func TestDamagedSnapshotRefusedAndRecovered(t *testing.T) {
 		t.Fatalf("token after recover %d, not above %d", tok, last)
 	}
 }
+
+// The etcd engine's refusal says to run recover on a single node, so
+// recover mends an etcd data dir: it cannot read that engine's log, so
+// it moves the log and the snapshots aside and records the token floor;
+// the next start serves empty, every token above the ones issued.
+func TestRecoverEtcdDataDir(t *testing.T) {
+	dir := t.TempDir()
+	cfg := fastConfig(dir)
+	cfg.Engine = node.EngineEtcd
+	ts := startServer(t, cfg)
+	last := grantN(t, ts, "a", 5)
+	ts.stop()
+	segs, err := filepath.Glob(filepath.Join(dir, "wal", "*.wal"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("segments %v %v", segs, err)
+	}
+	for _, s := range segs {
+		os.Remove(s)
+	}
+	s, err := server.New(cfg)
+	if err == nil {
+		s.Close()
+		t.Fatal("started without its log segments")
+	}
+	if !strings.Contains(err.Error(), "fencelock recover --data "+dir) {
+		t.Fatalf("refusal %v does not say to run recover", err)
+	}
+
+	did, err := node.Recover(dir, node.RecoverOptions{})
+	if err != nil {
+		t.Fatalf("recover on an etcd data dir: %v", err)
+	}
+	said := strings.Join(did, "\n")
+	for _, want := range []string{"etcd engine", "every lease is lost", "recorded token floor"} {
+		if !strings.Contains(said, want) {
+			t.Fatalf("recover said %q, want %q", said, want)
+		}
+	}
+	aside, err := filepath.Glob(filepath.Join(dir, "damaged-*", "wal"))
+	if err != nil || len(aside) != 1 {
+		t.Fatalf("the log moved aside: %v %v", aside, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "fencelock.engine")); err != nil || string(b) != "etcd\n" {
+		t.Fatalf("engine file after recover %q %v", b, err)
+	}
+	floor := liveState(t, dir).PendingFloor
+	ts = startServer(t, cfg)
+	if tok := grantN(t, ts, "b", 1); tok <= last || tok != floor+1 {
+		t.Fatalf("token after recover %d; %d were issued, floor %d", tok, last, floor)
+	}
+}

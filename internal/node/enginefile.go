@@ -24,13 +24,23 @@ const engineFileName = "fencelock.engine"
 // checkEngine refuses dir when it records an engine other than engine,
 // and records engine when it records none. A directory without the file
 // that already holds a log was written before engines were recorded, by
-// the hashicorp node (hasLog says so).
+// the hashicorp node (hasLog says so). A file that names no engine is
+// damage (*DataDirError).
 func checkEngine(fsys FS, dir, engine string, hasLog bool) error {
 	path := filepath.Join(dir, engineFileName)
 	b, err := fsys.ReadFile(path)
 	switch {
 	case err == nil:
 		got := strings.TrimSpace(string(b))
+		if got != EngineHashicorp && got != EngineEtcd {
+			// The file is written once, whole, through a rename: what
+			// names no engine was damaged after, and only the operator
+			// knows which engine ran here.
+			d := damage(dir, engineFileName, "reads %q, which names no engine (%s or %s)", got, EngineHashicorp, EngineEtcd)
+			d.Repair = fmt.Sprintf("Write the engine this directory's node runs into it (`echo %s > %s` for --engine %s, "+
+				"`echo %s > %s` for the default) and start it again", EngineEtcd, path, EngineEtcd, EngineHashicorp, path)
+			return d
+		}
 		if got != engine {
 			return fmt.Errorf("node: the data directory %s was written by the %s engine; this server runs the %s engine (start it with --engine %s, or use another data directory)",
 				dir, got, engine, got)

@@ -37,7 +37,10 @@ type RecoverOptions struct {
 // issued twice. It returns what it did, one line per step.
 //
 // Leases granted in dropped entries are lost; their tokens are not
-// reissued. A cluster node is better wiped and rejoined from its peers.
+// reissued. A directory of the etcd engine, whose log Recover does not
+// read, loses its log and snapshots (moved aside) and every lease, and
+// keeps the floor. A cluster node is better wiped and rejoined from its
+// peers.
 func Recover(dir string, opts RecoverOptions) ([]string, error) {
 	if opts.MinToken > MaxFloor {
 		return nil, fmt.Errorf("recover: a minimum token of %d is above %d: tokens would run out", opts.MinToken, uint64(MaxFloor))
@@ -55,12 +58,13 @@ func Recover(dir string, opts RecoverOptions) ([]string, error) {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
 	defer unlock()
-	// It reads the log as the hashicorp engine writes it.
-	switch engine, err := dirEngine(dir); {
+	engine, err := dirEngine(dir)
+	switch {
 	case err != nil:
 		return nil, fmt.Errorf("recover: %w", err)
-	case engine != "" && engine != EngineHashicorp:
-		return nil, fmt.Errorf("recover: the data directory %s was written by the %s engine, whose log recover cannot read yet", dir, engine)
+	case engine != "" && engine != EngineHashicorp && engine != EngineEtcd:
+		return nil, fmt.Errorf("recover: %s reads %q, which names no engine: write the engine this directory's node runs into it "+
+			"(%s or %s) before anything else", filepath.Join(dir, engineFileName), engine, EngineEtcd, EngineHashicorp)
 	}
 	logger := hclog.NewNullLogger()
 	aside := filepath.Join(dir, "damaged-"+opts.Now.UTC().Format("20060102T150405Z"))
@@ -82,6 +86,12 @@ func Recover(dir string, opts RecoverOptions) ([]string, error) {
 		prev = dirState{}
 	}
 	floor := max(prev.Ceiling, prev.PendingFloor, opts.MinToken)
+	if engine == EngineEtcd {
+		if err := recoverEtcd(dir, floor, moveAside, aside, say); err != nil {
+			return nil, err
+		}
+		return did, nil
+	}
 
 	// The newest snapshot that reads back whole.
 	fss, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, logger)
@@ -186,6 +196,31 @@ func Recover(dir string, opts RecoverOptions) ([]string, error) {
 	say("recorded token floor %d in %s: the next start commits it before serving, so the next token is above %d",
 		floor, filepath.Join(dir, stateFileName), floor)
 	return did, nil
+}
+
+// recoverEtcd repairs an etcd engine's directory the one way recover
+// can while it reads only the hashicorp engine's log: it moves the log
+// (with the engine's hard state, in wal-meta) and the snapshots aside and
+// records floor, so the next start bootstraps empty and serves no token
+// at or below it.
+func recoverEtcd(dir string, floor uint64, moveAside func(string) error, aside string, say func(string, ...any)) error {
+	say("the etcd engine's log and snapshots are not read by recover: every lease is lost, the tokens are covered by the floor")
+	for _, rel := range []string{"wal", "snapshots"} {
+		if _, err := os.Stat(filepath.Join(dir, rel)); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := moveAside(rel); err != nil {
+			return fmt.Errorf("recover: moving %s aside: %w", filepath.Join(dir, rel), err)
+		}
+		say("moved %s to %s", filepath.Join(dir, rel), aside)
+	}
+	next := dirState{Ceiling: floor, CRCFrom: 1, PendingFloor: floor}
+	if err := writeStateFile(dir, next); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	say("recorded token floor %d in %s: the next start bootstraps the node empty and commits it before serving, so the next token is above %d",
+		floor, filepath.Join(dir, stateFileName), floor)
+	return nil
 }
 
 // recoverLog checks the log entry by entry, truncates it before the first

@@ -169,6 +169,9 @@ func cmpDesc(a, b uint64) int {
 	return 1
 }
 
+// errSnapCorrupt: a snapshot's file does not match its checksum.
+var errSnapCorrupt = errors.New("fails its checksum")
+
 func (s *fsSnapStore) readMeta(name string) (*fsSnapMeta, error) {
 	b, err := s.fsys.ReadFile(filepath.Join(s.path, name, "meta.json"))
 	if err != nil {
@@ -184,7 +187,7 @@ func (s *fsSnapStore) readMeta(name string) (*fsSnapMeta, error) {
 			return nil, err
 		}
 		if !bytes.Equal(want, m.MetaCRC) {
-			return nil, fmt.Errorf("snapshot %s: meta.json fails its checksum", name)
+			return nil, fmt.Errorf("snapshot %s: meta.json %w", name, errSnapCorrupt)
 		}
 	}
 	return m, nil
@@ -202,7 +205,7 @@ func (s *fsSnapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error)
 	h := crc64.New(crc64.MakeTable(crc64.ECMA))
 	h.Write(b)
 	if !bytes.Equal(m.CRC, h.Sum(nil)) {
-		return nil, nil, errors.New("CRC mismatch")
+		return nil, nil, fmt.Errorf("state.bin %w", errSnapCorrupt)
 	}
 	return &m.SnapshotMeta, io.NopCloser(bytes.NewReader(b)), nil
 }

@@ -22,7 +22,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -101,27 +100,23 @@ func Addr(t testing.TB) string {
 // gone. With EnvAddr it skips the test.
 func Kill(t testing.TB) {
 	t.Helper()
-	s := owned(t)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.proc.Kill()
+	owned(t).Kill()
 }
 
 // Stop freezes the throwaway server with SIGSTOP; Cont thaws it.
 func Stop(t testing.TB) {
 	t.Helper()
 	s := owned(t)
-	if err := s.proc.Signal(syscall.SIGSTOP); err != nil {
+	if err := s.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.proc.Signal(syscall.SIGCONT) })
+	t.Cleanup(func() { s.Signal(syscall.SIGCONT) })
 }
 
 // Cont thaws a server Stop froze.
 func Cont(t testing.TB) {
 	t.Helper()
-	s := owned(t)
-	if err := s.proc.Signal(syscall.SIGCONT); err != nil {
+	if err := owned(t).Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -131,13 +126,7 @@ func Cont(t testing.TB) {
 // append-only file loaded).
 func Restart(t testing.TB) {
 	t.Helper()
-	s := owned(t)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.proc.Exited() {
-		s.proc.Kill()
-	}
-	if err := s.run(); err != nil {
+	if err := owned(t).Restart(); err != nil {
 		t.Fatalf("redistest: restart: %v", err)
 	}
 }
@@ -152,11 +141,10 @@ func owned(t testing.TB) *server {
 }
 
 type server struct {
-	mu   sync.Mutex
+	testproc.Server
 	dir  string
 	port int
 	who  *testproc.User
-	proc *testproc.Proc
 }
 
 func (s *server) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
@@ -178,12 +166,13 @@ func start() (*server, error) {
 		return nil, err
 	}
 	s := &server{dir: dir, who: who}
+	s.Run = s.run
 	for attempt := 0; ; attempt++ {
 		if s.port, err = testproc.FreePort(); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		if err = s.run(); err == nil {
+		if err = s.Start(); err == nil {
 			return s, nil
 		}
 		if attempt == 2 {
@@ -193,7 +182,7 @@ func start() (*server, error) {
 	}
 }
 
-func (s *server) run() error {
+func (s *server) run() (*testproc.Proc, error) {
 	bin, _ := lookPath("redis-server")
 	cmd := s.who.Command(bin,
 		"--port", fmt.Sprint(s.port), "--bind", "127.0.0.1",
@@ -204,21 +193,20 @@ func (s *server) run() error {
 		"--loglevel", "warning")
 	p, err := testproc.Start(cmd)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.proc = p
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		err = ping(s.addr())
 		if err == nil {
-			return nil
+			return p, nil
 		}
 		if p.Exited() {
-			return fmt.Errorf("%w: redis-server on port %d: %s", testproc.ErrExited, s.port, p.Output())
+			return nil, fmt.Errorf("%w: redis-server on port %d: %s", testproc.ErrExited, s.port, p.Output())
 		}
 		if time.Now().After(deadline) {
 			p.Kill()
-			return fmt.Errorf("redis-server not ready on port %d: %v", s.port, err)
+			return nil, fmt.Errorf("redis-server not ready on port %d: %v", s.port, err)
 		}
 		time.Sleep(20 * time.Millisecond) // polling for readiness, not deciding correctness
 	}
@@ -246,9 +234,7 @@ func ping(addr string) error {
 }
 
 func (s *server) stop() {
-	if s.proc != nil && !s.proc.Exited() {
-		s.proc.Kill()
-	}
+	s.Close()
 	os.RemoveAll(s.dir)
 }
 

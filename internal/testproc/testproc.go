@@ -2,7 +2,8 @@
 // for themselves (internal/mysqltest's mariadbd, internal/redistest's
 // redis-server): a child process, as an unprivileged user when the tests
 // run as root, that dies with the test binary, and that a test can kill
-// with SIGKILL or freeze with SIGSTOP and start again on the same data.
+// with SIGKILL or freeze with SIGSTOP and start again on the same data
+// (Server).
 package testproc
 
 import (
@@ -144,3 +145,63 @@ func FreePort() (int, error) {
 
 // ErrExited: the server exited before it was ready.
 var ErrExited = errors.New("testproc: the server exited")
+
+// Server is a server process of a test's own that the test may crash
+// (Kill), freeze and thaw (Signal with SIGSTOP, SIGCONT) and start again
+// on the same data (Restart). Run starts the process and waits until it
+// answers, as the server's package knows how.
+type Server struct {
+	Run func() (*Proc, error)
+
+	mu   sync.Mutex
+	proc *Proc
+}
+
+// Start starts the server with Run.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runLocked()
+}
+
+func (s *Server) runLocked() error {
+	p, err := s.Run()
+	if err != nil {
+		return err
+	}
+	s.proc = p
+	return nil
+}
+
+// Kill crashes the server with SIGKILL and waits until it is gone.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.proc.Kill()
+}
+
+// Signal sends sig to the server.
+func (s *Server) Signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc.Signal(sig)
+}
+
+// Restart kills the server if it still runs and starts it again.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.proc.Exited() {
+		s.proc.Kill()
+	}
+	return s.runLocked()
+}
+
+// Close kills the server if it runs.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil && !s.proc.Exited() {
+		s.proc.Kill()
+	}
+}

@@ -167,6 +167,18 @@ func (n *Node) open(cfg node.Config, voters []uint64, names map[uint64]node.Peer
 	if cb := (*etcdcodec.CommitBeyondLogError)(nil); errors.As(err, &cb) && cfg.DataDir != "" {
 		return &node.DataDirError{Dir: cfg.DataDir, File: filepath.Join(cfg.DataDir, "wal"), Problem: cb.Error()}
 	}
+	// OpenStorage read every entry and the newest snapshot whole a
+	// moment ago.
+	if re := (*etcdcodec.ReadError)(nil); errors.As(err, &re) {
+		if d := node.RereadDamage(cfg, re.Index, re.Err); d != nil {
+			return d
+		}
+	}
+	if se := (*etcdcodec.SnapReadError)(nil); errors.As(err, &se) {
+		if d := node.SnapshotRereadDamage(cfg, se.ID, se.Err); d != nil {
+			return d
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("etcd: starting raft: %w", err)
 	}

@@ -112,7 +112,7 @@ func (wr *Watcher) once(ctx context.Context, addr string, after *api.Revision, s
 	if !t.Stop() || err != nil {
 		if err == nil {
 			_ = resp.Body.Close()
-			err = errors.New("sim: no head in time")
+			err = errors.New("simhttp: no head in time")
 		}
 		return err
 	}
@@ -123,7 +123,7 @@ func (wr *Watcher) once(ctx context.Context, addr string, after *api.Revision, s
 		if json.Unmarshal(b, &e) == nil && e.Code == api.CodeCompacted && e.CompactRevision != nil {
 			return &client.CompactedError{After: *after, Oldest: *e.CompactRevision}
 		}
-		return fmt.Errorf("sim: stream answered %d: %s", resp.StatusCode, b)
+		return fmt.Errorf("simhttp: stream answered %d: %s", resp.StatusCode, b)
 	}
 	return ReadEvents(resp.Body, func(ev, d string) error {
 		switch ev {
@@ -134,7 +134,7 @@ func (wr *Watcher) once(ctx context.Context, addr string, after *api.Revision, s
 			if json.Unmarshal([]byte(d), &e) == nil && e.Code == api.CodeCompacted && e.CompactRevision != nil {
 				return &client.CompactedError{After: *after, Oldest: *e.CompactRevision}
 			}
-			return fmt.Errorf("sim: stream ended: %s", d)
+			return fmt.Errorf("simhttp: stream ended: %s", d)
 		}
 		var we api.WatchEvent
 		if err := json.Unmarshal([]byte(d), &we); err != nil {

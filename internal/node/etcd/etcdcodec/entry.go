@@ -9,11 +9,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The etcd-io/raft engine (issue 28, in progress) keeps its log in the
-// same verified stores as the hashicorp node (openStores: raft-wal under
+// The etcd-io/raft engine (--engine etcd) keeps its log in the same
+// verified stores as the hashicorp node (openStores: raft-wal under
 // checkedLog's CRC-32C per entry, the state file's Durable watermark), so
-// that a damaged log is refused at start by the same checks and repaired
-// by the same rules. An etcd entry is stored as a raft.Log of the same
+// that a damaged log is refused at start by the same checks (`fencelock
+// recover`, which does not read this log, sets it aside whole and keeps
+// the token floor). An etcd entry is stored as a raft.Log of the same
 // index and term, its data as the log's data, and its etcd type in one
 // byte of Extensions (checkedLog seals Extensions with the rest).
 //
@@ -80,6 +81,15 @@ func Append(logs raft.LogStore, ents []*raftpb.Entry) error {
 	return logs.StoreLogs(out)
 }
 
+// ReadError is an entry the log store could not give back.
+type ReadError struct {
+	Index uint64
+	Err   error
+}
+
+func (e *ReadError) Error() string { return fmt.Sprintf("reading entry %d: %v", e.Index, e.Err) }
+func (e *ReadError) Unwrap() error { return e.Err }
+
 // Entries reads lo..hi (inclusive) back as etcd entries.
 func Entries(logs raft.LogStore, lo, hi uint64) ([]*raftpb.Entry, error) {
 	if hi < lo {
@@ -89,7 +99,7 @@ func Entries(logs raft.LogStore, lo, hi uint64) ([]*raftpb.Entry, error) {
 	var l raft.Log
 	for i := lo; i <= hi; i++ {
 		if err := logs.GetLog(i, &l); err != nil {
-			return nil, fmt.Errorf("reading entry %d: %w", i, err)
+			return nil, &ReadError{Index: i, Err: err}
 		}
 		e, err := etcdFromLog(&l)
 		if err != nil {

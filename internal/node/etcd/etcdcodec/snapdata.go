@@ -86,6 +86,17 @@ func DecodeSnap(data []byte) (map[uint64]node.Peer, []byte, error) {
 	return names, rest[4:], nil
 }
 
+// SnapReadError is a snapshot the store could not give back.
+type SnapReadError struct {
+	ID  string
+	Err error
+}
+
+func (e *SnapReadError) Error() string {
+	return fmt.Sprintf("opening the snapshot %s: %v", e.ID, e.Err)
+}
+func (e *SnapReadError) Unwrap() error { return e.Err }
+
 // LoadSnap reads the newest snapshot of store, through its checksum
 // (openStores has already refused a data dir whose newest one is
 // damaged): nil when there is none. names are the members' names, and
@@ -97,7 +108,7 @@ func LoadSnap(store raft.SnapshotStore) (snap *raftpb.Snapshot, names map[uint64
 	}
 	meta, rc, err := store.Open(list[0].ID)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("opening the snapshot %s: %w", list[0].ID, err)
+		return nil, nil, nil, &SnapReadError{ID: list[0].ID, Err: err}
 	}
 	defer rc.Close()
 	cs, names := ConfState(meta.Configuration)
