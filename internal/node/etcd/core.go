@@ -23,8 +23,8 @@ import (
 	"github.com/fencelock/fencelock/internal/replica"
 )
 
-// core drives an etcd RawNode (issue 28, in progress: one node, no
-// transport yet). One goroutine (run) owns the RawNode: it ticks, takes
+// core drives an etcd RawNode, alone or with peers over the raft port
+// (etcdport). One goroutine (run) owns the RawNode: it ticks, takes
 // proposals in batches between Readys, persists each Ready (entries
 // through the checked log, the hard state when term or vote moved), hands
 // messages to send, and passes committed entries to a second goroutine
