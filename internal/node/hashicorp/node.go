@@ -125,6 +125,7 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 		return nil, fmt.Errorf("hashicorp: starting raft: %w", err)
 	}
 	n.raft, n.addr = r, trans.LocalAddr()
+	n.standAlone()
 	n.lastLeader.Store("")
 	n.otherLeader.Store("")
 	// The filter runs in raft's goroutine and sends nothing: it only
