@@ -1119,7 +1119,7 @@ func (c *core) applyEntries(batch []*raftpb.Entry) {
 		}
 		ids = append(ids, id)
 		// A barrier carries no command: it is answered with its index.
-		ents = append(ents, fsm.Entry{Index: e.GetIndex(), Term: e.GetTerm(), Data: d[etcdIDLen:]})
+		ents = append(ents, fsm.Entry{Index: e.GetIndex(), Term: e.GetTerm(), Data: d[etcdIDLen:], Unanswered: id == 0})
 	}
 	var out []fsm.Result
 	if len(ents) > 0 {
@@ -1128,6 +1128,9 @@ func (c *core) applyEntries(batch []*raftpb.Entry) {
 	c.applied.Store(batch[len(batch)-1].GetIndex())
 	floorErr := c.m.FloorErr()
 	for i, id := range ids {
+		if id == 0 {
+			continue // nobody waits; and out is nil when nobody in the batch does
+		}
 		if floorErr != nil {
 			c.answer(id, etcdAnswer{err: fmt.Errorf("%w: %w", replica.ErrUnavailable, floorErr)})
 			continue
