@@ -25,6 +25,9 @@ import (
 type raftFSM struct {
 	m   *node.Machine
 	old raftPos // zero: none
+	// ents, when not nil, is reused for each batch's entries: raft
+	// calls ApplyBatch from one goroutine.
+	ents *[]fsm.Entry
 }
 
 // raftPos is a log entry's position.
@@ -42,7 +45,14 @@ func (a raftFSM) Apply(l *raft.Log) any { return a.ApplyBatch([]*raft.Log{l})[0]
 // ApplyBatch applies the batch's command entries in one Machine batch.
 func (a raftFSM) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
-	ents := make([]fsm.Entry, 0, len(logs))
+	var ents []fsm.Entry
+	if a.ents != nil {
+		ents = (*a.ents)[:0]
+		defer func() {
+			clear(ents) // holds no entry's data past the batch
+			*a.ents = ents[:0]
+		}()
+	}
 	for _, l := range logs {
 		if l.Type == raft.LogCommand {
 			old := l.Index <= a.old.index && l.Term <= a.old.term

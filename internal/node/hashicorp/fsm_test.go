@@ -51,7 +51,7 @@ func TestRaftFSMAdaptsBatches(t *testing.T) {
 // this node's own proposal), gets its Result.
 func TestRaftFSMLeavesTheReplayUnanswered(t *testing.T) {
 	f := fsm.New(nil)
-	a := raftFSM{m: (&node.Storage{}).Machine(f, node.Hooks{}), old: raftPos{index: 4, term: 2}}
+	a := raftFSM{m: (&node.Storage{}).Machine(f, node.Hooks{}), old: raftPos{index: 4, term: 2}, ents: new([]fsm.Entry)}
 	cmd := func(index, term uint64, key string) *raft.Log {
 		d, err := fsm.Encode(fsm.Command{Op: fsm.OpAcquire, Key: key, Holder: "h", TTL: locktable.Second})
 		if err != nil {

@@ -119,7 +119,7 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 		n.m.Replaying(last.index)
 	}
 	// raft reads back every entry it replicates (recentLogs).
-	r, err := raft.NewRaft(rc, raftFSM{m: n.m, old: last}, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
+	r, err := raft.NewRaft(rc, raftFSM{m: n.m, old: last, ents: new([]fsm.Entry)}, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
 	if err != nil {
 		n.m.EndReplay()
 		n.close()
