@@ -134,3 +134,67 @@ func TestApplyBatchIsApply(t *testing.T) {
 			granted, dup, bad, refused, handoff, none)
 	}
 }
+
+// A restart's replay (entries marked Unanswered) changes the state, the
+// events and the request-id memory exactly as answered entries do, but
+// ApplyBatch keeps no Result for it: a batch of replayed entries is
+// answered nil, and in a batch that mixes both kinds the answered entries
+// get the Results Apply gives. Retries of replayed requests are then
+// answered from memory.
+func TestReplayedEntriesAreUnanswered(t *testing.T) {
+	logs := batchLogs(t)
+	oneRec := &recorder{}
+	one := New(oneRec.observe)
+	var want []Result
+	for _, l := range logs {
+		want = append(want, *one.Apply(l.Index, l.Term, l.Data))
+	}
+	wantState, _ := one.MarshalBinary()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, replayed := range []int{0, 1, 63, len(logs) / 2, len(logs) - 1, len(logs)} {
+		ents := append([]Entry(nil), logs...)
+		for i := range ents[:replayed] {
+			ents[i].Unanswered = true
+		}
+		rec := &recorder{}
+		f := New(rec.observe)
+		for i := 0; i < len(ents); {
+			n := min(1+rng.IntN(64), len(ents)-i)
+			batch := ents[i : i+n]
+			res := f.ApplyBatch(batch, nil)
+			switch {
+			case batch[n-1].Unanswered && res != nil:
+				t.Fatalf("replayed %d: a batch of replayed entries %d..%d answered", replayed, i+1, i+n)
+			case !batch[n-1].Unanswered && len(res) != n:
+				t.Fatalf("replayed %d: %d answers to %d entries", replayed, len(res), n)
+			}
+			for j := range res {
+				if !batch[j].Unanswered && !reflect.DeepEqual(res[j], want[i+j]) {
+					t.Fatalf("replayed %d: entry %d answered\n%#v\nwant\n%#v", replayed, i+j+1, res[j], want[i+j])
+				}
+			}
+			i += n
+		}
+		if !reflect.DeepEqual(rec.evs, oneRec.evs) {
+			t.Fatalf("replayed %d: events differ", replayed)
+		}
+		if st, _ := f.MarshalBinary(); !bytes.Equal(st, wantState) {
+			t.Fatalf("replayed %d: state differs", replayed)
+		}
+	}
+
+	// A retry of a replayed request is answered from memory.
+	f := New(nil)
+	acq := Command{Op: OpAcquire, Now: tsec, Key: "k", Holder: "h", TTL: 3 * sec, RequestID: "r1"}
+	d, err := Encode(acq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := f.ApplyBatch([]Entry{{Index: 1, Term: 1, Data: d, Unanswered: true}}, nil); res != nil {
+		t.Fatalf("a replayed acquire answered %+v", res)
+	}
+	res := f.ApplyBatch([]Entry{{Index: 2, Term: 2, Data: d}}, nil)
+	if len(res) != 1 || !res[0].Duplicate || !res[0].Granted || res[0].Lease.Token != 1 || f.LastToken() != 1 {
+		t.Fatalf("the retry after the replay answered %+v, last token %d", res, f.LastToken())
+	}
+}

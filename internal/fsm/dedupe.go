@@ -190,6 +190,9 @@ func (f *FSM) unwait(m *remembered) {
 // (remembered as the grant of the wait's request id), or dropped or
 // cancelled (forgotten).
 func (f *FSM) waitEnded(ev locktable.Event) {
+	if len(f.waits) == 0 {
+		return // every grant asks: spare it the key (an allocation)
+	}
 	wk := waitKey(ev.Key, ev.Holder)
 	m := f.waits[wk]
 	if m == nil {

@@ -81,6 +81,9 @@ type FSM struct {
 	// which every proposal asks: a read lock there waited for each
 	// batch being applied.
 	byOwner atomic.Bool
+	// unanswered is where ApplyBatch applies a batch of Unanswered
+	// entries, one after another, under mu.
+	unanswered Result
 }
 
 // New returns an FSM over an empty table. observe may be nil.
@@ -126,9 +129,15 @@ func (f *FSM) poke() {
 // and term, and the encoded command (Encode). An entry with no data carries
 // no command (a barrier, an engine's own no-op): it is answered with its
 // index alone and changes nothing, not even the applied index.
+//
+// Unanswered says that nobody waits for the entry's Result: an entry a
+// restart replays, proposed before the node opened its log. It is applied
+// exactly as any other (the request-id memory keeps what it would);
+// only its Result is not kept (ApplyBatch).
 type Entry struct {
 	Index, Term uint64
 	Data        []byte
+	Unanswered  bool
 }
 
 // Apply runs the committed entry at index (of term) whose data is an
@@ -154,27 +163,43 @@ func (f *FSM) Apply(index, term uint64, data []byte) *Result {
 
 // ApplyBatch runs committed entries in order under one hold of the lock,
 // answering each with the Result that Apply would have, in one
-// allocation. each, when not nil, is called after every entry that
-// carries a command (the server times entries with it); it runs under the
-// lock: it must not block or call back into f.
+// allocation; or, when every entry is Unanswered, with nil: a restart's
+// replay of a million entries built a 280-byte Result for each that
+// nobody read (docs/BENCHMARKS.md, issue 45). each, when not nil, is
+// called after every entry that carries a command (the server times
+// entries with it); it runs under the lock: it must not block or call
+// back into f.
 func (f *FSM) ApplyBatch(ents []Entry, each func()) []Result {
-	res := make([]Result, len(ents))
+	var res []Result
+	for _, e := range ents {
+		if !e.Unanswered {
+			res = make([]Result, len(ents))
+			break
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ran := false
 	for i, e := range ents {
+		r := &f.unanswered
+		if res != nil {
+			r = &res[i]
+		} else {
+			*r = Result{}
+		}
 		if len(e.Data) == 0 {
-			res[i].Index = e.Index
+			r.Index = e.Index
 			continue
 		}
 		cmd, err := Decode(e.Data)
-		if f.applyDecoded(e.Index, cmd, err, &res[i]) {
+		if f.applyDecoded(e.Index, cmd, err, r) {
 			ran = true
 		}
 		if each != nil {
 			each()
 		}
 	}
+	f.unanswered = Result{} // holds nothing past the batch
 	if ran {
 		f.poke()
 	}

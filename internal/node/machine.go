@@ -62,7 +62,8 @@ func (m *Machine) reserve() {
 
 // ApplyBatch applies a batch of committed entries, each timed, then
 // reserves once for every token it issued, still before the engine
-// answers any of its entries. The results are fsm.ApplyBatch's.
+// answers any of its entries. The results are fsm.ApplyBatch's: nil
+// when every entry is Unanswered.
 func (m *Machine) ApplyBatch(ents []fsm.Entry) []fsm.Result {
 	var out []fsm.Result
 	if m.hooks.Applied == nil {

@@ -278,9 +278,11 @@ func (h *healingWAL) LastIndex() (uint64, error) {
 }
 
 func (h *healingWAL) GetLog(index uint64, l *raft.Log) error {
-	w, done := h.current()
-	defer done()
-	return w.GetLog(index, l)
+	// Not current(): its method value is an allocation for every entry a
+	// restart reads (three times each: verify, raft's start, the replay).
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.w.GetLog(index, l)
 }
 
 func (h *healingWAL) Set(k, v []byte) error {

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // A lost leader replaced in one round, at a fixed point of the election
@@ -67,8 +68,17 @@ func failoverStep(quiet int, led bool, slot int) (forget, campaign bool) {
 // driver (Stepped.Tick), calls it.
 func (c *core) tickRaft() {
 	c.rn.Tick()
-	if etcdraft.StateType(c.state.Load()) == etcdraft.StateLeader {
+	st := etcdraft.StateType(c.state.Load())
+	if st == etcdraft.StateLeader {
 		c.quiet = 0
+		return
+	}
+	if st == etcdraft.StateFollower && c.leadID.Load() == 0 && etcdAlone(c.conf.Load(), c.self) {
+		// The only voter has no leader to wait for: it stands at once,
+		// not after raft's randomized election timeout (0.5–1 s here),
+		// which a restart's replay waited for (the log's commit index on
+		// disk lags: the replay runs once this node commits as leader).
+		_ = c.rn.Campaign()
 		return
 	}
 	c.quiet++
@@ -86,6 +96,12 @@ func (c *core) tickRaft() {
 	if campaign {
 		_ = c.rn.Campaign() // an error is a campaign raft declines: its own timer tries later
 	}
+}
+
+// etcdAlone reports whether self is the only voter of cs.
+func etcdAlone(cs *raftpb.ConfState, self uint64) bool {
+	v := cs.GetVoters()
+	return len(v) == 1 && v[0] == self && len(cs.GetVotersOutgoing()) == 0
 }
 
 // heardLeader notes a message of a leader of this term or a later one.

@@ -143,6 +143,11 @@ func openNode(cfg node.Config, f *fsm.FSM, network etcdNet, stepped *SteppedConf
 	if stepped != nil {
 		return n, nil
 	}
+	if to := n.core.replayTo; to > 0 {
+		// The replay has begun; what is left of it runs under the relaxed
+		// GC policy (node.Machine.Replaying).
+		n.core.m.Replaying(to)
+	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.core.m.ReturnFreedMemory(n.stop) }()
 	return n, nil

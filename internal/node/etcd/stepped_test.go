@@ -205,3 +205,40 @@ func TestSteppedAsyncWritesAnswerOnlyWhatIsDurable(t *testing.T) {
 		})
 	}
 }
+
+// A node alone stands at its first tick (and leads by its second, once
+// raft's step has been handled), on its first start and on a restart,
+// instead of after raft's randomized election timeout (10 to 19 ticks):
+// it has no leader to wait for.
+func TestSteppedLoneVoterStandsAtItsFirstTick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := disk.New(1)
+		for run := range 2 {
+			f := fsm.New(nil)
+			s, err := steppedOn(t, d, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ticks := 0
+			for leading := false; !leading && ticks < 100; {
+				if err := s.Tick(); err != nil {
+					s.Close()
+					t.Fatal(err)
+				}
+				ticks++
+				written(t, s)
+				_, _, leading, _ = s.Raft()
+			}
+			if run == 0 && ticks <= 2 {
+				grant(t, s, "k")
+			}
+			s.Close()
+			if ticks > 2 {
+				t.Fatalf("run %d: a node alone led after %d ticks, not at its first", run, ticks)
+			}
+			if f.LastToken() != 1 {
+				t.Fatalf("run %d: last token %d", run, f.LastToken())
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package hashicorp
 
 import (
+	"reflect"
 	"strconv"
 	"testing"
 
@@ -16,7 +17,7 @@ import (
 // change nothing.
 func TestRaftFSMAdaptsBatches(t *testing.T) {
 	f := fsm.New(nil)
-	var a raft.BatchingFSM = raftFSM{(&node.Storage{}).Machine(f, node.Hooks{})}
+	var a raft.BatchingFSM = raftFSM{m: (&node.Storage{}).Machine(f, node.Hooks{})}
 	var logs []*raft.Log
 	for i := range 6 {
 		d, err := fsm.Encode(fsm.Command{Op: fsm.OpAcquire, Key: "k" + strconv.Itoa(i), Holder: "h", TTL: locktable.Second})
@@ -40,6 +41,43 @@ func TestRaftFSMAdaptsBatches(t *testing.T) {
 		}
 	}
 	if f.LastToken() != 6 || f.AppliedIndex() != uint64(len(logs)) {
+		t.Fatalf("last token %d, applied %d", f.LastToken(), f.AppliedIndex())
+	}
+}
+
+// The commands a restart replays are answered nil: those at or below the
+// log's last command at open and of no later term. A later entry, or one
+// of a later term at a replayed index (a later leader's, which may be
+// this node's own proposal), gets its Result.
+func TestRaftFSMLeavesTheReplayUnanswered(t *testing.T) {
+	f := fsm.New(nil)
+	a := raftFSM{m: (&node.Storage{}).Machine(f, node.Hooks{}), old: raftPos{index: 4, term: 2}, ents: new([]fsm.Entry)}
+	cmd := func(index, term uint64, key string) *raft.Log {
+		d, err := fsm.Encode(fsm.Command{Op: fsm.OpAcquire, Key: key, Holder: "h", TTL: locktable.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &raft.Log{Index: index, Term: term, Type: raft.LogCommand, Data: d}
+	}
+	answered := func(logs []*raft.Log) []bool {
+		var got []bool
+		for i, r := range a.ApplyBatch(logs) {
+			r, _ := r.(*fsm.Result)
+			if r != nil && (r.Err != nil || r.Index != logs[i].Index || !r.Granted) {
+				t.Fatalf("entry %d answered %+v", logs[i].Index, r)
+			}
+			got = append(got, r != nil)
+		}
+		return got
+	}
+	if got := answered([]*raft.Log{cmd(1, 1, "a"), cmd(2, 2, "b")}); !reflect.DeepEqual(got, []bool{false, false}) {
+		t.Fatalf("replayed entries answered: %v", got)
+	}
+	// 3 is replayed; 4 replaces the old tail's, in a later term; 5 is new.
+	if got := answered([]*raft.Log{cmd(3, 2, "c"), cmd(4, 3, "d"), cmd(5, 3, "e")}); !reflect.DeepEqual(got, []bool{false, true, true}) {
+		t.Fatalf("answered %v, want the entries of term 3 only", got)
+	}
+	if f.LastToken() != 5 || f.AppliedIndex() != 5 {
 		t.Fatalf("last token %d, applied %d", f.LastToken(), f.AppliedIndex())
 	}
 }

@@ -114,17 +114,19 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 		n.close()
 		return nil, err
 	}
-	if last := lastCommand(logs); last > 0 {
-		n.m.Replaying(last)
+	last := lastCommand(logs)
+	if last.index > 0 {
+		n.m.Replaying(last.index)
 	}
 	// raft reads back every entry it replicates (recentLogs).
-	r, err := raft.NewRaft(rc, raftFSM{n.m}, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
+	r, err := raft.NewRaft(rc, raftFSM{m: n.m, old: last, ents: new([]fsm.Entry)}, newRecentLogs(logs, recentLogsSize), stable, snaps, trans)
 	if err != nil {
 		n.m.EndReplay()
 		n.close()
 		return nil, fmt.Errorf("hashicorp: starting raft: %w", err)
 	}
 	n.raft, n.addr = r, trans.LocalAddr()
+	n.standAlone()
 	n.lastLeader.Store("")
 	n.otherLeader.Store("")
 	// The filter runs in raft's goroutine and sends nothing: it only
@@ -146,26 +148,26 @@ func Open(cfg node.Config, f *fsm.FSM, trans Transport) (*Node, error) {
 	return n, nil
 }
 
-// lastCommand is the index of the last command in logs, which a restart
-// replays up to: what follows it (a new leader's no-op, a configuration)
-// never reaches the state machine. 0: none among the last entries, or
-// the log could not be read (raft will say so).
-func lastCommand(logs raft.LogStore) uint64 {
+// lastCommand is the position of the last command in logs, which a
+// restart replays up to: what follows it (a new leader's no-op, a
+// configuration) never reaches the state machine. Zero: none among the
+// last entries, or the log could not be read (raft will say so).
+func lastCommand(logs raft.LogStore) raftPos {
 	first, err1 := logs.FirstIndex()
 	last, err2 := logs.LastIndex()
 	if err1 != nil || err2 != nil || last == 0 {
-		return 0
+		return raftPos{}
 	}
 	for i := last; i >= first && i+64 > last; i-- {
 		var l raft.Log
 		if err := logs.GetLog(i, &l); err != nil {
-			return 0
+			return raftPos{}
 		}
 		if l.Type == raft.LogCommand && len(l.Data) > 0 {
-			return i
+			return raftPos{i, l.Term}
 		}
 	}
-	return 0
+	return raftPos{}
 }
 
 // currentTerm is raft's current term; 0 before raft runs.

@@ -104,9 +104,32 @@ func (r *sealedReader) Close() error {
 // GetLog answers entry idx's payload, from a window when it can.
 func (r *sealedReader) GetLog(idx uint64) (*types.PooledBuffer, error) {
 	if b, ok := r.fromWindow(idx); ok {
-		return &types.PooledBuffer{Bs: b}, nil
+		return frameBuffer(b), nil
 	}
 	return r.inner.GetLog(idx)
+}
+
+// pooledFrame is a PooledBuffer that answers a frame out of a window,
+// kept for reuse: raft-wal closes each buffer a reader answers once it
+// has decoded the entry (copying what it keeps), and this one's Close
+// puts it back. A new one for each entry read was a restart's second
+// largest source of garbage (docs/BENCHMARKS.md, issue 45).
+type pooledFrame struct{ types.PooledBuffer }
+
+var pooledFrames sync.Pool
+
+// frameBuffer answers b, a frame's payload in a window.
+func frameBuffer(b []byte) *types.PooledBuffer {
+	p, _ := pooledFrames.Get().(*pooledFrame)
+	if p == nil {
+		p = new(pooledFrame)
+		p.CloseFn = func() {
+			p.Bs = nil // the window is not the pool's to keep
+			pooledFrames.Put(p)
+		}
+	}
+	p.Bs = b
+	return &p.PooledBuffer
 }
 
 // fromWindow is entry idx's payload out of a window, reading the index
@@ -224,7 +247,7 @@ func (t *tailWriter) GetLog(idx uint64) (*types.PooledBuffer, error) {
 		limit, err2 := t.offsets.OffsetForFrame(idx + 1)
 		if err1 == nil && err2 == nil && uint64(off) >= walFileHeaderLen && limit >= off+walFrameHeaderLen {
 			if b, ok := t.windows.frame(t.rf, idx, uint64(off), uint64(limit), math.MaxUint64, t.LastIndex); ok {
-				return &types.PooledBuffer{Bs: b}, nil
+				return frameBuffer(b), nil
 			}
 		}
 	}
