@@ -15,7 +15,9 @@ import "hash/maphash"
 // quarter at a time, so that its slots stay between 65% and 81% full. In
 // a group, a key sits at the first free slot from its hash on (linear
 // probing), with a tag byte of seven bits of its hash, so that a probe
-// reads the key of an entry only when the tags agree.
+// reads the key of an entry only when the tags agree. The entry keeps the
+// bits of its hash that place it in a group (entry.homeBits), so a group
+// grows without hashing a key again; only a split does.
 //
 // The hash is seeded at random, per index, as a Go map's is, so that no
 // one can choose keys that collide. Nothing the table answers depends on
@@ -40,8 +42,9 @@ const (
 	tagEmpty = 0
 	tagDead  = 1
 	tagLive  = 0x80
-	// tagBits low bits of the hash are the tag; the 32 above them place
-	// the key in its group, and the top ones choose the group.
+	// tagBits low bits of the hash are the tag; the 16 above them (the
+	// entry's homeBits) place the key in its group, and the top ones
+	// choose the group.
 	tagBits = 7
 
 	minGroupSlots = 8
@@ -60,7 +63,8 @@ func groupSize(n int) int {
 func newKeyIndex() keyIndex { return newKeyIndexFor(0) }
 
 // newKeyIndexFor is an index sized for n keys, so that filling it (a
-// snapshot's restore) splits and grows no group.
+// snapshot's restore) splits no group and grows hardly any: each is made
+// 70% full for its share of n and grows past 81%.
 func newKeyIndexFor(n int) keyIndex {
 	depth := uint(0)
 	for n>>depth > groupLimit(maxGroupSlots)*7/8 {
@@ -85,9 +89,11 @@ func (x *keyIndex) group(h uint64) *keyGroup { return x.dir[h>>(64-x.depth)] }
 
 func tagOf(h uint64) uint8 { return tagLive | uint8(h&(tagLive-1)) }
 
-// home is the slot, in a group of size slots, where the probe for hash h
-// starts: 32 bits of the hash scaled to the size.
-func home(h uint64, size int) int { return int(uint64(uint32(h>>tagBits)) * uint64(size) >> 32) }
+func homeBitsOf(h uint64) uint16 { return uint16(h >> tagBits) }
+
+// home is the slot, in a group of size slots, where the probe for a key
+// whose homeBits are hb starts: hb scaled to the size.
+func home(hb uint16, size int) int { return int(uint32(hb) * uint32(size) >> 16) }
 
 // len is the number of entries indexed.
 func (x *keyIndex) len() int { return x.n }
@@ -96,7 +102,7 @@ func (x *keyIndex) len() int { return x.n }
 func (x *keyIndex) get(key string) *entry {
 	h := x.hash(key)
 	g, tag := x.group(h), tagOf(h)
-	for i := home(h, len(g.tags)); ; {
+	for i := home(homeBitsOf(h), len(g.tags)); ; {
 		switch t := g.tags[i]; {
 		case t == tagEmpty:
 			return nil
@@ -116,22 +122,23 @@ func (x *keyIndex) insert(e *entry) {
 	for g.used+g.dead+1 > groupLimit(len(g.tags)) {
 		switch size := len(g.tags); {
 		case g.used+1 <= groupLimit(size)/2:
-			g.rehash(x, size) // mostly tombstones
+			g.rehash(size) // mostly tombstones
 		case size < maxGroupSlots:
-			g.rehash(x, min(maxGroupSlots, (size*5/4+7)&^7))
+			g.rehash(min(maxGroupSlots, (size*5/4+7)&^7))
 		default:
 			x.split(g, h)
 		}
 		g = x.group(h)
 	}
-	g.put(e, h)
+	e.homeBits = homeBitsOf(h)
+	g.put(e, tagOf(h))
 	x.n++
 }
 
-// put places e, whose hash is h, in g's first free slot from its home on.
-// g has room.
-func (g *keyGroup) put(e *entry, h uint64) {
-	i := home(h, len(g.tags))
+// put places e, under tag, in g's first free slot from its home on. g
+// has room.
+func (g *keyGroup) put(e *entry, tag uint8) {
+	i := home(e.homeBits, len(g.tags))
 	for g.tags[i] >= tagLive {
 		if i++; i == len(g.tags) {
 			i = 0
@@ -140,7 +147,7 @@ func (g *keyGroup) put(e *entry, h uint64) {
 	if g.tags[i] == tagDead {
 		g.dead--
 	}
-	g.tags[i], g.slots[i] = tagOf(h), e
+	g.tags[i], g.slots[i] = tag, e
 	g.used++
 }
 
@@ -148,7 +155,7 @@ func (g *keyGroup) put(e *entry, h uint64) {
 func (x *keyIndex) remove(key string) {
 	h := x.hash(key)
 	g, tag := x.group(h), tagOf(h)
-	i := home(h, len(g.tags))
+	i := home(homeBitsOf(h), len(g.tags))
 	for g.tags[i] != tag || g.slots[i].key != key {
 		if g.tags[i] == tagEmpty {
 			return
@@ -186,13 +193,13 @@ func (x *keyIndex) remove(key string) {
 }
 
 // rehash moves g's live entries into size fresh slots.
-func (g *keyGroup) rehash(x *keyIndex, size int) {
+func (g *keyGroup) rehash(size int) {
 	tags, slots := g.tags, g.slots
 	g.tags, g.slots = make([]uint8, size), make([]*entry, size)
 	g.used, g.dead = 0, 0
 	for i, t := range tags {
 		if t >= tagLive {
-			g.put(slots[i], x.hash(slots[i].key))
+			g.put(slots[i], t)
 		}
 	}
 }
@@ -209,12 +216,12 @@ func (x *keyIndex) split(g *keyGroup, h uint64) {
 	}
 	d := g.depth + 1
 	bit := uint64(1) << (64 - d)
-	hashes := make([]uint64, len(g.tags))
+	upper := make([]bool, len(g.tags)) // the slots whose key's next bit is 1
 	n := 0
 	for i, t := range g.tags {
 		if t >= tagLive {
-			hashes[i] = x.hash(g.slots[i].key)
-			if hashes[i]&bit == 0 {
+			upper[i] = x.hash(g.slots[i].key)&bit != 0
+			if !upper[i] {
 				n++
 			}
 		}
@@ -223,10 +230,10 @@ func (x *keyIndex) split(g *keyGroup, h uint64) {
 	for i, t := range g.tags {
 		if t >= tagLive {
 			half := 0
-			if hashes[i]&bit != 0 {
+			if upper[i] {
 				half = 1
 			}
-			halves[half].put(g.slots[i], hashes[i])
+			halves[half].put(g.slots[i], t)
 		}
 	}
 	// g's directory slots are the run whose top g.depth bits are h's: the

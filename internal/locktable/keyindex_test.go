@@ -59,7 +59,7 @@ func checkKeyIndex(t interface {
 				used++
 				e := g.slots[j]
 				h := x.hash(e.key)
-				if x.group(h) != g || tagOf(h) != tag {
+				if x.group(h) != g || tagOf(h) != tag || homeBitsOf(h) != e.homeBits {
 					t.Fatalf("%q sits in the wrong group or under the wrong tag", e.key)
 				}
 			case tag == tagDead:
@@ -155,7 +155,9 @@ func TestKeyIndexGrowsAndEmpties(t *testing.T) {
 }
 
 // TestKeyIndexSizedForARestore: an index sized for n keys (a snapshot's)
-// takes them without a split or a rehash.
+// takes them without a split, and with hardly a group grown: a group is
+// sized for its share of the keys at 70% full, and grows only past 81%,
+// four standard deviations of its share above the mean at the most.
 func TestKeyIndexSizedForARestore(t *testing.T) {
 	for _, n := range []int{0, 1, 700, 5000, 300000} {
 		x := newKeyIndexFor(n)
@@ -169,14 +171,45 @@ func TestKeyIndexSizedForARestore(t *testing.T) {
 			x.insert(e)
 			want[e.key] = e
 		}
-		for _, g := range x.dir {
-			if sizes[g] != len(g.tags) {
-				t.Fatalf("%d keys: a group grew from %d to %d slots, or split", n, sizes[g], len(g.tags))
-			}
-		}
 		if x.depth != depth {
 			t.Fatalf("%d keys: the directory grew from depth %d to %d", n, depth, x.depth)
 		}
+		grown := 0
+		for g, size := range sizes {
+			if len(g.tags) != size {
+				grown++
+			}
+		}
+		if grown*20 > len(sizes) {
+			t.Fatalf("%d keys: %d of %d groups grew", n, grown, len(sizes))
+		}
 		checkKeyIndex(t, &x, want)
 	}
+}
+
+// BenchmarkKeyIndexFill indexes 100,000 entries one by one (a log's
+// replay, a fill), beside a Go map from the key doing the same.
+func BenchmarkKeyIndexFill(b *testing.B) {
+	es := make([]*entry, 100000)
+	for i := range es {
+		es[i] = &entry{key: "flbench/1765000000000000000/w4/" + strconv.Itoa(i)}
+	}
+	b.Run("index", func(b *testing.B) {
+		for range b.N {
+			x := newKeyIndex()
+			for _, e := range es {
+				x.insert(e)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(es)), "ns/key")
+	})
+	b.Run("map", func(b *testing.B) {
+		for range b.N {
+			m := map[string]*entry{}
+			for _, e := range es {
+				m[e.key] = e
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(es)), "ns/key")
+	})
 }

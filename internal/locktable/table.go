@@ -84,6 +84,11 @@ type entry struct {
 	heapIdx int32 // position in Table.expiries, -1 when not held
 	queued  bool  // Table.waiting holds this key's waiters
 	multi   bool  // a semaphore or read/write key, or one of its holders
+	// homeBits are the bits of the key's hash that place the entry in
+	// its group of Table.keys (keyindex.go): a group that grows moves
+	// its entries without hashing their keys again. They fill the bytes
+	// the fields above leave free in the 64.
+	homeBits uint16
 }
 
 // held reports whether e has a lease record (alive or not).
