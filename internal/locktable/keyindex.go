@@ -151,14 +151,14 @@ func (g *keyGroup) put(e *entry, tag uint8) {
 	g.used++
 }
 
-// remove forgets key's entry, if it has one.
-func (x *keyIndex) remove(key string) {
-	h := x.hash(key)
+// remove forgets e if it is its key's entry, and reports whether it was.
+func (x *keyIndex) remove(e *entry) bool {
+	h := x.hash(e.key)
 	g, tag := x.group(h), tagOf(h)
 	i := home(homeBitsOf(h), len(g.tags))
-	for g.tags[i] != tag || g.slots[i].key != key {
+	for g.tags[i] != tag || g.slots[i] != e {
 		if g.tags[i] == tagEmpty {
-			return
+			return false
 		}
 		if i++; i == len(g.tags) {
 			i = 0
@@ -177,7 +177,7 @@ func (x *keyIndex) remove(key string) {
 	if g.tags[next] != tagEmpty {
 		g.tags[i] = tagDead
 		g.dead++
-		return
+		return true
 	}
 	g.tags[i] = tagEmpty
 	for {
@@ -185,7 +185,7 @@ func (x *keyIndex) remove(key string) {
 			i = len(g.tags) - 1
 		}
 		if g.tags[i] != tagDead {
-			return
+			return true
 		}
 		g.tags[i] = tagEmpty
 		g.dead--

@@ -107,12 +107,21 @@ func TestKeyIndexMatchesAMap(t *testing.T) {
 				e = &entry{key: k}
 				x.insert(e)
 				want[k] = e
+			case rapid.Bool().Draw(rt, "impostor"):
+				// Another entry of the same key is not the one indexed.
+				if x.remove(&entry{key: k}) {
+					rt.Fatalf("removed an entry of %q that was not indexed", k)
+				}
 			default:
-				x.remove(k)
+				if !x.remove(e) {
+					rt.Fatalf("remove(%q) found nothing", k)
+				}
 				delete(want, k)
 			}
 		}
-		x.remove("absent")
+		if x.remove(&entry{key: "absent"}) {
+			rt.Fatal("removed an absent key")
+		}
 		checkKeyIndex(rt, &x, want)
 	})
 }
@@ -134,7 +143,7 @@ func TestKeyIndexGrowsAndEmpties(t *testing.T) {
 		t.Fatalf("%d keys in a directory of depth %d: the groups did not split", n, x.depth)
 	}
 	for i := 0; i < n; i += 2 {
-		x.remove(key(i))
+		x.remove(want[key(i)])
 		delete(want, key(i))
 	}
 	checkKeyIndex(t, &x, want)
@@ -145,7 +154,9 @@ func TestKeyIndexGrowsAndEmpties(t *testing.T) {
 	}
 	checkKeyIndex(t, &x, want)
 	for i := range n {
-		x.remove(key(i))
+		if !x.remove(want[key(i)]) {
+			t.Fatalf("remove(%q) found nothing", key(i))
+		}
 		delete(want, key(i))
 	}
 	checkKeyIndex(t, &x, want)

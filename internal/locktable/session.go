@@ -275,7 +275,11 @@ func (t *Table) nextSessionExpiry() (Time, bool) {
 // its keys handed on, whichever of them a call touches first. Likewise an
 // expired lease that has a lock-delay ends here, so the delay applies.
 func (t *Table) lookup(key string, now Time) *entry {
-	e := t.keys.get(key)
+	return t.endDue(t.keys.get(key), key, now)
+}
+
+// endDue is lookup for e, key's entry (nil: none), already found.
+func (t *Table) endDue(e *entry, key string, now Time) *entry {
 	if e == nil || !e.held() {
 		return e
 	}

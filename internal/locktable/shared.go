@@ -407,7 +407,7 @@ func (t *Table) dropLateShared(e *entry, m *multiKey, now Time) {
 func (t *Table) tidyShared(e *entry, m *multiKey) {
 	if len(m.holders) == 0 && len(m.waiters) == 0 {
 		delete(t.multi, e.key)
-		t.keys.remove(e.key)
+		t.keys.remove(e)
 		t.index.Delete(e)
 	}
 }

@@ -828,8 +828,7 @@ func (t *Table) unref(e *entry) {
 
 // tidy forgets e once it has neither a lease record nor a waiter.
 func (t *Table) tidy(e *entry) {
-	if !e.queued && !e.held() && !e.multi && t.keys.get(e.key) == e {
-		t.keys.remove(e.key)
+	if !e.queued && !e.held() && !e.multi && t.keys.remove(e) {
 		t.index.Delete(e)
 	}
 }
