@@ -224,3 +224,32 @@ func BenchmarkKeyIndexFill(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(es)), "ns/key")
 	})
 }
+
+// BenchmarkKeyIndexGet looks keys up in an index of one and of 20,000
+// keys, beside a Go map from the key.
+func BenchmarkKeyIndexGet(b *testing.B) {
+	for _, n := range []int{1, 20000} {
+		keys := make([]string, n)
+		x, m := newKeyIndex(), map[string]*entry{}
+		for i := range keys {
+			keys[i] = "jobs/nightly/" + strconv.Itoa(i)
+			e := &entry{key: keys[i]}
+			x.insert(e)
+			m[keys[i]] = e
+		}
+		b.Run(strconv.Itoa(n)+"/index", func(b *testing.B) {
+			for i := range b.N {
+				if x.get(keys[i%n]) == nil {
+					b.Fatal("missing")
+				}
+			}
+		})
+		b.Run(strconv.Itoa(n)+"/map", func(b *testing.B) {
+			for i := range b.N {
+				if m[keys[i%n]] == nil {
+					b.Fatal("missing")
+				}
+			}
+		})
+	}
+}
