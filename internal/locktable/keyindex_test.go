@@ -225,10 +225,10 @@ func BenchmarkKeyIndexFill(b *testing.B) {
 	})
 }
 
-// BenchmarkKeyIndexGet looks keys up in an index of one and of 20,000
+// BenchmarkKeyIndexGet looks keys up in an index of one, 32 and 20,000
 // keys, beside a Go map from the key.
 func BenchmarkKeyIndexGet(b *testing.B) {
-	for _, n := range []int{1, 20000} {
+	for _, n := range []int{1, 32, 20000} {
 		keys := make([]string, n)
 		x, m := newKeyIndex(), map[string]*entry{}
 		for i := range keys {
