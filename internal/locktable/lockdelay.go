@@ -108,7 +108,7 @@ func (t *Table) endDelays(now Time) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		delete(t.delayed, k)
-		if e := t.entries[k]; e != nil && !e.held() {
+		if e := t.keys.get(k); e != nil && !e.held() {
 			t.handOff(e, now)
 			t.tidy(e)
 		}

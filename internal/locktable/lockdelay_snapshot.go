@@ -71,7 +71,7 @@ func decodeLockDelays(t *Table, p []byte) error {
 		if d.Err() != nil {
 			break
 		}
-		e := t.entries[key]
+		e := t.keys.get(key)
 		if e == nil || !e.held() || !okDelay(delay) || t.delays[e] != 0 {
 			return fmt.Errorf("bad lock-delay on %q", key)
 		}

@@ -49,11 +49,12 @@ func (t *Table) prepareOpts(holder string, now Time, ttl Duration, o Options) (g
 // settleKey applies, at now, what is due on key: the end of a dead session
 // that holds it, an expired lease with a lock-delay, a hand-off to a waiter.
 func (t *Table) settleKey(key string, now Time) {
-	if e := t.entries[key]; e != nil && e.multi {
+	e := t.keys.get(key)
+	if e != nil && e.multi {
 		t.settleShared(e, t.multi[key], now)
 		return
 	}
-	if e := t.lookup(key, now); e != nil {
+	if e := t.endDue(e, key, now); e != nil {
 		t.settle(e, now)
 	}
 }
@@ -61,11 +62,12 @@ func (t *Table) settleKey(key string, now Time) {
 // blocked is why holder cannot be granted key at now (nil: it can). It
 // changes nothing.
 func (t *Table) blocked(key, holder string, now Time) error {
-	if e := t.entries[key]; e != nil && e.multi { // a semaphore or read/write lock
+	e := t.keys.get(key)
+	if e != nil && e.multi { // a semaphore or read/write lock
 		m := t.multi[key]
 		return &KindMismatchError{Key: key, Kind: m.kind, Permits: m.permits, Asked: Shared{Kind: Exclusive}}
 	}
-	if e := t.entries[key]; e != nil && e.held() && e.alive(now) && e.holder.name != holder {
+	if e != nil && e.held() && e.alive(now) && e.holder.name != holder {
 		return &HeldError{Lease: e.lease()}
 	}
 	if t.inDelay(key, now) {
@@ -79,7 +81,7 @@ func (t *Table) grantable(key, holder string, now Time) error {
 	t.settleKey(key, now)
 	err := t.blocked(key, holder, now)
 	if err != nil {
-		if e := t.entries[key]; e != nil {
+		if e := t.keys.get(key); e != nil {
 			t.tidy(e)
 		}
 	}
@@ -116,7 +118,7 @@ func (t *Table) AcquireAll(keys []string, holder string, now Time, ttl Duration,
 	if g.sess != nil {
 		n := len(g.sess.locks) + len(g.sess.waits)
 		for _, k := range keys {
-			if e := t.entries[k]; e == nil || !e.held() || e.holder.sess != g.sess {
+			if e := t.keys.get(k); e == nil || !e.held() || e.holder.sess != g.sess {
 				n++
 			}
 		}
@@ -132,7 +134,7 @@ func (t *Table) AcquireAll(keys []string, holder string, now Time, ttl Duration,
 	for _, k := range keys {
 		if err := t.blocked(k, holder, now); err != nil {
 			for _, k := range keys {
-				if e := t.entries[k]; e != nil {
+				if e := t.keys.get(k); e != nil {
 					t.tidy(e)
 				}
 			}
@@ -141,7 +143,7 @@ func (t *Table) AcquireAll(keys []string, holder string, now Time, ttl Duration,
 	}
 	out := make([]Lease, len(keys))
 	for i, k := range keys {
-		e := t.entries[k]
+		e := t.keys.get(k)
 		if e == nil {
 			e = t.newEntry(k)
 		}

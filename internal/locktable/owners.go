@@ -103,7 +103,7 @@ func (t *Table) unhold(r *holderRef) {
 // place on key, so that a grant or a wait there adds nothing to its
 // owner's count (a renewal, a wait sent again).
 func (t *Table) Counted(key, holder string) bool {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil {
 		return false
 	}

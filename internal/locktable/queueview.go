@@ -5,7 +5,7 @@ package locktable
 // reads; a dashboard shows a page of keys with their queues through it
 // without copying every queue of the table (QueuedWaiters).
 func (t *Table) QueueOf(key string, max int) ([]Queued, int) {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil {
 		return nil, 0
 	}

@@ -223,7 +223,7 @@ func (t *Table) endSession(s *session, now Time, kind EventKind) {
 	}
 	t.own(s.ref.name, 0, 0, -1)
 	for _, k := range slices.Sorted(maps.Keys(s.waits)) {
-		e := t.entries[k]
+		e := t.keys.get(k)
 		if e == nil {
 			continue
 		}
@@ -247,7 +247,7 @@ func (t *Table) endSession(s *session, now Time, kind EventKind) {
 	keys := sortedKeys(s)
 	ended := make([]*entry, len(keys))
 	for i, k := range keys {
-		e := t.entries[k]
+		e := t.keys.get(k)
 		ended[i] = e
 		if kind == EventExpired {
 			t.expire(e, now)
@@ -275,19 +275,23 @@ func (t *Table) nextSessionExpiry() (Time, bool) {
 // its keys handed on, whichever of them a call touches first. Likewise an
 // expired lease that has a lock-delay ends here, so the delay applies.
 func (t *Table) lookup(key string, now Time) *entry {
-	e := t.entries[key]
+	return t.endDue(t.keys.get(key), key, now)
+}
+
+// endDue is lookup for e, key's entry (nil: none), already found.
+func (t *Table) endDue(e *entry, key string, now Time) *entry {
 	if e == nil || !e.held() {
 		return e
 	}
 	if s := e.holder.sess; s != nil && !s.alive(now) {
 		t.endSession(s, now, EventExpired)
-		return t.entries[key]
+		return t.keys.get(key)
 	}
 	if !e.alive(now) && t.delays[e] > 0 {
 		t.expire(e, now)
 		t.handOff(e, now)
 		t.tidy(e)
-		return t.entries[key]
+		return t.keys.get(key)
 	}
 	return e
 }
@@ -299,7 +303,7 @@ func (t *Table) sessionFull(g grantOpts, key string) bool {
 	if s == nil || len(s.locks)+len(s.waits) < MaxSessionLocks {
 		return false
 	}
-	if e := t.entries[key]; e != nil && e.held() && e.holder.sess == s {
+	if e := t.keys.get(key); e != nil && e.held() && e.holder.sess == s {
 		return false
 	}
 	_, waiting := s.waits[key]

@@ -81,7 +81,7 @@ func decodeSessions(t *Table, p []byte) error {
 			if d.Err() != nil {
 				break
 			}
-			e := t.entries[key]
+			e := t.keys.get(key)
 			if e == nil || !e.held() || e.holder.sess != nil || e.holder.name != holder ||
 				e.expiry != s.expiry || e.ttl != s.ttl {
 				return fmt.Errorf("session %d: lock %q is not its holder's", id, key)
@@ -118,7 +118,7 @@ func decodeSessions(t *Table, p []byte) error {
 
 // findWaiter is holder's queue place on key, or nil.
 func (t *Table) findWaiter(key, holder string) *waiter {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil {
 		return nil
 	}

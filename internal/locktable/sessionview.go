@@ -5,7 +5,7 @@ package locktable
 // reads; a dashboard finds the sessions of the leases it lists through it
 // without walking every session of the table.
 func (t *Table) LeaseSession(key string, now Time) (uint64, bool) {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil || e.multi || e.holder == nil || e.holder.sess == nil || !e.alive(now) {
 		return 0, false
 	}

@@ -222,13 +222,13 @@ func (t *Table) AcquireShared(key, holder string, s Shared, now Time, ttl Durati
 		return Lease{}, false, err
 	}
 	t.see(now)
-	if e := t.entries[key]; e != nil && !e.multi {
+	if e := t.keys.get(key); e != nil && !e.multi {
 		t.settleKey(key, now) // a dead session's locks, a due hand-off, a lock-delay's start
 	}
 	if t.inDelay(key, now) { // an exclusive lease's lock-delay: granted to nobody
 		return Lease{}, false, &LockDelayError{Key: key, Until: t.delayed[key]}
 	}
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e != nil && !e.multi {
 		if (e.held() && e.alive(now)) || e.queued {
 			return Lease{}, false, &KindMismatchError{Key: key, Kind: Exclusive, Asked: s}
@@ -243,7 +243,7 @@ func (t *Table) AcquireShared(key, holder string, s Shared, now Time, ttl Durati
 	if e != nil {
 		m = t.multi[key]
 		t.settleShared(e, m, now)
-		if t.entries[key] == nil { // settling emptied it
+		if t.keys.get(key) == nil { // settling emptied it
 			e = nil
 		}
 	}
@@ -407,7 +407,7 @@ func (t *Table) dropLateShared(e *entry, m *multiKey, now Time) {
 func (t *Table) tidyShared(e *entry, m *multiKey) {
 	if len(m.holders) == 0 && len(m.waiters) == 0 {
 		delete(t.multi, e.key)
-		delete(t.entries, e.key)
+		t.keys.remove(e)
 		t.index.Delete(e)
 	}
 }
@@ -475,7 +475,7 @@ func (t *Table) holderLeases(out []Lease, e *entry, now Time) []Lease {
 // an exclusive key, up to the limit for a semaphore, the readers or the
 // writer of a read/write lock. It changes nothing.
 func (t *Table) Holders(key string, now Time) []Lease {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil {
 		return nil
 	}
@@ -491,7 +491,7 @@ func (t *Table) Holders(key string, now Time) []Lease {
 // LeaseOf returns holder's lease on key if it is alive at now, whatever the
 // key's kind.
 func (t *Table) LeaseOf(key, holder string, now Time) (Lease, bool) {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil {
 		return Lease{}, false
 	}
@@ -511,7 +511,7 @@ func (t *Table) LeaseOf(key, holder string, now Time) (Lease, bool) {
 // KindOf is key's kind and, for a semaphore, its limit, while the key
 // exists; ok is false for a key the table does not keep.
 func (t *Table) KindOf(key string) (kind Kind, permits int, ok bool) {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil {
 		return Exclusive, 0, false
 	}
@@ -553,7 +553,7 @@ func (t *Table) sharedWaiters(e *entry) []string {
 // tickShared expires the due holders of the key of he, one of its holders
 // at the top of the heap.
 func (t *Table) tickShared(he *entry, now Time) {
-	e := t.entries[he.key]
+	e := t.keys.get(he.key)
 	t.settleShared(e, t.multi[he.key], now)
 }
 
@@ -571,7 +571,7 @@ func (t *Table) tickSharedWaiters(now Time) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		e, m := t.entries[k], t.multi[k]
+		e, m := t.keys.get(k), t.multi[k]
 		t.handOffShared(e, m, now)
 		t.tidyShared(e, m)
 	}

@@ -81,7 +81,7 @@ func decodeShared(t *Table, p []byte) error {
 		if d.Err() != nil {
 			break
 		}
-		if err := validateKey(key); err != nil || (i > 0 && key <= prev) || t.entries[key] != nil {
+		if err := validateKey(key); err != nil || (i > 0 && key <= prev) || t.keys.get(key) != nil {
 			return fmt.Errorf("key %d: bad, out of order or also exclusive", i)
 		}
 		prev = key

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/fencelock/fencelock/internal/locktable/snapshot"
 )
@@ -21,26 +20,21 @@ func (t *Table) MarshalBinary() ([]byte, error) {
 
 // AppendBinary appends the table's encoding to dst.
 func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
-	// Sort (key, entry) pairs: comparing keys held in the slice itself
-	// touches no entry, which matters with a million of them.
-	type keyed struct {
-		key string
-		e   *entry
+	// The ordered index walks the keys sorted, touching each entry once a
+	// pass; the multi-holder keys are section 3's.
+	exclusive := func(yield func(*entry) bool) {
+		t.index.Ascend(func(e *entry) bool { return e.multi || yield(e) })
 	}
-	entries := make([]keyed, 0, len(t.entries))
-	for k, e := range t.entries {
-		if e.multi {
-			continue // section 3
-		}
-		entries = append(entries, keyed{k, e})
+	n := 0
+	for range exclusive {
+		n++
 	}
-	slices.SortFunc(entries, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	names := func(yield func(string) bool) {
-		for _, ke := range entries {
-			if ke.e.held() && !yield(ke.e.holder.name) {
+		for e := range exclusive {
+			if e.held() && !yield(e.holder.name) {
 				return
 			}
-			for _, w := range t.waitersOf(ke.e) {
+			for _, w := range t.waitersOf(e) {
 				if !yield(w.holder) {
 					return
 				}
@@ -49,13 +43,13 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 	}
 	each := func(yield func(*snapshot.Entry) bool) {
 		var rec snapshot.Entry
-		for _, ke := range entries {
-			rec = snapshot.Entry{Key: ke.key, Held: ke.e.held(), Waiters: rec.Waiters[:0]}
+		for e := range exclusive {
+			rec = snapshot.Entry{Key: e.key, Held: e.held(), Waiters: rec.Waiters[:0]}
 			if rec.Held {
-				l := ke.e.lease()
+				l := e.lease()
 				rec.Lease = snapshot.Lease{Holder: l.Holder, Token: l.Token, Granted: int64(l.Granted), Expiry: int64(l.Expiry), TTL: int64(l.TTL)}
 			}
-			for _, w := range t.waitersOf(ke.e) {
+			for _, w := range t.waitersOf(e) {
 				rec.Waiters = append(rec.Waiters, snapshot.Waiter{Holder: w.holder, TTL: int64(w.ttl), Since: int64(w.since), Deadline: int64(w.deadline)})
 			}
 			if !yield(&rec) {
@@ -64,7 +58,7 @@ func (t *Table) AppendBinary(dst []byte) ([]byte, error) {
 		}
 	}
 	return snapshot.Append(dst, snapshot.Header{Last: t.last, MaxNow: int64(t.maxNow)},
-		snapshot.Entries{N: len(entries), Names: names, Holders: len(t.holders), Each: each}, t.encodeSections()), nil
+		snapshot.Entries{N: n, Names: names, Holders: len(t.holders), Each: each}, t.encodeSections()), nil
 }
 
 // UnmarshalBinary replaces the table's whole state with the decoded
@@ -85,7 +79,7 @@ func decode(data []byte) (*Table, error) {
 	sections, err := snapshot.Read(data, snapshot.Limits{Key: MaxKeyLen, Holder: MaxHolderLen}, snapshot.Restore{
 		Header: func(h snapshot.Header, n int) error {
 			t.last, t.maxNow = h.Last, Time(h.MaxNow)
-			t.entries = make(map[string]*entry, n)
+			t.keys = newKeyIndexFor(n)
 			t.expiries = make(expiryHeap, 0, n)
 			return nil
 		},
@@ -155,11 +149,12 @@ func (t *Table) restoreLease(e *entry, l Lease) {
 func (t *Table) checkRestored() error {
 	// Tokens are unique: a duplicate would mean two live records of one grant.
 	tokens := make([]uint64, 0, len(t.expiries))
-	for _, e := range t.entries {
+	t.index.Ascend(func(e *entry) bool {
 		if e.held() {
 			tokens = append(tokens, e.token) // session locks too
 		}
-	}
+		return true
+	})
 	slices.Sort(tokens)
 	for i := 1; i < len(tokens); i++ {
 		if tokens[i] == tokens[i-1] {

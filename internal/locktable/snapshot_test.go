@@ -166,9 +166,9 @@ func FuzzUnmarshal(f *testing.F) {
 // encodeV1 is the version 1 encoder as it was, to check that snapshots
 // written before version 2 still restore.
 func encodeV1(t *Table) []byte {
-	keys := make([]string, 0, len(t.entries))
-	for k := range t.entries {
-		keys = append(keys, k)
+	var keys []string
+	for _, e := range indexedEntries(&t.keys) {
+		keys = append(keys, e.key)
 	}
 	slices.Sort(keys)
 	b := append([]byte(nil), snapshot.MagicV1...)
@@ -176,7 +176,7 @@ func encodeV1(t *Table) []byte {
 	b = binary.AppendVarint(b, int64(t.maxNow))
 	b = binary.AppendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
-		e := t.entries[k]
+		e := t.keys.get(k)
 		b = snapshot.AppendString(b, k)
 		if e.held() {
 			l := e.lease()

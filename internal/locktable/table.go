@@ -84,6 +84,11 @@ type entry struct {
 	heapIdx int32 // position in Table.expiries, -1 when not held
 	queued  bool  // Table.waiting holds this key's waiters
 	multi   bool  // a semaphore or read/write key, or one of its holders
+	// homeBits are the bits of the key's hash that place the entry in
+	// its group of Table.keys (keyindex.go): a group that grows moves
+	// its entries without hashing their keys again. They fill the bytes
+	// the fields above leave free in the 64.
+	homeBits uint16
 }
 
 // held reports whether e has a lease record (alive or not).
@@ -170,7 +175,7 @@ type holderRef struct {
 
 // Table is the lock table. The zero value is not ready; use New.
 type Table struct {
-	entries  map[string]*entry
+	keys     keyIndex // every entry, by its key
 	expiries expiryHeap
 	waiting  map[string]*waitQueue // keys with at least one waiter
 	holders  map[string]*holderRef
@@ -186,8 +191,8 @@ type Table struct {
 	delays     map[*entry]Duration  // held leases that take a lock-delay
 	delayed    map[string]Time      // keys granted to nobody until then
 	multi      map[string]*multiKey // semaphores and read/write locks; nil until one
-	// index orders the entries by key, for List: it holds exactly the
-	// entries of the map, so a lease that passes from holder to waiter
+	// index orders the entries by key, for List and snapshots: it holds
+	// exactly the entries of keys, so a lease that passes from holder to waiter
 	// costs it nothing. A B-tree is a pure data structure: it reads no clock, does no I/O,
 	// and two tables fed the same calls hold the same tree.
 	index *btree.BTreeG[*entry]
@@ -204,7 +209,7 @@ func byKey(a, b *entry) bool { return a.key < b.key }
 
 // New returns an empty table whose first grant will carry token 1.
 func New() *Table {
-	return &Table{entries: map[string]*entry{}, waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{}, owners: map[string]*OwnerCount{},
+	return &Table{keys: newKeyIndex(), waiting: map[string]*waitQueue{}, holders: map[string]*holderRef{}, owners: map[string]*OwnerCount{},
 		index: btree.NewG(indexDegree, byKey)}
 }
 
@@ -222,7 +227,7 @@ func (t *Table) LastToken() uint64 { return t.last }
 func (t *Table) MaxNow() Time { return t.maxNow }
 
 // Len is the number of keys with a lease record or a waiter.
-func (t *Table) Len() int { return len(t.entries) }
+func (t *Table) Len() int { return t.keys.len() }
 
 // Acquire grants key to holder for ttl when the key is free, its lease has
 // expired, or holder already holds it (a renewal, which issues a new token).
@@ -265,7 +270,7 @@ func (t *Table) AcquireWith(key, holder string, now Time, ttl Duration, o Option
 	if t.sessionFull(g, key) {
 		return Lease{}, &SessionLimitError{Scope: "session", Limit: MaxSessionLocks}
 	}
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil {
 		e = t.newEntry(key)
 	}
@@ -325,7 +330,7 @@ func (t *Table) WaitWith(key, holder string, now Time, ttl Duration, deadline Ti
 	if errors.Is(refusal, ErrKindMismatch) { // never queued on a key of another kind
 		return Lease{}, false, refusal
 	}
-	e := t.entries[key]
+	e := t.keys.get(key)
 	full := t.sessionFull(g, key)
 	if refusal == nil {
 		if full {
@@ -400,7 +405,7 @@ func (t *Table) CancelWait(key, holder string) bool {
 // in (a writer at the head of a read/write lock's queue, with readers
 // behind it), they are granted at now.
 func (t *Table) CancelWaitAt(key, holder string, now Time) bool {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil {
 		return false
 	}
@@ -455,11 +460,11 @@ func (t *Table) ReleaseToken(key, holder string, token uint64, now Time) (bool, 
 	if err := validate(key, holder); err != nil {
 		return false, err
 	}
-	if e := t.entries[key]; e != nil && e.multi {
+	if e := t.keys.get(key); e != nil && e.multi {
 		t.see(now)
 		return t.releaseShared(e, holder, token, now), nil
 	}
-	if e := t.entries[key]; e == nil || !e.held() || e.token != token {
+	if e := t.keys.get(key); e == nil || !e.held() || e.token != token {
 		return false, nil
 	}
 	return t.Release(key, holder, now)
@@ -497,7 +502,7 @@ func (t *Table) Extend(key, holder string, token uint64, now Time, ttl Duration)
 // IsValidToken reports whether key's current record carries exactly token.
 // Like the seed's is_valid_token it takes no time; see Check.
 func (t *Table) IsValidToken(key string, token uint64) bool {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e != nil && e.multi {
 		return t.sharedToken(e, token, 0, false)
 	}
@@ -507,7 +512,7 @@ func (t *Table) IsValidToken(key string, token uint64) bool {
 // Check reports whether token is key's current token and its lease is
 // alive at now.
 func (t *Table) Check(key string, token uint64, now Time) bool {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e != nil && e.multi {
 		return t.sharedToken(e, token, now, true)
 	}
@@ -518,7 +523,7 @@ func (t *Table) Check(key string, token uint64, now Time) bool {
 // multi-holder key it answers the live holder with the oldest token (see
 // Holders for all of them).
 func (t *Table) Get(key string, now Time) (Lease, bool) {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e != nil && e.multi {
 		return t.sharedGet(e, now)
 	}
@@ -530,7 +535,7 @@ func (t *Table) Get(key string, now Time) (Lease, bool) {
 
 // Waiters returns the holders queued on key, head first.
 func (t *Table) Waiters(key string) []string {
-	e := t.entries[key]
+	e := t.keys.get(key)
 	if e == nil {
 		return nil
 	}
@@ -644,7 +649,7 @@ func (t *Table) Tick(now Time) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		e := t.entries[k]
+		e := t.keys.get(k)
 		t.dropLateWaiters(e, t.waiting[k], now)
 		t.tidy(e)
 	}
@@ -690,7 +695,7 @@ func (t *Table) newEntry(key string) *entry {
 	// keep as long as the key lives (24 B a lock of W4's million).
 	key = strings.Clone(key)
 	e := &entry{key: key, heapIdx: -1}
-	t.entries[key] = e
+	t.keys.insert(e)
 	t.index.ReplaceOrInsert(e)
 	return e
 }
@@ -823,8 +828,7 @@ func (t *Table) unref(e *entry) {
 
 // tidy forgets e once it has neither a lease record nor a waiter.
 func (t *Table) tidy(e *entry) {
-	if !e.queued && !e.held() && !e.multi && t.entries[e.key] == e {
-		delete(t.entries, e.key)
+	if !e.queued && !e.held() && !e.multi && t.keys.remove(e) {
 		t.index.Delete(e)
 	}
 }
