@@ -1,6 +1,6 @@
 // Package memorypolicy is the fencelock server's process-wide GC policy.
 // Go's collector lets the heap grow to (1 + GOGC/100) times what was live after the last collection, so with
-// the default GOGC=100 a server holding a million locks (about 155 MB
+// the default GOGC=100 a server holding a million locks (about 140 MB
 // live) keeps twice that and more resident. The policy gives the heap a
 // headroom of at least HeadroomFloor and at least a quarter of what
 // is live, but never more than GOGC=100 would:
@@ -10,8 +10,8 @@
 //
 // A server with less than HeadroomFloor live runs exactly as with
 // GOGC=100, so the request path of a small table pays nothing. A large
-// table is collected more often: at a million locks about every 40 MB
-// allocated instead of every 155 MB, each collection marking the whole
+// table is collected more often: at a million locks about every 35 MB
+// allocated instead of every 140 MB, each collection marking the whole
 // table, which costs CPU while the table is being written
 // (docs/BENCHMARKS-peers.md, W4, has the measured price).
 package memorypolicy
