@@ -69,11 +69,7 @@ func (w *PeerWatch) Sent(id string, term uint64) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	r := w.peers[id]
-	if r == nil {
-		r = &peerRecord{}
-		w.peers[id] = r
-	}
+	r := w.recordLocked(id)
 	if term > r.term {
 		r.term, r.trying, r.contacted = term, now, false
 	}
@@ -81,9 +77,7 @@ func (w *PeerWatch) Sent(id string, term uint64) {
 
 // Answered notes id's answer to an append of term, which says its log
 // ends at lastLog.
-func (w *PeerWatch) Answered(id string, term, lastLog uint64) {
-	w.note(id, term, lastLog, true)
-}
+func (w *PeerWatch) Answered(id string, term, lastLog uint64) { w.note(id, term, lastLog, true) }
 
 // Voted notes id's answer, granted or not, to a vote (or pre-vote)
 // request of this node: a candidate hears from the voters that way only.
@@ -91,12 +85,17 @@ func (w *PeerWatch) Voted(id string) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.recordLocked(id).voted = now
+}
+
+// recordLocked is id's record, new if it had none.
+func (w *PeerWatch) recordLocked(id string) *peerRecord {
 	r := w.peers[id]
 	if r == nil {
 		r = &peerRecord{}
 		w.peers[id] = r
 	}
-	r.voted = now
+	return r
 }
 
 // Heard notes id's answer to a request of term that does not say where

@@ -132,20 +132,11 @@ func (h *healingWAL) StoreLogs(logs []*raft.Log) error {
 
 // unseal closes the WAL, unseals its last segment and reopens it.
 func (h *healingWAL) unseal() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return wal.ErrClosed
-	}
-	if err := h.w.Close(); err != nil {
-		h.log.Warn("closing the log for repair", "err", err)
-	}
-	path, uerr := unsealTail(h.fsys, h.dir)
-	w, err := h.open()
-	if err != nil {
+	var path string
+	var uerr error
+	if err := h.rewrite(func() error { path, uerr = unsealTail(h.fsys, h.dir); return nil }); err != nil {
 		return fmt.Errorf("reopening the log after unsealing %s: %w", path, errors.Join(uerr, err))
 	}
-	h.w = w
 	if uerr != nil {
 		return fmt.Errorf("node: the log's last segment is sealed and cannot be appended to: %w", uerr)
 	}
