@@ -3,13 +3,13 @@ package client_test
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/client/clienttest"
+	"github.com/fencelock/fencelock/internal/testports"
 	"go.uber.org/goleak"
 )
 
@@ -116,16 +116,13 @@ func TestNoSpaceIsNotInternal(t *testing.T) {
 	}
 }
 
-// deadAddr returns a loopback address nobody listens on.
-func deadAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
+// deadAddr returns a loopback address nobody listens on. It is not a
+// port from net.Listen("127.0.0.1:0") closed again: such a port goes back
+// to the ephemeral pool, and a connect can take it as its own source port
+// — a dial to it then connects to itself instead of being refused, or
+// another test's listener takes it. testports hands out ports below that
+// pool, each once per test binary.
+func deadAddr(t *testing.T) string { return testports.Loopback(t) }
 
 func TestUnreachable(t *testing.T) {
 	c, err := client.New([]string{deadAddr(t)}, client.WithRetries(2), client.WithBackoff(time.Millisecond, 2*time.Millisecond))
