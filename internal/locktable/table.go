@@ -460,11 +460,12 @@ func (t *Table) ReleaseToken(key, holder string, token uint64, now Time) (bool, 
 	if err := validate(key, holder); err != nil {
 		return false, err
 	}
-	if e := t.keys.get(key); e != nil && e.multi {
+	e := t.keys.get(key)
+	if e != nil && e.multi {
 		t.see(now)
 		return t.releaseShared(e, holder, token, now), nil
 	}
-	if e := t.keys.get(key); e == nil || !e.held() || e.token != token {
+	if e == nil || !e.held() || e.token != token {
 		return false, nil
 	}
 	return t.Release(key, holder, now)
