@@ -62,19 +62,27 @@ func batchLogs(t *testing.T) []Entry {
 	return logs
 }
 
+// applyOneByOne applies logs one entry at a time with Apply: the state
+// machine, its events, its answers and its state after them, for a
+// batched run to be held to.
+func applyOneByOne(logs []Entry) (*FSM, *recorder, []Result, []byte) {
+	rec := &recorder{}
+	one := New(rec.observe)
+	var want []Result
+	for _, l := range logs {
+		want = append(want, *one.Apply(l.Index, l.Term, l.Data))
+	}
+	state, _ := one.MarshalBinary()
+	return one, rec, want, state
+}
+
 // ApplyBatch, in batches of any size, answers every entry and leaves the
 // state exactly as Apply of one entry at a time does, with the same events
 // at the same indexes. An entry with no command is answered with its index
 // alone.
 func TestApplyBatchIsApply(t *testing.T) {
 	logs := batchLogs(t)
-	oneRec := &recorder{}
-	one := New(oneRec.observe)
-	var want []Result
-	for _, l := range logs {
-		want = append(want, *one.Apply(l.Index, l.Term, l.Data))
-	}
-	wantState, _ := one.MarshalBinary()
+	one, oneRec, want, wantState := applyOneByOne(logs)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, size := range []int{1, 2, 7, 64, len(logs), 0} {
 		rec := &recorder{}
@@ -143,13 +151,7 @@ func TestApplyBatchIsApply(t *testing.T) {
 // answered from memory.
 func TestReplayedEntriesAreUnanswered(t *testing.T) {
 	logs := batchLogs(t)
-	oneRec := &recorder{}
-	one := New(oneRec.observe)
-	var want []Result
-	for _, l := range logs {
-		want = append(want, *one.Apply(l.Index, l.Term, l.Data))
-	}
-	wantState, _ := one.MarshalBinary()
+	_, oneRec, want, wantState := applyOneByOne(logs)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, replayed := range []int{0, 1, 63, len(logs) / 2, len(logs) - 1, len(logs)} {
 		ents := append([]Entry(nil), logs...)
