@@ -34,6 +34,21 @@ listener_pid() { # PORT
 	ss -Hltnp "sport = :$1" | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1
 }
 
+# start_fencelock BIN ADDR DATA_DIR LOG starts BIN's server on DATA_DIR,
+# sets newpid, and returns once the server has answered a write, its time
+# in t1.
+start_fencelock() {
+	# shellcheck disable=SC2086 # FENCELOCK_ARGS is a list of words
+	nohup "$1" server --listen "$2" --data "$3" --log-level warn ${FENCELOCK_ARGS:-} >>"$4" 2>&1 </dev/null &
+	newpid=$!
+	local probe='{"key":"flbench/restart-probe","holder":"restart-probe","ttl_ms":1000}'
+	until curl -sf -o /dev/null -H 'Content-Type: application/json' -d "$probe" "http://$2/v1/acquire"; do
+		kill -0 "$newpid" 2>/dev/null || { echo "server exited; see $4" >&2; exit 1; }
+		sleep 0.01
+	done
+	t1=$(now)
+}
+
 case "${1:-}" in
 redis)
 	d="$PEERS_DIR/redis"
@@ -57,15 +72,7 @@ fencelock)
 	kill -9 "$pid"
 	while kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
 	t0=$(now)
-	# shellcheck disable=SC2086 # FENCELOCK_ARGS is a list of words
-	nohup "$bin" server --listen "$addr" --data "$data" --log-level warn ${FENCELOCK_ARGS:-} >>"$(dirname "$data")/fencelock-restart.log" 2>&1 </dev/null &
-	newpid=$!
-	probe='{"key":"flbench/restart-probe","holder":"restart-probe","ttl_ms":1000}'
-	until curl -sf -o /dev/null -H 'Content-Type: application/json' -d "$probe" "http://$addr/v1/acquire"; do
-		kill -0 "$newpid" 2>/dev/null || { echo "server exited; see $(dirname "$data")/fencelock-restart.log" >&2; exit 1; }
-		sleep 0.01
-	done
-	t1=$(now)
+	start_fencelock "$bin" "$addr" "$data" "$(dirname "$data")/fencelock-restart.log"
 	echo "fencelock restart: $(elapsed "$t0" "$t1") s to the first write; rss $(awk '/VmRSS/ {print $2, $3}' "/proc/$newpid/status"); pid $newpid"
 	;;
 fencelock-copy)
@@ -78,15 +85,7 @@ fencelock-copy)
 	sync
 	load=$(cut -d' ' -f1 /proc/loadavg)
 	t0=$(now)
-	# shellcheck disable=SC2086 # FENCELOCK_ARGS is a list of words
-	"$bin" server --listen "$addr" --data "$copy" --log-level warn ${FENCELOCK_ARGS:-} >>"$(dirname "$src")/fencelock-restart.log" 2>&1 </dev/null &
-	newpid=$!
-	probe='{"key":"flbench/restart-probe","holder":"restart-probe","ttl_ms":1000}'
-	until curl -sf -o /dev/null -H 'Content-Type: application/json' -d "$probe" "http://$addr/v1/acquire"; do
-		kill -0 "$newpid" 2>/dev/null || { echo "server exited; see $(dirname "$src")/fencelock-restart.log" >&2; exit 1; }
-		sleep 0.01
-	done
-	t1=$(now)
+	start_fencelock "$bin" "$addr" "$copy" "$(dirname "$src")/fencelock-restart.log"
 	read -r ut st < <(awk '{print $14, $15}' "/proc/$newpid/stat")
 	tick=$(getconf CLK_TCK)
 	rss=$(awk '/VmRSS/ {print $2, $3}' "/proc/$newpid/status")
